@@ -1,0 +1,72 @@
+"""nox sessions: thin wrappers around the torchkiln library and CLI.
+
+``nox`` alone runs the default sessions (lint, tests, verify): the command README.md and .ci/run give.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import nox
+
+nox.options.sessions = ["lint", "tests", "verify"]
+nox.options.reuse_existing_virtualenvs = True
+nox.options.default_venv_backend = "venv"
+
+ROOT = Path(__file__).parent
+sys.path.insert(0, str(ROOT / "src"))  # torchkiln.nox_support: stdlib + nox only
+# The torch the test suite runs against: the CPU wheel available to CI (override with TORCHKILN_TORCH).
+TORCH_REQUIREMENT = os.environ.get("TORCHKILN_TORCH", "torch==2.13.0")
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff over the code, hadolint over the Dockerfiles."""
+    session.install("-e", ".[lint]")
+    session.run("ruff", "check", "src", "tests", "verify", "bench", "noxfile.py")
+    session.run("ruff", "format", "--check", "src", "tests", "verify", "bench", "noxfile.py")
+    dockerfiles = sorted(str(p) for p in (ROOT / "docker").glob("Dockerfile*"))
+    if dockerfiles:
+        session.run("hadolint", "--config", str(ROOT / "docker" / "hadolint.yaml"), *dockerfiles)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """torchkiln's own tests (unit and real integration: git, compilers, Redis, buildah where present)."""
+    session.install("-e", ".[test]", TORCH_REQUIREMENT)
+    session.run("python", "-m", "pytest", *(session.posargs or ["tests"]))
+
+
+@nox.session
+def verify(session: nox.Session) -> None:
+    """Verify a PyTorch build: wheels from dist/ when there are any, else TORCHKILN_TORCH (torch==2.13.0).
+
+    Arguments after ``--`` go to the suite, e.g. ``nox -s verify -- --recipe recipes/x.toml --report out``.
+    """
+    from torchkiln.nox_support import install_for_verify  # noqa: PLC0415 - needs torchkiln importable
+
+    install_for_verify(session, dist=ROOT / "dist", fallback=TORCH_REQUIREMENT)
+    session.run("python", "-m", "torchkiln", "verify", *session.posargs)
+
+
+@nox.session(name="build-wheel")
+def build_wheel(session: nox.Session) -> None:
+    """Build torch then torchvision wheels for a recipe: ``nox -s build-wheel -- --recipe recipes/x.toml``."""
+    session.install("-e", ".")
+    session.run("torchkiln", "build", *session.posargs)
+
+
+@nox.session
+def images(session: nox.Session) -> None:
+    """Build the devel/runtime images of a recipe: ``nox -s images -- --recipe recipes/x.toml``."""
+    session.install("-e", ".")
+    session.run("torchkiln", "images", *session.posargs)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Benchmarks (compiler cache, no-op rebuild, verify suite time); results under bench/results/."""
+    session.install("-e", ".[test]", TORCH_REQUIREMENT)
+    session.run("python", "bench/run.py", *session.posargs)

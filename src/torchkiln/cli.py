@@ -1,0 +1,73 @@
+"""Command-line entry point: ``torchkiln <command> ...`` and ``python -m torchkiln``.
+
+Each command lives in its own module under :mod:`torchkiln.commands` with two functions,
+``register(subparsers)`` and ``run(args) -> int``. Modules are imported lazily, only for the command that
+runs, so a problem in one area (or a heavy import) never breaks the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from . import __version__
+from .errors import EXIT_USAGE, TorchkilnError
+
+# command name -> (module under torchkiln.commands, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "recipe": ("recipe", "check and list build recipes"),
+    "plan": ("plan", "print the resolved build plan of a recipe without running anything"),
+    "build": ("build", "fetch pinned sources and build torch and torchvision wheels into dist/"),
+    "verify": ("verify", "run the verification suite against the importable torch"),
+    "images": ("images", "build the devel and runtime container images of a recipe"),
+    "cache": ("cache", "inspect and configure the compiler cache"),
+}
+
+
+def _command_module(name: str):  # noqa: ANN202 - a module
+    module, _ = COMMANDS[name]
+    return importlib.import_module(f"torchkiln.commands.{module}")
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="torchkiln",
+        description="Build PyTorch and torchvision from pinned sources and verify the result.",
+    )
+    parser.add_argument("--version", action="version", version=f"torchkiln {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_, help_text) in COMMANDS.items():
+        if only is not None and name != only:
+            sub.add_parser(name, help=help_text, add_help=False)
+            continue
+        _command_module(name).register(sub.add_parser(name, help=help_text, description=help_text))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    only = command if command in COMMANDS else None
+    if only is None and command is not None:
+        print(f"torchkiln: unknown command {command!r} (valid: {', '.join(COMMANDS)})", file=sys.stderr)
+        return EXIT_USAGE
+    # Without a command we only print help: do not import every command module for that.
+    parser = build_parser(only=only or "__none__")
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return int(_command_module(args.command).run(args) or 0)
+    except TorchkilnError as exc:
+        print(str(exc), file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("torchkiln: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

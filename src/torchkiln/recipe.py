@@ -1,0 +1,453 @@
+"""Recipes: one TOML file pins one build.
+
+Loading a recipe is three passes, each reporting every problem it finds (never just the first):
+
+1. parse the TOML and check the document against :data:`SCHEMA` (unknown keys, wrong types, malformed
+   values): a declared table of fields, not code spread around;
+2. build the typed :class:`Recipe`;
+3. check the compatibility rules of :mod:`torchkiln.rules` (torch <-> torchvision, Python, CUDA, cuDNN,
+   arch list, gcc, MAGMA, ...).
+
+Any problem raises :class:`~torchkiln.errors.RecipeError` with one line per problem:
+``FILE: field.path: what is wrong (valid: ...)``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from .errors import Problem, RecipeError
+
+UPSTREAM_TORCH_REPO = "https://github.com/pytorch/pytorch.git"
+UPSTREAM_TORCHVISION_REPO = "https://github.com/pytorch/vision.git"
+
+# --------------------------------------------------------------------------------------------------
+# Value checkers. Each returns None when the value is fine, else (message, valid-hint).
+# --------------------------------------------------------------------------------------------------
+
+Check = Callable[[Any], "tuple[str, str] | None"]
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
+SHA1_RE = re.compile(r"^[0-9a-f]{40}$")
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+RELEASE_RE = re.compile(r"^\d+\.\d+\.\d+$")
+MAJOR_MINOR_RE = re.compile(r"^\d+\.\d+$")
+DOTTED_RE = re.compile(r"^\d+(\.\d+){1,3}$")
+LOCAL_LABEL_RE = re.compile(r"^\+[a-z0-9]+(\.[a-z0-9]+)*$")
+ARCH_RE = re.compile(r"^(?P<major>\d{1,2})\.(?P<minor>\d)(?P<suffix>[af]?)(?P<ptx>\+PTX)?$")
+FLAG_RE = re.compile(r"^(USE|BUILD)_[A-Z0-9_]+$")
+SIZE_RE = re.compile(r"^\d+(\.\d+)?[KMGT]i?$")
+# A git ref name as git check-ref-format accepts it, restricted further: no whitespace, no shell
+# metacharacters are *needed* (we never use a shell), but refusing them catches copy-paste accidents.
+REF_RE = re.compile(r"^(?!-)(?!.*\.\.)(?!.*//)(?!.*@\{)[A-Za-z0-9._/+-]{1,200}(?<!\.lock)(?<![./])$")
+URL_RE = re.compile(r"^(https?|ssh|git|file)://\S+$|^[\w.-]+@[\w.-]+:\S+$|^/\S+$")
+
+
+def _match(regex: re.Pattern[str], valid: str, what: str = "malformed value") -> Check:
+    def check(value: Any) -> tuple[str, str] | None:
+        return None if regex.match(value) else (f"{what} {value!r}", valid)
+
+    return check
+
+
+def _one_of(*choices: str) -> Check:
+    def check(value: Any) -> tuple[str, str] | None:
+        return None if value in choices else (f"{value!r} is not allowed", ", ".join(choices))
+
+    return check
+
+
+def _positive(value: Any) -> tuple[str, str] | None:
+    return None if value >= 1 else (f"{value} is not a positive integer", "an integer >= 1")
+
+
+def _non_negative(value: Any) -> tuple[str, str] | None:
+    return None if value >= 0 else (f"{value} is negative", "an integer >= 0")
+
+
+def _pep440(value: Any) -> tuple[str, str] | None:
+    try:
+        Version(value)
+    except InvalidVersion:
+        return (f"{value!r} is not a PEP 440 version", "for example 2.13.0 or 2.13.0+cu130.kiln1")
+    return None
+
+
+def _arch_list(value: Any) -> tuple[str, str] | None:
+    bad = [a for a in value if not isinstance(a, str) or not ARCH_RE.match(a)]
+    if bad:
+        return (
+            f"malformed arch {', '.join(map(repr, bad))}",
+            "compute capabilities like 8.0, 9.0a, 10.0f or 12.0+PTX",
+        )
+    if len(set(value)) != len(value):
+        return ("arch list has duplicates", "each compute capability once")
+    return None
+
+
+def _flags(value: Any) -> tuple[str, str] | None:
+    for key, flag_value in value.items():
+        if not FLAG_RE.match(key):
+            return (f"flag name {key!r} is not a USE_* or BUILD_* flag", "names like USE_FLASH_ATTENTION")
+        if not isinstance(flag_value, bool | int | str) or isinstance(flag_value, str) and not re.match(
+            r"^[A-Za-z0-9._/:+-]{0,200}$", flag_value
+        ):
+            return (f"value of {key} must be a boolean, an integer or a plain string", "true, false, 0, 1, ON")
+    return None
+
+
+# --------------------------------------------------------------------------------------------------
+# The schema: every field a recipe may have, its type, whether it is required and how it is checked.
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Field:
+    path: str
+    type: type | tuple[type, ...]
+    required: bool = False
+    check: Check | None = None
+    doc: str = ""
+
+
+SCHEMA: tuple[Field, ...] = (
+    Field("recipe.name", str, True, _match(NAME_RE, "letters, digits, '.', '_', '-'; at most 80"), "recipe id"),
+    Field("recipe.description", str, doc="free text"),
+    Field("torch.repo", str, check=_match(URL_RE, "an https://, ssh://, git://, file:// URL or a path"),
+          doc="git URL (default: upstream GitHub)"),
+    Field("torch.ref", str, True, _match(REF_RE, "a branch or tag name such as v2.13.0 or release/2.13",
+                                         "malformed git ref"), doc="branch or tag"),
+    Field("torch.commit", str, check=_match(SHA1_RE, "a full 40-character lowercase hex SHA-1"),
+          doc="exact commit HEAD must equal"),
+    Field("torch.version", str, True, _match(RELEASE_RE, "MAJOR.MINOR.PATCH such as 2.13.0", "malformed version"),
+          doc="release version"),
+    Field("torchvision.repo", str, check=_match(URL_RE, "an https://, ssh://, git://, file:// URL or a path")),
+    Field("torchvision.ref", str, True, _match(REF_RE, "a branch or tag name such as v0.28.0", "malformed git ref")),
+    Field("torchvision.commit", str, check=_match(SHA1_RE, "a full 40-character lowercase hex SHA-1")),
+    Field("torchvision.version", str, True,
+          _match(RELEASE_RE, "MAJOR.MINOR.PATCH such as 0.28.0", "malformed version")),
+    Field("python.version", str, True, _match(MAJOR_MINOR_RE, "MAJOR.MINOR such as 3.12", "malformed version")),
+    Field("accelerator.kind", str, True, _one_of("cpu", "cuda")),
+    Field("accelerator.cuda", str, check=_match(MAJOR_MINOR_RE, "MAJOR.MINOR such as 13.0", "malformed version")),
+    Field("accelerator.arch_list", list, check=_arch_list, doc="TORCH_CUDA_ARCH_LIST entries"),
+    Field("accelerator.cudnn", str, check=_match(DOTTED_RE, "a dotted version such as 9.20.0.48",
+                                                 "malformed version")),
+    Field("accelerator.nccl", str, check=_match(DOTTED_RE, "a dotted version such as 2.29.7", "malformed version")),
+    Field("blas.kind", str, True, _one_of("mkl", "openblas")),
+    Field("blas.mkl", str, check=_match(DOTTED_RE, "a dotted version such as 2025.3.0", "malformed version")),
+    Field("magma.version", str, check=_match(DOTTED_RE, "a dotted version such as 2.6.1", "malformed version")),
+    Field("magma.sha256", str, check=_match(SHA256_RE, "64 lowercase hex characters")),
+    Field("magma.url", str, check=_match(URL_RE, "an https:// URL of the release tarball")),
+    Field("build.type", str, check=_one_of("Release", "RelWithDebInfo", "Debug")),
+    Field("build.local_version", str,
+          check=_match(LOCAL_LABEL_RE, "'+' then dot-separated lowercase labels, e.g. +cu130.kiln1",
+                       "malformed local version label")),
+    Field("build.jobs", int, check=_positive, doc="MAX_JOBS; derived from cores and memory when absent"),
+    Field("build.gcc", int, check=_positive, doc="host gcc major version the build uses"),
+    Field("build.pytorch_build_version", str, check=_pep440, doc="PYTORCH_BUILD_VERSION override"),
+    Field("build.pytorch_build_number", int, check=_non_negative, doc="PYTORCH_BUILD_NUMBER"),
+    Field("build.flags", dict, check=_flags, doc="extra USE_*/BUILD_* flags"),
+    Field("cache.kind", str, check=_one_of("none", "ccache", "sccache")),
+    Field("cache.dir", str, doc="local cache directory"),
+    Field("cache.max_size", str, check=_match(SIZE_RE, "a size such as 20G or 500M")),
+    Field("cache.remote", str, doc="remote store URL: redis://, http://, s3://, gs://, memcached://, webdav"),
+    Field("cache.credentials_env", str, check=_match(re.compile(r"^[A-Z_][A-Z0-9_]*$"), "an environment variable name")),
+    Field("cache.credentials_file", str, doc="file holding the remote store's secret"),
+)
+
+FIELDS: dict[str, Field] = {f.path: f for f in SCHEMA}
+TABLES: frozenset[str] = frozenset(p.split(".")[0] for p in FIELDS)
+REQUIRED_TABLES: frozenset[str] = frozenset(f.path.split(".")[0] for f in SCHEMA if f.required)
+
+TYPE_NAMES = {str: "a string", int: "an integer", list: "an array", dict: "a table", bool: "a boolean"}
+
+# --------------------------------------------------------------------------------------------------
+# The typed recipe.
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """Where one project's source comes from."""
+
+    name: str  # "torch" or "torchvision"
+    repo: str
+    ref: str
+    version: Version
+    commit: str | None = None
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    kind: str  # "cpu" | "cuda"
+    cuda: Version | None = None
+    arch_list: tuple[str, ...] = ()
+    cudnn: Version | None = None
+    nccl: Version | None = None
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.kind == "cuda"
+
+    @property
+    def arch_list_env(self) -> str:
+        """TORCH_CUDA_ARCH_LIST as PyTorch's build reads it (semicolon separated)."""
+        return ";".join(self.arch_list)
+
+
+@dataclass(frozen=True)
+class Blas:
+    kind: str  # "mkl" | "openblas"
+    mkl: Version | None = None
+
+
+@dataclass(frozen=True)
+class Magma:
+    version: Version
+    sha256: str
+    url: str | None = None
+
+
+@dataclass(frozen=True)
+class Build:
+    type: str = "Release"
+    local_version: str = ""
+    jobs: int | None = None
+    gcc: int | None = None
+    pytorch_build_version: str | None = None
+    pytorch_build_number: int | None = None
+    flags: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CacheSpec:
+    kind: str = "ccache"
+    dir: str | None = None
+    max_size: str | None = None
+    remote: str | None = None
+    credentials_env: str | None = None
+    credentials_file: str | None = None
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    description: str
+    torch: SourceSpec
+    torchvision: SourceSpec
+    python: str
+    accelerator: Accelerator
+    blas: Blas
+    magma: Magma | None
+    build: Build
+    cache: CacheSpec
+    path: Path | None = None
+    sha256: str = ""
+    document: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def torch_wheel_version(self) -> str:
+        """The version the torch wheel carries: PYTORCH_BUILD_VERSION, or version + local label."""
+        return self.build.pytorch_build_version or f"{self.torch.version}{self.build.local_version}"
+
+    @property
+    def torchvision_wheel_version(self) -> str:
+        """torchvision's BUILD_VERSION: its release version with the same local label as torch."""
+        local = Version(self.torch_wheel_version).local
+        return f"{self.torchvision.version}+{local}" if local else str(self.torchvision.version)
+
+    @property
+    def source(self) -> str:
+        return str(self.path) if self.path else f"<{self.name}>"
+
+
+# --------------------------------------------------------------------------------------------------
+# Loading.
+# --------------------------------------------------------------------------------------------------
+
+
+def _flatten(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """recipe document -> {"table.key": value}; nested tables below the second level stay values."""
+    flat: dict[str, Any] = {}
+    for table, content in doc.items():
+        if isinstance(content, dict):
+            for key, value in content.items():
+                flat[f"{table}.{key}"] = value
+        else:
+            flat[table] = content
+    return flat
+
+
+def _type_ok(value: Any, expected: type | tuple[type, ...]) -> bool:
+    # bool is an int subclass in Python; a recipe's `jobs = true` is still a type error.
+    if isinstance(value, bool) and expected is not bool:
+        return False
+    return isinstance(value, expected)
+
+
+def check_schema(doc: Mapping[str, Any], file: str) -> list[Problem]:
+    """Unknown keys, missing required fields, wrong types and malformed values."""
+    problems: list[Problem] = []
+    for table, content in doc.items():
+        if table not in TABLES:
+            problems.append(Problem(file, table, "unknown table", ", ".join(sorted(TABLES))))
+        elif not isinstance(content, dict):
+            problems.append(Problem(file, table, f"must be a table, not {type(content).__name__}", f"[{table}]"))
+    for table in sorted(REQUIRED_TABLES - set(doc)):
+        problems.append(Problem(file, table, "missing table", f"a [{table}] table"))
+    flat = _flatten({k: v for k, v in doc.items() if k in TABLES and isinstance(v, dict)})
+    for path, value in flat.items():
+        spec = FIELDS.get(path)
+        if spec is None:
+            table = path.split(".")[0]
+            keys = sorted(p.split(".", 1)[1] for p in FIELDS if p.startswith(table + "."))
+            problems.append(Problem(file, path, "unknown key", ", ".join(keys)))
+            continue
+        if not _type_ok(value, spec.type):
+            expected = TYPE_NAMES.get(spec.type, str(spec.type)) if isinstance(spec.type, type) else "?"
+            problems.append(Problem(file, path, f"wrong type {type(value).__name__}", expected))
+            continue
+        if spec.check is not None:
+            outcome = spec.check(value)
+            if outcome is not None:
+                problems.append(Problem(file, path, outcome[0], outcome[1]))
+    for spec in SCHEMA:
+        table = spec.path.split(".")[0]
+        if spec.required and isinstance(doc.get(table), dict) and spec.path not in flat:
+            problems.append(Problem(file, spec.path, "missing required key", spec.doc or TYPE_NAMES[spec.type]))
+    return problems
+
+
+def _flag_value(value: bool | int | str) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+def _build_recipe(doc: Mapping[str, Any], path: Path | None, digest: str) -> Recipe:
+    """Typed recipe from a schema-valid document (check_schema returned no problems)."""
+    flat = _flatten(doc)
+
+    def get(key: str, default: Any = None) -> Any:
+        return flat.get(key, default)
+
+    def version(key: str) -> Version | None:
+        raw = get(key)
+        return Version(raw) if raw is not None else None
+
+    def source(name: str, default_repo: str) -> SourceSpec:
+        return SourceSpec(name, get(f"{name}.repo", default_repo), get(f"{name}.ref"),
+                          Version(get(f"{name}.version")), get(f"{name}.commit"))
+
+    magma = None
+    if get("magma.version") is not None or get("magma.sha256") is not None:
+        magma = Magma(Version(get("magma.version", "0")), get("magma.sha256", ""), get("magma.url"))
+    return Recipe(
+        name=get("recipe.name"),
+        description=get("recipe.description", ""),
+        torch=source("torch", UPSTREAM_TORCH_REPO),
+        torchvision=source("torchvision", UPSTREAM_TORCHVISION_REPO),
+        python=get("python.version"),
+        accelerator=Accelerator(
+            kind=get("accelerator.kind"),
+            cuda=version("accelerator.cuda"),
+            arch_list=tuple(get("accelerator.arch_list", ())),
+            cudnn=version("accelerator.cudnn"),
+            nccl=version("accelerator.nccl"),
+        ),
+        blas=Blas(get("blas.kind"), version("blas.mkl")),
+        magma=magma,
+        build=Build(
+            type=get("build.type", "Release"),
+            local_version=get("build.local_version", ""),
+            jobs=get("build.jobs"),
+            gcc=get("build.gcc"),
+            pytorch_build_version=get("build.pytorch_build_version"),
+            pytorch_build_number=get("build.pytorch_build_number"),
+            flags={k: _flag_value(v) for k, v in sorted(get("build.flags", {}).items())},
+        ),
+        cache=CacheSpec(
+            kind=get("cache.kind", "ccache"),
+            dir=get("cache.dir"),
+            max_size=get("cache.max_size"),
+            remote=get("cache.remote"),
+            credentials_env=get("cache.credentials_env"),
+            credentials_file=get("cache.credentials_file"),
+        ),
+        path=path,
+        sha256=digest,
+        document=doc,
+    )
+
+
+def parse_recipe(data: bytes, file: str, path: Path | None = None) -> Recipe:
+    """Parse and validate recipe bytes. Raises RecipeError listing every problem."""
+    digest = hashlib.sha256(data).hexdigest()
+    if not data.strip():
+        raise RecipeError([Problem(file, "<document>", "empty recipe", "a TOML document with "
+                                   + ", ".join(f"[{t}]" for t in sorted(REQUIRED_TABLES)))])
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RecipeError([Problem(file, "<document>", f"not UTF-8 text ({exc.reason} at byte {exc.start})",
+                                   "a UTF-8 TOML file")]) from None
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise RecipeError([Problem(file, "<document>", f"invalid TOML: {exc}", "TOML 1.0")]) from None
+    problems = check_schema(doc, file)
+    if problems:
+        raise RecipeError(problems)
+    recipe = _build_recipe(doc, path, digest)
+    from .rules import check_rules  # rules import recipe types; keep the import one-way at module load
+
+    problems = check_rules(recipe, file)
+    if problems:
+        raise RecipeError(problems)
+    return recipe
+
+
+def load_recipe(path: str | Path) -> Recipe:
+    """Load and validate a recipe file. Raises RecipeError (exit 2 in the CLI) on any problem."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise RecipeError([Problem(str(path), "<file>", "no such file", "a path to a recipe .toml")]) from None
+    except IsADirectoryError:
+        raise RecipeError([Problem(str(path), "<file>", "is a directory", "a path to a recipe .toml")]) from None
+    except OSError as exc:
+        raise RecipeError([Problem(str(path), "<file>", f"cannot read: {exc.strerror}", "a readable file")]) from None
+    return parse_recipe(data, str(path), path)
+
+
+def recipes_dir() -> Path:
+    """The shipped recipes: ./recipes of a checkout (or TORCHKILN_RECIPES)."""
+    import os
+
+    env = os.environ.get("TORCHKILN_RECIPES")
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        candidate = parent / "recipes"
+        if candidate.is_dir() and any(candidate.glob("*.toml")):
+            return candidate
+    return Path.cwd() / "recipes"
+
+
+def resolve_recipe_path(name_or_path: str) -> Path:
+    """A recipe given as a path, or as the name of a shipped recipe (with or without .toml)."""
+    path = Path(name_or_path)
+    if path.exists() or path.suffix == ".toml" and "/" in name_or_path:
+        return path
+    shipped = recipes_dir() / (name_or_path if name_or_path.endswith(".toml") else f"{name_or_path}.toml")
+    return shipped if shipped.exists() else path
