@@ -15,6 +15,7 @@ Any problem raises :class:`~torchkiln.errors.RecipeError` with one line per prob
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import tomllib
 from collections.abc import Callable, Mapping
@@ -97,10 +98,15 @@ def _flags(value: Any) -> tuple[str, str] | None:
     for key, flag_value in value.items():
         if not FLAG_RE.match(key):
             return (f"flag name {key!r} is not a USE_* or BUILD_* flag", "names like USE_FLASH_ATTENTION")
-        if not isinstance(flag_value, bool | int | str) or isinstance(flag_value, str) and not re.match(
-            r"^[A-Za-z0-9._/:+-]{0,200}$", flag_value
+        if (
+            not isinstance(flag_value, bool | int | str)
+            or isinstance(flag_value, str)
+            and not re.match(r"^[A-Za-z0-9._/:+-]{0,200}$", flag_value)
         ):
-            return (f"value of {key} must be a boolean, an integer or a plain string", "true, false, 0, 1, ON")
+            return (
+                f"value of {key} must be a boolean, an integer or a plain string",
+                "true, false, 0, 1, ON",
+            )
     return None
 
 
@@ -119,37 +125,87 @@ class Field:
 
 
 SCHEMA: tuple[Field, ...] = (
-    Field("recipe.name", str, True, _match(NAME_RE, "letters, digits, '.', '_', '-'; at most 80"), "recipe id"),
+    Field(
+        "recipe.name", str, True, _match(NAME_RE, "letters, digits, '.', '_', '-'; at most 80"), "recipe id"
+    ),
     Field("recipe.description", str, doc="free text"),
-    Field("torch.repo", str, check=_match(URL_RE, "an https://, ssh://, git://, file:// URL or a path"),
-          doc="git URL (default: upstream GitHub)"),
-    Field("torch.ref", str, True, _match(REF_RE, "a branch or tag name such as v2.13.0 or release/2.13",
-                                         "malformed git ref"), doc="branch or tag"),
-    Field("torch.commit", str, check=_match(SHA1_RE, "a full 40-character lowercase hex SHA-1"),
-          doc="exact commit HEAD must equal"),
-    Field("torch.version", str, True, _match(RELEASE_RE, "MAJOR.MINOR.PATCH such as 2.13.0", "malformed version"),
-          doc="release version"),
-    Field("torchvision.repo", str, check=_match(URL_RE, "an https://, ssh://, git://, file:// URL or a path")),
-    Field("torchvision.ref", str, True, _match(REF_RE, "a branch or tag name such as v0.28.0", "malformed git ref")),
+    Field(
+        "torch.repo",
+        str,
+        check=_match(URL_RE, "an https://, ssh://, git://, file:// URL or a path"),
+        doc="git URL (default: upstream GitHub)",
+    ),
+    Field(
+        "torch.ref",
+        str,
+        True,
+        _match(REF_RE, "a branch or tag name such as v2.13.0 or release/2.13", "malformed git ref"),
+        doc="branch or tag",
+    ),
+    Field(
+        "torch.commit",
+        str,
+        check=_match(SHA1_RE, "a full 40-character lowercase hex SHA-1"),
+        doc="exact commit HEAD must equal",
+    ),
+    Field(
+        "torch.version",
+        str,
+        True,
+        _match(RELEASE_RE, "MAJOR.MINOR.PATCH such as 2.13.0", "malformed version"),
+        doc="release version",
+    ),
+    Field(
+        "torchvision.repo", str, check=_match(URL_RE, "an https://, ssh://, git://, file:// URL or a path")
+    ),
+    Field(
+        "torchvision.ref",
+        str,
+        True,
+        _match(REF_RE, "a branch or tag name such as v0.28.0", "malformed git ref"),
+    ),
     Field("torchvision.commit", str, check=_match(SHA1_RE, "a full 40-character lowercase hex SHA-1")),
-    Field("torchvision.version", str, True,
-          _match(RELEASE_RE, "MAJOR.MINOR.PATCH such as 0.28.0", "malformed version")),
-    Field("python.version", str, True, _match(MAJOR_MINOR_RE, "MAJOR.MINOR such as 3.12", "malformed version")),
+    Field(
+        "torchvision.version",
+        str,
+        True,
+        _match(RELEASE_RE, "MAJOR.MINOR.PATCH such as 0.28.0", "malformed version"),
+    ),
+    Field(
+        "python.version", str, True, _match(MAJOR_MINOR_RE, "MAJOR.MINOR such as 3.12", "malformed version")
+    ),
     Field("accelerator.kind", str, True, _one_of("cpu", "cuda")),
-    Field("accelerator.cuda", str, check=_match(MAJOR_MINOR_RE, "MAJOR.MINOR such as 13.0", "malformed version")),
+    Field(
+        "accelerator.cuda", str, check=_match(MAJOR_MINOR_RE, "MAJOR.MINOR such as 13.0", "malformed version")
+    ),
     Field("accelerator.arch_list", list, check=_arch_list, doc="TORCH_CUDA_ARCH_LIST entries"),
-    Field("accelerator.cudnn", str, check=_match(DOTTED_RE, "a dotted version such as 9.20.0.48",
-                                                 "malformed version")),
-    Field("accelerator.nccl", str, check=_match(DOTTED_RE, "a dotted version such as 2.29.7", "malformed version")),
+    Field(
+        "accelerator.cudnn",
+        str,
+        check=_match(DOTTED_RE, "a dotted version such as 9.20.0.48", "malformed version"),
+    ),
+    Field(
+        "accelerator.nccl",
+        str,
+        check=_match(DOTTED_RE, "a dotted version such as 2.29.7", "malformed version"),
+    ),
     Field("blas.kind", str, True, _one_of("mkl", "openblas")),
     Field("blas.mkl", str, check=_match(DOTTED_RE, "a dotted version such as 2025.3.0", "malformed version")),
-    Field("magma.version", str, check=_match(DOTTED_RE, "a dotted version such as 2.6.1", "malformed version")),
+    Field(
+        "magma.version", str, check=_match(DOTTED_RE, "a dotted version such as 2.6.1", "malformed version")
+    ),
     Field("magma.sha256", str, check=_match(SHA256_RE, "64 lowercase hex characters")),
     Field("magma.url", str, check=_match(URL_RE, "an https:// URL of the release tarball")),
     Field("build.type", str, check=_one_of("Release", "RelWithDebInfo", "Debug")),
-    Field("build.local_version", str,
-          check=_match(LOCAL_LABEL_RE, "'+' then dot-separated lowercase labels, e.g. +cu130.kiln1",
-                       "malformed local version label")),
+    Field(
+        "build.local_version",
+        str,
+        check=_match(
+            LOCAL_LABEL_RE,
+            "'+' then dot-separated lowercase labels, e.g. +cu130.kiln1",
+            "malformed local version label",
+        ),
+    ),
     Field("build.jobs", int, check=_positive, doc="MAX_JOBS; derived from cores and memory when absent"),
     Field("build.gcc", int, check=_positive, doc="host gcc major version the build uses"),
     Field("build.pytorch_build_version", str, check=_pep440, doc="PYTORCH_BUILD_VERSION override"),
@@ -159,7 +215,11 @@ SCHEMA: tuple[Field, ...] = (
     Field("cache.dir", str, doc="local cache directory"),
     Field("cache.max_size", str, check=_match(SIZE_RE, "a size such as 20G or 500M")),
     Field("cache.remote", str, doc="remote store URL: redis://, http://, s3://, gs://, memcached://, webdav"),
-    Field("cache.credentials_env", str, check=_match(re.compile(r"^[A-Z_][A-Z0-9_]*$"), "an environment variable name")),
+    Field(
+        "cache.credentials_env",
+        str,
+        check=_match(re.compile(r"^[A-Z_][A-Z0-9_]*$"), "an environment variable name"),
+    ),
     Field("cache.credentials_file", str, doc="file holding the remote store's secret"),
 )
 
@@ -286,6 +346,17 @@ def _flatten(doc: Mapping[str, Any]) -> dict[str, Any]:
     return flat
 
 
+_SIMPLE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def display_key(key: str) -> str:
+    """A key as it appears in a problem line: bare when simple, else quoted and escaped so the line stays
+    ``FILE: field: message`` (no raw colon, newline or empty field)."""
+    if _SIMPLE_KEY.match(key):
+        return key
+    return json.dumps(key, ensure_ascii=True).replace(":", "\\u003a")
+
+
 def _type_ok(value: Any, expected: type | tuple[type, ...]) -> bool:
     # bool is an int subclass in Python; a recipe's `jobs = true` is still a type error.
     if isinstance(value, bool) and expected is not bool:
@@ -298,18 +369,20 @@ def check_schema(doc: Mapping[str, Any], file: str) -> list[Problem]:
     problems: list[Problem] = []
     for table, content in doc.items():
         if table not in TABLES:
-            problems.append(Problem(file, table, "unknown table", ", ".join(sorted(TABLES))))
+            problems.append(Problem(file, display_key(table), "unknown table", ", ".join(sorted(TABLES))))
         elif not isinstance(content, dict):
-            problems.append(Problem(file, table, f"must be a table, not {type(content).__name__}", f"[{table}]"))
+            problems.append(
+                Problem(file, table, f"must be a table, not {type(content).__name__}", f"[{table}]")
+            )
     for table in sorted(REQUIRED_TABLES - set(doc)):
         problems.append(Problem(file, table, "missing table", f"a [{table}] table"))
     flat = _flatten({k: v for k, v in doc.items() if k in TABLES and isinstance(v, dict)})
     for path, value in flat.items():
         spec = FIELDS.get(path)
         if spec is None:
-            table = path.split(".")[0]
+            table, key = path.split(".", 1)
             keys = sorted(p.split(".", 1)[1] for p in FIELDS if p.startswith(table + "."))
-            problems.append(Problem(file, path, "unknown key", ", ".join(keys)))
+            problems.append(Problem(file, f"{table}.{display_key(key)}", "unknown key", ", ".join(keys)))
             continue
         if not _type_ok(value, spec.type):
             expected = TYPE_NAMES.get(spec.type, str(spec.type)) if isinstance(spec.type, type) else "?"
@@ -322,7 +395,9 @@ def check_schema(doc: Mapping[str, Any], file: str) -> list[Problem]:
     for spec in SCHEMA:
         table = spec.path.split(".")[0]
         if spec.required and isinstance(doc.get(table), dict) and spec.path not in flat:
-            problems.append(Problem(file, spec.path, "missing required key", spec.doc or TYPE_NAMES[spec.type]))
+            problems.append(
+                Problem(file, spec.path, "missing required key", spec.doc or TYPE_NAMES[spec.type])
+            )
     return problems
 
 
@@ -344,8 +419,13 @@ def _build_recipe(doc: Mapping[str, Any], path: Path | None, digest: str) -> Rec
         return Version(raw) if raw is not None else None
 
     def source(name: str, default_repo: str) -> SourceSpec:
-        return SourceSpec(name, get(f"{name}.repo", default_repo), get(f"{name}.ref"),
-                          Version(get(f"{name}.version")), get(f"{name}.commit"))
+        return SourceSpec(
+            name,
+            get(f"{name}.repo", default_repo),
+            get(f"{name}.ref"),
+            Version(get(f"{name}.version")),
+            get(f"{name}.commit"),
+        )
 
     magma = None
     if get("magma.version") is not None or get("magma.sha256") is not None:
@@ -392,13 +472,29 @@ def parse_recipe(data: bytes, file: str, path: Path | None = None) -> Recipe:
     """Parse and validate recipe bytes. Raises RecipeError listing every problem."""
     digest = hashlib.sha256(data).hexdigest()
     if not data.strip():
-        raise RecipeError([Problem(file, "<document>", "empty recipe", "a TOML document with "
-                                   + ", ".join(f"[{t}]" for t in sorted(REQUIRED_TABLES)))])
+        raise RecipeError(
+            [
+                Problem(
+                    file,
+                    "<document>",
+                    "empty recipe",
+                    "a TOML document with " + ", ".join(f"[{t}]" for t in sorted(REQUIRED_TABLES)),
+                )
+            ]
+        )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise RecipeError([Problem(file, "<document>", f"not UTF-8 text ({exc.reason} at byte {exc.start})",
-                                   "a UTF-8 TOML file")]) from None
+        raise RecipeError(
+            [
+                Problem(
+                    file,
+                    "<document>",
+                    f"not UTF-8 text ({exc.reason} at byte {exc.start})",
+                    "a UTF-8 TOML file",
+                )
+            ]
+        ) from None
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -421,11 +517,17 @@ def load_recipe(path: str | Path) -> Recipe:
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        raise RecipeError([Problem(str(path), "<file>", "no such file", "a path to a recipe .toml")]) from None
+        raise RecipeError(
+            [Problem(str(path), "<file>", "no such file", "a path to a recipe .toml")]
+        ) from None
     except IsADirectoryError:
-        raise RecipeError([Problem(str(path), "<file>", "is a directory", "a path to a recipe .toml")]) from None
+        raise RecipeError(
+            [Problem(str(path), "<file>", "is a directory", "a path to a recipe .toml")]
+        ) from None
     except OSError as exc:
-        raise RecipeError([Problem(str(path), "<file>", f"cannot read: {exc.strerror}", "a readable file")]) from None
+        raise RecipeError(
+            [Problem(str(path), "<file>", f"cannot read: {exc.strerror}", "a readable file")]
+        ) from None
     return parse_recipe(data, str(path), path)
 
 

@@ -76,8 +76,11 @@ def _vision_pairs_torch(r: Recipe) -> Iterator[Finding]:
         return
     want = release["torchvision"]
     if minor(r.torchvision.version) != want:
-        yield ("torchvision.version", f"torchvision {r.torchvision.version} does not pair with torch "
-               f"{r.torch.version}", f"{want}.x (torchvision 0.(N+15) pairs with torch 2.N)")
+        yield (
+            "torchvision.version",
+            f"torchvision {r.torchvision.version} does not pair with torch {r.torch.version}",
+            f"{want}.x (torchvision 0.(N+15) pairs with torch 2.N)",
+        )
 
 
 def _python_range(r: Recipe) -> Iterator[Finding]:
@@ -86,8 +89,11 @@ def _python_range(r: Recipe) -> Iterator[Finding]:
         return
     spec = SpecifierSet(release["python"])
     if Version(r.python) not in spec:
-        yield ("python.version", f"Python {r.python} is not supported by torch {minor(r.torch.version)}",
-               _describe(spec))
+        yield (
+            "python.version",
+            f"Python {r.python} is not supported by torch {minor(r.torch.version)}",
+            _describe(spec),
+        )
 
 
 def _cuda_fields(r: Recipe) -> Iterator[Finding]:
@@ -96,15 +102,30 @@ def _cuda_fields(r: Recipe) -> Iterator[Finding]:
         for name in ("cuda", "arch_list", "cudnn", "nccl"):
             value = getattr(acc, name)
             if value is None or value == ():
-                yield (f"accelerator.{name}", "required when accelerator.kind = \"cuda\"",
-                       {"cuda": "a CUDA version such as 13.0", "arch_list": "a non-empty list such as [\"9.0\"]",
-                        "cudnn": "a cuDNN version such as 9.20.0.48", "nccl": "an NCCL version such as 2.29.7"}[name])
+                yield (
+                    f"accelerator.{name}",
+                    'required when accelerator.kind = "cuda"',
+                    {
+                        "cuda": "a CUDA version such as 13.0",
+                        "arch_list": 'a non-empty list such as ["9.0"]',
+                        "cudnn": "a cuDNN version such as 9.20.0.48",
+                        "nccl": "an NCCL version such as 2.29.7",
+                    }[name],
+                )
     else:
         for name in ("cuda", "cudnn", "nccl"):
             if getattr(acc, name) is not None:
-                yield (f"accelerator.{name}", "only valid with accelerator.kind = \"cuda\"", "remove it for a CPU build")
+                yield (
+                    f"accelerator.{name}",
+                    'only valid with accelerator.kind = "cuda"',
+                    "remove it for a CPU build",
+                )
         if acc.arch_list:
-            yield ("accelerator.arch_list", "only valid with accelerator.kind = \"cuda\"", "remove it for a CPU build")
+            yield (
+                "accelerator.arch_list",
+                'only valid with accelerator.kind = "cuda"',
+                "remove it for a CPU build",
+            )
 
 
 def _cuda_range(r: Recipe) -> Iterator[Finding]:
@@ -116,8 +137,11 @@ def _cuda_range(r: Recipe) -> Iterator[Finding]:
         return
     spec = SpecifierSet(release["cuda"])
     if cuda not in spec:
-        yield ("accelerator.cuda", f"CUDA {cuda} is not supported by torch {minor(r.torch.version)}",
-               _describe(spec))
+        yield (
+            "accelerator.cuda",
+            f"CUDA {cuda} is not supported by torch {minor(r.torch.version)}",
+            _describe(spec),
+        )
 
 
 def _cudnn_range(r: Recipe) -> Iterator[Finding]:
@@ -126,18 +150,28 @@ def _cudnn_range(r: Recipe) -> Iterator[Finding]:
         return
     spec = SpecifierSet(release["cudnn"])
     if cudnn not in spec:
-        yield ("accelerator.cudnn", f"cuDNN {cudnn} is not supported by torch {minor(r.torch.version)}",
-               _describe(spec))
+        yield (
+            "accelerator.cudnn",
+            f"cuDNN {cudnn} is not supported by torch {minor(r.torch.version)}",
+            _describe(spec),
+        )
     cuda = cuda_release(r)
     if cuda is not None and cudnn < Version(cuda["min_cudnn"]):
-        yield ("accelerator.cudnn", f"cuDNN {cudnn} has no build for CUDA {r.accelerator.cuda}",
-               f">= {cuda['min_cudnn']}")
+        yield (
+            "accelerator.cudnn",
+            f"cuDNN {cudnn} has no build for CUDA {r.accelerator.cuda}",
+            f">= {cuda['min_cudnn']}",
+        )
 
 
 def _nccl_for_cuda(r: Recipe) -> Iterator[Finding]:
     cuda, nccl = cuda_release(r), r.accelerator.nccl
     if cuda is not None and nccl is not None and nccl < Version(cuda["min_nccl"]):
-        yield ("accelerator.nccl", f"NCCL {nccl} has no build for CUDA {r.accelerator.cuda}", f">= {cuda['min_nccl']}")
+        yield (
+            "accelerator.nccl",
+            f"NCCL {nccl} has no build for CUDA {r.accelerator.cuda}",
+            f">= {cuda['min_nccl']}",
+        )
 
 
 def _arch_vs_cuda(r: Recipe) -> Iterator[Finding]:
@@ -153,11 +187,17 @@ def _arch_vs_cuda(r: Recipe) -> Iterator[Finding]:
             continue
         spec = SpecifierSet(spec_text)
         if cuda not in spec:
-            yield ("accelerator.arch_list", f"CUDA {cuda} cannot target {entry} (sm_{capability.replace('.', '')})",
-                   f"{entry} needs CUDA {_describe(spec)}; for CUDA {cuda}: {_archs_for(cuda)}")
+            yield (
+                "accelerator.arch_list",
+                f"CUDA {cuda} cannot target {entry} (sm_{capability.replace('.', '')})",
+                f"{entry} needs CUDA {_describe(spec)}; for CUDA {cuda}: {_archs_for(cuda)}",
+            )
         if suffix and cuda not in SpecifierSet(suffix_table[suffix]):
-            yield ("accelerator.arch_list", f"CUDA {cuda} has no '{suffix}' targets ({entry})",
-                   f"CUDA {suffix_table[suffix]}")
+            yield (
+                "accelerator.arch_list",
+                f"CUDA {cuda} has no '{suffix}' targets ({entry})",
+                f"CUDA {suffix_table[suffix]}",
+            )
 
 
 def _cudnn_min_sm(r: Recipe) -> Iterator[Finding]:
@@ -166,8 +206,11 @@ def _cudnn_min_sm(r: Recipe) -> Iterator[Finding]:
         return
     low = [e for e in r.accelerator.arch_list if Version(arch_capability(e)[0]) < Version(rule["min_arch"])]
     if low:
-        yield ("accelerator.arch_list", f"cuDNN {cudnn} does not support SM < {rule['min_arch']}: "
-               f"{', '.join(low)}", f"drop them, or use cuDNN < {rule['since']}")
+        yield (
+            "accelerator.arch_list",
+            f"cuDNN {cudnn} does not support SM < {rule['min_arch']}: {', '.join(low)}",
+            f"drop them, or use cuDNN < {rule['since']}",
+        )
 
 
 def _gcc_range(r: Recipe) -> Iterator[Finding]:
@@ -176,11 +219,17 @@ def _gcc_range(r: Recipe) -> Iterator[Finding]:
         return
     release, cuda = torch_release(r), cuda_release(r)
     if release is not None and gcc < release["min_gcc"]:
-        yield ("build.gcc", f"gcc {gcc} cannot build torch {minor(r.torch.version)} "
-               f"(C++{release['cxx_std']})", f">= {release['min_gcc']}")
+        yield (
+            "build.gcc",
+            f"gcc {gcc} cannot build torch {minor(r.torch.version)} (C++{release['cxx_std']})",
+            f">= {release['min_gcc']}",
+        )
     if cuda is not None and gcc > cuda["max_gcc"]:
-        yield ("build.gcc", f"gcc {gcc} is newer than CUDA {r.accelerator.cuda}'s nvcc accepts",
-               f"<= {cuda['max_gcc']}")
+        yield (
+            "build.gcc",
+            f"gcc {gcc} is newer than CUDA {r.accelerator.cuda}'s nvcc accepts",
+            f"<= {cuda['max_gcc']}",
+        )
 
 
 def _magma(r: Recipe) -> Iterator[Finding]:
@@ -192,19 +241,25 @@ def _magma(r: Recipe) -> Iterator[Finding]:
     doc = r.document.get("magma", {})
     for key in ("version", "sha256"):
         if key not in doc:
-            yield (f"magma.{key}", "required when [magma] is present",
-                   "a MAGMA release such as 2.6.1" if key == "version" else "the tarball's sha256")
+            yield (
+                f"magma.{key}",
+                "required when [magma] is present",
+                "a MAGMA release such as 2.6.1" if key == "version" else "the tarball's sha256",
+            )
     release = torch_release(r)
     if release is not None and "version" in doc and r.magma.version not in SpecifierSet(release["magma"]):
-        yield ("magma.version", f"MAGMA {r.magma.version} does not build with torch {minor(r.torch.version)}",
-               _describe(SpecifierSet(release["magma"])))
+        yield (
+            "magma.version",
+            f"MAGMA {r.magma.version} does not build with torch {minor(r.torch.version)}",
+            _describe(SpecifierSet(release["magma"])),
+        )
 
 
 def _blas(r: Recipe) -> Iterator[Finding]:
     if r.blas.kind == "mkl" and r.blas.mkl is None:
-        yield ("blas.mkl", "required when blas.kind = \"mkl\"", "an MKL version such as 2025.3.0")
+        yield ("blas.mkl", 'required when blas.kind = "mkl"', "an MKL version such as 2025.3.0")
     if r.blas.kind != "mkl" and r.blas.mkl is not None:
-        yield ("blas.mkl", "only valid with blas.kind = \"mkl\"", "remove it, or set blas.kind = \"mkl\"")
+        yield ("blas.mkl", 'only valid with blas.kind = "mkl"', 'remove it, or set blas.kind = "mkl"')
 
 
 def _build_version_pair(r: Recipe) -> Iterator[Finding]:
@@ -212,14 +267,23 @@ def _build_version_pair(r: Recipe) -> Iterator[Finding]:
     have_number = r.build.pytorch_build_number is not None
     if have_version != have_number:
         missing = "build.pytorch_build_number" if have_version else "build.pytorch_build_version"
-        yield (missing, "PYTORCH_BUILD_VERSION and PYTORCH_BUILD_NUMBER are set together or not at all",
-               "set both, or neither")
+        yield (
+            missing,
+            "PYTORCH_BUILD_VERSION and PYTORCH_BUILD_NUMBER are set together or not at all",
+            "set both, or neither",
+        )
     if have_version and r.build.local_version:
-        yield ("build.local_version", "conflicts with build.pytorch_build_version, which sets the whole version",
-               "put the local label into pytorch_build_version, or drop it")
+        yield (
+            "build.local_version",
+            "conflicts with build.pytorch_build_version, which sets the whole version",
+            "put the local label into pytorch_build_version, or drop it",
+        )
     if have_version and Version(r.build.pytorch_build_version).base_version != str(r.torch.version):
-        yield ("build.pytorch_build_version", f"{r.build.pytorch_build_version} is not torch {r.torch.version}",
-               f"{r.torch.version} with an optional +local label")
+        yield (
+            "build.pytorch_build_version",
+            f"{r.build.pytorch_build_version} is not torch {r.torch.version}",
+            f"{r.torch.version} with an optional +local label",
+        )
 
 
 # Flags torchkiln sets itself from recipe fields: setting them in build.flags would contradict the recipe.
@@ -236,8 +300,11 @@ MANAGED_FLAGS: dict[str, str] = {
 def _flags(r: Recipe) -> Iterator[Finding]:
     for key in r.build.flags:
         if key in MANAGED_FLAGS:
-            yield (f"build.flags.{key}", f"{key} is set by torchkiln from {MANAGED_FLAGS[key]}",
-                   "change that field instead")
+            yield (
+                f"build.flags.{key}",
+                f"{key} is set by torchkiln from {MANAGED_FLAGS[key]}",
+                "change that field instead",
+            )
         elif not FLAG_RE.match(key):  # pragma: no cover - schema checked it
             yield (f"build.flags.{key}", "not a USE_* or BUILD_* flag", "USE_* or BUILD_*")
 
@@ -245,34 +312,59 @@ def _flags(r: Recipe) -> Iterator[Finding]:
 def _cache(r: Recipe) -> Iterator[Finding]:
     c = r.cache
     if c.kind == "none" and (c.remote or c.dir or c.max_size):
-        yield ("cache.kind", "\"none\" with cache settings", "ccache or sccache, or drop the other cache keys")
+        yield ("cache.kind", '"none" with cache settings', "ccache or sccache, or drop the other cache keys")
     if c.credentials_env and c.credentials_file:
         yield ("cache.credentials_file", "set together with cache.credentials_env", "one of the two")
     if (c.credentials_env or c.credentials_file) and not c.remote:
-        yield ("cache.remote", "credentials given without a remote store", "a remote URL, or drop the credentials")
-    if c.remote and c.kind == "ccache" and not c.remote.startswith(("redis://", "redis+unix:", "http://", "file:")):
-        yield ("cache.remote", f"ccache cannot use {c.remote.split(':', 1)[0]!r} remote storage",
-               "redis://, redis+unix:, http:// or file: (or use cache.kind = \"sccache\")")
-    if c.remote and "@" in c.remote.split("://", 1)[-1].split("/", 1)[0] and ":" in c.remote.split("://", 1)[-1].split("@")[0]:
-        yield ("cache.remote", "a password is written into the recipe",
-               "put it in cache.credentials_env or cache.credentials_file")
+        yield (
+            "cache.remote",
+            "credentials given without a remote store",
+            "a remote URL, or drop the credentials",
+        )
+    if (
+        c.remote
+        and c.kind == "ccache"
+        and not c.remote.startswith(("redis://", "redis+unix:", "http://", "file:"))
+    ):
+        yield (
+            "cache.remote",
+            f"ccache cannot use {c.remote.split(':', 1)[0]!r} remote storage",
+            'redis://, redis+unix:, http:// or file: (or use cache.kind = "sccache")',
+        )
+    if (
+        c.remote
+        and "@" in c.remote.split("://", 1)[-1].split("/", 1)[0]
+        and ":" in c.remote.split("://", 1)[-1].split("@")[0]
+    ):
+        yield (
+            "cache.remote",
+            "a password is written into the recipe",
+            "put it in cache.credentials_env or cache.credentials_file",
+        )
 
 
 RULES: tuple[Rule, ...] = (
     Rule("torch-known", "the torch release has compatibility data", _known_torch),
     Rule("torchvision-pairs-torch", "torchvision 0.(N+15) pairs with torch 2.N", _vision_pairs_torch),
     Rule("python-range", "Python is within the torch release's supported range", _python_range),
-    Rule("cuda-fields", "CUDA builds name cuda, arch_list, cudnn, nccl; CPU builds none of them", _cuda_fields),
+    Rule(
+        "cuda-fields", "CUDA builds name cuda, arch_list, cudnn, nccl; CPU builds none of them", _cuda_fields
+    ),
     Rule("cuda-range", "CUDA is within the torch release's range", _cuda_range),
-    Rule("cudnn-range", "cuDNN is within the torch release's range and built for the CUDA major", _cudnn_range),
+    Rule(
+        "cudnn-range", "cuDNN is within the torch release's range and built for the CUDA major", _cudnn_range
+    ),
     Rule("nccl-for-cuda", "NCCL has a build for the CUDA major", _nccl_for_cuda),
     Rule("arch-vs-cuda", "every arch entry can be targeted by the recipe's nvcc", _arch_vs_cuda),
     Rule("cudnn-min-sm", "cuDNN >= 9.11 with no arch below SM 7.5", _cudnn_min_sm),
     Rule("gcc-range", "host gcc is new enough for torch and old enough for nvcc", _gcc_range),
     Rule("magma", "MAGMA only with CUDA, with version and sha256, in the torch release's range", _magma),
     Rule("blas", "MKL builds name the MKL version", _blas),
-    Rule("build-version-pair", "PYTORCH_BUILD_VERSION and PYTORCH_BUILD_NUMBER together or not at all",
-         _build_version_pair),
+    Rule(
+        "build-version-pair",
+        "PYTORCH_BUILD_VERSION and PYTORCH_BUILD_NUMBER together or not at all",
+        _build_version_pair,
+    ),
     Rule("flags", "build.flags does not override what recipe fields decide", _flags),
     Rule("cache", "cache settings are consistent and hold no secrets", _cache),
 )

@@ -1,0 +1,137 @@
+"""``torchkiln plan RECIPE [--json]``: the resolved build plan, without running anything."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from ..errors import UsageError
+from ..plan import ENV_TABLE, Plan, make_plan
+from ..recipe import load_recipe, resolve_recipe_path
+
+
+def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options shared by ``plan`` and ``build``: what is planned is what is built."""
+    parser.add_argument("recipe", nargs="?", help="recipe file, or the name of a shipped recipe")
+    parser.add_argument("--recipe", dest="recipe_opt", metavar="RECIPE", help="same as the positional RECIPE")
+    parser.add_argument(
+        "--jobs", "-j", type=int, default=None, help="MAX_JOBS (default: from cores and memory)"
+    )
+    parser.add_argument(
+        "--workdir", type=Path, default=Path(".torchkiln"), help="sources, venv, logs (.torchkiln)"
+    )
+    parser.add_argument(
+        "--dist", type=Path, default=Path("dist"), help="where wheels and manifest land (dist)"
+    )
+    parser.add_argument(
+        "--source-dir",
+        action="append",
+        default=[],
+        metavar="PROJECT=PATH",
+        help="use an existing checkout for torch or torchvision instead of fetching",
+    )
+    parser.add_argument(
+        "--only", choices=("torch", "torchvision"), default=None, help="build one project only"
+    )
+    parser.add_argument(
+        "--cache",
+        choices=("none", "ccache", "sccache"),
+        default=None,
+        help="compiler cache (default: the recipe's, else ccache)",
+    )
+    parser.add_argument("--cache-dir", type=Path, default=None, help="local compiler-cache directory")
+    parser.add_argument(
+        "--cache-remote", default=None, help="remote cache store URL (credentials: see README)"
+    )
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    add_plan_arguments(parser)
+    parser.add_argument(
+        "--json", action="store_true", help="print one JSON object (keys: recipe, sources, steps)"
+    )
+
+
+def parse_source_dirs(items: list[str]) -> dict[str, Path]:
+    out: dict[str, Path] = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not path:
+            raise UsageError(
+                f"--source-dir {item!r}: expected PROJECT=PATH (valid projects: torch, torchvision)"
+            )
+        if not Path(path).is_dir():
+            raise UsageError(f"--source-dir {item!r}: {path} is not a directory")
+        out[name] = Path(path)
+    return out
+
+
+def plan_from_args(args: argparse.Namespace) -> Plan:
+    name = args.recipe_opt or args.recipe
+    if not name:
+        raise UsageError(
+            "a recipe is required: torchkiln plan RECIPE (a .toml file or a shipped recipe name)"
+        )
+    if args.recipe_opt and args.recipe and args.recipe_opt != args.recipe:
+        raise UsageError("give the recipe once: either RECIPE or --recipe RECIPE")
+    recipe = load_recipe(resolve_recipe_path(name))
+    from ..cache import resolve_cache
+
+    cache = resolve_cache(recipe.cache, kind=args.cache, dir=args.cache_dir, remote=args.cache_remote)
+    return make_plan(
+        recipe,
+        workdir=args.workdir,
+        dist=args.dist,
+        jobs=args.jobs,
+        source_dirs=parse_source_dirs(args.source_dir),
+        only=args.only,
+        cache=cache,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    plan = plan_from_args(args)
+    if args.json:
+        print(plan.to_json())
+        return 0
+    print_plan(plan)
+    return 0
+
+
+def print_plan(plan: Plan, console: Console | None = None) -> None:
+    console = console or Console(width=160)
+    r = plan.recipe
+    console.print(
+        f"[bold]{r.name}[/bold]  torch {r.torch_wheel_version} + torchvision {r.torchvision_wheel_version}"
+        f"  (Python {r.python}, {r.accelerator.kind})"
+    )
+    console.print(
+        f"torch front-end: {plan.frontend}; MAX_JOBS={plan.jobs.value} ({plan.jobs.source}: "
+        f"{plan.jobs.reason})"
+    )
+    sources = Table("project", "repo", "ref", "commit", "path", title="sources")
+    for s in plan.sources:
+        sources.add_row(
+            s.name,
+            s.repo,
+            s.ref,
+            s.commit or "(resolved at fetch)",
+            f"{s.path}" + (" (given)" if s.provided else ""),
+        )
+    console.print(sources)
+    why = {row.name: row.why for row in ENV_TABLE}
+    for project in plan.projects:
+        env = Table("variable", "value", "why", title=f"{project} build environment")
+        for key, value in plan.env_for(project).items():
+            env.add_row(
+                key, value, why.get(key, "recipe build.flags" if key in r.build.flags else "compiler cache")
+            )
+        console.print(env)
+    steps = Table("#", "step", "command", title="steps")
+    for i, step in enumerate(plan.steps, 1):
+        steps.add_row(str(i), step.name, shlex.join(step.argv))
+    console.print(steps)

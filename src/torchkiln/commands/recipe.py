@@ -1,0 +1,87 @@
+"""``torchkiln recipe check FILE...`` and ``torchkiln recipe list``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+from ..errors import EXIT_OK, EXIT_USAGE, RecipeError
+from ..recipe import Recipe, load_recipe, recipes_dir
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="recipe_command", metavar="ACTION", required=True)
+    check = sub.add_parser(
+        "check", help="validate recipes: exit 0 when all are valid, else 2 with one line per problem"
+    )
+    check.add_argument("files", nargs="+", metavar="FILE")
+    lst = sub.add_parser("list", help="show the shipped recipes as a table")
+    lst.add_argument("--dir", default=None, help="directory of recipes (default: the shipped recipes/)")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.recipe_command == "check":
+        return check(args.files)
+    return list_recipes(args.dir)
+
+
+def check(files: list[str]) -> int:
+    failed = False
+    for file in files:
+        try:
+            recipe = load_recipe(file)
+        except RecipeError as exc:
+            failed = True
+            for problem in exc.problems:
+                print(problem, file=sys.stderr)
+            continue
+        print(
+            f"{file}: ok ({recipe.name}: torch {recipe.torch_wheel_version}, "
+            f"torchvision {recipe.torchvision_wheel_version})"
+        )
+    return EXIT_USAGE if failed else EXIT_OK
+
+
+def _accelerator(recipe: Recipe) -> str:
+    acc = recipe.accelerator
+    if not acc.is_cuda:
+        return "cpu"
+    return f"CUDA {acc.cuda}, cuDNN {acc.cudnn}, NCCL {acc.nccl}"
+
+
+def list_recipes(directory: str | None) -> int:
+    from pathlib import Path
+
+    root = Path(directory) if directory else recipes_dir()
+    files = sorted(root.glob("*.toml"))
+    if not files:
+        print(f"{root}: no recipes (*.toml)", file=sys.stderr)
+        return EXIT_USAGE
+    table = Table(title=f"recipes in {root}")
+    for column in ("recipe", "torch", "torchvision", "python", "accelerator", "arch list", "blas", "magma"):
+        table.add_column(column)
+    invalid = 0
+    for file in files:
+        try:
+            r = load_recipe(file)
+        except RecipeError as exc:
+            invalid += 1
+            table.add_row(
+                file.stem, "[red]invalid[/red]", str(len(exc.problems)) + " problem(s)", "", "", "", "", ""
+            )
+            continue
+        table.add_row(
+            r.name,
+            r.torch_wheel_version,
+            r.torchvision_wheel_version,
+            r.python,
+            _accelerator(r),
+            r.accelerator.arch_list_env or "-",
+            f"{r.blas.kind} {r.blas.mkl or ''}".strip(),
+            str(r.magma.version) if r.magma else "-",
+        )
+    Console(width=200).print(table)
+    return EXIT_USAGE if invalid else EXIT_OK

@@ -1,0 +1,98 @@
+"""How many compile jobs a build may run: from cores AND memory, so a build is never OOM-killed at 90%.
+
+PyTorch's heaviest translation units (flash-attention CUDA kernels) need 3-5 GB each (pytorch#124018,
+flash-attention PR #2079); plain C++ units up to about 2 GB. ``MAX_JOBS = min(cores, (memory - reserve) /
+per-job)``, at least 1. An explicit value (``--jobs`` first, then the recipe's ``build.jobs``) wins.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+GIB = 1024**3
+
+# Peak resident memory of one compile job, by accelerator kind (GiB).
+PER_JOB_GIB: dict[str, float] = {"cpu": 2.0, "cuda": 4.5}
+# Memory left for the linker, the build driver and the rest of the machine (GiB).
+RESERVE_GIB = 2.0
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What the build may use: CPUs and memory, after cgroup (container) limits."""
+
+    cpus: int
+    memory_bytes: int
+
+    @property
+    def memory_gib(self) -> float:
+        return self.memory_bytes / GIB
+
+
+@dataclass(frozen=True)
+class JobsDecision:
+    value: int
+    source: str  # "--jobs", "recipe" or "auto"
+    reason: str
+
+
+def _cgroup_cpus(root: Path) -> float | None:
+    try:
+        quota, period = (root / "cpu.max").read_text().split()[:2]
+    except (OSError, ValueError):
+        return None
+    if quota == "max":
+        return None
+    return int(quota) / int(period)
+
+
+def _cgroup_memory(root: Path) -> int | None:
+    try:
+        raw = (root / "memory.max").read_text().strip()
+    except OSError:
+        return None
+    return None if raw == "max" else int(raw)
+
+
+def _meminfo_total(meminfo: Path) -> int:
+    for line in meminfo.read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) * 1024
+    raise OSError(f"no MemTotal in {meminfo}")
+
+
+def detect_resources(
+    cgroup_root: Path = Path("/sys/fs/cgroup"), meminfo: Path = Path("/proc/meminfo")
+) -> Resources:
+    """CPUs (affinity, capped by the cgroup quota) and memory (MemTotal, capped by the cgroup limit)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    quota = _cgroup_cpus(cgroup_root)
+    if quota is not None:
+        cpus = max(1, min(cpus, int(quota)))
+    memory = _meminfo_total(meminfo)
+    limit = _cgroup_memory(cgroup_root)
+    if limit is not None:
+        memory = min(memory, limit)
+    return Resources(cpus=cpus, memory_bytes=memory)
+
+
+def decide_jobs(
+    kind: str, resources: Resources, *, cli: int | None = None, recipe: int | None = None
+) -> JobsDecision:
+    """MAX_JOBS for a build of accelerator ``kind`` on ``resources``."""
+    if cli is not None:
+        return JobsDecision(cli, "--jobs", "given on the command line")
+    if recipe is not None:
+        return JobsDecision(recipe, "recipe", "build.jobs in the recipe")
+    per_job = PER_JOB_GIB[kind]
+    by_memory = int((resources.memory_gib - RESERVE_GIB) // per_job)
+    value = max(1, min(resources.cpus, by_memory))
+    limit = "cores" if resources.cpus <= by_memory else "memory"
+    return JobsDecision(
+        value,
+        "auto",
+        f"min({resources.cpus} cores, ({resources.memory_gib:.1f} GiB - {RESERVE_GIB:g} GiB reserve) / "
+        f"{per_job:g} GiB per {kind} job = {max(by_memory, 0)}); limited by {limit}",
+    )

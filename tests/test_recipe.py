@@ -1,0 +1,290 @@
+"""Recipe loading: the shipped recipes are valid, and bad ones are refused field by field, exit 2."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import tomli_w
+
+from torchkiln.cli import main
+from torchkiln.errors import RecipeError
+from torchkiln.recipe import load_recipe, parse_recipe
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = sorted((ROOT / "recipes").glob("*.toml"))
+CUDA_RECIPE = ROOT / "recipes" / "torch-2.13-cu130-py312.toml"
+
+
+def base_doc() -> dict:
+    return tomllib.loads(CUDA_RECIPE.read_text())
+
+
+def test_at_least_the_four_required_recipes_ship() -> None:
+    names = {p.stem for p in SHIPPED}
+    assert {
+        "torch-2.13-cpu-py311",
+        "torch-2.13-cu130-py312",
+        "torch-2.14-cu130-py312",
+        "torch-2.14-cu126-py312",
+    } <= names
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
+def test_shipped_recipe_is_valid(path: Path) -> None:
+    recipe = load_recipe(path)
+    assert recipe.name == path.stem
+    assert recipe.torch.repo == "https://github.com/pytorch/pytorch.git"
+    assert recipe.torchvision.repo == "https://github.com/pytorch/vision.git"
+    assert recipe.torchvision.version.minor == recipe.torch.version.minor + 15
+
+
+def test_cli_check_accepts_all_shipped(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["recipe", "check", *map(str, SHIPPED)]) == 0
+    out = capsys.readouterr().out
+    assert out.count(": ok (") == len(SHIPPED)
+
+
+def test_cpu_recipe_matches_local_wheel() -> None:
+    recipe = load_recipe(ROOT / "recipes" / "torch-2.13-cpu-py311.toml")
+    assert (recipe.python, str(recipe.torch.version), recipe.accelerator.kind) == ("3.11", "2.13.0", "cpu")
+    assert recipe.magma is None and recipe.accelerator.arch_list == ()
+
+
+def _set(doc: dict, dotted: str, value) -> None:
+    *tables, key = dotted.split(".")
+    node = doc
+    for t in tables:
+        node = node.setdefault(t, {})
+    node[key] = value
+
+
+def _del(doc: dict, dotted: str) -> None:
+    *tables, key = dotted.split(".")
+    node = doc
+    for t in tables:
+        node = node[t]
+    del node[key]
+
+
+def mutate(**changes) -> str:
+    """The CUDA 13.0 recipe with changes: dotted=value sets, dotted=None deletes."""
+    doc = copy.deepcopy(base_doc())
+    for dotted, value in changes.items():
+        dotted = dotted.replace("__", ".")
+        if value is None:
+            _del(doc, dotted)
+        else:
+            _set(doc, dotted, value)
+    return tomli_w.dumps(doc)
+
+
+# (id, recipe text, field the problem line must name, words the message must contain)
+INVALID: list[tuple[str, str, str, str]] = [
+    ("empty-file", "", "<document>", "empty recipe"),
+    ("not-toml", "[recipe\nname = 1", "<document>", "invalid TOML"),
+    ("unknown-table", mutate(extras={"a": 1}), "extras", "unknown table"),
+    ("unknown-key", mutate(torch__branch="main"), "torch.branch", "unknown key"),
+    ("missing-table", mutate(python=None), "python", "missing table"),
+    ("missing-key", mutate(torch__ref=None), "torch.ref", "missing required key"),
+    ("wrong-type-version", mutate(torch__version=2.13), "torch.version", "wrong type"),
+    ("wrong-type-jobs-bool", mutate(build__jobs=True), "build.jobs", "wrong type"),
+    (
+        "wrong-type-arch-string",
+        mutate(accelerator__arch_list="8.0;9.0"),
+        "accelerator.arch_list",
+        "wrong type",
+    ),
+    ("table-not-table", 'recipe = "x"\n' + mutate(recipe=None), "recipe", "must be a table"),
+    ("malformed-version", mutate(torch__version="2.13"), "torch.version", "malformed version"),
+    ("malformed-cuda", mutate(accelerator__cuda="13"), "accelerator.cuda", "malformed version"),
+    ("bad-arch-sm", mutate(accelerator__arch_list=["sm_90"]), "accelerator.arch_list", "malformed arch"),
+    (
+        "bad-arch-ptx-case",
+        mutate(accelerator__arch_list=["9.0+ptx"]),
+        "accelerator.arch_list",
+        "malformed arch",
+    ),
+    ("duplicate-arch", mutate(accelerator__arch_list=["9.0", "9.0"]), "accelerator.arch_list", "duplicates"),
+    (
+        "cuda13-drops-sm70",
+        mutate(accelerator__arch_list=["7.0", "9.0"]),
+        "accelerator.arch_list",
+        "cannot target 7.0",
+    ),
+    (
+        "sm120-needs-12.8",
+        mutate(
+            torch__version="2.14.0",
+            torch__ref="v2.14.0",
+            torchvision__version="0.29.0",
+            torchvision__ref="v0.29.0",
+            accelerator__cuda="12.6",
+            accelerator__cudnn="9.10.2.21",
+            accelerator__nccl="2.29.3",
+            accelerator__arch_list=["9.0", "12.0"],
+        ),
+        "accelerator.arch_list",
+        "cannot target 12.0",
+    ),
+    (
+        "unknown-arch",
+        mutate(accelerator__arch_list=["9.9"]),
+        "accelerator.arch_list",
+        "unknown compute capability",
+    ),
+    ("vision-mismatch", mutate(torchvision__version="0.27.0"), "torchvision.version", "does not pair"),
+    ("python-too-old", mutate(python__version="3.9"), "python.version", "not supported"),
+    ("python-too-new", mutate(python__version="3.16"), "python.version", "not supported"),
+    ("cuda-out-of-range", mutate(accelerator__cuda="12.4"), "accelerator.cuda", "no compatibility data"),
+    (
+        "cuda-too-new-for-torch",
+        mutate(accelerator__cuda="13.4"),
+        "accelerator.cuda",
+        "not supported by torch",
+    ),
+    (
+        "cudnn-too-old-for-cuda13",
+        mutate(accelerator__cudnn="9.10.2.21"),
+        "accelerator.cudnn",
+        "no build for CUDA",
+    ),
+    ("cudnn-major", mutate(accelerator__cudnn="10.0.0"), "accelerator.cudnn", "not supported by torch"),
+    ("gcc-too-new", mutate(build__gcc=16), "build.gcc", "newer than CUDA"),
+    ("gcc-too-old", mutate(build__gcc=8), "build.gcc", "cannot build torch"),
+    ("cuda-without-arch", mutate(accelerator__arch_list=None), "accelerator.arch_list", "required when"),
+    (
+        "cpu-with-cudnn",
+        mutate(
+            accelerator__kind="cpu",
+            accelerator__cuda=None,
+            accelerator__arch_list=None,
+            accelerator__nccl=None,
+            magma=None,
+        ),
+        "accelerator.cudnn",
+        "only valid with",
+    ),
+    ("magma-on-cpu", mutate(accelerator={"kind": "cpu"}), "magma", "only used by CUDA"),
+    ("magma-without-sha", mutate(magma__sha256=None), "magma.sha256", "required when [magma]"),
+    ("magma-bad-sha", mutate(magma__sha256="abc"), "magma.sha256", "malformed value"),
+    ("magma-too-new", mutate(magma__version="2.10.0"), "magma.version", "does not build with torch"),
+    (
+        "build-version-without-number",
+        mutate(build__pytorch_build_version="2.13.0+cu130", build__local_version=None),
+        "build.pytorch_build_number",
+        "together or not at all",
+    ),
+    (
+        "build-number-without-version",
+        mutate(build__pytorch_build_number=1),
+        "build.pytorch_build_version",
+        "together or not at all",
+    ),
+    (
+        "bad-local-label",
+        mutate(build__local_version="cu130"),
+        "build.local_version",
+        "malformed local version",
+    ),
+    ("managed-flag", mutate(build__flags={"USE_CUDA": False}), "build.flags.USE_CUDA", "set by torchkiln"),
+    ("bad-flag-name", mutate(build__flags={"CFLAGS": "-O0"}), "build.flags", "not a USE_* or BUILD_* flag"),
+    ("bad-build-type", mutate(build__type="Fast"), "build.type", "not allowed"),
+    ("bad-accelerator", mutate(accelerator__kind="rocm"), "accelerator.kind", "not allowed"),
+    ("shell-in-ref", mutate(torch__ref="v2.13.0; touch pwned"), "torch.ref", "malformed git ref"),
+    ("bad-commit", mutate(torch__commit="HEAD"), "torch.commit", "malformed value"),
+    (
+        "password-in-remote",
+        mutate(cache__remote="redis://:hunter2@cache:6379"),
+        "cache.remote",
+        "password is written",
+    ),
+    ("ccache-s3", mutate(cache__remote="s3://bucket/prefix"), "cache.remote", "ccache cannot use"),
+    ("bad-cache-kind", mutate(cache__kind="distcc"), "cache.kind", "not allowed"),
+    ("jobs-zero", mutate(build__jobs=0), "build.jobs", "not a positive integer"),
+]
+
+
+def test_there_are_at_least_twenty_invalid_cases() -> None:
+    assert len(INVALID) >= 20
+
+
+@pytest.mark.parametrize(("text", "field", "words"), [c[1:] for c in INVALID], ids=[c[0] for c in INVALID])
+def test_invalid_recipe_is_refused_with_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, field: str, words: str
+) -> None:
+    path = tmp_path / "r.toml"
+    path.write_text(text)
+    assert main(["recipe", "check", str(path)]) == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert lines, "no problem reported"
+    assert all(line.startswith(f"{path}: ") for line in lines), err
+    matching = [line for line in lines if line.startswith(f"{path}: {field}: ") and words in line]
+    assert matching, f"no line naming {field!r} with {words!r} in:\n{err}"
+    assert "Traceback" not in err
+
+
+def test_every_problem_is_reported_not_just_the_first(tmp_path: Path) -> None:
+    text = mutate(torch__branch="x", build__gcc="twelve", accelerator__arch_list=["sm_80"])
+    with pytest.raises(RecipeError) as info:
+        parse_recipe(text.encode(), "r.toml")
+    fields = {p.field for p in info.value.problems}
+    assert {"torch.branch", "build.gcc", "accelerator.arch_list"} <= fields
+
+
+def test_problem_line_format_names_valid_values() -> None:
+    with pytest.raises(RecipeError) as info:
+        parse_recipe(mutate(accelerator__kind="rocm").encode(), "x.toml")
+    assert str(info.value.problems[0]) == "x.toml: accelerator.kind: 'rocm' is not allowed (valid: cpu, cuda)"
+
+
+def test_check_reports_each_file_and_fails_if_any_is_bad(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text(mutate(python__version="3.9"))
+    assert main(["recipe", "check", str(SHIPPED[0]), str(bad)]) == 2
+    captured = capsys.readouterr()
+    assert f"{SHIPPED[0]}: ok" in captured.out
+    assert f"{bad}: python.version:" in captured.err
+
+
+def test_missing_file_is_a_problem_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nope.toml"
+    assert main(["recipe", "check", str(missing)]) == 2
+    assert f"{missing}: <file>: no such file" in capsys.readouterr().err
+
+
+def test_binary_garbage_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "bin.toml"
+    path.write_bytes(b"\xff\xfe\x00garbage")
+    assert main(["recipe", "check", str(path)]) == 2
+    assert "not UTF-8" in capsys.readouterr().err
+
+
+def test_recipe_list_shows_every_shipped_recipe(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["recipe", "list"]) == 0
+    out = capsys.readouterr().out
+    for path in SHIPPED:
+        assert path.stem in out
+
+
+def test_python_m_torchkiln_entry_point() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "torchkiln", "recipe", "check", str(CUDA_RECIPE)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "torch-2.13-cu130-py312: torch 2.13.0+cu130.kiln1" in result.stdout
+
+
+def test_unknown_command_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bake"]) == 2
+    assert "unknown command 'bake'" in capsys.readouterr().err
