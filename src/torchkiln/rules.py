@@ -375,7 +375,9 @@ def check_rules(recipe: Recipe, file: str) -> list[Problem]:
 
 
 def _describe(spec: SpecifierSet) -> str:
-    return ", ".join(str(s) for s in sorted(spec, key=str))
+    """'>=3.10, <3.16': lower bounds first, as people read ranges."""
+    order = {">=": 0, ">": 1, "==": 2, "~=": 2, "!=": 3, "<=": 4, "<": 5}
+    return ", ".join(str(s) for s in sorted(spec, key=lambda s: (order.get(s.operator, 9), s.version)))
 
 
 def _archs_for(cuda: Version) -> str:
