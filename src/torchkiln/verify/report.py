@@ -1,0 +1,182 @@
+"""The verification report: per-area counts, the environment, and a table a person reads first.
+
+The suite's pytest plugin (``verify/conftest.py``) records one :class:`Outcome` per test and hands them
+here; this module turns them into ``summary.json`` (machine readable) and ``summary.md`` and writes both
+atomically (temp file + ``os.replace``), so a reader never sees half a report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+# The areas of the suite; each is a pytest marker and every test carries exactly one.
+AREAS: dict[str, str] = {
+    "build_config": "Build config",
+    "cuda_visibility": "CUDA visibility",
+    "cudnn_determinism": "cuDNN / determinism",
+    "amp": "AMP GradScaler",
+    "ddp": "DDP launch",
+    "reproducibility": "Reproducibility",
+    "torchvision": "torchvision",
+}
+OUTCOMES = ("passed", "failed", "skipped", "error")
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The result of one test. ``error``: setup or teardown failed; ``message``: failure or skip reason."""
+
+    nodeid: str
+    area: str
+    outcome: str
+    message: str = ""
+    duration_s: float = 0.0
+
+
+def area_counts(outcomes: Iterable[Outcome]) -> dict[str, dict[str, int]]:
+    counts = {area: dict.fromkeys(OUTCOMES, 0) for area in AREAS}
+    for o in outcomes:
+        counts.setdefault(o.area, dict.fromkeys(OUTCOMES, 0))[o.outcome] += 1
+    return counts
+
+
+def summarize(
+    outcomes: Iterable[Outcome],
+    *,
+    environment: Mapping[str, Any],
+    exit_status: int,
+    options: Mapping[str, Any],
+    duration_s: float,
+) -> dict[str, Any]:
+    outcomes = list(outcomes)
+    counts = area_counts(outcomes)
+    totals = {k: sum(c[k] for c in counts.values()) for k in OUTCOMES}
+    return {
+        "schema": SCHEMA_VERSION,
+        "ok": exit_status == 0 and totals["failed"] == 0 and totals["error"] == 0,
+        "exit_status": exit_status,
+        "duration_s": round(duration_s, 2),
+        "options": dict(options),
+        "totals": totals,
+        "areas": counts,
+        "failures": [asdict(o) for o in outcomes if o.outcome in ("failed", "error")],
+        "skips": [asdict(o) for o in outcomes if o.outcome == "skipped"],
+        "environment": dict(environment),
+    }
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(summary: Mapping[str, Any]) -> str:
+    env = summary["environment"]
+    verdict = "PASS" if summary["ok"] else "FAIL"
+    lines = [
+        f"# torchkiln verify: {verdict}",
+        "",
+        f"torch {env.get('torch_version')} ({env.get('torch_git_version')}), CUDA {env.get('cuda_version')}, "
+        f"cuDNN {env.get('cudnn_version')}, NCCL {env.get('nccl_version')}, devices: "
+        f"{', '.join(env.get('devices') or []) or 'none'}; Python {env.get('python')} on {env.get('platform')}.",
+        "",
+        "| Area | Passed | Failed | Skipped | Errors |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for area, c in summary["areas"].items():
+        name = AREAS.get(area, area)
+        lines.append(f"| {name} | {c['passed']} | {c['failed']} | {c['skipped']} | {c['error']} |")
+    t = summary["totals"]
+    lines.append(f"| **Total** | {t['passed']} | {t['failed']} | {t['skipped']} | {t['error']} |")
+    lines += [
+        "",
+        f"Options: {_cell(json.dumps(summary['options'], sort_keys=True))}; "
+        f"{summary['duration_s']} s; pytest exit status {summary['exit_status']}.",
+    ]
+    if summary["failures"]:
+        lines += ["", "## Failures", "", "| Test | Area | Message |", "|---|---|---|"]
+        for f in summary["failures"]:
+            lines.append(f"| `{_cell(f['nodeid'])}` | {f['area']} | {_cell(f['message'])[:400]} |")
+    if summary["skips"]:
+        lines += ["", "## Skipped", "", "| Test | Area | Reason |", "|---|---|---|"]
+        for s in summary["skips"]:
+            lines.append(f"| `{_cell(s['nodeid'])}` | {s['area']} | {_cell(s['message'])[:200]} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temp file in the same directory and os.replace."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_summary(directory: Path, summary: Mapping[str, Any]) -> None:
+    write_atomic(directory / "summary.json", json.dumps(summary, indent=2, sort_keys=False) + "\n")
+    write_atomic(directory / "summary.md", render_markdown(summary))
+
+
+def environment() -> dict[str, Any]:
+    """What was verified: torch and its libraries, devices, Python and platform. Never raises."""
+    env: dict[str, Any] = {
+        "python": platform.python_version(),
+        "python_executable": sys.executable,
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+    }
+    try:
+        import torch
+    except Exception as exc:  # noqa: BLE001 - the report must still say what went wrong
+        env["torch_import_error"] = f"{type(exc).__name__}: {exc}"
+        return env
+    probes: dict[str, Any] = {
+        "torch_version": lambda: str(torch.__version__),
+        "torch_git_version": lambda: torch.version.git_version,
+        "cuda_version": lambda: torch.version.cuda,
+        "cuda_available": lambda: torch.cuda.is_available(),
+        "cudnn_version": lambda: (
+            torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+        ),
+        "nccl_version": lambda: (
+            ".".join(str(p) for p in torch.cuda.nccl.version()[:3])
+            if torch.distributed.is_available() and torch.distributed.is_nccl_available()
+            else None
+        ),
+        "arch_list": lambda: torch.cuda.get_arch_list(),
+        "devices": lambda: (
+            [
+                f"{torch.cuda.get_device_name(i)} (sm_{''.join(map(str, torch.cuda.get_device_capability(i)))})"
+                for i in range(torch.cuda.device_count())
+            ]
+            if torch.cuda.is_available()
+            else []
+        ),
+        "cuda_visible_devices": lambda: os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "num_threads": lambda: torch.get_num_threads(),
+    }
+    for key, probe in probes.items():
+        try:
+            env[key] = probe()
+        except Exception as exc:  # noqa: BLE001
+            env[key] = f"error: {type(exc).__name__}: {exc}"
+    try:
+        import torchvision
+
+        env["torchvision_version"] = str(torchvision.__version__)
+    except Exception:  # noqa: BLE001 - torchvision is optional
+        env["torchvision_version"] = None
+    return env

@@ -1,0 +1,278 @@
+"""pytest plugin of the torchkiln verification suite.
+
+Runs against whatever torch is importable. Options:
+
+* ``--recipe FILE``: also check the build against what the recipe asked for (versions, CUDA, cuDNN,
+  NCCL, BLAS, MAGMA, arch list, ...). The recipe is loaded with torchkiln's recipe model; an invalid one
+  is a usage error.
+* ``--require-cuda``: a CUDA-only check (marker ``cuda``) that would be skipped fails instead. For a GPU
+  machine, where a skipped CUDA check means CUDA is not usable.
+* ``--report DIR``: write ``junit.xml``, ``summary.json`` (per-area pass/fail/skip counts and the
+  environment) and ``summary.md`` into DIR, each atomically.
+
+Every test belongs to exactly one area (a marker named in :data:`torchkiln.verify.report.AREAS`).
+"""
+
+from __future__ import annotations
+
+import os
+
+# cuBLAS reads this when it initialises; deterministic GEMMs on torch <= 2.9 need it. Set before any
+# test can touch CUDA; harmless on newer releases and on CPU.
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from torchkiln.verify import report  # noqa: E402
+
+HELPERS = Path(__file__).resolve().parent / "helpers"
+RECIPE_KEY = pytest.StashKey[object]()
+STATE_KEY = pytest.StashKey[dict]()
+
+EXTRA_MARKERS = {
+    "cuda": "needs a CUDA device: skipped without one, a failure under --require-cuda",
+    "multi_gpu": "needs at least two visible CUDA devices",
+    "cpu_build": "checks how a torch built without CUDA behaves (skipped on CUDA builds)",
+}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("torchkiln verify")
+    group.addoption(
+        "--recipe",
+        metavar="FILE",
+        default=None,
+        help="check the build against this recipe (a path or a shipped recipe name)",
+    )
+    group.addoption(
+        "--require-cuda",
+        action="store_true",
+        default=False,
+        help="fail, instead of skipping, every CUDA-only check that cannot run",
+    )
+    group.addoption(
+        "--report", metavar="DIR", default=None, help="write junit.xml, summary.json and summary.md into DIR"
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    for name, text in report.AREAS.items():
+        config.addinivalue_line("markers", f"{name}: verify area '{text}'")
+    for name, text in EXTRA_MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+    if not config.pluginmanager.hasplugin("timeout"):
+        # Subprocess timeouts are the real guard; keep the per-test marker valid without pytest-timeout.
+        config.addinivalue_line("markers", "timeout(seconds): per-test limit (pytest-timeout)")
+    config.stash[RECIPE_KEY] = _load_recipe(config.getoption("recipe"))
+    state: dict = {"outcomes": {}, "start": time.monotonic(), "exit_status": None, "junit_tmp": None}
+    config.stash[STATE_KEY] = state
+    report_dir = config.getoption("report")
+    if report_dir is not None:
+        directory = Path(report_dir)
+        if directory.exists() and not directory.is_dir():
+            raise pytest.UsageError(
+                f"--report {report_dir}: exists and is not a directory (valid: a directory)"
+            )
+        directory.mkdir(parents=True, exist_ok=True)
+        if not config.option.xmlpath:  # an explicit --junitxml wins
+            tmp = directory / f".junit.xml.{os.getpid()}.tmp"
+            config.option.xmlpath = str(tmp)
+            state["junit_tmp"] = tmp
+
+
+def _load_recipe(value: str | None) -> object:
+    if value is None:
+        return None
+    from torchkiln.errors import RecipeError
+    from torchkiln.recipe import load_recipe, resolve_recipe_path
+
+    try:
+        return load_recipe(resolve_recipe_path(value))
+    except RecipeError as exc:
+        raise pytest.UsageError(f"--recipe {value}: invalid recipe:\n{exc}") from None
+
+
+# ------------------------------------------------------------------------------------------------------
+# CUDA gating: skip without a device, fail under --require-cuda.
+# ------------------------------------------------------------------------------------------------------
+
+
+def cuda_unavailable_reason() -> str | None:
+    if torch.version.cuda is None:
+        return f"needs CUDA: torch {torch.__version__} is built without CUDA"
+    if not torch.cuda.is_available():
+        return "needs CUDA: torch is built with CUDA but no device is usable (torch.cuda.is_available() is False)"
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("cuda") is not None:
+        reason = cuda_unavailable_reason()
+        if reason:
+            pytest.skip(reason)
+    if item.get_closest_marker("multi_gpu") is not None and torch.cuda.device_count() < 2:
+        pytest.skip(f"needs at least 2 visible CUDA devices, {torch.cuda.device_count()} visible")
+    if item.get_closest_marker("cpu_build") is not None and torch.version.cuda is not None:
+        pytest.skip(f"checks a CPU-only build; torch is built with CUDA {torch.version.cuda}")
+
+
+def _area(item: pytest.Item) -> str:
+    names = [m.name for m in item.iter_markers() if m.name in report.AREAS]
+    return names[0] if names else "unassigned"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        names = {m.name for m in item.iter_markers() if m.name in report.AREAS}
+        if len(names) != 1:
+            raise pytest.UsageError(
+                f"{item.nodeid}: needs exactly one area marker of {sorted(report.AREAS)}, has {sorted(names)}"
+            )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):  # noqa: ANN201 - hookwrapper
+    outcome = yield
+    rep = outcome.get_result()
+    config = item.config
+    if rep.skipped and item.get_closest_marker("cuda") is not None and config.getoption("require_cuda"):
+        reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+        multi_gpu_only = item.get_closest_marker("multi_gpu") is not None and torch.cuda.is_available()
+        if not multi_gpu_only:  # one GPU cannot run a two-GPU check; that is not CUDA being broken
+            rep.outcome = "failed"
+            rep.longrepr = f"--require-cuda: this CUDA check could not run: {reason}"
+    _record(config, item, rep)
+
+
+def _record(config: pytest.Config, item: pytest.Item, rep: pytest.TestReport) -> None:
+    outcomes: dict[str, report.Outcome] = config.stash[STATE_KEY]["outcomes"]
+    previous = outcomes.get(item.nodeid)
+    if rep.when == "call" or previous is None or rep.failed:
+        if rep.skipped:
+            state, message = (
+                "skipped",
+                rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr),
+            )
+        elif rep.failed:
+            state = "failed" if rep.when == "call" else "error"
+            message = _failure_message(rep)
+        elif rep.when == "call":
+            state, message = "passed", ""
+        else:
+            return  # a passing setup: wait for the call
+        duration = rep.duration + (previous.duration_s if previous else 0.0)
+        outcomes[item.nodeid] = report.Outcome(item.nodeid, _area(item), state, message, round(duration, 3))
+
+
+def _failure_message(rep: pytest.TestReport) -> str:
+    crash = getattr(rep.longrepr, "reprcrash", None)
+    if crash is not None:
+        return str(crash.message)
+    return str(rep.longrepr).strip().splitlines()[-1] if rep.longrepr else "failed"
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    session.config.stash[STATE_KEY]["exit_status"] = int(exitstatus)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """After junitxml wrote its file (sessionfinish): move it into place and write the summaries."""
+    report_dir = config.getoption("report", None)
+    if report_dir is None or STATE_KEY not in config.stash:
+        return
+    state = config.stash[STATE_KEY]
+    directory = Path(report_dir)
+    junit_tmp: Path | None = state["junit_tmp"]
+    if junit_tmp is not None and junit_tmp.exists():
+        os.replace(junit_tmp, directory / "junit.xml")
+    recipe = config.stash.get(RECIPE_KEY, None)
+    options = {
+        "recipe": str(getattr(recipe, "path", "")) or None,
+        "recipe_sha256": getattr(recipe, "sha256", None),
+        "require_cuda": bool(config.getoption("require_cuda")),
+        "args": list(config.invocation_params.args),
+    }
+    exit_status = state["exit_status"] if state["exit_status"] is not None else 1
+    summary = report.summarize(
+        state["outcomes"].values(),
+        environment=report.environment(),
+        exit_status=exit_status,
+        options=options,
+        duration_s=time.monotonic() - state["start"],
+    )
+    report.write_summary(directory, summary)
+
+
+# ------------------------------------------------------------------------------------------------------
+# Fixtures.
+# ------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def recipe(pytestconfig: pytest.Config) -> object:
+    """The recipe given with --recipe, or None."""
+    return pytestconfig.stash[RECIPE_KEY]
+
+
+@pytest.fixture(scope="session")
+def helpers() -> Path:
+    """Directory of the helper scripts the suite runs in fresh processes."""
+    return HELPERS
+
+
+@pytest.fixture
+def child_env() -> dict[str, str]:
+    """Environment for helper processes: inherited, with the knobs that change numerics pinned."""
+    env = dict(os.environ)
+    env.update(
+        {
+            "PYTHONHASHSEED": "0",
+            "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+            "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    env.pop("PYTHONSTARTUP", None)
+    return env
+
+
+@pytest.fixture(autouse=True)
+def _restore_torch_state():  # noqa: ANN202 - generator fixture
+    """Determinism, cuDNN and thread settings are process-global: give every test the state it found."""
+    import torch.utils.deterministic as tud
+
+    saved = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+        torch.backends.cudnn.deterministic,
+        torch.backends.cudnn.benchmark,
+        tud.fill_uninitialized_memory,
+        torch.get_num_threads(),
+        torch.get_default_dtype(),
+        torch.backends.cuda.matmul.allow_tf32,
+        torch.backends.cudnn.allow_tf32,
+    )
+    yield
+    torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = saved[2], saved[3]
+    tud.fill_uninitialized_memory = saved[4]
+    torch.set_num_threads(saved[5])
+    torch.set_default_dtype(saved[6])
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[7], saved[8]
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    recipe = config.stash.get(RECIPE_KEY, None)
+    return [
+        f"torchkiln verify: torch {torch.__version__} ({torch.version.git_version}) from "
+        f"{Path(torch.__file__).parent}, CUDA {torch.version.cuda}, python {sys.version.split()[0]}",
+        f"recipe: {getattr(recipe, 'path', None) or 'none'}; require-cuda: {config.getoption('require_cuda')}",
+    ]
