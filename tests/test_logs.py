@@ -1,0 +1,38 @@
+"""First compiler error and log tail: what a failed build shows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from torchkiln.logs import first_error, log_name, tail
+
+
+def test_first_error_prefers_the_first_compiler_error_over_later_noise() -> None:
+    lines = [
+        "[1/3] c++ -c a.cpp",
+        "FAILED: build/b.o",
+        "c++ -c b.cpp -o build/b.o",
+        "/src/csrc/b.cpp:7:3: error: 'undeclared_thing' was not declared in this scope",
+        "/src/csrc/b.cpp:9:1: error: expected ';' before '}' token",
+        "ninja: build stopped: subcommand failed.",
+        "error: command '/usr/bin/ninja' failed with exit code 1",
+    ]
+    assert first_error(lines) == lines[3]
+
+
+def test_first_error_falls_back_to_the_failed_edge() -> None:
+    assert first_error(["ok", "FAILED: x.o", "ninja: build stopped"]) == "FAILED: x.o"
+    assert first_error(["all good"]) is None
+
+
+def test_nvcc_and_cmake_errors() -> None:
+    assert first_error(["nvcc fatal   : Unsupported gpu architecture 'compute_50'"]).startswith("nvcc fatal")
+    assert first_error(["-- x", "CMake Error at CMakeLists.txt:3 (find_package):"]).startswith("CMake Error")
+
+
+def test_tail_and_log_name(tmp_path: Path) -> None:
+    log = tmp_path / "x.log"
+    log.write_text("".join(f"line {i}\n" for i in range(100)))
+    assert tail(log, 3) == ["line 97", "line 98", "line 99"]
+    assert tail(tmp_path / "missing.log") == []
+    assert log_name("torch:fetch:fetch-ref") == "torch-fetch-fetch-ref.log"

@@ -1,0 +1,60 @@
+"""Ninja/Make progress lines turned into percent and ETA (with an injected clock: tests never time)."""
+
+from __future__ import annotations
+
+from torchkiln.progress import CompileProgress, format_duration
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_ninja_lines_give_percent_and_eta() -> None:
+    clock = FakeClock()
+    progress = CompileProgress(clock)
+    first = progress.feed("[1/101] Building CXX object caffe2/CMakeFiles/torch_cpu.dir/a.cpp.o\n")
+    assert first is not None and first.done == 1 and first.total == 101 and first.eta is None
+    clock.now += 50.0  # 10 more edges in 50 s -> 5 s/edge, 90 left -> 450 s
+    p = progress.feed("[11/101] Building CXX object caffe2/CMakeFiles/torch_cpu.dir/b.cpp.o")
+    assert p is not None
+    assert round(p.percent, 1) == round(100 * 11 / 101, 1)
+    assert p.eta == 450.0
+    assert p.describe() == "11/101 (11%, ETA 7m30s)"
+
+
+def test_non_progress_lines_are_ignored() -> None:
+    progress = CompileProgress(FakeClock())
+    for line in ("-- USE_CUDA : OFF", "[W] warning", "In file included from [1/2].h", "[3/2] bogus", ""):
+        assert progress.feed(line) is None
+    assert progress.latest is None
+
+
+def test_a_second_ninja_run_restarts_the_rate() -> None:
+    clock = FakeClock()
+    progress = CompileProgress(clock)
+    progress.feed("[1/1000] a")
+    clock.now += 1000.0
+    progress.feed("[1000/1000] z")  # the big build is done
+    assert progress.latest is not None and progress.latest.eta == 0.0
+    clock.now += 7.0
+    p = progress.feed("[1/3] ext a")  # a second, small ninja run starts: its rate is its own
+    assert p is not None and p.total == 3 and p.eta is None
+    clock.now += 4.0
+    p = progress.feed("[2/3] ext b")
+    assert p is not None and p.eta == 4.0
+
+
+def test_make_percent_lines() -> None:
+    progress = CompileProgress(FakeClock())
+    p = progress.feed("[ 90%] Building CXX object caffe2/CMakeFiles/torch_cpu.dir/x.cpp.o")
+    assert p is not None and p.percent == 90.0
+
+
+def test_format_duration() -> None:
+    assert format_duration(5) == "5s"
+    assert format_duration(65) == "1m05s"
+    assert format_duration(3 * 3600 + 120) == "3h02m"
