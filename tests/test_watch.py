@@ -35,9 +35,7 @@ def test_parse_summary_reads_nested_keys() -> None:
 
 
 def test_cuda_off_outcome_names_use_cuda_and_the_cause() -> None:
-    expect = Expectations.for_step(
-        {"USE_CUDA": "1", "USE_CUDNN": "1", "USE_NCCL": "1", "USE_MKL": "1"}, CU130
-    )
+    expect = Expectations.for_step({"USE_CUDA": "1", "USE_CUDNN": "1", "USE_NCCL": "1", "BLAS": "MKL"}, CU130)
     watcher = watch("cuda_off_2.10.txt", expect)
     by_setting = {c.setting: c for c in watcher.contradictions or []}
     assert by_setting["USE_CUDA"].actual == "OFF" and by_setting["USE_CUDA"].expected == "ON"
@@ -49,7 +47,7 @@ def test_cuda_off_outcome_names_use_cuda_and_the_cause() -> None:
 
 
 def test_cpu_recipe_agrees_with_a_cpu_summary() -> None:
-    env = {"USE_CUDA": "0", "USE_CUDNN": "0", "USE_NCCL": "0", "USE_DISTRIBUTED": "1", "USE_MKL": "0"}
+    env = {"USE_CUDA": "0", "USE_CUDNN": "0", "USE_NCCL": "0", "USE_DISTRIBUTED": "1", "BLAS": "OpenBLAS"}
     cpu_openblas = replace(CPU, blas=replace(CPU.blas, kind="openblas", mkl=None))
     watcher = watch("cuda_off_2.10.txt", Expectations.for_step(env, cpu_openblas))
     assert watcher.contradictions == []

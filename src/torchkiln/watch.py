@@ -130,6 +130,10 @@ class Expectations:
                 flags[name] = True
             elif upper in FALSE:
                 flags[name] = False
+        blas_var = env.get("BLAS")
+        if blas_var is not None and "USE_MKL" not in flags:
+            # PyTorch has no USE_MKL option: BLAS=MKL asks for MKL, and the summary reports USE_MKL.
+            flags["USE_MKL"] = blas_var.strip().upper() == "MKL"
         cuda = (
             str(recipe.accelerator.cuda) if recipe.accelerator.is_cuda and recipe.accelerator.cuda else None
         )
