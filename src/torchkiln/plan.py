@@ -315,9 +315,11 @@ ENV_TABLE: tuple[EnvVar, ...] = (
     ),
     # -- BLAS and MAGMA -----------------------------------------------------------------------------------
     EnvVar(
-        "BLAS", TORCH, lambda c: {"mkl": "MKL", "openblas": "OpenBLAS"}[c.recipe.blas.kind], "BLAS library"
+        "BLAS",
+        TORCH,
+        lambda c: {"mkl": "MKL", "openblas": "OpenBLAS"}[c.recipe.blas.kind],
+        "BLAS library; the configure summary reports USE_MKL from it (USE_MKL is not an option)",
     ),
-    EnvVar("USE_MKL", TORCH, lambda c: _bool(c.recipe.blas.kind == "mkl"), "MKL asked for or not"),
     EnvVar(
         "CMAKE_INCLUDE_PATH",
         TORCH,

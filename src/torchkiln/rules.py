@@ -292,6 +292,7 @@ MANAGED_FLAGS: dict[str, str] = {
     "USE_CUDNN": "accelerator.cudnn",
     "USE_NCCL": "accelerator.nccl",
     "USE_MKL": "blas.kind",
+    "BLAS": "blas.kind",
     "USE_MAGMA": "magma",
     "BUILD_TEST": "(always 0: torchkiln builds wheels)",
 }
