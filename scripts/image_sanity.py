@@ -1,0 +1,75 @@
+"""Runtime image sanity gate: fail the image build when it is not what the recipe asked for.
+
+Like the gate in PyTorch's own Dockerfile (which exits 1 when CUDA came out disabled), but wider: the
+installed torch/torchvision are exactly the wheels the build args name, CUDA is compiled in exactly when the
+recipe is a CUDA recipe (and at the recipe's CUDA and cuDNN versions), the C++ ops of torchvision are
+registered (the "operator torchvision::nms does not exist" mismatch), tensor math runs, and no compiler or
+nvcc is on PATH. Reads the build args TORCH_VERSION, TORCHVISION_VERSION, CUDA_VERSION and CUDNN_VERSION.
+Runs with the image's Python (no torchkiln import: it checks the wheels, not torchkiln).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+
+def main() -> int:
+    problems: list[str] = []
+    want_torch = os.environ["TORCH_VERSION"]
+    want_vision = os.environ.get("TORCHVISION_VERSION", "")
+    want_cuda = os.environ.get("CUDA_VERSION", "")
+    want_cudnn = os.environ.get("CUDNN_VERSION", "")
+
+    import torch
+
+    if torch.__version__ != want_torch:
+        problems.append(f"torch is {torch.__version__}, the build args name {want_torch}")
+    compiled = torch.cuda._is_compiled()
+    if want_cuda and not compiled:
+        problems.append(f"torch was built without CUDA but the recipe asks for CUDA {want_cuda}")
+    if not want_cuda and compiled:
+        problems.append(f"torch was built with CUDA {torch.version.cuda} but the recipe is a CPU recipe")
+    if want_cuda and compiled and not (torch.version.cuda or "").startswith(want_cuda):
+        problems.append(f"torch was built with CUDA {torch.version.cuda}, the recipe asks for {want_cuda}")
+    if want_cudnn and compiled:
+        got = torch.backends.cudnn.version()
+        major, minor = (int(x) for x in want_cudnn.split(".")[:2])
+        if got is None or (got // 10000, got // 100 % 100) != (major, minor):
+            problems.append(f"cuDNN {got} loaded, the recipe pins {want_cudnn}")
+    x = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    if float((x @ x.T).trace()) != 506.0:
+        problems.append("a 3x4 matmul gave a wrong result")
+
+    if want_vision:
+        import torchvision
+
+        if torchvision.__version__ != want_vision:
+            problems.append(f"torchvision is {torchvision.__version__}, the build args name {want_vision}")
+        boxes = torch.tensor([[0.0, 0.0, 10.0, 10.0], [1.0, 1.0, 11.0, 11.0]])
+        try:
+            keep = torchvision.ops.nms(boxes, torch.tensor([0.9, 0.8]), 0.5)
+        except RuntimeError as exc:  # operator torchvision::nms does not exist: a torch/vision mismatch
+            problems.append(f"torchvision's C++ ops do not load against this torch: {exc}")
+        else:
+            if keep.tolist() != [0]:
+                problems.append(f"torchvision.ops.nms kept {keep.tolist()}, expected [0]")
+
+    for tool in ("gcc", "g++", "cc", "c++", "nvcc"):
+        if shutil.which(tool):
+            problems.append(
+                f"{tool} is on PATH ({shutil.which(tool)}): the runtime image must not carry a compiler"
+            )
+
+    for problem in problems:
+        print(f"image sanity: {problem}", file=sys.stderr)
+    if not problems:
+        cuda = f"CUDA {torch.version.cuda}" if compiled else "CPU"
+        vision = f", torchvision {want_vision}" if want_vision else ""
+        print(f"image sanity: ok (torch {torch.__version__}, {cuda}{vision})")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Runtime image, step 1: the Python interpreter and its venv, the non-root user, nothing else: no
+# compiler, no headers, no nvcc (the CUDA runtime base brings the CUDA libraries; the wheels bring
+# cuDNN/NCCL as their nvidia-* dependencies). Reads PYTHON_VERSION.
+set -euo pipefail
+
+: "${PYTHON_VERSION:?PYTHON_VERSION must be set (a build arg, e.g. 3.11)}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update
+apt-get install -y --no-install-recommends ca-certificates \
+  "python${PYTHON_VERSION}" "python${PYTHON_VERSION}-venv"
+rm -rf /var/lib/apt/lists/*
+
+"python${PYTHON_VERSION}" -m venv "${VIRTUAL_ENV:-/opt/venv}"
+useradd --create-home --uid 10001 --user-group --shell /bin/bash kiln

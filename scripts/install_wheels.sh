@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Runtime image, step 2: install the wheels (from the `dist` build context, mounted at /mnt/dist, never
+# copied into a layer), torchkiln and its verification suite, then run the sanity gate.
+# Reads TORCH_VERSION, TORCHVISION_VERSION (empty: no torchvision wheel), CUDA_VERSION, CUDNN_VERSION.
+set -euo pipefail
+
+: "${TORCH_VERSION:?TORCH_VERSION must be set (the exact version of the torch wheel in dist/)}"
+dist=/mnt/dist
+context=/mnt/context
+pip=("${VIRTUAL_ENV:-/opt/venv}/bin/python" -m pip)
+
+# Exact pins (local labels such as +cpu.kiln1 included) so the wheels come from dist/ and never from an
+# index; their dependencies (numpy, sympy, nvidia-*) come from the index.
+requirements=("torch==${TORCH_VERSION}")
+[[ -n "${TORCHVISION_VERSION:-}" ]] && requirements+=("torchvision==${TORCHVISION_VERSION}")
+"${pip[@]}" install --find-links "$dist" "${requirements[@]}"
+
+# torchkiln itself (pure Python) with the verification suite's requirements, built outside the
+# read-only context mount.
+build=$(mktemp -d)
+cp -r "$context/pyproject.toml" "$context/README.md" "$context/src" "$build/"
+"${pip[@]}" install "$build" pytest pytest-timeout
+rm -rf "$build"
+mkdir -p /opt/torchkiln
+cp -r "$context/verify" /opt/torchkiln/verify
+find /opt/torchkiln/verify -name __pycache__ -prune -exec rm -rf {} +
+chmod -R a+rX /opt/torchkiln
+
+"${VIRTUAL_ENV:-/opt/venv}/bin/python" "$(dirname "$0")/image_sanity.py"
