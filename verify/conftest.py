@@ -144,6 +144,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):  # noqa
     config = item.config
     if rep.skipped and item.get_closest_marker("cuda") is not None and config.getoption("require_cuda"):
         reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+        reason = reason.removeprefix("Skipped: ")
         multi_gpu_only = item.get_closest_marker("multi_gpu") is not None and torch.cuda.is_available()
         if not multi_gpu_only:  # one GPU cannot run a two-GPU check; that is not CUDA being broken
             rep.outcome = "failed"
@@ -161,7 +162,8 @@ def _record(config: pytest.Config, item: pytest.Item, rep: pytest.TestReport) ->
                 rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr),
             )
         elif rep.failed:
-            state = "failed" if rep.when == "call" else "error"
+            required = isinstance(rep.longrepr, str) and rep.longrepr.startswith("--require-cuda")
+            state = "failed" if rep.when == "call" or required else "error"
             message = _failure_message(rep)
         elif rep.when == "call":
             state, message = "passed", ""
@@ -261,7 +263,12 @@ def _restore_torch_state():  # noqa: ANN202 - generator fixture
         torch.backends.cudnn.allow_tf32,
     )
     yield
-    torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
+    now = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+    )
+    if now != saved[:2]:  # the call imports torch._inductor.config (about 1 s): only when it changed
+        torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
     torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = saved[2], saved[3]
     tud.fill_uninitialized_memory = saved[4]
     torch.set_num_threads(saved[5])

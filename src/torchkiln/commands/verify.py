@@ -1,0 +1,116 @@
+"""``torchkiln verify``: run the verification suite against the torch this interpreter imports.
+
+The suite is a plain pytest suite (``verify/``); this command finds it, checks the inputs a user can get
+wrong (the recipe, the report directory, whether torch and pytest are importable) before anything runs,
+and starts ``python -m pytest <verify dir>`` with the current interpreter (an argv list, no shell).
+
+Where the suite is: ``$TORCHKILN_VERIFY_DIR`` (the runtime image copies ``verify/`` to a fixed path and
+sets it), else ``verify/`` of the checkout torchkiln is installed from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from ..errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, UsageError
+from ..recipe import load_recipe, resolve_recipe_path
+from ..verify import report
+
+ENV_DIR = "TORCHKILN_VERIFY_DIR"
+AREAS = tuple(report.AREAS)
+# pytest exit status -> torchkiln exit status: usage problems (4) and an empty selection (5) are exit 2.
+PYTEST_EXIT = {0: EXIT_OK, 1: EXIT_FAILURE, 4: EXIT_USAGE, 5: EXIT_USAGE}
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = (
+        "Arguments after -- go to pytest, e.g. `torchkiln verify --report out -- -x -k scaler`. "
+        f"The suite is found through ${ENV_DIR} or the checkout's verify/ directory."
+    )
+    parser.add_argument(
+        "--recipe",
+        metavar="FILE",
+        help="also check the build against this recipe (a path or a shipped recipe name)",
+    )
+    parser.add_argument(
+        "--require-cuda",
+        action="store_true",
+        help="fail every CUDA-only check that would be skipped (use on GPU machines)",
+    )
+    parser.add_argument(
+        "--report", metavar="DIR", help="write junit.xml, summary.json and summary.md into DIR"
+    )
+    parser.add_argument(
+        "--area",
+        action="append",
+        choices=AREAS,
+        default=[],
+        help="run only this area (repeatable); default: all",
+    )
+    parser.add_argument("pytest_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+
+def find_suite() -> Path:
+    """The verify/ directory: $TORCHKILN_VERIFY_DIR, else the checkout's verify/ next to src/."""
+    env = os.environ.get(ENV_DIR)
+    if env:
+        path = Path(env)
+        if not (path / "conftest.py").is_file():
+            raise UsageError(
+                f"${ENV_DIR}={env}: not a verification suite (no conftest.py there) "
+                "(valid: the directory holding verify/conftest.py)"
+            )
+        return path
+    for parent in Path(__file__).resolve().parents:
+        candidate = parent / "verify"
+        if (candidate / "conftest.py").is_file() and (candidate / "test_build_config.py").is_file():
+            return candidate
+    raise UsageError(
+        f"cannot find the verification suite: set ${ENV_DIR} to the directory holding "
+        "verify/conftest.py (the runtime image sets it)"
+    )
+
+
+def build_argv(args: argparse.Namespace, suite: Path) -> list[str]:
+    """The pytest command line. Paths are made absolute so pytest's rootdir cannot change their meaning."""
+    argv = [sys.executable, "-m", "pytest", str(suite)]
+    if args.recipe:
+        path = resolve_recipe_path(args.recipe)
+        load_recipe(path)  # RecipeError -> exit 2 with one line per problem, before anything runs
+        argv += ["--recipe", str(path.resolve())]
+    if args.require_cuda:
+        argv.append("--require-cuda")
+    if args.report:
+        report = Path(args.report)
+        if report.exists() and not report.is_dir():
+            raise UsageError(
+                f"--report {args.report}: exists and is not a directory (valid: a directory path)"
+            )
+        argv += ["--report", str(report.resolve())]
+    if args.area:
+        argv += ["-m", " or ".join(args.area)]
+    extra = list(args.pytest_args)
+    if extra[:1] == ["--"]:
+        extra = extra[1:]
+    return argv + extra
+
+
+def _require_importable(module: str, hint: str) -> None:
+    if importlib.util.find_spec(module) is None:
+        raise UsageError(f"{module} is not importable by {sys.executable} (valid: {hint})")
+
+
+def run(args: argparse.Namespace) -> int:
+    suite = find_suite()
+    argv = build_argv(args, suite)
+    _require_importable("pytest", "pip install pytest pytest-timeout")
+    _require_importable("torch", "install the torch to verify, e.g. the wheels in dist/ (nox -s verify)")
+    status = subprocess.run(argv, check=False).returncode
+    if args.report:
+        print(f"torchkiln verify: report in {Path(args.report).resolve()}/summary.md", file=sys.stderr)
+    return PYTEST_EXIT.get(status, EXIT_FAILURE)

@@ -1,0 +1,161 @@
+"""``torchkiln verify`` runs the real suite against the installed torch (the 2.13.0 CPU wheel) and must be
+able to fail: a recipe that asks for CUDA 13.0, or for another torch version, fails naming the mismatch;
+``--require-cuda`` turns skipped CUDA checks into failures; reports are complete and atomic."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CU130 = ROOT / "recipes" / "torch-2.13-cu130-py312.toml"
+CPU = ROOT / "recipes" / "torch-2.13-cpu-py311.toml"
+TIMEOUT = 240
+
+
+def verify(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "torchkiln", "verify", *args],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env=env,
+        cwd=cwd or ROOT,
+        check=False,
+    )
+
+
+def cpu_recipe(tmp_path: Path, old: bytes, new: bytes, name: str = "variant.toml") -> Path:
+    """The shipped CPU recipe made to describe the installed CPU wheel (+cpu), with one more change."""
+    data = CPU.read_bytes().replace(b'local_version = "+cpu.kiln1"', b'local_version = "+cpu"')
+    assert old in data
+    path = tmp_path / name
+    path.write_bytes(data.replace(old, new))
+    return path
+
+
+def test_cuda_recipe_against_cpu_torch_fails_naming_mismatches(tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    result = verify("--area", "build_config", "--recipe", str(CU130), "--report", str(out))
+    text = result.stdout + result.stderr
+    assert result.returncode == 1, text
+    assert (
+        "USE_CUDA (CUDA compiled in): expected USE_CUDA=ON (recipe asks for CUDA 13.0), actual USE_CUDA=0"
+        in text
+    )
+    assert "CUDA version (torch.version.cuda): expected 13.0, actual None" in text
+    assert "cuDNN compile version (torch._C._cudnn.getCompileVersion()): expected 9.20.0, actual None" in text
+    assert "NCCL version (torch.cuda.nccl.version()): expected 2.29.7, actual None" in text
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["ok"] is False and summary["exit_status"] == 1
+    failed = {f["nodeid"].split("[")[-1].rstrip("]") for f in summary["failures"]}
+    assert {"use_cuda", "cuda_version", "cudnn", "nccl", "magma", "arch_list", "local_label"} <= failed
+    assert summary["areas"]["build_config"]["failed"] == len(failed)
+    assert summary["options"]["recipe"] == str(CU130)
+    md = (out / "summary.md").read_text()
+    assert md.startswith("# torchkiln verify: FAIL") and "expected USE_CUDA=ON" in md
+
+
+def test_wrong_torch_version_fails(tmp_path: Path) -> None:
+    recipe = cpu_recipe(
+        tmp_path, b'ref = "v2.13.0"\nversion = "2.13.0"', b'ref = "v2.13.1"\nversion = "2.13.1"'
+    )
+    result = verify("--area", "build_config", "--recipe", str(recipe), "--", "-q")
+    text = result.stdout + result.stderr
+    assert result.returncode == 1, text
+    assert "torch version (torch.__version__ without local label): expected 2.13.1, actual 2.13.0" in text
+
+
+def test_matching_recipe_passes_with_report(tmp_path: Path) -> None:
+    recipe = cpu_recipe(tmp_path, b'name = "torch-2.13-cpu-py311"', b'name = "cpu-wheel"')
+    out = tmp_path / "report"
+    result = verify("--area", "build_config", "--recipe", str(recipe), "--report", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["ok"] is True and summary["areas"]["build_config"]["failed"] == 0
+    # every recipe comparison ran (the CPU recipe pins USE_MKLDNN, which Build settings report)
+    assert not [s for s in summary["skips"] if "test_build_matches_recipe" in s["nodeid"]]
+    assert summary["environment"]["torch_version"].startswith("2.13.0")
+    suite = ET.parse(out / "junit.xml").getroot()
+    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+    total = sum(summary["areas"]["build_config"].values())
+    assert int(suite.get("tests")) == total and int(suite.get("failures")) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["junit.xml", "summary.json", "summary.md"]
+
+
+def test_require_cuda_turns_cuda_skips_into_failures(tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    result = verify("--area", "amp", "--require-cuda", "--report", str(out), "--", "-k", "state_machine")
+    text = result.stdout + result.stderr
+    assert result.returncode == 1, text
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["areas"]["amp"]["passed"] == 1 and summary["areas"]["amp"]["failed"] == 1
+    (failure,) = summary["failures"]
+    assert failure["nodeid"].endswith("test_state_machine[cuda]")
+    assert "--require-cuda: this CUDA check could not run: needs CUDA" in failure["message"]
+    without = verify("--area", "amp", "--", "-q", "-k", "state_machine")
+    assert without.returncode == 0, without.stdout + without.stderr
+
+
+def test_invalid_recipe_is_a_usage_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[recipe]\nname = "x"\n[accelerator]\nkind = "tpu"\n')
+    out = tmp_path / "report"
+    result = verify("--recipe", str(bad), "--report", str(out))
+    assert result.returncode == 2
+    assert "accelerator.kind" in result.stderr and "Traceback" not in result.stderr
+    assert not out.exists(), "nothing runs (and no report is written) for an invalid recipe"
+
+
+def test_report_path_that_is_a_file_is_a_usage_error(tmp_path: Path) -> None:
+    file = tmp_path / "report"
+    file.write_text("")
+    result = verify("--report", str(file))
+    assert result.returncode == 2 and "exists and is not a directory" in result.stderr
+
+
+def test_suite_dir_from_environment(tmp_path: Path) -> None:
+    env = {**os.environ, "TORCHKILN_VERIFY_DIR": str(tmp_path)}
+    result = verify("--area", "amp", env=env)
+    assert (
+        result.returncode == 2
+        and "TORCHKILN_VERIFY_DIR" in result.stderr
+        and "no conftest.py" in result.stderr
+    )
+
+
+def test_plain_pytest_rejects_an_invalid_recipe(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("not toml [")
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", str(ROOT / "verify"), "--recipe", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 4, result.stdout + result.stderr
+    assert "invalid TOML" in result.stderr
+
+
+@pytest.mark.parametrize("module", ["torchkiln.verify.buildconfig", "torchkiln.verify.report"])
+def test_suite_support_does_not_import_build_machinery(module: str) -> None:
+    """The runtime image has torchkiln's pure-Python core only: no rich, no build/cache/image modules."""
+    code = (
+        f"import sys, {module}; heavy = sorted(m for m in sys.modules if m == 'rich' or m.startswith"
+        "(('torchkiln.build', 'torchkiln.cache', 'torchkiln.images', 'torchkiln.source', 'torch.'))"
+        " or m == 'torch'); print(heavy)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert result.stdout.strip() == "[]"

@@ -1,0 +1,379 @@
+"""The verification suite's pure-Python core: build-settings parsing, recipe comparison, arch coverage,
+the report writer and the nox install helper. The GPU-side comparisons are exercised with build facts a
+CUDA build would report, so a mismatch in them is caught without a GPU."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from torchkiln.nox_support import find_wheels, install_for_verify, wheel_requirements
+from torchkiln.recipe import load_recipe, parse_recipe
+from torchkiln.verify import archs, buildconfig, report
+
+ROOT = Path(__file__).resolve().parents[1]
+CU130 = ROOT / "recipes" / "torch-2.13-cu130-py312.toml"
+CPU = ROOT / "recipes" / "torch-2.13-cpu-py311.toml"
+
+# --- Build settings parsing ----------------------------------------------------------------------------
+
+REAL_SHAPED = (
+    "PyTorch built with:\n  - GCC 13.3\n  - CuDNN 92.0  (built against CUDA 13.0)\n"
+    "  - Build settings: BLAS_INFO=mkl, BUILD_TYPE=Release, COMMIT_SHA=abc123, CUDA_FLAGS= -Xfatbin "
+    "-gencode arch=compute_75,code=sm_75 --diag_suppress=cc_clobber_ignored,--diag_suppress=field_without_dll, "
+    "CUDA_VERSION=13.0, CUDNN_VERSION=9.20.0, CXX_FLAGS= -O2 -fPIC, TORCH_VERSION=2.13.0, USE_CUDA=ON, "
+    "USE_CUDNN=ON, USE_NCCL=1, \n"
+)
+
+
+def test_parse_build_settings_keeps_values_with_commas() -> None:
+    settings = buildconfig.parse_build_settings(REAL_SHAPED)
+    assert settings["CUDA_FLAGS"].endswith(
+        "--diag_suppress=cc_clobber_ignored,--diag_suppress=field_without_dll"
+    )
+    assert "arch=compute_75,code=sm_75" in settings["CUDA_FLAGS"]
+    assert (settings["CUDNN_VERSION"], settings["USE_NCCL"], settings["USE_CUDA"]) == ("9.20.0", "1", "ON")
+    assert list(settings) == sorted(settings)
+
+
+def test_parse_build_settings_of_the_installed_torch() -> None:
+    settings = buildconfig.parse_build_settings(torch.__config__.show())
+    assert settings["TORCH_VERSION"] == torch.__version__.split("+")[0]
+    assert buildconfig.flag(settings["USE_CUDA"]) is (torch.version.cuda is not None)
+
+
+def test_parse_build_settings_rejects_other_text() -> None:
+    with pytest.raises(ValueError, match="no '- Build settings:' line"):
+        buildconfig.parse_build_settings("PyTorch built with:\n  - GCC 13.3\n")
+
+
+KEYS = st.from_regex(r"[A-Z][A-Z0-9_]{0,15}", fullmatch=True)
+# Values as PyTorch prints them: anything on one line, never empty (empty values are omitted), and never
+# containing ", KEY=" (that is the separator).
+VALUES = st.text(st.characters(min_codepoint=32, max_codepoint=126), min_size=1, max_size=40).filter(
+    lambda v: re.search(r", [A-Z][A-Z0-9_]*=", v) is None and v.strip() == v and not v.endswith(",")
+)
+
+
+@given(st.dictionaries(KEYS, VALUES, min_size=1, max_size=12))
+def test_parse_build_settings_round_trip(settings: dict[str, str]) -> None:
+    line = "".join(f"{k}={v}, " for k, v in sorted(settings.items()))
+    shown = f"PyTorch built with:\n  - GCC 12.2\n  - Build settings: {line}\n"
+    assert buildconfig.parse_build_settings(shown) == settings
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("ON", True), ("1", True), ("True", True), ("OFF", False), ("0", False), ("false", False), (None, None)],
+)
+def test_flag_spellings(text: str | None, value: bool | None) -> None:
+    assert buildconfig.flag(text) is value
+
+
+def test_flag_rejects_non_boolean() -> None:
+    with pytest.raises(ValueError, match="not a boolean"):
+        buildconfig.flag("maybe")
+
+
+@pytest.mark.parametrize(
+    ("raw", "parts"), [(91002, (9, 10, 2)), (92000, (9, 20, 0)), (8907, (8, 9, 7)), (None, None)]
+)
+def test_decode_cudnn(raw: int | None, parts: tuple | None) -> None:
+    assert buildconfig.decode_cudnn(raw) == parts
+
+
+# --- Arch coverage ---------------------------------------------------------------------------------------
+
+
+def test_expected_arch_list_from_recipe_entries() -> None:
+    assert archs.expected_arch_list(["7.5", "9.0a", "12.0+PTX"]) == {
+        "sm_75",
+        "sm_90a",
+        "sm_120",
+        "compute_120",
+    }
+    with pytest.raises(ValueError, match="not like"):
+        archs.expected_arch_list(["sm_80"])
+
+
+@pytest.mark.parametrize(
+    ("arch", "capability", "runs"),
+    [
+        ("sm_80", (8, 0), True),
+        ("sm_80", (8, 6), True),
+        ("sm_86", (8, 0), False),
+        ("sm_80", (9, 0), False),
+        ("sm_90a", (9, 0), True),
+        ("sm_90a", (9, 1), False),
+        ("compute_80", (12, 0), True),
+        ("compute_120", (10, 0), False),
+        ("sm_100f", (10, 3), True),
+        ("sm_120", (12, 1), True),
+    ],
+)
+def test_runs_on(arch: str, capability: tuple[int, int], runs: bool) -> None:
+    assert archs.runs_on(arch, capability) is runs
+
+
+def test_covering_finds_the_missing_kernel_image() -> None:
+    cu130 = archs.expected_arch_list(load_recipe(CU130).accelerator.arch_list)
+    assert archs.covering(sorted(cu130), (8, 9)) == ["sm_80", "sm_86"]
+    assert archs.covering(sorted(cu130), (12, 1)) == ["compute_120", "sm_120"]
+    assert archs.covering(["sm_80", "sm_90"], (7, 5)) == []  # "no kernel image is available"
+    with pytest.raises(ValueError, match="not a compiled architecture"):
+        archs.parse_compiled("8.0")
+
+
+# --- Recipe comparison, CUDA side, with the facts a CUDA build reports ----------------------------------
+
+
+def cuda_facts(**changes: object) -> buildconfig.BuildFacts:
+    """What a correct build of recipes/torch-2.13-cu130-py312.toml reports."""
+    facts = buildconfig.BuildFacts(
+        torch_version="2.13.0+cu130.kiln1",
+        git_version="0" * 40,
+        settings={
+            "BLAS_INFO": "mkl",
+            "BUILD_TYPE": "Release",
+            "COMMIT_SHA": "0" * 40,
+            "CUDA_VERSION": "13.0",
+            "CUDNN_VERSION": "9.20.0",
+            "TORCH_VERSION": "2.13.0",
+            "USE_CUDA": "ON",
+            "USE_CUDNN": "ON",
+            "USE_NCCL": "1",
+        },
+        cuda_version="13.0",
+        cuda_built=True,
+        cudnn_available=True,
+        cudnn_compile=(9, 20, 0),
+        cudnn_runtime=(9, 20, 0),
+        cudnn_error=None,
+        nccl_available=True,
+        nccl_version=(2, 29, 7),
+        mkl_available=True,
+        openmp_available=True,
+        has_magma=True,
+        arch_list=("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120"),
+        cxx11_abi=True,
+    )
+    return dataclasses.replace(facts, **changes)
+
+
+def statuses(checks: dict[str, buildconfig.Check]) -> dict[str, str]:
+    return {k: c.status for k, c in checks.items()}
+
+
+def test_matching_cuda_build_passes_every_check() -> None:
+    recipe = load_recipe(CU130)
+    recipe_results = buildconfig.recipe_checks(recipe, cuda_facts())
+    assert set(recipe_results) == set(buildconfig.RECIPE_CHECKS)
+    assert statuses(recipe_results) == {k: "pass" for k in buildconfig.RECIPE_CHECKS} | {"flags": "skip"}
+    self_results = buildconfig.self_checks(cuda_facts())
+    assert set(self_results) == set(buildconfig.SELF_CHECKS)
+    assert {k for k, s in statuses(self_results).items() if s != "pass"} == set()
+
+
+@pytest.mark.parametrize(
+    ("changes", "check", "needle"),
+    [
+        (
+            {"arch_list": ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120")},
+            "arch_list",
+            "missing ['compute_120']",
+        ),
+        ({"cudnn_compile": (9, 10, 2)}, "cudnn", "expected 9.20.0, actual 9.10.2"),
+        ({"nccl_version": (2, 27, 5)}, "nccl", "expected 2.29.7, actual 2.27.5"),
+        ({"nccl_available": False, "nccl_version": None}, "nccl", "expected 2.29.7, actual None"),
+        ({"has_magma": False}, "magma", "actual False"),
+        ({"cuda_version": "12.6"}, "cuda_version", "expected 13.0, actual 12.6"),
+        ({"torch_version": "2.13.0+cu130"}, "local_label", "expected +cu130.kiln1, actual +cu130"),
+        ({"torch_version": "2.13.1+cu130.kiln1"}, "torch_version", "expected 2.13.0, actual 2.13.1"),
+        ({"mkl_available": False}, "blas", "MKL available=False"),
+        ({"git_version": "Unknown"}, "git_commit", "actual Unknown"),
+    ],
+)
+def test_each_mismatch_fails_naming_expected_and_actual(changes: dict, check: str, needle: str) -> None:
+    result = buildconfig.recipe_checks(load_recipe(CU130), cuda_facts(**changes))[check]
+    assert result.status == "fail"
+    assert needle in result.message, result.message
+    others = {
+        k
+        for k, c in buildconfig.recipe_checks(load_recipe(CU130), cuda_facts(**changes)).items()
+        if c.status == "fail"
+    }
+    assert check in others
+
+
+def test_cuda_silently_compiled_out_is_named() -> None:
+    facts = cuda_facts(
+        settings={"USE_CUDA": "0", "BUILD_TYPE": "Release", "BLAS_INFO": "mkl"},
+        cuda_version=None,
+        cuda_built=False,
+    )
+    result = buildconfig.recipe_checks(load_recipe(CU130), facts)["use_cuda"]
+    assert result.status == "fail"
+    assert "expected USE_CUDA=ON (recipe asks for CUDA 13.0), actual USE_CUDA=0" in result.message
+
+
+def test_cudnn_runtime_mismatch_and_incompatibility() -> None:
+    result = buildconfig.self_checks(cuda_facts(cudnn_runtime=(9, 21, 0)))["cudnn_runtime"]
+    assert (result.status, result.message.endswith("expected 9.20.0, actual 9.21.0")) == ("fail", True)
+    error = "cuDNN version incompatibility: PyTorch was compiled  against (9, 20, 0) but found runtime version (8, 9, 7)"
+    result = buildconfig.self_checks(cuda_facts(cudnn_runtime=None, cudnn_error=error))["cudnn_runtime"]
+    assert result.status == "fail" and "incompatibility" in result.message
+
+
+def test_recipe_flags_compared_when_reported() -> None:
+    recipe = load_recipe(CPU)  # USE_MKLDNN = true
+    facts = cuda_facts(settings={**cuda_facts().settings, "USE_MKLDNN": "OFF"})
+    result = buildconfig.recipe_checks(recipe, facts)["flags"]
+    assert result.status == "fail" and "USE_MKLDNN: expected 1, actual OFF" in result.message
+
+
+def test_installed_cpu_torch_against_its_own_recipe() -> None:
+    """The real facts of the CPU wheel against a recipe describing it: every recipe check passes."""
+    data = CPU.read_bytes().replace(b'local_version = "+cpu.kiln1"', b'local_version = "+cpu"')
+    recipe = parse_recipe(data, "cpu-wheel.toml")
+    results = buildconfig.recipe_checks(recipe, buildconfig.collect_facts())
+    assert {k: c.message for k, c in results.items() if c.status != "pass"} == {}
+
+
+# --- Report ----------------------------------------------------------------------------------------------
+
+
+def outcomes() -> list[report.Outcome]:
+    return [
+        report.Outcome("test_amp.py::a[cpu]", "amp", "passed"),
+        report.Outcome("test_amp.py::a[cuda]", "amp", "skipped", "needs CUDA"),
+        report.Outcome("test_ddp.py::b", "ddp", "failed", "torchrun exited 1"),
+        report.Outcome("test_ddp.py::c", "ddp", "error", "fixture | broke"),
+    ]
+
+
+def test_summary_counts_per_area(tmp_path: Path) -> None:
+    summary = report.summarize(
+        outcomes(),
+        environment={"torch_version": "x"},
+        exit_status=1,
+        options={"recipe": None},
+        duration_s=1.234,
+    )
+    assert summary["areas"]["amp"] == {"passed": 1, "failed": 0, "skipped": 1, "error": 0}
+    assert summary["areas"]["ddp"] == {"passed": 0, "failed": 1, "skipped": 0, "error": 1}
+    assert summary["areas"]["torchvision"] == {"passed": 0, "failed": 0, "skipped": 0, "error": 0}
+    assert summary["totals"] == {"passed": 1, "failed": 1, "skipped": 1, "error": 1}
+    assert summary["ok"] is False
+    report.write_summary(tmp_path, summary)
+    assert json.loads((tmp_path / "summary.json").read_text()) == summary
+    md = (tmp_path / "summary.md").read_text()
+    assert md.startswith("# torchkiln verify: FAIL")
+    assert "| DDP launch | 0 | 1 | 0 | 1 |" in md and "fixture \\| broke" in md
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.json", "summary.md"]  # no temp files left
+
+
+def test_environment_names_the_torch_under_test() -> None:
+    env = report.environment()
+    assert env["torch_version"] == str(torch.__version__)
+    assert env["torch_git_version"] == torch.version.git_version
+    assert env["cuda_version"] == torch.version.cuda
+
+
+# --- nox install helper ------------------------------------------------------------------------------------
+
+
+def make_wheel(path: Path, name: str, version: str, requires: list[str]) -> Path:
+    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(
+        f"Requires-Dist: {r}\n" for r in requires
+    )
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr(f"{name}-{version}.dist-info/METADATA", meta)
+    return path
+
+
+def test_find_wheels_and_python_tag(tmp_path: Path) -> None:
+    assert find_wheels(tmp_path / "missing") == {}
+    for tag in ("cp311", "cp312"):
+        (tmp_path / f"torch-2.13.0+cpu.kiln1-{tag}-{tag}-linux_x86_64.whl").touch()
+    (tmp_path / "torchvision-0.28.0+cpu.kiln1-cp312-cp312-linux_x86_64.whl").touch()
+    with pytest.raises(ValueError, match="several torch wheels"):
+        find_wheels(tmp_path)
+    found = find_wheels(tmp_path, "cp312")
+    assert found["torch"].name.startswith("torch-2.13.0+cpu.kiln1-cp312")
+    assert found["torchvision"].name.startswith("torchvision-0.28.0")
+
+
+def test_wheel_requirements_drop_torch_and_extras(tmp_path: Path) -> None:
+    wheel = make_wheel(
+        tmp_path / "torchvision-0.28.0-py3-none-any.whl",
+        "torchvision",
+        "0.28.0",
+        ["numpy", "torch==2.13.0", "pillow!=8.3.*,>=5.3.0", 'scipy; extra == "scipy"'],
+    )
+    assert wheel_requirements(wheel, {"torch"}) == ["numpy", "pillow!=8.3.*,>=5.3.0"]
+
+
+class RecordingSession:
+    """Stands in for nox's Session at the pip boundary: records what would be installed."""
+
+    def __init__(self, venv: Path, python: str = "3.11") -> None:
+        self.python = python
+        self.virtualenv = type("Venv", (), {"location": str(venv)})()
+        self.calls: list[tuple[str, ...]] = []
+
+    def install(self, *args: str) -> None:
+        self.calls.append(("install", *args))
+
+    def run(self, *args: str) -> None:
+        self.calls.append(("run", *args))
+
+    def log(self, *args: object) -> None:
+        pass
+
+    def error(self, message: str) -> None:
+        raise SystemExit(message)
+
+
+def test_install_for_verify_uses_dist_wheels_then_fallback(tmp_path: Path) -> None:
+    dist, venv = tmp_path / "dist", tmp_path / "venv"
+    dist.mkdir()
+    venv.mkdir()
+    torch_whl = make_wheel(
+        dist / "torch-2.13.0+cpu.kiln1-cp311-cp311-linux_x86_64.whl", "torch", "2.13.0", ["sympy"]
+    )
+    vision_whl = make_wheel(
+        dist / "torchvision-0.28.0+cpu.kiln1-cp311-cp311-linux_x86_64.whl",
+        "torchvision",
+        "0.28.0",
+        ["numpy", "torch==2.13.0"],
+    )
+    session = RecordingSession(venv)
+    install_for_verify(session, dist, "torch==2.13.0")
+    assert session.calls[:3] == [
+        ("install", str(torch_whl)),
+        ("install", "numpy"),
+        ("install", "--force-reinstall", "--no-deps", str(torch_whl), str(vision_whl)),
+    ]
+    assert ("install", "-e", str(ROOT)) in session.calls
+    assert any(c[:2] == ("install", "pytest>=8") for c in session.calls)
+    again = RecordingSession(venv)  # same bits: no forced reinstall of a multi-GB wheel
+    install_for_verify(again, dist, "torch==2.13.0")
+    assert ("install", "--no-deps", str(torch_whl), str(vision_whl)) in again.calls
+    torch_whl.unlink()
+    vision_whl.unlink()
+    back = RecordingSession(venv)  # back to the fallback: the reused venv must not keep the old wheel
+    install_for_verify(back, dist, "torch==2.13.0")
+    assert back.calls[:3] == [
+        ("install", "torch==2.13.0"),
+        ("run", "python", "-m", "pip", "uninstall", "-y", "torchvision"),
+        ("install", "--force-reinstall", "--no-deps", "torch==2.13.0"),
+    ]
+    assert not (venv / "torchkiln-verify-wheels.json").exists()

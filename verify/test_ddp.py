@@ -1,0 +1,169 @@
+"""Area 5, DDP launch: torchrun starts workers with the documented environment, DDP keeps them in sync,
+and a failing worker makes torchrun exit non-zero with the root cause, in bounded time.
+
+gloo on CPU always; NCCL on GPUs when present. Every run has a timeout and its whole process group is
+killed past it, so no check can hang (torchrun's workers included).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import torch
+
+from torchkiln.verify import proc
+
+pytestmark = [pytest.mark.ddp, pytest.mark.timeout(300)]
+TORCHRUN_TIMEOUT = 120.0
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
+
+
+def _runs_distributed() -> None:
+    if not torch.distributed.is_available():
+        pytest.fail("torch.distributed is not available: the build has USE_DISTRIBUTED=0", pytrace=False)
+
+
+def read_ranks(out: Path, world: int, result: proc.Result) -> list[dict]:
+    files = sorted(out.glob("rank*.json"))
+    assert len(files) == world, (
+        f"expected {world} rank reports, found {[f.name for f in files]}\n{result.describe()}"
+    )
+    return [json.loads(f.read_text()) for f in files]
+
+
+def standalone(
+    helpers: Path, env: dict[str, str], out: Path, nproc: int, backend: str = "gloo"
+) -> proc.Result:
+    env = {**env, "DDP_OUT_DIR": str(out), "DDP_BACKEND": backend}
+    argv = [*TORCHRUN, "--standalone", f"--nproc-per-node={nproc}", str(helpers / "ddp_check.py")]
+    return proc.run(argv, timeout=TORCHRUN_TIMEOUT, env=env)
+
+
+@pytest.fixture(scope="module")
+def module_env() -> dict[str, str]:
+    import os
+
+    env = dict(os.environ)
+    env.update(
+        {"PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    )
+    return env
+
+
+@pytest.fixture(scope="module")
+def gloo_standalone(
+    helpers: Path, module_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> tuple:
+    _runs_distributed()
+    out = tmp_path_factory.mktemp("ddp-standalone")
+    result = standalone(helpers, module_env, out, 2)
+    assert not result.timed_out, f"torchrun --standalone hung: {result.describe()}"
+    assert result.returncode == 0, result.describe()
+    return result, read_ranks(out, 2, result)
+
+
+@pytest.fixture(scope="module")
+def gloo_two_nodes(
+    helpers: Path, module_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> tuple:
+    """Two torchrun agents on loopback as two nodes, c10d rendezvous, fixed --nnodes=2 (no last-call wait)."""
+    _runs_distributed()
+    out = tmp_path_factory.mktemp("ddp-two-nodes")
+    run_id = f"verify-{uuid.uuid4().hex[:12]}"
+    argv = [
+        *TORCHRUN,
+        "--nnodes=2",
+        "--nproc-per-node=1",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=127.0.0.1:{proc.free_port()}",
+        f"--rdzv-id={run_id}",
+        str(helpers / "ddp_check.py"),
+    ]
+    env = {**module_env, "DDP_OUT_DIR": str(out), "DDP_BACKEND": "gloo"}
+    agents = [proc.start(argv, env=env) for _ in range(2)]
+    results = [proc.wait(agent, TORCHRUN_TIMEOUT) for agent in agents]
+    for r in results:
+        assert not r.timed_out, f"two-node torchrun hung: {r.describe()}"
+        assert r.returncode == 0, r.describe()
+    return results, read_ranks(out, 2, results[0]), run_id
+
+
+def test_standalone_params_identical_across_ranks(gloo_standalone: tuple) -> None:
+    _, ranks = gloo_standalone
+    assert all(r["params_identical_across_ranks"] for r in ranks)
+    assert len({r["param_sha256"] for r in ranks}) == 1
+    assert {r["backend"] for r in ranks} == {"gloo"}
+
+
+def test_standalone_worker_environment(gloo_standalone: tuple) -> None:
+    _, ranks = gloo_standalone
+    envs = [r["env"] for r in ranks]
+    assert sorted(int(e["RANK"]) for e in envs) == [0, 1]
+    for e in envs:
+        assert e["LOCAL_RANK"] == e["RANK"], e  # one node: local rank is the global rank
+        assert (e["WORLD_SIZE"], e["LOCAL_WORLD_SIZE"], e["GROUP_RANK"], e["GROUP_WORLD_SIZE"]) == (
+            "2",
+            "2",
+            "0",
+            "1",
+        )
+        assert e["MASTER_ADDR"], e
+        assert e["MASTER_PORT"] and 0 < int(e["MASTER_PORT"]) < 65536, e
+        assert e["TORCHELASTIC_RESTART_COUNT"] == "0", e
+    assert len({(e["MASTER_ADDR"], e["MASTER_PORT"], e["TORCHELASTIC_RUN_ID"]) for e in envs}) == 1
+
+
+def test_two_nodes_c10d(gloo_two_nodes: tuple) -> None:
+    _, ranks, run_id = gloo_two_nodes
+    assert all(r["params_identical_across_ranks"] for r in ranks)
+    assert len({r["param_sha256"] for r in ranks}) == 1
+    envs = [r["env"] for r in ranks]
+    assert sorted(int(e["RANK"]) for e in envs) == [0, 1]
+    assert sorted(int(e["GROUP_RANK"]) for e in envs) == [0, 1]
+    for e in envs:
+        assert (e["WORLD_SIZE"], e["LOCAL_WORLD_SIZE"], e["LOCAL_RANK"], e["GROUP_WORLD_SIZE"]) == (
+            "2",
+            "1",
+            "0",
+            "2",
+        )
+        assert e["TORCHELASTIC_RUN_ID"] == run_id
+        assert e["MASTER_ADDR"] and int(e["MASTER_PORT"]) > 0, e
+
+
+def test_training_identical_across_launch_topologies(gloo_standalone: tuple, gloo_two_nodes: tuple) -> None:
+    """Same seeds, same thread count, gloo: 1 node x 2 workers and 2 nodes x 1 worker agree bitwise."""
+    assert gloo_standalone[1][0]["param_sha256"] == gloo_two_nodes[1][0]["param_sha256"]
+
+
+def test_failing_worker_reports_root_cause(helpers: Path, module_env: dict[str, str], tmp_path: Path) -> None:
+    _runs_distributed()
+    env = {**module_env, "FAIL_RANK": "1"}
+    result = standalone(helpers, env, tmp_path, 2)
+    assert not result.timed_out, f"torchrun did not exit after a worker failed: {result.describe()}"
+    assert result.returncode != 0, result.describe()
+    out = result.output
+    assert "ChildFailedError" in out and "Root Cause (first observed failure)" in out, result.describe()
+    root = out[out.index("Root Cause (first observed failure)") :]
+    assert "rank      : 1" in root and "injected failure on rank 1" in root, result.describe()
+    assert not list(tmp_path.glob("rank*.json")), "a worker finished training although rank 1 failed"
+
+
+@pytest.mark.cuda
+def test_nccl_standalone(helpers: Path, module_env: dict[str, str], tmp_path: Path) -> None:
+    _runs_distributed()
+    if not torch.distributed.is_nccl_available():
+        pytest.fail("CUDA build without NCCL: torch.distributed.is_nccl_available() is False", pytrace=False)
+    nproc = min(2, torch.cuda.device_count())  # NCCL needs one device per rank
+    result = standalone(helpers, module_env, tmp_path, nproc, backend="nccl")
+    assert not result.timed_out, f"NCCL DDP hung: {result.describe()}"
+    assert result.returncode == 0, result.describe()
+    ranks = read_ranks(tmp_path, nproc, result)
+    assert {r["backend"] for r in ranks} == {"nccl"}
+    assert all(r["params_identical_across_ranks"] for r in ranks)
+    assert len({r["param_sha256"] for r in ranks}) == 1
+    assert sorted(int(r["env"]["LOCAL_RANK"]) for r in ranks) == list(range(nproc))
