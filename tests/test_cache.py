@@ -7,11 +7,16 @@ on them.
 
 from __future__ import annotations
 
+import base64
+import http.server
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -328,3 +333,97 @@ def test_missing_tool_is_a_clear_error(tmp_path: Path) -> None:
         TorchkilnError, match=r"cache kind sccache: `sccache` is not on PATH .*--cache ccache\|sccache\|none"
     ):
         cache.prepare_cache(config, {"PATH": str(tmp_path)})
+
+
+# --------------------------------------------------------------------------------------------------
+# HTTP remote check (ccache http://, sccache WebDAV) against a real local HTTP server.
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def http_store() -> Iterator[int]:
+    """A loopback HTTP server that wants Basic auth builder:letmein1 (401 otherwise, 404 for any path)."""
+    expected = "Basic " + base64.b64encode(b"builder:letmein1").decode()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_HEAD(self) -> None:  # noqa: N802 - http.server's naming
+            self.send_response(404 if self.headers.get("Authorization") == expected else 401)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("kind", ["ccache", "sccache"])
+def test_http_remote_check(kind: str, http_store: int, tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{http_store}/cache"
+
+    def check(remote: str, secret: str) -> str | None:
+        spec = CacheSpec(kind=kind, remote=remote, credentials_env="S")
+        return cache.check_remote(cache.resolve_cache(spec, dir=tmp_path), {"S": secret})
+
+    assert check(url, "builder:letmein1") is None
+    assert check(url, "builder:wrong") == f"remote cache {url} refuses the credentials (HTTP 401)"
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{sock.getsockname()[1]}/cache"
+    assert check(closed, "builder:letmein1") == f"remote cache {closed} is unreachable (Connection refused)"
+
+
+# --------------------------------------------------------------------------------------------------
+# The CLI.
+# --------------------------------------------------------------------------------------------------
+
+
+def test_cache_show_masks_secrets_and_names_secret_variables(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torchkiln.cli import main
+
+    text = (ROOT / "recipes" / "torch-2.13-cpu-py311.toml").read_text()
+    head, _, _ = text.partition("[cache]")
+    recipe = tmp_path / "shared-cache.toml"
+    recipe.write_text(
+        head
+        + '[cache]\nkind = "sccache"\nremote = "redis://127.0.0.1:1/0"\ncredentials_env = "KILN_CACHE_PW"\n'
+    )
+    monkeypatch.setenv("KILN_CACHE_PW", "S3CR3T-value-42")
+    monkeypatch.setenv("TORCHKILN_CACHE_DIR", str(tmp_path / "caches"))
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["cache", "show", str(recipe)]) == 0
+    out = capsys.readouterr().out
+    assert "S3CR3T-value-42" not in out
+    assert "SCCACHE_REDIS_PASSWORD" in out and "(secret, added at run time)" in out
+    assert "remote cache redis://127.0.0.1:1/0 is unreachable (Connection refused)" in out
+    assert main(["cache", "show", str(recipe), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["secret_variables"] == ["SCCACHE_REDIS_PASSWORD"]
+    assert shown["env"]["SCCACHE_DIR"] == str(tmp_path / "caches" / "sccache")
+    assert main(["cache", "zero", "--cache", "none"]) == 2
+    assert "the cache kind is none" in capsys.readouterr().err
+
+
+def test_cache_stats_cli_reads_the_real_counters(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torchkiln.cli import main
+
+    need("ccache")
+    monkeypatch.setenv("PATH", tool_path())
+    cache_dir = tmp_path / "cc"
+    assert main(["cache", "zero", "--cache-dir", str(cache_dir)]) == 0
+    (tmp_path / "a.c").write_text("int a(void) { return 1; }\n")
+    env = {**cache.clean_environment(os.environ), "CCACHE_DIR": str(cache_dir)}
+    for _ in range(2):
+        _compile(env, "ccache", "-c", "a.c", cwd=tmp_path)
+    capsys.readouterr()
+    assert main(["cache", "stats", "--cache-dir", str(cache_dir), "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert (stats["hits"], stats["misses"], stats["hit_rate"]) == (1, 1, 0.5)
