@@ -1,0 +1,86 @@
+"""``torchkiln build RECIPE``: fetch the pinned sources and build torch and torchvision wheels into dist/.
+
+Takes the same options as ``torchkiln plan`` (what is planned is what is built) plus ``--force``,
+``--skip-checks`` and ``--min-hit-rate``. Runs the plan with :func:`torchkiln.build.run_build`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+
+from ..build import BuildOptions, run_build
+from ..errors import UsageError
+from ..progress import format_duration
+from .plan import add_plan_arguments, plan_from_args
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number (valid: 0 to 1, e.g. 0.9)") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text} is outside 0..1 (valid: e.g. 0.9 for 90 %)")
+    return value
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    add_plan_arguments(parser)
+    parser.add_argument("--force", action="store_true", help="run every step again, even unchanged ones")
+    parser.add_argument(
+        "--skip-checks",
+        action="store_true",
+        help="do not import the wheels in a clean venv afterwards (e.g. a Python the host cannot run)",
+    )
+    parser.add_argument(
+        "--min-hit-rate",
+        type=_fraction,
+        default=None,
+        metavar="FRACTION",
+        help="fail when the compiler cache's hit rate of this build is below FRACTION (0..1)",
+    )
+
+
+def _absolute(args: argparse.Namespace) -> None:
+    """Steps run in other working directories (the source tree): every path must be absolute."""
+    args.workdir = args.workdir.absolute()
+    args.dist = args.dist.absolute()
+    if args.cache_dir is not None:
+        args.cache_dir = args.cache_dir.absolute()
+    items = []
+    for item in args.source_dir:
+        name, sep, path = item.partition("=")
+        items.append(f"{name}={Path(path).absolute()}" if sep and path else item)
+    args.source_dir = items
+
+
+def run(args: argparse.Namespace) -> int:
+    _absolute(args)
+    plan = plan_from_args(args)
+    if plan.paths.dist.resolve() == plan.paths.workdir.resolve():
+        raise UsageError("--dist and --workdir must be different directories")
+    console = Console(highlight=False)
+    r = plan.recipe
+    console.print(
+        f"[bold]torchkiln build[/bold] {r.name}: {', '.join(plan.projects)} "
+        f"(MAX_JOBS={plan.jobs.value}, cache {plan.cache.kind}, logs in {plan.paths.logs})"
+    )
+    result = run_build(
+        plan,
+        BuildOptions(
+            force=args.force, skip_checks=args.skip_checks, min_hit_rate=args.min_hit_rate, console=console
+        ),
+    )
+    total = sum(s.duration_s for s in result.steps)
+    ran = len(result.ran)
+    console.print(
+        f"[green]built[/green] in {format_duration(total)} ({ran} step(s) ran, "
+        f"{len(result.steps) - ran} unchanged)"
+    )
+    for wheel in result.wheels:
+        console.print(f"  {wheel}")
+    console.print(f"  {result.manifest}\n  {result.lock}")
+    return 0

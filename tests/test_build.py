@@ -1,0 +1,355 @@
+"""The build pipeline end to end, with a real compile of a small C++ torch extension.
+
+tests/data/ext_project stands in for the torch source tree (``source_dirs={"torch": copy}``,
+``only="torch"``): the real plan builds it with the same ``python -m build --wheel --no-isolation`` step and
+env as torch, against torch 2.13.0 installed in the build venv. Installing that torch is the one thing
+prepared up front (real torch needs no torch to build; the extension does): the workdir's venv is made
+exactly like the plan's ``build-env:venv`` step makes it, and torch and the build tools are installed into
+it. The plan's own env steps then run on it for real. All scenarios share that workdir (and venv) and differ
+in their source copy, dist/ and cache dir; the step state is keyed by step name, so the tests run in file
+order, as pytest runs them.
+
+Compiles are few (2 cores): one cold build, one rebuild from an empty build dir served by the compiler cache,
+one broken source, one interrupted build per signal.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from torchkiln.artifacts import PARTIAL_MARK
+from torchkiln.build import BuildFailed, BuildOptions, ConfigureMismatch, run_build
+from torchkiln.cache import resolve_cache
+from torchkiln.plan import Step, make_plan
+from torchkiln.recipe import load_recipe
+
+pytestmark = pytest.mark.slow
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+EXT = HERE / "data" / "ext_project"
+SUMMARIES = HERE / "data" / "cmake_summaries"
+PYTHON = "python3.11"  # what the plan's build-env:venv step runs for a Python 3.11 recipe
+
+RECIPE = """\
+[recipe]
+name = "ext-cpu-test"
+description = "the test extension stands in for torch"
+
+[torch]
+repo = "file:///nonexistent/pytorch"
+ref = "v2.13.0"
+version = "2.13.0"
+
+[torchvision]
+repo = "file:///nonexistent/vision"
+ref = "v0.28.0"
+version = "0.28.0"
+
+[python]
+version = "3.11"
+
+[accelerator]
+kind = "cpu"
+
+[blas]
+kind = "openblas"
+
+[build]
+local_version = "+cpu"
+{flags}
+[cache]
+kind = "ccache"
+"""
+WHEEL = "kiln_ext-2.13.0+cpu-cp311-cp311-linux_x86_64.whl"
+
+
+def need(tool: str) -> None:
+    if shutil.which(tool) is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{tool} is required in CI")
+        pytest.skip(f"{tool} is not installed")
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    for tool in ("ccache", "ninja", "c++", PYTHON):
+        need(tool)
+    root = tmp_path_factory.mktemp("build")
+    venv = root / "work" / "venv"
+    subprocess.run([PYTHON, "-m", "venv", str(venv)], check=True)
+    subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "torch==2.13.0",
+            "build",
+            "wheel",
+            "setuptools>=77.0.3",
+            "cmake>=3.27",
+            "ninja",
+            "numpy",
+        ],
+        check=True,
+    )
+    recipe = root / "ext-cpu-test.toml"
+    recipe.write_text(RECIPE.format(flags=""))
+    return {"root": root, "work": root / "work", "recipe": recipe}
+
+
+def scenario(world: dict[str, Path], name: str, *, source_edit: str | None = None) -> dict[str, Path]:
+    """A fresh copy of the extension, its own dist/ and cache dir; the shared workdir."""
+    base = world["root"] / name
+    work = world["work"]
+    base.mkdir()
+    src = base / "src"
+    shutil.copytree(EXT, src)
+    if source_edit is not None:
+        (src / "csrc" / "ops.cpp").write_text(source_edit)
+    return {"base": base, "work": work, "src": src, "dist": base / "dist", "ccache": base / "ccache"}
+
+
+def plan_for(world: dict[str, Path], s: dict[str, Path], recipe: Path | None = None):
+    r = load_recipe(recipe or world["recipe"])
+    cache = resolve_cache(r.cache, kind="ccache", dir=s["ccache"])
+    return make_plan(
+        r,
+        workdir=s["work"],
+        dist=s["dist"],
+        source_dirs={"torch": s["src"]},
+        only="torch",
+        cache=cache,
+        jobs=2,
+    )
+
+
+def build(plan, **options):
+    out = io.StringIO()
+    console = Console(file=out, width=200, force_terminal=False, highlight=False)
+    start = time.monotonic()
+    result = run_build(plan, BuildOptions(console=console, **options))
+    return result, out.getvalue(), time.monotonic() - start
+
+
+@pytest.fixture(scope="module")
+def cold(world):
+    """The cold build (with the post-build checks), then the same command again."""
+    s = scenario(world, "main")
+    first, first_out, first_s = build(plan_for(world, s))
+    manifest_first = json.loads((s["dist"] / "manifest.json").read_text())
+    mtime = (s["dist"] / WHEEL).stat().st_mtime_ns
+    second, second_out, second_s = build(plan_for(world, s))
+    return {
+        "s": s,
+        "first": first,
+        "first_out": first_out,
+        "first_s": first_s,
+        "manifest_first": manifest_first,
+        "wheel_mtime": mtime,
+        "second": second,
+        "second_out": second_out,
+        "second_s": second_s,
+    }
+
+
+def test_cold_build_produces_the_wheel_manifest_and_lock(cold) -> None:
+    s, result = cold["s"], cold["first"]
+    assert [p.name for p in result.wheels] == [WHEEL]
+    assert sorted(p.name for p in s["dist"].iterdir()) == sorted(
+        [WHEEL, "manifest.json", "ext-cpu-test.lock.json"]
+    )
+    with zipfile.ZipFile(s["dist"] / WHEEL) as wheel:
+        names = wheel.namelist()
+    assert any(n.startswith("kiln_ext/_C") and n.endswith(".so") for n in names)
+    assert result.ran == [
+        "build-env:venv",
+        "build-env:pip",
+        "build-env:deps",
+        "torch:wheel",
+        "checks:venv",
+        "checks:import",
+    ]
+
+    m = cold["manifest_first"]
+    assert m["recipe"]["name"] == "ext-cpu-test" and len(m["recipe"]["sha256"]) == 64
+    [wheel] = m["wheels"]
+    assert wheel["name"] == WHEEL and wheel["size"] == (s["dist"] / WHEEL).stat().st_size
+    import hashlib
+
+    assert wheel["sha256"] == hashlib.sha256((s["dist"] / WHEEL).read_bytes()).hexdigest()
+    assert m["build_env"]["torch"]["PYTORCH_BUILD_VERSION"] == "2.13.0+cpu"
+    assert m["build_env"]["torch"]["CCACHE_DIR"] == str(s["ccache"])
+    tools = m["toolchain"]["tools"]
+    assert tools["gcc"]["version"].startswith("12.") and tools["ninja"]["version"]
+    assert tools["cmake"]["path"].startswith(str(s["work"] / "venv")), (
+        "the build venv's cmake is the one used"
+    )
+    assert m["toolchain"]["python"].startswith("3.11.")
+    assert m["toolchain"]["build_packages"]["torch"] == "2.13.0+cpu"
+    assert m["stages"]["compile"] > 0 and set(m["stages"]) == {"env", "compile", "checks"}
+    assert all(step["status"] == "ran" for step in m["steps"])
+    assert m["checks"]["torch"] == "2.13.0+cpu" and m["checks"]["cuda_compiled"] is False
+    assert m["cache"] is not None
+    assert m["sources"]["torch"]["provided"] is True and m["sources"]["torch"]["path"] == str(s["src"])
+    lock = json.loads((s["dist"] / "ext-cpu-test.lock.json").read_text())
+    assert lock["sources"]["torch"]["commit"] is None  # a provided tree that is not a git checkout
+
+
+def test_cold_build_shows_live_compile_progress_and_keeps_logs(cold) -> None:
+    out = cold["first_out"]
+    assert "compile 1/2 (50%" in out and "compile 2/2 (100%" in out
+    log = Path(cold["first"].steps[3].log)
+    assert log.name == "torch-wheel.log" and log.parent == cold["s"]["work"] / "logs"
+    text = log.read_text()
+    assert "[2/2]" in text and "Successfully built " + WHEEL in text
+
+
+def test_the_built_extension_works(cold) -> None:
+    check_python = cold["s"]["work"] / "check-venv" / "bin" / "python"  # torch installed by the checks step
+    subprocess.run(
+        [str(check_python), "-m", "pip", "install", "--quiet", "--no-deps", str(cold["s"]["dist"] / WHEEL)],
+        check=True,
+    )
+    probe = "import torch, kiln_ext; print(kiln_ext.scaled_add(torch.ones(3), torch.ones(3), 2.0).tolist())"
+    done = subprocess.run(
+        [str(check_python), "-c", probe], capture_output=True, text=True, cwd="/", check=True
+    )
+    assert done.stdout.strip().splitlines()[-1] == "[3.0, 3.0, 3.0]"
+
+
+def test_rerun_with_nothing_changed_skips_everything(cold) -> None:
+    second = cold["second"]
+    assert second.ran == []
+    assert [s.status for s in second.steps] == ["skipped"] * 6
+    assert (cold["s"]["dist"] / WHEEL).stat().st_mtime_ns == cold["wheel_mtime"], "dist/ wheel left alone"
+    m = json.loads((cold["s"]["dist"] / "manifest.json").read_text())
+    assert m["wheels"] == cold["manifest_first"]["wheels"]
+    assert m["checks"] == cold["manifest_first"]["checks"]
+    assert all(step["last_run_s"] is not None for step in m["steps"])
+    assert "unchanged, skipped" in cold["second_out"]
+
+
+def test_changed_recipe_field_rebuilds_only_what_reads_it(world, cold) -> None:
+    s = cold["s"]
+    changed = world["root"] / "flags.toml"
+    changed.write_text(RECIPE.format(flags="\n[build.flags]\nUSE_KINETO = false\n"))
+    result, _, _ = build(plan_for(world, s, changed), skip_checks=True)
+    # USE_KINETO is in the torch wheel step's env only: the build env is unchanged
+    assert result.ran == ["torch:wheel"]
+    m = json.loads((s["dist"] / "manifest.json").read_text())
+    assert m["build_env"]["torch"]["USE_KINETO"] == "0"
+
+
+def test_forced_rebuild_from_an_empty_build_dir_hits_the_compiler_cache(world, cold) -> None:
+    s = cold["s"]
+    shutil.rmtree(s["src"] / "build")
+    result, out, _ = build(plan_for(world, s), force=True, skip_checks=True)
+    assert "torch:wheel" in result.ran and "build-env:venv" in result.ran
+    stats = json.loads((s["dist"] / "manifest.json").read_text())["cache"]
+    assert stats["hits"] >= 2 and stats["misses"] == 0, stats
+    assert "[2/2]" in (s["work"] / "logs" / "torch-wheel.log").read_text(), (
+        "it compiled again (from the cache)"
+    )
+
+
+def test_compile_error_reports_first_error_and_log(world) -> None:
+    broken = '#include "ops.h"\n\ntorch::Tensor scaled_add(const torch::Tensor& a, const torch::Tensor& b, double alpha) {\n  return a + b * undeclared_alpha;\n}\n'
+    s = scenario(world, "broken", source_edit=broken)
+    with pytest.raises(BuildFailed) as info:
+        build(plan_for(world, s), skip_checks=True)
+    message = str(info.value)
+    first = next(line for line in message.splitlines() if line.startswith("first error: "))
+    assert "csrc/ops.cpp:4:" in first and "error:" in first and "undeclared_alpha" in first
+    log = s["work"] / "logs" / "torch-wheel.log"
+    assert f"full log: {log}" in message and log.exists()
+    assert "last lines of the log:" in message
+    assert not s["dist"].exists() or not any(s["dist"].iterdir()), "nothing reaches dist/ from a failed build"
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append(f"{proc.name}: {cmdline[:200]}")
+    return found
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_interrupted_build_leaves_dist_clean(world, signum: int) -> None:
+    unique = f"// {signum} {time.time_ns()}: a cache miss, so the compile takes a while\n"
+    s = scenario(world, f"interrupt-{signum}", source_edit=unique + (EXT / "csrc" / "ops.cpp").read_text())
+    s["dist"].mkdir()
+    (s["dist"] / "older.txt").write_text("an unrelated file in dist/ stays\n")
+    argv = [
+        sys.executable, "-m", "torchkiln", "build", str(world["recipe"]),
+        "--source-dir", f"torch={s['src']}", "--only", "torch", "--workdir", str(s["work"]),
+        "--dist", str(s["dist"]), "--cache-dir", str(s["ccache"]), "--jobs", "2", "--skip-checks",
+    ]  # fmt: skip
+    log = s["work"] / "logs" / "torch-wheel.log"
+    log.unlink(missing_ok=True)  # the shared workdir holds the log of an earlier build
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=str(s["base"]))
+    deadline = time.monotonic() + 300
+    while not (log.exists() and "[1/2]" in log.read_text(errors="replace")):
+        assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
+        assert time.monotonic() < deadline, "the compile never started"
+        time.sleep(0.2)
+    proc.send_signal(signum)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert b"dist/ is unchanged" in output
+    assert sorted(p.name for p in s["dist"].iterdir()) == ["older.txt"]
+    assert not any(p.name.startswith(PARTIAL_MARK) for p in s["dist"].iterdir())
+    assert _processes_mentioning(str(s["src"])) == [], "the compiler processes were stopped with the build"
+    assert b"Traceback" not in output
+
+
+@pytest.mark.timeout(120)
+def test_configure_summary_contradicting_the_recipe_stops_the_build(tmp_path: Path) -> None:
+    """Real CMake summary text of a CUDA-off configure, printed by the compile step of a CUDA recipe.
+
+    The step then 'compiles' for ten minutes; the watcher must stop it right after the summary.
+    """
+    recipe = load_recipe(ROOT / "recipes" / "torch-2.13-cu130-py312.toml")
+    cache = resolve_cache(recipe.cache, kind="ccache", dir=tmp_path / "ccache")
+    plan = make_plan(recipe, workdir=tmp_path / "work", dist=tmp_path / "dist", only="torch", cache=cache)
+    env = plan.env_for("torch")
+    assert env["USE_CUDA"] == "1"
+    marker = f"kiln-watch-{time.time_ns()}"
+    script = (
+        "import sys, time\n"
+        f"sys.stdout.write(open({str(SUMMARIES / 'cuda_off_2.10.txt')!r}).read())\n"
+        "sys.stdout.write('[1/9000] Building CXX object caffe2/CMakeFiles/torch_cpu.dir/a.cpp.o\\n')\n"
+        "sys.stdout.flush()\n"
+        "time.sleep(600)\n"
+    )
+    step = Step("torch:wheel", "compile", "torch", (sys.executable, "-c", script, marker), env, str(tmp_path))
+    with pytest.raises(ConfigureMismatch) as info:
+        build(replace(plan, steps=[step]), skip_checks=True)
+    message = str(info.value)
+    assert "USE_CUDA came out OFF, the recipe asks for ON" in message
+    assert "nvcc is not on PATH" in message and "Could NOT find CUDA" in message
+    assert "full log: " in message
+    assert _processes_mentioning(marker) == [], "the step was stopped, not left compiling"
+    assert not (tmp_path / "dist").exists()
