@@ -427,3 +427,14 @@ def test_cache_stats_cli_reads_the_real_counters(
     assert main(["cache", "stats", "--cache-dir", str(cache_dir), "--json"]) == 0
     stats = json.loads(capsys.readouterr().out)
     assert (stats["hits"], stats["misses"], stats["hit_rate"]) == (1, 1, 0.5)
+
+
+def test_sccache_socket_fits_a_deep_cache_dir(tmp_path: Path) -> None:
+    need("sccache")
+    deep = tmp_path.joinpath(*(["a-rather-long-directory-name"] * 5))
+    config = cache.resolve_cache(CacheSpec(kind="sccache"), dir=deep)
+    assert len(cache.launcher_env(config)["SCCACHE_SERVER_UDS"]) <= 100
+    environ = {**cache.clean_environment(os.environ), "PATH": tool_path()}
+    prepared = cache.prepare_cache(config, environ)  # starts the server on that socket
+    stats = cache.finish_cache(prepared, {**environ, **prepared.env})
+    assert stats is not None and stats.compilations == 0

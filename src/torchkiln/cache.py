@@ -34,12 +34,14 @@ Why each launcher variable exists (checked against real builds on torch 2.13.0):
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import shutil
 import socket
 import subprocess
+import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -369,6 +371,18 @@ def _sccache_remote_env(
     return public, secret_vars
 
 
+def _socket_path(cache_dir: Path) -> str:
+    """sccache's server socket for ``cache_dir``: inside it, or in /tmp when that path is too long.
+
+    A Unix socket path is limited to 107 bytes on Linux; a deep cache directory must still work.
+    """
+    inside = str(cache_dir / "sccache.sock")
+    if len(inside.encode()) <= 100:
+        return inside
+    digest = hashlib.sha256(str(cache_dir).encode()).hexdigest()[:16]
+    return str(Path(tempfile.gettempdir()) / f"torchkiln-sccache-{digest}.sock")
+
+
 def _sccache_env(config: CacheConfig, user: str | None) -> dict[str, str]:
     env = {
         "CMAKE_C_COMPILER_LAUNCHER": "sccache",
@@ -383,7 +397,7 @@ def _sccache_env(config: CacheConfig, user: str | None) -> dict[str, str]:
         "SCCACHE_DIR": str(config.dir),
         "SCCACHE_IDLE_TIMEOUT": "0",
         # One server per cache directory: a server started by another build (other settings) is not reused.
-        "SCCACHE_SERVER_UDS": str(config.dir / "sccache.sock"),
+        "SCCACHE_SERVER_UDS": _socket_path(config.dir),
         "SCCACHE_ERROR_LOG": str(config.dir / "sccache-error.log"),
     }
     if config.max_size:
