@@ -21,6 +21,7 @@ import os
 # test can touch CUDA; harmless on newer releases and on CPU.
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
+import dataclasses  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -70,7 +71,13 @@ def pytest_configure(config: pytest.Config) -> None:
         # Subprocess timeouts are the real guard; keep the per-test marker valid without pytest-timeout.
         config.addinivalue_line("markers", "timeout(seconds): per-test limit (pytest-timeout)")
     config.stash[RECIPE_KEY] = _load_recipe(config.getoption("recipe"))
-    state: dict = {"outcomes": {}, "start": time.monotonic(), "exit_status": None, "junit_tmp": None}
+    state: dict = {
+        "outcomes": {},
+        "durations": {},
+        "start": time.monotonic(),
+        "exit_status": None,
+        "junit_tmp": None,
+    }
     config.stash[STATE_KEY] = state
     report_dir = config.getoption("report")
     if report_dir is not None:
@@ -152,25 +159,29 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):  # noqa
     _record(config, item, rep)
 
 
+def _skip_reason(rep: pytest.TestReport) -> str:
+    reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+    return reason.removeprefix("Skipped: ")
+
+
 def _record(config: pytest.Config, item: pytest.Item, rep: pytest.TestReport) -> None:
-    outcomes: dict[str, report.Outcome] = config.stash[STATE_KEY]["outcomes"]
-    previous = outcomes.get(item.nodeid)
-    if rep.when == "call" or previous is None or rep.failed:
-        if rep.skipped:
-            state, message = (
-                "skipped",
-                rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr),
-            )
-        elif rep.failed:
-            required = isinstance(rep.longrepr, str) and rep.longrepr.startswith("--require-cuda")
-            state = "failed" if rep.when == "call" or required else "error"
-            message = _failure_message(rep)
-        elif rep.when == "call":
-            state, message = "passed", ""
-        else:
-            return  # a passing setup: wait for the call
-        duration = rep.duration + (previous.duration_s if previous else 0.0)
-        outcomes[item.nodeid] = report.Outcome(item.nodeid, _area(item), state, message, round(duration, 3))
+    """One outcome per test over its phases: a failing setup/teardown is an error, time adds up."""
+    state = config.stash[STATE_KEY]
+    state["durations"][item.nodeid] = state["durations"].get(item.nodeid, 0.0) + rep.duration
+    outcomes: dict[str, report.Outcome] = state["outcomes"]
+    if rep.skipped:
+        outcome, message = "skipped", _skip_reason(rep)
+    elif rep.failed:
+        required = isinstance(rep.longrepr, str) and rep.longrepr.startswith("--require-cuda")
+        outcome = "failed" if rep.when == "call" or required else "error"
+        message = _failure_message(rep)
+    elif rep.when == "call":
+        outcome, message = "passed", ""
+    else:
+        return  # a passing setup or teardown changes nothing
+    if rep.when == "teardown" and not rep.failed:
+        return
+    outcomes[item.nodeid] = report.Outcome(item.nodeid, _area(item), outcome, message)
 
 
 def _failure_message(rep: pytest.TestReport) -> str:
@@ -202,8 +213,12 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         "args": list(config.invocation_params.args),
     }
     exit_status = state["exit_status"] if state["exit_status"] is not None else 1
+    outcomes = [
+        dataclasses.replace(o, duration_s=round(state["durations"].get(o.nodeid, 0.0), 3))
+        for o in state["outcomes"].values()
+    ]
     summary = report.summarize(
-        state["outcomes"].values(),
+        outcomes,
         environment=report.environment(),
         exit_status=exit_status,
         options=options,

@@ -49,6 +49,14 @@ def area_counts(outcomes: Iterable[Outcome]) -> dict[str, dict[str, int]]:
     return counts
 
 
+def area_durations(outcomes: Iterable[Outcome]) -> dict[str, float]:
+    """Seconds spent per area (setup + call + teardown of its tests), for the benchmark."""
+    totals = dict.fromkeys(AREAS, 0.0)
+    for o in outcomes:
+        totals[o.area] = totals.get(o.area, 0.0) + o.duration_s
+    return {area: round(seconds, 2) for area, seconds in totals.items()}
+
+
 def summarize(
     outcomes: Iterable[Outcome],
     *,
@@ -68,6 +76,7 @@ def summarize(
         "options": dict(options),
         "totals": totals,
         "areas": counts,
+        "area_durations_s": area_durations(outcomes),
         "failures": [asdict(o) for o in outcomes if o.outcome in ("failed", "error")],
         "skips": [asdict(o) for o in outcomes if o.outcome == "skipped"],
         "environment": dict(environment),
