@@ -235,7 +235,6 @@ def test_env_table_rows_are_documented() -> None:
         "USE_CUDNN",
         "USE_NCCL",
         "BLAS",
-        "USE_MKL",
         "MAGMA_HOME",
         "MAX_JOBS",
         "CMAKE_BUILD_PARALLEL_LEVEL",
