@@ -458,7 +458,8 @@ def make_plan(
     if jobs is not None and jobs < 1:
         raise UsageError(f"--jobs {jobs}: must be >= 1")
     projects = (only,) if only else PROJECTS
-    paths = Paths(workdir=Path(workdir), dist=Path(dist))
+    # Absolute: steps run in different working directories (the wheel steps in their source tree).
+    paths = Paths(workdir=Path(workdir).absolute(), dist=Path(dist).absolute())
     resources = resources or detect_resources()
     decision = decide_jobs(recipe.accelerator.kind, resources, cli=jobs, recipe=recipe.build.jobs)
     frontend = rules.frontend(recipe)
@@ -470,7 +471,7 @@ def make_plan(
     for project in projects:
         spec = specs[project]
         provided = project in source_dirs
-        path = Path(source_dirs[project]) if provided else paths.src / CHECKOUT_DIRS[project]
+        path = Path(source_dirs[project]).absolute() if provided else paths.src / CHECKOUT_DIRS[project]
         sources[project] = Source(project, spec.repo, spec.ref, spec.commit, path, provided)
 
     steps: list[Step] = []

@@ -7,6 +7,7 @@ import shlex
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..errors import UsageError
@@ -115,23 +116,23 @@ def print_plan(plan: Plan, console: Console | None = None) -> None:
     )
     sources = Table("project", "repo", "ref", "commit", "path", title="sources")
     for s in plan.sources:
-        sources.add_row(
+        cells = (
             s.name,
             s.repo,
             s.ref,
             s.commit or "(resolved at fetch)",
-            f"{s.path}" + (" (given)" if s.provided else ""),
+            f"{s.path}" + (" (given)" * s.provided),
         )
+        sources.add_row(*map(escape, cells))
     console.print(sources)
     why = {row.name: row.why for row in ENV_TABLE}
     for project in plan.projects:
         env = Table("variable", "value", "why", title=f"{project} build environment")
         for key, value in plan.env_for(project).items():
-            env.add_row(
-                key, value, why.get(key, "recipe build.flags" if key in r.build.flags else "compiler cache")
-            )
+            reason = why.get(key, "recipe build.flags" if key in r.build.flags else "compiler cache")
+            env.add_row(escape(key), escape(value), escape(reason))
         console.print(env)
     steps = Table("#", "step", "command", title="steps")
     for i, step in enumerate(plan.steps, 1):
-        steps.add_row(str(i), step.name, shlex.join(step.argv))
+        steps.add_row(str(i), escape(step.name), escape(shlex.join(step.argv)))
     console.print(steps)
