@@ -177,11 +177,17 @@ def _nvml_uuids() -> list[str] | None:
 
 @pytest.mark.cuda
 def test_pci_bus_order_matches_nvml(baseline: dict) -> None:
-    """With CUDA_DEVICE_ORDER=PCI_BUS_ID, cuda:N is nvidia-smi's (NVML's) GPU N."""
-    nvml = _nvml_uuids()
-    if nvml is None:
-        pytest.skip("nvidia-smi is not available to list NVML's device order")
-    assert [d["uuid"] for d in baseline["devices"]] == nvml
+    """With CUDA_DEVICE_ORDER=PCI_BUS_ID, cuda:N is NVML's (nvidia-smi's) GPU N, compared by UUID."""
+    cuda_order = [d["uuid"] for d in baseline["devices"]]
+    sources = {
+        "NVML (torch.cuda._raw_device_uuid_nvml)": baseline.get("nvml_uuids"),
+        "nvidia-smi": _nvml_uuids(),
+    }
+    compared = {name: uuids for name, uuids in sources.items() if uuids is not None}
+    if not compared:
+        pytest.skip("neither NVML (libnvidia-ml.so.1) nor nvidia-smi is available to list the PCI order")
+    for name, uuids in compared.items():
+        assert cuda_order == uuids, f"CUDA order {cuda_order} differs from {name} order {uuids}"
 
 
 # --- CUDA: kernels on every visible device --------------------------------------------------------------

@@ -24,6 +24,16 @@ def _uuid(props: object) -> str | None:
     return str(raw).lower().removeprefix("gpu-") if raw is not None else None
 
 
+def _nvml_uuids(torch) -> list[str] | None:  # noqa: ANN001
+    """NVML's own device order (PCI bus order), all devices, ignoring CUDA_VISIBLE_DEVICES."""
+    raw = getattr(torch.cuda, "_raw_device_uuid_nvml", None)
+    try:
+        uuids = raw() if raw is not None else None
+    except OSError:  # no libnvidia-ml.so.1
+        return None
+    return [u.lower().removeprefix("gpu-") for u in uuids] if uuids else None
+
+
 def devices() -> dict:
     import torch
 
@@ -47,6 +57,7 @@ def devices() -> dict:
         "is_available": available,
         "runtime_count": runtime,
         "devices": listed,
+        "nvml_uuids": _nvml_uuids(torch) if torch.version.cuda else None,
     }
 
 
