@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -17,7 +19,7 @@ from hypothesis import strategies as st
 
 from torchkiln.nox_support import find_wheels, install_for_verify, wheel_requirements
 from torchkiln.recipe import load_recipe, parse_recipe
-from torchkiln.verify import archs, buildconfig, report
+from torchkiln.verify import archs, buildconfig, proc, report
 
 ROOT = Path(__file__).resolve().parents[1]
 CU130 = ROOT / "recipes" / "torch-2.13-cu130-py312.toml"
@@ -377,3 +379,43 @@ def test_install_for_verify_uses_dist_wheels_then_fallback(tmp_path: Path) -> No
         ("install", "--force-reinstall", "--no-deps", "torch==2.13.0"),
     ]
     assert not (venv / "torchkiln-verify-wheels.json").exists()
+
+
+# --- Bounded subprocesses ----------------------------------------------------------------------------------
+
+
+def test_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
+    """A hung helper and the worker it started are both gone after the timeout: no check can hang."""
+    pid_file = tmp_path / "grandchild.pid"
+    script = (
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+        "print('started', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    start = time.monotonic()
+    result = proc.run([sys.executable, "-c", script], timeout=3)
+    assert result.timed_out and result.returncode is None
+    assert "started" in result.stdout
+    assert time.monotonic() - start < 30
+    grandchild = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(grandchild):
+        time.sleep(0.1)
+    assert not _alive(grandchild), "the helper's own child survived the timeout"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"  # a zombie is dead, only not reaped yet (its parent was killed too)
+
+
+def test_run_reports_exit_status_and_output() -> None:
+    result = proc.run([sys.executable, "-c", "import sys; print('out'); sys.exit(3)"], timeout=60)
+    assert (result.returncode, result.timed_out, result.stdout) == (3, False, "out\n")
+    assert "exited 3" in result.describe()
+    assert 0 < proc.free_port() < 65536

@@ -68,8 +68,7 @@ def wait(proc: subprocess.Popen[str], timeout: float) -> Result:
         out, err = proc.communicate()
         return Result(tuple(proc.args), None, out, err, True)  # type: ignore[arg-type]
     finally:
-        if proc.poll() is None:
-            _kill_group(proc)
+        _kill_group(proc)  # stragglers too: workers a crashed launcher left behind
 
 
 def run(
