@@ -27,30 +27,30 @@ target "torch-2_13-cpu-py311-devel" {
   context    = "."
   target     = "devel"
   contexts   = {
-    recipe = "recipes"
+    "recipe" = "recipes"
   }
   args       = {
-    BASE_IMAGE            = "debian:bookworm-slim"
-    PYTHON_VERSION        = "3.11"
-    GCC_VERSION           = ""
-    CUDA_VERSION          = ""
-    CUDNN_VERSION         = ""
-    NCCL_VERSION          = ""
-    CUDA_ARCH_LIST        = ""
-    MKL_VERSION           = "2025.3.0"
-    OPENBLAS              = ""
-    MAGMA_VERSION         = ""
-    MAGMA_URL             = ""
-    MAGMA_SHA256          = ""
-    RECIPE_FILE           = "torch-2.13-cpu-py311.toml"
-    CACHE_CREDENTIALS_ENV = ""
+    "BASE_IMAGE"            = "debian:bookworm-slim"
+    "PYTHON_VERSION"        = "3.11"
+    "GCC_VERSION"           = ""
+    "CUDA_VERSION"          = ""
+    "CUDNN_VERSION"         = ""
+    "NCCL_VERSION"          = ""
+    "CUDA_ARCH_LIST"        = ""
+    "MKL_VERSION"           = "2025.3.0"
+    "OPENBLAS"              = ""
+    "MAGMA_VERSION"         = ""
+    "MAGMA_URL"             = ""
+    "MAGMA_SHA256"          = ""
+    "RECIPE_FILE"           = "torch-2.13-cpu-py311.toml"
+    "CACHE_CREDENTIALS_ENV" = ""
   }
   tags       = ["${REGISTRY}/torchkiln:2.13.0-cpu-devel"]
   labels     = {
-    org.opencontainers.image.title   = "torchkiln devel (torch-2.13-cpu-py311)"
-    org.opencontainers.image.version = "2.13.0+cpu.kiln1"
-    io.torchkiln.recipe              = "torch-2.13-cpu-py311"
-    io.torchkiln.recipe-sha256       = "889b9e49f12708932eff279a4e11af82a8a92e00ba1f7bad0f9850e8a07e0652"
+    "org.opencontainers.image.title"   = "torchkiln devel (torch-2.13-cpu-py311)"
+    "org.opencontainers.image.version" = "2.13.0+cpu.kiln1"
+    "io.torchkiln.recipe"              = "torch-2.13-cpu-py311"
+    "io.torchkiln.recipe-sha256"       = "889b9e49f12708932eff279a4e11af82a8a92e00ba1f7bad0f9850e8a07e0652"
   }
 }
 
@@ -59,31 +59,31 @@ target "torch-2_13-cpu-py311-wheels" {
   context    = "."
   target     = "wheels"
   contexts   = {
-    recipe = "recipes"
+    "recipe" = "recipes"
   }
   args       = {
-    BASE_IMAGE            = "debian:bookworm-slim"
-    PYTHON_VERSION        = "3.11"
-    GCC_VERSION           = ""
-    CUDA_VERSION          = ""
-    CUDNN_VERSION         = ""
-    NCCL_VERSION          = ""
-    CUDA_ARCH_LIST        = ""
-    MKL_VERSION           = "2025.3.0"
-    OPENBLAS              = ""
-    MAGMA_VERSION         = ""
-    MAGMA_URL             = ""
-    MAGMA_SHA256          = ""
-    RECIPE_FILE           = "torch-2.13-cpu-py311.toml"
-    CACHE_CREDENTIALS_ENV = ""
+    "BASE_IMAGE"            = "debian:bookworm-slim"
+    "PYTHON_VERSION"        = "3.11"
+    "GCC_VERSION"           = ""
+    "CUDA_VERSION"          = ""
+    "CUDNN_VERSION"         = ""
+    "NCCL_VERSION"          = ""
+    "CUDA_ARCH_LIST"        = ""
+    "MKL_VERSION"           = "2025.3.0"
+    "OPENBLAS"              = ""
+    "MAGMA_VERSION"         = ""
+    "MAGMA_URL"             = ""
+    "MAGMA_SHA256"          = ""
+    "RECIPE_FILE"           = "torch-2.13-cpu-py311.toml"
+    "CACHE_CREDENTIALS_ENV" = ""
   }
   secret     = ["id=cache_password,env=TORCHKILN_CACHE_PASSWORD"]
   output     = ["type=local,dest=dist"]
   labels     = {
-    org.opencontainers.image.title   = "torchkiln wheels (torch-2.13-cpu-py311)"
-    org.opencontainers.image.version = "2.13.0+cpu.kiln1"
-    io.torchkiln.recipe              = "torch-2.13-cpu-py311"
-    io.torchkiln.recipe-sha256       = "889b9e49f12708932eff279a4e11af82a8a92e00ba1f7bad0f9850e8a07e0652"
+    "org.opencontainers.image.title"   = "torchkiln wheels (torch-2.13-cpu-py311)"
+    "org.opencontainers.image.version" = "2.13.0+cpu.kiln1"
+    "io.torchkiln.recipe"              = "torch-2.13-cpu-py311"
+    "io.torchkiln.recipe-sha256"       = "889b9e49f12708932eff279a4e11af82a8a92e00ba1f7bad0f9850e8a07e0652"
   }
 }
 
@@ -92,27 +92,27 @@ target "torch-2_13-cpu-py311-runtime" {
   context    = "."
   target     = "runtime"
   contexts   = {
-    dist = "target:torch-2_13-cpu-py311-wheels"
+    "dist" = "target:torch-2_13-cpu-py311-wheels"
   }
   args       = {
-    BASE_IMAGE          = "debian:bookworm-slim"
-    PYTHON_VERSION      = "3.11"
-    CUDA_VERSION        = ""
-    CUDNN_VERSION       = ""
-    TORCH_VERSION       = "2.13.0+cpu.kiln1"
-    TORCHVISION_VERSION = "0.28.0+cpu.kiln1"
-    TORCH_COMMIT        = ""
-    TORCHVISION_COMMIT  = ""
-    RECIPE_NAME         = "torch-2.13-cpu-py311"
-    RECIPE_SHA256       = "889b9e49f12708932eff279a4e11af82a8a92e00ba1f7bad0f9850e8a07e0652"
-    TORCHKILN_VERSION   = "0.1.0"
+    "BASE_IMAGE"          = "debian:bookworm-slim"
+    "PYTHON_VERSION"      = "3.11"
+    "CUDA_VERSION"        = ""
+    "CUDNN_VERSION"       = ""
+    "TORCH_VERSION"       = "2.13.0+cpu.kiln1"
+    "TORCHVISION_VERSION" = "0.28.0+cpu.kiln1"
+    "TORCH_COMMIT"        = ""
+    "TORCHVISION_COMMIT"  = ""
+    "RECIPE_NAME"         = "torch-2.13-cpu-py311"
+    "RECIPE_SHA256"       = "889b9e49f12708932eff279a4e11af82a8a92e00ba1f7bad0f9850e8a07e0652"
+    "TORCHKILN_VERSION"   = "0.1.0"
   }
   tags       = ["${REGISTRY}/torchkiln:2.13.0-cpu-runtime"]
   labels     = {
-    org.opencontainers.image.title   = "torchkiln runtime (torch-2.13-cpu-py311)"
-    org.opencontainers.image.version = "2.13.0+cpu.kiln1"
-    io.torchkiln.recipe              = "torch-2.13-cpu-py311"
-    io.torchkiln.recipe-sha256       = "889b9e49f12708932eff279a4e11af82a8a92e00ba1f7bad0f9850e8a07e0652"
+    "org.opencontainers.image.title"   = "torchkiln runtime (torch-2.13-cpu-py311)"
+    "org.opencontainers.image.version" = "2.13.0+cpu.kiln1"
+    "io.torchkiln.recipe"              = "torch-2.13-cpu-py311"
+    "io.torchkiln.recipe-sha256"       = "889b9e49f12708932eff279a4e11af82a8a92e00ba1f7bad0f9850e8a07e0652"
   }
 }
 
@@ -121,30 +121,30 @@ target "torch-2_13-cu130-py312-devel" {
   context    = "."
   target     = "devel"
   contexts   = {
-    recipe = "recipes"
+    "recipe" = "recipes"
   }
   args       = {
-    BASE_IMAGE            = "nvidia/cuda:13.0.2-devel-ubuntu24.04"
-    PYTHON_VERSION        = "3.12"
-    GCC_VERSION           = "13"
-    CUDA_VERSION          = "13.0"
-    CUDNN_VERSION         = "9.20.0.48"
-    NCCL_VERSION          = "2.29.7"
-    CUDA_ARCH_LIST        = "7.5;8.0;8.6;9.0;10.0;12.0+PTX"
-    MKL_VERSION           = "2025.3.0"
-    OPENBLAS              = ""
-    MAGMA_VERSION         = "2.6.1"
-    MAGMA_URL             = "https://icl.utk.edu/projectsfiles/magma/downloads/magma-2.6.1.tar.gz"
-    MAGMA_SHA256          = "6cd83808c6e8bc7a44028e05112b3ab4e579bcc73202ed14733f66661127e213"
-    RECIPE_FILE           = "torch-2.13-cu130-py312.toml"
-    CACHE_CREDENTIALS_ENV = ""
+    "BASE_IMAGE"            = "nvidia/cuda:13.0.2-devel-ubuntu24.04"
+    "PYTHON_VERSION"        = "3.12"
+    "GCC_VERSION"           = "13"
+    "CUDA_VERSION"          = "13.0"
+    "CUDNN_VERSION"         = "9.20.0.48"
+    "NCCL_VERSION"          = "2.29.7"
+    "CUDA_ARCH_LIST"        = "7.5;8.0;8.6;9.0;10.0;12.0+PTX"
+    "MKL_VERSION"           = "2025.3.0"
+    "OPENBLAS"              = ""
+    "MAGMA_VERSION"         = "2.6.1"
+    "MAGMA_URL"             = "https://icl.utk.edu/projectsfiles/magma/downloads/magma-2.6.1.tar.gz"
+    "MAGMA_SHA256"          = "6cd83808c6e8bc7a44028e05112b3ab4e579bcc73202ed14733f66661127e213"
+    "RECIPE_FILE"           = "torch-2.13-cu130-py312.toml"
+    "CACHE_CREDENTIALS_ENV" = ""
   }
   tags       = ["${REGISTRY}/torchkiln:2.13.0-cu130-devel"]
   labels     = {
-    org.opencontainers.image.title   = "torchkiln devel (torch-2.13-cu130-py312)"
-    org.opencontainers.image.version = "2.13.0+cu130.kiln1"
-    io.torchkiln.recipe              = "torch-2.13-cu130-py312"
-    io.torchkiln.recipe-sha256       = "a6f9341d29fb85c30dec7f1ad2ccbabc67d5eb5e14924081e31c949de4fd8890"
+    "org.opencontainers.image.title"   = "torchkiln devel (torch-2.13-cu130-py312)"
+    "org.opencontainers.image.version" = "2.13.0+cu130.kiln1"
+    "io.torchkiln.recipe"              = "torch-2.13-cu130-py312"
+    "io.torchkiln.recipe-sha256"       = "a6f9341d29fb85c30dec7f1ad2ccbabc67d5eb5e14924081e31c949de4fd8890"
   }
 }
 
@@ -153,31 +153,31 @@ target "torch-2_13-cu130-py312-wheels" {
   context    = "."
   target     = "wheels"
   contexts   = {
-    recipe = "recipes"
+    "recipe" = "recipes"
   }
   args       = {
-    BASE_IMAGE            = "nvidia/cuda:13.0.2-devel-ubuntu24.04"
-    PYTHON_VERSION        = "3.12"
-    GCC_VERSION           = "13"
-    CUDA_VERSION          = "13.0"
-    CUDNN_VERSION         = "9.20.0.48"
-    NCCL_VERSION          = "2.29.7"
-    CUDA_ARCH_LIST        = "7.5;8.0;8.6;9.0;10.0;12.0+PTX"
-    MKL_VERSION           = "2025.3.0"
-    OPENBLAS              = ""
-    MAGMA_VERSION         = "2.6.1"
-    MAGMA_URL             = "https://icl.utk.edu/projectsfiles/magma/downloads/magma-2.6.1.tar.gz"
-    MAGMA_SHA256          = "6cd83808c6e8bc7a44028e05112b3ab4e579bcc73202ed14733f66661127e213"
-    RECIPE_FILE           = "torch-2.13-cu130-py312.toml"
-    CACHE_CREDENTIALS_ENV = ""
+    "BASE_IMAGE"            = "nvidia/cuda:13.0.2-devel-ubuntu24.04"
+    "PYTHON_VERSION"        = "3.12"
+    "GCC_VERSION"           = "13"
+    "CUDA_VERSION"          = "13.0"
+    "CUDNN_VERSION"         = "9.20.0.48"
+    "NCCL_VERSION"          = "2.29.7"
+    "CUDA_ARCH_LIST"        = "7.5;8.0;8.6;9.0;10.0;12.0+PTX"
+    "MKL_VERSION"           = "2025.3.0"
+    "OPENBLAS"              = ""
+    "MAGMA_VERSION"         = "2.6.1"
+    "MAGMA_URL"             = "https://icl.utk.edu/projectsfiles/magma/downloads/magma-2.6.1.tar.gz"
+    "MAGMA_SHA256"          = "6cd83808c6e8bc7a44028e05112b3ab4e579bcc73202ed14733f66661127e213"
+    "RECIPE_FILE"           = "torch-2.13-cu130-py312.toml"
+    "CACHE_CREDENTIALS_ENV" = ""
   }
   secret     = ["id=cache_password,env=TORCHKILN_CACHE_PASSWORD"]
   output     = ["type=local,dest=dist"]
   labels     = {
-    org.opencontainers.image.title   = "torchkiln wheels (torch-2.13-cu130-py312)"
-    org.opencontainers.image.version = "2.13.0+cu130.kiln1"
-    io.torchkiln.recipe              = "torch-2.13-cu130-py312"
-    io.torchkiln.recipe-sha256       = "a6f9341d29fb85c30dec7f1ad2ccbabc67d5eb5e14924081e31c949de4fd8890"
+    "org.opencontainers.image.title"   = "torchkiln wheels (torch-2.13-cu130-py312)"
+    "org.opencontainers.image.version" = "2.13.0+cu130.kiln1"
+    "io.torchkiln.recipe"              = "torch-2.13-cu130-py312"
+    "io.torchkiln.recipe-sha256"       = "a6f9341d29fb85c30dec7f1ad2ccbabc67d5eb5e14924081e31c949de4fd8890"
   }
 }
 
@@ -186,27 +186,27 @@ target "torch-2_13-cu130-py312-runtime" {
   context    = "."
   target     = "runtime"
   contexts   = {
-    dist = "target:torch-2_13-cu130-py312-wheels"
+    "dist" = "target:torch-2_13-cu130-py312-wheels"
   }
   args       = {
-    BASE_IMAGE          = "nvidia/cuda:13.0.2-runtime-ubuntu24.04"
-    PYTHON_VERSION      = "3.12"
-    CUDA_VERSION        = "13.0"
-    CUDNN_VERSION       = "9.20.0.48"
-    TORCH_VERSION       = "2.13.0+cu130.kiln1"
-    TORCHVISION_VERSION = "0.28.0+cu130.kiln1"
-    TORCH_COMMIT        = ""
-    TORCHVISION_COMMIT  = ""
-    RECIPE_NAME         = "torch-2.13-cu130-py312"
-    RECIPE_SHA256       = "a6f9341d29fb85c30dec7f1ad2ccbabc67d5eb5e14924081e31c949de4fd8890"
-    TORCHKILN_VERSION   = "0.1.0"
+    "BASE_IMAGE"          = "nvidia/cuda:13.0.2-runtime-ubuntu24.04"
+    "PYTHON_VERSION"      = "3.12"
+    "CUDA_VERSION"        = "13.0"
+    "CUDNN_VERSION"       = "9.20.0.48"
+    "TORCH_VERSION"       = "2.13.0+cu130.kiln1"
+    "TORCHVISION_VERSION" = "0.28.0+cu130.kiln1"
+    "TORCH_COMMIT"        = ""
+    "TORCHVISION_COMMIT"  = ""
+    "RECIPE_NAME"         = "torch-2.13-cu130-py312"
+    "RECIPE_SHA256"       = "a6f9341d29fb85c30dec7f1ad2ccbabc67d5eb5e14924081e31c949de4fd8890"
+    "TORCHKILN_VERSION"   = "0.1.0"
   }
   tags       = ["${REGISTRY}/torchkiln:2.13.0-cu130-runtime"]
   labels     = {
-    org.opencontainers.image.title   = "torchkiln runtime (torch-2.13-cu130-py312)"
-    org.opencontainers.image.version = "2.13.0+cu130.kiln1"
-    io.torchkiln.recipe              = "torch-2.13-cu130-py312"
-    io.torchkiln.recipe-sha256       = "a6f9341d29fb85c30dec7f1ad2ccbabc67d5eb5e14924081e31c949de4fd8890"
+    "org.opencontainers.image.title"   = "torchkiln runtime (torch-2.13-cu130-py312)"
+    "org.opencontainers.image.version" = "2.13.0+cu130.kiln1"
+    "io.torchkiln.recipe"              = "torch-2.13-cu130-py312"
+    "io.torchkiln.recipe-sha256"       = "a6f9341d29fb85c30dec7f1ad2ccbabc67d5eb5e14924081e31c949de4fd8890"
   }
 }
 
@@ -215,30 +215,30 @@ target "torch-2_14-cu126-py312-devel" {
   context    = "."
   target     = "devel"
   contexts   = {
-    recipe = "recipes"
+    "recipe" = "recipes"
   }
   args       = {
-    BASE_IMAGE            = "nvidia/cuda:12.6.3-devel-ubuntu24.04"
-    PYTHON_VERSION        = "3.12"
-    GCC_VERSION           = "13"
-    CUDA_VERSION          = "12.6"
-    CUDNN_VERSION         = "9.10.2.21"
-    NCCL_VERSION          = "2.29.3"
-    CUDA_ARCH_LIST        = "5.0;6.0;7.0;7.5;8.0;8.6;9.0"
-    MKL_VERSION           = "2025.3.0"
-    OPENBLAS              = ""
-    MAGMA_VERSION         = "2.6.1"
-    MAGMA_URL             = "https://icl.utk.edu/projectsfiles/magma/downloads/magma-2.6.1.tar.gz"
-    MAGMA_SHA256          = "6cd83808c6e8bc7a44028e05112b3ab4e579bcc73202ed14733f66661127e213"
-    RECIPE_FILE           = "torch-2.14-cu126-py312.toml"
-    CACHE_CREDENTIALS_ENV = ""
+    "BASE_IMAGE"            = "nvidia/cuda:12.6.3-devel-ubuntu24.04"
+    "PYTHON_VERSION"        = "3.12"
+    "GCC_VERSION"           = "13"
+    "CUDA_VERSION"          = "12.6"
+    "CUDNN_VERSION"         = "9.10.2.21"
+    "NCCL_VERSION"          = "2.29.3"
+    "CUDA_ARCH_LIST"        = "5.0;6.0;7.0;7.5;8.0;8.6;9.0"
+    "MKL_VERSION"           = "2025.3.0"
+    "OPENBLAS"              = ""
+    "MAGMA_VERSION"         = "2.6.1"
+    "MAGMA_URL"             = "https://icl.utk.edu/projectsfiles/magma/downloads/magma-2.6.1.tar.gz"
+    "MAGMA_SHA256"          = "6cd83808c6e8bc7a44028e05112b3ab4e579bcc73202ed14733f66661127e213"
+    "RECIPE_FILE"           = "torch-2.14-cu126-py312.toml"
+    "CACHE_CREDENTIALS_ENV" = ""
   }
   tags       = ["${REGISTRY}/torchkiln:2.14.0-cu126-devel"]
   labels     = {
-    org.opencontainers.image.title   = "torchkiln devel (torch-2.14-cu126-py312)"
-    org.opencontainers.image.version = "2.14.0+cu126.kiln1"
-    io.torchkiln.recipe              = "torch-2.14-cu126-py312"
-    io.torchkiln.recipe-sha256       = "501f5d2db7f53f72770f14d7b2bc35e871a11d13f20dff30f2bb2ff8d2a21ea9"
+    "org.opencontainers.image.title"   = "torchkiln devel (torch-2.14-cu126-py312)"
+    "org.opencontainers.image.version" = "2.14.0+cu126.kiln1"
+    "io.torchkiln.recipe"              = "torch-2.14-cu126-py312"
+    "io.torchkiln.recipe-sha256"       = "501f5d2db7f53f72770f14d7b2bc35e871a11d13f20dff30f2bb2ff8d2a21ea9"
   }
 }
 
@@ -247,31 +247,31 @@ target "torch-2_14-cu126-py312-wheels" {
   context    = "."
   target     = "wheels"
   contexts   = {
-    recipe = "recipes"
+    "recipe" = "recipes"
   }
   args       = {
-    BASE_IMAGE            = "nvidia/cuda:12.6.3-devel-ubuntu24.04"
-    PYTHON_VERSION        = "3.12"
-    GCC_VERSION           = "13"
-    CUDA_VERSION          = "12.6"
-    CUDNN_VERSION         = "9.10.2.21"
-    NCCL_VERSION          = "2.29.3"
-    CUDA_ARCH_LIST        = "5.0;6.0;7.0;7.5;8.0;8.6;9.0"
-    MKL_VERSION           = "2025.3.0"
-    OPENBLAS              = ""
-    MAGMA_VERSION         = "2.6.1"
-    MAGMA_URL             = "https://icl.utk.edu/projectsfiles/magma/downloads/magma-2.6.1.tar.gz"
-    MAGMA_SHA256          = "6cd83808c6e8bc7a44028e05112b3ab4e579bcc73202ed14733f66661127e213"
-    RECIPE_FILE           = "torch-2.14-cu126-py312.toml"
-    CACHE_CREDENTIALS_ENV = ""
+    "BASE_IMAGE"            = "nvidia/cuda:12.6.3-devel-ubuntu24.04"
+    "PYTHON_VERSION"        = "3.12"
+    "GCC_VERSION"           = "13"
+    "CUDA_VERSION"          = "12.6"
+    "CUDNN_VERSION"         = "9.10.2.21"
+    "NCCL_VERSION"          = "2.29.3"
+    "CUDA_ARCH_LIST"        = "5.0;6.0;7.0;7.5;8.0;8.6;9.0"
+    "MKL_VERSION"           = "2025.3.0"
+    "OPENBLAS"              = ""
+    "MAGMA_VERSION"         = "2.6.1"
+    "MAGMA_URL"             = "https://icl.utk.edu/projectsfiles/magma/downloads/magma-2.6.1.tar.gz"
+    "MAGMA_SHA256"          = "6cd83808c6e8bc7a44028e05112b3ab4e579bcc73202ed14733f66661127e213"
+    "RECIPE_FILE"           = "torch-2.14-cu126-py312.toml"
+    "CACHE_CREDENTIALS_ENV" = ""
   }
   secret     = ["id=cache_password,env=TORCHKILN_CACHE_PASSWORD"]
   output     = ["type=local,dest=dist"]
   labels     = {
-    org.opencontainers.image.title   = "torchkiln wheels (torch-2.14-cu126-py312)"
-    org.opencontainers.image.version = "2.14.0+cu126.kiln1"
-    io.torchkiln.recipe              = "torch-2.14-cu126-py312"
-    io.torchkiln.recipe-sha256       = "501f5d2db7f53f72770f14d7b2bc35e871a11d13f20dff30f2bb2ff8d2a21ea9"
+    "org.opencontainers.image.title"   = "torchkiln wheels (torch-2.14-cu126-py312)"
+    "org.opencontainers.image.version" = "2.14.0+cu126.kiln1"
+    "io.torchkiln.recipe"              = "torch-2.14-cu126-py312"
+    "io.torchkiln.recipe-sha256"       = "501f5d2db7f53f72770f14d7b2bc35e871a11d13f20dff30f2bb2ff8d2a21ea9"
   }
 }
 
@@ -280,27 +280,27 @@ target "torch-2_14-cu126-py312-runtime" {
   context    = "."
   target     = "runtime"
   contexts   = {
-    dist = "target:torch-2_14-cu126-py312-wheels"
+    "dist" = "target:torch-2_14-cu126-py312-wheels"
   }
   args       = {
-    BASE_IMAGE          = "nvidia/cuda:12.6.3-runtime-ubuntu24.04"
-    PYTHON_VERSION      = "3.12"
-    CUDA_VERSION        = "12.6"
-    CUDNN_VERSION       = "9.10.2.21"
-    TORCH_VERSION       = "2.14.0+cu126.kiln1"
-    TORCHVISION_VERSION = "0.29.0+cu126.kiln1"
-    TORCH_COMMIT        = ""
-    TORCHVISION_COMMIT  = ""
-    RECIPE_NAME         = "torch-2.14-cu126-py312"
-    RECIPE_SHA256       = "501f5d2db7f53f72770f14d7b2bc35e871a11d13f20dff30f2bb2ff8d2a21ea9"
-    TORCHKILN_VERSION   = "0.1.0"
+    "BASE_IMAGE"          = "nvidia/cuda:12.6.3-runtime-ubuntu24.04"
+    "PYTHON_VERSION"      = "3.12"
+    "CUDA_VERSION"        = "12.6"
+    "CUDNN_VERSION"       = "9.10.2.21"
+    "TORCH_VERSION"       = "2.14.0+cu126.kiln1"
+    "TORCHVISION_VERSION" = "0.29.0+cu126.kiln1"
+    "TORCH_COMMIT"        = ""
+    "TORCHVISION_COMMIT"  = ""
+    "RECIPE_NAME"         = "torch-2.14-cu126-py312"
+    "RECIPE_SHA256"       = "501f5d2db7f53f72770f14d7b2bc35e871a11d13f20dff30f2bb2ff8d2a21ea9"
+    "TORCHKILN_VERSION"   = "0.1.0"
   }
   tags       = ["${REGISTRY}/torchkiln:2.14.0-cu126-runtime"]
   labels     = {
-    org.opencontainers.image.title   = "torchkiln runtime (torch-2.14-cu126-py312)"
-    org.opencontainers.image.version = "2.14.0+cu126.kiln1"
-    io.torchkiln.recipe              = "torch-2.14-cu126-py312"
-    io.torchkiln.recipe-sha256       = "501f5d2db7f53f72770f14d7b2bc35e871a11d13f20dff30f2bb2ff8d2a21ea9"
+    "org.opencontainers.image.title"   = "torchkiln runtime (torch-2.14-cu126-py312)"
+    "org.opencontainers.image.version" = "2.14.0+cu126.kiln1"
+    "io.torchkiln.recipe"              = "torch-2.14-cu126-py312"
+    "io.torchkiln.recipe-sha256"       = "501f5d2db7f53f72770f14d7b2bc35e871a11d13f20dff30f2bb2ff8d2a21ea9"
   }
 }
 
@@ -309,30 +309,30 @@ target "torch-2_14-cu130-py312-devel" {
   context    = "."
   target     = "devel"
   contexts   = {
-    recipe = "recipes"
+    "recipe" = "recipes"
   }
   args       = {
-    BASE_IMAGE            = "nvidia/cuda:13.0.2-devel-ubuntu24.04"
-    PYTHON_VERSION        = "3.12"
-    GCC_VERSION           = "13"
-    CUDA_VERSION          = "13.0"
-    CUDNN_VERSION         = "9.24.0.43"
-    NCCL_VERSION          = "2.30.7"
-    CUDA_ARCH_LIST        = "7.5;8.0;8.6;9.0;10.0;12.0+PTX"
-    MKL_VERSION           = "2025.3.0"
-    OPENBLAS              = ""
-    MAGMA_VERSION         = "2.6.1"
-    MAGMA_URL             = "https://icl.utk.edu/projectsfiles/magma/downloads/magma-2.6.1.tar.gz"
-    MAGMA_SHA256          = "6cd83808c6e8bc7a44028e05112b3ab4e579bcc73202ed14733f66661127e213"
-    RECIPE_FILE           = "torch-2.14-cu130-py312.toml"
-    CACHE_CREDENTIALS_ENV = ""
+    "BASE_IMAGE"            = "nvidia/cuda:13.0.2-devel-ubuntu24.04"
+    "PYTHON_VERSION"        = "3.12"
+    "GCC_VERSION"           = "13"
+    "CUDA_VERSION"          = "13.0"
+    "CUDNN_VERSION"         = "9.24.0.43"
+    "NCCL_VERSION"          = "2.30.7"
+    "CUDA_ARCH_LIST"        = "7.5;8.0;8.6;9.0;10.0;12.0+PTX"
+    "MKL_VERSION"           = "2025.3.0"
+    "OPENBLAS"              = ""
+    "MAGMA_VERSION"         = "2.6.1"
+    "MAGMA_URL"             = "https://icl.utk.edu/projectsfiles/magma/downloads/magma-2.6.1.tar.gz"
+    "MAGMA_SHA256"          = "6cd83808c6e8bc7a44028e05112b3ab4e579bcc73202ed14733f66661127e213"
+    "RECIPE_FILE"           = "torch-2.14-cu130-py312.toml"
+    "CACHE_CREDENTIALS_ENV" = ""
   }
   tags       = ["${REGISTRY}/torchkiln:2.14.0-cu130-devel"]
   labels     = {
-    org.opencontainers.image.title   = "torchkiln devel (torch-2.14-cu130-py312)"
-    org.opencontainers.image.version = "2.14.0+cu130.kiln1"
-    io.torchkiln.recipe              = "torch-2.14-cu130-py312"
-    io.torchkiln.recipe-sha256       = "87cb9a71b1be722093378edd7bd0b0f84721820ef676338fda77e442de29eabe"
+    "org.opencontainers.image.title"   = "torchkiln devel (torch-2.14-cu130-py312)"
+    "org.opencontainers.image.version" = "2.14.0+cu130.kiln1"
+    "io.torchkiln.recipe"              = "torch-2.14-cu130-py312"
+    "io.torchkiln.recipe-sha256"       = "87cb9a71b1be722093378edd7bd0b0f84721820ef676338fda77e442de29eabe"
   }
 }
 
@@ -341,31 +341,31 @@ target "torch-2_14-cu130-py312-wheels" {
   context    = "."
   target     = "wheels"
   contexts   = {
-    recipe = "recipes"
+    "recipe" = "recipes"
   }
   args       = {
-    BASE_IMAGE            = "nvidia/cuda:13.0.2-devel-ubuntu24.04"
-    PYTHON_VERSION        = "3.12"
-    GCC_VERSION           = "13"
-    CUDA_VERSION          = "13.0"
-    CUDNN_VERSION         = "9.24.0.43"
-    NCCL_VERSION          = "2.30.7"
-    CUDA_ARCH_LIST        = "7.5;8.0;8.6;9.0;10.0;12.0+PTX"
-    MKL_VERSION           = "2025.3.0"
-    OPENBLAS              = ""
-    MAGMA_VERSION         = "2.6.1"
-    MAGMA_URL             = "https://icl.utk.edu/projectsfiles/magma/downloads/magma-2.6.1.tar.gz"
-    MAGMA_SHA256          = "6cd83808c6e8bc7a44028e05112b3ab4e579bcc73202ed14733f66661127e213"
-    RECIPE_FILE           = "torch-2.14-cu130-py312.toml"
-    CACHE_CREDENTIALS_ENV = ""
+    "BASE_IMAGE"            = "nvidia/cuda:13.0.2-devel-ubuntu24.04"
+    "PYTHON_VERSION"        = "3.12"
+    "GCC_VERSION"           = "13"
+    "CUDA_VERSION"          = "13.0"
+    "CUDNN_VERSION"         = "9.24.0.43"
+    "NCCL_VERSION"          = "2.30.7"
+    "CUDA_ARCH_LIST"        = "7.5;8.0;8.6;9.0;10.0;12.0+PTX"
+    "MKL_VERSION"           = "2025.3.0"
+    "OPENBLAS"              = ""
+    "MAGMA_VERSION"         = "2.6.1"
+    "MAGMA_URL"             = "https://icl.utk.edu/projectsfiles/magma/downloads/magma-2.6.1.tar.gz"
+    "MAGMA_SHA256"          = "6cd83808c6e8bc7a44028e05112b3ab4e579bcc73202ed14733f66661127e213"
+    "RECIPE_FILE"           = "torch-2.14-cu130-py312.toml"
+    "CACHE_CREDENTIALS_ENV" = ""
   }
   secret     = ["id=cache_password,env=TORCHKILN_CACHE_PASSWORD"]
   output     = ["type=local,dest=dist"]
   labels     = {
-    org.opencontainers.image.title   = "torchkiln wheels (torch-2.14-cu130-py312)"
-    org.opencontainers.image.version = "2.14.0+cu130.kiln1"
-    io.torchkiln.recipe              = "torch-2.14-cu130-py312"
-    io.torchkiln.recipe-sha256       = "87cb9a71b1be722093378edd7bd0b0f84721820ef676338fda77e442de29eabe"
+    "org.opencontainers.image.title"   = "torchkiln wheels (torch-2.14-cu130-py312)"
+    "org.opencontainers.image.version" = "2.14.0+cu130.kiln1"
+    "io.torchkiln.recipe"              = "torch-2.14-cu130-py312"
+    "io.torchkiln.recipe-sha256"       = "87cb9a71b1be722093378edd7bd0b0f84721820ef676338fda77e442de29eabe"
   }
 }
 
@@ -374,26 +374,26 @@ target "torch-2_14-cu130-py312-runtime" {
   context    = "."
   target     = "runtime"
   contexts   = {
-    dist = "target:torch-2_14-cu130-py312-wheels"
+    "dist" = "target:torch-2_14-cu130-py312-wheels"
   }
   args       = {
-    BASE_IMAGE          = "nvidia/cuda:13.0.2-runtime-ubuntu24.04"
-    PYTHON_VERSION      = "3.12"
-    CUDA_VERSION        = "13.0"
-    CUDNN_VERSION       = "9.24.0.43"
-    TORCH_VERSION       = "2.14.0+cu130.kiln1"
-    TORCHVISION_VERSION = "0.29.0+cu130.kiln1"
-    TORCH_COMMIT        = ""
-    TORCHVISION_COMMIT  = ""
-    RECIPE_NAME         = "torch-2.14-cu130-py312"
-    RECIPE_SHA256       = "87cb9a71b1be722093378edd7bd0b0f84721820ef676338fda77e442de29eabe"
-    TORCHKILN_VERSION   = "0.1.0"
+    "BASE_IMAGE"          = "nvidia/cuda:13.0.2-runtime-ubuntu24.04"
+    "PYTHON_VERSION"      = "3.12"
+    "CUDA_VERSION"        = "13.0"
+    "CUDNN_VERSION"       = "9.24.0.43"
+    "TORCH_VERSION"       = "2.14.0+cu130.kiln1"
+    "TORCHVISION_VERSION" = "0.29.0+cu130.kiln1"
+    "TORCH_COMMIT"        = ""
+    "TORCHVISION_COMMIT"  = ""
+    "RECIPE_NAME"         = "torch-2.14-cu130-py312"
+    "RECIPE_SHA256"       = "87cb9a71b1be722093378edd7bd0b0f84721820ef676338fda77e442de29eabe"
+    "TORCHKILN_VERSION"   = "0.1.0"
   }
   tags       = ["${REGISTRY}/torchkiln:2.14.0-cu130-runtime"]
   labels     = {
-    org.opencontainers.image.title   = "torchkiln runtime (torch-2.14-cu130-py312)"
-    org.opencontainers.image.version = "2.14.0+cu130.kiln1"
-    io.torchkiln.recipe              = "torch-2.14-cu130-py312"
-    io.torchkiln.recipe-sha256       = "87cb9a71b1be722093378edd7bd0b0f84721820ef676338fda77e442de29eabe"
+    "org.opencontainers.image.title"   = "torchkiln runtime (torch-2.14-cu130-py312)"
+    "org.opencontainers.image.version" = "2.14.0+cu130.kiln1"
+    "io.torchkiln.recipe"              = "torch-2.14-cu130-py312"
+    "io.torchkiln.recipe-sha256"       = "87cb9a71b1be722093378edd7bd0b0f84721820ef676338fda77e442de29eabe"
   }
 }

@@ -145,7 +145,8 @@ def test_bake_file_has_a_target_per_recipe_and_flavour() -> None:
     assert 'tags       = ["${REGISTRY}/torchkiln:2.14.0-cu130-devel"]' in cu130
     assert '"nvidia/cuda:13.0.2-devel-ubuntu24.04"' in cu130
     runtime = targets["torch-2_14-cu130-py312-runtime"]
-    assert 'dist = "target:torch-2_14-cu130-py312-wheels"' in runtime
+    assert '"dist" = "target:torch-2_14-cu130-py312-wheels"' in runtime
+    assert '"io.torchkiln.recipe"              = "torch-2.14-cu130-py312"' in runtime
     assert 'target     = "runtime"' in runtime and "Dockerfile.runtime" in runtime
     wheels = targets["torch-2_13-cpu-py311-wheels"]
     assert 'secret     = ["id=cache_password,env=TORCHKILN_CACHE_PASSWORD"]' in wheels
@@ -516,3 +517,33 @@ def test_scripts_without_their_version_are_no_ops() -> None:
     for script in ("install_magma.sh", "install_mkl.sh", "install_cuda_libs.sh"):
         done = run_script(script, {})
         assert done.returncode == 0 and "skipping" in done.stdout, script
+
+
+def _unquote(value: object) -> object:
+    if isinstance(value, str) and len(value) >= 2 and value[0] == value[-1] == '"':
+        return value[1:-1]
+    if isinstance(value, dict):
+        return {_unquote(k): _unquote(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unquote(v) for v in value]
+    return value
+
+
+def test_bake_file_parses_and_matches_the_dockerfiles() -> None:
+    """Every target names a stage its Dockerfile has, passes only ARGs that Dockerfile declares, and
+    every runtime target's dist context is a wheels target of the same file."""
+    hcl2 = pytest.importorskip("hcl2")
+    doc = hcl2.loads((ROOT / "docker-bake.hcl").read_text())
+    targets: dict[str, dict] = {}
+    for block in doc["target"]:
+        for name, body in block.items():
+            targets[str(_unquote(name))] = _unquote(body)
+    assert len(targets) == 3 * len(list(RECIPES.glob("*.toml")))
+    for name, body in targets.items():
+        dockerfile = (ROOT / body["dockerfile"]).read_text()
+        declared = set(re.findall(r"^ARG (\w+)", dockerfile, re.M))
+        assert re.search(rf"^FROM \S+ AS {body['target']}$", dockerfile, re.M), name
+        assert set(body["args"]) <= declared, (name, set(body["args"]) - declared)
+        if body["target"] == "runtime":
+            source = body["contexts"]["dist"].removeprefix("target:")
+            assert targets[source]["target"] == "wheels"

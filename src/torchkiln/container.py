@@ -190,14 +190,15 @@ def run_in_image(
     *,
     user: str | None = None,
     env: Mapping[str, str] | None = None,
-) -> subprocess.CompletedProcess[bytes]:
-    """Run ``command`` in a fresh container of ``image`` as ``user`` (the image's USER when None),
-    output to our stdout/stderr. Returns the finished process; the container is always removed."""
+    capture: bool = False,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``command`` in a fresh container of ``image`` as ``user`` (the image's USER when None).
+    Output goes to our stdout/stderr, or is returned with ``capture``. The container is always removed."""
     if isinstance(engine, Docker):
         argv = engine.run_argv(image, command, user=user)
         if env:
             argv[3:3] = [x for k, v in env.items() for x in ("--env", f"{k}={v}")]
-        return subprocess.run(argv, check=False)
+        return subprocess.run(argv, check=False, capture_output=capture, text=True)
     assert isinstance(engine, Buildah)
     created = subprocess.run(
         engine.storage_argv("from", "--pull=false", image), capture_output=True, text=True, check=False
@@ -206,12 +207,16 @@ def run_in_image(
         raise TorchkilnError(f"buildah from {image} failed: {created.stderr.strip()}")
     container = created.stdout.strip().splitlines()[-1]
     try:
-        argv = engine.storage_argv("run", "--isolation", engine.isolation)
+        # chroot isolation names the container after its id but puts no such line in /etc/hosts; torchrun
+        # (the verify suite's DDP checks) resolves its own hostname, so use one that resolves.
+        argv = engine.storage_argv("run", "--isolation", engine.isolation, "--hostname", "localhost")
         if user:
             argv += ["--user", user]
         for key, value in (env or {}).items():
             argv += ["--env", f"{key}={value}"]
-        return subprocess.run([*argv, container, "--", *command], check=False)
+        return subprocess.run(
+            [*argv, container, "--", *command], check=False, capture_output=capture, text=True
+        )
     finally:
         subprocess.run(engine.storage_argv("rm", container), capture_output=True, check=False)
 

@@ -238,8 +238,10 @@ def _hcl_string(value: str) -> str:
 
 
 def _hcl_map(values: Mapping[str, str], indent: str) -> str:
-    width = max(len(k) for k in values)
-    lines = [f"{indent}  {k.ljust(width)} = {_hcl_string(v)}" for k, v in values.items()]
+    """An HCL object; keys quoted, since label names have dots (a bare a.b.c would be an expression)."""
+    keys = {k: _hcl_string(k) for k in values}
+    width = max(len(q) for q in keys.values())
+    lines = [f"{indent}  {keys[k].ljust(width)} = {_hcl_string(v)}" for k, v in values.items()]
     return "{\n" + "\n".join(lines) + f"\n{indent}}}"
 
 

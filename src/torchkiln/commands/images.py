@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -245,7 +246,28 @@ def image_size(engine: Engine, image: str) -> int | None:
     if done.returncode != 0:
         return None
     entries = json.loads(done.stdout or "[]")
-    return int(entries[0]["size"]) if entries and "size" in entries[0] else None
+    return _parse_size(str(entries[0].get("size", ""))) if entries else None
+
+
+_UNITS = {
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KIB": 2**10,
+    "MIB": 2**20,
+    "GIB": 2**30,
+}
+
+
+def _parse_size(text: str) -> int | None:
+    """buildah prints sizes for people ('1.27 GB', decimal units); bytes back (to 3 digits)."""
+    match = re.fullmatch(r"\s*([0-9.]+)\s*([A-Za-z]*)\s*", text)
+    if not match:
+        return None
+    unit = _UNITS.get((match.group(2) or "B").upper())
+    return int(float(match.group(1)) * unit) if unit else None
 
 
 def _storage(args: argparse.Namespace) -> Storage:
