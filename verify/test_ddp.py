@@ -35,12 +35,21 @@ def read_ranks(out: Path, world: int, result: proc.Result) -> list[dict]:
     return [json.loads(f.read_text()) for f in files]
 
 
-def standalone(
-    helpers: Path, env: dict[str, str], out: Path, nproc: int, backend: str = "gloo"
-) -> proc.Result:
-    env = {**env, "DDP_OUT_DIR": str(out), "DDP_BACKEND": backend}
-    argv = [*TORCHRUN, "--standalone", f"--nproc-per-node={nproc}", str(helpers / "ddp_check.py")]
-    return proc.run(argv, timeout=TORCHRUN_TIMEOUT, env=env)
+def standalone_argv(helpers: Path, nproc: int) -> list[str]:
+    return [*TORCHRUN, "--standalone", f"--nproc-per-node={nproc}", str(helpers / "ddp_check.py")]
+
+
+def two_node_argv(helpers: Path, run_id: str) -> list[str]:
+    """One of two torchrun agents on loopback as two nodes: c10d, fixed --nnodes=2 (no last-call wait)."""
+    return [
+        *TORCHRUN,
+        "--nnodes=2",
+        "--nproc-per-node=1",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=127.0.0.1:{proc.free_port()}",
+        f"--rdzv-id={run_id}",
+        str(helpers / "ddp_check.py"),
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -55,41 +64,47 @@ def module_env() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def gloo_standalone(
+def gloo_launches(
     helpers: Path, module_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
-) -> tuple:
+) -> dict:
+    """The three CPU launches, started at once (torchrun idles while it rendezvous and monitors; running
+    them side by side roughly halves the wall time on two cores): standalone 2 workers, two agents as two
+    nodes, and standalone with rank 1 raising. Results are checked by the tests, not here."""
     _runs_distributed()
-    out = tmp_path_factory.mktemp("ddp-standalone")
-    result = standalone(helpers, module_env, out, 2)
-    assert not result.timed_out, f"torchrun --standalone hung: {result.describe()}"
-    assert result.returncode == 0, result.describe()
-    return result, read_ranks(out, 2, result)
+    dirs = {name: tmp_path_factory.mktemp(f"ddp-{name}") for name in ("standalone", "two_nodes", "failure")}
+    run_id = f"verify-{uuid.uuid4().hex[:12]}"
+    two_node = two_node_argv(helpers, run_id)
+
+    def env(name: str, **extra: str) -> dict[str, str]:
+        return {**module_env, "DDP_OUT_DIR": str(dirs[name]), "DDP_BACKEND": "gloo", **extra}
+
+    started = {
+        "standalone": [proc.start(standalone_argv(helpers, 2), env=env("standalone"))],
+        "two_nodes": [proc.start(two_node, env=env("two_nodes")) for _ in range(2)],
+        "failure": [proc.start(standalone_argv(helpers, 2), env=env("failure", FAIL_RANK="1"))],
+    }
+    results = {name: [proc.wait(p, TORCHRUN_TIMEOUT) for p in procs] for name, procs in started.items()}
+    return {"results": results, "dirs": dirs, "run_id": run_id}
+
+
+def _succeeded(launches: dict, name: str, what: str) -> tuple[list[proc.Result], list[dict]]:
+    results = launches["results"][name]
+    for r in results:
+        assert not r.timed_out, f"{what} hung: {r.describe()}"
+        assert r.returncode == 0, r.describe()
+    return results, read_ranks(launches["dirs"][name], 2, results[0])
 
 
 @pytest.fixture(scope="module")
-def gloo_two_nodes(
-    helpers: Path, module_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
-) -> tuple:
-    """Two torchrun agents on loopback as two nodes, c10d rendezvous, fixed --nnodes=2 (no last-call wait)."""
-    _runs_distributed()
-    out = tmp_path_factory.mktemp("ddp-two-nodes")
-    run_id = f"verify-{uuid.uuid4().hex[:12]}"
-    argv = [
-        *TORCHRUN,
-        "--nnodes=2",
-        "--nproc-per-node=1",
-        "--rdzv-backend=c10d",
-        f"--rdzv-endpoint=127.0.0.1:{proc.free_port()}",
-        f"--rdzv-id={run_id}",
-        str(helpers / "ddp_check.py"),
-    ]
-    env = {**module_env, "DDP_OUT_DIR": str(out), "DDP_BACKEND": "gloo"}
-    agents = [proc.start(argv, env=env) for _ in range(2)]
-    results = [proc.wait(agent, TORCHRUN_TIMEOUT) for agent in agents]
-    for r in results:
-        assert not r.timed_out, f"two-node torchrun hung: {r.describe()}"
-        assert r.returncode == 0, r.describe()
-    return results, read_ranks(out, 2, results[0]), run_id
+def gloo_standalone(gloo_launches: dict) -> tuple:
+    results, ranks = _succeeded(gloo_launches, "standalone", "torchrun --standalone")
+    return results[0], ranks
+
+
+@pytest.fixture(scope="module")
+def gloo_two_nodes(gloo_launches: dict) -> tuple:
+    results, ranks = _succeeded(gloo_launches, "two_nodes", "two-node torchrun")
+    return results, ranks, gloo_launches["run_id"]
 
 
 def test_standalone_params_identical_across_ranks(gloo_standalone: tuple) -> None:
@@ -140,17 +155,17 @@ def test_training_identical_across_launch_topologies(gloo_standalone: tuple, glo
     assert gloo_standalone[1][0]["param_sha256"] == gloo_two_nodes[1][0]["param_sha256"]
 
 
-def test_failing_worker_reports_root_cause(helpers: Path, module_env: dict[str, str], tmp_path: Path) -> None:
-    _runs_distributed()
-    env = {**module_env, "FAIL_RANK": "1"}
-    result = standalone(helpers, env, tmp_path, 2)
+def test_failing_worker_reports_root_cause(gloo_launches: dict) -> None:
+    (result,) = gloo_launches["results"]["failure"]
     assert not result.timed_out, f"torchrun did not exit after a worker failed: {result.describe()}"
     assert result.returncode != 0, result.describe()
     out = result.output
     assert "ChildFailedError" in out and "Root Cause (first observed failure)" in out, result.describe()
     root = out[out.index("Root Cause (first observed failure)") :]
     assert "rank      : 1" in root and "injected failure on rank 1" in root, result.describe()
-    assert not list(tmp_path.glob("rank*.json")), "a worker finished training although rank 1 failed"
+    assert not list(gloo_launches["dirs"]["failure"].glob("rank*.json")), (
+        "a worker finished although rank 1 failed"
+    )
 
 
 @pytest.mark.cuda
@@ -159,7 +174,8 @@ def test_nccl_standalone(helpers: Path, module_env: dict[str, str], tmp_path: Pa
     if not torch.distributed.is_nccl_available():
         pytest.fail("CUDA build without NCCL: torch.distributed.is_nccl_available() is False", pytrace=False)
     nproc = min(2, torch.cuda.device_count())  # NCCL needs one device per rank
-    result = standalone(helpers, module_env, tmp_path, nproc, backend="nccl")
+    env = {**module_env, "DDP_OUT_DIR": str(tmp_path), "DDP_BACKEND": "nccl"}
+    result = proc.run(standalone_argv(helpers, nproc), timeout=TORCHRUN_TIMEOUT, env=env)
     assert not result.timed_out, f"NCCL DDP hung: {result.describe()}"
     assert result.returncode == 0, result.describe()
     ranks = read_ranks(tmp_path, nproc, result)
