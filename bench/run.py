@@ -254,12 +254,13 @@ def print_table(title: str, rows: list[dict[str, Any]], reference: str) -> None:
     console.print(table)
 
 
-def run_verify_bench(extra: list[str]) -> int:
+def run_verify_bench(repeat: int, extra: list[str]) -> int:
     script = ROOT / "bench" / "verify_bench.py"
     if not script.exists():
         return 0
     console.print("[bold]verify suite benchmark[/bold] (bench/verify_bench.py)")
-    return subprocess.run([sys.executable, str(script), *extra], check=False).returncode
+    argv = [sys.executable, str(script), "--repeat", str(repeat), *(["--", *extra] if extra else [])]
+    return subprocess.run(argv, check=False).returncode
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -307,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         partial.write_text(json.dumps(results, indent=2) + "\n")
         os.replace(partial, results_path)
         console.print(f"results: {results_path}")
-    return run_verify_bench(args.verify_args) if "verify" in parts else 0
+    return run_verify_bench(args.repeat, args.verify_args) if "verify" in parts else 0
 
 
 if __name__ == "__main__":
