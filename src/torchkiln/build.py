@@ -34,8 +34,15 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 
-from . import cache as cache_mod
 from .artifacts import clean_partials, publish, wheel_info, wheels_in
+from .cache import (
+    PreparedCache,
+    enforce_min_hit_rate,
+    finish_cache,
+    launcher_env,
+    prepare_cache,
+    read_stats,
+)
 from .errors import TorchkilnError
 from .fingerprint import State, digest, file_sha256, step_fingerprint, tree_identity
 from .logs import first_error, log_name, tail
@@ -224,17 +231,26 @@ class Display:
 
 
 def step_environment(
-    plan: Plan, step: Step, environ: Mapping[str, str], secrets: Mapping[str, str]
+    plan: Plan, step: Step, environ: Mapping[str, str], cache_env: Mapping[str, str] | None = None
 ) -> dict[str, str]:
-    """The process env of ``step``: base env (steering variables removed), the build venv activated for
-    compile steps (so the venv's cmake/ninja are the ones used), the cache's secrets, then Step.env."""
+    """The process env of ``step``: the base env (steering variables removed), the build venv activated
+    for compile steps (so the venv's cmake and ninja are the ones used), then Step.env.
+
+    ``cache_env`` is the run-time cache environment (:func:`torchkiln.cache.prepare_cache`): the plan's
+    cache variables with the secrets filled in, or without the remote store when it is unreachable. It
+    replaces the plan's (masked) cache variables of a compile step.
+    """
     env = base_environment(environ)
     if step.stage == "compile":
-        venv_bin = plan.paths.venv.resolve() / "bin"
-        env["VIRTUAL_ENV"] = str(plan.paths.venv.resolve())
+        venv_bin = plan.paths.venv.absolute() / "bin"
+        env["VIRTUAL_ENV"] = str(plan.paths.venv.absolute())
         env["PATH"] = os.pathsep.join([str(venv_bin), env.get("PATH", os.defpath)])
-    env.update(secrets)
-    env.update(step.env)
+    if step.stage == "compile" and cache_env is not None:
+        shown = launcher_env(plan.cache)
+        env.update({k: v for k, v in step.env.items() if k not in shown})
+        env.update(cache_env)
+    else:
+        env.update(step.env)
     return env
 
 
@@ -249,7 +265,9 @@ class Builder:
         self.state = State(self.paths.workdir / "state.json")
         self.specs = {"torch": plan.recipe.torch, "torchvision": plan.recipe.torchvision}
         self.sources = {s.name: s for s in plan.sources}
-        self.secrets = cache_mod.secret_env(plan.cache, self.environ)
+        self.prepared: PreparedCache | None = None
+        self._cache_tool_env: dict[str, str] = {}
+        self._final_stats: Any = None
         self.fingerprints: dict[str, str] = {}
         self.records: list[StepRecord] = []
         self.cache_stats: dict[str, Any] | None = None
@@ -259,7 +277,7 @@ class Builder:
     # -- helpers -------------------------------------------------------------------------------------
 
     def _redact(self, text: str) -> str:
-        return cache_mod.redact(text, list(self.secrets.values())) if self.secrets else text
+        return self.prepared.redact(text) if self.prepared is not None else text
 
     def _deps(self, index: int) -> list[str]:
         step = self.plan.steps[index]
@@ -309,20 +327,42 @@ class Builder:
             self.display.note(f"removed a partial file left by an interrupted build: {leftover}")
         if self.options.force:
             self.state.clear()
-        warning = cache_mod.check_remote(self.plan.cache, {**self.environ, **self.secrets})
-        if warning:
-            self.warnings.append(warning)
-            self.console.print(f"[yellow]warning:[/yellow] {warning}")
         with _terminate_as_interrupt():
             try:
-                self._run_steps()
+                try:
+                    self._run_steps()
+                finally:
+                    self._close_cache()
+                if self.prepared is not None and self.options.min_hit_rate is not None:
+                    enforce_min_hit_rate(self._final_stats, self.options.min_hit_rate)
                 return self._finish(started)
             except KeyboardInterrupt:
                 raise Interrupted("torchkiln build: interrupted (Ctrl-C); dist/ is unchanged") from None
 
+    def _open_cache(self, step: Step) -> None:
+        """Before the first compile that runs: tool present, remote usable (else one warning), stats zeroed."""
+        self._cache_tool_env = step_environment(self.plan, step, self.environ)
+        self.prepared = prepare_cache(self.plan.cache, self._cache_tool_env)
+        for warning in self.prepared.warnings:
+            self.warnings.append(warning)
+            self.console.print(f"[yellow]warning:[/yellow] {warning}")
+
+    def _close_cache(self) -> None:
+        """This build's statistics; stops an sccache server the build started."""
+        if self.prepared is None:
+            return
+        try:
+            stats = finish_cache(self.prepared, self._cache_tool_env)
+        except TorchkilnError as exc:
+            self.warnings.append(f"compiler cache statistics unavailable: {exc}")
+            return
+        self._final_stats = stats
+        if stats is not None:
+            self.cache_stats = stats.as_dict()
+            self.console.print(f"  compiler cache: {stats.summary()}")
+
     def _run_steps(self) -> None:
         steps = self.plan.steps
-        compile_started = False
         last_fetch = {s.project: s.name for s in steps if s.stage == "fetch"}
         first_fetch = {}
         for s in steps:
@@ -355,16 +395,16 @@ class Builder:
                 if dest.exists():
                     shutil.rmtree(dest)  # a torchkiln-owned checkout under the workdir: refetch from scratch
                 dest.parent.mkdir(parents=True, exist_ok=True)
-            env = step_environment(self.plan, step, self.environ, self.secrets)
             outputs: dict[str, Any] = {}
             if step.stage == "compile":
                 wheelhouse = self.paths.wheelhouse / step.project
                 if wheelhouse.exists():
                     shutil.rmtree(wheelhouse)
                 wheelhouse.mkdir(parents=True)
-                if not compile_started:
-                    compile_started = True
-                    cache_mod.zero_stats(self.plan.cache, env)
+                if self.prepared is None:
+                    self._open_cache(step)
+            cache_env = self.prepared.env if self.prepared is not None else None
+            env = step_environment(self.plan, step, self.environ, cache_env)
             seconds, log, output_tail = self._execute(step, env)
             if step.stage == "fetch":
                 outputs["git"] = True
@@ -382,12 +422,10 @@ class Builder:
                     )
                 outputs["wheels"] = {p.name: file_sha256(p) for p in built}
             extra: dict[str, Any] = {}
-            if step.stage == "compile":
-                stats = cache_mod.read_stats(self.plan.cache, env)
+            if step.stage == "compile" and self.prepared is not None:
+                stats = read_stats(self.prepared.config, env)
                 self.cache_stats = stats.as_dict() if stats is not None else None
                 extra["cache_stats"] = self.cache_stats
-                if self.options.min_hit_rate is not None and stats is not None:
-                    cache_mod.enforce_min_hit_rate(stats, self.options.min_hit_rate)
             if step.name == "checks:import":
                 self.checks = _last_json(output_tail)
                 extra["checks"] = self.checks
@@ -512,7 +550,7 @@ class Builder:
         lock_doc = write_lock(lock_path, plan.recipe.name, plan.recipe.sha256, locks)
         compile_step = next((s for s in plan.steps if s.stage == "compile"), None)
         tool_env = (
-            step_environment(plan, compile_step, self.environ, {})
+            step_environment(plan, compile_step, self.environ)
             if compile_step
             else base_environment(self.environ)
         )
