@@ -33,6 +33,7 @@ from rich.console import Console
 from torchkiln.artifacts import PARTIAL_MARK
 from torchkiln.build import BuildFailed, BuildOptions, ConfigureMismatch, run_build
 from torchkiln.cache import resolve_cache
+from torchkiln.errors import TorchkilnError
 from torchkiln.plan import Step, make_plan
 from torchkiln.recipe import load_recipe
 
@@ -280,6 +281,102 @@ def test_compile_error_reports_first_error_and_log(world) -> None:
     assert f"full log: {log}" in message and log.exists()
     assert "last lines of the log:" in message
     assert not s["dist"].exists() or not any(s["dist"].iterdir()), "nothing reaches dist/ from a failed build"
+
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "kiln",
+    "GIT_AUTHOR_EMAIL": "kiln@example.invalid",
+    "GIT_COMMITTER_NAME": "kiln",
+    "GIT_COMMITTER_EMAIL": "kiln@example.invalid",
+    "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+    "HOME": "/nonexistent",
+}
+
+
+def git(repo: Path, *args: str) -> str:
+    argv = [
+        "git",
+        "-C",
+        str(repo),
+        "-c",
+        "protocol.file.allow=always",
+        "-c",
+        "init.defaultBranch=main",
+        *args,
+    ]
+    return subprocess.run(argv, capture_output=True, text=True, check=True, env=GIT_ENV).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def upstream(world) -> dict[str, str]:
+    """The extension as a 'torch' repository served by file:// URL: a tag, and a submodule."""
+    root = world["root"] / "upstream"
+    dep = root / "dep"
+    dep.mkdir(parents=True)
+    git(dep, "init", "--quiet")
+    (dep / "NOTICE").write_text("a vendored dependency\n")
+    git(dep, "add", "NOTICE")
+    git(dep, "commit", "--quiet", "-m", "dep")
+    repo = root / "pytorch"
+    shutil.copytree(EXT, repo)
+    git(repo, "init", "--quiet")
+    git(repo, "add", ".")
+    git(repo, "commit", "--quiet", "-m", "first")
+    first = git(repo, "rev-parse", "HEAD")
+    git(repo, "submodule", "add", "--quiet", f"file://{dep}", "third_party/dep")
+    git(repo, "commit", "--quiet", "-m", "vendor dep")
+    git(repo, "tag", "v2.13.0")
+    return {"url": f"file://{repo}", "tag_commit": git(repo, "rev-parse", "HEAD"), "first": first,
+            "dep_commit": git(dep, "rev-parse", "HEAD")}  # fmt: skip
+
+
+def fetched_recipe(world, upstream, name: str, commit: str) -> Path:
+    text = RECIPE.format(flags="").replace(
+        'repo = "file:///nonexistent/pytorch"', f'repo = "{upstream["url"]}"'
+    )
+    text = text.replace('version = "2.13.0"', f'version = "2.13.0"\ncommit = "{commit}"', 1)
+    path = world["root"] / name
+    path.write_text(text)
+    return path
+
+
+def test_fetched_pinned_source_builds_and_is_locked(world, upstream) -> None:
+    recipe = fetched_recipe(world, upstream, "fetched.toml", upstream["tag_commit"])
+    r = load_recipe(recipe)
+    dist = world["root"] / "fetched-dist"
+    cache = resolve_cache(r.cache, kind="ccache", dir=world["root"] / "fetched-ccache")
+    plan = make_plan(r, workdir=world["work"], dist=dist, only="torch", cache=cache, jobs=2)
+    result, _, _ = build(plan, skip_checks=True)
+    assert [n for n in result.ran if n.startswith("torch:fetch")] == [
+        "torch:fetch:init", "torch:fetch:remote", "torch:fetch:fetch-ref", "torch:fetch:checkout",
+        "torch:fetch:submodule",
+    ]  # fmt: skip
+    assert [p.name for p in result.wheels] == [WHEEL]
+    checkout = world["work"] / "src" / "pytorch"
+    assert git(checkout, "rev-parse", "--is-shallow-repository") == "true"
+    lock = json.loads((dist / "ext-cpu-test.lock.json").read_text())["sources"]["torch"]
+    assert lock["commit"] == upstream["tag_commit"] and lock["ref"] == "v2.13.0" and lock["provided"] is False
+    assert lock["repo"] == upstream["url"] and lock["dirty"] is False
+    assert [(s["path"], s["commit"]) for s in lock["submodules"]] == [
+        ("third_party/dep", upstream["dep_commit"])
+    ]
+    manifest = json.loads((dist / "manifest.json").read_text())
+    assert manifest["sources"]["torch"]["commit"] == upstream["tag_commit"]
+    assert manifest["stages"]["fetch"] > 0
+
+
+def test_pin_mismatch_stops_before_the_build_env(world, upstream, tmp_path: Path) -> None:
+    # the recipe pins the first commit, but the tag has moved on to a later one
+    recipe = fetched_recipe(world, upstream, "moved.toml", upstream["first"])
+    r = load_recipe(recipe)
+    cache = resolve_cache(r.cache, kind="ccache", dir=tmp_path / "ccache")
+    plan = make_plan(r, workdir=tmp_path / "work", dist=tmp_path / "dist", only="torch", cache=cache)
+    with pytest.raises(TorchkilnError) as info:
+        build(plan)
+    message = str(info.value)
+    assert "pin mismatch" in message and upstream["first"] in message and upstream["tag_commit"] in message
+    assert not (tmp_path / "work" / "venv").exists(), "nothing after the fetch ran"
+    assert not (tmp_path / "dist").exists()
 
 
 def _processes_mentioning(text: str) -> list[str]:
