@@ -159,3 +159,32 @@ def test_suite_support_does_not_import_build_machinery(module: str) -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+def _fake_torchvision(root: Path, init: str) -> dict[str, str]:
+    """A stand-in torchvision package on PYTHONPATH (no torchvision wheel exists for this machine's torch)."""
+    package = root / "torchvision"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(init)
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
+    }
+
+
+def test_torchvision_that_fails_to_import_is_a_failure(tmp_path: Path) -> None:
+    """What a torchvision built against another torch does (reproduced with the PyPI cu130 wheel on the CPU
+    torch): its import raises while registering its ops. That must fail the area, not skip it."""
+    env = _fake_torchvision(tmp_path, 'raise RuntimeError("operator torchvision::nms does not exist")\n')
+    result = verify("--area", "torchvision", "--", "-q", env=env)
+    text = result.stdout + result.stderr
+    assert result.returncode == 1, text
+    assert "import torchvision failed: RuntimeError: operator torchvision::nms does not exist" in text
+
+
+def test_torchvision_of_another_release_is_named(tmp_path: Path) -> None:
+    env = _fake_torchvision(tmp_path, '__version__ = "0.27.1"\n')
+    result = verify("--area", "torchvision", "--", "-q", "-k", "version_pairs", env=env)
+    text = result.stdout + result.stderr
+    assert result.returncode == 1, text
+    assert "torchvision 0.27.1 does not pair with torch 2.13.0+cpu: expected torchvision 0.28.x" in text
