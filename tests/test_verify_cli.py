@@ -188,3 +188,8 @@ def test_torchvision_of_another_release_is_named(tmp_path: Path) -> None:
     text = result.stdout + result.stderr
     assert result.returncode == 1, text
     assert "torchvision 0.27.1 does not pair with torch 2.13.0+cpu: expected torchvision 0.28.x" in text
+
+
+def test_empty_selection_is_a_usage_error() -> None:
+    result = verify("--area", "amp", "--", "-q", "-k", "no_such_check_anywhere")
+    assert result.returncode == 2, result.stdout + result.stderr
