@@ -288,7 +288,10 @@ def _restore_torch_state():  # noqa: ANN202 - generator fixture
     tud.fill_uninitialized_memory = saved[4]
     torch.set_num_threads(saved[5])
     torch.set_default_dtype(saved[6])
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[7], saved[8]
+    if (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) != saved[7:9]:
+        # only the legacy TF32 API, and only when a test changed it: mixing it with the new
+        # fp32_precision API makes later queries raise.
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[7], saved[8]
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
