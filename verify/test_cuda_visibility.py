@@ -246,5 +246,5 @@ def test_invalid_device_ordinal_raises(kernel_probe: dict) -> None:
 @pytest.mark.cuda
 def test_device_side_assert_is_captured(helpers: Path) -> None:
     got = probe(helpers, "assert_async", dict(os.environ))
-    assert got["raised"], "torch._assert_async(tensor(0, device='cuda')) did not raise"
+    assert got["raised"], f"torch._assert_async(tensor(0, device='cuda')) did not raise a RuntimeError: {got}"
     assert "CUDA" in got["message"], got["message"]

@@ -179,8 +179,13 @@ def kernels() -> dict:
         try:
             torch.eye(7, 7, device=f"cuda:{count}")
             out["invalid_ordinal"] = {"ok": False, "error": f"torch.eye(device='cuda:{count}') did not raise"}
-        except RuntimeError as exc:
+        except RuntimeError as exc:  # torch.AcceleratorError is a RuntimeError
             out["invalid_ordinal"] = {"ok": True, "value": str(exc).strip().splitlines()[0]}
+        except Exception as exc:  # noqa: BLE001 - the wrong kind of error is reported, not a crash
+            out["invalid_ordinal"] = {
+                "ok": False,
+                "error": f"raised {type(exc).__name__}, not RuntimeError: {exc}",
+            }
     return out
 
 
@@ -192,7 +197,9 @@ def assert_async() -> dict:
         torch.cuda.synchronize()
     except RuntimeError as exc:
         return {"raised": True, "type": type(exc).__name__, "message": str(exc).strip().splitlines()[0]}
-    return {"raised": False}
+    except Exception as exc:  # noqa: BLE001
+        return {"raised": False, "type": type(exc).__name__, "message": f"not a RuntimeError: {exc}"}
+    return {"raised": False, "message": "no error"}
 
 
 def cpu_build() -> dict:
