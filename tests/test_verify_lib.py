@@ -226,6 +226,13 @@ def test_cuda_silently_compiled_out_is_named() -> None:
     assert "expected USE_CUDA=ON (recipe asks for CUDA 13.0), actual USE_CUDA=0" in result.message
 
 
+def test_cuda_build_without_cudnn_fails_without_a_recipe() -> None:
+    facts = cuda_facts(cudnn_available=False, cudnn_compile=None, cudnn_runtime=None)
+    result = buildconfig.self_checks(facts)["cudnn_in_cuda_build"]
+    assert result.status == "fail"
+    assert "cuDNN compiled into a CUDA 13.0 build" in result.message and "actual False" in result.message
+
+
 def test_cudnn_runtime_mismatch_and_incompatibility() -> None:
     result = buildconfig.self_checks(cuda_facts(cudnn_runtime=(9, 21, 0)))["cudnn_runtime"]
     assert (result.status, result.message.endswith("expected 9.20.0, actual 9.21.0")) == ("fail", True)

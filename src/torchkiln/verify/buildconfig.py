@@ -185,6 +185,7 @@ SELF_CHECKS = (
     "openmp",
     "mkl_runtime",
     "cudnn_settings",
+    "cudnn_in_cuda_build",
     "cudnn_runtime",
 )
 
@@ -246,6 +247,15 @@ def self_checks(facts: BuildFacts) -> dict[str, Check]:
         )
     else:
         out["cudnn_settings"] = _skip("cudnn_settings", "torch was built without cuDNN")
+    if facts.cuda_version is not None:  # check_binary.sh: every CUDA build has cuDNN
+        out["cudnn_in_cuda_build"] = _cmp(
+            "cudnn_in_cuda_build",
+            f"cuDNN compiled into a CUDA {facts.cuda_version} build (torch.backends.cudnn.is_available())",
+            True,
+            facts.cudnn_available,
+        )
+    else:
+        out["cudnn_in_cuda_build"] = _skip("cudnn_in_cuda_build", "not a CUDA build")
     out["cudnn_runtime"] = cudnn_runtime_check(facts)
     return out
 
