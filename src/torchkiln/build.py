@@ -193,6 +193,9 @@ class Display:
     def start_step(self, index: int, count: int, step: Step) -> None:
         self.console.print(f"[bold]{index}/{count}[/bold] [cyan]{step.stage}[/cyan] {step.name}")
         self._last_decile = -1
+
+    def running(self, step: Step) -> None:
+        """The step runs (it was not skipped): a live bar for a compile on a terminal."""
         if step.stage == "compile" and self.console.is_terminal:
             self._progress = Progress(
                 TextColumn("  {task.description}"),
@@ -202,7 +205,7 @@ class Display:
                 console=self.console,
                 transient=True,
             )
-            self._task = self._progress.add_task(step.name, total=None, detail="configuring")
+            self._task = self._progress.add_task(step.name, total=None, detail="starting")
             self._progress.start()
 
     def compile_progress(self, describe: str, done: int, total: int, percent: float) -> None:
@@ -405,6 +408,7 @@ class Builder:
                     self._open_cache(step)
             cache_env = self.prepared.env if self.prepared is not None else None
             env = step_environment(self.plan, step, self.environ, cache_env)
+            self.display.running(step)
             seconds, log, output_tail = self._execute(step, env)
             if step.stage == "fetch":
                 outputs["git"] = True

@@ -1,0 +1,103 @@
+"""The pieces of the build that need no compile: atomic publishing, step state, tree identity."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from torchkiln.artifacts import PARTIAL_MARK, clean_partials, publish, wheel_info
+from torchkiln.fingerprint import State, step_fingerprint, tree_identity
+
+
+def test_publish_replaces_atomically_and_leaves_no_temporary(tmp_path: Path) -> None:
+    house, dist = tmp_path / "wheelhouse", tmp_path / "dist"
+    house.mkdir()
+    wheel = house / "x-1.0-py3-none-any.whl"
+    wheel.write_bytes(b"new wheel")
+    dist.mkdir()
+    (dist / wheel.name).write_bytes(b"old wheel")
+    old_inode = (dist / wheel.name).stat().st_ino
+    publish(wheel, dist)
+    assert (dist / wheel.name).read_bytes() == b"new wheel"
+    assert (dist / wheel.name).stat().st_ino != old_inode, "replaced by rename, not rewritten in place"
+    assert os.listdir(dist) == [wheel.name]
+    wheel.write_bytes(b"rebuilt in the wheelhouse")  # a later build must not reach into dist/
+    assert (dist / wheel.name).read_bytes() == b"new wheel"
+    info = wheel_info(dist / wheel.name, "torch")
+    assert info.size == len(b"new wheel") and len(info.sha256) == 64 and info.project == "torch"
+
+
+def test_publish_failure_leaves_no_partial(tmp_path: Path) -> None:
+    dist = tmp_path / "dist"
+    with pytest.raises(FileNotFoundError):
+        publish(tmp_path / "missing.whl", dist)
+    assert list(dist.iterdir()) == []
+
+
+def test_clean_partials_removes_only_temporaries(tmp_path: Path) -> None:
+    (tmp_path / f"{PARTIAL_MARK}123-torch.whl").write_bytes(b"half")
+    (tmp_path / "torch-2.13.0-cp311-cp311-linux_x86_64.whl").write_bytes(b"whole")
+    removed = clean_partials(tmp_path)
+    assert [p.name for p in removed] == [f"{PARTIAL_MARK}123-torch.whl"]
+    assert [p.name for p in tmp_path.iterdir()] == ["torch-2.13.0-cp311-cp311-linux_x86_64.whl"]
+    assert clean_partials(tmp_path / "absent") == []
+
+
+def test_state_survives_reload_and_forget(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    state = State(path)
+    state.record("torch:wheel", {"fingerprint": "abc"})
+    state.record("build-env:venv", {"fingerprint": "def"})
+    state.forget("torch:wheel")
+    again = State(path)
+    assert again.get("torch:wheel") is None and again.get("build-env:venv") == {"fingerprint": "def"}
+    path.write_text("{not json")
+    assert State(path).steps == {}, "a damaged state file means: run everything"
+
+
+def test_fingerprint_reacts_to_env_argv_and_dependencies() -> None:
+    base = step_fingerprint(["python", "-m", "build"], {"USE_CUDA": "1"}, "/src", {"tree": "t"}, ["d"])
+    assert base == step_fingerprint(
+        ["python", "-m", "build"], {"USE_CUDA": "1"}, "/src", {"tree": "t"}, ["d"]
+    )
+    assert base != step_fingerprint(
+        ["python", "-m", "build"], {"USE_CUDA": "0"}, "/src", {"tree": "t"}, ["d"]
+    )
+    assert base != step_fingerprint(
+        ["python", "-m", "build", "-x"], {"USE_CUDA": "1"}, "/src", {"tree": "t"}, ["d"]
+    )
+    assert base != step_fingerprint(
+        ["python", "-m", "build"], {"USE_CUDA": "1"}, "/src", {"tree": "u"}, ["d"]
+    )
+    assert base != step_fingerprint(
+        ["python", "-m", "build"], {"USE_CUDA": "1"}, "/src", {"tree": "t"}, ["e"]
+    )
+
+
+def test_tree_identity_ignores_build_outputs_but_not_sources(tmp_path: Path) -> None:
+    (tmp_path / "csrc").mkdir()
+    (tmp_path / "csrc" / "a.cpp").write_text("int a;\n")
+    first = tree_identity(tmp_path)
+    (tmp_path / "build" / "temp").mkdir(parents=True)
+    (tmp_path / "build" / "temp" / "a.o").write_bytes(b"obj")
+    (tmp_path / "x.egg-info").mkdir()
+    assert tree_identity(tmp_path) == first
+    (tmp_path / "csrc" / "a.cpp").write_text("int a = 1;\n")
+    assert tree_identity(tmp_path) != first
+
+
+def test_tree_identity_of_a_git_checkout_sees_uncommitted_edits(tmp_path: Path) -> None:
+    env = {"GIT_AUTHOR_NAME": "k", "GIT_AUTHOR_EMAIL": "k@x.invalid", "GIT_COMMITTER_NAME": "k",
+           "GIT_COMMITTER_EMAIL": "k@x.invalid", "PATH": os.environ["PATH"], "HOME": str(tmp_path)}  # fmt: skip
+    (tmp_path / "a.cpp").write_text("int a;\n")
+    for argv in (["init", "-q"], ["add", "a.cpp"], ["commit", "-qm", "a"]):
+        subprocess.run(["git", "-C", str(tmp_path), *argv], check=True, env=env)
+    clean = tree_identity(tmp_path)
+    (tmp_path / "a.cpp").write_text("int a = 2;\n")
+    patched = tree_identity(tmp_path)
+    assert patched != clean
+    (tmp_path / "a.cpp").write_text("int a;\n")
+    assert tree_identity(tmp_path) == clean
