@@ -303,7 +303,10 @@ class Builder:
         if step.stage == "checks":
             return {"skip": str(self.options.skip_checks)}
         if step.stage == "fetch" and step.project in self.specs:
-            return {"commit": self.specs[step.project].commit or ""}
+            # One identity for all fetch steps of a project: a changed URL, ref or pin refetches from
+            # scratch (git remote add would fail on the old checkout), a resumed fetch continues.
+            group = [s.argv for s in self.plan.steps if s.stage == "fetch" and s.project == step.project]
+            return {"commit": self.specs[step.project].commit or "", "fetch": digest(group)}
         return {}
 
     def _outputs_intact(self, step: Step, entry: Mapping[str, Any]) -> bool:
@@ -347,8 +350,7 @@ class Builder:
         self._cache_tool_env = step_environment(self.plan, step, self.environ)
         self.prepared = prepare_cache(self.plan.cache, self._cache_tool_env)
         for warning in self.prepared.warnings:
-            self.warnings.append(warning)
-            self.console.print(f"[yellow]warning:[/yellow] {warning}")
+            self._warn(warning)
 
     def _close_cache(self) -> None:
         """This build's statistics; stops an sccache server the build started."""
@@ -364,7 +366,24 @@ class Builder:
             self.cache_stats = stats.as_dict()
             self.console.print(f"  compiler cache: {stats.summary()}")
 
+    def _check_provided_pins(self) -> None:
+        """A --source-dir checkout must be at the recipe's pinned commit too (before anything builds)."""
+        for source in self.plan.sources:
+            if source.provided and self.specs[source.name].commit is not None:
+                if is_git_checkout(source.path):
+                    check_pin(self.specs[source.name], source.path)
+                else:
+                    self._warn(
+                        f"{source.name}: --source-dir {source.path} is not a git checkout: the recipe's "
+                        f"{source.name}.commit pin could not be checked"
+                    )
+
+    def _warn(self, text: str) -> None:
+        self.warnings.append(text)
+        self.console.print(f"[yellow]warning:[/yellow] {text}")
+
     def _run_steps(self) -> None:
+        self._check_provided_pins()
         steps = self.plan.steps
         last_fetch = {s.project: s.name for s in steps if s.stage == "fetch"}
         first_fetch = {}
@@ -445,15 +464,6 @@ class Builder:
             )
             self.records.append(StepRecord(step.name, step.stage, step.project, "ran", seconds, str(log)))
             self.display.end_step(step, "ran", seconds)
-        for source in self.plan.sources:
-            if source.provided and self.specs[source.name].commit is not None:
-                if is_git_checkout(source.path):
-                    check_pin(self.specs[source.name], source.path)
-                else:
-                    self.warnings.append(
-                        f"{source.name}: --source-dir {source.path} is not a git checkout: the recipe's "
-                        f"{source.name}.commit pin could not be checked"
-                    )
 
     def _execute(self, step: Step, env: dict[str, str]) -> tuple[float, Path, list[str]]:
         """Run one step, streaming its output to its log and the display. Returns (seconds, log, tail)."""

@@ -1,0 +1,103 @@
+"""The fetch part of a build, through the real plan and builder (fetch steps only: nothing compiles)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from torchkiln.build import BuildOptions, run_build
+from torchkiln.cache import resolve_cache
+from torchkiln.plan import make_plan
+from torchkiln.recipe import parse_recipe
+
+ENV = {"GIT_AUTHOR_NAME": "k", "GIT_AUTHOR_EMAIL": "k@x.invalid", "GIT_COMMITTER_NAME": "k",
+       "GIT_COMMITTER_EMAIL": "k@x.invalid", "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/nonexistent"}  # fmt: skip
+
+RECIPE = """\
+[recipe]
+name = "fetch-test"
+[torch]
+repo = "{repo}"
+ref = "{ref}"
+version = "2.13.0"
+[torchvision]
+ref = "v0.28.0"
+version = "0.28.0"
+[python]
+version = "3.11"
+[accelerator]
+kind = "cpu"
+[blas]
+kind = "openblas"
+[build]
+local_version = "+cpu"
+"""
+
+
+def git(repo: Path, *args: str) -> str:
+    argv = ["git", "-C", str(repo), "-c", "init.defaultBranch=main", *args]
+    return subprocess.run(argv, capture_output=True, text=True, check=True, env=ENV).stdout.strip()
+
+
+@pytest.fixture
+def upstream(tmp_path: Path) -> dict[str, object]:
+    repo = tmp_path / "up" / "pytorch"
+    repo.mkdir(parents=True)
+    git(repo, "init", "-q")
+    shas = {}
+    for tag in ("v1", "v2"):
+        (repo / "VERSION").write_text(tag)
+        git(repo, "add", "VERSION")
+        git(repo, "commit", "-qm", tag)
+        git(repo, "tag", tag)
+        shas[tag] = git(repo, "rev-parse", "HEAD")
+    mirror = tmp_path / "up" / "mirror"
+    subprocess.run(["git", "clone", "-q", "--mirror", str(repo), str(mirror)], check=True, env=ENV)
+    return {"repo": repo, "mirror": mirror, **shas}
+
+
+def fetch(tmp_path: Path, repo: str, ref: str):
+    recipe = parse_recipe(RECIPE.format(repo=repo, ref=ref).encode(), "fetch-test.toml")
+    cache = resolve_cache(recipe.cache, kind="none")
+    plan = make_plan(recipe, workdir=tmp_path / "work", dist=tmp_path / "dist", only="torch", cache=cache)
+    plan = replace(plan, steps=[s for s in plan.steps if s.stage == "fetch"])
+    console = Console(file=io.StringIO(), force_terminal=False)
+    result = run_build(plan, BuildOptions(console=console, skip_checks=True))
+    lock = json.loads((tmp_path / "dist" / "fetch-test.lock.json").read_text())["sources"]["torch"]
+    return result, lock
+
+
+def test_refetch_on_changed_ref_and_url_skip_when_unchanged(upstream, tmp_path: Path) -> None:
+    url = f"file://{upstream['repo']}"
+    first, lock = fetch(tmp_path, url, "v1")
+    assert len(first.ran) == 5 and lock["commit"] == upstream["v1"]
+    again, lock = fetch(tmp_path, url, "v1")
+    assert again.ran == [] and lock["commit"] == upstream["v1"]
+    moved, lock = fetch(tmp_path, url, "v2")
+    assert len(moved.ran) == 5 and lock["commit"] == upstream["v2"] and lock["ref"] == "v2"
+    # another URL for the same project: a fresh checkout, not `git remote add` on the old one
+    mirrored, lock = fetch(tmp_path, f"file://{upstream['mirror']}", "v2")
+    assert len(mirrored.ran) == 5 and lock["repo"] == f"file://{upstream['mirror']}"
+    checkout = tmp_path / "work" / "src" / "pytorch"
+    assert git(checkout, "remote", "get-url", "origin") == f"file://{upstream['mirror']}"
+    assert (checkout / "VERSION").read_text() == "v2"
+
+
+def test_interrupted_fetch_resumes_without_starting_over(upstream, tmp_path: Path) -> None:
+    url = f"file://{upstream['repo']}"
+    fetch(tmp_path, url, "v1")
+    state_path = tmp_path / "work" / "state.json"
+    state = json.loads(state_path.read_text())
+    for name in ("torch:fetch:checkout", "torch:fetch:submodule"):  # as if stopped during the checkout
+        del state["steps"][name]
+    state_path.write_text(json.dumps(state))
+    resumed, lock = fetch(tmp_path, url, "v1")
+    assert resumed.ran == ["torch:fetch:checkout", "torch:fetch:submodule"]
+    assert lock["commit"] == upstream["v1"]
