@@ -166,6 +166,9 @@ def cuda_facts(**changes: object) -> buildconfig.BuildFacts:
         has_magma=True,
         arch_list=("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120"),
         cxx11_abi=True,
+        python_version="3.12",
+        machine="x86_64",
+        wheel_tags=("cp312-cp312-linux_x86_64",),
     )
     return dataclasses.replace(facts, **changes)
 
@@ -201,6 +204,7 @@ def test_matching_cuda_build_passes_every_check() -> None:
         ({"torch_version": "2.13.1+cu130.kiln1"}, "torch_version", "expected 2.13.0, actual 2.13.1"),
         ({"mkl_available": False}, "blas", "MKL available=False"),
         ({"git_version": "Unknown"}, "git_commit", "actual Unknown"),
+        ({"python_version": "3.11"}, "python", "expected 3.12, actual 3.11"),
     ],
 )
 def test_each_mismatch_fails_naming_expected_and_actual(changes: dict, check: str, needle: str) -> None:
@@ -224,6 +228,19 @@ def test_cuda_silently_compiled_out_is_named() -> None:
     result = buildconfig.recipe_checks(load_recipe(CU130), facts)["use_cuda"]
     assert result.status == "fail"
     assert "expected USE_CUDA=ON (recipe asks for CUDA 13.0), actual USE_CUDA=0" in result.message
+
+
+@pytest.mark.parametrize(
+    ("tags", "status"),
+    [
+        (("cp312-cp312-manylinux_2_28_x86_64",), "pass"),
+        (("cp311-cp311-linux_x86_64",), "fail"),
+        (("cp312-cp312-linux_aarch64",), "fail"),
+        ((), "skip"),
+    ],
+)
+def test_wheel_tag_matches_interpreter_and_machine(tags: tuple[str, ...], status: str) -> None:
+    assert buildconfig.self_checks(cuda_facts(wheel_tags=tags))["wheel_tag"].status == status
 
 
 def test_cuda_build_without_cudnn_fails_without_a_recipe() -> None:

@@ -106,3 +106,10 @@ def test_sdpa_cpu_no_nan(dtype: torch.dtype) -> None:
         @ v.float()
     )
     torch.testing.assert_close(out.float(), ref, atol=3e-2 if dtype == torch.bfloat16 else 1e-5, rtol=1e-2)
+
+
+def test_numpy_interop() -> None:
+    """smoke_test.test_numpy: a build without NumPy support fails here when NumPy is installed."""
+    np = pytest.importorskip("numpy", reason="NumPy is not installed (torch does not require it)")
+    assert torch.tensor(np.arange(5)).tolist() == [0, 1, 2, 3, 4]
+    assert (torch.arange(3).numpy() == np.arange(3)).all()

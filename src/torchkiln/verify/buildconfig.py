@@ -11,7 +11,10 @@ Parsing is pure Python (tested without torch); :func:`collect_facts` imports tor
 
 from __future__ import annotations
 
+import importlib.metadata
+import platform
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -102,6 +105,9 @@ class BuildFacts:
     has_magma: bool
     arch_list: tuple[str, ...]
     cxx11_abi: bool
+    python_version: str = ""  # "3.12": the interpreter running the build under test
+    machine: str = ""  # platform.machine()
+    wheel_tags: tuple[str, ...] = ()  # Tag: lines of the installed torch's WHEEL file (empty: not a wheel)
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -142,7 +148,18 @@ def collect_facts() -> BuildFacts:
         has_magma=bool(torch.cuda.has_magma),
         arch_list=tuple(torch.cuda.get_arch_list()),
         cxx11_abi=bool(torch.compiled_with_cxx11_abi()),
+        python_version=f"{sys.version_info.major}.{sys.version_info.minor}",
+        machine=platform.machine(),
+        wheel_tags=_wheel_tags("torch"),
     )
+
+
+def _wheel_tags(project: str) -> tuple[str, ...]:
+    try:
+        text = importlib.metadata.distribution(project).read_text("WHEEL") or ""
+    except importlib.metadata.PackageNotFoundError:
+        return ()
+    return tuple(line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Tag:"))
 
 
 @dataclass(frozen=True)
@@ -187,6 +204,7 @@ SELF_CHECKS = (
     "cudnn_settings",
     "cudnn_in_cuda_build",
     "cudnn_runtime",
+    "wheel_tag",
 )
 
 
@@ -257,7 +275,28 @@ def self_checks(facts: BuildFacts) -> dict[str, Check]:
     else:
         out["cudnn_in_cuda_build"] = _skip("cudnn_in_cuda_build", "not a CUDA build")
     out["cudnn_runtime"] = cudnn_runtime_check(facts)
+    out["wheel_tag"] = wheel_tag_check(facts)
     return out
+
+
+def wheel_tag_check(facts: BuildFacts) -> Check:
+    """check_wheel_tags.py: the installed wheel is for this interpreter (cpXY) and this machine."""
+    if not facts.wheel_tags:
+        return _skip("wheel_tag", "torch is not installed from a wheel (no WHEEL metadata)")
+    want = "cp" + facts.python_version.replace(".", "")
+    ok = all(
+        tag.split("-")[0] == want
+        and tag.split("-")[1].startswith(want)
+        and tag.split("-")[2].endswith(facts.machine)
+        for tag in facts.wheel_tags
+    )
+    return _cmp(
+        "wheel_tag",
+        "installed torch wheel tag (python tag, ABI, platform)",
+        f"{want}-{want}-*_{facts.machine}",
+        ", ".join(facts.wheel_tags),
+        ok=ok,
+    )
 
 
 def cudnn_runtime_check(facts: BuildFacts) -> Check:
@@ -299,6 +338,7 @@ RECIPE_CHECKS = (
     "arch_list",
     "git_commit",
     "flags",
+    "python",
 )
 
 
@@ -411,6 +451,12 @@ def recipe_checks(recipe: Recipe, facts: BuildFacts) -> dict[str, Check]:
             ok=facts.git_version not in (None, "", "Unknown"),
         )
     out["flags"] = _flags_vs_recipe(flags, s)
+    if facts.python_version:
+        out["python"] = _cmp(
+            "python", "Python version running the build", recipe.python, facts.python_version
+        )
+    else:
+        out["python"] = _skip("python", "the Python version was not collected")
     return out
 
 
