@@ -260,7 +260,7 @@ def test_changed_recipe_field_rebuilds_only_what_reads_it(world, cold) -> None:
 def test_forced_rebuild_from_an_empty_build_dir_hits_the_compiler_cache(world, cold) -> None:
     s = cold["s"]
     shutil.rmtree(s["src"] / "build")
-    result, out, _ = build(plan_for(world, s), force=True, skip_checks=True)
+    result, out, _ = build(plan_for(world, s), force=True, skip_checks=True, min_hit_rate=0.99)
     assert "torch:wheel" in result.ran and "build-env:venv" in result.ran
     stats = json.loads((s["dist"] / "manifest.json").read_text())["cache"]
     assert stats["hits"] >= 2 and stats["misses"] == 0, stats

@@ -101,3 +101,33 @@ def test_tree_identity_of_a_git_checkout_sees_uncommitted_edits(tmp_path: Path) 
     assert patched != clean
     (tmp_path / "a.cpp").write_text("int a;\n")
     assert tree_identity(tmp_path) == clean
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        ([], "a recipe is required"),
+        (
+            ["recipes/torch-2.13-cpu-py311.toml", "--source-dir", "torch=/nonexistent/src"],
+            "is not a directory",
+        ),
+        (["recipes/torch-2.13-cpu-py311.toml", "--source-dir", "caffe=/tmp"], "unknown project"),
+        (["recipes/torch-2.13-cpu-py311.toml", "--min-cache-hit-rate", "90"], "outside 0..1"),
+        (["recipes/torch-2.13-cpu-py311.toml", "--only", "torchaudio"], "invalid choice"),
+        (["/nonexistent/recipe.toml"], "no such file"),
+    ],
+)
+def test_build_cli_refuses_bad_input_without_traceback(
+    args, needle, capsys, monkeypatch, tmp_path: Path
+) -> None:
+    from torchkiln.cli import main
+
+    root = Path(__file__).resolve().parent.parent
+    monkeypatch.chdir(root)
+    try:
+        code = main(["build", *args, "--workdir", str(tmp_path / "w"), "--dist", str(tmp_path / "d")])
+    except SystemExit as exc:  # argparse errors
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2 and needle in err and "Traceback" not in err
+    assert not (tmp_path / "d").exists()

@@ -1,7 +1,7 @@
 """``torchkiln build RECIPE``: fetch the pinned sources and build torch and torchvision wheels into dist/.
 
 Takes the same options as ``torchkiln plan`` (what is planned is what is built) plus ``--force``,
-``--skip-checks`` and ``--min-hit-rate``. Runs the plan with :func:`torchkiln.build.run_build`.
+``--skip-checks`` and ``--min-cache-hit-rate``. Runs the plan with :func:`torchkiln.build.run_build`.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="do not import the wheels in a clean venv afterwards (e.g. a Python the host cannot run)",
     )
     parser.add_argument(
-        "--min-hit-rate",
+        "--min-cache-hit-rate",
         type=_fraction,
         default=None,
         metavar="FRACTION",
@@ -71,7 +71,10 @@ def run(args: argparse.Namespace) -> int:
     result = run_build(
         plan,
         BuildOptions(
-            force=args.force, skip_checks=args.skip_checks, min_hit_rate=args.min_hit_rate, console=console
+            force=args.force,
+            skip_checks=args.skip_checks,
+            min_hit_rate=args.min_cache_hit_rate,
+            console=console,
         ),
     )
     total = sum(s.duration_s for s in result.steps)
