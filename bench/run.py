@@ -213,8 +213,11 @@ def noop_bench(repeat: int, jobs: int, scratch: Path) -> dict[str, list[dict[str
             seconds = time.perf_counter() - start
             if done.returncode != 0:
                 raise SystemExit(f"bench: torchkiln build failed:\n{(done.stdout + done.stderr)[-3000:]}")
-            samples[name].append({"seconds": round(seconds, 3)})
-            console.print(f"  {name:<18} {seconds:7.1f} s")
+            summary = next((line.strip() for line in done.stdout.splitlines() if "step(s) ran" in line), "")
+            samples[name].append({"seconds": round(seconds, 3), "summary": summary})
+            console.print(f"  {name:<18} {seconds:7.1f} s  {summary}")
+            if name.endswith("no-op") and "(0 step(s) ran" not in summary:
+                console.print("[yellow]warning:[/yellow] the rerun was not a no-op: steps ran again")
     return samples
 
 
