@@ -280,7 +280,7 @@ def outcomes() -> list[report.Outcome]:
     return [
         report.Outcome("test_amp.py::a[cpu]", "amp", "passed"),
         report.Outcome("test_amp.py::a[cuda]", "amp", "skipped", "needs CUDA"),
-        report.Outcome("test_ddp.py::b", "ddp", "failed", "torchrun exited 1"),
+        report.Outcome("test_ddp.py::b", "ddp", "failed", "torchrun exited 1", 2.5),
         report.Outcome("test_ddp.py::c", "ddp", "error", "fixture | broke"),
     ]
 
@@ -302,7 +302,7 @@ def test_summary_counts_per_area(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "summary.json").read_text()) == summary
     md = (tmp_path / "summary.md").read_text()
     assert md.startswith("# torchkiln verify: FAIL")
-    assert "| DDP launch | 0 | 1 | 0 | 1 |" in md and "fixture \\| broke" in md
+    assert "| DDP launch | 0 | 1 | 0 | 1 | 2.5 |" in md and "fixture \\| broke" in md
     assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.json", "summary.md"]  # no temp files left
 
 

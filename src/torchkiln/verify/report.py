@@ -97,14 +97,19 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
         f"cuDNN {env.get('cudnn_version')}, NCCL {env.get('nccl_version')}, devices: "
         f"{', '.join(env.get('devices') or []) or 'none'}; Python {env.get('python')} on {env.get('platform')}.",
         "",
-        "| Area | Passed | Failed | Skipped | Errors |",
-        "|---|---:|---:|---:|---:|",
+        "| Area | Passed | Failed | Skipped | Errors | Seconds |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     for area, c in summary["areas"].items():
         name = AREAS.get(area, area)
-        lines.append(f"| {name} | {c['passed']} | {c['failed']} | {c['skipped']} | {c['error']} |")
+        seconds = summary.get("area_durations_s", {}).get(area, 0.0)
+        lines.append(
+            f"| {name} | {c['passed']} | {c['failed']} | {c['skipped']} | {c['error']} | {seconds:.1f} |"
+        )
     t = summary["totals"]
-    lines.append(f"| **Total** | {t['passed']} | {t['failed']} | {t['skipped']} | {t['error']} |")
+    lines.append(
+        f"| **Total** | {t['passed']} | {t['failed']} | {t['skipped']} | {t['error']} | {summary['duration_s']:.1f} |"
+    )
     lines += [
         "",
         f"Options: {_cell(json.dumps(summary['options'], sort_keys=True))}; "
