@@ -702,7 +702,18 @@ def _tool_env(config: CacheConfig, env: Mapping[str, str]) -> dict[str, str]:
     return merged
 
 
-def _run_tool(argv: list[str], env: Mapping[str, str], secrets: Iterable[str] = ()) -> str:
+# Variables that hold nothing but a secret (URL variables are redacted by their userinfo).
+SECRET_VARIABLES = (
+    "SCCACHE_REDIS_PASSWORD",
+    "SCCACHE_MEMCACHED_PASSWORD",
+    "SCCACHE_WEBDAV_PASSWORD",
+    "SCCACHE_WEBDAV_TOKEN",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+)
+
+
+def _run_tool(argv: list[str], env: Mapping[str, str]) -> str:
     try:
         done = subprocess.run(argv, env=dict(env), capture_output=True, text=True, timeout=120, check=False)
     except FileNotFoundError:
@@ -710,12 +721,9 @@ def _run_tool(argv: list[str], env: Mapping[str, str], secrets: Iterable[str] = 
     except subprocess.TimeoutExpired:
         raise TorchkilnError(f"{' '.join(argv)} did not answer within 120 s") from None
     if done.returncode != 0:
-        detail = redact(
-            (done.stderr or done.stdout).strip().splitlines()[-1:][0]
-            if (done.stderr or done.stdout)
-            else f"exit status {done.returncode}",
-            secrets,
-        )
+        lines = [line for line in (done.stderr + done.stdout).splitlines() if line.strip()]
+        secrets = [env[name] for name in SECRET_VARIABLES if env.get(name)]
+        detail = redact(lines[-1].strip(), secrets) if lines else f"exit status {done.returncode}"
         raise TorchkilnError(f"{' '.join(argv)} failed: {detail}")
     return done.stdout
 
