@@ -342,13 +342,42 @@ def test_missing_tool_is_a_clear_error(tmp_path: Path) -> None:
 
 @pytest.fixture
 def http_store() -> Iterator[int]:
-    """A loopback HTTP server that wants Basic auth builder:letmein1 (401 otherwise, 404 for any path)."""
+    """A loopback HTTP object store (GET/PUT/HEAD, in memory) that wants Basic auth builder:letmein1.
+
+    Enough of a cache server for ccache's http:// remote storage; 401 without the right credentials.
+    """
     expected = "Basic " + base64.b64encode(b"builder:letmein1").decode()
+    objects: dict[str, bytes] = {}
 
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_HEAD(self) -> None:  # noqa: N802 - http.server's naming
-            self.send_response(404 if self.headers.get("Authorization") == expected else 401)
+        def _authorized(self) -> bool:
+            if self.headers.get("Authorization") == expected:
+                return True
+            self.send_response(401)
+            self.send_header("Content-Length", "0")
             self.end_headers()
+            return False
+
+        def do_HEAD(self) -> None:  # noqa: N802 - http.server's naming
+            if self._authorized():
+                self.send_response(200 if self.path in objects else 404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        def do_GET(self) -> None:  # noqa: N802
+            if self._authorized():
+                body = objects.get(self.path)
+                self.send_response(404 if body is None else 200)
+                self.send_header("Content-Length", str(len(body or b"")))
+                self.end_headers()
+                self.wfile.write(body or b"")
+
+        def do_PUT(self) -> None:  # noqa: N802
+            if self._authorized():
+                objects[self.path] = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                self.send_response(201)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
 
         def log_message(self, *args: object) -> None:
             pass
@@ -359,6 +388,43 @@ def http_store() -> Iterator[int]:
     yield server.server_address[1]
     server.shutdown()
     server.server_close()
+
+
+def test_ccache_http_store_shares_objects_with_basic_auth(
+    http_store: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Builder B (empty local cache) gets builder A's object from the HTTP store; the credential comes
+    from the environment into ccache's URL at run time only."""
+    need("ccache")
+    url = f"http://127.0.0.1:{http_store}/cache"
+    environ = {
+        **cache.clean_environment(os.environ),
+        "PATH": tool_path(),
+        "KILN_HTTP_CRED": "builder:letmein1",
+    }
+    results = []
+    for builder in ("a", "b"):
+        spec = CacheSpec(kind="ccache", remote=url, credentials_env="KILN_HTTP_CRED")
+        prepared = cache.prepare_cache(cache.resolve_cache(spec, dir=tmp_path / builder / "cc"), environ)
+        assert prepared.warnings == ()
+        assert prepared.shown_env["CCACHE_REMOTE_STORAGE"] == f"http://***@127.0.0.1:{http_store}/cache"
+        src = tmp_path / builder / "src"
+        src.mkdir(parents=True)
+        (src / "a.c").write_text("int a(void) { return 1; }\n")
+        env = {**environ, **prepared.env}
+        _compile(env, "ccache", "-c", "a.c", cwd=src)
+        results.append(cache.finish_cache(prepared, env))
+    assert (results[0].misses, results[0].remote_misses) == (1, 1)
+    assert (results[1].hits, results[1].remote_hits, results[1].local_hits) == (1, 1, 0)
+
+    environ["KILN_HTTP_CRED"] = "builder:wrong"
+    spec = CacheSpec(kind="ccache", remote=url, credentials_env="KILN_HTTP_CRED")
+    prepared = cache.prepare_cache(cache.resolve_cache(spec, dir=tmp_path / "c" / "cc"), environ)
+    assert prepared.warnings == (
+        f"remote cache {url} refuses the credentials (HTTP 401): building with the local cache only, "
+        "this build will be slower",
+    )
+    assert "CCACHE_REMOTE_STORAGE" not in prepared.env
 
 
 @pytest.mark.parametrize("kind", ["ccache", "sccache"])
