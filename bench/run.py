@@ -148,39 +148,42 @@ def build_cache_ext(
     return seconds, stats
 
 
-def cache_bench(repeat: int, jobs: int, scratch: Path) -> dict[str, list[dict[str, Any]]]:
-    require("ccache", "redis-server", "ninja")
-    samples: dict[str, list[dict[str, Any]]] = {
-        "no cache": [],
-        "cold": [],
-        "warm local": [],
-        "warm remote": [],
-    }
+def cache_bench(tool: str, baseline: bool) -> Callable[[int, int, Path], dict[str, list[dict[str, Any]]]]:
+    """The cache scenarios for ``tool`` (ccache or sccache); ``baseline`` adds the no-cache build."""
 
-    def record(name: str, seconds: float, stats: cache.CacheStats | None) -> None:
-        rate = None if stats is None else stats.hit_rate
-        samples[name].append(
-            {"seconds": round(seconds, 3), "stats": None if stats is None else stats.as_dict()}
-        )
-        console.print(f"  {name:<12} {seconds:7.1f} s  hit rate {'-' if rate is None else f'{rate:.0%}'}")
+    def bench(repeat: int, jobs: int, scratch: Path) -> dict[str, list[dict[str, Any]]]:
+        require(tool, "redis-server", "ninja")
+        names = (["no cache"] if baseline else []) + ["cold", "warm local", "warm remote"]
+        samples: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
 
-    for run in range(repeat):
-        console.print(f"[bold]cache run {run + 1}/{repeat}[/bold]")
-        base = scratch / f"cache-{run}"
-        redis = RedisServer(Path(tempfile.mkdtemp(dir=scratch)))
-        try:
-            none = cache.resolve_cache(CacheSpec(kind="none"), dir=base / "none")
-            record("no cache", *build_cache_ext(base / "n" / "cache_ext", none, jobs))
-            cold = cache.resolve_cache(CacheSpec(kind="ccache", remote=redis.url), dir=base / "local-a")
-            record("cold", *build_cache_ext(base / "a" / "cache_ext", cold, jobs))
-            local = cache.resolve_cache(CacheSpec(kind="ccache"), dir=base / "local-a")
-            record("warm local", *build_cache_ext(base / "b" / "cache_ext", local, jobs))
-            remote = cache.resolve_cache(CacheSpec(kind="ccache", remote=redis.url), dir=base / "local-c")
-            record("warm remote", *build_cache_ext(base / "c" / "cache_ext", remote, jobs))
-        finally:
-            redis.stop()
-        shutil.rmtree(base, ignore_errors=True)
-    return samples
+        def record(name: str, seconds: float, stats: cache.CacheStats | None) -> None:
+            rate = None if stats is None else stats.hit_rate
+            samples[name].append(
+                {"seconds": round(seconds, 3), "stats": None if stats is None else stats.as_dict()}
+            )
+            shown = "-" if rate is None else f"{rate:.0%}"
+            console.print(f"  {name:<12} {seconds:7.1f} s  hit rate {shown}")
+
+        for run in range(repeat):
+            console.print(f"[bold]{tool} run {run + 1}/{repeat}[/bold]")
+            base = scratch / f"{tool}-{run}"
+            redis = RedisServer(Path(tempfile.mkdtemp(dir=scratch)))
+            try:
+                if baseline:
+                    none = cache.resolve_cache(CacheSpec(kind="none"), dir=base / "none")
+                    record("no cache", *build_cache_ext(base / "n" / "cache_ext", none, jobs))
+                cold = cache.resolve_cache(CacheSpec(kind=tool, remote=redis.url), dir=base / "local-a")
+                record("cold", *build_cache_ext(base / "a" / "cache_ext", cold, jobs))
+                local = cache.resolve_cache(CacheSpec(kind=tool), dir=base / "local-a")
+                record("warm local", *build_cache_ext(base / "b" / "cache_ext", local, jobs))
+                remote = cache.resolve_cache(CacheSpec(kind=tool, remote=redis.url), dir=base / "local-c")
+                record("warm remote", *build_cache_ext(base / "c" / "cache_ext", remote, jobs))
+            finally:
+                redis.stop()
+            shutil.rmtree(base, ignore_errors=True)
+        return samples
+
+    return bench
 
 
 def noop_bench(repeat: int, jobs: int, scratch: Path) -> dict[str, list[dict[str, Any]]]:
@@ -276,6 +279,12 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         help="run only these parts (repeatable)",
     )
+    parser.add_argument(
+        "--tool",
+        choices=("ccache", "sccache"),
+        action="append",
+        help="cache tool(s) to measure (repeatable; default ccache)",
+    )
     parser.add_argument("--results", type=Path, default=None, help="results JSON (default bench/results/...)")
     parser.add_argument("verify_args", nargs="*", help="arguments after -- go to bench/verify_bench.py")
     args = parser.parse_args(argv)
@@ -294,16 +303,18 @@ def main(argv: list[str] | None = None) -> int:
         "repeat": args.repeat,
         "jobs": args.jobs,
     }
-    parts_run: list[tuple[str, Callable[[int, int, Path], dict[str, list[dict[str, Any]]]], str]] = []
+    parts_run: list[tuple[str, str, Callable[[int, int, Path], dict[str, list[dict[str, Any]]]], str]] = []
     if "cache" in parts:
-        parts_run.append(("compiler cache (tests/data/cache_ext, 3 C++ TUs)", cache_bench, "cold"))
+        for index, tool in enumerate(dict.fromkeys(args.tool or ["ccache"])):
+            title = f"compiler cache: {tool} (tests/data/cache_ext, 3 C++ TUs)"
+            parts_run.append((f"cache_{tool}", title, cache_bench(tool, baseline=index == 0), "cold"))
     if "noop" in parts:
-        parts_run.append(("torchkiln build: no-op rerun", noop_bench, "build-wheel first"))
+        parts_run.append(("noop", "torchkiln build: no-op rerun", noop_bench, "build-wheel first"))
     with tempfile.TemporaryDirectory(prefix="torchkiln-bench-") as scratch:
-        for title, bench, reference in parts_run:
+        for key, title, bench, reference in parts_run:
             samples = bench(args.repeat, args.jobs, Path(scratch))
             rows = summarize(samples)
-            results[bench.__name__] = {"samples": samples, "summary": rows}
+            results[key] = {"samples": samples, "summary": rows}
             print_table(title, rows, reference)
     if parts_run:
         results_path.parent.mkdir(parents=True, exist_ok=True)
