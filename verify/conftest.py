@@ -135,6 +135,7 @@ def _area(item: pytest.Item) -> str:
     return names[0] if names else "unassigned"
 
 
+@pytest.hookimpl(trylast=True)  # after -k/-m deselection: only what runs must be in exactly one area
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         names = {m.name for m in item.iter_markers() if m.name in report.AREAS}

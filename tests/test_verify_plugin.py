@@ -1,0 +1,129 @@
+"""The suite's pytest plugin (verify/conftest.py) on a small synthetic suite: one outcome per test over
+setup/call/teardown, skip reasons, --require-cuda, area markers enforced, junit.xml moved into place."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+# The synthetic CUDA test is skipped (or failed under --require-cuda) only where no CUDA device is usable.
+no_cuda = pytest.mark.skipif(
+    torch.cuda.is_available(), reason="expects a machine without a usable CUDA device"
+)
+
+SYNTHETIC = """
+import pytest
+
+pytestmark = pytest.mark.amp
+
+
+@pytest.fixture
+def broken():
+    raise RuntimeError("fixture broke")
+
+
+@pytest.fixture
+def bad_teardown():
+    yield
+    raise RuntimeError("teardown broke")
+
+
+def test_ok():
+    pass
+
+
+def test_fail():
+    assert 1 == 2, "boom"
+
+
+def test_setup_error(broken):
+    pass
+
+
+def test_teardown_error(bad_teardown):
+    pass
+
+
+@pytest.mark.cuda
+def test_needs_cuda():
+    pass
+
+
+def test_skipped():
+    pytest.skip("not today")
+
+
+@pytest.mark.ddp
+@pytest.mark.amp
+def test_two_areas_is_rejected_elsewhere():
+    pass
+"""
+
+
+@pytest.fixture
+def suite(tmp_path: Path) -> Path:
+    directory = tmp_path / "suite"
+    directory.mkdir()
+    shutil.copy(ROOT / "verify" / "conftest.py", directory / "conftest.py")
+    shutil.copy(ROOT / "verify" / "pytest.ini", directory / "pytest.ini")
+    (directory / "test_synthetic.py").write_text(SYNTHETIC)
+    return directory
+
+
+def run(suite: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", str(suite), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=suite.parent,
+    )
+
+
+def test_two_area_markers_are_a_usage_error(suite: Path) -> None:
+    result = run(suite)
+    assert result.returncode == 4
+    assert "needs exactly one area marker" in result.stdout + result.stderr
+
+
+@no_cuda
+def test_outcomes_per_test_and_report_files(suite: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    result = run(suite, "--report", str(out), "-k", "not two_areas")
+    assert result.returncode == 1, result.stdout + result.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["areas"]["amp"] == {"passed": 1, "failed": 1, "skipped": 2, "error": 2}
+    by_test = {f["nodeid"].split("::")[-1]: f for f in summary["failures"] + summary["skips"]}
+    assert by_test["test_fail"]["message"].startswith("AssertionError: boom")
+    assert (
+        by_test["test_setup_error"]["outcome"] == "error"
+        and "fixture broke" in by_test["test_setup_error"]["message"]
+    )
+    assert by_test["test_teardown_error"]["outcome"] == "error"
+    assert by_test["test_skipped"]["message"] == "not today"
+    assert by_test["test_needs_cuda"]["message"].startswith("needs CUDA")
+    root = ET.parse(out / "junit.xml").getroot()
+    suite_el = root if root.tag == "testsuite" else root.find("testsuite")
+    assert int(suite_el.get("failures")) == 1 and int(suite_el.get("skipped")) == 2
+    assert sorted(p.name for p in out.iterdir()) == ["junit.xml", "summary.json", "summary.md"]
+
+
+@no_cuda
+def test_require_cuda_fails_the_cuda_test_only(suite: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    result = run(suite, "--report", str(out), "--require-cuda", "-k", "needs_cuda or skipped or ok")
+    assert result.returncode == 1
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["areas"]["amp"] == {"passed": 1, "failed": 1, "skipped": 1, "error": 0}
+    (failure,) = summary["failures"]
+    assert failure["nodeid"].endswith("test_needs_cuda")
+    assert failure["message"].startswith("--require-cuda: this CUDA check could not run: needs CUDA")
