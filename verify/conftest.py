@@ -126,8 +126,11 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             pytest.skip(reason)
     if item.get_closest_marker("multi_gpu") is not None and torch.cuda.device_count() < 2:
         pytest.skip(f"needs at least 2 visible CUDA devices, {torch.cuda.device_count()} visible")
-    if item.get_closest_marker("cpu_build") is not None and torch.version.cuda is not None:
-        pytest.skip(f"checks a CPU-only build; torch is built with CUDA {torch.version.cuda}")
+    if item.get_closest_marker("cpu_build") is not None:
+        if torch.version.cuda is not None:
+            pytest.skip(f"checks a CPU-only build; torch is built with CUDA {torch.version.cuda}")
+        if getattr(torch.version, "hip", None):
+            pytest.skip(f"checks a CPU-only build; torch is built with ROCm {torch.version.hip}")
 
 
 def _area(item: pytest.Item) -> str:
