@@ -203,7 +203,10 @@ def test_cold_build_produces_the_wheel_manifest_and_lock(cold) -> None:
     )
     assert m["toolchain"]["python"].startswith("3.11.")
     assert m["toolchain"]["build_packages"]["torch"] == "2.13.0+cpu"
-    assert m["stages"]["compile"] > 0 and set(m["stages"]) == {"env", "compile", "checks"}
+    assert set(m["stages"]) == {"env", "configure", "compile", "wheel", "checks"}
+    assert m["stages"]["compile"] > 0 and m["stages"]["configure"] > 0 and m["stages"]["wheel"] > 0
+    wheel_step = next(step for step in m["steps"] if step["name"] == "torch:wheel")
+    assert round(sum(wheel_step["phases"].values()), 1) == round(wheel_step["duration_s"], 1)
     assert all(step["status"] == "ran" for step in m["steps"])
     assert m["checks"]["torch"] == "2.13.0+cpu" and m["checks"]["cuda_compiled"] is False
     assert m["cache"] is not None
@@ -215,6 +218,7 @@ def test_cold_build_produces_the_wheel_manifest_and_lock(cold) -> None:
 def test_cold_build_shows_live_compile_progress_and_keeps_logs(cold) -> None:
     out = cold["first_out"]
     assert "compile 1/2 (50%" in out and "compile 2/2 (100%" in out
+    assert out.index("\n  compile\n") < out.index("compile 1/2") < out.index("\n  wheel\n"), "phases in order"
     log = Path(cold["first"].steps[3].log)
     assert log.name == "torch-wheel.log" and log.parent == cold["s"]["work"] / "logs"
     text = log.read_text()

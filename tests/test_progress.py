@@ -58,3 +58,42 @@ def test_format_duration() -> None:
     assert format_duration(5) == "5s"
     assert format_duration(65) == "1m05s"
     assert format_duration(3 * 3600 + 120) == "3h02m"
+
+
+def test_phases_of_a_wheel_step_move_forward_only() -> None:
+    from torchkiln.progress import PhaseTracker
+
+    clock = FakeClock()
+    phases = PhaseTracker(clock)
+    assert phases.phase == "configure"
+    clock.now += 12.0
+    assert phases.feed("-- Configuring done (14.4s)") is None
+    assert phases.feed("-- Build files have been written to: /src/pytorch/build") == "compile"
+    clock.now += 100.0
+    assert phases.feed("[1/2] c++ -c a.cpp") is None
+    assert phases.feed("[2/2] c++ -c b.cpp") is None
+    assert phases.feed("-- Configuring done") is None  # CMake re-run from ninja: still the compile
+    assert phases.feed("installing to build/bdist.linux-x86_64/wheel") == "wheel"
+    clock.now += 3.0
+    assert phases.feed("[1/1] late edge") is None, "never back to an earlier phase"
+    assert phases.finish() == {"configure": 12.0, "compile": 100.0, "wheel": 3.0}
+
+
+def test_scikit_build_core_packaging_is_the_wheel_phase() -> None:
+    from torchkiln.progress import PhaseTracker
+
+    phases = PhaseTracker(FakeClock())
+    phases.feed("[4567/4567] Linking CXX shared library lib/libtorch_cpu.so")
+    assert phases.feed("*** Installing project into wheel...") == "wheel"
+
+
+def test_setuptools_build_ext_starts_the_compile_before_ninja_reports() -> None:
+    from torchkiln.progress import PhaseTracker
+
+    clock = FakeClock()
+    phases = PhaseTracker(clock)
+    clock.now += 2.0
+    assert phases.feed("running build_ext") == "compile"
+    clock.now += 30.0  # ninja prints [1/2] only when the first object is finished
+    assert phases.feed("[1/2] c++ -c a.cpp") is None
+    assert phases.finish() == {"configure": 2.0, "compile": 30.0}

@@ -48,7 +48,7 @@ from .fingerprint import State, digest, file_sha256, step_fingerprint, tree_iden
 from .logs import first_error, log_name, tail
 from .manifest import build_manifest, toolchain
 from .plan import Plan, Step, base_environment
-from .progress import CompileProgress, format_duration
+from .progress import CompileProgress, PhaseTracker, format_duration
 from .source import check_pin, is_git_checkout, lock_source, write_json_atomic, write_lock
 from .watch import Expectations, SummaryWatcher
 
@@ -93,6 +93,7 @@ class StepRecord:
     status: str  # "ran" | "skipped"
     duration_s: float
     log: str | None
+    phases: dict[str, float] | None = None  # wheel steps: configure / compile / wheel seconds
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -102,6 +103,7 @@ class StepRecord:
             "status": self.status,
             "duration_s": round(self.duration_s, 3),
             "log": self.log,
+            **({"phases": self.phases} if self.phases else {}),
         }
 
 
@@ -216,6 +218,13 @@ class Display:
         if decile > self._last_decile:
             self._last_decile = decile
             self.console.print(f"  compile {describe}")
+
+    def phase(self, name: str) -> None:
+        """A wheel step entered a new phase (configure, compile, wheel)."""
+        if self._progress is not None:
+            self._progress.update(self._task, detail=name)
+        else:
+            self.console.print(f"  {name}")
 
     def end_step(self, step: Step, status: str, seconds: float) -> None:
         if self._progress is not None:
@@ -428,7 +437,7 @@ class Builder:
             cache_env = self.prepared.env if self.prepared is not None else None
             env = step_environment(self.plan, step, self.environ, cache_env)
             self.display.running(step)
-            seconds, log, output_tail = self._execute(step, env)
+            seconds, log, output_tail, phases = self._execute(step, env)
             if step.stage == "fetch":
                 outputs["git"] = True
                 if step.name == last_fetch.get(step.project):
@@ -462,16 +471,21 @@ class Builder:
                     **extra,
                 },
             )
-            self.records.append(StepRecord(step.name, step.stage, step.project, "ran", seconds, str(log)))
+            self.records.append(
+                StepRecord(step.name, step.stage, step.project, "ran", seconds, str(log), phases)
+            )
             self.display.end_step(step, "ran", seconds)
 
-    def _execute(self, step: Step, env: dict[str, str]) -> tuple[float, Path, list[str]]:
+    def _execute(
+        self, step: Step, env: dict[str, str]
+    ) -> tuple[float, Path, list[str], dict[str, float] | None]:
         """Run one step, streaming its output to its log and the display. Returns (seconds, log, tail)."""
         log = self.paths.logs / log_name(step.name)
         watcher = None
         if step.stage == "compile" and step.project == "torch":
             watcher = SummaryWatcher(Expectations.for_step(step.env, self.plan.recipe))
         progress = CompileProgress()
+        phases = PhaseTracker() if step.stage == "compile" else None
         last_lines: list[str] = []
         start = time.monotonic()
         cwd = step.cwd
@@ -504,6 +518,8 @@ class Builder:
                     last_lines.append(line.rstrip("\n"))
                     if len(last_lines) > 200:
                         del last_lines[:100]
+                    if phases is not None and (entered := phases.feed(line)) is not None:
+                        self.display.phase(entered)
                     p = progress.feed(line)
                     if p is not None:
                         self.display.compile_progress(p.describe(), p.done, p.total, p.percent)
@@ -533,7 +549,7 @@ class Builder:
             )
         if proc.returncode != 0:
             raise BuildFailed(_failure_message(step, proc.returncode, seconds, log), step=step.name, log=log)
-        return seconds, log, last_lines
+        return seconds, log, last_lines, phases.finish() if phases is not None else None
 
     # -- the end -------------------------------------------------------------------------------------
 

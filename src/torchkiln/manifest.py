@@ -137,7 +137,9 @@ def build_manifest(
 ) -> dict[str, Any]:
     stages: dict[str, float] = {}
     for step in steps:
-        stages[step["stage"]] = round(stages.get(step["stage"], 0.0) + step["duration_s"], 3)
+        # A wheel step's time is split into its phases: configure, compile, wheel.
+        for stage, seconds in (step.get("phases") or {step["stage"]: step["duration_s"]}).items():
+            stages[stage] = round(stages.get(stage, 0.0) + seconds, 3)
     return {
         "format": MANIFEST_FORMAT,
         "torchkiln": __version__,

@@ -86,3 +86,57 @@ class CompileProgress:
             eta = 0.0
         self.latest = Progress(done, total, elapsed, eta)
         return self.latest
+
+
+# Phases inside a wheel step, in order. The step starts in "configure" (build front-end set-up, CMake's
+# configure); the compile starts when CMake has written the build files, setuptools runs build_ext or
+# scikit-build-core builds the project (ninja prints an edge when it *finishes*, so its first line comes
+# late), else at the first progress line; packaging starts "wheel".
+PHASES = ("configure", "compile", "wheel")
+COMPILE_RE = re.compile(
+    r"^(-- Build files have been written to|running build_ext\b|\*\*\* Building project with)"
+)
+WHEEL_RE = re.compile(
+    r"^(installing to \S*bdist|creating '.*\.whl'|\*\*\* (Installing project into wheel|Making wheel))"
+)
+
+
+class PhaseTracker:
+    """Seconds spent in each phase of a wheel step: configure, compile (ninja/Make), wheel (packaging).
+
+    Phases only move forward: a second CMake run inside the compile (PyTorch re-runs CMake from ninja when
+    a CMakeLists.txt changed) is part of the compile.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._index = 0
+        self._since = clock()
+        self.seconds: dict[str, float] = {}
+
+    @property
+    def phase(self) -> str:
+        return PHASES[self._index]
+
+    def feed(self, line: str) -> str | None:
+        """The new phase when ``line`` starts one, else None."""
+        if NINJA_RE.match(line) or MAKE_RE.match(line) or COMPILE_RE.match(line):
+            target = 1
+        elif WHEEL_RE.match(line):
+            target = 2
+        else:
+            return None
+        if target <= self._index:
+            return None
+        self._close()
+        self._index = target
+        return self.phase
+
+    def finish(self) -> dict[str, float]:
+        self._close()
+        return dict(self.seconds)
+
+    def _close(self) -> None:
+        now = self._clock()
+        self.seconds[self.phase] = round(self.seconds.get(self.phase, 0.0) + now - self._since, 3)
+        self._since = now
