@@ -101,3 +101,21 @@ def test_interrupted_fetch_resumes_without_starting_over(upstream, tmp_path: Pat
     resumed, lock = fetch(tmp_path, url, "v1")
     assert resumed.ran == ["torch:fetch:checkout", "torch:fetch:submodule"]
     assert lock["commit"] == upstream["v1"]
+
+
+def test_a_second_build_in_the_same_workdir_is_refused(upstream, tmp_path: Path) -> None:
+    import fcntl
+
+    from torchkiln.errors import TorchkilnError
+
+    work = tmp_path / "work"
+    work.mkdir()
+    with (work / "build.lock").open("a+") as held:  # as a running build holds it
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        held.write("pid 4242\n")
+        held.flush()
+        with pytest.raises(TorchkilnError, match=r"another torchkiln build is running in .*\(pid 4242\)"):
+            fetch(tmp_path, f"file://{upstream['repo']}", "v1")
+    assert not (work / "src").exists()
+    _, lock = fetch(tmp_path, f"file://{upstream['repo']}", "v1")  # released: the build runs
+    assert lock["commit"] == upstream["v1"]

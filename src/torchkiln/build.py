@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import fcntl
 import json
 import os
 import shutil
@@ -173,6 +174,29 @@ def _stop_group(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
         while _group_alive(pgid) and time.monotonic() < deadline + KILL_GRACE_S:
             time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def _workdir_lock(workdir: Path) -> Iterator[None]:
+    """One build per workdir at a time: two would fetch into, and record state for, the same checkout."""
+    path = workdir / "build.lock"
+    with path.open("a+") as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            raise TorchkilnError(
+                f"another torchkiln build is running in {workdir} ({holder}); wait for it, or use another --workdir"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}\n")
+        handle.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -336,6 +360,11 @@ class Builder:
     # -- the run -------------------------------------------------------------------------------------
 
     def run(self) -> BuildResult:
+        self.paths.workdir.mkdir(parents=True, exist_ok=True)
+        with _workdir_lock(self.paths.workdir):
+            return self._run_locked()
+
+    def _run_locked(self) -> BuildResult:
         started = dt.datetime.now(dt.UTC)
         self.paths.logs.mkdir(parents=True, exist_ok=True)
         for leftover in clean_partials(self.paths.dist):
