@@ -92,7 +92,8 @@ target "torch-2_13-cpu-py311-runtime" {
   context    = "."
   target     = "runtime"
   contexts   = {
-    "dist" = "target:torch-2_13-cpu-py311-wheels"
+    "dist"   = "target:torch-2_13-cpu-py311-wheels"
+    "recipe" = "recipes"
   }
   args       = {
     "BASE_IMAGE"          = "debian:bookworm-slim"
@@ -103,6 +104,7 @@ target "torch-2_13-cpu-py311-runtime" {
     "TORCHVISION_VERSION" = "0.28.0+cpu.kiln1"
     "TORCH_COMMIT"        = ""
     "TORCHVISION_COMMIT"  = ""
+    "RECIPE_FILE"         = "torch-2.13-cpu-py311.toml"
     "RECIPE_NAME"         = "torch-2.13-cpu-py311"
     "RECIPE_SHA256"       = "889b9e49f12708932eff279a4e11af82a8a92e00ba1f7bad0f9850e8a07e0652"
     "TORCHKILN_VERSION"   = "0.1.0"
@@ -186,7 +188,8 @@ target "torch-2_13-cu130-py312-runtime" {
   context    = "."
   target     = "runtime"
   contexts   = {
-    "dist" = "target:torch-2_13-cu130-py312-wheels"
+    "dist"   = "target:torch-2_13-cu130-py312-wheels"
+    "recipe" = "recipes"
   }
   args       = {
     "BASE_IMAGE"          = "nvidia/cuda:13.0.2-runtime-ubuntu24.04"
@@ -197,6 +200,7 @@ target "torch-2_13-cu130-py312-runtime" {
     "TORCHVISION_VERSION" = "0.28.0+cu130.kiln1"
     "TORCH_COMMIT"        = ""
     "TORCHVISION_COMMIT"  = ""
+    "RECIPE_FILE"         = "torch-2.13-cu130-py312.toml"
     "RECIPE_NAME"         = "torch-2.13-cu130-py312"
     "RECIPE_SHA256"       = "a6f9341d29fb85c30dec7f1ad2ccbabc67d5eb5e14924081e31c949de4fd8890"
     "TORCHKILN_VERSION"   = "0.1.0"
@@ -280,7 +284,8 @@ target "torch-2_14-cu126-py312-runtime" {
   context    = "."
   target     = "runtime"
   contexts   = {
-    "dist" = "target:torch-2_14-cu126-py312-wheels"
+    "dist"   = "target:torch-2_14-cu126-py312-wheels"
+    "recipe" = "recipes"
   }
   args       = {
     "BASE_IMAGE"          = "nvidia/cuda:12.6.3-runtime-ubuntu24.04"
@@ -291,6 +296,7 @@ target "torch-2_14-cu126-py312-runtime" {
     "TORCHVISION_VERSION" = "0.29.0+cu126.kiln1"
     "TORCH_COMMIT"        = ""
     "TORCHVISION_COMMIT"  = ""
+    "RECIPE_FILE"         = "torch-2.14-cu126-py312.toml"
     "RECIPE_NAME"         = "torch-2.14-cu126-py312"
     "RECIPE_SHA256"       = "501f5d2db7f53f72770f14d7b2bc35e871a11d13f20dff30f2bb2ff8d2a21ea9"
     "TORCHKILN_VERSION"   = "0.1.0"
@@ -374,7 +380,8 @@ target "torch-2_14-cu130-py312-runtime" {
   context    = "."
   target     = "runtime"
   contexts   = {
-    "dist" = "target:torch-2_14-cu130-py312-wheels"
+    "dist"   = "target:torch-2_14-cu130-py312-wheels"
+    "recipe" = "recipes"
   }
   args       = {
     "BASE_IMAGE"          = "nvidia/cuda:13.0.2-runtime-ubuntu24.04"
@@ -385,6 +392,7 @@ target "torch-2_14-cu130-py312-runtime" {
     "TORCHVISION_VERSION" = "0.29.0+cu130.kiln1"
     "TORCH_COMMIT"        = ""
     "TORCHVISION_COMMIT"  = ""
+    "RECIPE_FILE"         = "torch-2.14-cu130-py312.toml"
     "RECIPE_NAME"         = "torch-2.14-cu130-py312"
     "RECIPE_SHA256"       = "87cb9a71b1be722093378edd7bd0b0f84721820ef676338fda77e442de29eabe"
     "TORCHKILN_VERSION"   = "0.1.0"

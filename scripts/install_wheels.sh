@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runtime image, step 2: install the wheels (from the `dist` build context, mounted at /mnt/dist, never
 # copied into a layer), torchkiln and its verification suite, then run the sanity gate.
-# Reads TORCH_VERSION, TORCHVISION_VERSION (empty: no torchvision wheel), CUDA_VERSION, CUDNN_VERSION.
+# Reads TORCH_VERSION, TORCHVISION_VERSION (empty: no torchvision wheel), CUDA_VERSION, CUDNN_VERSION and
+# RECIPE_FILE (the recipe, from the `recipe` context at /mnt/recipe, kept as /opt/torchkiln/recipe.toml).
 set -euo pipefail
 
 : "${TORCH_VERSION:?TORCH_VERSION must be set (the exact version of the torch wheel in dist/)}"
@@ -23,6 +24,9 @@ cp -r "$context/pyproject.toml" "$context/README.md" "$context/src" "$build/"
 rm -rf "$build"
 mkdir -p /opt/torchkiln
 cp -r "$context/verify" /opt/torchkiln/verify
+if [[ -n "${RECIPE_FILE:-}" ]]; then
+  cp "/mnt/recipe/${RECIPE_FILE}" /opt/torchkiln/recipe.toml
+fi
 find /opt/torchkiln/verify -name __pycache__ -prune -exec rm -rf {} +
 chmod -R a+rX /opt/torchkiln
 

@@ -145,7 +145,9 @@ def test_bake_file_has_a_target_per_recipe_and_flavour() -> None:
     assert 'tags       = ["${REGISTRY}/torchkiln:2.14.0-cu130-devel"]' in cu130
     assert '"nvidia/cuda:13.0.2-devel-ubuntu24.04"' in cu130
     runtime = targets["torch-2_14-cu130-py312-runtime"]
-    assert '"dist" = "target:torch-2_14-cu130-py312-wheels"' in runtime
+    assert (
+        '"dist"   = "target:torch-2_14-cu130-py312-wheels"' in runtime and '"recipe" = "recipes"' in runtime
+    )
     assert '"io.torchkiln.recipe"              = "torch-2.14-cu130-py312"' in runtime
     assert 'target     = "runtime"' in runtime and "Dockerfile.runtime" in runtime
     wheels = targets["torch-2_13-cpu-py311-wheels"]
@@ -387,6 +389,10 @@ def test_print_runtime_uses_the_wheel_in_dist(tmp_path: Path, capsys: pytest.Cap
     assert rc == 0
     assert "--build-arg TORCH_VERSION=2.13.0+cpu " in out and f"--build-arg TORCH_COMMIT={'c' * 40}" in out
     assert f"--build-context dist={tmp_path}" in out and "--target runtime" in out
+    assert (
+        f"--build-context recipe={RECIPES}" in out
+        and "--build-arg RECIPE_FILE=torch-2.13-cpu-py311.toml" in out
+    )
 
 
 @pytest.mark.parametrize(

@@ -211,7 +211,8 @@ def test_runtime_image_passes_the_verify_suite_as_a_non_root_user(
             "sh",
             "-c",
             "id -un; id -u; for t in gcc g++ cc c++ nvcc; do "
-            "command -v $t || echo no-$t; done; du -sb /opt/venv | cut -f1",
+            "command -v $t || echo no-$t; done; du -sb /opt/venv | cut -f1; "
+            "sha256sum /opt/torchkiln/recipe.toml | cut -d' ' -f1",
         ],
         capture=True,
     )
@@ -220,6 +221,7 @@ def test_runtime_image_passes_the_verify_suite_as_a_non_root_user(
     assert lines[:2] == ["kiln", "10001"]
     assert lines[2:7] == ["no-gcc", "no-g++", "no-cc", "no-c++", "no-nvcc"]
     venv_bytes = int(lines[7])
+    assert lines[8] == load_recipe(CPU_RECIPE).sha256  # the image carries its recipe
 
     inspect = subprocess.run(
         engine.storage_argv("inspect", "--type", "image", image), capture_output=True, text=True, check=True

@@ -151,7 +151,7 @@ def _s(value: object | None) -> str:
     return "" if value is None else str(value)
 
 
-def devel_args(recipe: Recipe, *, base_image: str | None = None, recipe_file: str = "") -> dict[str, str]:
+def devel_args(recipe: Recipe, *, base_image: str | None = None) -> dict[str, str]:
     """Build args of docker/Dockerfile.devel (stages devel, build, wheels) for a recipe."""
     acc = recipe.accelerator
     magma = recipe.magma if acc.is_cuda else None
@@ -170,9 +170,14 @@ def devel_args(recipe: Recipe, *, base_image: str | None = None, recipe_file: st
         "MAGMA_VERSION": _s(magma.version) if magma else "",
         "MAGMA_URL": _s(magma.url) if magma else "",
         "MAGMA_SHA256": magma.sha256 if magma else "",
-        "RECIPE_FILE": recipe_file or (recipe.path.name if recipe.path else f"{recipe.name}.toml"),
+        "RECIPE_FILE": recipe_file(recipe),
         "CACHE_CREDENTIALS_ENV": _s(recipe.cache.credentials_env),
     }
+
+
+def recipe_file(recipe: Recipe) -> str:
+    """The recipe's file name inside the ``recipe`` build context (its directory)."""
+    return recipe.path.name if recipe.path else f"{recipe.name}.toml"
 
 
 def _labels_args(recipe: Recipe) -> dict[str, str]:
@@ -209,6 +214,7 @@ def runtime_args(
         "TORCHVISION_VERSION": vision_version,
         "TORCH_COMMIT": torch_commit,
         "TORCHVISION_COMMIT": vision_commit,
+        "RECIPE_FILE": recipe_file(recipe),
         **_labels_args(recipe),
     }
 
@@ -303,7 +309,7 @@ def bake_file(recipes: Iterable[Recipe], *, recipes_root: str = "recipes") -> st
             name = bake_target_name(recipe, flavour)
             if flavour == "runtime":
                 args = runtime_args(recipe)
-                contexts = {"dist": f"target:{bake_target_name(recipe, 'wheels')}"}
+                contexts = {"dist": f"target:{bake_target_name(recipe, 'wheels')}", "recipe": recipes_root}
                 target = "runtime"
             else:
                 args = devel_args(recipe)

@@ -183,13 +183,13 @@ def build_request(args: argparse.Namespace, *, context: Path) -> BuildRequest:
     named: dict[str, Path] = {}
     secrets: dict[str, Path] = {}
     dist = Path(args.dist).resolve()
+    assert recipe.path is not None  # loaded from a file
+    named["recipe"] = recipe.path.resolve().parent
     if target == "runtime":
         build_args = runtime_args(recipe, find_wheels(dist, recipe), base_image=args.base_image)
         named["dist"] = dist
     else:
-        assert recipe.path is not None
-        build_args = devel_args(recipe, base_image=args.base_image, recipe_file=recipe.path.name)
-        named["recipe"] = recipe.path.resolve().parent
+        build_args = devel_args(recipe, base_image=args.base_image)
         if target == "wheels":
             if recipe.cache.credentials_file and not recipe.cache.credentials_env:
                 raise UsageError(
