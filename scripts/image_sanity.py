@@ -4,7 +4,7 @@ Like the gate in PyTorch's own Dockerfile (which exits 1 when CUDA came out disa
 installed torch/torchvision are exactly the wheels the build args name, CUDA is compiled in exactly when the
 recipe is a CUDA recipe (and at the recipe's CUDA and cuDNN versions), the C++ ops of torchvision are
 registered (the "operator torchvision::nms does not exist" mismatch), tensor math runs, and no compiler or
-nvcc is on PATH. Reads the build args TORCH_VERSION, TORCHVISION_VERSION, CUDA_VERSION and CUDNN_VERSION.
+nvcc is on PATH. Reads the build args KILN_TORCH_VERSION, KILN_TORCHVISION_VERSION, KILN_CUDA and KILN_CUDNN.
 Runs with the image's Python (no torchkiln import: it checks the wheels, not torchkiln).
 """
 
@@ -17,10 +17,10 @@ import sys
 
 def main() -> int:
     problems: list[str] = []
-    want_torch = os.environ["TORCH_VERSION"]
-    want_vision = os.environ.get("TORCHVISION_VERSION", "")
-    want_cuda = os.environ.get("CUDA_VERSION", "")
-    want_cudnn = os.environ.get("CUDNN_VERSION", "")
+    want_torch = os.environ["KILN_TORCH_VERSION"]
+    want_vision = os.environ.get("KILN_TORCHVISION_VERSION", "")
+    want_cuda = os.environ.get("KILN_CUDA", "")
+    want_cudnn = os.environ.get("KILN_CUDNN", "")
 
     import torch
 

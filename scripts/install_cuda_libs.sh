@@ -3,16 +3,16 @@
 # has neither pinned). They come from NVIDIA's PyPI wheels (nvidia-cudnn-cuXX, nvidia-nccl-cuXX): the
 # same packages a torch wheel depends on at run time, so build and run use one version. Headers and
 # libraries are copied where PyTorch's build looks (CUDNN_ROOT_DIR/NCCL_ROOT_DIR=/usr/local/cuda), as
-# upstream's install_cuda.sh does with the redist tarballs. No-op for CPU recipes (CUDA_VERSION empty).
+# upstream's install_cuda.sh does with the redist tarballs. No-op for CPU recipes (KILN_CUDA empty).
 set -euo pipefail
 
-if [[ -z "${CUDA_VERSION:-}" ]]; then
+if [[ -z "${KILN_CUDA:-}" ]]; then
   echo "install_cuda_libs: CPU recipe; skipping"
   exit 0
 fi
-: "${CUDNN_VERSION:?CUDNN_VERSION must be set for a CUDA recipe}"
-: "${NCCL_VERSION:?NCCL_VERSION must be set for a CUDA recipe}"
-major="${CUDA_VERSION%%.*}"
+: "${KILN_CUDNN:?KILN_CUDNN must be set for a CUDA recipe}"
+: "${KILN_NCCL:?KILN_NCCL must be set for a CUDA recipe}"
+major="${KILN_CUDA%%.*}"
 cuda=/usr/local/cuda
 python="${VIRTUAL_ENV:-/opt/venv}/bin/python"
 test -x "$cuda/bin/nvcc" || { echo "install_cuda_libs: no $cuda/bin/nvcc: the base image is not a CUDA devel image" >&2; exit 1; }
@@ -20,7 +20,7 @@ test -x "$cuda/bin/nvcc" || { echo "install_cuda_libs: no $cuda/bin/nvcc: the ba
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$python" -m pip install --no-deps --target "$work" \
-  "nvidia-cudnn-cu${major}==${CUDNN_VERSION}" "nvidia-nccl-cu${major}==${NCCL_VERSION}"
+  "nvidia-cudnn-cu${major}==${KILN_CUDNN}" "nvidia-nccl-cu${major}==${KILN_NCCL}"
 for pkg in "$work"/nvidia/*/; do
   [[ -d "$pkg/include" ]] && cp -a "$pkg/include/." "$cuda/include/"
   [[ -d "$pkg/lib" ]] && cp -a "$pkg/lib/." "$cuda/lib64/"
@@ -41,8 +41,8 @@ header_version() {  # file, then the three macro names of major/minor/patch
 }
 got_cudnn=$(header_version "$cuda/include/cudnn_version.h" CUDNN_MAJOR CUDNN_MINOR CUDNN_PATCHLEVEL)
 got_nccl=$(header_version "$cuda/include/nccl.h" NCCL_MAJOR NCCL_MINOR NCCL_PATCH)
-want_cudnn=$(echo "$CUDNN_VERSION" | cut -d. -f1-3)
-want_nccl=$(echo "$NCCL_VERSION" | cut -d. -f1-3)
-[[ "$got_cudnn" == "$want_cudnn" ]] || { echo "install_cuda_libs: cudnn_version.h says $got_cudnn, recipe pins $CUDNN_VERSION" >&2; exit 1; }
-[[ "$got_nccl" == "$want_nccl" ]] || { echo "install_cuda_libs: nccl.h says $got_nccl, recipe pins $NCCL_VERSION" >&2; exit 1; }
+want_cudnn=$(echo "$KILN_CUDNN" | cut -d. -f1-3)
+want_nccl=$(echo "$KILN_NCCL" | cut -d. -f1-3)
+[[ "$got_cudnn" == "$want_cudnn" ]] || { echo "install_cuda_libs: cudnn_version.h says $got_cudnn, recipe pins $KILN_CUDNN" >&2; exit 1; }
+[[ "$got_nccl" == "$want_nccl" ]] || { echo "install_cuda_libs: nccl.h says $got_nccl, recipe pins $KILN_NCCL" >&2; exit 1; }
 echo "install_cuda_libs: cuDNN $got_cudnn, NCCL $got_nccl in $cuda"

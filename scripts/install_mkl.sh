@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Devel image: Intel MKL (static libraries + headers) at the recipe's version into MKLROOT (/opt/intel),
 # the way PyTorch's .ci/docker/common/install_mkl.sh does it: the mkl-static and mkl-include wheels from
-# PyPI (pip checks their hashes), unpacked rather than installed. No-op when MKL_VERSION is empty.
+# PyPI (pip checks their hashes), unpacked rather than installed. No-op when KILN_MKL is empty.
 set -euo pipefail
 
-if [[ -z "${MKL_VERSION:-}" ]]; then
-  echo "install_mkl: no MKL_VERSION (the recipe's BLAS is not MKL); skipping"
+if [[ -z "${KILN_MKL:-}" ]]; then
+  echo "install_mkl: no KILN_MKL (the recipe's BLAS is not MKL); skipping"
   exit 0
 fi
 mklroot="${MKLROOT:-/opt/intel}"
@@ -14,7 +14,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 "$python" -m pip download --no-deps --only-binary=:all: --dest "$work" \
-  "mkl-static==${MKL_VERSION}" "mkl-include==${MKL_VERSION}"
+  "mkl-static==${KILN_MKL}" "mkl-include==${KILN_MKL}"
 mkdir -p "$mklroot/lib" "$mklroot/include"
 # A wheel's data files live under <name>-<version>.data/data/{lib,include}.
 "$python" - "$work" "$mklroot" <<'PY'
@@ -39,4 +39,4 @@ for wheel in sorted(work.glob("*.whl")):
 PY
 test -f "$mklroot/include/mkl.h" || { echo "install_mkl: $mklroot/include/mkl.h missing after unpacking" >&2; exit 1; }
 ls "$mklroot"/lib/libmkl_core.a >/dev/null
-echo "install_mkl: MKL ${MKL_VERSION} in $mklroot ($(du -sh "$mklroot" | cut -f1))"
+echo "install_mkl: MKL ${KILN_MKL} in $mklroot ($(du -sh "$mklroot" | cut -f1))"

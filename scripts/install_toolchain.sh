@@ -1,30 +1,30 @@
 #!/usr/bin/env bash
 # Devel image, step 1: compilers, build tools and the Python venv, from the distribution's packages.
-# Reads the build args PYTHON_VERSION and GCC_VERSION (empty: the distribution's default gcc).
+# Reads the build args KILN_PYTHON and KILN_GCC (empty: the distribution's default gcc).
 set -euo pipefail
 
-: "${PYTHON_VERSION:?PYTHON_VERSION must be set (a build arg, e.g. 3.11)}"
+: "${KILN_PYTHON:?KILN_PYTHON must be set (a build arg, e.g. 3.11)}"
 export DEBIAN_FRONTEND=noninteractive
 
 compilers=(gcc g++)
-if [[ -n "${GCC_VERSION:-}" ]]; then
-  compilers=("gcc-${GCC_VERSION}" "g++-${GCC_VERSION}")
+if [[ -n "${KILN_GCC:-}" ]]; then
+  compilers=("gcc-${KILN_GCC}" "g++-${KILN_GCC}")
 fi
 
 apt-get update
 apt-get install -y --no-install-recommends \
   "${compilers[@]}" make cmake ninja-build ccache git patchelf \
   ca-certificates curl xz-utils bzip2 \
-  "python${PYTHON_VERSION}" "python${PYTHON_VERSION}-venv" "python${PYTHON_VERSION}-dev"
+  "python${KILN_PYTHON}" "python${KILN_PYTHON}-venv" "python${KILN_PYTHON}-dev"
 apt-get clean  # also drops pkgcache.bin/srcpkgcache.bin (~100 MB that nothing at run time reads)
 rm -rf /var/lib/apt/lists/*
 
-if [[ -n "${GCC_VERSION:-}" ]]; then
+if [[ -n "${KILN_GCC:-}" ]]; then
   # Make the pinned gcc the one `gcc`/`cc` name, so CMake and setuptools cannot pick another.
-  update-alternatives --install /usr/bin/gcc gcc "/usr/bin/gcc-${GCC_VERSION}" 100 \
-    --slave /usr/bin/g++ g++ "/usr/bin/g++-${GCC_VERSION}"
-  update-alternatives --install /usr/bin/cc cc "/usr/bin/gcc-${GCC_VERSION}" 100
-  update-alternatives --install /usr/bin/c++ c++ "/usr/bin/g++-${GCC_VERSION}" 100
+  update-alternatives --install /usr/bin/gcc gcc "/usr/bin/gcc-${KILN_GCC}" 100 \
+    --slave /usr/bin/g++ g++ "/usr/bin/g++-${KILN_GCC}"
+  update-alternatives --install /usr/bin/cc cc "/usr/bin/gcc-${KILN_GCC}" 100
+  update-alternatives --install /usr/bin/c++ c++ "/usr/bin/g++-${KILN_GCC}" 100
 fi
 
-"python${PYTHON_VERSION}" -m venv "${VIRTUAL_ENV:-/opt/venv}"
+"python${KILN_PYTHON}" -m venv "${VIRTUAL_ENV:-/opt/venv}"

@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
 # Runtime image, step 2: install the wheels (from the `dist` build context, mounted at /mnt/dist, never
 # copied into a layer), torchkiln and its verification suite, then run the sanity gate.
-# Reads TORCH_VERSION, TORCHVISION_VERSION (empty: no torchvision wheel), CUDA_VERSION, CUDNN_VERSION and
+# Reads KILN_TORCH_VERSION, KILN_TORCHVISION_VERSION (empty: no torchvision wheel), KILN_CUDA, KILN_CUDNN and
 # RECIPE_FILE (the recipe, from the `recipe` context at /mnt/recipe, kept as /opt/torchkiln/recipe.toml).
 set -euo pipefail
 
-: "${TORCH_VERSION:?TORCH_VERSION must be set (the exact version of the torch wheel in dist/)}"
+: "${KILN_TORCH_VERSION:?KILN_TORCH_VERSION must be set (the exact version of the torch wheel in dist/)}"
 dist=/mnt/dist
 context=/mnt/context
 pip=("${VIRTUAL_ENV:-/opt/venv}/bin/python" -m pip)
 
 # Exact pins (local labels such as +cpu.kiln1 included) so the wheels come from dist/ and never from an
 # index; their dependencies (numpy, sympy, nvidia-*) come from the index.
-requirements=("torch==${TORCH_VERSION}")
-[[ -n "${TORCHVISION_VERSION:-}" ]] && requirements+=("torchvision==${TORCHVISION_VERSION}")
+requirements=("torch==${KILN_TORCH_VERSION}")
+[[ -n "${KILN_TORCHVISION_VERSION:-}" ]] && requirements+=("torchvision==${KILN_TORCHVISION_VERSION}")
 "${pip[@]}" install --find-links "$dist" "${requirements[@]}"
 
 # torchkiln itself (pure Python) with the verification suite's requirements, built outside the

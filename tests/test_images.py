@@ -52,10 +52,10 @@ def variant(path: Path, old: str, new: str) -> bytes:
 def test_cpu_recipe_builds_on_debian_with_its_python_and_mkl() -> None:
     args = devel_args(load_recipe(CPU))
     assert args["BASE_IMAGE"] == "debian:bookworm-slim"
-    assert args["PYTHON_VERSION"] == "3.11"
-    assert args["MKL_VERSION"] == "2025.3.0"
-    assert args["CUDA_VERSION"] == args["CUDNN_VERSION"] == args["NCCL_VERSION"] == ""
-    assert args["MAGMA_VERSION"] == args["MAGMA_SHA256"] == ""
+    assert args["KILN_PYTHON"] == "3.11"
+    assert args["KILN_MKL"] == "2025.3.0"
+    assert args["KILN_CUDA"] == args["KILN_CUDNN"] == args["KILN_NCCL"] == ""
+    assert args["KILN_MAGMA_VERSION"] == args["KILN_MAGMA_SHA256"] == ""
     assert args["RECIPE_FILE"] == "torch-2.13-cpu-py311.toml"
 
 
@@ -66,14 +66,14 @@ def test_cuda_recipe_builds_on_nvidias_devel_image_and_runs_on_its_runtime_image
         "nvidia/cuda:13.0.2-runtime-ubuntu24.04",
     )
     args = devel_args(recipe)
-    assert args["CUDA_VERSION"] == "13.0"
-    assert args["CUDNN_VERSION"] == "9.24.0.43"
-    assert args["NCCL_VERSION"] == "2.30.7"
-    assert args["GCC_VERSION"] == "13"
-    assert args["CUDA_ARCH_LIST"] == "7.5;8.0;8.6;9.0;10.0;12.0+PTX"
-    assert args["MAGMA_VERSION"] == "2.6.1"
-    assert args["MAGMA_SHA256"] == recipe.magma.sha256
-    assert args["MAGMA_URL"].endswith("magma-2.6.1.tar.gz")
+    assert args["KILN_CUDA"] == "13.0"
+    assert args["KILN_CUDNN"] == "9.24.0.43"
+    assert args["KILN_NCCL"] == "2.30.7"
+    assert args["KILN_GCC"] == "13"
+    assert args["KILN_CUDA_ARCH_LIST"] == "7.5;8.0;8.6;9.0;10.0;12.0+PTX"
+    assert args["KILN_MAGMA_VERSION"] == "2.6.1"
+    assert args["KILN_MAGMA_SHA256"] == recipe.magma.sha256
+    assert args["KILN_MAGMA_URL"].endswith("magma-2.6.1.tar.gz")
     assert base_images(load_recipe(CU126))[0] == "nvidia/cuda:12.6.3-devel-ubuntu24.04"
 
 
@@ -113,8 +113,8 @@ def test_runtime_args_from_the_recipe_carry_the_wheel_versions_and_pins() -> Non
     recipe = load_recipe(CU130)
     args = runtime_args(recipe)
     assert args["BASE_IMAGE"] == "nvidia/cuda:13.0.2-runtime-ubuntu24.04"
-    assert args["TORCH_VERSION"] == "2.14.0+cu130.kiln1"
-    assert args["TORCHVISION_VERSION"] == "0.29.0+cu130.kiln1"
+    assert args["KILN_TORCH_VERSION"] == "2.14.0+cu130.kiln1"
+    assert args["KILN_TORCHVISION_VERSION"] == "0.29.0+cu130.kiln1"
     assert args["RECIPE_SHA256"] == recipe.sha256
 
 
@@ -223,7 +223,7 @@ def test_find_wheels_prefers_the_recipes_exact_version_and_reads_commits(tmp_pat
     assert (wheels.torch.version, wheels.torch.commit) == ("2.13.0+cpu.kiln1", "1" * 40)
     assert (wheels.torchvision.version, wheels.torchvision.commit) == ("0.28.0+cpu.kiln1", "2" * 40)
     args = runtime_args(recipe, wheels)
-    assert args["TORCH_COMMIT"] == "1" * 40 and args["TORCHVISION_VERSION"] == "0.28.0+cpu.kiln1"
+    assert args["KILN_TORCH_COMMIT"] == "1" * 40 and args["KILN_TORCHVISION_VERSION"] == "0.28.0+cpu.kiln1"
 
 
 def test_find_wheels_accepts_an_upstream_wheel_of_the_same_release(tmp_path: Path) -> None:
@@ -256,7 +256,7 @@ def request(**overrides: object) -> BuildRequest:
         context=Path("/ctx"),
         target="devel",
         tags=("localhost/torchkiln:2.13.0-cpu-devel",),
-        build_args={"PYTHON_VERSION": "3.11", "GCC_VERSION": ""},
+        build_args={"KILN_PYTHON": "3.11", "KILN_GCC": ""},
         named_contexts={"recipe": Path("/recipes")},
         secrets={"cache_password": Path("/tmp/pw")},
     )
@@ -268,7 +268,7 @@ def test_docker_argv() -> None:
     argv = Docker("docker").build_argv(request())
     assert argv[:3] == ["docker", "buildx", "build"]
     pairs = list(zip(argv, argv[1:], strict=False))
-    assert ("--build-arg", "PYTHON_VERSION=3.11") in pairs and ("--build-arg", "GCC_VERSION=") in pairs
+    assert ("--build-arg", "KILN_PYTHON=3.11") in pairs and ("--build-arg", "KILN_GCC=") in pairs
     assert argv[argv.index("--build-context") + 1] == "recipe=/recipes"
     assert argv[argv.index("--secret") + 1] == "id=cache_password,src=/tmp/pw"
     assert argv[-2:] == ["--load", "/ctx"]
@@ -387,7 +387,10 @@ def test_print_runtime_uses_the_wheel_in_dist(tmp_path: Path, capsys: pytest.Cap
     )
     out = capsys.readouterr().out
     assert rc == 0
-    assert "--build-arg TORCH_VERSION=2.13.0+cpu " in out and f"--build-arg TORCH_COMMIT={'c' * 40}" in out
+    assert (
+        "--build-arg KILN_TORCH_VERSION=2.13.0+cpu " in out
+        and f"--build-arg KILN_TORCH_COMMIT={'c' * 40}" in out
+    )
     assert f"--build-context dist={tmp_path}" in out and "--target runtime" in out
     assert (
         f"--build-context recipe={RECIPES}" in out
@@ -490,17 +493,17 @@ def test_install_magma_checks_the_sha256_before_building(tmp_path: Path) -> None
     digest = magma_tarball(tarball)
     prefix = tmp_path / "magma"
     env = {
-        "MAGMA_VERSION": "2.6.1",
-        "MAGMA_URL": tarball.as_uri(),
+        "KILN_MAGMA_VERSION": "2.6.1",
+        "KILN_MAGMA_URL": tarball.as_uri(),
         "MAGMA_PREFIX": str(prefix),
-        "CUDA_ARCH_LIST": "7.5;8.0;12.0+PTX",
+        "KILN_CUDA_ARCH_LIST": "7.5;8.0;12.0+PTX",
         "MAGMA_JOBS": "2",
     }
-    wrong = run_script("install_magma.sh", {**env, "MAGMA_SHA256": "0" * 64})
+    wrong = run_script("install_magma.sh", {**env, "KILN_MAGMA_SHA256": "0" * 64})
     assert wrong.returncode == 1
     assert f"sha256 mismatch for {tarball.as_uri()}: expected {'0' * 64}, got {digest}" in wrong.stderr
     assert not prefix.exists()
-    right = run_script("install_magma.sh", {**env, "MAGMA_SHA256": digest})
+    right = run_script("install_magma.sh", {**env, "KILN_MAGMA_SHA256": digest})
     assert right.returncode == 0, right.stderr
     assert (prefix / "lib" / "libmagma.a").is_file() and (prefix / "include" / "magma.h").is_file()
     assert "for sm_75 sm_80 sm_120" in right.stdout
@@ -510,13 +513,13 @@ def test_install_magma_needs_an_arch_list(tmp_path: Path) -> None:
     done = run_script(
         "install_magma.sh",
         {
-            "MAGMA_VERSION": "2.6.1",
-            "MAGMA_URL": "file:///x",
-            "MAGMA_SHA256": "0" * 64,
+            "KILN_MAGMA_VERSION": "2.6.1",
+            "KILN_MAGMA_URL": "file:///x",
+            "KILN_MAGMA_SHA256": "0" * 64,
             "MAGMA_PREFIX": str(tmp_path / "m"),
         },
     )
-    assert done.returncode == 2 and "CUDA_ARCH_LIST is empty" in done.stderr
+    assert done.returncode == 2 and "KILN_CUDA_ARCH_LIST is empty" in done.stderr
 
 
 def test_scripts_without_their_version_are_no_ops() -> None:
@@ -553,3 +556,27 @@ def test_bake_file_parses_and_matches_the_dockerfiles() -> None:
         if body["target"] == "runtime":
             source = body["contexts"]["dist"].removeprefix("target:")
             assert targets[source]["target"] == "wheels"
+
+
+@pytest.mark.parametrize("dockerfile", ["Dockerfile.devel", "Dockerfile.runtime"])
+def test_recipe_build_args_cannot_be_shadowed_by_a_base_images_env(dockerfile: str) -> None:
+    """A base image's ENV beats an ARG of the same name in RUN steps (nvidia/cuda sets CUDA_VERSION=13.0.2
+    and NCCL_VERSION; python images PYTHON_VERSION): every recipe value travels under a KILN_ name."""
+    text = (ROOT / "docker" / dockerfile).read_text()
+    args = set(re.findall(r"^ARG (\w+)", text, re.M))
+    own = {
+        "BASE_IMAGE",
+        "RECIPE_FILE",
+        "RECIPE_NAME",
+        "RECIPE_SHA256",
+        "TORCHKILN_VERSION",
+        "CACHE_CREDENTIALS_ENV",
+    }
+    assert {a for a in args - own if not a.startswith("KILN_")} == set()
+    assert not args & {
+        "CUDA_VERSION",
+        "NCCL_VERSION",
+        "CUDNN_VERSION",
+        "PYTHON_VERSION",
+        "NV_CUDA_LIB_VERSION",
+    }
