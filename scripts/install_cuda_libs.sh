@@ -13,7 +13,7 @@ fi
 : "${KILN_CUDNN:?KILN_CUDNN must be set for a CUDA recipe}"
 : "${KILN_NCCL:?KILN_NCCL must be set for a CUDA recipe}"
 major="${KILN_CUDA%%.*}"
-cuda=/usr/local/cuda
+cuda="${KILN_CUDA_HOME:-/usr/local/cuda}"  # another directory only for tests
 python="${VIRTUAL_ENV:-/opt/venv}/bin/python"
 test -x "$cuda/bin/nvcc" || { echo "install_cuda_libs: no $cuda/bin/nvcc: the base image is not a CUDA devel image" >&2; exit 1; }
 
@@ -21,17 +21,20 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$python" -m pip install --no-deps --target "$work" \
   "nvidia-cudnn-cu${major}==${KILN_CUDNN}" "nvidia-nccl-cu${major}==${KILN_NCCL}"
+mkdir -p "$cuda/include" "$cuda/lib64"
 for pkg in "$work"/nvidia/*/; do
-  [[ -d "$pkg/include" ]] && cp -a "$pkg/include/." "$cuda/include/"
-  [[ -d "$pkg/lib" ]] && cp -a "$pkg/lib/." "$cuda/lib64/"
+  if [[ -d "$pkg/include" ]]; then cp -a "$pkg/include/." "$cuda/include/"; fi
+  if [[ -d "$pkg/lib" ]]; then cp -a "$pkg/lib/." "$cuda/lib64/"; fi
 done
 # The wheels ship only versioned sonames; the linker needs the unversioned names.
 for lib in "$cuda"/lib64/libcudnn*.so.[0-9]* "$cuda"/lib64/libnccl.so.[0-9]*; do
-  [[ -e "$lib" ]] || continue
+  if [[ ! -e "$lib" ]]; then continue; fi
   base="${lib%%.so.*}.so"
-  [[ -e "$base" ]] || ln -s "$(basename "$lib")" "$base"
+  if [[ ! -e "$base" ]]; then ln -s "$(basename "$lib")" "$base"; fi
 done
-ldconfig
+if [[ "$cuda" == /usr/local/cuda ]]; then
+  ldconfig  # the image's linker cache; a scratch KILN_CUDA_HOME is no system library path
+fi
 
 header_version() {  # file, then the three macro names of major/minor/patch
   local file=$1; shift

@@ -11,6 +11,7 @@ import re
 import shutil
 import stat
 import subprocess
+import sys
 import tarfile
 import zipfile
 from pathlib import Path
@@ -580,3 +581,80 @@ def test_recipe_build_args_cannot_be_shadowed_by_a_base_images_env(dockerfile: s
         "PYTHON_VERSION",
         "NV_CUDA_LIB_VERSION",
     }
+
+
+def nvidia_wheel(directory: Path, project: str, version: str, package: str, files: dict[str, str]) -> None:
+    """A stand-in for NVIDIA's multi-hundred-MB cuDNN/NCCL wheels: same layout (nvidia/<pkg>/{include,lib})."""
+    dist_name = project.replace("-", "_")
+    info = f"{dist_name}-{version}.dist-info"
+    members = {f"nvidia/{package}/{name}": text for name, text in files.items()}
+    members[f"{info}/METADATA"] = f"Metadata-Version: 2.1\nName: {project}\nVersion: {version}\n"
+    members[f"{info}/WHEEL"] = (
+        "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    )
+    record = "".join(f"{name},,\n" for name in members) + f"{info}/RECORD,,\n"
+    with zipfile.ZipFile(directory / f"{dist_name}-{version}-py3-none-any.whl", "w") as zf:
+        for name, text in members.items():
+            zf.writestr(name, text)
+        zf.writestr(f"{info}/RECORD", record)
+
+
+def cuda_libs_env(tmp_path: Path, cudnn_header_minor: int) -> dict[str, str]:
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    nvidia_wheel(
+        wheels,
+        "nvidia-cudnn-cu13",
+        "9.20.0.48",
+        "cudnn",
+        {
+            "include/cudnn_version.h": f"#define CUDNN_MAJOR 9\n#define CUDNN_MINOR {cudnn_header_minor}\n"
+            "#define CUDNN_PATCHLEVEL 0\n",
+            "lib/libcudnn.so.9": "elf",
+            "lib/libcudnn_ops.so.9": "elf",
+        },
+    )
+    nvidia_wheel(
+        wheels,
+        "nvidia-nccl-cu13",
+        "2.29.7",
+        "nccl",
+        {
+            "include/nccl.h": "#define NCCL_MAJOR 2\n#define NCCL_MINOR 29\n#define NCCL_PATCH 7\n",
+            "lib/libnccl.so.2": "elf",
+        },
+    )
+    cuda = tmp_path / "cuda"
+    (cuda / "bin").mkdir(parents=True)
+    fake_tool(cuda / "bin", "nvcc", 0)
+    return {
+        "KILN_CUDA": "13.0",
+        "KILN_CUDNN": "9.20.0.48",
+        "KILN_NCCL": "2.29.7",
+        "KILN_CUDA_HOME": str(cuda),
+        "VIRTUAL_ENV": sys.prefix,
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": str(wheels),
+        "HOME": str(tmp_path),
+    }
+
+
+def test_install_cuda_libs_puts_the_pinned_cudnn_and_nccl_where_the_build_looks(tmp_path: Path) -> None:
+    env = cuda_libs_env(tmp_path, cudnn_header_minor=20)
+    done = run_script("install_cuda_libs.sh", env)
+    assert done.returncode == 0, done.stderr
+    assert "cuDNN 9.20.0, NCCL 2.29.7" in done.stdout
+    cuda = Path(env["KILN_CUDA_HOME"])
+    assert (cuda / "include" / "cudnn_version.h").is_file() and (cuda / "include" / "nccl.h").is_file()
+    for link, target in (
+        ("libcudnn.so", "libcudnn.so.9"),
+        ("libcudnn_ops.so", "libcudnn_ops.so.9"),
+        ("libnccl.so", "libnccl.so.2"),
+    ):
+        assert os.readlink(cuda / "lib64" / link) == target
+
+
+def test_install_cuda_libs_fails_when_the_headers_are_not_the_pinned_version(tmp_path: Path) -> None:
+    done = run_script("install_cuda_libs.sh", cuda_libs_env(tmp_path, cudnn_header_minor=19))
+    assert done.returncode == 1
+    assert "cudnn_version.h says 9.19.0, recipe pins 9.20.0.48" in done.stderr
