@@ -412,7 +412,13 @@ def test_interrupted_build_leaves_dist_clean(world, signum: int) -> None:
     log.unlink(missing_ok=True)  # the shared workdir holds the log of an earlier build
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=str(s["base"]))
     deadline = time.monotonic() + 300
-    while not (log.exists() and "[1/2]" in log.read_text(errors="replace")):
+    compiling = str(s["src"] / "csrc")
+
+    def compiler_running() -> bool:
+        started = log.exists() and "running build_ext" in log.read_text(errors="replace")
+        return started and bool(_processes_mentioning(compiling))
+
+    while not compiler_running():  # a compiler is working on this tree right now
         assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
         assert time.monotonic() < deadline, "the compile never started"
         time.sleep(0.2)
