@@ -36,3 +36,17 @@ def test_tail_and_log_name(tmp_path: Path) -> None:
     assert tail(log, 3) == ["line 97", "line 98", "line 99"]
     assert tail(tmp_path / "missing.log") == []
     assert log_name("torch:fetch:fetch-ref") == "torch-fetch-fetch-ref.log"
+
+
+def test_git_and_python_failures_have_a_first_error_too() -> None:
+    git = [
+        "# torch:fetch:fetch-ref: git fetch",
+        "fatal: unable to access 'https://github.com/x/': Could not resolve host",
+    ]
+    assert first_error(git) == git[1]
+    setup = [
+        "Traceback (most recent call last):",
+        '  File "setup.py", line 5',
+        "ModuleNotFoundError: No module named 'torch'",
+    ]
+    assert first_error(setup) == setup[2]

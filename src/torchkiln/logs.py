@@ -24,7 +24,8 @@ ERROR_PATTERNS = (
 )
 FALLBACK_PATTERNS = (
     re.compile(r"^FAILED: "),
-    re.compile(r"^(ERROR|error):"),
+    re.compile(r"^(ERROR|error|fatal):"),  # pip, setuptools, git
+    re.compile(r"^[A-Za-z_.]*(Error|Exception): "),  # a Python exception ending a traceback
     re.compile(r"Error \d+$"),
 )
 
