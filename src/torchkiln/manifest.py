@@ -116,6 +116,8 @@ def toolchain(env: Mapping[str, str], venv_python: Path, cuda_home: str | None) 
     return {
         "python": packages.pop("python", None),
         "tools": {k: v for k, v in tools.items() if v is not None},
+        # an explicit compiler choice of the build env wins over gcc/g++ on PATH
+        "compilers": {k: env[k] for k in ("CC", "CXX", "CUDAHOSTCXX", "CUDACXX") if env.get(k)},
         "cudnn": cudnn_version(cuda_home),
         "mkl": packages.get("mkl-static"),
         "build_packages": packages,
