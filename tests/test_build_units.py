@@ -131,3 +131,31 @@ def test_build_cli_refuses_bad_input_without_traceback(
     err = capsys.readouterr().err
     assert code == 2 and needle in err and "Traceback" not in err
     assert not (tmp_path / "d").exists()
+
+
+def test_toolchain_versions_come_from_the_tools_on_the_build_path(tmp_path: Path) -> None:
+    import shutil
+
+    from torchkiln.manifest import cudnn_version, tool_version
+
+    env = {"PATH": os.environ["PATH"]}
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    dumped = subprocess.run(
+        ["gcc", "-dumpfullversion"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert tool_version("gcc", env)["version"].startswith(dumped)
+    if shutil.which("nvcc", path=env["PATH"]):
+        out = subprocess.run(["nvcc", "--version"], capture_output=True, text=True, check=True).stdout
+        assert (
+            tool_version("nvcc", env)["version"] in out
+            and tool_version("nvcc", env)["version"].count(".") == 2
+        )
+    assert tool_version("ninja", {"PATH": str(tmp_path)}) is None, "not on the build's PATH: not recorded"
+    include = tmp_path / "include"
+    include.mkdir()
+    (include / "cudnn_version.h").write_text(
+        "#define CUDNN_MAJOR 9\n#define CUDNN_MINOR 20\n#define CUDNN_PATCHLEVEL 0\n"
+    )
+    assert cudnn_version(str(tmp_path)) == "9.20.0"
+    assert cudnn_version(None) is None
