@@ -159,3 +159,20 @@ def test_toolchain_versions_come_from_the_tools_on_the_build_path(tmp_path: Path
     )
     assert cudnn_version(str(tmp_path)) == "9.20.0"
     assert cudnn_version(None) is None
+
+
+def test_superseded_wheels_of_the_same_project_are_removed(tmp_path: Path) -> None:
+    from torchkiln.artifacts import remove_superseded
+
+    names = [
+        "torch-2.13.0+cpu.kiln1-cp311-cp311-linux_x86_64.whl",  # the previous build
+        "torch-2.13.0+cpu.kiln2-cp311-cp311-linux_x86_64.whl",  # this build
+        "torchvision-0.28.0+cpu.kiln1-cp311-cp311-linux_x86_64.whl",  # not rebuilt now: stays
+        "numpy-2.1.0-cp311-cp311-linux_x86_64.whl",  # someone else's: stays
+        "notes.txt",
+    ]
+    for name in names:
+        (tmp_path / name).write_text(name)
+    removed = remove_superseded(tmp_path, [tmp_path / names[1]])
+    assert [p.name for p in removed] == [names[0]]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names[1:])

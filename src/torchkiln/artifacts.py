@@ -15,6 +15,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
 from .fingerprint import file_sha256
 
 PARTIAL_MARK = ".torchkiln-partial-"
@@ -65,3 +67,26 @@ def publish(source: Path, dist: Path) -> Path:
 
 def wheels_in(directory: Path) -> list[Path]:
     return sorted(directory.glob("*.whl")) if directory.is_dir() else []
+
+
+def _dist_name(path: Path) -> str | None:
+    try:
+        return canonicalize_name(parse_wheel_filename(path.name)[0])
+    except InvalidWheelFilename:
+        return None
+
+
+def remove_superseded(dist: Path, published: list[Path]) -> list[Path]:
+    """Remove other wheels of the distributions just published (an older version or local label).
+
+    dist/ then holds one wheel per project, the one the manifest lists: installing "the wheels in dist/"
+    can never pick up a stale build. Wheels of other distributions are left alone.
+    """
+    names = {_dist_name(p) for p in published} - {None}
+    keep = {p.name for p in published}
+    removed = []
+    for path in wheels_in(dist):
+        if path.name not in keep and _dist_name(path) in names:
+            path.unlink()
+            removed.append(path)
+    return removed

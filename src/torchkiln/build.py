@@ -35,7 +35,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 
-from .artifacts import clean_partials, publish, wheel_info, wheels_in
+from .artifacts import clean_partials, publish, remove_superseded, wheel_info, wheels_in
 from .cache import (
     PreparedCache,
     enforce_min_hit_rate,
@@ -605,6 +605,8 @@ class Builder:
                     publish(source, self.paths.dist)
                 published.append(target)
                 wheels.append(wheel_info(target, project).to_dict())
+        for stale in remove_superseded(self.paths.dist, published):
+            self.display.note(f"removed superseded wheel {stale}")
         lock_path = self.paths.dist / f"{plan.recipe.name}.lock.json"
         lock_doc = write_lock(lock_path, plan.recipe.name, plan.recipe.sha256, locks)
         compile_step = next((s for s in plan.steps if s.stage == "compile"), None)
