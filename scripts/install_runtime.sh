@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runtime image, step 1: the Python interpreter and its venv, the non-root user, nothing else: no
-# compiler, no headers, no nvcc (the CUDA runtime base brings the CUDA libraries; the wheels bring
-# cuDNN/NCCL as their nvidia-* dependencies). Reads KILN_PYTHON.
+# compiler, no headers, no nvcc (the CUDA runtime base brings the CUDA libraries; install_wheels.sh adds
+# cuDNN/NCCL at the recipe's pins as NVIDIA's wheels). Reads KILN_PYTHON.
 set -euo pipefail
 
 : "${KILN_PYTHON:?KILN_PYTHON must be set (a build arg, e.g. 3.11)}"

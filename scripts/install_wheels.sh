@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runtime image, step 2: install the wheels (from the `dist` build context, mounted at /mnt/dist, never
 # copied into a layer), torchkiln and its verification suite, then run the sanity gate.
-# Reads KILN_TORCH_VERSION, KILN_TORCHVISION_VERSION (empty: no torchvision wheel), KILN_CUDA, KILN_CUDNN and
-# RECIPE_FILE (the recipe, from the `recipe` context at /mnt/recipe, kept as /opt/torchkiln/recipe.toml).
+# Reads KILN_TORCH_VERSION, KILN_TORCHVISION_VERSION (empty: no torchvision wheel), KILN_CUDA, KILN_CUDNN,
+# KILN_NCCL and RECIPE_FILE (the recipe, from the `recipe` context at /mnt/recipe, kept as
+# /opt/torchkiln/recipe.toml).
 set -euo pipefail
 
 : "${KILN_TORCH_VERSION:?KILN_TORCH_VERSION must be set (the exact version of the torch wheel in dist/)}"
@@ -13,7 +14,16 @@ pip=("${VIRTUAL_ENV:-/opt/venv}/bin/python" -m pip)
 # Exact pins (local labels such as +cpu.kiln1 included) so the wheels come from dist/ and never from an
 # index; their dependencies (numpy, sympy, nvidia-*) come from the index.
 requirements=("torch==${KILN_TORCH_VERSION}")
-[[ -n "${KILN_TORCHVISION_VERSION:-}" ]] && requirements+=("torchvision==${KILN_TORCHVISION_VERSION}")
+if [[ -n "${KILN_TORCHVISION_VERSION:-}" ]]; then
+  requirements+=("torchvision==${KILN_TORCHVISION_VERSION}")
+fi
+if [[ -n "${KILN_CUDA:-}" ]]; then
+  # The cuDNN and NCCL the devel image compiled against (the recipe's pins), from the same NVIDIA wheels
+  # (the CUDA runtime base has no cuDNN); the sanity gate checks the loaded cuDNN is this one.
+  major="${KILN_CUDA%%.*}"
+  if [[ -n "${KILN_CUDNN:-}" ]]; then requirements+=("nvidia-cudnn-cu${major}==${KILN_CUDNN}"); fi
+  if [[ -n "${KILN_NCCL:-}" ]]; then requirements+=("nvidia-nccl-cu${major}==${KILN_NCCL}"); fi
+fi
 "${pip[@]}" install --find-links "$dist" "${requirements[@]}"
 
 # torchkiln itself (pure Python) with the verification suite's requirements, built outside the

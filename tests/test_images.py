@@ -116,6 +116,7 @@ def test_runtime_args_from_the_recipe_carry_the_wheel_versions_and_pins() -> Non
     assert args["BASE_IMAGE"] == "nvidia/cuda:13.0.2-runtime-ubuntu24.04"
     assert args["KILN_TORCH_VERSION"] == "2.14.0+cu130.kiln1"
     assert args["KILN_TORCHVISION_VERSION"] == "0.29.0+cu130.kiln1"
+    assert (args["KILN_CUDNN"], args["KILN_NCCL"]) == ("9.24.0.43", "2.30.7")
     assert args["RECIPE_SHA256"] == recipe.sha256
 
 

@@ -210,6 +210,7 @@ def runtime_args(
         "KILN_PYTHON": recipe.python,
         "KILN_CUDA": _minor(acc.cuda) if acc.is_cuda and acc.cuda else "",
         "KILN_CUDNN": _s(acc.cudnn) if acc.is_cuda else "",
+        "KILN_NCCL": _s(acc.nccl) if acc.is_cuda else "",
         "KILN_TORCH_VERSION": torch_version,
         "KILN_TORCHVISION_VERSION": vision_version,
         "KILN_TORCH_COMMIT": torch_commit,
