@@ -504,3 +504,23 @@ def test_sccache_socket_fits_a_deep_cache_dir(tmp_path: Path) -> None:
     prepared = cache.prepare_cache(config, environ)  # starts the server on that socket
     stats = cache.finish_cache(prepared, {**environ, **prepared.env})
     assert stats is not None and stats.compilations == 0
+
+
+def test_two_sccache_builds_on_one_cache_dir_keep_their_own_servers(tmp_path: Path) -> None:
+    """A second build on the same cache must not stop or reuse the first build's sccache server."""
+    need("sccache")
+    config = cache.resolve_cache(CacheSpec(kind="sccache"), dir=tmp_path / "shared")
+    environ = {**cache.clean_environment(os.environ), "PATH": tool_path()}
+    first = cache.prepare_cache(config, environ)
+    second = cache.prepare_cache(config, environ)
+    assert first.env["SCCACHE_SERVER_UDS"] != second.env["SCCACHE_SERVER_UDS"]
+    assert first.shown_env["SCCACHE_SERVER_UDS"] == cache.launcher_env(config)["SCCACHE_SERVER_UDS"]
+    (tmp_path / "a.c").write_text("int a(void) { return 1; }\n")
+    env = {**environ, **first.env}
+    try:
+        cache.finish_cache(second, {**environ, **second.env})  # the second build ends first
+        _compile(env, "sccache", "-c", "a.c", cwd=tmp_path)
+    finally:
+        stats = cache.finish_cache(first, env)
+    assert (stats.hits, stats.misses) == (0, 1)
+    assert not Path(first.env["SCCACHE_SERVER_UDS"]).exists()

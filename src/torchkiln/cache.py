@@ -45,6 +45,7 @@ import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -835,9 +836,11 @@ def prepare_cache(
         config = replace(config, remote=None, credentials_env=None, credentials_file=None)
     shown = launcher_env(config, basedir=basedir)
     env = {**shown, **secret_env(config, environ)}
-    base = {**clean_environment(environ), **env}
     if config.kind == "sccache":
-        failure = _restart_sccache(config, base, secrets)
+        # This build's own server: a second build on the same cache directory must neither reuse a
+        # server started with other settings nor stop this one. The plan shows the stable socket name.
+        env["SCCACHE_SERVER_UDS"] = _run_socket()
+        failure = _start_sccache({**clean_environment(environ), **env}, secrets)
         if failure is not None and config.remote:
             warnings.append(
                 f"remote cache {redact(config.remote)} cannot be used ({failure}): building with the local "
@@ -845,21 +848,29 @@ def prepare_cache(
             )
             config = replace(config, remote=None, credentials_env=None, credentials_file=None)
             shown = launcher_env(config, basedir=basedir)
-            env = dict(shown)
-            base = {**clean_environment(environ), **env}
-            failure = _restart_sccache(config, base, secrets)
+            env = {**shown, "SCCACHE_SERVER_UDS": env["SCCACHE_SERVER_UDS"]}
+            failure = _start_sccache({**clean_environment(environ), **env}, secrets)
         if failure is not None:
             raise TorchkilnError(f"sccache server does not start: {failure}")
-    zero_stats(config, base)
+    zero_stats(config, {**clean_environment(environ), **env})
     return PreparedCache(config, env, shown, tuple(warnings), secrets)
 
 
-def _restart_sccache(config: CacheConfig, env: Mapping[str, str], secrets: Iterable[str]) -> str | None:
-    """Stop a server on this cache's socket and start one with ``env``; the failure reason, or None."""
+def _run_socket() -> str:
+    """A short, unique Unix socket path for one build's sccache server."""
+    return str(Path(tempfile.gettempdir()) / f"torchkiln-sccache-{os.getpid()}-{uuid.uuid4().hex[:8]}.sock")
+
+
+def _stop_sccache(env: Mapping[str, str]) -> None:
     subprocess.run(["sccache", "--stop-server"], env=dict(env), capture_output=True, timeout=60, check=False)
     sock = Path(env.get("SCCACHE_SERVER_UDS", ""))
     if sock.name and sock.exists():
         sock.unlink()
+
+
+def _start_sccache(env: Mapping[str, str], secrets: Iterable[str]) -> str | None:
+    """Start a server with ``env`` (on its socket); the failure reason, or None."""
+    _stop_sccache(env)  # a stale socket file (a crashed server) would block the start
     done = subprocess.run(
         ["sccache", "--start-server"], env=dict(env), capture_output=True, text=True, timeout=120, check=False
     )
@@ -879,6 +890,4 @@ def finish_cache(prepared: PreparedCache, environ: Mapping[str, str]) -> CacheSt
         return read_stats(config, base)
     finally:
         if config.kind == "sccache":
-            subprocess.run(
-                ["sccache", "--stop-server"], env=base, capture_output=True, timeout=60, check=False
-            )
+            _stop_sccache(base)
