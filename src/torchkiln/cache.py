@@ -397,7 +397,8 @@ def _sccache_env(config: CacheConfig, user: str | None) -> dict[str, str]:
         "TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES": "1",
         "SCCACHE_DIR": str(config.dir),
         "SCCACHE_IDLE_TIMEOUT": "0",
-        # One server per cache directory: a server started by another build (other settings) is not reused.
+        # The stable name the plan shows (and `torchkiln cache stats` uses); prepare_cache gives each build
+        # its own server socket, so builds never share or stop each other's server.
         "SCCACHE_SERVER_UDS": _socket_path(config.dir),
         "SCCACHE_ERROR_LOG": str(config.dir / "sccache-error.log"),
     }
