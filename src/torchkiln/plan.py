@@ -390,7 +390,9 @@ def project_env(project: str, ctx: Context, cache: CacheConfig) -> dict[str, str
                 env[row.name] = value
     if project == "torch":
         env.update(ctx.recipe.build.flags)
-    env.update(launcher_env(cache))
+    # basedir: paths under the work directory are hashed relative to it, so builders with different
+    # work-directory paths share cached objects (CCACHE_BASEDIR / SCCACHE_BASEDIRS).
+    env.update(launcher_env(cache, basedir=ctx.paths.workdir))
     return env
 
 
