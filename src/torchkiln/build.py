@@ -386,7 +386,7 @@ class Builder:
     def _open_cache(self, step: Step) -> None:
         """Before the first compile that runs: tool present, remote usable (else one warning), stats zeroed."""
         self._cache_tool_env = step_environment(self.plan, step, self.environ)
-        self.prepared = prepare_cache(self.plan.cache, self._cache_tool_env)
+        self.prepared = prepare_cache(self.plan.cache, self._cache_tool_env, basedir=self.plan.paths.workdir)
         for warning in self.prepared.warnings:
             self._warn(warning)
 
