@@ -112,10 +112,9 @@ target "torch-2_13-cpu-py311-runtime" {
   }
   tags       = ["${REGISTRY}/torchkiln:2.13.0-cpu-runtime"]
   labels     = {
-    "org.opencontainers.image.title"   = "torchkiln runtime (torch-2.13-cpu-py311)"
-    "org.opencontainers.image.version" = "2.13.0+cpu.kiln1"
-    "io.torchkiln.recipe"              = "torch-2.13-cpu-py311"
-    "io.torchkiln.recipe-sha256"       = "889b9e49f12708932eff279a4e11af82a8a92e00ba1f7bad0f9850e8a07e0652"
+    "org.opencontainers.image.title" = "torchkiln runtime (torch-2.13-cpu-py311)"
+    "io.torchkiln.recipe"            = "torch-2.13-cpu-py311"
+    "io.torchkiln.recipe-sha256"     = "889b9e49f12708932eff279a4e11af82a8a92e00ba1f7bad0f9850e8a07e0652"
   }
 }
 
@@ -209,10 +208,9 @@ target "torch-2_13-cu130-py312-runtime" {
   }
   tags       = ["${REGISTRY}/torchkiln:2.13.0-cu130-runtime"]
   labels     = {
-    "org.opencontainers.image.title"   = "torchkiln runtime (torch-2.13-cu130-py312)"
-    "org.opencontainers.image.version" = "2.13.0+cu130.kiln1"
-    "io.torchkiln.recipe"              = "torch-2.13-cu130-py312"
-    "io.torchkiln.recipe-sha256"       = "a6f9341d29fb85c30dec7f1ad2ccbabc67d5eb5e14924081e31c949de4fd8890"
+    "org.opencontainers.image.title" = "torchkiln runtime (torch-2.13-cu130-py312)"
+    "io.torchkiln.recipe"            = "torch-2.13-cu130-py312"
+    "io.torchkiln.recipe-sha256"     = "a6f9341d29fb85c30dec7f1ad2ccbabc67d5eb5e14924081e31c949de4fd8890"
   }
 }
 
@@ -306,10 +304,9 @@ target "torch-2_14-cu126-py312-runtime" {
   }
   tags       = ["${REGISTRY}/torchkiln:2.14.0-cu126-runtime"]
   labels     = {
-    "org.opencontainers.image.title"   = "torchkiln runtime (torch-2.14-cu126-py312)"
-    "org.opencontainers.image.version" = "2.14.0+cu126.kiln1"
-    "io.torchkiln.recipe"              = "torch-2.14-cu126-py312"
-    "io.torchkiln.recipe-sha256"       = "501f5d2db7f53f72770f14d7b2bc35e871a11d13f20dff30f2bb2ff8d2a21ea9"
+    "org.opencontainers.image.title" = "torchkiln runtime (torch-2.14-cu126-py312)"
+    "io.torchkiln.recipe"            = "torch-2.14-cu126-py312"
+    "io.torchkiln.recipe-sha256"     = "501f5d2db7f53f72770f14d7b2bc35e871a11d13f20dff30f2bb2ff8d2a21ea9"
   }
 }
 
@@ -403,9 +400,8 @@ target "torch-2_14-cu130-py312-runtime" {
   }
   tags       = ["${REGISTRY}/torchkiln:2.14.0-cu130-runtime"]
   labels     = {
-    "org.opencontainers.image.title"   = "torchkiln runtime (torch-2.14-cu130-py312)"
-    "org.opencontainers.image.version" = "2.14.0+cu130.kiln1"
-    "io.torchkiln.recipe"              = "torch-2.14-cu130-py312"
-    "io.torchkiln.recipe-sha256"       = "87cb9a71b1be722093378edd7bd0b0f84721820ef676338fda77e442de29eabe"
+    "org.opencontainers.image.title" = "torchkiln runtime (torch-2.14-cu130-py312)"
+    "io.torchkiln.recipe"            = "torch-2.14-cu130-py312"
+    "io.torchkiln.recipe-sha256"     = "87cb9a71b1be722093378edd7bd0b0f84721820ef676338fda77e442de29eabe"
   }
 }

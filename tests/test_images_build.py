@@ -236,6 +236,7 @@ def test_runtime_image_passes_the_verify_suite_as_a_non_root_user(
     assert labels["io.torchkiln.recipe-sha256"] == load_recipe(CPU_RECIPE).sha256
     assert labels["io.torchkiln.torch-commit"] == wheel_commit(wheel, "torch") != ""
     assert labels["io.torchkiln.torch-version"] == "2.13.0+cpu"
+    assert labels["org.opencontainers.image.version"] == "2.13.0+cpu"  # the wheel's, not the recipe's
 
     size, base = _size(engine, image), _size(engine, base_image)
     # Close to base + installed packages: Python and its venv from apt are the only other thing in it.

@@ -334,13 +334,17 @@ def bake_file(recipes: Iterable[Recipe], *, recipes_root: str = "recipes") -> st
 
 
 def image_labels(recipe: Recipe, flavour: str) -> dict[str, str]:
-    """OCI labels every image carries (the runtime Dockerfile adds the wheel versions and commits)."""
-    return {
+    """OCI labels every image carries. The runtime image's version labels come from its Dockerfile (the
+    wheel actually installed, which may be an upstream wheel of the same release), not from the recipe."""
+    labels = {
         "org.opencontainers.image.title": f"torchkiln {flavour} ({recipe.name})",
         "org.opencontainers.image.version": str(recipe.torch_wheel_version),
         "io.torchkiln.recipe": recipe.name,
         "io.torchkiln.recipe-sha256": recipe.sha256,
     }
+    if flavour == "runtime":
+        del labels["org.opencontainers.image.version"]
+    return labels
 
 
 # ------------------------------------------------------------------------------------------------------
