@@ -158,9 +158,9 @@ def test_source_dir_skips_fetch_and_only_builds_one(tmp_path: Path) -> None:
     )
     names = [s.name for s in plan.steps]
     assert not any(n.startswith(("torch:", "torchvision:fetch")) for n in names)
-    assert "torchvision:install-torch" not in names  # builds against the torch already installed
-    venv = next(s for s in plan.steps if s.name == "build-env:venv")
-    assert "--system-site-packages" in venv.argv
+    # builds against this recipe's torch, built before into dist/
+    install = next(s for s in plan.steps if s.name == "torchvision:install-torch")
+    assert str(plan.paths.dist) in install.argv and "torch==2.13.0+cpu.kiln1" in install.argv
     assert plan.sources[0].path == tmp_path and plan.sources[0].provided
 
 
@@ -223,6 +223,16 @@ def test_hostile_ref_through_real_git_touches_nothing(tmp_path: Path) -> None:
     ][:3]
     assert results[-1].returncode != 0  # "main; touch pwned" is not a ref
     assert not (tmp_path / "pwned").exists() and not any(tmp_path.rglob("pwned"))
+
+
+def test_compile_steps_run_in_the_build_venv() -> None:
+    plan = make_plan(load_recipe(CPU), resources=BIG)
+    for project in ("torch", "torchvision"):
+        step = next(s for s in plan.steps if s.name == f"{project}:wheel")
+        assert step.env["VIRTUAL_ENV"] == str(plan.paths.venv)
+        assert step.path_prepend == (str(plan.paths.venv / "bin"),)
+        assert step.argv[0] == str(plan.paths.venv_python)
+        assert step.to_dict()["path_prepend"] == [str(plan.paths.venv / "bin")]
 
 
 def test_env_table_rows_are_documented() -> None:

@@ -269,20 +269,18 @@ class Display:
 def step_environment(
     plan: Plan, step: Step, environ: Mapping[str, str], cache_env: Mapping[str, str] | None = None
 ) -> dict[str, str]:
-    """The process env of ``step``: the base env (steering variables removed), the build venv activated
-    for compile steps (so the venv's cmake and ninja are the ones used), then Step.env.
+    """The process env of ``step``: the base env (steering variables removed), Step.path_prepend in front of
+    PATH (the build venv's bin/ for compile steps), then Step.env (which holds VIRTUAL_ENV for them).
 
     ``cache_env`` is the run-time cache environment (:func:`torchkiln.cache.prepare_cache`): the plan's
     cache variables with the secrets filled in, or without the remote store when it is unreachable. It
     replaces the plan's (masked) cache variables of a compile step.
     """
     env = base_environment(environ)
-    if step.stage == "compile":
-        venv_bin = plan.paths.venv.absolute() / "bin"
-        env["VIRTUAL_ENV"] = str(plan.paths.venv.absolute())
-        env["PATH"] = os.pathsep.join([str(venv_bin), env.get("PATH", os.defpath)])
+    if step.path_prepend:
+        env["PATH"] = os.pathsep.join([*step.path_prepend, env.get("PATH", os.defpath)])
     if step.stage == "compile" and cache_env is not None:
-        shown = launcher_env(plan.cache)
+        shown = launcher_env(plan.cache, basedir=plan.paths.workdir)
         env.update({k: v for k, v in step.env.items() if k not in shown})
         env.update(cache_env)
     else:

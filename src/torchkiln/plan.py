@@ -132,6 +132,9 @@ class Step:
     argv: tuple[str, ...]
     env: dict[str, str] = field(default_factory=dict)
     cwd: str | None = None
+    # Directories put in front of the inherited PATH (the build venv's bin/ for compile steps, so its
+    # cmake and ninja are the ones used).
+    path_prepend: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -140,6 +143,7 @@ class Step:
             "project": self.project,
             "argv": list(self.argv),
             "env": dict(self.env),
+            "path_prepend": list(self.path_prepend),
             "cwd": self.cwd,
         }
 
@@ -420,9 +424,6 @@ def _env_steps(
     python = f"python{recipe.python}"
     py = str(paths.venv_python)
     venv_argv: tuple[str, ...] = (python, "-m", "venv", str(paths.venv))
-    if "torch" not in projects:
-        # torchvision alone builds against the torch already installed for this interpreter.
-        venv_argv = (python, "-m", "venv", "--system-site-packages", str(paths.venv))
     tools = ["build", "wheel", "cmake>=3.27", "ninja", "numpy"]
     if recipe.blas.kind == "mkl" and "torch" in projects:
         tools += [f"mkl-static=={recipe.blas.mkl}", f"mkl-include=={recipe.blas.mkl}"]
@@ -484,7 +485,10 @@ def make_plan(
     py = str(paths.venv_python)
     for project in projects:
         src = sources[project].path
-        if project == "torchvision" and "torch" in projects:
+        if project == "torchvision":
+            # torchvision builds against the torch of this recipe: the one just built, or with
+            # --only torchvision one built before (a wheel in dist/). Its local label exists nowhere else,
+            # so pip cannot pick another torch; torch's own dependencies come from the index.
             steps.append(
                 Step(
                     "torchvision:install-torch",
@@ -495,10 +499,10 @@ def make_plan(
                         "-m",
                         "pip",
                         "install",
-                        "--no-deps",
-                        "--no-index",
                         "--find-links",
                         str(paths.wheelhouse / "torch"),
+                        "--find-links",
+                        str(paths.dist),
                         f"torch=={recipe.torch_wheel_version}",
                     ),
                 )
@@ -518,8 +522,9 @@ def make_plan(
                     str(paths.wheelhouse / project),
                     str(src),
                 ),
-                project_env(project, ctx, cache),
+                {"VIRTUAL_ENV": str(paths.venv), **project_env(project, ctx, cache)},
                 str(src),
+                (str(paths.venv / "bin"),),
             )
         )
     steps.append(

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..cache import launcher_env, resolve_cache
 from ..errors import UsageError
 from ..plan import ENV_TABLE, Plan, make_plan
 from ..recipe import load_recipe, resolve_recipe_path
@@ -80,8 +81,6 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
     if args.recipe_opt and args.recipe and args.recipe_opt != args.recipe:
         raise UsageError("give the recipe once: either RECIPE or --recipe RECIPE")
     recipe = load_recipe(resolve_recipe_path(name))
-    from ..cache import resolve_cache
-
     cache = resolve_cache(recipe.cache, kind=args.cache, dir=args.cache_dir, remote=args.cache_remote)
     return make_plan(
         recipe,
@@ -126,11 +125,23 @@ def print_plan(plan: Plan, console: Console | None = None) -> None:
         sources.add_row(*map(escape, cells))
     console.print(sources)
     why = {row.name: row.why for row in ENV_TABLE}
+    why["VIRTUAL_ENV"] = "the build venv is the active environment of the build"
+    why.update(
+        {
+            key: f"compiler cache ({plan.cache.kind})"
+            for key in launcher_env(plan.cache, basedir=plan.paths.workdir)
+        }
+    )
+    why.update({key: "recipe build.flags" for key in r.build.flags})
     for project in plan.projects:
         env = Table("variable", "value", "why", title=f"{project} build environment")
+        wheel = next(s for s in plan.steps if s.name == f"{project}:wheel")
+        if wheel.path_prepend:
+            env.add_row(
+                "PATH", escape(":".join(wheel.path_prepend) + ":$PATH"), "the build venv's cmake, ninja"
+            )
         for key, value in plan.env_for(project).items():
-            reason = why.get(key, "recipe build.flags" if key in r.build.flags else "compiler cache")
-            env.add_row(escape(key), escape(value), escape(reason))
+            env.add_row(escape(key), escape(value), escape(why.get(key, "")))
         console.print(env)
     steps = Table("#", "step", "command", title="steps")
     for i, step in enumerate(plan.steps, 1):
