@@ -45,36 +45,7 @@ from torchkiln.recipe import CacheSpec  # noqa: E402
 
 CACHE_EXT = ROOT / "tests" / "data" / "cache_ext"
 NOOP_EXT = ROOT / "tests" / "data" / "ext_project"
-NOOP_RECIPE = """\
-[recipe]
-name = "bench-noop"
-description = "tests/data/ext_project stands in for torch"
-
-[torch]
-repo = "file:///nonexistent/pytorch"
-ref = "v2.13.0"
-version = "2.13.0"
-
-[torchvision]
-repo = "file:///nonexistent/vision"
-ref = "v0.28.0"
-version = "0.28.0"
-
-[python]
-version = "3.11"
-
-[accelerator]
-kind = "cpu"
-
-[blas]
-kind = "openblas"
-
-[build]
-local_version = "+cpu"
-
-[cache]
-kind = "ccache"
-"""
+NOOP_RECIPE = ROOT / "tests" / "data" / "ext-cpu-test.toml"  # the test extension stands in for torch
 console = Console(highlight=False)
 
 
@@ -203,7 +174,7 @@ def noop_bench(repeat: int, jobs: int, scratch: Path) -> dict[str, list[dict[str
     )  # fmt: skip
     shutil.copytree(NOOP_EXT, root / "src")
     recipe = root / "bench-noop.toml"
-    recipe.write_text(NOOP_RECIPE)
+    recipe.write_text(NOOP_RECIPE.read_text())
     argv = [sys.executable, "-m", "torchkiln", "build", str(recipe), "--source-dir", f"torch={root / 'src'}"]
     argv += ["--only", "torch", "--workdir", str(work), "--dist", str(root / "dist"), "--jobs", str(jobs)]
     argv += ["--cache", "ccache", "--cache-dir", str(root / "ccache")]

@@ -45,36 +45,14 @@ EXT = HERE / "data" / "ext_project"
 SUMMARIES = HERE / "data" / "cmake_summaries"
 PYTHON = "python3.11"  # what the plan's build-env:venv step runs for a Python 3.11 recipe
 
-RECIPE = """\
-[recipe]
-name = "ext-cpu-test"
-description = "the test extension stands in for torch"
+RECIPE_TEXT = (HERE / "data" / "ext-cpu-test.toml").read_text()
 
-[torch]
-repo = "file:///nonexistent/pytorch"
-ref = "v2.13.0"
-version = "2.13.0"
 
-[torchvision]
-repo = "file:///nonexistent/vision"
-ref = "v0.28.0"
-version = "0.28.0"
+def recipe_text(extra: str = "") -> str:
+    """The shared test recipe, with extra TOML (a [build.flags] table) appended."""
+    return RECIPE_TEXT + extra
 
-[python]
-version = "3.11"
 
-[accelerator]
-kind = "cpu"
-
-[blas]
-kind = "openblas"
-
-[build]
-local_version = "+cpu"
-{flags}
-[cache]
-kind = "ccache"
-"""
 WHEEL = "kiln_ext-2.13.0+cpu-cp311-cp311-linux_x86_64.whl"
 
 
@@ -110,7 +88,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         check=True,
     )
     recipe = root / "ext-cpu-test.toml"
-    recipe.write_text(RECIPE.format(flags=""))
+    recipe.write_text(recipe_text())
     return {"root": root, "work": root / "work", "recipe": recipe}
 
 
@@ -253,7 +231,7 @@ def test_rerun_with_nothing_changed_skips_everything(cold) -> None:
 def test_changed_recipe_field_rebuilds_only_what_reads_it(world, cold) -> None:
     s = cold["s"]
     changed = world["root"] / "flags.toml"
-    changed.write_text(RECIPE.format(flags="\n[build.flags]\nUSE_KINETO = false\n"))
+    changed.write_text(recipe_text("\n[build.flags]\nUSE_KINETO = false\n"))
     result, _, _ = build(plan_for(world, s, changed), skip_checks=True)
     # USE_KINETO is in the torch wheel step's env only: the build env is unchanged
     assert result.ran == ["torch:wheel"]
@@ -335,9 +313,7 @@ def upstream(world) -> dict[str, str]:
 
 
 def fetched_recipe(world, upstream, name: str, commit: str) -> Path:
-    text = RECIPE.format(flags="").replace(
-        'repo = "file:///nonexistent/pytorch"', f'repo = "{upstream["url"]}"'
-    )
+    text = recipe_text().replace('repo = "file:///nonexistent/pytorch"', f'repo = "{upstream["url"]}"')
     text = text.replace('version = "2.13.0"', f'version = "2.13.0"\ncommit = "{commit}"', 1)
     path = world["root"] / name
     path.write_text(text)

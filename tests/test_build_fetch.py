@@ -6,10 +6,12 @@ import io
 import json
 import os
 import subprocess
+import tomllib
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import tomli_w
 from rich.console import Console
 
 from torchkiln.build import BuildOptions, run_build
@@ -20,25 +22,15 @@ from torchkiln.recipe import parse_recipe
 ENV = {"GIT_AUTHOR_NAME": "k", "GIT_AUTHOR_EMAIL": "k@x.invalid", "GIT_COMMITTER_NAME": "k",
        "GIT_COMMITTER_EMAIL": "k@x.invalid", "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/nonexistent"}  # fmt: skip
 
-RECIPE = """\
-[recipe]
-name = "fetch-test"
-[torch]
-repo = "{repo}"
-ref = "{ref}"
-version = "2.13.0"
-[torchvision]
-ref = "v0.28.0"
-version = "0.28.0"
-[python]
-version = "3.11"
-[accelerator]
-kind = "cpu"
-[blas]
-kind = "openblas"
-[build]
-local_version = "+cpu"
-"""
+TEST_RECIPE = Path(__file__).parent / "data" / "ext-cpu-test.toml"
+
+
+def fetch_recipe_text(repo: str, ref: str) -> str:
+    """The shared test recipe with torch pointed at a local repository and ref."""
+    doc = tomllib.loads(TEST_RECIPE.read_text())
+    doc["recipe"]["name"] = "fetch-test"
+    doc["torch"].update(repo=repo, ref=ref)
+    return tomli_w.dumps(doc)
 
 
 def git(repo: Path, *args: str) -> str:
@@ -64,7 +56,7 @@ def upstream(tmp_path: Path) -> dict[str, object]:
 
 
 def fetch(tmp_path: Path, repo: str, ref: str):
-    recipe = parse_recipe(RECIPE.format(repo=repo, ref=ref).encode(), "fetch-test.toml")
+    recipe = parse_recipe(fetch_recipe_text(repo, ref).encode(), "fetch-test.toml")
     cache = resolve_cache(recipe.cache, kind="none")
     plan = make_plan(recipe, workdir=tmp_path / "work", dist=tmp_path / "dist", only="torch", cache=cache)
     plan = replace(plan, steps=[s for s in plan.steps if s.stage == "fetch"])
