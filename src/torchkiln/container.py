@@ -67,6 +67,20 @@ class Engine(ABC):
     def build_argv(self, req: BuildRequest) -> list[str]:
         """The argv that builds ``req``."""
 
+    @staticmethod
+    def request_args(req: BuildRequest) -> list[str]:
+        """The options docker buildx build and buildah bud spell alike: file, target, tags, build args,
+        labels, named contexts and secrets (passed as files, never as values)."""
+        argv = ["--file", str(req.dockerfile), "--target", req.target]
+        for tag in req.tags:
+            argv += ["--tag", tag]
+        argv += _kv("--build-arg", req.build_args)
+        argv += _kv("--label", req.labels)
+        argv += _kv("--build-context", req.named_contexts)
+        for secret_id, path in req.secrets.items():
+            argv += ["--secret", f"id={secret_id},src={path}"]
+        return argv
+
 
 @dataclass(frozen=True)
 class Docker(Engine):
@@ -76,14 +90,7 @@ class Docker(Engine):
     name = "docker"
 
     def build_argv(self, req: BuildRequest) -> list[str]:
-        argv = [self.executable, "buildx", "build", "--file", str(req.dockerfile), "--target", req.target]
-        for tag in req.tags:
-            argv += ["--tag", tag]
-        argv += _kv("--build-arg", req.build_args)
-        argv += _kv("--label", req.labels)
-        argv += _kv("--build-context", req.named_contexts)
-        for secret_id, path in req.secrets.items():
-            argv += ["--secret", f"id={secret_id},src={path}"]
+        argv = [self.executable, "buildx", "build", *self.request_args(req)]
         if req.pull:
             argv.append("--pull")
         argv += ["--load", str(req.context)]
@@ -118,18 +125,8 @@ class Buildah(Engine):
             self.isolation,
             "--network",
             "host",
-            "--file",
-            str(req.dockerfile),
-            "--target",
-            req.target,
+            *self.request_args(req),
         ]
-        for tag in req.tags:
-            argv += ["--tag", tag]
-        argv += _kv("--build-arg", req.build_args)
-        argv += _kv("--label", req.labels)
-        argv += _kv("--build-context", req.named_contexts)
-        for secret_id, path in req.secrets.items():
-            argv += ["--secret", f"id={secret_id},src={path}"]
         argv.append("--pull=true" if req.pull else "--pull=never")
         argv.append(str(req.context))
         return argv
