@@ -436,3 +436,43 @@ def test_configure_summary_contradicting_the_recipe_stops_the_build(tmp_path: Pa
     assert "full log: " in message
     assert _processes_mentioning(marker) == [], "the step was stopped, not left compiling"
     assert not (tmp_path / "dist").exists()
+
+
+VISION = HERE / "data" / "vision_project"
+
+
+def test_torchvision_builds_after_torch_against_it(world, cold) -> None:
+    """Both projects through the real plan: torchvision's steps run after torch's wheel, in the same build venv,
+    with the pairing env (BUILD_VERSION, PYTORCH_VERSION, FORCE_CUDA), and both wheels land in dist/.
+    tests/data/vision_project stands in for torchvision (pure Python, records the env its build saw)."""
+    s = cold["s"]
+    vision = world["root"] / "vision-src"
+    shutil.copytree(VISION, vision)
+    dist = world["root"] / "pair-dist"
+    recipe = load_recipe(world["recipe"])
+    plan = make_plan(
+        recipe,
+        workdir=s["work"],
+        dist=dist,
+        source_dirs={"torch": s["src"], "torchvision": vision},
+        cache=resolve_cache(recipe.cache, kind="ccache", dir=s["ccache"]),
+        jobs=2,
+    )
+    # The post-build import check would install the real torch (the extension is not torch): skipped here,
+    # it has its own test above.
+    result, out, _ = build(plan, skip_checks=True)
+    project_steps = [n for n in result.ran if n.startswith(("torch:", "torchvision:"))]
+    assert project_steps == ["torch:wheel", "torchvision:install-torch", "torchvision:wheel"], out
+    vision_wheel = "kiln_vision-0.28.0+cpu-py3-none-any.whl"
+    assert sorted(p.name for p in result.wheels) == sorted([WHEEL, vision_wheel])
+    with zipfile.ZipFile(dist / vision_wheel) as wheel:
+        seen = json.loads(wheel.read("kiln_vision/build_env.json"))
+        metadata = wheel.read("kiln_vision-0.28.0+cpu.dist-info/METADATA").decode()
+    assert seen["BUILD_VERSION"] == "0.28.0+cpu"
+    assert seen["PYTORCH_VERSION"] == "2.13.0+cpu" == seen["torch_at_build"]
+    assert seen["FORCE_CUDA"] == "0" and seen["TORCH_CUDA_ARCH_LIST"] is None
+    assert seen["MAX_JOBS"] == "2" and seen["VIRTUAL_ENV"] == str(plan.paths.venv)
+    assert "Requires-Dist: torch==2.13.0+cpu" in metadata
+    manifest = json.loads((dist / "manifest.json").read_text())
+    assert sorted(w["name"] for w in manifest["wheels"]) == sorted([WHEEL, vision_wheel])
+    assert manifest["build_env"]["torchvision"]["BUILD_VERSION"] == "0.28.0+cpu"

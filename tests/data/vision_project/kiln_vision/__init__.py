@@ -1,0 +1,1 @@
+"""torchkiln test stand-in for torchvision."""
