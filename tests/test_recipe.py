@@ -14,6 +14,7 @@ import tomli_w
 from torchkiln.cli import main
 from torchkiln.errors import RecipeError
 from torchkiln.recipe import load_recipe, parse_recipe
+from torchkiln.rules import compat
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted((ROOT / "recipes").glob("*.toml"))
@@ -47,6 +48,15 @@ def test_cli_check_accepts_all_shipped(capsys: pytest.CaptureFixture[str]) -> No
     assert main(["recipe", "check", *map(str, SHIPPED)]) == 0
     out = capsys.readouterr().out
     assert out.count(": ok (") == len(SHIPPED)
+
+
+@pytest.mark.parametrize("path", [p for p in SHIPPED if "-cu" in p.stem], ids=lambda p: p.stem)
+def test_shipped_cuda_recipes_use_upstreams_arch_list(path: Path) -> None:
+    recipe = load_recipe(path)
+    upstream = compat()["cuda"][f"{recipe.accelerator.cuda.major}.{recipe.accelerator.cuda.minor}"][
+        "default_arch"
+    ]
+    assert list(recipe.accelerator.arch_list) == upstream
 
 
 def test_cpu_recipe_matches_local_wheel() -> None:

@@ -385,11 +385,6 @@ def _archs_for(cuda: Version) -> str:
     return " ".join(a for a, s in compat()["arch"].items() if cuda in SpecifierSet(s))
 
 
-def default_arch_list(cuda: Version) -> list[str]:
-    entry = compat()["cuda"].get(minor(cuda))
-    return list(entry["default_arch"]) if entry else []
-
-
 def frontend(recipe: Recipe) -> str:
     """'setup.py' or 'scikit-build-core': how this torch release builds its wheel."""
     release = torch_release(recipe)
