@@ -37,7 +37,7 @@ target "torch-2_13-cpu-py311-devel" {
     "KILN_CUDNN"            = ""
     "KILN_NCCL"             = ""
     "KILN_CUDA_ARCH_LIST"   = ""
-    "KILN_MKL"              = "2025.3.0"
+    "KILN_MKL"              = "2024.2.0"
     "KILN_OPENBLAS"         = ""
     "KILN_MAGMA_VERSION"    = ""
     "KILN_MAGMA_URL"        = ""
@@ -50,7 +50,7 @@ target "torch-2_13-cpu-py311-devel" {
     "org.opencontainers.image.title"   = "torchkiln devel (torch-2.13-cpu-py311)"
     "org.opencontainers.image.version" = "2.13.0+cpu.kiln1"
     "io.torchkiln.recipe"              = "torch-2.13-cpu-py311"
-    "io.torchkiln.recipe-sha256"       = "889b9e49f12708932eff279a4e11af82a8a92e00ba1f7bad0f9850e8a07e0652"
+    "io.torchkiln.recipe-sha256"       = "655933a4b64c06e0a50ab86f8a3512ba7cf4f30e8739b88f23b7a7b0625fbf0d"
   }
 }
 
@@ -69,7 +69,7 @@ target "torch-2_13-cpu-py311-wheels" {
     "KILN_CUDNN"            = ""
     "KILN_NCCL"             = ""
     "KILN_CUDA_ARCH_LIST"   = ""
-    "KILN_MKL"              = "2025.3.0"
+    "KILN_MKL"              = "2024.2.0"
     "KILN_OPENBLAS"         = ""
     "KILN_MAGMA_VERSION"    = ""
     "KILN_MAGMA_URL"        = ""
@@ -83,7 +83,7 @@ target "torch-2_13-cpu-py311-wheels" {
     "org.opencontainers.image.title"   = "torchkiln wheels (torch-2.13-cpu-py311)"
     "org.opencontainers.image.version" = "2.13.0+cpu.kiln1"
     "io.torchkiln.recipe"              = "torch-2.13-cpu-py311"
-    "io.torchkiln.recipe-sha256"       = "889b9e49f12708932eff279a4e11af82a8a92e00ba1f7bad0f9850e8a07e0652"
+    "io.torchkiln.recipe-sha256"       = "655933a4b64c06e0a50ab86f8a3512ba7cf4f30e8739b88f23b7a7b0625fbf0d"
   }
 }
 
@@ -107,14 +107,14 @@ target "torch-2_13-cpu-py311-runtime" {
     "KILN_TORCHVISION_COMMIT"  = ""
     "RECIPE_FILE"              = "torch-2.13-cpu-py311.toml"
     "RECIPE_NAME"              = "torch-2.13-cpu-py311"
-    "RECIPE_SHA256"            = "889b9e49f12708932eff279a4e11af82a8a92e00ba1f7bad0f9850e8a07e0652"
+    "RECIPE_SHA256"            = "655933a4b64c06e0a50ab86f8a3512ba7cf4f30e8739b88f23b7a7b0625fbf0d"
     "TORCHKILN_VERSION"        = "0.1.0"
   }
   tags       = ["${REGISTRY}/torchkiln:2.13.0-cpu-runtime"]
   labels     = {
     "org.opencontainers.image.title" = "torchkiln runtime (torch-2.13-cpu-py311)"
     "io.torchkiln.recipe"            = "torch-2.13-cpu-py311"
-    "io.torchkiln.recipe-sha256"     = "889b9e49f12708932eff279a4e11af82a8a92e00ba1f7bad0f9850e8a07e0652"
+    "io.torchkiln.recipe-sha256"     = "655933a4b64c06e0a50ab86f8a3512ba7cf4f30e8739b88f23b7a7b0625fbf0d"
   }
 }
 
@@ -132,8 +132,8 @@ target "torch-2_13-cu130-py312-devel" {
     "KILN_CUDA"             = "13.0"
     "KILN_CUDNN"            = "9.20.0.48"
     "KILN_NCCL"             = "2.29.7"
-    "KILN_CUDA_ARCH_LIST"   = "7.5;8.0;8.6;9.0;10.0;12.0+PTX"
-    "KILN_MKL"              = "2025.3.0"
+    "KILN_CUDA_ARCH_LIST"   = "7.5;8.0;8.6;9.0;10.0;12.0"
+    "KILN_MKL"              = "2024.2.0"
     "KILN_OPENBLAS"         = ""
     "KILN_MAGMA_VERSION"    = "2.6.1"
     "KILN_MAGMA_URL"        = "https://icl.utk.edu/projectsfiles/magma/downloads/magma-2.6.1.tar.gz"
@@ -146,7 +146,7 @@ target "torch-2_13-cu130-py312-devel" {
     "org.opencontainers.image.title"   = "torchkiln devel (torch-2.13-cu130-py312)"
     "org.opencontainers.image.version" = "2.13.0+cu130.kiln1"
     "io.torchkiln.recipe"              = "torch-2.13-cu130-py312"
-    "io.torchkiln.recipe-sha256"       = "a6f9341d29fb85c30dec7f1ad2ccbabc67d5eb5e14924081e31c949de4fd8890"
+    "io.torchkiln.recipe-sha256"       = "51f5c1a8a79eff298cd0aae1609a2efd038ed9f114520688858718b91faf8f52"
   }
 }
 
@@ -164,8 +164,8 @@ target "torch-2_13-cu130-py312-wheels" {
     "KILN_CUDA"             = "13.0"
     "KILN_CUDNN"            = "9.20.0.48"
     "KILN_NCCL"             = "2.29.7"
-    "KILN_CUDA_ARCH_LIST"   = "7.5;8.0;8.6;9.0;10.0;12.0+PTX"
-    "KILN_MKL"              = "2025.3.0"
+    "KILN_CUDA_ARCH_LIST"   = "7.5;8.0;8.6;9.0;10.0;12.0"
+    "KILN_MKL"              = "2024.2.0"
     "KILN_OPENBLAS"         = ""
     "KILN_MAGMA_VERSION"    = "2.6.1"
     "KILN_MAGMA_URL"        = "https://icl.utk.edu/projectsfiles/magma/downloads/magma-2.6.1.tar.gz"
@@ -179,7 +179,7 @@ target "torch-2_13-cu130-py312-wheels" {
     "org.opencontainers.image.title"   = "torchkiln wheels (torch-2.13-cu130-py312)"
     "org.opencontainers.image.version" = "2.13.0+cu130.kiln1"
     "io.torchkiln.recipe"              = "torch-2.13-cu130-py312"
-    "io.torchkiln.recipe-sha256"       = "a6f9341d29fb85c30dec7f1ad2ccbabc67d5eb5e14924081e31c949de4fd8890"
+    "io.torchkiln.recipe-sha256"       = "51f5c1a8a79eff298cd0aae1609a2efd038ed9f114520688858718b91faf8f52"
   }
 }
 
@@ -203,14 +203,14 @@ target "torch-2_13-cu130-py312-runtime" {
     "KILN_TORCHVISION_COMMIT"  = ""
     "RECIPE_FILE"              = "torch-2.13-cu130-py312.toml"
     "RECIPE_NAME"              = "torch-2.13-cu130-py312"
-    "RECIPE_SHA256"            = "a6f9341d29fb85c30dec7f1ad2ccbabc67d5eb5e14924081e31c949de4fd8890"
+    "RECIPE_SHA256"            = "51f5c1a8a79eff298cd0aae1609a2efd038ed9f114520688858718b91faf8f52"
     "TORCHKILN_VERSION"        = "0.1.0"
   }
   tags       = ["${REGISTRY}/torchkiln:2.13.0-cu130-runtime"]
   labels     = {
     "org.opencontainers.image.title" = "torchkiln runtime (torch-2.13-cu130-py312)"
     "io.torchkiln.recipe"            = "torch-2.13-cu130-py312"
-    "io.torchkiln.recipe-sha256"     = "a6f9341d29fb85c30dec7f1ad2ccbabc67d5eb5e14924081e31c949de4fd8890"
+    "io.torchkiln.recipe-sha256"     = "51f5c1a8a79eff298cd0aae1609a2efd038ed9f114520688858718b91faf8f52"
   }
 }
 
@@ -229,7 +229,7 @@ target "torch-2_14-cu126-py312-devel" {
     "KILN_CUDNN"            = "9.10.2.21"
     "KILN_NCCL"             = "2.29.3"
     "KILN_CUDA_ARCH_LIST"   = "5.0;6.0;7.0;7.5;8.0;8.6;9.0"
-    "KILN_MKL"              = "2025.3.0"
+    "KILN_MKL"              = "2024.2.0"
     "KILN_OPENBLAS"         = ""
     "KILN_MAGMA_VERSION"    = "2.6.1"
     "KILN_MAGMA_URL"        = "https://icl.utk.edu/projectsfiles/magma/downloads/magma-2.6.1.tar.gz"
@@ -242,7 +242,7 @@ target "torch-2_14-cu126-py312-devel" {
     "org.opencontainers.image.title"   = "torchkiln devel (torch-2.14-cu126-py312)"
     "org.opencontainers.image.version" = "2.14.0+cu126.kiln1"
     "io.torchkiln.recipe"              = "torch-2.14-cu126-py312"
-    "io.torchkiln.recipe-sha256"       = "501f5d2db7f53f72770f14d7b2bc35e871a11d13f20dff30f2bb2ff8d2a21ea9"
+    "io.torchkiln.recipe-sha256"       = "e40c910e7fc0db9f0c96a24e1bdea7618739d749b9d219b70da5188b4aabfb6d"
   }
 }
 
@@ -261,7 +261,7 @@ target "torch-2_14-cu126-py312-wheels" {
     "KILN_CUDNN"            = "9.10.2.21"
     "KILN_NCCL"             = "2.29.3"
     "KILN_CUDA_ARCH_LIST"   = "5.0;6.0;7.0;7.5;8.0;8.6;9.0"
-    "KILN_MKL"              = "2025.3.0"
+    "KILN_MKL"              = "2024.2.0"
     "KILN_OPENBLAS"         = ""
     "KILN_MAGMA_VERSION"    = "2.6.1"
     "KILN_MAGMA_URL"        = "https://icl.utk.edu/projectsfiles/magma/downloads/magma-2.6.1.tar.gz"
@@ -275,7 +275,7 @@ target "torch-2_14-cu126-py312-wheels" {
     "org.opencontainers.image.title"   = "torchkiln wheels (torch-2.14-cu126-py312)"
     "org.opencontainers.image.version" = "2.14.0+cu126.kiln1"
     "io.torchkiln.recipe"              = "torch-2.14-cu126-py312"
-    "io.torchkiln.recipe-sha256"       = "501f5d2db7f53f72770f14d7b2bc35e871a11d13f20dff30f2bb2ff8d2a21ea9"
+    "io.torchkiln.recipe-sha256"       = "e40c910e7fc0db9f0c96a24e1bdea7618739d749b9d219b70da5188b4aabfb6d"
   }
 }
 
@@ -299,14 +299,14 @@ target "torch-2_14-cu126-py312-runtime" {
     "KILN_TORCHVISION_COMMIT"  = ""
     "RECIPE_FILE"              = "torch-2.14-cu126-py312.toml"
     "RECIPE_NAME"              = "torch-2.14-cu126-py312"
-    "RECIPE_SHA256"            = "501f5d2db7f53f72770f14d7b2bc35e871a11d13f20dff30f2bb2ff8d2a21ea9"
+    "RECIPE_SHA256"            = "e40c910e7fc0db9f0c96a24e1bdea7618739d749b9d219b70da5188b4aabfb6d"
     "TORCHKILN_VERSION"        = "0.1.0"
   }
   tags       = ["${REGISTRY}/torchkiln:2.14.0-cu126-runtime"]
   labels     = {
     "org.opencontainers.image.title" = "torchkiln runtime (torch-2.14-cu126-py312)"
     "io.torchkiln.recipe"            = "torch-2.14-cu126-py312"
-    "io.torchkiln.recipe-sha256"     = "501f5d2db7f53f72770f14d7b2bc35e871a11d13f20dff30f2bb2ff8d2a21ea9"
+    "io.torchkiln.recipe-sha256"     = "e40c910e7fc0db9f0c96a24e1bdea7618739d749b9d219b70da5188b4aabfb6d"
   }
 }
 
@@ -324,8 +324,8 @@ target "torch-2_14-cu130-py312-devel" {
     "KILN_CUDA"             = "13.0"
     "KILN_CUDNN"            = "9.24.0.43"
     "KILN_NCCL"             = "2.30.7"
-    "KILN_CUDA_ARCH_LIST"   = "7.5;8.0;8.6;9.0;10.0;12.0+PTX"
-    "KILN_MKL"              = "2025.3.0"
+    "KILN_CUDA_ARCH_LIST"   = "7.5;8.0;8.6;9.0;10.0;12.0"
+    "KILN_MKL"              = "2024.2.0"
     "KILN_OPENBLAS"         = ""
     "KILN_MAGMA_VERSION"    = "2.6.1"
     "KILN_MAGMA_URL"        = "https://icl.utk.edu/projectsfiles/magma/downloads/magma-2.6.1.tar.gz"
@@ -338,7 +338,7 @@ target "torch-2_14-cu130-py312-devel" {
     "org.opencontainers.image.title"   = "torchkiln devel (torch-2.14-cu130-py312)"
     "org.opencontainers.image.version" = "2.14.0+cu130.kiln1"
     "io.torchkiln.recipe"              = "torch-2.14-cu130-py312"
-    "io.torchkiln.recipe-sha256"       = "87cb9a71b1be722093378edd7bd0b0f84721820ef676338fda77e442de29eabe"
+    "io.torchkiln.recipe-sha256"       = "6291795bd2475b55d61dd47beff3b941970226ab35dac8f0ebb3b30dd4101447"
   }
 }
 
@@ -356,8 +356,8 @@ target "torch-2_14-cu130-py312-wheels" {
     "KILN_CUDA"             = "13.0"
     "KILN_CUDNN"            = "9.24.0.43"
     "KILN_NCCL"             = "2.30.7"
-    "KILN_CUDA_ARCH_LIST"   = "7.5;8.0;8.6;9.0;10.0;12.0+PTX"
-    "KILN_MKL"              = "2025.3.0"
+    "KILN_CUDA_ARCH_LIST"   = "7.5;8.0;8.6;9.0;10.0;12.0"
+    "KILN_MKL"              = "2024.2.0"
     "KILN_OPENBLAS"         = ""
     "KILN_MAGMA_VERSION"    = "2.6.1"
     "KILN_MAGMA_URL"        = "https://icl.utk.edu/projectsfiles/magma/downloads/magma-2.6.1.tar.gz"
@@ -371,7 +371,7 @@ target "torch-2_14-cu130-py312-wheels" {
     "org.opencontainers.image.title"   = "torchkiln wheels (torch-2.14-cu130-py312)"
     "org.opencontainers.image.version" = "2.14.0+cu130.kiln1"
     "io.torchkiln.recipe"              = "torch-2.14-cu130-py312"
-    "io.torchkiln.recipe-sha256"       = "87cb9a71b1be722093378edd7bd0b0f84721820ef676338fda77e442de29eabe"
+    "io.torchkiln.recipe-sha256"       = "6291795bd2475b55d61dd47beff3b941970226ab35dac8f0ebb3b30dd4101447"
   }
 }
 
@@ -395,13 +395,13 @@ target "torch-2_14-cu130-py312-runtime" {
     "KILN_TORCHVISION_COMMIT"  = ""
     "RECIPE_FILE"              = "torch-2.14-cu130-py312.toml"
     "RECIPE_NAME"              = "torch-2.14-cu130-py312"
-    "RECIPE_SHA256"            = "87cb9a71b1be722093378edd7bd0b0f84721820ef676338fda77e442de29eabe"
+    "RECIPE_SHA256"            = "6291795bd2475b55d61dd47beff3b941970226ab35dac8f0ebb3b30dd4101447"
     "TORCHKILN_VERSION"        = "0.1.0"
   }
   tags       = ["${REGISTRY}/torchkiln:2.14.0-cu130-runtime"]
   labels     = {
     "org.opencontainers.image.title" = "torchkiln runtime (torch-2.14-cu130-py312)"
     "io.torchkiln.recipe"            = "torch-2.14-cu130-py312"
-    "io.torchkiln.recipe-sha256"     = "87cb9a71b1be722093378edd7bd0b0f84721820ef676338fda77e442de29eabe"
+    "io.torchkiln.recipe-sha256"     = "6291795bd2475b55d61dd47beff3b941970226ab35dac8f0ebb3b30dd4101447"
   }
 }

@@ -49,7 +49,7 @@ def test_plan_text_output_shows_env_and_steps(capsys: pytest.CaptureFixture[str]
     out = capsys.readouterr().out
     for needle in (
         "TORCH_CUDA_ARCH_LIST",
-        "7.5;8.0;8.6;9.0;10.0;12.0+PTX",
+        "7.5;8.0;8.6;9.0;10.0;12.0",
         "torch:wheel",
         "setup.py",
         "MAX_JOBS",
@@ -61,7 +61,7 @@ def test_cuda13_arch_list_has_nothing_below_7_5() -> None:
     plan = make_plan(load_recipe(CU130), resources=BIG)
     for project in ("torch", "torchvision"):
         archs = plan.env_for(project)["TORCH_CUDA_ARCH_LIST"].split(";")
-        assert archs == ["7.5", "8.0", "8.6", "9.0", "10.0", "12.0+PTX"]
+        assert archs == ["7.5", "8.0", "8.6", "9.0", "10.0", "12.0"]
         assert all(float(a.split("+")[0]) >= 7.5 for a in archs)
 
 
@@ -278,3 +278,24 @@ def test_plan_shows_compiler_launchers() -> None:
     env = make_plan(load_recipe(CU130), resources=BIG).env_for("torch")
     for lang in ("C", "CXX", "CUDA"):
         assert env[f"CMAKE_{lang}_COMPILER_LAUNCHER"] == "ccache"
+
+
+def test_build_number_post_release_flows_to_torchvision_and_the_check() -> None:
+    """PYTORCH_BUILD_VERSION is set without .postN (torch's build appends it for a build number > 1);
+    everything that names the wheel's real version (torchvision's torch pin, the post-build check) has it."""
+    data = CU130.read_bytes().replace(
+        b'local_version = "+cu130.kiln1"',
+        b'pytorch_build_version = "2.13.0+cu130.kiln1"\npytorch_build_number = 3',
+    )
+    plan = make_plan(parse_recipe(data, "post.toml"), resources=BIG)
+    torch_env, vision_env = plan.env_for("torch"), plan.env_for("torchvision")
+    assert (torch_env["PYTORCH_BUILD_VERSION"], torch_env["PYTORCH_BUILD_NUMBER"]) == (
+        "2.13.0+cu130.kiln1",
+        "3",
+    )
+    assert vision_env["PYTORCH_VERSION"] == "2.13.0+cu130.kiln1.post3"
+    assert vision_env["BUILD_VERSION"] == "0.28.0+cu130.kiln1"
+    check = next(s for s in plan.steps if s.name == "checks:import")
+    assert "torch==2.13.0+cu130.kiln1.post3" in check.argv
+    install = next(s for s in plan.steps if s.name == "torchvision:install-torch")
+    assert install.argv[-1] == "torch==2.13.0+cu130.kiln1.post3"

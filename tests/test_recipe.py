@@ -216,7 +216,80 @@ INVALID: list[tuple[str, str, str, str]] = [
     ("ccache-s3", mutate(cache__remote="s3://bucket/prefix"), "cache.remote", "ccache cannot use"),
     ("bad-cache-kind", mutate(cache__kind="distcc"), "cache.kind", "not allowed"),
     ("jobs-zero", mutate(build__jobs=0), "build.jobs", "not a positive integer"),
+    (
+        "cudnn-before-first-cu13-wheel",
+        mutate(accelerator__cudnn="9.11.0.98"),
+        "accelerator.cudnn",
+        "no build for CUDA 13.0",
+    ),
+    (
+        "nccl-before-first-cu13-wheel",
+        mutate(accelerator__nccl="2.27.5"),
+        "accelerator.nccl",
+        "no build for CUDA",
+    ),
+    (
+        "torch-2.15-drops-python-3.10",
+        mutate(
+            torch__version="2.15.0",
+            torch__ref="v2.15.0",
+            torchvision__version="0.30.0",
+            torchvision__ref="v0.30.0",
+            python__version="3.10",
+        ),
+        "python.version",
+        "not supported by torch 2.15",
+    ),
+    (
+        "torch-2.15-pairs-with-0.30",
+        mutate(torch__version="2.15.0", torch__ref="v2.15.0", torchvision__version="0.29.0"),
+        "torchvision.version",
+        "does not pair",
+    ),
 ]
+
+# Facts read off upstream that make otherwise-refused recipes valid (tests/reference/ holds the wheels' own).
+VALID: list[tuple[str, str]] = [
+    # nvidia-cudnn-cu13's first PyPI release is 9.12.0.46
+    ("first-cudnn-cu13-wheel", mutate(accelerator__cudnn="9.12.0.46")),
+    # torch 2.15.0 (2026-10-28): Requires-Python >=3.11, CUDA 13.2 is its PyPI default (cudnn 9.26.0.51)
+    (
+        "torch-2.15-cu132",
+        mutate(
+            torch__version="2.15.0",
+            torch__ref="v2.15.0",
+            torchvision__version="0.30.0",
+            torchvision__ref="v0.30.0",
+            accelerator__cuda="13.2",
+            accelerator__cudnn="9.26.0.51",
+            accelerator__nccl="2.30.7",
+            build__local_version="+cu132",
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize(("case_id", "text"), VALID, ids=[c[0] for c in VALID])
+def test_valid_against_upstream(case_id: str, text: str) -> None:
+    parse_recipe(text.encode(), f"{case_id}.toml")
+
+
+def test_build_number_above_one_appends_post_to_the_torch_wheel_version() -> None:
+    """tools/generate_torch_version.py: PYTORCH_BUILD_NUMBER > 1 appends .postN to PYTORCH_BUILD_VERSION."""
+    text = mutate(
+        build__pytorch_build_version="2.13.0+cu130", build__pytorch_build_number=2, build__local_version=None
+    )
+    recipe = parse_recipe(text.encode(), "post.toml")
+    assert recipe.torch_build_version == "2.13.0+cu130"  # what PYTORCH_BUILD_VERSION is set to
+    assert recipe.torch_wheel_version == "2.13.0+cu130.post2"  # what the wheel then carries
+    assert recipe.torchvision_wheel_version == "0.28.0+cu130"  # torchvision uses BUILD_VERSION as given
+    one = parse_recipe(
+        mutate(
+            build__pytorch_build_version="2.13.0", build__pytorch_build_number=1, build__local_version=None
+        ).encode(),
+        "one.toml",
+    )
+    assert one.torch_wheel_version == "2.13.0"
 
 
 def test_there_are_at_least_twenty_invalid_cases() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import subprocess
 import sys
 import time
 import zipfile
@@ -20,6 +21,7 @@ from hypothesis import strategies as st
 from torchkiln.nox_support import find_wheels, install_for_verify, wheel_requirements
 from torchkiln.recipe import load_recipe, parse_recipe
 from torchkiln.verify import archs, buildconfig, proc, report
+from torchkiln.verify import facts as facts_mod
 
 ROOT = Path(__file__).resolve().parents[1]
 CU130 = ROOT / "recipes" / "torch-2.13-cu130-py312.toml"
@@ -128,7 +130,9 @@ def test_runs_on(arch: str, capability: tuple[int, int], runs: bool) -> None:
 def test_covering_finds_the_missing_kernel_image() -> None:
     cu130 = archs.expected_arch_list(load_recipe(CU130).accelerator.arch_list)
     assert archs.covering(sorted(cu130), (8, 9)) == ["sm_80", "sm_86"]
-    assert archs.covering(sorted(cu130), (12, 1)) == ["compute_120", "sm_120"]
+    assert archs.covering(sorted(cu130), (12, 1)) == ["sm_120"]
+    # PTX (compute_120) is JIT-compiled for any newer device; cubins only run within their major.
+    assert archs.covering(sorted(cu130 | {"compute_120"}), (13, 0)) == ["compute_120"]
     assert archs.covering(["sm_80", "sm_90"], (7, 5)) == []  # "no kernel image is available"
     with pytest.raises(ValueError, match="not a compiled architecture"):
         archs.parse_compiled("8.0")
@@ -164,11 +168,14 @@ def cuda_facts(**changes: object) -> buildconfig.BuildFacts:
         mkl_available=True,
         openmp_available=True,
         has_magma=True,
-        arch_list=("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120"),
+        arch_list=("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"),
         cxx11_abi=True,
         python_version="3.12",
         machine="x86_64",
         wheel_tags=("cp312-cp312-linux_x86_64",),
+        compiler="GCC 13.3",
+        mkl_version="2024.2",
+        nvidia_dists={"nvidia-cudnn-cu13": "9.20.0.48", "nvidia-nccl-cu13": "2.29.7"},
     )
     return dataclasses.replace(facts, **changes)
 
@@ -191,12 +198,36 @@ def test_matching_cuda_build_passes_every_check() -> None:
     ("changes", "check", "needle"),
     [
         (
-            {"arch_list": ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120")},
+            {"arch_list": ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100")},
             "arch_list",
-            "missing ['compute_120']",
+            "accelerator.arch_list: torch.cuda.get_arch_list() vs TORCH_CUDA_ARCH_LIST (missing ['sm_120']",
         ),
+        (
+            {"arch_list": ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120")},
+            "arch_list",
+            "unexpected ['compute_120']",
+        ),
+        ({"cudnn_compile": (9, 10, 2)}, "cudnn", "accelerator.cudnn: cuDNN compile version"),
         ({"cudnn_compile": (9, 10, 2)}, "cudnn", "expected 9.20.0, actual 9.10.2"),
+        (
+            {"nvidia_dists": {"nvidia-cudnn-cu13": "9.20.0.47"}},
+            "cudnn",
+            "installed nvidia-cudnn-cu13: expected 9.20.0.48, actual 9.20.0.47",
+        ),
+        ({"nccl_version": (2, 27, 5)}, "nccl", "accelerator.nccl: NCCL version"),
         ({"nccl_version": (2, 27, 5)}, "nccl", "expected 2.29.7, actual 2.27.5"),
+        (
+            {"mkl_version": "2025.3"},
+            "mkl_version",
+            "blas.mkl: MKL version (torch.__config__.show()): expected 2024.2, actual 2025.3",
+        ),
+        ({"mkl_version": None}, "mkl_version", "expected 2024.2, actual None"),
+        (
+            {"compiler": "GCC 12.2"},
+            "compiler",
+            "build.gcc: host compiler (torch.__config__.show()): expected GCC 13.x, actual GCC 12.2",
+        ),
+        ({"compiler": "clang 18.1"}, "compiler", "actual clang 18.1"),
         ({"nccl_available": False, "nccl_version": None}, "nccl", "expected 2.29.7, actual None"),
         ({"has_magma": False}, "magma", "actual False"),
         ({"cuda_version": "12.6"}, "cuda_version", "expected 13.0, actual 12.6"),
@@ -243,6 +274,21 @@ def test_wheel_tag_matches_interpreter_and_machine(tags: tuple[str, ...], status
     assert buildconfig.self_checks(cuda_facts(wheel_tags=tags))["wheel_tag"].status == status
 
 
+@pytest.mark.parametrize(
+    ("dists", "status", "needle"),
+    [
+        ({"nvidia-cudnn-cu13": "9.24.0.43"}, "fail", "nvidia-cudnn-cu13 9.24.0.43 (torch has cudnn 9.20.0)"),
+        ({"nvidia-nccl-cu13": "2.30.7"}, "fail", "nvidia-nccl-cu13 2.30.7 (torch has nccl 2.29.7)"),
+        ({"nvidia-nccl-cu13": "2.29.70"}, "fail", "2.29.70"),
+        ({}, "skip", "no nvidia-cudnn/nvidia-nccl PyPI packages are installed"),
+    ],
+)
+def test_installed_nvidia_packages_match_torch(dists: dict, status: str, needle: str) -> None:
+    """smoke_test.py --pypi-pkg-check: a stray cuDNN/NCCL wheel shadows the one torch was built with."""
+    check = buildconfig.self_checks(cuda_facts(nvidia_dists=dists))["nvidia_packages"]
+    assert (check.status, needle in check.message) == (status, True), check.message
+
+
 def test_cuda_build_without_cudnn_fails_without_a_recipe() -> None:
     facts = cuda_facts(cudnn_available=False, cudnn_compile=None, cudnn_runtime=None)
     result = buildconfig.self_checks(facts)["cudnn_in_cuda_build"]
@@ -267,7 +313,8 @@ def test_recipe_flags_compared_when_reported() -> None:
 
 def test_installed_cpu_torch_against_its_own_recipe() -> None:
     """The real facts of the CPU wheel against a recipe describing it: every recipe check passes."""
-    data = CPU.read_bytes().replace(b'local_version = "+cpu.kiln1"', b'local_version = "+cpu"')
+    # The wheel says "GCC 13.3": a recipe describing it pins gcc 13 (the shipped one leaves gcc to the host).
+    data = CPU.read_bytes().replace(b'local_version = "+cpu.kiln1"', b'local_version = "+cpu"\ngcc = 13')
     recipe = parse_recipe(data, "cpu-wheel.toml")
     results = buildconfig.recipe_checks(recipe, buildconfig.collect_facts())
     assert {k: c.message for k, c in results.items() if c.status != "pass"} == {}
@@ -293,17 +340,40 @@ def test_summary_counts_per_area(tmp_path: Path) -> None:
         options={"recipe": None},
         duration_s=1.234,
     )
-    assert summary["areas"]["amp"] == {"passed": 1, "failed": 0, "skipped": 1, "error": 0}
-    assert summary["areas"]["ddp"] == {"passed": 0, "failed": 1, "skipped": 0, "error": 1}
-    assert summary["areas"]["torchvision"] == {"passed": 0, "failed": 0, "skipped": 0, "error": 0}
-    assert summary["totals"] == {"passed": 1, "failed": 1, "skipped": 1, "error": 1}
+    zero = {"skipped_no_gpu": 0, "skipped_not_applicable": 0, "skipped_other": 0}
+    assert summary["areas"]["amp"] == {"passed": 1, "failed": 0, "skipped": 1, "error": 0} | zero | {
+        "skipped_no_gpu": 1
+    }
+    assert summary["areas"]["ddp"] == {"passed": 0, "failed": 1, "skipped": 0, "error": 1} | zero
+    assert summary["areas"]["torchvision"] == {"passed": 0, "failed": 0, "skipped": 0, "error": 0} | zero
+    assert summary["totals"] == {"passed": 1, "failed": 1, "skipped": 1, "error": 1} | zero | {
+        "skipped_no_gpu": 1
+    }
     assert summary["ok"] is False
     report.write_summary(tmp_path, summary)
     assert json.loads((tmp_path / "summary.json").read_text()) == summary
     md = (tmp_path / "summary.md").read_text()
     assert md.startswith("# torchkiln verify: FAIL")
-    assert "| DDP launch | 0 | 1 | 0 | 1 | 2.5 |" in md and "fixture \\| broke" in md
+    assert "| DDP launch | 0 | 1 | 1 | 0 | 0 | 0 | 2.5 |" in md and "fixture \\| broke" in md
+    # per area: which checks ran and which need a GPU machine
+    assert "- **AMP GradScaler**: ran 1: `a[cpu]`" in md
+    assert "  - skipped, need a GPU machine (1): `a[cuda]`" in md
+    assert "## Without a GPU" in md and "| AMP GradScaler | 1 | 1 |" in md
     assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.json", "summary.md"]  # no temp files left
+
+
+@pytest.mark.parametrize(
+    ("message", "kind"),
+    [
+        ("needs CUDA: torch is built with CUDA 13.0 but no device is usable (...)", "no_gpu"),
+        ("needs at least 2 visible CUDA devices, 1 visible", "no_gpu"),
+        ("needs CUDA: torch 2.13.0+cpu is built without CUDA", "not_applicable"),
+        ("checks a CPU-only build; torch is built with CUDA 13.0", "not_applicable"),
+        ("torchvision is not installed", "other"),
+    ],
+)
+def test_skip_kinds(message: str, kind: str) -> None:
+    assert report.skip_kind(message) == kind
 
 
 def test_environment_names_the_torch_under_test() -> None:
@@ -443,3 +513,108 @@ def test_run_reports_exit_status_and_output() -> None:
     assert (result.returncode, result.timed_out, result.stdout) == (3, False, "out\n")
     assert "exited 3" in result.describe()
     assert 0 < proc.free_port() < 65536
+
+
+# --- The build's post-build check: same facts, same comparison -------------------------------------------
+
+
+def test_facts_survive_json() -> None:
+    facts = cuda_facts(
+        torchvision=buildconfig.TorchvisionFacts(
+            version="0.28.0+cu130",
+            git_version="8" * 40,
+            cuda="13.0",
+            cuda_raw=13000,
+            has_ops=True,
+            extensions=("_C", "image"),
+        )
+    )
+    assert buildconfig.BuildFacts.from_json(facts.to_json()) == facts
+
+
+@pytest.mark.parametrize(
+    ("raw", "spelled"),
+    [
+        (13000, "13.0"),
+        (12060, "12.6"),
+        (12090, "12.9"),
+        (-1, None),
+        (0, None),
+        (None, None),
+        ("12.6", "12.6"),
+    ],
+)
+def test_torchvision_cuda_int_is_compared_as_torch_spells_it(raw: object, spelled: str | None) -> None:
+    """torchvision.version.cuda is CUDA_VERSION (major*1000 + minor*10): 13000 on 0.28/0.29 cu130 wheels."""
+    assert facts_mod.decode_torchvision_cuda(raw) == spelled  # type: ignore[arg-type]
+
+
+def vision(**changes: object) -> buildconfig.TorchvisionFacts:
+    base = buildconfig.TorchvisionFacts(
+        version="0.28.0+cu130.kiln1",
+        git_version="8" * 40,
+        cuda="13.0",
+        cuda_raw=13000,
+        has_ops=True,
+        extensions=("_C", "image"),
+    )
+    return dataclasses.replace(base, **changes)
+
+
+@pytest.mark.parametrize(
+    ("changes", "check", "needle"),
+    [
+        (
+            {"cuda": "12.6", "cuda_raw": 12060},
+            "cuda",
+            "torchvision.version.cuda = 12060) vs torch.version.cuda: expected 13.0, actual 12.6",
+        ),
+        (
+            {"version": "0.28.1+cu130.kiln1"},
+            "version",
+            "torchvision.version: torchvision version (torchvision.__version__): expected 0.28.0+cu130.kiln1, actual 0.28.1+cu130.kiln1",
+        ),
+        (
+            {"version": "0.27.0+cu130.kiln1"},
+            "pairs_torch",
+            "does not pair with torch 2.13.0+cu130.kiln1: expected torchvision 0.28.x",
+        ),
+        ({"has_ops": False, "extensions": ()}, "ops", "ships no .so): expected True, actual False"),
+    ],
+)
+def test_torchvision_mismatches_are_named(changes: dict, check: str, needle: str) -> None:
+    recipe = load_recipe(CU130)
+    result = buildconfig.torchvision_checks(recipe, cuda_facts(torchvision=vision(**changes)))[check]
+    assert result.status == "fail" and needle in result.message, result.message
+    good = buildconfig.torchvision_checks(recipe, cuda_facts(torchvision=vision()))
+    assert {k: c.status for k, c in good.items()} == {
+        "pairs_torch": "pass",
+        "version": "pass",
+        "commit": "skip",
+        "cuda": "pass",
+        "ops": "pass",
+    }
+
+
+def test_postcheck_reports_the_facts_of_the_installed_wheel_and_build_compares_them() -> None:
+    """postcheck.py (stdlib only) installs and probes; the comparison is buildconfig's, as in verify."""
+    from torchkiln import postcheck
+
+    result = subprocess.run(
+        [sys.executable, postcheck.__file__, "--expect", f"torch=={torch.__version__}"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        cwd="/",
+    )
+    assert result.returncode == 0, result.stderr
+    facts = buildconfig.BuildFacts.from_json(result.stdout.strip().splitlines()[-1])
+    assert facts == dataclasses.replace(buildconfig.collect_facts(), extra={})
+    checks = buildconfig.postbuild_checks(load_recipe(CPU), facts, ("torch",))
+    failed = {k: c.message for k, c in checks.items() if c.status == "fail"}
+    # the shipped CPU recipe wants +cpu.kiln1; the installed wheel is upstream's +cpu
+    assert list(failed) == ["torch.local_label"]
+    assert failed["torch.local_label"].startswith(
+        "build.local_version: torch local version label: expected +cpu.kiln1"
+    )

@@ -114,7 +114,11 @@ def cuda_unavailable_reason() -> str | None:
     if torch.version.cuda is None:
         return f"needs CUDA: torch {torch.__version__} is built without CUDA"
     if not torch.cuda.is_available():
-        return "needs CUDA: torch is built with CUDA but no device is usable (torch.cuda.is_available() is False)"
+        return (
+            f"needs CUDA: torch is built with CUDA {torch.version.cuda} but no device is usable "
+            "(torch.cuda.is_available() is False); without a GPU this check cannot tell a working CUDA "
+            "build from a broken one"
+        )
     return None
 
 

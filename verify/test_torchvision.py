@@ -14,7 +14,8 @@ from types import ModuleType
 
 import pytest
 import torch
-from packaging.version import Version
+
+from torchkiln.verify import buildconfig
 
 pytestmark = pytest.mark.torchvision
 
@@ -35,33 +36,39 @@ def tv(recipe: object) -> ModuleType:
         pytest.fail(f"import torchvision failed: {type(exc).__name__}: {exc}", pytrace=False)
 
 
-def expected_torchvision_minor(torch_version: Version) -> str:
-    """The torchvision release that pairs with this torch: compat.toml, else upstream's 0.(N+15) rule."""
-    from torchkiln.rules import compat
-
-    entry = compat().get("torch", {}).get(f"{torch_version.major}.{torch_version.minor}")
-    if entry and "torchvision" in entry:
-        return str(entry["torchvision"])
-    return f"0.{torch_version.minor + 15}"
+@pytest.fixture(scope="module")
+def vision_checks(tv: ModuleType, recipe: object) -> dict[str, buildconfig.Check]:
+    """The comparisons torchkiln's post-build check makes too (torchkiln.verify.buildconfig)."""
+    return buildconfig.torchvision_checks(recipe, buildconfig.collect_facts())  # type: ignore[arg-type]
 
 
-def test_version_pairs_with_torch(tv: ModuleType, recipe: object) -> None:
-    torch_v, tv_v = Version(torch.__version__), Version(tv.__version__)
-    want = expected_torchvision_minor(torch_v)
-    assert f"{tv_v.major}.{tv_v.minor}" == want, (
-        f"torchvision {tv_v} does not pair with torch {torch_v}: expected torchvision {want}.x"
-    )
-    if recipe is not None:
-        assert str(tv_v) == str(Version(recipe.torchvision_wheel_version)), (  # type: ignore[attr-defined]
-            f"torchvision version: expected {recipe.torchvision_wheel_version}, actual {tv_v}"
-        )  # type: ignore[attr-defined]
+def _assert_check(check: buildconfig.Check) -> None:
+    if check.status == "skip":
+        pytest.skip(check.message)
+    if check.status != "pass":
+        pytest.fail(check.message, pytrace=False)
 
 
-def test_cuda_version_matches_torch(tv: ModuleType) -> None:
-    tv_cuda = getattr(getattr(tv, "version", None), "cuda", None)
-    assert tv_cuda == torch.version.cuda, (
-        f"torchvision was built for CUDA {tv_cuda}, torch for CUDA {torch.version.cuda}"
-    )
+def test_version_pairs_with_torch(vision_checks: dict[str, buildconfig.Check]) -> None:
+    _assert_check(vision_checks["pairs_torch"])
+
+
+def test_version_is_the_recipes(vision_checks: dict[str, buildconfig.Check]) -> None:
+    _assert_check(vision_checks["version"])
+
+
+def test_commit_is_the_recipes(vision_checks: dict[str, buildconfig.Check]) -> None:
+    _assert_check(vision_checks["commit"])
+
+
+def test_cuda_version_matches_torch(vision_checks: dict[str, buildconfig.Check]) -> None:
+    """torchvision 0.28/0.29 report CUDA as an int (13000), torch as '13.0': compared as major.minor."""
+    _assert_check(vision_checks["cuda"])
+
+
+def test_compiled_ops_loaded(vision_checks: dict[str, buildconfig.Check]) -> None:
+    """Its C++ ops library loaded: _C.so (0.28) or _C_stable.so (0.29, torch's stable ABI)."""
+    _assert_check(vision_checks["ops"])
 
 
 BOXES = [[0, 0, 10, 10], [1, 1, 11, 11], [20, 20, 30, 30], [0, 0, 10, 9]]

@@ -51,6 +51,8 @@ from .manifest import build_manifest, toolchain
 from .plan import Plan, Step, base_environment
 from .progress import CompileProgress, PhaseTracker, format_duration
 from .source import check_pin, is_git_checkout, lock_source, write_json_atomic, write_lock
+from .verify.buildconfig import postbuild_checks
+from .verify.facts import BuildFacts
 from .watch import Expectations, SummaryWatcher
 
 REQUIREMENT_FILES = ("requirements-build.txt", "requirements.txt", "pyproject.toml", "setup.py")
@@ -486,7 +488,7 @@ class Builder:
                 self.cache_stats = stats.as_dict() if stats is not None else None
                 extra["cache_stats"] = self.cache_stats
             if step.name == "checks:import":
-                self.checks = _last_json(output_tail)
+                self.checks = self._compare_with_recipe(_last_json(output_tail), log)
                 extra["checks"] = self.checks
             self.state.record(
                 step.name,
@@ -502,6 +504,30 @@ class Builder:
                 StepRecord(step.name, step.stage, step.project, "ran", seconds, str(log), phases)
             )
             self.display.end_step(step, "ran", seconds)
+
+    def _compare_with_recipe(self, facts_doc: dict[str, Any] | None, log: Path) -> dict[str, Any]:
+        """The post-build check's verdict: the built wheels' facts against the recipe, with the comparison
+        the verification suite uses. Any mismatch stops the build before anything is published."""
+        if facts_doc is None:
+            raise BuildFailed(
+                f"checks:import printed no build facts (full log: {log})", step="checks:import", log=log
+            )
+        facts = BuildFacts.from_dict(facts_doc)
+        results = postbuild_checks(self.plan.recipe, facts, self.plan.projects)
+        failed = [c.message for c in results.values() if c.status == "fail"]
+        if failed:
+            lines = "\n".join(f"  - {message}" for message in failed)
+            raise BuildFailed(
+                f"checks:import: the built wheels are not what the recipe asked for:\n{lines}\nfull log: {log}",
+                step="checks:import",
+                log=log,
+            )
+        return {
+            "torch": facts.torch_version,
+            "cuda": facts.cuda_version,
+            "torchvision": facts.torchvision.version if facts.torchvision else None,
+            "results": {k: {"status": c.status, "message": c.message} for k, c in results.items()},
+        }
 
     def _execute(
         self, step: Step, env: dict[str, str]

@@ -347,13 +347,16 @@ ENV_TABLE: tuple[EnvVar, ...] = (
     ),
     # -- versions -----------------------------------------------------------------------------------------
     EnvVar(
-        "PYTORCH_BUILD_VERSION", TORCH, lambda c: c.recipe.torch_wheel_version, "the wheel's exact version"
+        "PYTORCH_BUILD_VERSION",
+        TORCH,
+        lambda c: c.recipe.torch_build_version,
+        "the wheel's exact version (else version.txt + git sha)",
     ),
     EnvVar(
         "PYTORCH_BUILD_NUMBER",
         TORCH,
         lambda c: str(c.recipe.build.pytorch_build_number or 0),
-        "0: no .postN suffix",
+        "> 1 appends .postN to PYTORCH_BUILD_VERSION (Recipe.torch_wheel_version says so too)",
     ),
     EnvVar(
         "BUILD_VERSION",
@@ -535,17 +538,12 @@ def make_plan(
             (f"python{recipe.python}", "-m", "venv", "--clear", str(paths.check_venv)),
         )
     )
-    check_argv = [
-        str(paths.check_venv / "bin" / "python"),
-        str(Path(__file__).with_name("postcheck.py")),
-        "--accelerator",
-        recipe.accelerator.kind,
-    ]
+    # Installs the wheels into the clean venv and prints their build facts; the builder compares them with
+    # the recipe (torchkiln.verify.buildconfig, the same comparison as `torchkiln verify --recipe`).
+    check_argv = [str(paths.check_venv / "bin" / "python"), str(Path(__file__).with_name("postcheck.py"))]
     for project in projects:
         version = recipe.torch_wheel_version if project == "torch" else recipe.torchvision_wheel_version
         check_argv += ["--expect", f"{project}=={version}", "--wheelhouse", str(paths.wheelhouse / project)]
-    if recipe.accelerator.cuda is not None:
-        check_argv += ["--cuda", str(recipe.accelerator.cuda)]
     steps.append(Step("checks:import", "checks", "", tuple(check_argv)))
 
     return Plan(recipe, paths, list(sources.values()), steps, decision, resources, frontend, cache, projects)

@@ -190,7 +190,7 @@ SCHEMA: tuple[Field, ...] = (
         check=_match(DOTTED_RE, "a dotted version such as 2.29.7", "malformed version"),
     ),
     Field("blas.kind", str, True, _one_of("mkl", "openblas")),
-    Field("blas.mkl", str, check=_match(DOTTED_RE, "a dotted version such as 2025.3.0", "malformed version")),
+    Field("blas.mkl", str, check=_match(DOTTED_RE, "a dotted version such as 2024.2.0", "malformed version")),
     Field(
         "magma.version", str, check=_match(DOTTED_RE, "a dotted version such as 2.6.1", "malformed version")
     ),
@@ -314,14 +314,24 @@ class Recipe:
     document: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
-    def torch_wheel_version(self) -> str:
-        """The version the torch wheel carries: PYTORCH_BUILD_VERSION, or version + local label."""
+    def torch_build_version(self) -> str:
+        """What torchkiln sets as PYTORCH_BUILD_VERSION: the override, or version + local label."""
         return self.build.pytorch_build_version or f"{self.torch.version}{self.build.local_version}"
 
     @property
+    def torch_wheel_version(self) -> str:
+        """The version the torch wheel carries. PyTorch appends ``.postN`` to PYTORCH_BUILD_VERSION when
+        PYTORCH_BUILD_NUMBER > 1 (tools/generate_torch_version.py ``get_torch_version``, unchanged from
+        release/2.10 to 2.15): 2.13.0+cu130 with build number 2 is 2.13.0+cu130.post2 -- after a local
+        label that is part of the label, before one (2.13.0.post2) a post-release."""
+        number = self.build.pytorch_build_number or 0
+        return f"{self.torch_build_version}.post{number}" if number > 1 else self.torch_build_version
+
+    @property
     def torchvision_wheel_version(self) -> str:
-        """torchvision's BUILD_VERSION: its release version with the same local label as torch."""
-        local = Version(self.torch_wheel_version).local
+        """torchvision's BUILD_VERSION: its release version with torch's local label (no ``.postN``:
+        torchvision's setup.py uses BUILD_VERSION as given)."""
+        local = Version(self.torch_build_version).local
         return f"{self.torchvision.version}+{local}" if local else str(self.torchvision.version)
 
     @property

@@ -257,7 +257,7 @@ def _magma(r: Recipe) -> Iterator[Finding]:
 
 def _blas(r: Recipe) -> Iterator[Finding]:
     if r.blas.kind == "mkl" and r.blas.mkl is None:
-        yield ("blas.mkl", 'required when blas.kind = "mkl"', "an MKL version such as 2025.3.0")
+        yield ("blas.mkl", 'required when blas.kind = "mkl"', "an MKL version such as 2024.2.0")
     if r.blas.kind != "mkl" and r.blas.mkl is not None:
         yield ("blas.mkl", 'only valid with blas.kind = "mkl"', 'remove it, or set blas.kind = "mkl"')
 

@@ -1,59 +1,53 @@
-"""What a torch build says about itself, and whether that matches what its recipe asked for.
+"""Whether a torch build is what its recipe asked for, and agrees with itself.
 
 A source build can silently lose a feature: CUDA compiled out because nvcc was not found, cuDNN not
 picked up, MKL replaced by a fallback BLAS, an arch missing from ``TORCH_CUDA_ARCH_LIST``. The build
-still "succeeds". This module turns the build's own report (``torch.__config__.show()`` and the
-structured probes next to it) into :class:`BuildFacts`, and compares them with a recipe: every mismatch
-is a :class:`Check` that names the expected and the actual value.
+still "succeeds". The facts a build reports about itself are gathered by :mod:`torchkiln.verify.facts`
+(standard library only, so the build's post-build check runs it in a clean venv too); this module
+compares them with a recipe: every mismatch is a :class:`Check` that names the recipe field, the
+expected and the actual value. The verification suite and ``torchkiln build``'s post-build check both
+call :func:`recipe_checks` / :func:`torchvision_checks`: one comparison, not two copies.
 
-Parsing is pure Python (tested without torch); :func:`collect_facts` imports torch when called.
+Pure Python; nothing here imports torch.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
-import platform
-import re
-import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from packaging.version import InvalidVersion, Version
 
 from .archs import expected_arch_list
+from .facts import (
+    BuildFacts,
+    TorchvisionFacts,
+    collect_facts,
+    decode_cudnn,
+    dotted,
+    parse_build_settings,
+)
 
 if TYPE_CHECKING:  # the recipe model is pure Python too, but only its types are needed here
     from torchkiln.recipe import Recipe
 
-SETTINGS_PREFIX = "- Build settings: "
-_SPLIT_RE = re.compile(r", (?=[A-Z][A-Z0-9_]*=)")
+__all__ = [
+    "BuildFacts",
+    "Check",
+    "TorchvisionFacts",
+    "collect_facts",
+    "decode_cudnn",
+    "dotted",
+    "flag",
+    "parse_build_settings",
+    "recipe_checks",
+    "self_checks",
+    "torchvision_checks",
+]
+
 TRUE_SPELLINGS = frozenset({"1", "ON", "TRUE", "YES", "Y"})
 FALSE_SPELLINGS = frozenset({"0", "OFF", "FALSE", "NO", "N", ""})
-
-
-def parse_build_settings(show: str) -> dict[str, str]:
-    """The ``Build settings`` line of ``torch.__config__.show()`` as a dict.
-
-    PyTorch prints ``KEY=VALUE, `` pairs in key order with a trailing ``", "``, omits empty values, and
-    values such as CXX_FLAGS contain commas and spaces, so split only before ``, KEY=``.
-    Raises ValueError when there is no Build settings line (not the output of show()).
-    """
-    for line in show.splitlines():
-        stripped = line.strip()
-        if stripped.startswith(SETTINGS_PREFIX):
-            body = stripped[len(SETTINGS_PREFIX) :].rstrip()
-            body = body.removesuffix(",")
-            settings: dict[str, str] = {}
-            for item in _SPLIT_RE.split(body):
-                if not item:
-                    continue
-                key, sep, value = item.partition("=")
-                if not sep:
-                    raise ValueError(f"Build settings item {item!r} is not KEY=VALUE")
-                settings[key.strip()] = value.strip()
-            return settings
-    raise ValueError("no '- Build settings:' line in torch.__config__.show() output")
 
 
 def flag(value: str | None) -> bool | None:
@@ -68,124 +62,47 @@ def flag(value: str | None) -> bool | None:
     raise ValueError(f"{value!r} is not a boolean build setting (ON/OFF/1/0/TRUE/FALSE)")
 
 
-def decode_cudnn(version: int | None) -> tuple[int, int, int] | None:
-    """``torch.backends.cudnn.version()`` int -> (major, minor, patch).
-
-    cuDNN 9 encodes ``major*10000 + minor*100 + patch`` (91002 = 9.10.2); cuDNN 8 and older
-    ``major*1000 + minor*100 + patch`` (8907 = 8.9.7).
-    """
-    if version is None:
-        return None
-    if version >= 90000:
-        return version // 10000, version // 100 % 100, version % 100
-    return version // 1000, version // 100 % 10, version % 100
-
-
-def dotted(parts: tuple[int, ...] | None) -> str | None:
-    return ".".join(str(p) for p in parts) if parts is not None else None
-
-
-@dataclass(frozen=True)
-class BuildFacts:
-    """Everything the build-config checks look at, gathered once from the importable torch."""
-
-    torch_version: str
-    git_version: str | None
-    settings: Mapping[str, str]
-    cuda_version: str | None  # torch.version.cuda
-    cuda_built: bool  # torch.backends.cuda.is_built()
-    cudnn_available: bool  # torch.backends.cudnn.is_available()
-    cudnn_compile: tuple[int, int, int] | None  # torch._C._cudnn.getCompileVersion()
-    cudnn_runtime: tuple[int, int, int] | None  # torch.backends.cudnn.version()
-    cudnn_error: str | None  # the compatibility check raised (runtime does not match compile)
-    nccl_available: bool
-    nccl_version: tuple[int, int, int] | None
-    mkl_available: bool
-    openmp_available: bool
-    has_magma: bool
-    arch_list: tuple[str, ...]
-    cxx11_abi: bool
-    python_version: str = ""  # "3.12": the interpreter running the build under test
-    machine: str = ""  # platform.machine()
-    wheel_tags: tuple[str, ...] = ()  # Tag: lines of the installed torch's WHEEL file (empty: not a wheel)
-    extra: Mapping[str, Any] = field(default_factory=dict)
-
-
-def collect_facts() -> BuildFacts:
-    """Probe the importable torch. Never initialises a CUDA device (no device is needed)."""
-    import torch
-    import torch.distributed as dist
-
-    settings = parse_build_settings(torch.__config__.show())
-    cudnn_compile = None
-    cudnn_mod = getattr(torch._C, "_cudnn", None)
-    if cudnn_mod is not None:
-        cudnn_compile = tuple(int(p) for p in cudnn_mod.getCompileVersion())  # type: ignore[assignment]
-    cudnn_runtime = cudnn_error = None
-    if torch.backends.cudnn.is_available():
-        try:
-            cudnn_runtime = decode_cudnn(torch.backends.cudnn.version())
-        except RuntimeError as exc:  # "cuDNN version incompatibility: PyTorch was compiled against ..."
-            cudnn_error = str(exc).strip().splitlines()[0]
-    nccl_available = bool(dist.is_available() and dist.is_nccl_available())
-    nccl_version = None
-    if nccl_available:
-        nccl_version = tuple(int(p) for p in torch.cuda.nccl.version()[:3])  # type: ignore[assignment]
-    return BuildFacts(
-        torch_version=str(torch.__version__),
-        git_version=torch.version.git_version,
-        settings=settings,
-        cuda_version=torch.version.cuda,
-        cuda_built=bool(torch.backends.cuda.is_built()),
-        cudnn_available=bool(torch.backends.cudnn.is_available()),
-        cudnn_compile=cudnn_compile,  # type: ignore[arg-type]
-        cudnn_runtime=cudnn_runtime,
-        cudnn_error=cudnn_error,
-        nccl_available=nccl_available,
-        nccl_version=nccl_version,  # type: ignore[arg-type]
-        mkl_available=bool(torch.backends.mkl.is_available()),
-        openmp_available=bool(torch.backends.openmp.is_available()),
-        has_magma=bool(torch.cuda.has_magma),
-        arch_list=tuple(torch.cuda.get_arch_list()),
-        cxx11_abi=bool(torch.compiled_with_cxx11_abi()),
-        python_version=f"{sys.version_info.major}.{sys.version_info.minor}",
-        machine=platform.machine(),
-        wheel_tags=_wheel_tags("torch"),
-    )
-
-
-def _wheel_tags(project: str) -> tuple[str, ...]:
-    try:
-        text = importlib.metadata.distribution(project).read_text("WHEEL") or ""
-    except importlib.metadata.PackageNotFoundError:
-        return ()
-    return tuple(line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Tag:"))
-
-
 @dataclass(frozen=True)
 class Check:
-    """One comparison. ``status`` is "pass", "fail" or "skip"; ``message`` says why."""
+    """One comparison. ``status`` is "pass", "fail" or "skip"; ``message`` says why. ``field`` is the
+    recipe field a recipe check compares with (empty for checks of the build against itself), and
+    leads every failure message, so a mismatch names what to look at in the recipe."""
 
     id: str
     status: str
     message: str
     expected: Any = None
     actual: Any = None
+    field: str = ""
 
 
-def _cmp(check_id: str, what: str, expected: Any, actual: Any, ok: bool | None = None) -> Check:
+def _cmp(
+    check_id: str, what: str, expected: Any, actual: Any, ok: bool | None = None, *, field: str = ""
+) -> Check:
     ok = (expected == actual) if ok is None else ok
+    prefix = f"{field}: " if field else ""
     if ok:
-        return Check(check_id, "pass", f"{what}: {actual}", expected, actual)
-    return Check(check_id, "fail", f"{what}: expected {expected}, actual {actual}", expected, actual)
+        return Check(check_id, "pass", f"{prefix}{what}: {actual}", expected, actual, field)
+    return Check(
+        check_id, "fail", f"{prefix}{what}: expected {expected}, actual {actual}", expected, actual, field
+    )
 
 
-def _skip(check_id: str, reason: str) -> Check:
-    return Check(check_id, "skip", reason)
+def _skip(check_id: str, reason: str, *, field: str = "") -> Check:
+    return Check(check_id, "skip", reason, field=field)
 
 
 def _release(version: Version, parts: int) -> tuple[int, ...]:
     return tuple((version.release + (0,) * parts)[:parts])
+
+
+def _version_or_none(text: str | None) -> Version | None:
+    if text is None:
+        return None
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -204,6 +121,7 @@ SELF_CHECKS = (
     "cudnn_settings",
     "cudnn_in_cuda_build",
     "cudnn_runtime",
+    "nvidia_packages",
     "wheel_tag",
 )
 
@@ -275,6 +193,7 @@ def self_checks(facts: BuildFacts) -> dict[str, Check]:
     else:
         out["cudnn_in_cuda_build"] = _skip("cudnn_in_cuda_build", "not a CUDA build")
     out["cudnn_runtime"] = cudnn_runtime_check(facts)
+    out["nvidia_packages"] = nvidia_packages_check(facts)
     out["wheel_tag"] = wheel_tag_check(facts)
     return out
 
@@ -300,7 +219,10 @@ def wheel_tag_check(facts: BuildFacts) -> Check:
 
 
 def cudnn_runtime_check(facts: BuildFacts) -> Check:
-    """Runtime cuDNN == compile-time cuDNN (smoke_test.py requires equality, not just compatibility)."""
+    """Runtime cuDNN == compile-time cuDNN (smoke_test.py requires equality, not just compatibility).
+
+    Needs no GPU: ``torch.backends.cudnn.version()`` loads the library torch will use and reads its version.
+    """
     if not facts.cudnn_available:
         return _skip(
             "cudnn_runtime", "torch was built without cuDNN (torch.backends.cudnn.is_available() is False)"
@@ -321,6 +243,29 @@ def cudnn_runtime_check(facts: BuildFacts) -> Check:
     )
 
 
+def nvidia_packages_check(facts: BuildFacts) -> Check:
+    """smoke_test.py --pypi-pkg-check: the installed ``nvidia-cudnn-cuXX`` / ``nvidia-nccl-cuXX``
+    distributions are the versions torch was built against (a stray newer cuDNN wheel shadows it)."""
+    if not facts.nvidia_dists:
+        return _skip("nvidia_packages", "no nvidia-cudnn/nvidia-nccl PyPI packages are installed")
+    want = {"cudnn": dotted(facts.cudnn_compile), "nccl": dotted(facts.nccl_version)}
+    wrong, compared = [], []
+    for dist, version in sorted(facts.nvidia_dists.items()):
+        library = "cudnn" if "cudnn" in dist else "nccl"
+        if want[library] is None:
+            continue
+        compared.append(f"{dist}=={version}")
+        if not (version == want[library] or version.startswith(f"{want[library]}.")):
+            wrong.append(f"{dist} {version} (torch has {library} {want[library]})")
+    if not compared:
+        return _skip("nvidia_packages", "torch reports no cuDNN/NCCL version to compare the packages with")
+    if wrong:
+        return Check(
+            "nvidia_packages", "fail", "installed NVIDIA packages differ from torch's: " + "; ".join(wrong)
+        )
+    return Check("nvidia_packages", "pass", f"installed NVIDIA packages match torch: {', '.join(compared)}")
+
+
 # --------------------------------------------------------------------------------------------------
 # Checks against a recipe: the build has what the recipe asked for.
 # --------------------------------------------------------------------------------------------------
@@ -334,47 +279,48 @@ RECIPE_CHECKS = (
     "cudnn",
     "nccl",
     "blas",
+    "mkl_version",
     "magma",
     "arch_list",
     "git_commit",
     "flags",
     "python",
+    "compiler",
 )
-
-
-def _version_or_none(text: str | None) -> Version | None:
-    if text is None:
-        return None
-    try:
-        return Version(text)
-    except InvalidVersion:
-        return None
 
 
 def recipe_checks(recipe: Recipe, facts: BuildFacts) -> dict[str, Check]:
     """Compare a build with its recipe. Keys are :data:`RECIPE_CHECKS`."""
     s = facts.settings
     acc = recipe.accelerator
-    flags = recipe.build.flags
     out: dict[str, Check] = {}
     actual = Version(facts.torch_version)
     wanted = Version(recipe.torch_wheel_version)
     out["torch_version"] = _cmp(
-        "torch_version", "torch version (torch.__version__ without local label)", wanted.public, actual.public
+        "torch_version",
+        "torch version (torch.__version__ without local label)",
+        wanted.public,
+        actual.public,
+        field="torch.version",
     )
     out["local_label"] = _cmp(
         "local_label",
         "torch local version label",
         f"+{wanted.local}" if wanted.local else "(none)",
         f"+{actual.local}" if actual.local else "(none)",
+        field="build.pytorch_build_version" if recipe.build.pytorch_build_version else "build.local_version",
     )
     if "BUILD_TYPE" in s:
         out["build_type"] = _cmp(
-            "build_type", "Build settings BUILD_TYPE", recipe.build.type, s["BUILD_TYPE"]
+            "build_type", "Build settings BUILD_TYPE", recipe.build.type, s["BUILD_TYPE"], field="build.type"
         )
     else:
         out["build_type"] = Check(
-            "build_type", "fail", "Build settings have no BUILD_TYPE", recipe.build.type
+            "build_type",
+            "fail",
+            "build.type: Build settings have no BUILD_TYPE",
+            recipe.build.type,
+            field="build.type",
         )
     use_cuda = bool(flag(s.get("USE_CUDA")))
     out["use_cuda"] = _cmp(
@@ -383,6 +329,7 @@ def recipe_checks(recipe: Recipe, facts: BuildFacts) -> dict[str, Check]:
         f"USE_CUDA=ON (recipe asks for CUDA {acc.cuda})" if acc.is_cuda else "USE_CUDA=OFF (CPU recipe)",
         f"USE_CUDA={s.get('USE_CUDA', '(absent)')}, torch.version.cuda={facts.cuda_version}",
         ok=use_cuda == acc.is_cuda and (facts.cuda_version is not None) == acc.is_cuda,
+        field="accelerator.kind",
     )
     if acc.is_cuda and acc.cuda is not None:
         got = _version_or_none(facts.cuda_version)
@@ -392,10 +339,15 @@ def recipe_checks(recipe: Recipe, facts: BuildFacts) -> dict[str, Check]:
             f"{acc.cuda}",
             facts.cuda_version,
             ok=got is not None and _release(got, 2) == _release(acc.cuda, 2),
+            field="accelerator.cuda",
         )
     else:
         out["cuda_version"] = _cmp(
-            "cuda_version", "CUDA version (torch.version.cuda)", None, facts.cuda_version
+            "cuda_version",
+            "CUDA version (torch.version.cuda)",
+            None,
+            facts.cuda_version,
+            field="accelerator.cuda",
         )
     out["cudnn"] = _cudnn_vs_recipe(recipe, facts)
     out["nccl"] = _nccl_vs_recipe(recipe, facts)
@@ -406,6 +358,7 @@ def recipe_checks(recipe: Recipe, facts: BuildFacts) -> dict[str, Check]:
             "BLAS_INFO=mkl, MKL available",
             f"BLAS_INFO={s.get('BLAS_INFO')}, MKL available={facts.mkl_available}",
             ok=s.get("BLAS_INFO") == "mkl" and facts.mkl_available,
+            field="blas.kind",
         )
     else:
         # OpenBLAS reports BLAS_INFO=open (cmake/Modules/FindBLAS.cmake).
@@ -415,7 +368,9 @@ def recipe_checks(recipe: Recipe, facts: BuildFacts) -> dict[str, Check]:
             "BLAS_INFO=open (OpenBLAS)",
             f"BLAS_INFO={s.get('BLAS_INFO')}",
             ok=s.get("BLAS_INFO", "").startswith("open"),
+            field="blas.kind",
         )
+    out["mkl_version"] = _mkl_vs_recipe(recipe, facts)
     magma_wanted = recipe.magma is not None
     out["magma"] = _cmp(
         "magma",
@@ -423,6 +378,7 @@ def recipe_checks(recipe: Recipe, facts: BuildFacts) -> dict[str, Check]:
         f"{magma_wanted} (recipe {'pins MAGMA ' + str(recipe.magma.version) if recipe.magma else 'has no [magma]'})",
         facts.has_magma,
         ok=facts.has_magma == magma_wanted,
+        field="magma",
     )
     want_archs = expected_arch_list(acc.arch_list) if acc.is_cuda else set()
     got_archs = set(facts.arch_list)
@@ -434,6 +390,7 @@ def recipe_checks(recipe: Recipe, facts: BuildFacts) -> dict[str, Check]:
         sorted(want_archs),
         sorted(got_archs),
         ok=want_archs == got_archs,
+        field="accelerator.arch_list",
     )
     if recipe.torch.commit:
         out["git_commit"] = _cmp(
@@ -441,6 +398,7 @@ def recipe_checks(recipe: Recipe, facts: BuildFacts) -> dict[str, Check]:
             "torch.version.git_version vs the recipe's pinned commit",
             recipe.torch.commit,
             facts.git_version,
+            field="torch.commit",
         )
     else:
         out["git_commit"] = _cmp(
@@ -449,34 +407,58 @@ def recipe_checks(recipe: Recipe, facts: BuildFacts) -> dict[str, Check]:
             "a commit, not 'Unknown'",
             facts.git_version,
             ok=facts.git_version not in (None, "", "Unknown"),
+            field="torch.commit",
         )
-    out["flags"] = _flags_vs_recipe(flags, s)
+    out["flags"] = _flags_vs_recipe(recipe.build.flags, s)
     if facts.python_version:
         out["python"] = _cmp(
-            "python", "Python version running the build", recipe.python, facts.python_version
+            "python",
+            "Python version running the build",
+            recipe.python,
+            facts.python_version,
+            field="python.version",
         )
     else:
-        out["python"] = _skip("python", "the Python version was not collected")
+        out["python"] = _skip("python", "the Python version was not collected", field="python.version")
+    out["compiler"] = _compiler_vs_recipe(recipe, facts)
     return out
 
 
 def _cudnn_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
     acc = recipe.accelerator
+    what = "cuDNN compiled in (torch.backends.cudnn.is_available())"
     if not acc.is_cuda:
-        return _cmp(
-            "cudnn", "cuDNN compiled in (torch.backends.cudnn.is_available())", False, facts.cudnn_available
-        )
+        return _cmp("cudnn", what, False, facts.cudnn_available, field="accelerator.cudnn")
     if acc.cudnn is None:
-        return _cmp(
-            "cudnn", "cuDNN compiled in (torch.backends.cudnn.is_available())", True, facts.cudnn_available
-        )
+        return _cmp("cudnn", what, True, facts.cudnn_available, field="accelerator.cudnn")
     want = _release(acc.cudnn, 3)
+    if facts.cudnn_compile != want:
+        return _cmp(
+            "cudnn",
+            "cuDNN compile version (torch._C._cudnn.getCompileVersion())",
+            dotted(want),
+            dotted(facts.cudnn_compile),
+            ok=False,
+            field="accelerator.cudnn",
+        )
+    # The full pin (9.20.0.48) is visible only in the NVIDIA package torch runs with, when there is one.
+    dist = f"nvidia-cudnn-cu{acc.cuda.major}" if acc.cuda is not None else ""
+    installed = facts.nvidia_dists.get(dist)
+    if installed is not None:
+        return _cmp(
+            "cudnn",
+            f"cuDNN compile version {dotted(want)}, installed {dist}",
+            str(acc.cudnn),
+            installed,
+            ok=Version(installed) == acc.cudnn,
+            field="accelerator.cudnn",
+        )
     return _cmp(
         "cudnn",
         "cuDNN compile version (torch._C._cudnn.getCompileVersion())",
         dotted(want),
         dotted(facts.cudnn_compile),
-        ok=facts.cudnn_compile == want,
+        field="accelerator.cudnn",
     )
 
 
@@ -485,7 +467,11 @@ def _nccl_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
     wanted = acc.is_cuda and flags.get("USE_NCCL", "1") != "0" and flags.get("USE_DISTRIBUTED", "1") != "0"
     if not wanted or acc.nccl is None:
         return _cmp(
-            "nccl", "NCCL available (torch.distributed.is_nccl_available())", wanted, facts.nccl_available
+            "nccl",
+            "NCCL available (torch.distributed.is_nccl_available())",
+            wanted,
+            facts.nccl_available,
+            field="accelerator.nccl",
         )
     want = _release(acc.nccl, 3)
     return _cmp(
@@ -494,6 +480,40 @@ def _nccl_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
         dotted(want),
         dotted(facts.nccl_version),
         ok=facts.nccl_available and facts.nccl_version == want,
+        field="accelerator.nccl",
+    )
+
+
+def _mkl_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
+    """blas.mkl vs the MKL version torch.__config__.show() reports ("... Library Version 2024.2-Product
+    Build ..."): MAJOR.MINOR, which is all torch prints."""
+    if recipe.blas.kind != "mkl" or recipe.blas.mkl is None:
+        return _skip("mkl_version", f"the recipe builds with {recipe.blas.kind}, not MKL", field="blas.mkl")
+    want = ".".join(str(p) for p in _release(recipe.blas.mkl, 2))
+    got = _version_or_none(facts.mkl_version)
+    return _cmp(
+        "mkl_version",
+        "MKL version (torch.__config__.show())",
+        want,
+        facts.mkl_version,
+        ok=got is not None and _release(got, 2) == _release(recipe.blas.mkl, 2),
+        field="blas.mkl",
+    )
+
+
+def _compiler_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
+    """build.gcc vs the compiler torch.__config__.show() names ("GCC 13.3"): the major version."""
+    if recipe.build.gcc is None:
+        return _skip("compiler", "the recipe does not pin a gcc (build.gcc)", field="build.gcc")
+    got = facts.compiler or "(not reported)"
+    family, _, version = got.partition(" ")
+    return _cmp(
+        "compiler",
+        "host compiler (torch.__config__.show())",
+        f"GCC {recipe.build.gcc}.x",
+        got,
+        ok=family == "GCC" and version.split(".")[0] == str(recipe.build.gcc),
+        field="build.gcc",
     )
 
 
@@ -511,7 +531,103 @@ def _flags_vs_recipe(flags: Mapping[str, str], settings: Mapping[str, str]) -> C
         if want != got:
             wrong.append(f"{key}: expected {value}, actual {settings[key]}")
     if not compared:
-        return _skip("flags", "none of the recipe's build flags appear in Build settings")
+        return _skip(
+            "flags", "none of the recipe's build flags appear in Build settings", field="build.flags"
+        )
     if wrong:
-        return Check("flags", "fail", "build flags differ from the recipe: " + "; ".join(wrong))
-    return Check("flags", "pass", f"build flags match the recipe: {', '.join(compared)}")
+        return Check(
+            "flags", "fail", "build.flags: differ from the build: " + "; ".join(wrong), field="build.flags"
+        )
+    return Check("flags", "pass", f"build flags match the recipe: {', '.join(compared)}", field="build.flags")
+
+
+# --------------------------------------------------------------------------------------------------
+# torchvision: it pairs with this torch, is the recipe's, and its compiled parts loaded.
+# --------------------------------------------------------------------------------------------------
+
+TORCHVISION_CHECKS = ("pairs_torch", "version", "commit", "cuda", "ops")
+
+
+def expected_torchvision_minor(torch_version: Version) -> str:
+    """The torchvision release that pairs with this torch: compat.toml, else upstream's 0.(N+15) rule."""
+    from torchkiln.rules import compat
+
+    entry = compat().get("torch", {}).get(f"{torch_version.major}.{torch_version.minor}")
+    if entry and "torchvision" in entry:
+        return str(entry["torchvision"])
+    return f"0.{torch_version.minor + 15}"
+
+
+def torchvision_checks(recipe: Recipe | None, facts: BuildFacts) -> dict[str, Check]:
+    """torchvision against this torch (and the recipe, when given). Keys are :data:`TORCHVISION_CHECKS`;
+    all skip when torchvision is not installed (whether it must be is the caller's decision)."""
+    tv = facts.torchvision
+    if tv is None or tv.version is None:
+        reason = tv.error if tv is not None and tv.error else "torchvision is not installed"
+        status = "fail" if tv is not None and tv.error else "skip"
+        return {c: Check(c, status, reason) for c in TORCHVISION_CHECKS}
+    out: dict[str, Check] = {}
+    torch_v, tv_v = Version(facts.torch_version), Version(tv.version)
+    want_minor = expected_torchvision_minor(torch_v)
+    have_minor = f"{tv_v.major}.{tv_v.minor}"
+    out["pairs_torch"] = Check(
+        "pairs_torch",
+        "pass" if have_minor == want_minor else "fail",
+        f"torchvision {tv_v} pairs with torch {torch_v}"
+        if have_minor == want_minor
+        else f"torchvision {tv_v} does not pair with torch {torch_v}: expected torchvision {want_minor}.x",
+        f"{want_minor}.x",
+        str(tv_v),
+        "torchvision.version" if recipe is not None else "",
+    )
+    if recipe is None:
+        out["version"] = _skip("version", "no recipe: nothing to compare torchvision's version with")
+        out["commit"] = _skip("commit", "no recipe: nothing to compare torchvision's commit with")
+    else:
+        out["version"] = _cmp(
+            "version",
+            "torchvision version (torchvision.__version__)",
+            str(Version(recipe.torchvision_wheel_version)),
+            str(tv_v),
+            field="torchvision.version",
+        )
+        if recipe.torchvision.commit:
+            out["commit"] = _cmp(
+                "commit",
+                "torchvision.version.git_version vs the recipe's pinned commit",
+                recipe.torchvision.commit,
+                tv.git_version,
+                field="torchvision.commit",
+            )
+        else:
+            out["commit"] = _skip(
+                "commit", "the recipe pins no torchvision commit", field="torchvision.commit"
+            )
+    # torchvision reports CUDA as an int (13000); torch as a string ('13.0'): compared as major.minor.
+    out["cuda"] = _cmp(
+        "cuda",
+        f"torchvision's CUDA (torchvision.version.cuda = {tv.cuda_raw!r}) vs torch.version.cuda",
+        facts.cuda_version,
+        tv.cuda,
+    )
+    if tv.error:
+        out["ops"] = Check("ops", "fail", f"torchvision's C++ ops: {tv.error}")
+    else:
+        out["ops"] = _cmp(
+            "ops",
+            f"torchvision's C++ ops loaded (torchvision.extension._has_ops(); ships {', '.join(tv.extensions) or 'no .so'})",
+            True,
+            tv.has_ops,
+        )
+    return out
+
+
+def postbuild_checks(recipe: Recipe, facts: BuildFacts, projects: tuple[str, ...]) -> dict[str, Check]:
+    """What ``torchkiln build``'s post-build check compares: the recipe checks of each project it built
+    (``torch.<id>``, ``torchvision.<id>``), the same functions the verification suite runs."""
+    results: dict[str, Check] = {}
+    if "torch" in projects:
+        results.update({f"torch.{k}": c for k, c in recipe_checks(recipe, facts).items()})
+    if "torchvision" in projects:
+        results.update({f"torchvision.{k}": c for k, c in torchvision_checks(recipe, facts).items()})
+    return results

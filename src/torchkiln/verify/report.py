@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from .facts import decode_cudnn
+
 # The areas of the suite; each is a pytest marker and every test carries exactly one.
 AREAS: dict[str, str] = {
     "build_config": "Build config",
@@ -28,7 +30,33 @@ AREAS: dict[str, str] = {
     "torchvision": "torchvision",
 }
 OUTCOMES = ("passed", "failed", "skipped", "error")
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Why a check was skipped, read from its reason: it needs a GPU this machine lacks ("no_gpu"), it checks
+# another kind of build than the one under test ("not_applicable"), or anything else ("other").
+SKIP_KINDS = ("no_gpu", "not_applicable", "other")
+# What each area proves on a CUDA build when no GPU is usable, and what only a GPU machine shows.
+GPU_NOTES: dict[str, str] = {
+    "build_config": "complete without a GPU: versions, cuDNN/NCCL libraries, arch list and flags are read "
+    "from the build itself",
+    "cuda_visibility": "needs a GPU machine to mean anything: device enumeration, CUDA_VISIBLE_DEVICES and "
+    "a kernel launch on every device",
+    "cudnn_determinism": "CPU determinism only; cuDNN convolutions and CUDA determinism alerts need a GPU",
+    "amp": "the GradScaler state machine on CPU only; the CUDA scaler used in training needs a GPU",
+    "ddp": "torchrun + gloo on CPU only; NCCL DDP needs GPUs",
+    "reproducibility": "CPU RNG only; CUDA RNG streams need a GPU",
+    "torchvision": "complete without a GPU but for its CUDA ops (nms on a device)",
+}
+
+
+def skip_kind(message: str) -> str:
+    """Classify a skip reason (see :data:`SKIP_KINDS`); the suite's own reasons start with these words."""
+    if message.startswith("checks a CPU-only build") or (
+        message.startswith("needs CUDA") and "built without CUDA" in message
+    ):
+        return "not_applicable"
+    if message.startswith(("needs CUDA", "needs at least 2 visible CUDA devices")):
+        return "no_gpu"
+    return "other"
 
 
 @dataclass(frozen=True)
@@ -43,9 +71,13 @@ class Outcome:
 
 
 def area_counts(outcomes: Iterable[Outcome]) -> dict[str, dict[str, int]]:
-    counts = {area: dict.fromkeys(OUTCOMES, 0) for area in AREAS}
+    keys = (*OUTCOMES, *(f"skipped_{k}" for k in SKIP_KINDS))
+    counts = {area: dict.fromkeys(keys, 0) for area in AREAS}
     for o in outcomes:
-        counts.setdefault(o.area, dict.fromkeys(OUTCOMES, 0))[o.outcome] += 1
+        area = counts.setdefault(o.area, dict.fromkeys(keys, 0))
+        area[o.outcome] += 1
+        if o.outcome == "skipped":
+            area[f"skipped_{skip_kind(o.message)}"] += 1
     return counts
 
 
@@ -67,7 +99,7 @@ def summarize(
 ) -> dict[str, Any]:
     outcomes = list(outcomes)
     counts = area_counts(outcomes)
-    totals = {k: sum(c[k] for c in counts.values()) for k in OUTCOMES}
+    totals = {k: sum(c[k] for c in counts.values()) for k in next(iter(counts.values()))}
     return {
         "schema": SCHEMA_VERSION,
         "ok": exit_status == 0 and totals["failed"] == 0 and totals["error"] == 0,
@@ -77,8 +109,11 @@ def summarize(
         "totals": totals,
         "areas": counts,
         "area_durations_s": area_durations(outcomes),
+        "checks": [
+            {"nodeid": o.nodeid, "area": o.area, "outcome": o.outcome, "message": o.message} for o in outcomes
+        ],
         "failures": [asdict(o) for o in outcomes if o.outcome in ("failed", "error")],
-        "skips": [asdict(o) for o in outcomes if o.outcome == "skipped"],
+        "skips": [asdict(o) | {"kind": skip_kind(o.message)} for o in outcomes if o.outcome == "skipped"],
         "environment": dict(environment),
     }
 
@@ -97,19 +132,23 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
         f"cuDNN {env.get('cudnn_version')}, NCCL {env.get('nccl_version')}, devices: "
         f"{', '.join(env.get('devices') or []) or 'none'}; Python {env.get('python')} on {env.get('platform')}.",
         "",
-        "| Area | Passed | Failed | Skipped | Errors | Seconds |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| Area | Passed | Failed | Errors | Skipped: no GPU | Skipped: not this kind of build "
+        "| Skipped: other | Seconds |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for area, c in summary["areas"].items():
         name = AREAS.get(area, area)
         seconds = summary.get("area_durations_s", {}).get(area, 0.0)
         lines.append(
-            f"| {name} | {c['passed']} | {c['failed']} | {c['skipped']} | {c['error']} | {seconds:.1f} |"
+            f"| {name} | {c['passed']} | {c['failed']} | {c['error']} | {c.get('skipped_no_gpu', 0)} "
+            f"| {c.get('skipped_not_applicable', 0)} | {c.get('skipped_other', 0)} | {seconds:.1f} |"
         )
     t = summary["totals"]
     lines.append(
-        f"| **Total** | {t['passed']} | {t['failed']} | {t['skipped']} | {t['error']} | {summary['duration_s']:.1f} |"
+        f"| **Total** | {t['passed']} | {t['failed']} | {t['error']} | {t.get('skipped_no_gpu', 0)} "
+        f"| {t.get('skipped_not_applicable', 0)} | {t.get('skipped_other', 0)} | {summary['duration_s']:.1f} |"
     )
+    lines += _gpu_section(summary)
     lines += [
         "",
         f"Options: {_cell(json.dumps(summary['options'], sort_keys=True))}; "
@@ -119,11 +158,68 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
         lines += ["", "## Failures", "", "| Test | Area | Message |", "|---|---|---|"]
         for f in summary["failures"]:
             lines.append(f"| `{_cell(f['nodeid'])}` | {f['area']} | {_cell(f['message'])[:400]} |")
+    lines += _checks_section(summary)
     if summary["skips"]:
-        lines += ["", "## Skipped", "", "| Test | Area | Reason |", "|---|---|---|"]
+        lines += ["", "## Skipped", "", "| Test | Area | Kind | Reason |", "|---|---|---|---|"]
         for s in summary["skips"]:
-            lines.append(f"| `{_cell(s['nodeid'])}` | {s['area']} | {_cell(s['message'])[:200]} |")
+            kind = s.get("kind") or skip_kind(s["message"])
+            lines.append(f"| `{_cell(s['nodeid'])}` | {s['area']} | {kind} | {_cell(s['message'])[:200]} |")
     return "\n".join(lines) + "\n"
+
+
+def _checks_section(summary: Mapping[str, Any]) -> list[str]:
+    """The names of the checks per area: which ran, which were skipped for lack of a GPU."""
+    ran: dict[str, list[str]] = {}
+    no_gpu: dict[str, list[str]] = {}
+    for entry in summary.get("checks", []):
+        name = entry["nodeid"].split("::", 1)[-1]
+        if entry["outcome"] == "skipped":
+            if skip_kind(entry["message"]) == "no_gpu":
+                no_gpu.setdefault(entry["area"], []).append(name)
+        else:
+            ran.setdefault(entry["area"], []).append(name)
+    if not ran and not no_gpu:
+        return []
+    lines = ["", "## Checks per area", ""]
+    for area in summary["areas"]:
+        if area not in ran and area not in no_gpu:
+            continue
+        lines.append(
+            f"- **{AREAS.get(area, area)}**: ran {len(ran.get(area, []))}: {_names(ran.get(area, []))}"
+        )
+        if area in no_gpu:
+            lines.append(f"  - skipped, need a GPU machine ({len(no_gpu[area])}): {_names(no_gpu[area])}")
+    return lines
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(f"`{_cell(n)}`" for n in names) or "none"
+
+
+def _gpu_section(summary: Mapping[str, Any]) -> list[str]:
+    """Per area: what ran here, what was skipped for lack of a GPU, and what needs a GPU machine."""
+    env = summary["environment"]
+    areas = summary["areas"]
+    no_gpu = sum(c.get("skipped_no_gpu", 0) for c in areas.values())
+    if not no_gpu and not (env.get("cuda_version") and not env.get("devices")):
+        return []
+    lines = [
+        "",
+        "## Without a GPU",
+        "",
+        f"torch is built with CUDA {env.get('cuda_version')}, but no CUDA device was usable here: "
+        f"{no_gpu} checks were skipped for lack of a GPU and need a GPU machine "
+        "(`torchkiln verify --require-cuda` there turns such a skip into a failure).",
+        "",
+        "| Area | Ran here (passed + failed) | Skipped: no GPU | What it means without a GPU |",
+        "|---|---:|---:|---|",
+    ]
+    for area, c in areas.items():
+        ran = c["passed"] + c["failed"] + c["error"]
+        lines.append(
+            f"| {AREAS.get(area, area)} | {ran} | {c.get('skipped_no_gpu', 0)} | {_cell(GPU_NOTES.get(area, ''))} |"
+        )
+    return lines
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -166,7 +262,9 @@ def environment() -> dict[str, Any]:
         "cuda_version": lambda: torch.version.cuda,
         "cuda_available": lambda: torch.cuda.is_available(),
         "cudnn_version": lambda: (
-            torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+            ".".join(map(str, decode_cudnn(torch.backends.cudnn.version()) or ()))
+            if torch.backends.cudnn.is_available()
+            else None
         ),
         "nccl_version": lambda: (
             ".".join(str(p) for p in torch.cuda.nccl.version()[:3])

@@ -1,0 +1,287 @@
+"""What an installed torch (and torchvision) says about how it was built: collected once, as plain data.
+
+Two places need these facts and must read them the same way: the verification suite (in the process that
+imports torch) and the build's post-build check (in a clean virtualenv of the recipe's Python, where
+torchkiln itself is not installed). So this module is **standard library only** and runs as a script:
+``python facts.py`` prints the facts as one JSON object, and :func:`BuildFacts.from_json` reads them back.
+The comparison with a recipe lives in :mod:`torchkiln.verify.buildconfig`, in one place for both.
+
+What torch reports, and where (checked on upstream's 2.13.0+cu130 / 2.14.0+cu130 and 2.13.0+cpu wheels):
+
+* ``torch.__config__.show()``: ``GCC 13.3``, ``Intel(R) oneAPI Math Kernel Library Version 2024.2-Product
+  Build ...``, and the ``Build settings:`` line (``KEY=VALUE, `` pairs in key order, empty values left out);
+* ``torch.version.cuda`` (``'13.0'``), ``torch.version.git_version``, ``torch.cuda.get_arch_list()``
+  (``sm_75`` ... ``sm_120``; ``compute_XY`` only when PTX was built), ``torch.cuda.has_magma``;
+* cuDNN: ``torch._C._cudnn.getCompileVersion()`` and ``torch.backends.cudnn.version()`` (``92000`` for
+  9.20.0), NCCL: ``torch.cuda.nccl.version()`` -- all readable without a GPU;
+* torchvision: ``torchvision.version.cuda`` is an **int** (``13000`` for CUDA 13.0, set only for CUDA
+  builds), ``torchvision.extension._check_cuda_version()`` the same int (0 or less for CPU builds); its ops
+  live in ``_C.so`` (0.28) or ``_C_stable.so`` (0.29, built on torch's stable ABI).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import json
+import platform
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+SETTINGS_PREFIX = "- Build settings: "
+_SPLIT_RE = re.compile(r", (?=[A-Z][A-Z0-9_]*=)")
+_COMPILER_RE = re.compile(r"^- (GCC|clang) (\d+(?:\.\d+)*)", re.ASCII)
+_MKL_RE = re.compile(r"Math Kernel Library Version (\d+(?:\.\d+)*)", re.ASCII)
+# The NVIDIA PyPI distributions whose versions smoke_test.py's --pypi-pkg-check compares with torch's own.
+NVIDIA_DISTS = ("nvidia-cudnn-cu12", "nvidia-cudnn-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu13")
+
+
+def parse_build_settings(show: str) -> dict[str, str]:
+    """The ``Build settings`` line of ``torch.__config__.show()`` as a dict.
+
+    PyTorch prints ``KEY=VALUE, `` pairs in key order with a trailing ``", "``, omits empty values, and
+    values such as CXX_FLAGS contain commas and spaces, so split only before ``, KEY=``.
+    Raises ValueError when there is no Build settings line (not the output of show()).
+    """
+    for line in show.splitlines():
+        stripped = line.strip()
+        if stripped.startswith(SETTINGS_PREFIX):
+            body = stripped[len(SETTINGS_PREFIX) :].rstrip()
+            body = body.removesuffix(",")
+            settings: dict[str, str] = {}
+            for item in _SPLIT_RE.split(body):
+                if not item:
+                    continue
+                key, sep, value = item.partition("=")
+                if not sep:
+                    raise ValueError(f"Build settings item {item!r} is not KEY=VALUE")
+                settings[key.strip()] = value.strip()
+            return settings
+    raise ValueError("no '- Build settings:' line in torch.__config__.show() output")
+
+
+def parse_compiler(show: str) -> str | None:
+    """``GCC 13.3`` (the host compiler torch was built with) from show(), or None."""
+    for line in show.splitlines():
+        match = _COMPILER_RE.match(line.strip())
+        if match:
+            return f"{match[1]} {match[2]}"
+    return None
+
+
+def parse_mkl_version(show: str) -> str | None:
+    """``2024.2`` from show()'s ``Intel(R) oneAPI Math Kernel Library Version 2024.2-Product Build``."""
+    match = _MKL_RE.search(show)
+    return match[1] if match else None
+
+
+def decode_cudnn(version: int | None) -> tuple[int, int, int] | None:
+    """``torch.backends.cudnn.version()`` int -> (major, minor, patch).
+
+    cuDNN 9 encodes ``major*10000 + minor*100 + patch`` (92000 = 9.20.0); cuDNN 8 and older
+    ``major*1000 + minor*100 + patch`` (8907 = 8.9.7).
+    """
+    if version is None:
+        return None
+    if version >= 90000:
+        return version // 10000, version // 100 % 100, version % 100
+    return version // 1000, version // 100 % 10, version % 100
+
+
+def decode_torchvision_cuda(value: int | str | None) -> str | None:
+    """torchvision's CUDA version (``torchvision.version.cuda``, an int such as 13000 or 12060) as torch
+    spells it (``'13.0'``, ``'12.6'``). torchvision computes it as ``major * 1000 + minor * 10``
+    (torchvision/csrc/vision.cpp ``cuda_version``); 0 or less: not a CUDA build."""
+    if value is None:
+        return None
+    if isinstance(value, str):  # older releases exposed torch's string
+        return value or None
+    if value <= 0:
+        return None
+    return f"{value // 1000}.{value % 1000 // 10}"
+
+
+def dotted(parts: tuple[int, ...] | list[int] | None) -> str | None:
+    return ".".join(str(p) for p in parts) if parts is not None else None
+
+
+@dataclass(frozen=True)
+class TorchvisionFacts:
+    """What an installed torchvision reports. ``error``: importing it (or loading its ops) failed."""
+
+    version: str | None = None
+    git_version: str | None = None
+    cuda: str | None = None  # decoded to torch's spelling: '13.0'
+    cuda_raw: int | str | None = None  # as torchvision reports it: 13000
+    has_ops: bool = False  # its C++ ops library loaded (torchvision.extension._has_ops())
+    extensions: tuple[str, ...] = ()  # the ops/codec libraries it ships: _C.so, _C_stable.so, image.so ...
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class BuildFacts:
+    """Everything the build-config checks look at, gathered once from the importable torch."""
+
+    torch_version: str
+    git_version: str | None
+    settings: Mapping[str, str]
+    cuda_version: str | None  # torch.version.cuda
+    cuda_built: bool  # torch.backends.cuda.is_built()
+    cudnn_available: bool  # torch.backends.cudnn.is_available()
+    cudnn_compile: tuple[int, int, int] | None  # torch._C._cudnn.getCompileVersion()
+    cudnn_runtime: tuple[int, int, int] | None  # torch.backends.cudnn.version()
+    cudnn_error: str | None  # the compatibility check raised (runtime does not match compile)
+    nccl_available: bool
+    nccl_version: tuple[int, int, int] | None
+    mkl_available: bool
+    openmp_available: bool
+    has_magma: bool
+    arch_list: tuple[str, ...]
+    cxx11_abi: bool
+    python_version: str = ""  # "3.12": the interpreter running the build under test
+    machine: str = ""  # platform.machine()
+    wheel_tags: tuple[str, ...] = ()  # Tag: lines of the installed torch's WHEEL file (empty: not a wheel)
+    compiler: str | None = None  # "GCC 13.3" from torch.__config__.show()
+    mkl_version: str | None = None  # "2024.2" from torch.__config__.show()
+    nvidia_dists: Mapping[str, str] = field(default_factory=dict)  # installed nvidia-cudnn/nccl-cuXX
+    torchvision: TorchvisionFacts | None = None  # None: torchvision is not installed
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BuildFacts:
+        """The inverse of :meth:`to_json` (tuples come back from JSON lists). Unknown keys are ignored,
+        so facts written by another torchkiln version still load."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        for key in ("cudnn_compile", "cudnn_runtime", "nccl_version"):
+            if values.get(key) is not None:
+                values[key] = tuple(values[key])
+        for key in ("arch_list", "wheel_tags"):
+            values[key] = tuple(values.get(key) or ())
+        vision = values.get("torchvision")
+        if vision is not None:
+            vision = dict(vision)
+            vision["extensions"] = tuple(vision.get("extensions") or ())
+            values["torchvision"] = TorchvisionFacts(**vision)
+        return cls(**values)
+
+    @classmethod
+    def from_json(cls, text: str) -> BuildFacts:
+        return cls.from_dict(json.loads(text))
+
+
+def _dist_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _wheel_tags(project: str) -> tuple[str, ...]:
+    try:
+        text = importlib.metadata.distribution(project).read_text("WHEEL") or ""
+    except importlib.metadata.PackageNotFoundError:
+        return ()
+    return tuple(line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Tag:"))
+
+
+def collect_torchvision() -> TorchvisionFacts | None:
+    """The installed torchvision's facts; None when it is not installed. Never raises: an import or ops
+    failure ("operator torchvision::nms does not exist") is recorded in ``error``."""
+    import importlib.util
+
+    if importlib.util.find_spec("torchvision") is None:
+        return None
+    try:
+        import torchvision
+    except Exception as exc:  # noqa: BLE001 - e.g. built against another torch
+        return TorchvisionFacts(error=f"import torchvision failed: {type(exc).__name__}: {exc}")
+    from pathlib import Path
+
+    package = Path(torchvision.__file__).parent
+    extensions = tuple(sorted(p.name.split(".")[0] for p in package.glob("*.so")))
+    version_mod = getattr(torchvision, "version", None)
+    raw = getattr(version_mod, "cuda", None)
+    error = None
+    has_ops = False
+    try:
+        from torchvision import extension
+
+        has_ops = bool(extension._has_ops())
+        if raw is None:
+            raw = extension._check_cuda_version()
+    except Exception as exc:  # noqa: BLE001 - a CUDA mismatch raises here ("compiled with different CUDA")
+        error = f"{type(exc).__name__}: {exc}"
+    return TorchvisionFacts(
+        version=str(torchvision.__version__),
+        git_version=getattr(version_mod, "git_version", None),
+        cuda=decode_torchvision_cuda(raw),
+        cuda_raw=raw,
+        has_ops=has_ops,
+        extensions=extensions,
+        error=error,
+    )
+
+
+def collect_facts() -> BuildFacts:
+    """Probe the importable torch (and torchvision). Never initialises a CUDA device (none is needed)."""
+    import torch
+    import torch.distributed as dist
+
+    show = torch.__config__.show()
+    settings = parse_build_settings(show)
+    cudnn_compile = None
+    cudnn_mod = getattr(torch._C, "_cudnn", None)
+    if cudnn_mod is not None:
+        cudnn_compile = tuple(int(p) for p in cudnn_mod.getCompileVersion())
+    cudnn_runtime = cudnn_error = None
+    if torch.backends.cudnn.is_available():
+        try:
+            cudnn_runtime = decode_cudnn(torch.backends.cudnn.version())
+        except RuntimeError as exc:  # "cuDNN version incompatibility: PyTorch was compiled against ..."
+            cudnn_error = str(exc).strip().splitlines()[0]
+    nccl_available = bool(dist.is_available() and dist.is_nccl_available())
+    nccl_version = None
+    if nccl_available:
+        nccl_version = tuple(int(p) for p in torch.cuda.nccl.version()[:3])
+    return BuildFacts(
+        torch_version=str(torch.__version__),
+        git_version=torch.version.git_version,
+        settings=settings,
+        cuda_version=torch.version.cuda,
+        cuda_built=bool(torch.backends.cuda.is_built()),
+        cudnn_available=bool(torch.backends.cudnn.is_available()),
+        cudnn_compile=cudnn_compile,  # type: ignore[arg-type]
+        cudnn_runtime=cudnn_runtime,
+        cudnn_error=cudnn_error,
+        nccl_available=nccl_available,
+        nccl_version=nccl_version,  # type: ignore[arg-type]
+        mkl_available=bool(torch.backends.mkl.is_available()),
+        openmp_available=bool(torch.backends.openmp.is_available()),
+        has_magma=bool(torch.cuda.has_magma),
+        arch_list=tuple(torch.cuda.get_arch_list()),
+        cxx11_abi=bool(torch.compiled_with_cxx11_abi()),
+        python_version=f"{sys.version_info.major}.{sys.version_info.minor}",
+        machine=platform.machine(),
+        wheel_tags=_wheel_tags("torch"),
+        compiler=parse_compiler(show),
+        mkl_version=parse_mkl_version(show),
+        nvidia_dists={n: v for n in NVIDIA_DISTS if (v := _dist_version(n)) is not None},
+        torchvision=collect_torchvision(),
+    )
+
+
+def main() -> int:
+    """``python facts.py``: the facts of the torch this interpreter imports, as one JSON line."""
+    print(collect_facts().to_json())
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover - run by the build's post-build check
+    sys.exit(main())
