@@ -7,19 +7,19 @@ variable "REGISTRY" {
 }
 
 group "default" {
-  targets = ["torch-2_13-cpu-py311-devel", "torch-2_13-cu130-py312-devel", "torch-2_14-cu126-py312-devel", "torch-2_14-cu130-py312-devel", "torch-2_13-cpu-py311-runtime", "torch-2_13-cu130-py312-runtime", "torch-2_14-cu126-py312-runtime", "torch-2_14-cu130-py312-runtime"]
+  targets = ["torch-2_13-cpu-py311-devel", "torch-2_13-cu130-py312-devel", "torch-2_14-cu126-py312-devel", "torch-2_14-cu130-py312-devel", "torch-2_15-cu132-py312-devel", "torch-2_13-cpu-py311-runtime", "torch-2_13-cu130-py312-runtime", "torch-2_14-cu126-py312-runtime", "torch-2_14-cu130-py312-runtime", "torch-2_15-cu132-py312-runtime"]
 }
 
 group "devel" {
-  targets = ["torch-2_13-cpu-py311-devel", "torch-2_13-cu130-py312-devel", "torch-2_14-cu126-py312-devel", "torch-2_14-cu130-py312-devel"]
+  targets = ["torch-2_13-cpu-py311-devel", "torch-2_13-cu130-py312-devel", "torch-2_14-cu126-py312-devel", "torch-2_14-cu130-py312-devel", "torch-2_15-cu132-py312-devel"]
 }
 
 group "wheels" {
-  targets = ["torch-2_13-cpu-py311-wheels", "torch-2_13-cu130-py312-wheels", "torch-2_14-cu126-py312-wheels", "torch-2_14-cu130-py312-wheels"]
+  targets = ["torch-2_13-cpu-py311-wheels", "torch-2_13-cu130-py312-wheels", "torch-2_14-cu126-py312-wheels", "torch-2_14-cu130-py312-wheels", "torch-2_15-cu132-py312-wheels"]
 }
 
 group "runtime" {
-  targets = ["torch-2_13-cpu-py311-runtime", "torch-2_13-cu130-py312-runtime", "torch-2_14-cu126-py312-runtime", "torch-2_14-cu130-py312-runtime"]
+  targets = ["torch-2_13-cpu-py311-runtime", "torch-2_13-cu130-py312-runtime", "torch-2_14-cu126-py312-runtime", "torch-2_14-cu130-py312-runtime", "torch-2_15-cu132-py312-runtime"]
 }
 
 target "torch-2_13-cpu-py311-devel" {
@@ -403,5 +403,101 @@ target "torch-2_14-cu130-py312-runtime" {
     "org.opencontainers.image.title" = "torchkiln runtime (torch-2.14-cu130-py312)"
     "io.torchkiln.recipe"            = "torch-2.14-cu130-py312"
     "io.torchkiln.recipe-sha256"     = "6291795bd2475b55d61dd47beff3b941970226ab35dac8f0ebb3b30dd4101447"
+  }
+}
+
+target "torch-2_15-cu132-py312-devel" {
+  dockerfile = "docker/Dockerfile.devel"
+  context    = "."
+  target     = "devel"
+  contexts   = {
+    "recipe" = "recipes"
+  }
+  args       = {
+    "BASE_IMAGE"            = "nvidia/cuda:13.2.1-devel-ubuntu24.04"
+    "KILN_PYTHON"           = "3.12"
+    "KILN_GCC"              = "13"
+    "KILN_CUDA"             = "13.2"
+    "KILN_CUDNN"            = "9.26.0.51"
+    "KILN_NCCL"             = "2.30.7"
+    "KILN_CUDA_ARCH_LIST"   = "7.5;8.0;8.6;9.0;10.0;12.0"
+    "KILN_MKL"              = "2024.2.0"
+    "KILN_OPENBLAS"         = ""
+    "KILN_MAGMA_VERSION"    = "2.6.1"
+    "KILN_MAGMA_URL"        = "https://icl.utk.edu/projectsfiles/magma/downloads/magma-2.6.1.tar.gz"
+    "KILN_MAGMA_SHA256"     = "6cd83808c6e8bc7a44028e05112b3ab4e579bcc73202ed14733f66661127e213"
+    "RECIPE_FILE"           = "torch-2.15-cu132-py312.toml"
+    "CACHE_CREDENTIALS_ENV" = ""
+  }
+  tags       = ["${REGISTRY}/torchkiln:2.15.0-cu132-devel"]
+  labels     = {
+    "org.opencontainers.image.title"   = "torchkiln devel (torch-2.15-cu132-py312)"
+    "org.opencontainers.image.version" = "2.15.0+cu132.kiln1"
+    "io.torchkiln.recipe"              = "torch-2.15-cu132-py312"
+    "io.torchkiln.recipe-sha256"       = "10e8132047376c86a6ca621425a621e78c0fc5331c4ea8167c202d2d71906bf6"
+  }
+}
+
+target "torch-2_15-cu132-py312-wheels" {
+  dockerfile = "docker/Dockerfile.devel"
+  context    = "."
+  target     = "wheels"
+  contexts   = {
+    "recipe" = "recipes"
+  }
+  args       = {
+    "BASE_IMAGE"            = "nvidia/cuda:13.2.1-devel-ubuntu24.04"
+    "KILN_PYTHON"           = "3.12"
+    "KILN_GCC"              = "13"
+    "KILN_CUDA"             = "13.2"
+    "KILN_CUDNN"            = "9.26.0.51"
+    "KILN_NCCL"             = "2.30.7"
+    "KILN_CUDA_ARCH_LIST"   = "7.5;8.0;8.6;9.0;10.0;12.0"
+    "KILN_MKL"              = "2024.2.0"
+    "KILN_OPENBLAS"         = ""
+    "KILN_MAGMA_VERSION"    = "2.6.1"
+    "KILN_MAGMA_URL"        = "https://icl.utk.edu/projectsfiles/magma/downloads/magma-2.6.1.tar.gz"
+    "KILN_MAGMA_SHA256"     = "6cd83808c6e8bc7a44028e05112b3ab4e579bcc73202ed14733f66661127e213"
+    "RECIPE_FILE"           = "torch-2.15-cu132-py312.toml"
+    "CACHE_CREDENTIALS_ENV" = ""
+  }
+  secret     = ["id=cache_password,env=TORCHKILN_CACHE_PASSWORD"]
+  output     = ["type=local,dest=dist"]
+  labels     = {
+    "org.opencontainers.image.title"   = "torchkiln wheels (torch-2.15-cu132-py312)"
+    "org.opencontainers.image.version" = "2.15.0+cu132.kiln1"
+    "io.torchkiln.recipe"              = "torch-2.15-cu132-py312"
+    "io.torchkiln.recipe-sha256"       = "10e8132047376c86a6ca621425a621e78c0fc5331c4ea8167c202d2d71906bf6"
+  }
+}
+
+target "torch-2_15-cu132-py312-runtime" {
+  dockerfile = "docker/Dockerfile.runtime"
+  context    = "."
+  target     = "runtime"
+  contexts   = {
+    "dist"   = "target:torch-2_15-cu132-py312-wheels"
+    "recipe" = "recipes"
+  }
+  args       = {
+    "BASE_IMAGE"               = "nvidia/cuda:13.2.1-runtime-ubuntu24.04"
+    "KILN_PYTHON"              = "3.12"
+    "KILN_CUDA"                = "13.2"
+    "KILN_CUDNN"               = "9.26.0.51"
+    "KILN_NCCL"                = "2.30.7"
+    "KILN_TORCH_VERSION"       = "2.15.0+cu132.kiln1"
+    "KILN_TORCHVISION_VERSION" = "0.30.0+cu132.kiln1"
+    "KILN_TORCH_COMMIT"        = ""
+    "KILN_TORCHVISION_COMMIT"  = ""
+    "RECIPE_FILE"              = "torch-2.15-cu132-py312.toml"
+    "RECIPE_NAME"              = "torch-2.15-cu132-py312"
+    "RECIPE_SHA256"            = "10e8132047376c86a6ca621425a621e78c0fc5331c4ea8167c202d2d71906bf6"
+    "TORCHKILN_VERSION"        = "0.1.0"
+  }
+  tags       = ["${REGISTRY}/torchkiln:2.15.0-cu132-runtime"]
+  labels     = {
+    "org.opencontainers.image.title" = "torchkiln runtime (torch-2.15-cu132-py312)"
+    "io.torchkiln.recipe"            = "torch-2.15-cu132-py312"
+    "io.torchkiln.recipe-sha256"     = "10e8132047376c86a6ca621425a621e78c0fc5331c4ea8167c202d2d71906bf6"
   }
 }

@@ -1,6 +1,7 @@
 """nox sessions: thin wrappers around the torchkiln library and CLI.
 
-``nox`` alone runs the default sessions (lint, tests, verify): the command README.md and .ci/run give.
+``nox`` alone runs the default sessions (lint, tests, verify, reference): the command README.md and .ci/run
+give.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import nox
 
-nox.options.sessions = ["lint", "tests", "verify"]
+nox.options.sessions = ["lint", "tests", "verify", "reference"]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.default_venv_backend = "venv"
 
@@ -19,6 +20,14 @@ ROOT = Path(__file__).parent
 sys.path.insert(0, str(ROOT / "src"))  # torchkiln.nox_support: stdlib + nox only
 # The torch the test suite runs against: the CPU wheel available to CI (override with TORCHKILN_TORCH).
 TORCH_REQUIREMENT = os.environ.get("TORCHKILN_TORCH", "torch==2.13.0")
+# The reference tier: upstream's own CUDA 13.0 builds from PyPI, each with the recipe that describes it.
+# `torch===2.13.0` (three '='): an exact match, so pip takes upstream's 2.13.0 (+cu130 inside), not a
+# local 2.13.0+cpu wheel that `==` would also accept.
+REFERENCE_DIR = ROOT / "tests" / "reference"
+REFERENCE_PAIRS = {
+    "2.13": ("torch===2.13.0", "torchvision==0.28.0", "upstream-2.13.0-cu130-py311.toml"),
+    "2.14": ("torch===2.14.0", "torchvision==0.29.0", "upstream-2.14.0-cu130-py311.toml"),
+}
 
 
 @nox.session
@@ -36,7 +45,7 @@ def lint(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """torchkiln's own tests (unit and real integration: git, compilers, Redis, buildah where present)."""
     session.install("-e", ".[test]", TORCH_REQUIREMENT)
-    session.run("python", "-m", "pytest", *(session.posargs or ["tests"]))
+    session.run("python", "-m", "pytest", *(session.posargs or ["tests", "--ignore", str(REFERENCE_DIR)]))
 
 
 @nox.session
@@ -49,6 +58,28 @@ def verify(session: nox.Session) -> None:
 
     install_for_verify(session, dist=ROOT / "dist", fallback=TORCH_REQUIREMENT)
     session.run("python", "-m", "torchkiln", "verify", *session.posargs)
+
+
+@nox.session(python="3.11")
+@nox.parametrize("pair", list(REFERENCE_PAIRS))
+def reference(session: nox.Session, pair: str) -> None:
+    """Ground truth: upstream's PyPI torch + torchvision (CUDA 13.0) in a fresh venv, verified against the
+    recipe that describes them (every GPU-less check passes), then the negative controls (one recipe field
+    changed each: the run must fail naming it). See tests/reference/."""
+    torch_req, vision_req, recipe_name = REFERENCE_PAIRS[pair]
+    recipe = REFERENCE_DIR / "recipes" / recipe_name
+    session.install("-e", ".[test]", torch_req, vision_req)
+    report_dir = Path(session.create_tmp()) / f"reference-{pair}"
+    session.run("python", "-m", "torchkiln", "verify", "--recipe", str(recipe), "--report", str(report_dir))
+    session.log((report_dir / "summary.md").read_text().split("\n## Checks per area")[0])
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        str(REFERENCE_DIR),
+        *session.posargs,
+        env={"TORCHKILN_REFERENCE_RECIPE": str(recipe), "TORCHKILN_REFERENCE_REPORT": str(report_dir)},
+    )
 
 
 @nox.session(name="build-wheel")

@@ -195,7 +195,7 @@ def _record(config: pytest.Config, item: pytest.Item, rep: pytest.TestReport) ->
 def _failure_message(rep: pytest.TestReport) -> str:
     crash = getattr(rep.longrepr, "reprcrash", None)
     if crash is not None:
-        return str(crash.message)
+        return str(crash.message).removeprefix("Failed: ")  # pytest.fail(msg) is reported as "Failed: msg"
     return str(rep.longrepr).strip().splitlines()[-1] if rep.longrepr else "failed"
 
 

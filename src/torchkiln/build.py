@@ -444,7 +444,8 @@ class Builder:
                 if step.stage == "compile" and entry.get("cache_stats") is not None:
                     self.cache_stats = entry["cache_stats"]
                 if step.name == "checks:import":
-                    self.checks = entry.get("checks")
+                    # The wheels are unchanged, the recipe may not be: compare their recorded facts again.
+                    self.checks = self._compare_with_recipe(entry.get("facts"), Path(entry.get("log", "")))
                 if step.name == last_fetch.get(step.project):
                     check_pin(self.specs[step.project], self.sources[step.project].path)
                 self.display.end_step(step, "skipped", 0.0)
@@ -488,8 +489,7 @@ class Builder:
                 self.cache_stats = stats.as_dict() if stats is not None else None
                 extra["cache_stats"] = self.cache_stats
             if step.name == "checks:import":
-                self.checks = self._compare_with_recipe(_last_json(output_tail), log)
-                extra["checks"] = self.checks
+                extra["facts"] = _last_json(output_tail)
             self.state.record(
                 step.name,
                 {
@@ -500,6 +500,10 @@ class Builder:
                     **extra,
                 },
             )
+            if step.name == "checks:import":
+                # After recording: the facts stay valid when the comparison fails, and a fixed recipe
+                # only compares them again.
+                self.checks = self._compare_with_recipe(extra["facts"], log)
             self.records.append(
                 StepRecord(step.name, step.stage, step.project, "ran", seconds, str(log), phases)
             )

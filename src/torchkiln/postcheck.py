@@ -1,6 +1,6 @@
 """Post-build check, run by the plan's ``checks:import`` step with a clean virtualenv's python.
 
-Installs the wheels just built (from their wheelhouse) and, in a fresh interpreter, collects what they say
+Installs the wheels just built (by path, from their wheelhouse) and, in a fresh interpreter, collects what they say
 about how they were built (:mod:`torchkiln.verify.facts`, run as a script). It prints those facts as the
 last line of its output; torchkiln then compares them with the recipe using the same code as the
 verification suite (:func:`torchkiln.verify.buildconfig.recipe_checks`), so the build and ``torchkiln
@@ -21,20 +21,44 @@ from pathlib import Path
 FACTS = Path(__file__).resolve().with_name("verify") / "facts.py"
 
 
+def built_wheel(project: str, version: str, wheelhouses: list[str]) -> Path | None:
+    """The wheel of ``project`` at exactly ``version`` that the build wrote (never one from an index: a
+    local label such as +cpu can also exist upstream, and the check must test what was built)."""
+    prefix = f"{project.replace('-', '_')}-{version}-"
+    for directory in wheelhouses:
+        for path in sorted(Path(directory).glob("*.whl")):
+            if path.name.startswith(prefix):
+                return path
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="install freshly built wheels and report their build facts")
     parser.add_argument("--expect", action="append", default=[], metavar="PROJECT==VERSION")
     parser.add_argument("--wheelhouse", action="append", default=[], metavar="DIR")
     args = parser.parse_args(argv)
 
-    pip = [sys.executable, "-m", "pip", "install", "--quiet"]
-    for wheelhouse in args.wheelhouse:
-        pip += ["--find-links", wheelhouse]
-    result = subprocess.run([*pip, *args.expect], check=False, capture_output=True, text=True)
+    wheels = []
+    for item in args.expect:
+        project, _, version = item.partition("==")
+        wheel = built_wheel(project, version, args.wheelhouse)
+        if wheel is None:
+            found = sorted(p.name for d in args.wheelhouse for p in Path(d).glob("*.whl"))
+            print(
+                f"postcheck: the build wrote no {project} {version} wheel (found: {', '.join(found) or 'none'})",
+                file=sys.stderr,
+            )
+            return 1
+        wheels.append(str(wheel))
+    # The built wheels by path; their dependencies (and nothing of theirs) from the configured index.
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", *wheels],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
     if result.returncode != 0:
-        print(
-            f"postcheck: installing {' '.join(args.expect)} failed:\n{result.stderr[-4000:]}", file=sys.stderr
-        )
+        print(f"postcheck: installing {' '.join(wheels)} failed:\n{result.stderr[-4000:]}", file=sys.stderr)
         return 1
     # cwd=/: the wheels are imported from site-packages, never from a source tree next to the cwd.
     probe = subprocess.run(
