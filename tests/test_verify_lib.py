@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import subprocess
 import sys
 import time
 import zipfile
@@ -519,16 +518,7 @@ def test_run_reports_exit_status_and_output() -> None:
 
 
 def test_facts_survive_json() -> None:
-    facts = cuda_facts(
-        torchvision=buildconfig.TorchvisionFacts(
-            version="0.28.0+cu130",
-            git_version="8" * 40,
-            cuda="13.0",
-            cuda_raw=13000,
-            has_ops=True,
-            extensions=("_C", "image"),
-        )
-    )
+    facts = cuda_facts(torchvision=vision())
     assert buildconfig.BuildFacts.from_json(facts.to_json()) == facts
 
 
@@ -596,25 +586,18 @@ def test_torchvision_mismatches_are_named(changes: dict, check: str, needle: str
     }
 
 
-def test_postcheck_reports_the_facts_of_the_installed_wheel_and_build_compares_them() -> None:
-    """postcheck.py (stdlib only) installs and probes; the comparison is buildconfig's, as in verify."""
-    from torchkiln import postcheck
-
-    result = subprocess.run(
-        [sys.executable, postcheck.__file__, "--expect", f"torch=={torch.__version__}"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-        cwd="/",
-    )
-    assert result.returncode == 0, result.stderr
-    facts = buildconfig.BuildFacts.from_json(result.stdout.strip().splitlines()[-1])
-    assert facts == dataclasses.replace(buildconfig.collect_facts(), extra={})
+def test_postbuild_checks_are_the_recipe_checks_of_each_built_project() -> None:
+    """What `torchkiln build` compares after installing its wheels (tests/test_build.py runs it for real)."""
+    facts = buildconfig.collect_facts()
     checks = buildconfig.postbuild_checks(load_recipe(CPU), facts, ("torch",))
+    assert set(checks) == {f"torch.{k}" for k in buildconfig.RECIPE_CHECKS}
     failed = {k: c.message for k, c in checks.items() if c.status == "fail"}
     # the shipped CPU recipe wants +cpu.kiln1; the installed wheel is upstream's +cpu
     assert list(failed) == ["torch.local_label"]
     assert failed["torch.local_label"].startswith(
         "build.local_version: torch local version label: expected +cpu.kiln1"
     )
+    both = buildconfig.postbuild_checks(load_recipe(CPU), facts, ("torch", "torchvision"))
+    assert {k for k in both if k.startswith("torchvision.")} == {
+        f"torchvision.{k}" for k in buildconfig.TORCHVISION_CHECKS
+    }

@@ -393,13 +393,7 @@ def recipe_checks(recipe: Recipe, facts: BuildFacts) -> dict[str, Check]:
         field="accelerator.arch_list",
     )
     if recipe.torch.commit:
-        out["git_commit"] = _cmp(
-            "git_commit",
-            "torch.version.git_version vs the recipe's pinned commit",
-            recipe.torch.commit,
-            facts.git_version,
-            field="torch.commit",
-        )
+        out["git_commit"] = _pinned_commit("git_commit", "torch", recipe.torch.commit, facts.git_version)
     else:
         out["git_commit"] = _cmp(
             "git_commit",
@@ -422,6 +416,12 @@ def recipe_checks(recipe: Recipe, facts: BuildFacts) -> dict[str, Check]:
         out["python"] = _skip("python", "the Python version was not collected", field="python.version")
     out["compiler"] = _compiler_vs_recipe(recipe, facts)
     return out
+
+
+def _pinned_commit(check_id: str, project: str, pinned: str, actual: str | None) -> Check:
+    """``<project>.commit`` against the commit the build reports (``<project>.version.git_version``)."""
+    what = f"{project}.version.git_version vs the recipe's pinned commit"
+    return _cmp(check_id, what, pinned, actual, field=f"{project}.commit")
 
 
 def _cudnn_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
@@ -592,13 +592,7 @@ def torchvision_checks(recipe: Recipe | None, facts: BuildFacts) -> dict[str, Ch
             field="torchvision.version",
         )
         if recipe.torchvision.commit:
-            out["commit"] = _cmp(
-                "commit",
-                "torchvision.version.git_version vs the recipe's pinned commit",
-                recipe.torchvision.commit,
-                tv.git_version,
-                field="torchvision.commit",
-            )
+            out["commit"] = _pinned_commit("commit", "torchvision", recipe.torchvision.commit, tv.git_version)
         else:
             out["commit"] = _skip(
                 "commit", "the recipe pins no torchvision commit", field="torchvision.commit"
