@@ -24,12 +24,13 @@ from pathlib import Path
 from rich.console import Console
 
 from .atomic import clean_partials
+from .context import Context, Options
 from .display import Display
 from .errors import BuildFailed, ConfigureMismatch, Interrupted, TorchkilnError
 from .fingerprint import State, digest, step_fingerprint
 from .manifest import StepRecord
 from .plan import Plan
-from .steps import KINDS, Context, Options
+from .steps import KINDS
 
 __all__ = [
     "BuildFailed",

@@ -1,6 +1,6 @@
 """``dist/manifest.json``: what was built, from what, with what, how long it took; a typed, versioned document.
 
-Written once per build by the publish step (:mod:`torchkiln.steps`) and read back with
+Written once per build by the publish step (:mod:`torchkiln.publish`) and read back with
 :func:`load_manifest` by ``torchkiln verify --manifest`` (and, after issue 10, the images). Every figure is
 one the build observed, not one it assumed:
 
@@ -14,7 +14,7 @@ one the build observed, not one it assumed:
   files it installs (:func:`torchkiln.wheelfile.record_digest`), which the installed copy can be checked
   against without the wheel at hand.
 
-A field is added here and filled where the build knows it (:mod:`torchkiln.steps`, ``PublishKind``); the
+A field is added here and filled in :func:`torchkiln.publish._manifest` from what the steps recorded; the
 loader checks its type like every other field's.
 """
 

@@ -24,128 +24,37 @@ before it runs, ``creates`` must still exist for it to count as done, ``reads`` 
 fingerprint, ``wheels`` is emptied before and must hold a wheel after. A new kind is a subclass and a row
 in :data:`KINDS` (and the kind's name in :data:`torchkiln.plan.Kind`).
 
-Seams for later work: :class:`Context` is what a kind may use; a host preflight (issue 11) reads the plan
-before the loop; per-run cache statistics come from :attr:`Context.cache` (issue 14).
+Seams for later work: :class:`~torchkiln.context.Context` is what a kind may use; a host preflight (issue 11)
+reads the plan before the loop; per-run cache statistics come from ``Context.cache`` (issue 14).
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import json
 import shutil
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from rich.console import Console
-
-from . import __version__, artifacts, document, runner
-from .cache import CacheSession, CacheStats, enforce_min_hit_rate, open_session
+from . import artifacts, document, runner
+from .context import Context, Ran
 from .display import Display
 from .environ import compose
-from .errors import BuildFailed, ConfigureMismatch, TorchkilnError
-from .fingerprint import State, digest, file_sha256, tree_identity, tree_sha256
-from .lock import SourceLock, write_lock
+from .errors import BuildFailed, ConfigureMismatch
+from .fingerprint import digest, file_sha256, tree_identity, tree_sha256
 from .logs import first_error, log_name, tail
-from .manifest import (
-    MANIFEST_FORMAT,
-    CacheRecord,
-    CheckResult,
-    Checks,
-    HitsMisses,
-    Jobs,
-    Manifest,
-    RecipeInfo,
-    StepRecord,
-    WheelRecord,
-    stages_of,
-    write_manifest,
-)
-from .plan import Plan, Step
+from .manifest import CheckResult, Checks
+from .plan import Step
 from .progress import CompileProgress, PhaseTracker, format_duration
-from .source import check_pin, head_commit, is_git_checkout, lock_source
-from .toolchain import Tool, Toolchain, collect, tool_version
+from .publish import publish
+from .source import check_pin, head_commit, is_git_checkout
+from .toolchain import collect
 from .verify.buildconfig import postbuild_checks
 from .verify.facts import BuildFacts
 from .watch import Contradiction, Expectations, SummaryWatcher
 
 TAIL_LINES = 25
-
-
-@dataclass
-class Options:
-    force: bool = False
-    skip_checks: bool = False
-    min_hit_rate: float | None = None
-
-
-@dataclass
-class Published:
-    wheels: list[Path]
-    manifest: Path
-    lock: Path
-
-
-@dataclass
-class Context:
-    """What a step kind may use and leave for later steps: the plan, the run's options and state, the
-    display, and what this run found so far."""
-
-    plan: Plan
-    options: Options
-    environ: dict[str, str]
-    state: State
-    display: Display
-    console: Console
-    started: dt.datetime
-    records: list[StepRecord] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    cache: CacheSession | None = None
-    cache_stats: CacheStats | None = None  # this run's, once the session closed
-    checks: Checks | None = None
-    published: Published | None = None
-
-    def warn(self, text: str) -> None:
-        self.warnings.append(text)
-        self.display.warn(text)
-
-    def redact(self, text: str) -> str:
-        return self.cache.redact(text) if self.cache is not None else text
-
-    def open_cache(self, step: Step) -> CacheSession:
-        """Before the first compile that runs: tool present, remote usable (else one warning), stats zeroed."""
-        if self.cache is None:
-            tool_environ = compose(self.environ, step.env, path_prepend=step.path_prepend)
-            self.cache = open_session(self.plan.cache, tool_environ, basedir=self.plan.paths.workdir)
-            for warning in self.cache.warnings:
-                self.warn(warning)
-        return self.cache
-
-    def close_cache(self) -> None:
-        """This run's statistics; stops what the cache tool started for the build (its sccache server)."""
-        if self.cache is None or self.cache.closed:
-            return
-        try:
-            stats = self.cache.close()
-        except TorchkilnError as exc:
-            self.warnings.append(f"compiler cache statistics unavailable: {exc}")
-            return
-        self.cache_stats = stats
-        if stats is not None:
-            self.console.print(f"  compiler cache: {stats.summary()}")
-
-
-@dataclass(frozen=True)
-class Ran:
-    """A step's command ran to success."""
-
-    seconds: float
-    log: Path | None
-    tail: list[str] = field(default_factory=list)
-    phases: dict[str, float] | None = None
-    status: str = "ran"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -333,22 +242,8 @@ class PublishKind(StepKind):
     always_runs = True
 
     def execute(self, step: Step, ctx: Context) -> Ran:
-        """The end of a build that succeeded: cache statistics (and the hit-rate gate), wheels into dist/,
-        the lock file, the manifest."""
-        ctx.close_cache()
-        if ctx.cache is not None:
-            enforce_min_hit_rate(ctx.cache_stats, ctx.options.min_hit_rate)
-        plan, paths = ctx.plan, ctx.plan.paths
-        wheels, changed = _publish_wheels(ctx)
-        for stale in artifacts.remove_superseded(paths.dist, [w for w, _ in wheels]):
-            ctx.display.note(f"removed superseded wheel {stale}")
-            changed = True
-        locks = _locks(ctx)
-        lock_path = paths.dist / f"{plan.recipe.name}.lock.json"
-        write_lock(lock_path, plan.recipe.name, plan.recipe.sha256, locks)
-        manifest_path = paths.dist / "manifest.json"
-        write_manifest(manifest_path, _manifest(ctx, locks, [WheelRecord.of(w, p) for w, p in wheels]))
-        ctx.published = Published([w for w, _ in wheels], manifest_path, lock_path)
+        """The end of a build that succeeded (torchkiln.publish): wheels, lock file, manifest."""
+        changed = publish(ctx)
         return Ran(0.0, None, status="ran" if changed else "skipped")
 
 
@@ -460,127 +355,3 @@ def _compare_with_recipe(
         torchvision=facts.torchvision.version if facts.torchvision else None,
         results={k: CheckResult(c.status, c.message) for k, c in results.items()},
     )
-
-
-def _publish_wheels(ctx: Context) -> tuple[list[tuple[Path, str]], bool]:
-    """Each project's wheels (of its last step that makes wheels) into dist/, those not already there.
-    Returns ((path in dist, project), ...) and whether dist/ changed."""
-    published: list[tuple[Path, str]] = []
-    changed = False
-    for project, step in ctx.plan.wheel_steps().items():
-        assert step.wheels is not None
-        recorded = (ctx.state.get(step.name) or {}).get("outputs", {}).get("wheels", {})
-        for name in sorted(recorded):
-            target = ctx.plan.paths.dist / name
-            if not (target.is_file() and file_sha256(target) == recorded[name]):
-                artifacts.publish(Path(step.wheels) / name, ctx.plan.paths.dist)
-                changed = True
-            published.append((target, project))
-    return published, changed
-
-
-def _locks(ctx: Context) -> list[SourceLock]:
-    locks = []
-    for source in ctx.plan.sources:
-        step = ctx.plan.wheel_steps().get(source.name)
-        entry = (ctx.state.get(step.name) or {}) if step is not None else {}
-        locks.append(
-            lock_source(
-                source.name,
-                source.path,
-                repo=None if source.provided else source.repo,
-                ref=None if source.provided else source.ref,
-                provided=source.provided,
-                tree_digest=entry.get("outputs", {}).get("tree_sha256"),
-            )
-        )
-    return locks
-
-
-def _toolchain(ctx: Context, locks: list[SourceLock]) -> Toolchain:
-    """The compile steps' recorded toolchains (the first of each tool wins; a tool two projects used at
-    different versions is a warning), plus git when the build read a git checkout."""
-    merged: Toolchain | None = None
-    for step in ctx.plan.steps:
-        if step.kind != "compile":
-            continue
-        raw = (ctx.state.get(step.name) or {}).get("outputs", {}).get("toolchain")
-        if raw is None:
-            continue
-        found = document.from_data(Toolchain, raw, file=str(ctx.state.path))
-        if merged is None:
-            merged = found
-            continue
-        for name, tool in found.tools.items():
-            known = merged.tools.get(name)
-            if known is None:
-                merged.tools[name] = tool
-            elif known.version != tool.version:
-                ctx.warn(
-                    f"{step.project} was compiled with {name} {tool.version}, another project with {known.version}"
-                )
-    merged = merged or Toolchain()
-    if any(lock.commit is not None for lock in locks):
-        git: Tool | None = tool_version("git", ctx.environ)
-        if git is not None:
-            merged.tools["git"] = git
-    return merged
-
-
-def _manifest(ctx: Context, locks: list[SourceLock], wheels: list[WheelRecord]) -> Manifest:
-    plan, recipe = ctx.plan, ctx.plan.recipe
-    steps = [replace(r, last_run_s=_last_run(ctx, r.name)) for r in ctx.records if r.stage != "publish"]
-    build_env = {
-        step.project: (ctx.state.get(step.name) or {}).get("outputs", {}).get("env", step.shown_env)
-        for step in plan.steps
-        if step.kind == "compile"
-    }
-    checks = Checks(skipped=True) if ctx.options.skip_checks else (ctx.checks or Checks())
-    return Manifest(
-        format=MANIFEST_FORMAT,
-        torchkiln=__version__,
-        started=ctx.started.isoformat(timespec="seconds"),
-        finished=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        recipe=RecipeInfo(
-            name=recipe.name,
-            path=str(recipe.path) if recipe.path else None,
-            sha256=recipe.sha256,
-            torch_version=recipe.torch_wheel_version,
-            torchvision_version=recipe.torchvision_wheel_version,
-            python=recipe.python,
-            accelerator=recipe.accelerator.kind,
-            cuda=str(recipe.accelerator.cuda) if recipe.accelerator.cuda else None,
-            arch_list=list(recipe.accelerator.arch_list),
-        ),
-        projects=list(plan.projects),
-        jobs=Jobs(plan.jobs.value, plan.jobs.source, plan.jobs.reason),
-        sources={lock.name: lock for lock in locks},
-        toolchain=_toolchain(ctx, locks),
-        build_env=build_env,
-        stages=stages_of(steps),
-        steps=steps,
-        cache=_cache_record(ctx.cache_stats) if ctx.cache_stats is not None else None,
-        checks=checks,
-        wheels=wheels,
-        warnings=list(ctx.warnings),
-    )
-
-
-def _cache_record(stats: CacheStats) -> CacheRecord:
-    rate = stats.hit_rate
-    return CacheRecord(
-        stats.tool,
-        stats.hits,
-        stats.misses,
-        stats.uncacheable,
-        None if rate is None else round(rate, 4),
-        HitsMisses(stats.local_hits, stats.local_misses),
-        HitsMisses(stats.remote_hits, stats.remote_misses),
-        stats.errors,
-        {k: HitsMisses(h, m) for k, (h, m) in sorted(stats.by_language.items())},
-    )
-
-
-def _last_run(ctx: Context, name: str) -> float | None:
-    entry = ctx.state.get(name)
-    return round(entry["duration_s"], 3) if entry and "duration_s" in entry else None
