@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -100,7 +101,7 @@ def build_cache_ext(
     """One wheel build of the cache test extension; (seconds, cache statistics)."""
     shutil.copytree(CACHE_EXT, checkout)
     environ = {**base_environment(os.environ), "PATH": tool_path(), "MAX_JOBS": str(jobs)}
-    session = cache.open_session(config, environ, basedir=checkout.parent)
+    session = cache.open_session(replace(config, basedir=checkout.parent), environ)
     for warning in session.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")
     env = {**session.tool_env, "MAX_JOBS": str(jobs)}

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -40,9 +41,9 @@ def tool_path() -> str:
     return os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)])
 
 
-def public(config: cache.CacheConfig, basedir: Path | None = None) -> dict[str, str]:
+def public(config: cache.CacheConfig) -> dict[str, str]:
     """What the plan shows of a cache: the tool's public layer."""
-    return cache.tool_for(config).public_env(config, basedir=basedir)
+    return cache.tool_for(config).public_env(config)
 
 
 def secret_layer(config: cache.CacheConfig, environ: dict[str, str]) -> dict[str, str]:
@@ -132,7 +133,7 @@ def test_shipped_recipes_resolve() -> None:
 
 def test_ccache_launchers_cover_cuda_and_turn_response_files_off(tmp_path: Path) -> None:
     config = cache.resolve_cache(CacheSpec(kind="ccache", max_size="50G"), dir=tmp_path)
-    env = public(config, tmp_path / "work")
+    env = public(replace(config, basedir=tmp_path / "work"))
     for lang in ("C", "CXX", "CUDA"):
         assert env[f"CMAKE_{lang}_COMPILER_LAUNCHER"] == "ccache"
     for what in ("INCLUDES", "LIBRARIES", "OBJECTS"):
@@ -306,7 +307,7 @@ def test_ccache_stats_count_hits_misses_and_uncacheable(tmp_path: Path) -> None:
     need("ccache")
     config = cache.resolve_cache(CacheSpec(kind="ccache"), dir=tmp_path / "cc")
     environ = {**base_environment(os.environ), "PATH": tool_path()}
-    session = cache.open_session(config, environ, basedir=tmp_path)
+    session = cache.open_session(replace(config, basedir=tmp_path), environ)
     env = run_env(environ, session)
     (tmp_path / "a.c").write_text("int a(void) { return 1; }\n")
     (tmp_path / "b.c").write_text("int b(void) { return 2; }\n")

@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -65,7 +66,7 @@ def test_cuda_objects_come_from_the_cache(kind: str, tmp_path: Path) -> None:
         (src / "kernel.cu").write_text(KERNEL)
         (src / "host.cpp").write_text(HOST)
         (src / "CMakeLists.txt").write_text(CMAKELISTS)
-        session = cache.open_session(config, environ, basedir=tmp_path / builder)
+        session = cache.open_session(replace(config, basedir=tmp_path / builder), environ)
         env = {**environ, **session.public_env, **session.secret_env}
         # PyTorch's build forwards every CMAKE_* variable as -D; CMake reads the launchers from the env itself.
         forwarded = [

@@ -24,7 +24,7 @@ import sys
 import time
 import zipfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -117,7 +117,7 @@ def build_extension(checkout: Path, config: cache.CacheConfig) -> Built:
     """Copy the extension to ``checkout`` and build its wheel the way torchkiln's build steps run."""
     shutil.copytree(EXT, checkout)
     environ = {**base_environment(os.environ), "PATH": tool_path(), "MAX_JOBS": "2"}
-    session = cache.open_session(config, environ, basedir=checkout.parent)
+    session = cache.open_session(replace(config, basedir=checkout.parent), environ)
     env = {**environ, **session.public_env, **session.secret_env}
     try:
         done = subprocess.run(

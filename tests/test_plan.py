@@ -310,10 +310,14 @@ def test_base_environment_drops_steering_variables() -> None:
     assert env == {"PATH": "/bin", "HOME": "/root", "LANG": "C"}
 
 
-def test_plan_shows_compiler_launchers() -> None:
-    env = make_plan(load_recipe(CU130), resources=BIG).env_for("torch")
+def test_plan_shows_compiler_launchers(tmp_path: Path) -> None:
+    plan = make_plan(load_recipe(CU130), resources=BIG, workdir=tmp_path / "work")
+    env = plan.env_for("torch")
     for lang in ("C", "CXX", "CUDA"):
         assert env[f"CMAKE_{lang}_COMPILER_LAUNCHER"] == "ccache"
+    # The cache's basedir is the work directory, set once in the plan's cache config (the build's cache
+    # session reads the same config, so the two cannot disagree).
+    assert env["CCACHE_BASEDIR"] == str(plan.paths.workdir) and plan.cache.basedir == plan.paths.workdir
 
 
 def test_build_number_post_release_flows_to_torchvision_and_the_check() -> None:

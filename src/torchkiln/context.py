@@ -67,7 +67,7 @@ class Context:
         """Before the first compile that runs: tool present, remote usable (else one warning), stats zeroed."""
         if self.cache is None:
             tool_environ = compose(self.environ, step.env, path_prepend=step.path_prepend)
-            self.cache = open_session(self.plan.cache, tool_environ, basedir=self.plan.paths.workdir)
+            self.cache = open_session(self.plan.cache, tool_environ)
             for warning in self.cache.warnings:
                 self.warn(warning)
         return self.cache

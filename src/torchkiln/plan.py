@@ -23,7 +23,7 @@ import re
 import shlex
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -418,12 +418,6 @@ def project_env(project: str, ctx: Context) -> dict[str, str]:
     return env
 
 
-def cache_env(cache: CacheConfig, paths: Paths) -> dict[str, str]:
-    """The compiler cache's public variables for compile steps. basedir: paths under the work directory are
-    hashed relative to it, so builders with different work-directory paths share cached objects."""
-    return tool_for(cache).public_env(cache, basedir=paths.workdir)
-
-
 # --------------------------------------------------------------------------------------------------
 # Steps.
 # --------------------------------------------------------------------------------------------------
@@ -507,7 +501,9 @@ def make_plan(
     resources = resources or detect_resources()
     decision = decide_jobs(recipe.accelerator.kind, resources, cli=jobs, recipe=recipe.build.jobs)
     frontend = rules.frontend(recipe)
-    cache = cache or resolve_cache(recipe.cache)
+    # Paths under the work directory are hashed relative to it (the cache's basedir), so builders with
+    # different work-directory paths share cached objects: set here, once, for the plan and the build.
+    cache = replace(cache or resolve_cache(recipe.cache), basedir=paths.workdir)
     ctx = Context(recipe, paths, decision.value, frontend)
 
     specs = {"torch": recipe.torch, "torchvision": recipe.torchvision}
@@ -524,7 +520,7 @@ def make_plan(
             steps += _fetch_steps(sources[project], specs[project])
     steps += _env_steps(recipe, paths, projects, sources)
     py = str(paths.venv_python)
-    planned_cache = cache_env(cache, paths)
+    planned_cache = tool_for(cache).public_env(cache)
     for project in projects:
         src = sources[project].path
         if project == "torchvision":

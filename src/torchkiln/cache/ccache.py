@@ -18,7 +18,6 @@ Why each variable (checked against real builds on torch 2.13.0):
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 
 from ..errors import TorchkilnError, UsageError
 from ..runner import Redact
@@ -89,7 +88,7 @@ class Ccache(CacheTool):
             return None
         return parse_remote(config.remote, kind=self.kind, schemes=self.schemes, hint=self.scheme_hint)
 
-    def public_env(self, config: CacheConfig, *, basedir: Path | None = None) -> dict[str, str]:
+    def public_env(self, config: CacheConfig) -> dict[str, str]:
         env = {
             **cmake_launchers("ccache"),
             "USE_CCACHE": "1",
@@ -102,8 +101,8 @@ class Ccache(CacheTool):
         remote = self._remote(config)
         if remote is not None and not config.has_credentials:
             env["CCACHE_REMOTE_STORAGE"] = storage_url(remote, remote.user, None)
-        if basedir is not None:
-            env["CCACHE_BASEDIR"] = str(Path(basedir).absolute())
+        if config.basedir is not None:
+            env["CCACHE_BASEDIR"] = str(config.basedir)
         return env
 
     def secret_env(self, config: CacheConfig, environ: Mapping[str, str]) -> dict[str, str]:

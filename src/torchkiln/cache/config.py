@@ -46,6 +46,9 @@ class CacheConfig:
     remote: str | None = None
     credentials_env: str | None = None
     credentials_file: str | None = None
+    # Paths under it are hashed relative to it, so builders whose work directories differ share cached
+    # objects (CCACHE_BASEDIR / SCCACHE_BASEDIRS). The plan sets it to the build's work directory, once.
+    basedir: Path | None = None
 
     @property
     def enabled(self) -> bool:

@@ -7,8 +7,6 @@ and PyTorch's CMake build enables ccache when it finds it unless ``USE_CCACHE=0`
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from .config import CacheConfig
 from .tool import CacheTool
 
@@ -16,5 +14,5 @@ from .tool import CacheTool
 class NoCache(CacheTool):
     kind = "none"
 
-    def public_env(self, config: CacheConfig, *, basedir: Path | None = None) -> dict[str, str]:
+    def public_env(self, config: CacheConfig) -> dict[str, str]:
         return {"USE_CCACHE": "0", "CCACHE_DISABLE": "1", "TORCH_NO_COMPILER_WRAPPER": "1"}

@@ -40,6 +40,7 @@ def resolve_cache(
     credentials_env: str | None = None,
     credentials_file: str | None = None,
     environ: Mapping[str, str] | None = None,
+    basedir: Path | None = None,
 ) -> CacheConfig:
     """Recipe cache settings with command-line overrides applied (the CLI wins), validated against the tool.
 
@@ -61,6 +62,7 @@ def resolve_cache(
         remote=pick(remote, "remote") or None,
         credentials_env=pick(credentials_env, "credentials_env"),
         credentials_file=pick(credentials_file, "credentials_file"),
+        basedir=basedir.absolute() if basedir is not None else None,
     )
     if config.max_size is not None and not valid_size(config.max_size):
         raise UsageError(

@@ -202,7 +202,7 @@ class Sccache(CacheTool):
             return None
         return parse_remote(config.remote, kind=self.kind, schemes=self.schemes)
 
-    def public_env(self, config: CacheConfig, *, basedir: Path | None = None) -> dict[str, str]:
+    def public_env(self, config: CacheConfig) -> dict[str, str]:
         env = {
             **cmake_launchers("sccache"),
             "USE_CCACHE": "0",
@@ -222,8 +222,8 @@ class Sccache(CacheTool):
             backend = BACKENDS[remote.scheme]
             env.update(backend.public(remote, config))
             env["SCCACHE_MULTILEVEL_CHAIN"] = f"disk,{backend.name}"
-        if basedir is not None:
-            env["SCCACHE_BASEDIRS"] = str(Path(basedir).absolute())
+        if config.basedir is not None:
+            env["SCCACHE_BASEDIRS"] = str(config.basedir)
         return env
 
     def secret_env(self, config: CacheConfig, environ: Mapping[str, str]) -> dict[str, str]:

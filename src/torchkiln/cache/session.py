@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from ..environ import compose
 from ..errors import TorchkilnError
@@ -64,15 +63,13 @@ class CacheSession:
 
 
 def _layers(
-    tool: CacheTool, config: CacheConfig, environ: Mapping[str, str], basedir: Path | None
+    tool: CacheTool, config: CacheConfig, environ: Mapping[str, str]
 ) -> tuple[dict[str, str], dict[str, str]]:
-    public = {**tool.public_env(config, basedir=basedir), **tool.run_env(config)}
+    public = {**tool.public_env(config), **tool.run_env(config)}
     return public, tool.secret_env(config, environ)
 
 
-def open_session(
-    config: CacheConfig, environ: Mapping[str, str], *, basedir: Path | None = None
-) -> CacheSession:
+def open_session(config: CacheConfig, environ: Mapping[str, str]) -> CacheSession:
     """Get the cache ready for a build.
 
     * the tool must be on PATH (TorchkilnError otherwise: the CMake launcher would fail every compile);
@@ -85,7 +82,7 @@ def open_session(
     secrets = secret_values(config, remote_of(config), environ)
     base = dict(environ)
     if not config.enabled:
-        public, secret = _layers(tool, config, environ, basedir)
+        public, secret = _layers(tool, config, environ)
         return CacheSession(tool, config, public, secret, base, secrets)
     if tool.executable(environ) is None:
         raise TorchkilnError(
@@ -101,12 +98,12 @@ def open_session(
     if problem is not None:
         warnings.append(f"{redact(problem, secrets)}: {SLOWER}")
         config = config.local_only()
-    session = CacheSession(tool, config, *_layers(tool, config, environ, basedir), base, secrets)
+    session = CacheSession(tool, config, *_layers(tool, config, environ), base, secrets)
     failure = tool.start(session.tool_env, session.redact)
     if failure is not None and config.remote:
         warnings.append(f"remote cache {redact(config.remote)} cannot be used ({failure}): {SLOWER}")
         config = config.local_only()
-        session = CacheSession(tool, config, *_layers(tool, config, environ, basedir), base, secrets)
+        session = CacheSession(tool, config, *_layers(tool, config, environ), base, secrets)
         failure = tool.start(session.tool_env, session.redact)
     if failure is not None:
         raise TorchkilnError(f"{config.kind} server does not start: {failure}")

@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Mapping
-from pathlib import Path
 
 from .. import runner
 from ..errors import TorchkilnError
@@ -52,9 +51,9 @@ class CacheTool:
     # Said when a scheme is not one of ``schemes`` (e.g. which other tool takes it).
     scheme_hint: str = ""
 
-    def public_env(self, config: CacheConfig, *, basedir: Path | None = None) -> dict[str, str]:
-        """The variables every compile step gets: what the plan shows. ``basedir`` (the build's work
-        directory) makes cached objects shareable between checkouts at different paths."""
+    def public_env(self, config: CacheConfig) -> dict[str, str]:
+        """The variables every compile step gets: what the plan shows. ``config.basedir`` (the build's
+        work directory) makes cached objects shareable between checkouts at different paths."""
         raise NotImplementedError(f"{type(self).__name__} must say what its compile steps get")
 
     def secret_env(self, config: CacheConfig, environ: Mapping[str, str]) -> dict[str, str]:
