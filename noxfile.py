@@ -71,14 +71,16 @@ def unit(session: nox.Session) -> None:
 
 @nox.session
 def verify(session: nox.Session) -> None:
-    """Verify a PyTorch build: wheels from dist/ when there are any, else TORCHKILN_TORCH (torch==2.13.0).
+    """Verify a PyTorch build: wheels from dist/ when there are any (and against dist/manifest.json), else
+    TORCHKILN_TORCH (torch==2.13.0).
 
     Arguments after ``--`` go to the suite, e.g. ``nox -s verify -- --recipe recipes/x.toml --report out``.
     """
-    from torchkiln.nox_support import install_for_verify  # noqa: PLC0415 - needs torchkiln importable
+    from torchkiln.nox_support import install_for_verify, verify_args  # noqa: PLC0415 - needs torchkiln importable
 
-    install_for_verify(session, dist=ROOT / "dist", fallback=TORCH_REQUIREMENT)
-    session.run("python", "-m", "torchkiln", "verify", *session.posargs)
+    dist = ROOT / "dist"
+    installed = install_for_verify(session, dist=dist, fallback=TORCH_REQUIREMENT)
+    session.run("python", "-m", "torchkiln", "verify", *verify_args(dist, installed, list(session.posargs)))
 
 
 @nox.session(python="3.11")

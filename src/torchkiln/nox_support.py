@@ -70,8 +70,9 @@ def _python_tag(session: Any) -> str | None:
     return None
 
 
-def install_for_verify(session: Any, dist: Path, fallback: str) -> None:
-    """Install what the verify session checks (dist/ wheels, else ``fallback``) and what runs the suite."""
+def install_for_verify(session: Any, dist: Path, fallback: str) -> dict[str, Path]:
+    """Install what the verify session checks (dist/ wheels, else ``fallback``) and what runs the suite.
+    Returns the dist/ wheels installed (none: the fallback)."""
     try:
         wheels = find_wheels(Path(dist), _python_tag(session))
     except ValueError as exc:
@@ -106,3 +107,13 @@ def install_for_verify(session: Any, dist: Path, fallback: str) -> None:
             marker.unlink()  # type: ignore[union-attr]
     session.install(*SUITE_REQUIREMENTS)
     session.install("-e", str(ROOT))
+    return wheels if "torch" in wheels else {}
+
+
+def verify_args(dist: Path, installed: dict[str, Path], args: list[str]) -> list[str]:
+    """``torchkiln verify`` arguments: with wheels from dist/ and the manifest of the build that put them
+    there, the installed wheels are checked against it too (``--manifest``), unless the caller chose."""
+    manifest = Path(dist) / "manifest.json"
+    if installed and manifest.is_file() and "--manifest" not in args:
+        return ["--manifest", str(manifest), *args]
+    return list(args)
