@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+# Each test runs the real verification suite in a fresh interpreter (5 to 15 s each): the integration part.
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parents[1]
 CU130 = ROOT / "recipes" / "torch-2.13-cu130-py312.toml"
 CPU = ROOT / "recipes" / "torch-2.13-cpu-py311.toml"
@@ -240,7 +243,6 @@ def _manifest_of(wheel: Path, commit: str | None, path: Path) -> Path:
     return path
 
 
-@pytest.mark.integration
 def test_manifest_of_the_installed_wheel_passes_and_another_commit_fails(
     torch_wheel: Path, tmp_path: Path
 ) -> None:
