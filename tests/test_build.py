@@ -463,6 +463,8 @@ def test_configure_summary_contradicting_the_recipe_stops_the_build(tmp_path: Pa
     assert "USE_CUDA came out OFF, the recipe asks for ON" in message
     assert "nvcc is not on PATH" in message and "Could NOT find CUDA" in message
     assert "full log: " in message
+    log = Path(message.rsplit("full log: ", 1)[1].strip())
+    assert log.read_text().splitlines()[-1] == "# torchkiln: configure contradicts the recipe; build stopped"
     assert _processes_mentioning(marker) == [], "the step was stopped, not left compiling"
     assert not (tmp_path / "dist").exists()
 

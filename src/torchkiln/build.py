@@ -137,7 +137,10 @@ def _run_steps(ctx: Context) -> None:
             continue
         ctx.state.forget(step.name)
         kind.prepare(step, ctx)
-        ran = kind.execute(step, ctx)
+        try:
+            ran = kind.execute(step, ctx)
+        finally:
+            ctx.display.stop_live()
         log = str(ran.log) if ran.log else None
         entry = {
             "fingerprint": fingerprint,

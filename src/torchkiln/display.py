@@ -51,10 +51,14 @@ class Display:
         else:
             self.console.print(f"  {name}")
 
-    def end_step(self, step: Step, status: str, seconds: float) -> None:
+    def stop_live(self) -> None:
+        """End a live bar (also when its step failed: the terminal is left clean for the error)."""
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
+
+    def end_step(self, step: Step, status: str, seconds: float) -> None:
+        self.stop_live()
         mark = {"ran": "[green]done[/green]", "skipped": "[dim]unchanged, skipped[/dim]"}.get(status, status)
         self.console.print(f"  {mark} ({format_duration(seconds)})" if status == "ran" else f"  {mark}")
 

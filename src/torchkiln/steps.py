@@ -125,6 +125,8 @@ class StepKind:
             raise BuildFailed(f"{step.name}: {exc}", step=step.name) from None
         mismatch = observer.verdict() if observer is not None else None
         if mismatch:
+            with log.open("a", encoding="utf-8") as handle:
+                handle.write("# torchkiln: configure contradicts the recipe; build stopped\n")
             lines = "\n".join(f"  - {c}" for c in mismatch)
             raise ConfigureMismatch(
                 f"{step.name}: stopped right after configure, CMake's summary contradicts the recipe:\n{lines}\n"
