@@ -13,7 +13,7 @@ Value = str | int | bool
 
 
 def value(item: Value) -> str:
-    """One TOML value. Strings are JSON-escaped, which is valid TOML basic-string syntax (\\", \\\\, \\uXXXX)."""
+    """One TOML value. Strings are JSON-escaped: valid TOML basic strings (\\", \\\\, \\uXXXX)."""
     if isinstance(item, bool):
         return "true" if item else "false"
     if isinstance(item, int):

@@ -24,14 +24,17 @@ import ipaddress
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 from ..errors import TorchkilnError, UsageError
+from ..secrets import redact
 from . import toml
 from .client import SchedulerStatus, SchedulerUnavailable, fetch_status, write_private
 from .spec import DistSpec, check_token, scheduler_url
@@ -44,6 +47,7 @@ BWRAP_MIN = (0, 3, 0)
 # env_logger filter for the daemons: their INFO lines are the health signals ("Server connected to
 # scheduler"), and their ERROR lines say why a server cannot join.
 LOG_FILTER = "info"
+VALID_SERVER_AUTH = ", ".join(SERVER_AUTH_KINDS)
 
 
 def socket_addr(text: str, label: str) -> str:
@@ -105,7 +109,7 @@ def scheduler_config(settings: SchedulerSettings) -> str:
         server_auth = {"type": "token", "token": check_token(settings.server_secret, "--server-secret")}
     else:
         raise UsageError(
-            f"--server-auth: {settings.server_auth!r} is not supported (valid: {', '.join(SERVER_AUTH_KINDS)})"
+            f"--server-auth: {settings.server_auth!r} is not supported (valid: {VALID_SERVER_AUTH})"
         )
     return toml.render(
         {
@@ -163,7 +167,7 @@ def server_config(settings: ServerSettings) -> str:
         scheduler_auth = {"type": "token", "token": check_token(settings.server_token, "--server-token")}
     else:
         raise UsageError(
-            f"--server-auth: {settings.server_auth!r} is not supported (valid: {', '.join(SERVER_AUTH_KINDS)})"
+            f"--server-auth: {settings.server_auth!r} is not supported (valid: {VALID_SERVER_AUTH})"
         )
     top: dict[str, toml.Value] = {
         "cache_dir": str(settings.toolchain_dir),
@@ -199,7 +203,7 @@ def find_sccache_dist(environ: Mapping[str, str] | None = None) -> str | None:
 
 
 def bwrap_version(bwrap: str) -> tuple[int, ...] | None:
-    """bubblewrap's version (``bwrap --version`` prints ``bubblewrap 0.8.0``), or None when it does not run."""
+    """bubblewrap's version (``bwrap --version`` prints ``bubblewrap 0.8.0``); None when it does not run."""
     try:
         done = subprocess.run([bwrap, "--version"], capture_output=True, text=True, timeout=30, check=False)
     except OSError:
@@ -322,3 +326,44 @@ def server_log_event(line: str) -> tuple[str, str] | None:
             reason = f"the scheduler refuses this server's token ({reason})"
         return ("failed", reason)
     return None
+
+
+def run_foreground(
+    argv: list[str],
+    env: Mapping[str, str],
+    secrets: tuple[str, ...],
+    on_line: Callable[[str], None],
+    out: TextIO,
+) -> int:
+    """Run a daemon until it exits or this process gets SIGTERM/SIGINT; its log goes to ``out`` redacted.
+
+    ``on_line`` sees every log line (health markers). Returns the daemon's exit status, or 0 when it was
+    stopped by a signal torchkiln forwarded (a service manager's normal stop).
+    """
+    process = subprocess.Popen(
+        argv, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        text=True, errors="replace", bufsize=1,
+    )  # fmt: skip
+    stopping = False
+
+    def forward(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            shown = redact(line.rstrip("\n"), secrets)
+            print(shown, file=out, flush=True)
+            on_line(shown)
+        status = process.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    return 0 if stopping else status

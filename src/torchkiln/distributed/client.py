@@ -141,7 +141,8 @@ def check_token(spec: DistSpec, token: str, timeout: float = TIMEOUT_S) -> str |
         detail = exc.read(200).decode("utf-8", "replace").strip()
         detail = redact(detail, [token])
         if exc.code in (401, 403):
-            return f"distributed compiles: scheduler {shown} refuses the token (HTTP {exc.code}: {detail or exc.reason})"
+            detail = detail or str(exc.reason)
+            return f"distributed compiles: scheduler {shown} refuses the token (HTTP {exc.code}: {detail})"
         return f"distributed compiles: scheduler {shown} answered HTTP {exc.code} to the token check"
     except (urllib.error.URLError, OSError) as exc:
         return f"distributed compiles: scheduler {shown} is unreachable ({_reason(exc)})"

@@ -83,6 +83,6 @@ class DistStats:
             return None
         tried = self.remote + self.fallback
         return (
-            f"distributed compiles: {self.fallback} of {tried} compiles sent to the build cluster failed there "
-            "(a build server went away or refused the job) and ran locally instead"
+            f"distributed compiles: {self.fallback} of {tried} compiles sent to the build cluster failed "
+            "there (a build server went away or refused the job) and ran locally instead"
         )

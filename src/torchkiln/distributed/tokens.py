@@ -33,7 +33,7 @@ def new_key() -> str:
 
 
 def check_key(key: str, label: str) -> bytes:
-    """The decoded HS256 key; UsageError naming ``label`` (never the key) when sccache-dist would refuse it."""
+    """The decoded HS256 key; UsageError naming ``label`` (not the key) when sccache-dist would refuse it."""
     if not re.fullmatch(r"[A-Za-z0-9_-]+", key):
         raise UsageError(
             f"{label}: the JWT key is not URL-safe base64 (make one with `torchkiln dist new-key`)"

@@ -59,8 +59,10 @@ class LoopbackCluster:
     def server_addrs(self) -> list[str]:
         return [name for name in self.processes if name != "scheduler"]
 
-    def server_token(self, addr: str) -> str:
-        return server_jwt(self.server_secret, addr) if self.server_auth == "jwt" else self.server_secret
+    def server_token(self, addr: str, secret: str | None = None) -> str:
+        """The token of the server at ``addr``: minted from ``secret`` (default: the scheduler's)."""
+        secret = secret or self.server_secret
+        return server_jwt(secret, addr) if self.server_auth == "jwt" else secret
 
     def start(self, timeout: float = 30.0) -> SchedulerStatus:
         """Start the scheduler and the servers; wait until every server has registered."""
@@ -75,12 +77,12 @@ class LoopbackCluster:
             self.add_server()
         return wait_for_servers(self.url, self.servers, timeout, self.processes["scheduler"])
 
-    def add_server(self, token: str | None = None) -> str:
-        """Start one more build server (with its own token unless ``token`` is given); its address."""
+    def add_server(self, secret: str | None = None) -> str:
+        """Start one more build server; its address. ``secret``: sign its token with another key."""
         addr = f"{HOST}:{free_port()}"
         work = self.root / f"server-{addr.rsplit(':', 1)[1]}"
         settings = ServerSettings(
-            self.url, addr, self.server_auth, token or self.server_token(addr), work, self.bwrap
+            self.url, addr, self.server_auth, self.server_token(addr, secret), work, self.bwrap
         )
         conf = work / "server.toml"
         write_private(conf, server_config(settings))
