@@ -430,19 +430,26 @@ def test_servers_join_with_either_server_auth(make_cluster, server_auth: str) ->
     found = make_cluster(servers=2, server_auth=server_auth)
     status = client.fetch_status(dist_spec(found))
     assert status.num_servers == 2 and status.num_cpus == 2 * os.cpu_count()
-    for addr in found.server_addrs:
-        assert "Server connected to scheduler" in found.log(addr)
+    for addr in found.server_addrs:  # the scheduler lists a server before the server logs the answer
+        assert wait_for_log_event(found, addr) == "registered"
+
+
+def wait_for_log_event(found: loopback.LoopbackCluster, addr: str, timeout: float = 30.0) -> str:
+    """The first health event in a server's log ("registered" or "failed: reason")."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        event = next(filter(None, map(cluster.server_log_event, found.log(addr).splitlines())), None)
+        if event is not None:
+            return event[0] if event[0] == "registered" else f"failed: {event[1]}"
+        time.sleep(0.1)
+    raise AssertionError(f"no health event in the log of {addr}:\n{found.log(addr)}")
 
 
 def test_a_server_with_a_token_for_another_key_is_refused(make_cluster) -> None:
     found = make_cluster(servers=1)
     addr = found.add_server(secret=tokens.new_key())  # a JWT for its address, signed with another key
-    event = None
-    deadline = time.monotonic() + 30
-    while event is None and time.monotonic() < deadline:
-        event = next(filter(None, map(cluster.server_log_event, found.log(addr).splitlines())), None)
-        time.sleep(0.1)
-    assert event is not None and event[0] == "failed" and "refuses this server's token" in event[1], event
+    event = wait_for_log_event(found, addr)
+    assert event.startswith("failed: the scheduler refuses this server's token (Error 401"), event
     assert client.fetch_status(dist_spec(found)).num_servers == 1
 
 
