@@ -108,6 +108,7 @@ class Client:
 
     env: dict[str, str]
     prepared: client.PreparedDist
+    run_dir: Path
 
     def run(self, *argv: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(argv, cwd=cwd, env=self.env, capture_output=True, text=True, timeout=900)
@@ -132,6 +133,7 @@ class Client:
             ["sccache", "--stop-server"], env=self.env, capture_output=True, timeout=60, check=False
         )
         client.finish_client(self.prepared)
+        shutil.rmtree(self.run_dir, ignore_errors=True)
 
 
 def start_client(
@@ -139,14 +141,19 @@ def start_client(
 ) -> Client:
     """Preflight + client config (torchkiln.distributed.client), then sccache's server started with them.
 
-    The local cache is ``tmp/sccache`` (empty unless a test filled it).
+    The local cache is ``tmp/sccache`` (empty unless a test filled it). The token reaches the preflight
+    and the client config only, not the environment of the compiles.
     """
     config = cache.resolve_cache(CacheSpec(kind="sccache"), dir=tmp / "sccache")
-    environ = {**cache.clean_environment(os.environ), "PATH": tool_path(), TOKEN_ENV: token, **(extra or {})}
+    environ = {**cache.clean_environment(os.environ), "PATH": tool_path(), **(extra or {})}
     environ.pop("TORCH_NO_COMPILER_WRAPPER", None)
+    environ.pop(TOKEN_ENV, None)
     run_dir = Path(f"/tmp/kiln-dist-{uuid.uuid4().hex[:8]}")  # short: it also holds the server socket
     prepared = client.prepare_client(
-        dist, environ, run_dir=run_dir, toolchain_dir=client.default_toolchain_dir(config.dir)
+        dist,
+        {**environ, TOKEN_ENV: token},
+        run_dir=run_dir,
+        toolchain_dir=client.default_toolchain_dir(config.dir),
     )
     env = {
         **environ,
@@ -158,7 +165,7 @@ def start_client(
     config.dir.mkdir(parents=True, exist_ok=True)
     subprocess.run(["sccache", "--start-server"], env=env, check=True, capture_output=True, timeout=120)
     subprocess.run(["sccache", "--zero-stats"], env=env, check=True, capture_output=True, timeout=60)
-    return Client(env, prepared)
+    return Client(env, prepared, run_dir)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -339,6 +346,7 @@ def test_without_the_preflight_sccache_fails_every_compile_on_a_refused_token(
     found = make_cluster(servers=1)
     sccache = start_client(tmp_path, None, "unused")  # no dist: then give its server a config by hand
     sccache.stop()
+    sccache.run_dir.mkdir(mode=0o700)
     conf = tmp_path / "private" / "client.toml"
     client.write_private(conf, client.client_config(dist_spec(found), "wrong-token", tmp_path / "tc"))
     sccache.env.update(client.client_env(conf))

@@ -479,3 +479,15 @@ def test_cli_status_of_an_unreachable_scheduler(monkeypatch: pytest.MonkeyPatch,
         capsys.readouterr().out
         == f"distributed compiles: scheduler {url}/ is unreachable (Connection refused)\n"
     )
+
+
+def test_server_host_problems_name_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert cluster.server_host_problems(None) == [
+        "a build server must run as root (sccache-dist's overlay builder mounts filesystems)",
+        "bubblewrap is not installed (apt-get install bubblewrap)",
+    ]
+    assert cluster.server_host_problems("/nonexistent/bwrap") == [
+        "a build server must run as root (sccache-dist's overlay builder mounts filesystems)",
+        "/nonexistent/bwrap --version does not run",
+    ]
