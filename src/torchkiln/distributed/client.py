@@ -20,9 +20,10 @@ config is not written, sccache compiles locally and from the cache as it would w
 Settings written, and why:
 
 * ``rewrite_includes_only = true``: the client sends sources preprocessed with ``-fdirectives-only``
-  (macros unexpanded) instead of fully preprocessed. g++ compiles fully preprocessed text slightly
-  differently (one more ``nop`` in nvcc's host stubs), so objects built remotely would differ from local
-  ones; with this setting the tests find them byte-identical.
+  (macros unexpanded) instead of fully preprocessed. From fully preprocessed text the servers' g++ made
+  different objects than a local compile (one more ``nop`` in nvcc's host stubs; other line info under
+  ``-g``); with this setting code and data are byte-identical (tests/test_dist.py), and under ``-g`` the
+  debug info records the extra switch ``-fdirectives-only``.
 * ``cache_dir``: where the client keeps the toolchains it packages (g++, and for .cu files cudafe++, cicc,
   ptxas: sccache packages each compiler with the shared libraries it loads). Kept between builds, so a
   toolchain is packaged once per compiler, and uploaded once per build server.
@@ -38,7 +39,7 @@ import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..secrets import redact
@@ -243,7 +244,7 @@ class PreparedDist:
     secrets: tuple[str, ...]
     status: SchedulerStatus | None = None
     conf_path: Path | None = None
-    requested: DistSpec | None = field(default=None)  # what was asked for, used or not
+    requested: DistSpec | None = None  # what was asked for, used or not
 
     def redact(self, text: str) -> str:
         return redact(text, self.secrets)
