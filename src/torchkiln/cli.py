@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "verify": ("verify", "run the verification suite against the importable torch"),
     "images": ("images", "build the devel and runtime container images of a recipe"),
     "cache": ("cache", "inspect and configure the compiler cache"),
+    "dist": ("dist", "run and check an sccache-dist build cluster (distributed compiles)"),
 }
 
 

@@ -49,41 +49,47 @@ def redact_mapping(values: Mapping[str, str], secrets: Iterable[str] = ()) -> di
 
 
 def load_secret(
-    *, env_name: str | None, file: str | None, environ: Mapping[str, str], field: str = "cache"
+    *,
+    env_name: str | None,
+    file: str | None,
+    environ: Mapping[str, str],
+    field: str = "cache",
+    env_label: str | None = None,
+    file_label: str | None = None,
 ) -> str | None:
     """The secret named by ``<field>.credentials_env`` or ``<field>.credentials_file``, or None.
 
     The environment variable wins when both are given and it is set. A named variable that is unset
     or empty, or a file that cannot be read, is a usage error: a build that was told to authenticate
     should not silently run unauthenticated. The value is stripped of surrounding whitespace (files
-    usually end with a newline).
+    usually end with a newline). ``env_label``/``file_label`` name the setting in errors when it is not
+    a recipe field (a command-line option such as ``--client-token-env``).
     """
+    env_label = env_label or f"{field}.credentials_env"
+    file_label = file_label or f"{field}.credentials_file"
+    file_hint = "credentials_file" if file_label.startswith(f"{field}.") else file_label
     if env_name:
         value = environ.get(env_name, "").strip()
         if value:
             return value
         if not file:
             raise UsageError(
-                f"{field}.credentials_env: environment variable {env_name} is not set or empty "
-                "(export it, or name a file with credentials_file)"
+                f"{env_label}: environment variable {env_name} is not set or empty "
+                f"(export it, or name a file with {file_hint})"
             )
     if file:
         path = Path(os.path.expanduser(file))
         try:
             value = path.read_text(encoding="utf-8").strip()
         except FileNotFoundError:
-            raise UsageError(
-                f"{field}.credentials_file: {path}: no such file (a file holding the secret)"
-            ) from None
+            raise UsageError(f"{file_label}: {path}: no such file (a file holding the secret)") from None
         except IsADirectoryError:
-            raise UsageError(
-                f"{field}.credentials_file: {path}: is a directory (a file holding the secret)"
-            ) from None
+            raise UsageError(f"{file_label}: {path}: is a directory (a file holding the secret)") from None
         except (OSError, UnicodeDecodeError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-            raise UsageError(f"{field}.credentials_file: {path}: cannot read: {reason}") from None
+            raise UsageError(f"{file_label}: {path}: cannot read: {reason}") from None
         if not value:
-            raise UsageError(f"{field}.credentials_file: {path}: the file is empty (it must hold the secret)")
+            raise UsageError(f"{file_label}: {path}: the file is empty (it must hold the secret)")
         return value
     return None
 

