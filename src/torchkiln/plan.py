@@ -317,6 +317,33 @@ ENV_TABLE: tuple[EnvVar, ...] = (
         lambda c: _bool(c.cuda),
         "torchvision builds CUDA ops only when a GPU is visible unless forced (GPU-less builders)",
     ),
+    # -- torchvision's optional parts: setup.py reads TORCHVISION_USE_<NAME> and quietly drops a part whose
+    # library it cannot find, so each is set, 1 or 0, from the recipe's [torchvision.features] -----------
+    EnvVar("TORCHVISION_USE_PNG", VISION, lambda c: _bool(c.recipe.vision.png), "torchvision.features.png"),
+    EnvVar(
+        "TORCHVISION_USE_JPEG", VISION, lambda c: _bool(c.recipe.vision.jpeg), "torchvision.features.jpeg"
+    ),
+    EnvVar(
+        "TORCHVISION_USE_WEBP", VISION, lambda c: _bool(c.recipe.vision.webp), "torchvision.features.webp"
+    ),
+    EnvVar(
+        "TORCHVISION_USE_NVJPEG",
+        VISION,
+        lambda c: _bool(c.recipe.vision.nvjpeg),
+        "torchvision.features.nvjpeg (libnvjpeg from the CUDA toolkit)",
+    ),
+    EnvVar(
+        "TORCHVISION_USE_VIDEO_CODEC",
+        VISION,
+        lambda c: _bool(c.recipe.vision.video_codec),
+        "torchvision.features.video_codec (GPU video decoder)",
+    ),
+    EnvVar(
+        "TORCHVISION_USE_FFMPEG",
+        VISION,
+        lambda c: _bool(c.recipe.vision.ffmpeg),
+        "torchvision.features.ffmpeg (CPU video decoder)",
+    ),
     # -- BLAS and MAGMA -----------------------------------------------------------------------------------
     EnvVar(
         "BLAS",
