@@ -34,6 +34,8 @@ target "torch-2_13-cpu-py311-devel" {
     "KILN_PYTHON"           = "3.11"
     "KILN_GCC"              = ""
     "KILN_CUDA"             = ""
+    "KILN_CUDA_FROM"        = ""
+    "KILN_CUDA_WHEELS"      = ""
     "KILN_CUDNN"            = ""
     "KILN_NCCL"             = ""
     "KILN_CUDA_ARCH_LIST"   = ""
@@ -42,6 +44,7 @@ target "torch-2_13-cpu-py311-devel" {
     "KILN_MAGMA_VERSION"    = ""
     "KILN_MAGMA_URL"        = ""
     "KILN_MAGMA_SHA256"     = ""
+    "KILN_VISION_PACKAGES"  = "libpng-dev libjpeg-dev libwebp-dev"
     "RECIPE_FILE"           = "torch-2.13-cpu-py311.toml"
     "CACHE_CREDENTIALS_ENV" = ""
   }
@@ -66,6 +69,8 @@ target "torch-2_13-cpu-py311-wheels" {
     "KILN_PYTHON"           = "3.11"
     "KILN_GCC"              = ""
     "KILN_CUDA"             = ""
+    "KILN_CUDA_FROM"        = ""
+    "KILN_CUDA_WHEELS"      = ""
     "KILN_CUDNN"            = ""
     "KILN_NCCL"             = ""
     "KILN_CUDA_ARCH_LIST"   = ""
@@ -74,6 +79,7 @@ target "torch-2_13-cpu-py311-wheels" {
     "KILN_MAGMA_VERSION"    = ""
     "KILN_MAGMA_URL"        = ""
     "KILN_MAGMA_SHA256"     = ""
+    "KILN_VISION_PACKAGES"  = "libpng-dev libjpeg-dev libwebp-dev"
     "RECIPE_FILE"           = "torch-2.13-cpu-py311.toml"
     "CACHE_CREDENTIALS_ENV" = ""
   }
@@ -126,10 +132,12 @@ target "torch-2_13-cu130-py312-devel" {
     "recipe" = "recipes"
   }
   args       = {
-    "BASE_IMAGE"            = "nvidia/cuda:13.0.2-devel-ubuntu24.04"
+    "BASE_IMAGE"            = "ubuntu:24.04"
     "KILN_PYTHON"           = "3.12"
     "KILN_GCC"              = "13"
     "KILN_CUDA"             = "13.0"
+    "KILN_CUDA_FROM"        = "pypi"
+    "KILN_CUDA_WHEELS"      = "cuda-toolkit[cccl,crt,cublas,cudart,cufft,cufile,culibos,cupti,curand,cusolver,cusparse,nvcc,nvjitlink,nvjpeg,nvml,nvrtc,nvtx,nvvm,profiler]==13.0.3 nvidia-nvjitlink==13.0.88 nvidia-cusparselt-cu13==0.8.1 nvidia-nvshmem-cu13==3.4.5"
     "KILN_CUDNN"            = "9.20.0.48"
     "KILN_NCCL"             = "2.29.7"
     "KILN_CUDA_ARCH_LIST"   = "7.5;8.0;8.6;9.0;10.0;12.0+PTX"
@@ -138,6 +146,7 @@ target "torch-2_13-cu130-py312-devel" {
     "KILN_MAGMA_VERSION"    = "2.6.1"
     "KILN_MAGMA_URL"        = "https://icl.utk.edu/projectsfiles/magma/downloads/magma-2.6.1.tar.gz"
     "KILN_MAGMA_SHA256"     = "6cd83808c6e8bc7a44028e05112b3ab4e579bcc73202ed14733f66661127e213"
+    "KILN_VISION_PACKAGES"  = "libpng-dev libjpeg-dev libwebp-dev"
     "RECIPE_FILE"           = "torch-2.13-cu130-py312.toml"
     "CACHE_CREDENTIALS_ENV" = ""
   }
@@ -158,10 +167,12 @@ target "torch-2_13-cu130-py312-wheels" {
     "recipe" = "recipes"
   }
   args       = {
-    "BASE_IMAGE"            = "nvidia/cuda:13.0.2-devel-ubuntu24.04"
+    "BASE_IMAGE"            = "ubuntu:24.04"
     "KILN_PYTHON"           = "3.12"
     "KILN_GCC"              = "13"
     "KILN_CUDA"             = "13.0"
+    "KILN_CUDA_FROM"        = "pypi"
+    "KILN_CUDA_WHEELS"      = "cuda-toolkit[cccl,crt,cublas,cudart,cufft,cufile,culibos,cupti,curand,cusolver,cusparse,nvcc,nvjitlink,nvjpeg,nvml,nvrtc,nvtx,nvvm,profiler]==13.0.3 nvidia-nvjitlink==13.0.88 nvidia-cusparselt-cu13==0.8.1 nvidia-nvshmem-cu13==3.4.5"
     "KILN_CUDNN"            = "9.20.0.48"
     "KILN_NCCL"             = "2.29.7"
     "KILN_CUDA_ARCH_LIST"   = "7.5;8.0;8.6;9.0;10.0;12.0+PTX"
@@ -170,6 +181,7 @@ target "torch-2_13-cu130-py312-wheels" {
     "KILN_MAGMA_VERSION"    = "2.6.1"
     "KILN_MAGMA_URL"        = "https://icl.utk.edu/projectsfiles/magma/downloads/magma-2.6.1.tar.gz"
     "KILN_MAGMA_SHA256"     = "6cd83808c6e8bc7a44028e05112b3ab4e579bcc73202ed14733f66661127e213"
+    "KILN_VISION_PACKAGES"  = "libpng-dev libjpeg-dev libwebp-dev"
     "RECIPE_FILE"           = "torch-2.13-cu130-py312.toml"
     "CACHE_CREDENTIALS_ENV" = ""
   }
@@ -192,7 +204,7 @@ target "torch-2_13-cu130-py312-runtime" {
     "recipe" = "recipes"
   }
   args       = {
-    "BASE_IMAGE"               = "nvidia/cuda:13.0.2-runtime-ubuntu24.04"
+    "BASE_IMAGE"               = "ubuntu:24.04"
     "KILN_PYTHON"              = "3.12"
     "KILN_CUDA"                = "13.0"
     "KILN_CUDNN"               = "9.20.0.48"
@@ -226,6 +238,8 @@ target "torch-2_14-cu126-py312-devel" {
     "KILN_PYTHON"           = "3.12"
     "KILN_GCC"              = "13"
     "KILN_CUDA"             = "12.6"
+    "KILN_CUDA_FROM"        = "nvidia"
+    "KILN_CUDA_WHEELS"      = ""
     "KILN_CUDNN"            = "9.10.2.21"
     "KILN_NCCL"             = "2.29.3"
     "KILN_CUDA_ARCH_LIST"   = "5.0;6.0;7.0;7.5;8.0;8.6;9.0"
@@ -234,6 +248,7 @@ target "torch-2_14-cu126-py312-devel" {
     "KILN_MAGMA_VERSION"    = "2.6.1"
     "KILN_MAGMA_URL"        = "https://icl.utk.edu/projectsfiles/magma/downloads/magma-2.6.1.tar.gz"
     "KILN_MAGMA_SHA256"     = "6cd83808c6e8bc7a44028e05112b3ab4e579bcc73202ed14733f66661127e213"
+    "KILN_VISION_PACKAGES"  = "libpng-dev libjpeg-dev libwebp-dev"
     "RECIPE_FILE"           = "torch-2.14-cu126-py312.toml"
     "CACHE_CREDENTIALS_ENV" = ""
   }
@@ -258,6 +273,8 @@ target "torch-2_14-cu126-py312-wheels" {
     "KILN_PYTHON"           = "3.12"
     "KILN_GCC"              = "13"
     "KILN_CUDA"             = "12.6"
+    "KILN_CUDA_FROM"        = "nvidia"
+    "KILN_CUDA_WHEELS"      = ""
     "KILN_CUDNN"            = "9.10.2.21"
     "KILN_NCCL"             = "2.29.3"
     "KILN_CUDA_ARCH_LIST"   = "5.0;6.0;7.0;7.5;8.0;8.6;9.0"
@@ -266,6 +283,7 @@ target "torch-2_14-cu126-py312-wheels" {
     "KILN_MAGMA_VERSION"    = "2.6.1"
     "KILN_MAGMA_URL"        = "https://icl.utk.edu/projectsfiles/magma/downloads/magma-2.6.1.tar.gz"
     "KILN_MAGMA_SHA256"     = "6cd83808c6e8bc7a44028e05112b3ab4e579bcc73202ed14733f66661127e213"
+    "KILN_VISION_PACKAGES"  = "libpng-dev libjpeg-dev libwebp-dev"
     "RECIPE_FILE"           = "torch-2.14-cu126-py312.toml"
     "CACHE_CREDENTIALS_ENV" = ""
   }
@@ -318,10 +336,12 @@ target "torch-2_14-cu130-py312-devel" {
     "recipe" = "recipes"
   }
   args       = {
-    "BASE_IMAGE"            = "nvidia/cuda:13.0.2-devel-ubuntu24.04"
+    "BASE_IMAGE"            = "ubuntu:24.04"
     "KILN_PYTHON"           = "3.12"
     "KILN_GCC"              = "13"
     "KILN_CUDA"             = "13.0"
+    "KILN_CUDA_FROM"        = "pypi"
+    "KILN_CUDA_WHEELS"      = "cuda-toolkit[cccl,crt,cublas,cudart,cufft,cufile,culibos,cupti,curand,cusolver,cusparse,nvcc,nvjitlink,nvjpeg,nvml,nvrtc,nvtx,nvvm,profiler]==13.0.3 nvidia-nvjitlink==13.0.88 nvidia-cusparselt-cu13==0.8.1 nvidia-nvshmem-cu13==3.4.5"
     "KILN_CUDNN"            = "9.24.0.43"
     "KILN_NCCL"             = "2.30.7"
     "KILN_CUDA_ARCH_LIST"   = "7.5;8.0;8.6;9.0;10.0;12.0+PTX"
@@ -330,6 +350,7 @@ target "torch-2_14-cu130-py312-devel" {
     "KILN_MAGMA_VERSION"    = "2.6.1"
     "KILN_MAGMA_URL"        = "https://icl.utk.edu/projectsfiles/magma/downloads/magma-2.6.1.tar.gz"
     "KILN_MAGMA_SHA256"     = "6cd83808c6e8bc7a44028e05112b3ab4e579bcc73202ed14733f66661127e213"
+    "KILN_VISION_PACKAGES"  = "libpng-dev libjpeg-dev libwebp-dev"
     "RECIPE_FILE"           = "torch-2.14-cu130-py312.toml"
     "CACHE_CREDENTIALS_ENV" = ""
   }
@@ -350,10 +371,12 @@ target "torch-2_14-cu130-py312-wheels" {
     "recipe" = "recipes"
   }
   args       = {
-    "BASE_IMAGE"            = "nvidia/cuda:13.0.2-devel-ubuntu24.04"
+    "BASE_IMAGE"            = "ubuntu:24.04"
     "KILN_PYTHON"           = "3.12"
     "KILN_GCC"              = "13"
     "KILN_CUDA"             = "13.0"
+    "KILN_CUDA_FROM"        = "pypi"
+    "KILN_CUDA_WHEELS"      = "cuda-toolkit[cccl,crt,cublas,cudart,cufft,cufile,culibos,cupti,curand,cusolver,cusparse,nvcc,nvjitlink,nvjpeg,nvml,nvrtc,nvtx,nvvm,profiler]==13.0.3 nvidia-nvjitlink==13.0.88 nvidia-cusparselt-cu13==0.8.1 nvidia-nvshmem-cu13==3.4.5"
     "KILN_CUDNN"            = "9.24.0.43"
     "KILN_NCCL"             = "2.30.7"
     "KILN_CUDA_ARCH_LIST"   = "7.5;8.0;8.6;9.0;10.0;12.0+PTX"
@@ -362,6 +385,7 @@ target "torch-2_14-cu130-py312-wheels" {
     "KILN_MAGMA_VERSION"    = "2.6.1"
     "KILN_MAGMA_URL"        = "https://icl.utk.edu/projectsfiles/magma/downloads/magma-2.6.1.tar.gz"
     "KILN_MAGMA_SHA256"     = "6cd83808c6e8bc7a44028e05112b3ab4e579bcc73202ed14733f66661127e213"
+    "KILN_VISION_PACKAGES"  = "libpng-dev libjpeg-dev libwebp-dev"
     "RECIPE_FILE"           = "torch-2.14-cu130-py312.toml"
     "CACHE_CREDENTIALS_ENV" = ""
   }
@@ -384,7 +408,7 @@ target "torch-2_14-cu130-py312-runtime" {
     "recipe" = "recipes"
   }
   args       = {
-    "BASE_IMAGE"               = "nvidia/cuda:13.0.2-runtime-ubuntu24.04"
+    "BASE_IMAGE"               = "ubuntu:24.04"
     "KILN_PYTHON"              = "3.12"
     "KILN_CUDA"                = "13.0"
     "KILN_CUDNN"               = "9.24.0.43"

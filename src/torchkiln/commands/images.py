@@ -34,6 +34,7 @@ from ..images import (
     CACHE_SECRET_ID,
     DOCKERFILES,
     FLAVOURS,
+    TOOLKIT_SOURCES,
     bake_file,
     devel_args,
     find_wheels,
@@ -84,6 +85,14 @@ def register(parser: argparse.ArgumentParser) -> None:
         default="dist",
         metavar="DIR",
         help="wheels directory: read by --target runtime, written by --target wheels (default dist)",
+    )
+    parser.add_argument(
+        "--cuda-from",
+        choices=("auto", *TOOLKIT_SOURCES),
+        default="auto",
+        help="where a CUDA recipe's toolkit comes from: pypi (NVIDIA's wheels on a plain distribution "
+        "image; needs only a package index), nvidia (the nvidia/cuda images); default auto: pypi when "
+        "torchkiln knows the recipe's CUDA on PyPI, else nvidia",
     )
     parser.add_argument(
         "--base-image", metavar="IMAGE", help="override the base image torchkiln's table picks for the recipe"
@@ -186,10 +195,12 @@ def build_request(args: argparse.Namespace, *, context: Path) -> BuildRequest:
     assert recipe.path is not None  # loaded from a file
     named["recipe"] = recipe.path.resolve().parent
     if target == "runtime":
-        build_args = runtime_args(recipe, find_wheels(dist, recipe), base_image=args.base_image)
+        build_args = runtime_args(
+            recipe, find_wheels(dist, recipe), base_image=args.base_image, cuda_from=args.cuda_from
+        )
         named["dist"] = dist
     else:
-        build_args = devel_args(recipe, base_image=args.base_image)
+        build_args = devel_args(recipe, base_image=args.base_image, cuda_from=args.cuda_from)
         if target == "wheels":
             if recipe.cache.credentials_file and not recipe.cache.credentials_env:
                 raise UsageError(
