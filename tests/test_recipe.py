@@ -216,6 +216,30 @@ INVALID: list[tuple[str, str, str, str]] = [
     ("ccache-s3", mutate(cache__remote="s3://bucket/prefix"), "cache.remote", "ccache cannot use"),
     ("bad-cache-kind", mutate(cache__kind="distcc"), "cache.kind", "not allowed"),
     ("jobs-zero", mutate(build__jobs=0), "build.jobs", "not a positive integer"),
+    (
+        "vision-feature-not-bool",
+        mutate(torchvision__features={"png": "yes"}),
+        "torchvision.features.png",
+        "wrong type str",
+    ),
+    (
+        "vision-feature-unknown",
+        mutate(torchvision__features={"avif": True}),
+        "torchvision.features.avif",
+        "unknown key",
+    ),
+    (
+        "vision-features-not-a-table",
+        mutate(torchvision__features=True),
+        "torchvision.features",
+        "must be a table",
+    ),
+    (
+        "vision-ffmpeg-on-0.28",
+        mutate(torchvision__features={"ffmpeg": True}),
+        "torchvision.features.ffmpeg",
+        "no video decoders",
+    ),
 ]
 
 
@@ -298,3 +322,19 @@ def test_python_m_torchkiln_entry_point() -> None:
 def test_unknown_command_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bake"]) == 2
     assert "unknown command 'bake'" in capsys.readouterr().err
+
+
+def test_vision_features_default_per_accelerator_and_nvjpeg_needs_cuda(tmp_path: Path) -> None:
+    cuda = load_recipe(CUDA_RECIPE)
+    assert cuda.vision.enabled == ("png", "jpeg", "webp", "nvjpeg")
+    cpu = load_recipe(ROOT / "recipes" / "torch-2.13-cpu-py311.toml")
+    assert cpu.vision.enabled == ("png", "jpeg", "webp")
+    text = (ROOT / "recipes" / "torch-2.13-cpu-py311.toml").read_text()
+    bad = text.replace("[python]", "[torchvision.features]\nnvjpeg = true\n\n[python]", 1)
+    with pytest.raises(RecipeError, match=r"torchvision.features.nvjpeg: needs CUDA"):
+        parse_recipe(bad.encode(), "n.toml")
+    unknown = text.replace("[python]", "[torchvision.features]\navif = true\n\n[python]", 1)
+    with pytest.raises(
+        RecipeError, match=r"torchvision.features.avif: unknown key \(valid: ffmpeg, jpeg, nvjpeg"
+    ):
+        parse_recipe(unknown.encode(), "u.toml")
