@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
+from imagekit import REPORT as REPORT_FILE
 from imagekit import ROOT, cli_build, report, require, say, stored_size
 
 from torchkiln.container import Buildah, run_in_image
@@ -67,20 +68,38 @@ def upstream_wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def devel_image(
-    engine: Buildah, storage_root: Path, base_image: str, capsys: pytest.CaptureFixture[str]
-) -> str:
+def devel_image(engine: Buildah, storage_root: Path, base_image: str) -> str:
     start = time.monotonic()
     assert cli_build(storage_root, DEVEL_RECIPE, "--target", "devel") == 0
     seconds = time.monotonic() - start
     image = image_tag(load_recipe(DEVEL_RECIPE), "devel")
     size, base = stored_size(engine, image), stored_size(engine, base_image)
     report("cuda_devel", {"seconds": round(seconds, 1), "bytes": size, "base_bytes": base})
+    return image
+
+
+def test_cuda_devel_image_builds_from_pypi_on_a_plain_debian_base(
+    engine: Buildah, devel_image: str, base_image: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def layers(image: str) -> list[str]:
+        inspect = subprocess.run(
+            engine.storage_argv("inspect", "--type", "image", image),
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return json.loads(inspect.stdout)["Docker"]["rootfs"]["diff_ids"]
+
+    # the debootstrapped Debian base and one layer on it: toolchain, toolkit, cuDNN/NCCL together (vfs stores
+    # a full copy per layer)
+    base_layers, devel_layers = layers(base_image), layers(devel_image)
+    assert devel_layers[: len(base_layers)] == base_layers and len(devel_layers) == len(base_layers) + 1
+    data = json.loads(REPORT_FILE.read_text())["cuda_devel"]
     say(
         capsys,
-        f"CUDA devel image {image}: {size / 1e6:.0f} MB (base {base / 1e6:.0f} MB), built in {seconds:.0f} s",
+        f"CUDA devel image {devel_image}: {data['bytes'] / 1e6:.0f} MB (base {data['base_bytes'] / 1e6:.0f} MB), "
+        f"built in {data['seconds']:.0f} s",
     )
-    return image
 
 
 @pytest.fixture(scope="module")
