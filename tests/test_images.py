@@ -945,3 +945,44 @@ def test_install_cuda_toolkit_refuses_wheels_of_another_release(tmp_path: Path) 
     assert "nvcc from the wheels is CUDA 13.0, the recipe asks for 13.2" in done.stderr
     skipped = run_script("install_cuda_toolkit.sh", {**env, "KILN_CUDA_FROM": "nvidia"})
     assert skipped.returncode == 0 and "not pypi; skipping" in skipped.stdout
+
+
+def test_pip_config_is_passed_as_a_secret_file_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "pip.conf"
+    config.write_text("[global]\nindex-url = https://kiln:s3cr3t-index@mirror.example/simple\n")
+    for target in ("devel", "runtime"):
+        extra = ["--dist", str(tmp_path)] if target == "runtime" else []
+        if target == "runtime":
+            fake_wheel(tmp_path, "torch", "2.13.0+cpu")
+        rc = cli.main(
+            [
+                "images",
+                "--recipe",
+                str(CPU),
+                "--target",
+                target,
+                "--engine",
+                "buildah",
+                "--print",
+                "--pip-config",
+                str(config),
+                *extra,
+            ]
+        )
+        out = capsys.readouterr().out
+        assert rc == 0 and f"--secret id=pip_config,src={config}" in out and "s3cr3t" not in out
+    for name in ("Dockerfile.devel", "Dockerfile.runtime"):  # every step that runs pip mounts it
+        text = (ROOT / "docker" / name).read_text()
+        steps = [
+            step
+            for step in text.split("\nRUN ")[1:]
+            if re.search(r"install_(mkl|wheels)|pip install|torchkiln build", step)
+        ]
+        assert steps and all(
+            "--mount=type=secret,id=pip_config,target=/etc/pip.conf" in step for step in steps
+        ), name
+    assert cli.main(["images", "--recipe", str(CPU), "--print", "--pip-config", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err
+    assert "--pip-config" in err and "no such file" in err and "Traceback" not in err

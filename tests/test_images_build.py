@@ -200,3 +200,42 @@ def test_cache_secret_reaches_the_step_but_not_the_image(
     )
     assert "CCACHE_REMOTE_PASSWORD" in inspect.stdout  # the history is there: the RUN line names the variable
     assert password not in inspect.stdout
+
+
+def test_pip_config_reaches_the_pip_steps_but_not_the_image(
+    engine: Buildah, base_image: str, tmp_path: Path
+) -> None:
+    """--pip-config FILE: a mirror's index URL with credentials, mounted at /etc/pip.conf for the step only."""
+    password = "kiln-dummy-index-password-91ab"
+    config = tmp_path / "pip.conf"
+    config.write_text(f"[global]\nindex-url = https://kiln:{password}@mirror.invalid/simple\n")
+    req = BuildRequest(
+        dockerfile=ROOT / "tests" / "data" / "images" / "Dockerfile.pipconf",
+        context=ROOT,
+        target="",
+        tags=("localhost/torchkiln-pipconf-test:latest",),
+        build_args={"BASE_IMAGE": base_image},
+        secrets={"pip_config": config},
+        pull=False,
+    )
+    argv = engine.build_argv(req)
+    argv[argv.index("--target") : argv.index("--target") + 2] = []  # single stage: no target
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert password not in done.stdout + done.stderr
+    image = req.tags[0]
+    seen = run_in_image(
+        engine, image, ["sh", "-c", "cat /pip-conf-sha256; test -e /etc/pip.conf || echo gone"], capture=True
+    )
+    assert seen.stdout.split() == [hashlib.sha256(config.read_bytes()).hexdigest(), "gone"]
+    layout = tmp_path / "oci"
+    pushed = subprocess.run(
+        engine.storage_argv("push", "--disable-compression", image, f"oci:{layout}"),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert pushed.returncode == 0, pushed.stderr
+    blobs = list(_blobs(layout))
+    assert any(b"kiln-layer-canary-3d9a" in blob for blob in blobs), "the scan does not see layer contents"
+    assert not [i for i, blob in enumerate(blobs) if password.encode() in blob]

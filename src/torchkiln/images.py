@@ -34,6 +34,9 @@ FLAVOURS = ("devel", "wheels", "runtime")
 DEFAULT_REGISTRY = "localhost"
 IMAGE_NAME = "torchkiln"
 CACHE_SECRET_ID = "cache_password"
+# pip's configuration for every pip step of an image build (a package index mirror, its credentials):
+# a secret mounted at /etc/pip.conf (pip's global configuration file) for that step only.
+PIP_CONFIG_SECRET_ID = "pip_config"
 SOURCE_URL = "https://github.com/torchkiln/torchkiln"
 
 # Repository paths, relative to the build context (a torchkiln checkout).

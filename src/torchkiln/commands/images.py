@@ -34,6 +34,7 @@ from ..images import (
     CACHE_SECRET_ID,
     DOCKERFILES,
     FLAVOURS,
+    PIP_CONFIG_SECRET_ID,
     TOOLKIT_SOURCES,
     bake_file,
     devel_args,
@@ -102,6 +103,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="file holding the remote compiler cache's credential (--target wheels); it reaches "
         "the build only as a secret mount, never a layer",
+    )
+    parser.add_argument(
+        "--pip-config",
+        metavar="FILE",
+        help="pip configuration for the build's pip steps (e.g. a package index mirror and its credentials: "
+        "[global] index-url = ...); it reaches them only as a secret mounted at /etc/pip.conf, never a layer",
     )
     parser.add_argument(
         "--context", metavar="DIR", help="build context: the torchkiln checkout (default: found)"
@@ -219,6 +226,14 @@ def build_request(args: argparse.Namespace, *, context: Path) -> BuildRequest:
                         "cache.credentials_env (the variable the build reads the credential from)"
                     )
                 secrets[CACHE_SECRET_ID] = secret.resolve()
+    if args.pip_config:
+        pip_config = Path(args.pip_config)
+        if not pip_config.is_file():
+            raise UsageError(
+                f"--pip-config {pip_config}: no such file (valid: a pip configuration file, e.g. "
+                "~/.config/pip/pip.conf)"
+            )
+        secrets[PIP_CONFIG_SECRET_ID] = pip_config.resolve()
     tags = (image_tag(recipe, target, args.registry), *args.tag)
     return BuildRequest(
         dockerfile=context / DOCKERFILES[target],
