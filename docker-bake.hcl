@@ -53,7 +53,7 @@ target "torch-2_13-cpu-py311-devel" {
     "org.opencontainers.image.title"   = "torchkiln devel (torch-2.13-cpu-py311)"
     "org.opencontainers.image.version" = "2.13.0+cpu.kiln1"
     "io.torchkiln.recipe"              = "torch-2.13-cpu-py311"
-    "io.torchkiln.recipe-sha256"       = "889b9e49f12708932eff279a4e11af82a8a92e00ba1f7bad0f9850e8a07e0652"
+    "io.torchkiln.recipe-sha256"       = "d72ecc9539d94460d0ba9b20bf8f9f9295a9aa47bd08dd0ccb829960b8f84db6"
   }
 }
 
@@ -89,7 +89,7 @@ target "torch-2_13-cpu-py311-wheels" {
     "org.opencontainers.image.title"   = "torchkiln wheels (torch-2.13-cpu-py311)"
     "org.opencontainers.image.version" = "2.13.0+cpu.kiln1"
     "io.torchkiln.recipe"              = "torch-2.13-cpu-py311"
-    "io.torchkiln.recipe-sha256"       = "889b9e49f12708932eff279a4e11af82a8a92e00ba1f7bad0f9850e8a07e0652"
+    "io.torchkiln.recipe-sha256"       = "d72ecc9539d94460d0ba9b20bf8f9f9295a9aa47bd08dd0ccb829960b8f84db6"
   }
 }
 
@@ -113,14 +113,14 @@ target "torch-2_13-cpu-py311-runtime" {
     "KILN_TORCHVISION_COMMIT"  = ""
     "RECIPE_FILE"              = "torch-2.13-cpu-py311.toml"
     "RECIPE_NAME"              = "torch-2.13-cpu-py311"
-    "RECIPE_SHA256"            = "889b9e49f12708932eff279a4e11af82a8a92e00ba1f7bad0f9850e8a07e0652"
+    "RECIPE_SHA256"            = "d72ecc9539d94460d0ba9b20bf8f9f9295a9aa47bd08dd0ccb829960b8f84db6"
     "TORCHKILN_VERSION"        = "0.1.0"
   }
   tags       = ["${REGISTRY}/torchkiln:2.13.0-cpu-runtime"]
   labels     = {
     "org.opencontainers.image.title" = "torchkiln runtime (torch-2.13-cpu-py311)"
     "io.torchkiln.recipe"            = "torch-2.13-cpu-py311"
-    "io.torchkiln.recipe-sha256"     = "889b9e49f12708932eff279a4e11af82a8a92e00ba1f7bad0f9850e8a07e0652"
+    "io.torchkiln.recipe-sha256"     = "d72ecc9539d94460d0ba9b20bf8f9f9295a9aa47bd08dd0ccb829960b8f84db6"
   }
 }
 
@@ -155,7 +155,7 @@ target "torch-2_13-cu130-py312-devel" {
     "org.opencontainers.image.title"   = "torchkiln devel (torch-2.13-cu130-py312)"
     "org.opencontainers.image.version" = "2.13.0+cu130.kiln1"
     "io.torchkiln.recipe"              = "torch-2.13-cu130-py312"
-    "io.torchkiln.recipe-sha256"       = "a6f9341d29fb85c30dec7f1ad2ccbabc67d5eb5e14924081e31c949de4fd8890"
+    "io.torchkiln.recipe-sha256"       = "5331cc8e3f31f95ff8f86ff8142f96d21dce246a880a8528e5b76dfbb5201218"
   }
 }
 
@@ -191,7 +191,7 @@ target "torch-2_13-cu130-py312-wheels" {
     "org.opencontainers.image.title"   = "torchkiln wheels (torch-2.13-cu130-py312)"
     "org.opencontainers.image.version" = "2.13.0+cu130.kiln1"
     "io.torchkiln.recipe"              = "torch-2.13-cu130-py312"
-    "io.torchkiln.recipe-sha256"       = "a6f9341d29fb85c30dec7f1ad2ccbabc67d5eb5e14924081e31c949de4fd8890"
+    "io.torchkiln.recipe-sha256"       = "5331cc8e3f31f95ff8f86ff8142f96d21dce246a880a8528e5b76dfbb5201218"
   }
 }
 
@@ -215,14 +215,14 @@ target "torch-2_13-cu130-py312-runtime" {
     "KILN_TORCHVISION_COMMIT"  = ""
     "RECIPE_FILE"              = "torch-2.13-cu130-py312.toml"
     "RECIPE_NAME"              = "torch-2.13-cu130-py312"
-    "RECIPE_SHA256"            = "a6f9341d29fb85c30dec7f1ad2ccbabc67d5eb5e14924081e31c949de4fd8890"
+    "RECIPE_SHA256"            = "5331cc8e3f31f95ff8f86ff8142f96d21dce246a880a8528e5b76dfbb5201218"
     "TORCHKILN_VERSION"        = "0.1.0"
   }
   tags       = ["${REGISTRY}/torchkiln:2.13.0-cu130-runtime"]
   labels     = {
     "org.opencontainers.image.title" = "torchkiln runtime (torch-2.13-cu130-py312)"
     "io.torchkiln.recipe"            = "torch-2.13-cu130-py312"
-    "io.torchkiln.recipe-sha256"     = "a6f9341d29fb85c30dec7f1ad2ccbabc67d5eb5e14924081e31c949de4fd8890"
+    "io.torchkiln.recipe-sha256"     = "5331cc8e3f31f95ff8f86ff8142f96d21dce246a880a8528e5b76dfbb5201218"
   }
 }
 
@@ -257,7 +257,7 @@ target "torch-2_14-cu126-py312-devel" {
     "org.opencontainers.image.title"   = "torchkiln devel (torch-2.14-cu126-py312)"
     "org.opencontainers.image.version" = "2.14.0+cu126.kiln1"
     "io.torchkiln.recipe"              = "torch-2.14-cu126-py312"
-    "io.torchkiln.recipe-sha256"       = "501f5d2db7f53f72770f14d7b2bc35e871a11d13f20dff30f2bb2ff8d2a21ea9"
+    "io.torchkiln.recipe-sha256"       = "7c10f6500404ef4b696c86ef25f086c0a1d759294c1063a6c4688270db259d9f"
   }
 }
 
@@ -293,7 +293,7 @@ target "torch-2_14-cu126-py312-wheels" {
     "org.opencontainers.image.title"   = "torchkiln wheels (torch-2.14-cu126-py312)"
     "org.opencontainers.image.version" = "2.14.0+cu126.kiln1"
     "io.torchkiln.recipe"              = "torch-2.14-cu126-py312"
-    "io.torchkiln.recipe-sha256"       = "501f5d2db7f53f72770f14d7b2bc35e871a11d13f20dff30f2bb2ff8d2a21ea9"
+    "io.torchkiln.recipe-sha256"       = "7c10f6500404ef4b696c86ef25f086c0a1d759294c1063a6c4688270db259d9f"
   }
 }
 
@@ -317,14 +317,14 @@ target "torch-2_14-cu126-py312-runtime" {
     "KILN_TORCHVISION_COMMIT"  = ""
     "RECIPE_FILE"              = "torch-2.14-cu126-py312.toml"
     "RECIPE_NAME"              = "torch-2.14-cu126-py312"
-    "RECIPE_SHA256"            = "501f5d2db7f53f72770f14d7b2bc35e871a11d13f20dff30f2bb2ff8d2a21ea9"
+    "RECIPE_SHA256"            = "7c10f6500404ef4b696c86ef25f086c0a1d759294c1063a6c4688270db259d9f"
     "TORCHKILN_VERSION"        = "0.1.0"
   }
   tags       = ["${REGISTRY}/torchkiln:2.14.0-cu126-runtime"]
   labels     = {
     "org.opencontainers.image.title" = "torchkiln runtime (torch-2.14-cu126-py312)"
     "io.torchkiln.recipe"            = "torch-2.14-cu126-py312"
-    "io.torchkiln.recipe-sha256"     = "501f5d2db7f53f72770f14d7b2bc35e871a11d13f20dff30f2bb2ff8d2a21ea9"
+    "io.torchkiln.recipe-sha256"     = "7c10f6500404ef4b696c86ef25f086c0a1d759294c1063a6c4688270db259d9f"
   }
 }
 
@@ -359,7 +359,7 @@ target "torch-2_14-cu130-py312-devel" {
     "org.opencontainers.image.title"   = "torchkiln devel (torch-2.14-cu130-py312)"
     "org.opencontainers.image.version" = "2.14.0+cu130.kiln1"
     "io.torchkiln.recipe"              = "torch-2.14-cu130-py312"
-    "io.torchkiln.recipe-sha256"       = "87cb9a71b1be722093378edd7bd0b0f84721820ef676338fda77e442de29eabe"
+    "io.torchkiln.recipe-sha256"       = "2a576f3fa73d357d580ddbebe320fc07ae57edaef30d18f28be29ac123065a4d"
   }
 }
 
@@ -395,7 +395,7 @@ target "torch-2_14-cu130-py312-wheels" {
     "org.opencontainers.image.title"   = "torchkiln wheels (torch-2.14-cu130-py312)"
     "org.opencontainers.image.version" = "2.14.0+cu130.kiln1"
     "io.torchkiln.recipe"              = "torch-2.14-cu130-py312"
-    "io.torchkiln.recipe-sha256"       = "87cb9a71b1be722093378edd7bd0b0f84721820ef676338fda77e442de29eabe"
+    "io.torchkiln.recipe-sha256"       = "2a576f3fa73d357d580ddbebe320fc07ae57edaef30d18f28be29ac123065a4d"
   }
 }
 
@@ -419,13 +419,13 @@ target "torch-2_14-cu130-py312-runtime" {
     "KILN_TORCHVISION_COMMIT"  = ""
     "RECIPE_FILE"              = "torch-2.14-cu130-py312.toml"
     "RECIPE_NAME"              = "torch-2.14-cu130-py312"
-    "RECIPE_SHA256"            = "87cb9a71b1be722093378edd7bd0b0f84721820ef676338fda77e442de29eabe"
+    "RECIPE_SHA256"            = "2a576f3fa73d357d580ddbebe320fc07ae57edaef30d18f28be29ac123065a4d"
     "TORCHKILN_VERSION"        = "0.1.0"
   }
   tags       = ["${REGISTRY}/torchkiln:2.14.0-cu130-runtime"]
   labels     = {
     "org.opencontainers.image.title" = "torchkiln runtime (torch-2.14-cu130-py312)"
     "io.torchkiln.recipe"            = "torch-2.14-cu130-py312"
-    "io.torchkiln.recipe-sha256"     = "87cb9a71b1be722093378edd7bd0b0f84721820ef676338fda77e442de29eabe"
+    "io.torchkiln.recipe-sha256"     = "2a576f3fa73d357d580ddbebe320fc07ae57edaef30d18f28be29ac123065a4d"
   }
 }

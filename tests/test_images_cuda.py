@@ -215,6 +215,26 @@ def test_cuda_runtime_image_runs_upstream_torch_and_passes_the_verify_suite(
     venv_bytes = int(lines[7])
     assert lines[8].split() == ["2.13.0+cu130", "0.28.0+cu130", "13.0", "92000"]
 
+    inspect = subprocess.run(
+        engine.storage_argv("inspect", "--type", "image", image), capture_output=True, text=True, check=True
+    )
+    config = json.loads(inspect.stdout)["Docker"]["config"]
+    assert config["User"] == "10001:10001"
+    assert config["Labels"]["io.torchkiln.cuda"] == "13.0"
+    # the installed distribution's version (PyPI's wheel metadata has no local label; torch.__version__ has)
+    assert config["Labels"]["io.torchkiln.torch-version"] == "2.13.0"
+    assert config["Labels"]["io.torchkiln.torch-commit"] == recipe.torch.commit
+
+    size, base = stored_size(engine, image), stored_size(engine, base_image)
+    assert size <= base + venv_bytes + 150e6, (size, base, venv_bytes)
+    measured = {
+        "seconds": round(build_seconds, 1),
+        "bytes": size,
+        "base_bytes": base,
+        "venv_bytes": venv_bytes,
+    }
+    report("cuda_runtime", measured)  # before the suite runs: the numbers are kept whatever it finds
+
     start = time.monotonic()
     verify = run_in_image(
         engine,
@@ -228,29 +248,7 @@ def test_cuda_runtime_image_runs_upstream_torch_and_passes_the_verify_suite(
     assert verify.returncode == 0, verify.stdout[-8000:] + verify.stderr[-3000:]
     assert "failed" not in summary and "passed" in summary, summary
 
-    inspect = subprocess.run(
-        engine.storage_argv("inspect", "--type", "image", image), capture_output=True, text=True, check=True
-    )
-    config = json.loads(inspect.stdout)["Docker"]["config"]
-    assert config["User"] == "10001:10001"
-    assert config["Labels"]["io.torchkiln.cuda"] == "13.0"
-    # the installed distribution's version (PyPI's wheel metadata has no local label; torch.__version__ has)
-    assert config["Labels"]["io.torchkiln.torch-version"] == "2.13.0"
-    assert config["Labels"]["io.torchkiln.torch-commit"] == recipe.torch.commit
-
-    size, base = stored_size(engine, image), stored_size(engine, base_image)
-    assert size <= base + venv_bytes + 150e6, (size, base, venv_bytes)
-    report(
-        "cuda_runtime",
-        {
-            "seconds": round(build_seconds, 1),
-            "verify_seconds": round(verify_seconds, 1),
-            "bytes": size,
-            "base_bytes": base,
-            "venv_bytes": venv_bytes,
-            "verify": summary,
-        },
-    )
+    report("cuda_runtime", {**measured, "verify_seconds": round(verify_seconds, 1), "verify": summary})
     say(
         capsys,
         f"CUDA runtime image {image}: {size / 1e6:.0f} MB = base {base / 1e6:.0f} MB + venv "

@@ -325,15 +325,21 @@ def test_unknown_command_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_vision_features_default_per_accelerator_and_nvjpeg_needs_cuda(tmp_path: Path) -> None:
-    cuda = load_recipe(CUDA_RECIPE)
+    # recipes without [torchvision.features]: what upstream's wheels have
+    cuda = load_recipe(ROOT / "tests" / "reference" / "recipes" / "upstream-2.13.0-cu130-py311.toml")
     assert cuda.vision.enabled == ("png", "jpeg", "webp", "nvjpeg")
-    cpu = load_recipe(ROOT / "recipes" / "torch-2.13-cpu-py311.toml")
+    cpu = load_recipe(ROOT / "tests" / "data" / "ext-cpu-test.toml")
     assert cpu.vision.enabled == ("png", "jpeg", "webp")
     text = (ROOT / "recipes" / "torch-2.13-cpu-py311.toml").read_text()
-    bad = text.replace("[python]", "[torchvision.features]\nnvjpeg = true\n\n[python]", 1)
+    assert load_recipe(ROOT / "recipes" / "torch-2.13-cpu-py311.toml").vision.enabled == (
+        "png",
+        "jpeg",
+        "webp",
+    )
+    bad = text.replace("webp = true\n", "webp = true\nnvjpeg = true\n", 1)
     with pytest.raises(RecipeError, match=r"torchvision.features.nvjpeg: needs CUDA"):
         parse_recipe(bad.encode(), "n.toml")
-    unknown = text.replace("[python]", "[torchvision.features]\navif = true\n\n[python]", 1)
+    unknown = text.replace("webp = true\n", "webp = true\navif = true\n", 1)
     with pytest.raises(
         RecipeError, match=r"torchvision.features.avif: unknown key \(valid: ffmpeg, jpeg, nvjpeg"
     ):
