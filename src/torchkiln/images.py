@@ -93,8 +93,9 @@ class PypiToolkit:
 # The components of a devel toolkit. Upstream's torch 2.13.0/2.14.0+cu130 wheels run on
 # cuda-toolkit[cublas,cudart,cufft,cufile,cupti,curand,cusolver,cusparse,nvjitlink,nvrtc,nvtx]==13.0.3 (their
 # METADATA Requires-Dist); building adds the compiler (nvcc, crt, nvvm, cccl: nvcc's own headers), culibos
-# (static helpers CMake's FindCUDAToolkit attaches to cuBLAS/cuFFT), profiler (cuda_profiler_api.h,
-# cudaProfiler.h), nvml (nvml.h) and nvjpeg (torchvision's GPU JPEG codec, TORCHVISION_USE_NVJPEG).
+# (static helpers CMake's FindCUDAToolkit attaches to cuBLAS and cuFILE), profiler and nvml (headers NVIDIA's
+# devel images carry too: cuda_profiler_api.h, cudaProfiler.h, nvml.h; the libcuda stub reads cudaProfiler.h)
+# and nvjpeg (torchvision's GPU JPEG codec, TORCHVISION_USE_NVJPEG).
 TOOLKIT_EXTRAS = (
     "cccl",
     "crt",
