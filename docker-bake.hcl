@@ -34,6 +34,8 @@ target "torch-2_13-cpu-py311-devel" {
     "KILN_PYTHON"           = "3.11"
     "KILN_GCC"              = ""
     "KILN_CUDA"             = ""
+    "KILN_CUDA_FROM"        = ""
+    "KILN_CUDA_WHEELS"      = ""
     "KILN_CUDNN"            = ""
     "KILN_NCCL"             = ""
     "KILN_CUDA_ARCH_LIST"   = ""
@@ -42,6 +44,7 @@ target "torch-2_13-cpu-py311-devel" {
     "KILN_MAGMA_VERSION"    = ""
     "KILN_MAGMA_URL"        = ""
     "KILN_MAGMA_SHA256"     = ""
+    "KILN_VISION_PACKAGES"  = "libpng-dev libjpeg-dev libwebp-dev"
     "RECIPE_FILE"           = "torch-2.13-cpu-py311.toml"
     "CACHE_CREDENTIALS_ENV" = ""
   }
@@ -50,7 +53,7 @@ target "torch-2_13-cpu-py311-devel" {
     "org.opencontainers.image.title"   = "torchkiln devel (torch-2.13-cpu-py311)"
     "org.opencontainers.image.version" = "2.13.0+cpu.kiln1"
     "io.torchkiln.recipe"              = "torch-2.13-cpu-py311"
-    "io.torchkiln.recipe-sha256"       = "655933a4b64c06e0a50ab86f8a3512ba7cf4f30e8739b88f23b7a7b0625fbf0d"
+    "io.torchkiln.recipe-sha256"       = "fd7111e16e667bd00c8657508009e8a752e49b0993bae2283732610170b33164"
   }
 }
 
@@ -66,6 +69,8 @@ target "torch-2_13-cpu-py311-wheels" {
     "KILN_PYTHON"           = "3.11"
     "KILN_GCC"              = ""
     "KILN_CUDA"             = ""
+    "KILN_CUDA_FROM"        = ""
+    "KILN_CUDA_WHEELS"      = ""
     "KILN_CUDNN"            = ""
     "KILN_NCCL"             = ""
     "KILN_CUDA_ARCH_LIST"   = ""
@@ -74,6 +79,7 @@ target "torch-2_13-cpu-py311-wheels" {
     "KILN_MAGMA_VERSION"    = ""
     "KILN_MAGMA_URL"        = ""
     "KILN_MAGMA_SHA256"     = ""
+    "KILN_VISION_PACKAGES"  = "libpng-dev libjpeg-dev libwebp-dev"
     "RECIPE_FILE"           = "torch-2.13-cpu-py311.toml"
     "CACHE_CREDENTIALS_ENV" = ""
   }
@@ -83,7 +89,7 @@ target "torch-2_13-cpu-py311-wheels" {
     "org.opencontainers.image.title"   = "torchkiln wheels (torch-2.13-cpu-py311)"
     "org.opencontainers.image.version" = "2.13.0+cpu.kiln1"
     "io.torchkiln.recipe"              = "torch-2.13-cpu-py311"
-    "io.torchkiln.recipe-sha256"       = "655933a4b64c06e0a50ab86f8a3512ba7cf4f30e8739b88f23b7a7b0625fbf0d"
+    "io.torchkiln.recipe-sha256"       = "fd7111e16e667bd00c8657508009e8a752e49b0993bae2283732610170b33164"
   }
 }
 
@@ -107,14 +113,14 @@ target "torch-2_13-cpu-py311-runtime" {
     "KILN_TORCHVISION_COMMIT"  = ""
     "RECIPE_FILE"              = "torch-2.13-cpu-py311.toml"
     "RECIPE_NAME"              = "torch-2.13-cpu-py311"
-    "RECIPE_SHA256"            = "655933a4b64c06e0a50ab86f8a3512ba7cf4f30e8739b88f23b7a7b0625fbf0d"
+    "RECIPE_SHA256"            = "fd7111e16e667bd00c8657508009e8a752e49b0993bae2283732610170b33164"
     "TORCHKILN_VERSION"        = "0.1.0"
   }
   tags       = ["${REGISTRY}/torchkiln:2.13.0-cpu-runtime"]
   labels     = {
     "org.opencontainers.image.title" = "torchkiln runtime (torch-2.13-cpu-py311)"
     "io.torchkiln.recipe"            = "torch-2.13-cpu-py311"
-    "io.torchkiln.recipe-sha256"     = "655933a4b64c06e0a50ab86f8a3512ba7cf4f30e8739b88f23b7a7b0625fbf0d"
+    "io.torchkiln.recipe-sha256"     = "fd7111e16e667bd00c8657508009e8a752e49b0993bae2283732610170b33164"
   }
 }
 
@@ -126,10 +132,12 @@ target "torch-2_13-cu130-py312-devel" {
     "recipe" = "recipes"
   }
   args       = {
-    "BASE_IMAGE"            = "nvidia/cuda:13.0.2-devel-ubuntu24.04"
+    "BASE_IMAGE"            = "ubuntu:24.04"
     "KILN_PYTHON"           = "3.12"
     "KILN_GCC"              = "13"
     "KILN_CUDA"             = "13.0"
+    "KILN_CUDA_FROM"        = "pypi"
+    "KILN_CUDA_WHEELS"      = "cuda-toolkit[cccl,crt,cublas,cudart,cufft,cufile,culibos,cupti,curand,cusolver,cusparse,nvcc,nvjitlink,nvjpeg,nvml,nvrtc,nvtx,nvvm,profiler]==13.0.3 nvidia-nvjitlink==13.0.88 nvidia-cusparselt-cu13==0.8.1 nvidia-nvshmem-cu13==3.4.5"
     "KILN_CUDNN"            = "9.20.0.48"
     "KILN_NCCL"             = "2.29.7"
     "KILN_CUDA_ARCH_LIST"   = "7.5;8.0;8.6;9.0;10.0;12.0"
@@ -138,6 +146,7 @@ target "torch-2_13-cu130-py312-devel" {
     "KILN_MAGMA_VERSION"    = "2.6.1"
     "KILN_MAGMA_URL"        = "https://icl.utk.edu/projectsfiles/magma/downloads/magma-2.6.1.tar.gz"
     "KILN_MAGMA_SHA256"     = "6cd83808c6e8bc7a44028e05112b3ab4e579bcc73202ed14733f66661127e213"
+    "KILN_VISION_PACKAGES"  = "libpng-dev libjpeg-dev libwebp-dev"
     "RECIPE_FILE"           = "torch-2.13-cu130-py312.toml"
     "CACHE_CREDENTIALS_ENV" = ""
   }
@@ -146,7 +155,7 @@ target "torch-2_13-cu130-py312-devel" {
     "org.opencontainers.image.title"   = "torchkiln devel (torch-2.13-cu130-py312)"
     "org.opencontainers.image.version" = "2.13.0+cu130.kiln1"
     "io.torchkiln.recipe"              = "torch-2.13-cu130-py312"
-    "io.torchkiln.recipe-sha256"       = "51f5c1a8a79eff298cd0aae1609a2efd038ed9f114520688858718b91faf8f52"
+    "io.torchkiln.recipe-sha256"       = "d0820aa8e48e51716b9c789c196fcb48be6f4acb993375ba70323ea0f33d33a7"
   }
 }
 
@@ -158,10 +167,12 @@ target "torch-2_13-cu130-py312-wheels" {
     "recipe" = "recipes"
   }
   args       = {
-    "BASE_IMAGE"            = "nvidia/cuda:13.0.2-devel-ubuntu24.04"
+    "BASE_IMAGE"            = "ubuntu:24.04"
     "KILN_PYTHON"           = "3.12"
     "KILN_GCC"              = "13"
     "KILN_CUDA"             = "13.0"
+    "KILN_CUDA_FROM"        = "pypi"
+    "KILN_CUDA_WHEELS"      = "cuda-toolkit[cccl,crt,cublas,cudart,cufft,cufile,culibos,cupti,curand,cusolver,cusparse,nvcc,nvjitlink,nvjpeg,nvml,nvrtc,nvtx,nvvm,profiler]==13.0.3 nvidia-nvjitlink==13.0.88 nvidia-cusparselt-cu13==0.8.1 nvidia-nvshmem-cu13==3.4.5"
     "KILN_CUDNN"            = "9.20.0.48"
     "KILN_NCCL"             = "2.29.7"
     "KILN_CUDA_ARCH_LIST"   = "7.5;8.0;8.6;9.0;10.0;12.0"
@@ -170,6 +181,7 @@ target "torch-2_13-cu130-py312-wheels" {
     "KILN_MAGMA_VERSION"    = "2.6.1"
     "KILN_MAGMA_URL"        = "https://icl.utk.edu/projectsfiles/magma/downloads/magma-2.6.1.tar.gz"
     "KILN_MAGMA_SHA256"     = "6cd83808c6e8bc7a44028e05112b3ab4e579bcc73202ed14733f66661127e213"
+    "KILN_VISION_PACKAGES"  = "libpng-dev libjpeg-dev libwebp-dev"
     "RECIPE_FILE"           = "torch-2.13-cu130-py312.toml"
     "CACHE_CREDENTIALS_ENV" = ""
   }
@@ -179,7 +191,7 @@ target "torch-2_13-cu130-py312-wheels" {
     "org.opencontainers.image.title"   = "torchkiln wheels (torch-2.13-cu130-py312)"
     "org.opencontainers.image.version" = "2.13.0+cu130.kiln1"
     "io.torchkiln.recipe"              = "torch-2.13-cu130-py312"
-    "io.torchkiln.recipe-sha256"       = "51f5c1a8a79eff298cd0aae1609a2efd038ed9f114520688858718b91faf8f52"
+    "io.torchkiln.recipe-sha256"       = "d0820aa8e48e51716b9c789c196fcb48be6f4acb993375ba70323ea0f33d33a7"
   }
 }
 
@@ -192,7 +204,7 @@ target "torch-2_13-cu130-py312-runtime" {
     "recipe" = "recipes"
   }
   args       = {
-    "BASE_IMAGE"               = "nvidia/cuda:13.0.2-runtime-ubuntu24.04"
+    "BASE_IMAGE"               = "ubuntu:24.04"
     "KILN_PYTHON"              = "3.12"
     "KILN_CUDA"                = "13.0"
     "KILN_CUDNN"               = "9.20.0.48"
@@ -203,14 +215,14 @@ target "torch-2_13-cu130-py312-runtime" {
     "KILN_TORCHVISION_COMMIT"  = ""
     "RECIPE_FILE"              = "torch-2.13-cu130-py312.toml"
     "RECIPE_NAME"              = "torch-2.13-cu130-py312"
-    "RECIPE_SHA256"            = "51f5c1a8a79eff298cd0aae1609a2efd038ed9f114520688858718b91faf8f52"
+    "RECIPE_SHA256"            = "d0820aa8e48e51716b9c789c196fcb48be6f4acb993375ba70323ea0f33d33a7"
     "TORCHKILN_VERSION"        = "0.1.0"
   }
   tags       = ["${REGISTRY}/torchkiln:2.13.0-cu130-runtime"]
   labels     = {
     "org.opencontainers.image.title" = "torchkiln runtime (torch-2.13-cu130-py312)"
     "io.torchkiln.recipe"            = "torch-2.13-cu130-py312"
-    "io.torchkiln.recipe-sha256"     = "51f5c1a8a79eff298cd0aae1609a2efd038ed9f114520688858718b91faf8f52"
+    "io.torchkiln.recipe-sha256"     = "d0820aa8e48e51716b9c789c196fcb48be6f4acb993375ba70323ea0f33d33a7"
   }
 }
 
@@ -226,6 +238,8 @@ target "torch-2_14-cu126-py312-devel" {
     "KILN_PYTHON"           = "3.12"
     "KILN_GCC"              = "13"
     "KILN_CUDA"             = "12.6"
+    "KILN_CUDA_FROM"        = "nvidia"
+    "KILN_CUDA_WHEELS"      = ""
     "KILN_CUDNN"            = "9.10.2.21"
     "KILN_NCCL"             = "2.29.3"
     "KILN_CUDA_ARCH_LIST"   = "5.0;6.0;7.0;7.5;8.0;8.6;9.0"
@@ -234,6 +248,7 @@ target "torch-2_14-cu126-py312-devel" {
     "KILN_MAGMA_VERSION"    = "2.6.1"
     "KILN_MAGMA_URL"        = "https://icl.utk.edu/projectsfiles/magma/downloads/magma-2.6.1.tar.gz"
     "KILN_MAGMA_SHA256"     = "6cd83808c6e8bc7a44028e05112b3ab4e579bcc73202ed14733f66661127e213"
+    "KILN_VISION_PACKAGES"  = "libpng-dev libjpeg-dev libwebp-dev"
     "RECIPE_FILE"           = "torch-2.14-cu126-py312.toml"
     "CACHE_CREDENTIALS_ENV" = ""
   }
@@ -242,7 +257,7 @@ target "torch-2_14-cu126-py312-devel" {
     "org.opencontainers.image.title"   = "torchkiln devel (torch-2.14-cu126-py312)"
     "org.opencontainers.image.version" = "2.14.0+cu126.kiln1"
     "io.torchkiln.recipe"              = "torch-2.14-cu126-py312"
-    "io.torchkiln.recipe-sha256"       = "e40c910e7fc0db9f0c96a24e1bdea7618739d749b9d219b70da5188b4aabfb6d"
+    "io.torchkiln.recipe-sha256"       = "f3ff75ff5e92f96ccd1b880bfdd56f2da5aefc184a8f0199fdd8b8623d546ae0"
   }
 }
 
@@ -258,6 +273,8 @@ target "torch-2_14-cu126-py312-wheels" {
     "KILN_PYTHON"           = "3.12"
     "KILN_GCC"              = "13"
     "KILN_CUDA"             = "12.6"
+    "KILN_CUDA_FROM"        = "nvidia"
+    "KILN_CUDA_WHEELS"      = ""
     "KILN_CUDNN"            = "9.10.2.21"
     "KILN_NCCL"             = "2.29.3"
     "KILN_CUDA_ARCH_LIST"   = "5.0;6.0;7.0;7.5;8.0;8.6;9.0"
@@ -266,6 +283,7 @@ target "torch-2_14-cu126-py312-wheels" {
     "KILN_MAGMA_VERSION"    = "2.6.1"
     "KILN_MAGMA_URL"        = "https://icl.utk.edu/projectsfiles/magma/downloads/magma-2.6.1.tar.gz"
     "KILN_MAGMA_SHA256"     = "6cd83808c6e8bc7a44028e05112b3ab4e579bcc73202ed14733f66661127e213"
+    "KILN_VISION_PACKAGES"  = "libpng-dev libjpeg-dev libwebp-dev"
     "RECIPE_FILE"           = "torch-2.14-cu126-py312.toml"
     "CACHE_CREDENTIALS_ENV" = ""
   }
@@ -275,7 +293,7 @@ target "torch-2_14-cu126-py312-wheels" {
     "org.opencontainers.image.title"   = "torchkiln wheels (torch-2.14-cu126-py312)"
     "org.opencontainers.image.version" = "2.14.0+cu126.kiln1"
     "io.torchkiln.recipe"              = "torch-2.14-cu126-py312"
-    "io.torchkiln.recipe-sha256"       = "e40c910e7fc0db9f0c96a24e1bdea7618739d749b9d219b70da5188b4aabfb6d"
+    "io.torchkiln.recipe-sha256"       = "f3ff75ff5e92f96ccd1b880bfdd56f2da5aefc184a8f0199fdd8b8623d546ae0"
   }
 }
 
@@ -299,14 +317,14 @@ target "torch-2_14-cu126-py312-runtime" {
     "KILN_TORCHVISION_COMMIT"  = ""
     "RECIPE_FILE"              = "torch-2.14-cu126-py312.toml"
     "RECIPE_NAME"              = "torch-2.14-cu126-py312"
-    "RECIPE_SHA256"            = "e40c910e7fc0db9f0c96a24e1bdea7618739d749b9d219b70da5188b4aabfb6d"
+    "RECIPE_SHA256"            = "f3ff75ff5e92f96ccd1b880bfdd56f2da5aefc184a8f0199fdd8b8623d546ae0"
     "TORCHKILN_VERSION"        = "0.1.0"
   }
   tags       = ["${REGISTRY}/torchkiln:2.14.0-cu126-runtime"]
   labels     = {
     "org.opencontainers.image.title" = "torchkiln runtime (torch-2.14-cu126-py312)"
     "io.torchkiln.recipe"            = "torch-2.14-cu126-py312"
-    "io.torchkiln.recipe-sha256"     = "e40c910e7fc0db9f0c96a24e1bdea7618739d749b9d219b70da5188b4aabfb6d"
+    "io.torchkiln.recipe-sha256"     = "f3ff75ff5e92f96ccd1b880bfdd56f2da5aefc184a8f0199fdd8b8623d546ae0"
   }
 }
 
@@ -318,10 +336,12 @@ target "torch-2_14-cu130-py312-devel" {
     "recipe" = "recipes"
   }
   args       = {
-    "BASE_IMAGE"            = "nvidia/cuda:13.0.2-devel-ubuntu24.04"
+    "BASE_IMAGE"            = "ubuntu:24.04"
     "KILN_PYTHON"           = "3.12"
     "KILN_GCC"              = "13"
     "KILN_CUDA"             = "13.0"
+    "KILN_CUDA_FROM"        = "pypi"
+    "KILN_CUDA_WHEELS"      = "cuda-toolkit[cccl,crt,cublas,cudart,cufft,cufile,culibos,cupti,curand,cusolver,cusparse,nvcc,nvjitlink,nvjpeg,nvml,nvrtc,nvtx,nvvm,profiler]==13.0.3 nvidia-nvjitlink==13.0.88 nvidia-cusparselt-cu13==0.8.1 nvidia-nvshmem-cu13==3.4.5"
     "KILN_CUDNN"            = "9.24.0.43"
     "KILN_NCCL"             = "2.30.7"
     "KILN_CUDA_ARCH_LIST"   = "7.5;8.0;8.6;9.0;10.0;12.0"
@@ -330,6 +350,7 @@ target "torch-2_14-cu130-py312-devel" {
     "KILN_MAGMA_VERSION"    = "2.6.1"
     "KILN_MAGMA_URL"        = "https://icl.utk.edu/projectsfiles/magma/downloads/magma-2.6.1.tar.gz"
     "KILN_MAGMA_SHA256"     = "6cd83808c6e8bc7a44028e05112b3ab4e579bcc73202ed14733f66661127e213"
+    "KILN_VISION_PACKAGES"  = "libpng-dev libjpeg-dev libwebp-dev"
     "RECIPE_FILE"           = "torch-2.14-cu130-py312.toml"
     "CACHE_CREDENTIALS_ENV" = ""
   }
@@ -338,7 +359,7 @@ target "torch-2_14-cu130-py312-devel" {
     "org.opencontainers.image.title"   = "torchkiln devel (torch-2.14-cu130-py312)"
     "org.opencontainers.image.version" = "2.14.0+cu130.kiln1"
     "io.torchkiln.recipe"              = "torch-2.14-cu130-py312"
-    "io.torchkiln.recipe-sha256"       = "6291795bd2475b55d61dd47beff3b941970226ab35dac8f0ebb3b30dd4101447"
+    "io.torchkiln.recipe-sha256"       = "6f2e148c2ea14f47af6c4b53d89df29a95ee5129ef6167e4e99f01917de4af79"
   }
 }
 
@@ -350,10 +371,12 @@ target "torch-2_14-cu130-py312-wheels" {
     "recipe" = "recipes"
   }
   args       = {
-    "BASE_IMAGE"            = "nvidia/cuda:13.0.2-devel-ubuntu24.04"
+    "BASE_IMAGE"            = "ubuntu:24.04"
     "KILN_PYTHON"           = "3.12"
     "KILN_GCC"              = "13"
     "KILN_CUDA"             = "13.0"
+    "KILN_CUDA_FROM"        = "pypi"
+    "KILN_CUDA_WHEELS"      = "cuda-toolkit[cccl,crt,cublas,cudart,cufft,cufile,culibos,cupti,curand,cusolver,cusparse,nvcc,nvjitlink,nvjpeg,nvml,nvrtc,nvtx,nvvm,profiler]==13.0.3 nvidia-nvjitlink==13.0.88 nvidia-cusparselt-cu13==0.8.1 nvidia-nvshmem-cu13==3.4.5"
     "KILN_CUDNN"            = "9.24.0.43"
     "KILN_NCCL"             = "2.30.7"
     "KILN_CUDA_ARCH_LIST"   = "7.5;8.0;8.6;9.0;10.0;12.0"
@@ -362,6 +385,7 @@ target "torch-2_14-cu130-py312-wheels" {
     "KILN_MAGMA_VERSION"    = "2.6.1"
     "KILN_MAGMA_URL"        = "https://icl.utk.edu/projectsfiles/magma/downloads/magma-2.6.1.tar.gz"
     "KILN_MAGMA_SHA256"     = "6cd83808c6e8bc7a44028e05112b3ab4e579bcc73202ed14733f66661127e213"
+    "KILN_VISION_PACKAGES"  = "libpng-dev libjpeg-dev libwebp-dev"
     "RECIPE_FILE"           = "torch-2.14-cu130-py312.toml"
     "CACHE_CREDENTIALS_ENV" = ""
   }
@@ -371,7 +395,7 @@ target "torch-2_14-cu130-py312-wheels" {
     "org.opencontainers.image.title"   = "torchkiln wheels (torch-2.14-cu130-py312)"
     "org.opencontainers.image.version" = "2.14.0+cu130.kiln1"
     "io.torchkiln.recipe"              = "torch-2.14-cu130-py312"
-    "io.torchkiln.recipe-sha256"       = "6291795bd2475b55d61dd47beff3b941970226ab35dac8f0ebb3b30dd4101447"
+    "io.torchkiln.recipe-sha256"       = "6f2e148c2ea14f47af6c4b53d89df29a95ee5129ef6167e4e99f01917de4af79"
   }
 }
 
@@ -384,7 +408,7 @@ target "torch-2_14-cu130-py312-runtime" {
     "recipe" = "recipes"
   }
   args       = {
-    "BASE_IMAGE"               = "nvidia/cuda:13.0.2-runtime-ubuntu24.04"
+    "BASE_IMAGE"               = "ubuntu:24.04"
     "KILN_PYTHON"              = "3.12"
     "KILN_CUDA"                = "13.0"
     "KILN_CUDNN"               = "9.24.0.43"
@@ -395,14 +419,14 @@ target "torch-2_14-cu130-py312-runtime" {
     "KILN_TORCHVISION_COMMIT"  = ""
     "RECIPE_FILE"              = "torch-2.14-cu130-py312.toml"
     "RECIPE_NAME"              = "torch-2.14-cu130-py312"
-    "RECIPE_SHA256"            = "6291795bd2475b55d61dd47beff3b941970226ab35dac8f0ebb3b30dd4101447"
+    "RECIPE_SHA256"            = "6f2e148c2ea14f47af6c4b53d89df29a95ee5129ef6167e4e99f01917de4af79"
     "TORCHKILN_VERSION"        = "0.1.0"
   }
   tags       = ["${REGISTRY}/torchkiln:2.14.0-cu130-runtime"]
   labels     = {
     "org.opencontainers.image.title" = "torchkiln runtime (torch-2.14-cu130-py312)"
     "io.torchkiln.recipe"            = "torch-2.14-cu130-py312"
-    "io.torchkiln.recipe-sha256"     = "6291795bd2475b55d61dd47beff3b941970226ab35dac8f0ebb3b30dd4101447"
+    "io.torchkiln.recipe-sha256"     = "6f2e148c2ea14f47af6c4b53d89df29a95ee5129ef6167e4e99f01917de4af79"
   }
 }
 
@@ -418,6 +442,8 @@ target "torch-2_15-cu132-py312-devel" {
     "KILN_PYTHON"           = "3.12"
     "KILN_GCC"              = "13"
     "KILN_CUDA"             = "13.2"
+    "KILN_CUDA_FROM"        = "nvidia"
+    "KILN_CUDA_WHEELS"      = ""
     "KILN_CUDNN"            = "9.26.0.51"
     "KILN_NCCL"             = "2.30.7"
     "KILN_CUDA_ARCH_LIST"   = "7.5;8.0;8.6;9.0;10.0;12.0"
@@ -426,6 +452,7 @@ target "torch-2_15-cu132-py312-devel" {
     "KILN_MAGMA_VERSION"    = "2.6.1"
     "KILN_MAGMA_URL"        = "https://icl.utk.edu/projectsfiles/magma/downloads/magma-2.6.1.tar.gz"
     "KILN_MAGMA_SHA256"     = "6cd83808c6e8bc7a44028e05112b3ab4e579bcc73202ed14733f66661127e213"
+    "KILN_VISION_PACKAGES"  = "libpng-dev libjpeg-dev libwebp-dev"
     "RECIPE_FILE"           = "torch-2.15-cu132-py312.toml"
     "CACHE_CREDENTIALS_ENV" = ""
   }
@@ -434,7 +461,7 @@ target "torch-2_15-cu132-py312-devel" {
     "org.opencontainers.image.title"   = "torchkiln devel (torch-2.15-cu132-py312)"
     "org.opencontainers.image.version" = "2.15.0+cu132.kiln1"
     "io.torchkiln.recipe"              = "torch-2.15-cu132-py312"
-    "io.torchkiln.recipe-sha256"       = "10e8132047376c86a6ca621425a621e78c0fc5331c4ea8167c202d2d71906bf6"
+    "io.torchkiln.recipe-sha256"       = "cd4bc6a0b2079abf1a8b7a46e452d47373b4774ed35ddd32b852e4cc6b0520ea"
   }
 }
 
@@ -450,6 +477,8 @@ target "torch-2_15-cu132-py312-wheels" {
     "KILN_PYTHON"           = "3.12"
     "KILN_GCC"              = "13"
     "KILN_CUDA"             = "13.2"
+    "KILN_CUDA_FROM"        = "nvidia"
+    "KILN_CUDA_WHEELS"      = ""
     "KILN_CUDNN"            = "9.26.0.51"
     "KILN_NCCL"             = "2.30.7"
     "KILN_CUDA_ARCH_LIST"   = "7.5;8.0;8.6;9.0;10.0;12.0"
@@ -458,6 +487,7 @@ target "torch-2_15-cu132-py312-wheels" {
     "KILN_MAGMA_VERSION"    = "2.6.1"
     "KILN_MAGMA_URL"        = "https://icl.utk.edu/projectsfiles/magma/downloads/magma-2.6.1.tar.gz"
     "KILN_MAGMA_SHA256"     = "6cd83808c6e8bc7a44028e05112b3ab4e579bcc73202ed14733f66661127e213"
+    "KILN_VISION_PACKAGES"  = "libpng-dev libjpeg-dev libwebp-dev"
     "RECIPE_FILE"           = "torch-2.15-cu132-py312.toml"
     "CACHE_CREDENTIALS_ENV" = ""
   }
@@ -467,7 +497,7 @@ target "torch-2_15-cu132-py312-wheels" {
     "org.opencontainers.image.title"   = "torchkiln wheels (torch-2.15-cu132-py312)"
     "org.opencontainers.image.version" = "2.15.0+cu132.kiln1"
     "io.torchkiln.recipe"              = "torch-2.15-cu132-py312"
-    "io.torchkiln.recipe-sha256"       = "10e8132047376c86a6ca621425a621e78c0fc5331c4ea8167c202d2d71906bf6"
+    "io.torchkiln.recipe-sha256"       = "cd4bc6a0b2079abf1a8b7a46e452d47373b4774ed35ddd32b852e4cc6b0520ea"
   }
 }
 
@@ -491,13 +521,13 @@ target "torch-2_15-cu132-py312-runtime" {
     "KILN_TORCHVISION_COMMIT"  = ""
     "RECIPE_FILE"              = "torch-2.15-cu132-py312.toml"
     "RECIPE_NAME"              = "torch-2.15-cu132-py312"
-    "RECIPE_SHA256"            = "10e8132047376c86a6ca621425a621e78c0fc5331c4ea8167c202d2d71906bf6"
+    "RECIPE_SHA256"            = "cd4bc6a0b2079abf1a8b7a46e452d47373b4774ed35ddd32b852e4cc6b0520ea"
     "TORCHKILN_VERSION"        = "0.1.0"
   }
   tags       = ["${REGISTRY}/torchkiln:2.15.0-cu132-runtime"]
   labels     = {
     "org.opencontainers.image.title" = "torchkiln runtime (torch-2.15-cu132-py312)"
     "io.torchkiln.recipe"            = "torch-2.15-cu132-py312"
-    "io.torchkiln.recipe-sha256"     = "10e8132047376c86a6ca621425a621e78c0fc5331c4ea8167c202d2d71906bf6"
+    "io.torchkiln.recipe-sha256"     = "cd4bc6a0b2079abf1a8b7a46e452d47373b4774ed35ddd32b852e4cc6b0520ea"
   }
 }

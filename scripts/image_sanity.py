@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from importlib.metadata import version as installed
 
 
 def main() -> int:
@@ -24,8 +25,10 @@ def main() -> int:
 
     import torch
 
-    if torch.__version__ != want_torch:
-        problems.append(f"torch is {torch.__version__}, the build args name {want_torch}")
+    # The distribution pip installed (upstream's PyPI wheels carry no local label in their metadata while
+    # torch.__version__ says 2.13.0+cu130): the one the build args name.
+    if installed("torch") != want_torch:
+        problems.append(f"torch {installed('torch')} is installed, the build args name {want_torch}")
     compiled = torch.cuda._is_compiled()
     if want_cuda and not compiled:
         problems.append(f"torch was built without CUDA but the recipe asks for CUDA {want_cuda}")
@@ -45,8 +48,8 @@ def main() -> int:
     if want_vision:
         import torchvision
 
-        if torchvision.__version__ != want_vision:
-            problems.append(f"torchvision is {torchvision.__version__}, the build args name {want_vision}")
+        if installed("torchvision") != want_vision:
+            problems.append(f"torchvision {installed('torchvision')} is installed, the build args name {want_vision}")
         boxes = torch.tensor([[0.0, 0.0, 10.0, 10.0], [1.0, 1.0, 11.0, 11.0]])
         try:
             keep = torchvision.ops.nms(boxes, torch.tensor([0.9, 0.8]), 0.5)
@@ -66,7 +69,7 @@ def main() -> int:
         print(f"image sanity: {problem}", file=sys.stderr)
     if not problems:
         cuda = f"CUDA {torch.version.cuda}" if compiled else "CPU"
-        vision = f", torchvision {want_vision}" if want_vision else ""
+        vision = f", torchvision {torchvision.__version__}" if want_vision else ""
         print(f"image sanity: ok (torch {torch.__version__}, {cuda}{vision})")
     return 1 if problems else 0
 

@@ -469,6 +469,46 @@ def test_configure_summary_contradicting_the_recipe_stops_the_build(tmp_path: Pa
     assert not (tmp_path / "dist").exists()
 
 
+@pytest.mark.timeout(120)
+def test_magma_not_found_stops_the_build_after_configure(tmp_path: Path) -> None:
+    """A recipe with [magma] whose configure printed "MAGMA not found" (and a summary that agrees with the
+    recipe on everything it does print: it has no USE_MAGMA line) stops right after the summary."""
+    recipe = load_recipe(ROOT / "recipes" / "torch-2.13-cu130-py312.toml")
+    assert recipe.magma is not None
+    cache = resolve_cache(recipe.cache, kind="ccache", dir=tmp_path / "ccache")
+    plan = make_plan(recipe, workdir=tmp_path / "work", dist=tmp_path / "dist", only="torch", cache=cache)
+    env = plan.env_for("torch")
+    assert env["USE_MAGMA"] == "1"
+    text = (SUMMARIES / "cuda_on_no_magma_11.5.txt").read_text()
+    for old, new in (  # the sample's cuDNN, CUDA and BLAS as this recipe has them: MAGMA is the one miss
+        ("USE_CUDNN           : OFF", "USE_CUDNN           : ON"),
+        ("CUDA version        : 11.5", "CUDA version        : 13.0"),
+        ("BLAS                : open", "BLAS                : mkl"),
+        ("USE_MKL               : OFF", "USE_MKL               : ON"),
+    ):
+        assert old in text
+        text = text.replace(old, new)
+    sample = tmp_path / "configure.txt"
+    sample.write_text(text)
+    marker = f"kiln-magma-{time.time_ns()}"
+    script = (
+        "import sys, time\n"
+        f"sys.stdout.write(open({str(sample)!r}).read())\n"
+        "sys.stdout.write('[1/9000] Building CXX object caffe2/CMakeFiles/torch_cpu.dir/a.cpp.o\\n')\n"
+        "sys.stdout.flush()\n"
+        "time.sleep(600)\n"
+    )
+    step = Step("torch:wheel", "compile", "torch", (sys.executable, "-c", script, marker), env, str(tmp_path))
+    with pytest.raises(ConfigureMismatch) as info:
+        build(replace(plan, steps=[step]), skip_checks=True)
+    message = str(info.value)
+    contradictions = [line for line in message.splitlines() if line.startswith("  - ")]
+    assert len(contradictions) == 1 and "USE_MAGMA came out OFF, the recipe asks for ON" in contradictions[0]
+    assert "MAGMA_HOME" in message and "MAGMA not found. Compiling without MAGMA support" in message
+    assert _processes_mentioning(marker) == [], "the step was stopped, not left compiling"
+    assert not (tmp_path / "dist").exists()
+
+
 VISION = HERE / "data" / "vision_project"
 
 
@@ -493,7 +533,12 @@ def test_torchvision_builds_after_torch_against_it(world, cold) -> None:
     # it has its own test above.
     result, out, _ = build(plan, skip_checks=True)
     project_steps = [n for n in result.ran if n.startswith(("torch:", "torchvision:"))]
-    assert project_steps == ["torch:wheel", "torchvision:install-torch", "torchvision:wheel"], out
+    assert project_steps == [
+        "torch:wheel",
+        "torchvision:install-torch",
+        "torchvision:wheel",
+        "torchvision:bundle",  # its codecs' libraries into the wheel (a pure-Python stand-in has none)
+    ], out
     vision_wheel = "kiln_vision-0.28.0+cpu-py3-none-any.whl"
     assert sorted(p.name for p in result.wheels) == sorted([WHEEL, vision_wheel])
     with zipfile.ZipFile(dist / vision_wheel) as wheel:
@@ -503,6 +548,10 @@ def test_torchvision_builds_after_torch_against_it(world, cold) -> None:
     assert seen["PYTORCH_VERSION"] == "2.13.0+cpu" == seen["torch_at_build"]
     assert seen["FORCE_CUDA"] == "0" and seen["TORCH_CUDA_ARCH_LIST"] is None
     assert seen["MAX_JOBS"] == "2" and seen["VIRTUAL_ENV"] == str(plan.paths.venv)
+    # the recipe's [torchvision.features] defaults, every one set explicitly
+    assert [seen[f"TORCHVISION_USE_{p}"] for p in ("PNG", "JPEG", "WEBP", "NVJPEG", "VIDEO_CODEC", "FFMPEG")] == [
+        "1", "1", "1", "0", "0", "0"
+    ]  # fmt: skip
     assert "Requires-Dist: torch==2.13.0+cpu" in metadata
     manifest = json.loads((dist / "manifest.json").read_text())
     assert sorted(w["name"] for w in manifest["wheels"]) == sorted([WHEEL, vision_wheel])

@@ -4,8 +4,9 @@ are in test_images_build.py."""
 
 from __future__ import annotations
 
+import ctypes
+import glob
 import hashlib
-import io
 import os
 import re
 import shutil
@@ -22,12 +23,15 @@ from torchkiln import cli
 from torchkiln.container import Buildah, BuildRequest, Docker, Storage, select_engine
 from torchkiln.errors import RecipeError, TorchkilnError, UsageError
 from torchkiln.images import (
+    MAGMA_BUILDS,
+    PYPI_TOOLKITS,
     bake_file,
     base_images,
     devel_args,
     find_wheels,
     image_tag,
     runtime_args,
+    toolkit_source,
 )
 from torchkiln.recipe import load_recipe, parse_recipe
 
@@ -36,7 +40,9 @@ RECIPES = ROOT / "recipes"
 CPU = RECIPES / "torch-2.13-cpu-py311.toml"
 CU130 = RECIPES / "torch-2.14-cu130-py312.toml"
 CU126 = RECIPES / "torch-2.14-cu126-py312.toml"
+REFERENCE = ROOT / "tests" / "reference" / "recipes" / "upstream-2.13.0-cu130-py311.toml"
 SCRIPTS = ROOT / "scripts"
+MAGMA_SHAPE = ROOT / "tests" / "data" / "magma_shape"
 
 
 def variant(path: Path, old: str, new: str) -> bytes:
@@ -60,13 +66,24 @@ def test_cpu_recipe_builds_on_debian_with_its_python_and_mkl() -> None:
     assert args["RECIPE_FILE"] == "torch-2.13-cpu-py311.toml"
 
 
-def test_cuda_recipe_builds_on_nvidias_devel_image_and_runs_on_its_runtime_image() -> None:
+def test_cuda_recipe_gets_its_toolkit_from_pypi_on_the_plain_distribution_by_default() -> None:
     recipe = load_recipe(CU130)
-    assert base_images(recipe) == (
-        "nvidia/cuda:13.0.2-devel-ubuntu24.04",
-        "nvidia/cuda:13.0.2-runtime-ubuntu24.04",
-    )
+    assert toolkit_source(recipe) == "pypi"
+    assert base_images(recipe) == ("ubuntu:24.04", "ubuntu:24.04")
     args = devel_args(recipe)
+    assert args["BASE_IMAGE"] == "ubuntu:24.04" and args["KILN_CUDA_FROM"] == "pypi"
+    wheels = args["KILN_CUDA_WHEELS"].split()
+    meta = wheels[0]
+    assert meta.startswith("cuda-toolkit[") and meta.endswith("]==13.0.3")
+    extras = set(meta[len("cuda-toolkit[") : meta.index("]")].split(","))
+    # what upstream's torch 2.13.0+cu130 wheel runs on, plus the compiler and what building reads
+    runtime = {"cublas", "cudart", "cufft", "cufile", "cupti", "curand", "cusolver", "cusparse"}
+    assert runtime | {"nvjitlink", "nvrtc", "nvtx", "nvcc", "crt", "nvvm", "cccl", "nvjpeg"} <= extras
+    assert set(wheels[1:]) == {
+        "nvidia-nvjitlink==13.0.88",
+        "nvidia-cusparselt-cu13==0.8.1",
+        "nvidia-nvshmem-cu13==3.4.5",
+    }
     assert args["KILN_CUDA"] == "13.0"
     assert args["KILN_CUDNN"] == "9.24.0.43"
     assert args["KILN_NCCL"] == "2.30.7"
@@ -75,7 +92,58 @@ def test_cuda_recipe_builds_on_nvidias_devel_image_and_runs_on_its_runtime_image
     assert args["KILN_MAGMA_VERSION"] == "2.6.1"
     assert args["KILN_MAGMA_SHA256"] == recipe.magma.sha256
     assert args["KILN_MAGMA_URL"].endswith("magma-2.6.1.tar.gz")
-    assert base_images(load_recipe(CU126))[0] == "nvidia/cuda:12.6.3-devel-ubuntu24.04"
+    assert args["KILN_VISION_PACKAGES"] == "libpng-dev libjpeg-dev libwebp-dev"
+
+
+def test_nvidia_images_are_the_other_toolkit_source() -> None:
+    recipe = load_recipe(CU130)
+    assert base_images(recipe, "nvidia") == (
+        "nvidia/cuda:13.0.2-devel-ubuntu24.04",
+        "nvidia/cuda:13.0.2-runtime-ubuntu24.04",
+    )
+    args = devel_args(recipe, cuda_from="nvidia")
+    assert args["KILN_CUDA_FROM"] == "nvidia" and args["KILN_CUDA_WHEELS"] == ""
+    # CUDA 12.6 has no PyPI toolkit here: auto picks NVIDIA's images, pypi is an error naming the field
+    cu126 = load_recipe(CU126)
+    assert toolkit_source(cu126) == "nvidia"
+    assert base_images(cu126)[0] == "nvidia/cuda:12.6.3-devel-ubuntu24.04"
+    with pytest.raises(
+        RecipeError, match=r"accelerator.cuda: no CUDA 12.6 toolkit known on PyPI.*valid: 13.0"
+    ):
+        devel_args(cu126, cuda_from="pypi")
+    with pytest.raises(UsageError, match="valid: auto, pypi, nvidia"):
+        toolkit_source(recipe, "conda")
+    assert toolkit_source(load_recipe(CPU), "pypi") is None
+    assert set(PYPI_TOOLKITS) == {"13.0"}
+
+
+def test_runtime_base_ignores_the_build_compiler() -> None:
+    """Upstream's cu130 wheels were built with gcc 13 (the reference recipe says so); bookworm packages gcc 12
+    only. The devel image cannot honour that, the runtime image has no compiler and does not care."""
+    reference = load_recipe(REFERENCE)
+    assert runtime_args(reference)["BASE_IMAGE"] == "debian:bookworm-slim"
+    with pytest.raises(RecipeError, match=r"build.gcc: gcc 13 is not packaged by debian12"):
+        devel_args(reference)
+
+
+def test_vision_dev_packages_follow_the_recipes_features(tmp_path: Path) -> None:
+    text = CPU.read_text().replace("png = true", "png = false", 1).replace("webp = true", "webp = false", 1)
+    recipe = parse_recipe(text.encode(), "v.toml", Path("v.toml"))
+    assert recipe.vision.enabled == ("jpeg",)
+    assert devel_args(recipe)["KILN_VISION_PACKAGES"] == "libjpeg-dev"
+
+
+def test_magma_release_the_images_cannot_build_is_a_recipe_error() -> None:
+    recipe = parse_recipe(variant(CU130, 'version = "2.6.1"', 'version = "2.9.0"'), "m.toml", Path("m.toml"))
+    with pytest.raises(RecipeError, match=r"m.toml: magma.version: .*MAGMA 2.9.0 \(valid: 2.6.1\)"):
+        devel_args(recipe)
+    known = subprocess.run(
+        [sys.executable, str(SCRIPTS / "magma_edits.py"), "--versions"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert tuple(known.stdout.split()) == MAGMA_BUILDS  # the table and the edits know the same releases
 
 
 def test_base_image_override_wins() -> None:
@@ -83,9 +151,10 @@ def test_base_image_override_wins() -> None:
 
 
 def test_python_without_a_base_image_is_a_recipe_error_naming_the_field() -> None:
+    """NVIDIA builds its images on Ubuntu only: no Python 3.11 base (Debian's) for --cuda-from nvidia."""
     recipe = parse_recipe(variant(CU130, 'version = "3.12"', 'version = "3.11"'), "x.toml", Path("x.toml"))
     with pytest.raises(RecipeError) as exc:
-        devel_args(recipe)
+        devel_args(recipe, cuda_from="nvidia")
     message = str(exc.value)
     assert "x.toml: python.version" in message and "3.10, 3.12" in message
 
@@ -113,7 +182,8 @@ def test_cuda_without_an_nvidia_image_is_a_recipe_error() -> None:
 def test_runtime_args_from_the_recipe_carry_the_wheel_versions_and_pins() -> None:
     recipe = load_recipe(CU130)
     args = runtime_args(recipe)
-    assert args["BASE_IMAGE"] == "nvidia/cuda:13.0.2-runtime-ubuntu24.04"
+    assert args["BASE_IMAGE"] == "ubuntu:24.04"
+    assert runtime_args(recipe, cuda_from="nvidia")["BASE_IMAGE"] == "nvidia/cuda:13.0.2-runtime-ubuntu24.04"
     assert args["KILN_TORCH_VERSION"] == "2.14.0+cu130.kiln1"
     assert args["KILN_TORCHVISION_VERSION"] == "0.29.0+cu130.kiln1"
     assert (args["KILN_CUDNN"], args["KILN_NCCL"]) == ("9.24.0.43", "2.30.7")
@@ -145,7 +215,8 @@ def test_bake_file_has_a_target_per_recipe_and_flavour() -> None:
     assert len(targets) == 3 * len(recipes)
     cu130 = targets["torch-2_14-cu130-py312-devel"]
     assert 'tags       = ["${REGISTRY}/torchkiln:2.14.0-cu130-devel"]' in cu130
-    assert '"nvidia/cuda:13.0.2-devel-ubuntu24.04"' in cu130
+    assert '"BASE_IMAGE"' in cu130 and '"ubuntu:24.04"' in cu130 and '"pypi"' in cu130
+    assert '"nvidia/cuda:12.6.3-devel-ubuntu24.04"' in targets["torch-2_14-cu126-py312-devel"]
     runtime = targets["torch-2_14-cu130-py312-runtime"]
     assert (
         '"dist"   = "target:torch-2_14-cu130-py312-wheels"' in runtime and '"recipe" = "recipes"' in runtime
@@ -197,7 +268,7 @@ def test_bake_writes_atomically_and_check_detects_drift(
     out = tmp_path / "bake.hcl"
     assert cli.main(["images", "--bake", "--output", str(out), "--recipes-dir", str(RECIPES)]) == 0
     assert cli.main(["images", "--bake", "--check", "--output", str(out), "--recipes-dir", str(RECIPES)]) == 0
-    out.write_text(out.read_text().replace("13.0.2", "13.0.1"))
+    out.write_text(out.read_text().replace("ubuntu:24.04", "ubuntu:24.10"))
     capsys.readouterr()
     assert cli.main(["images", "--bake", "--check", "--output", str(out), "--recipes-dir", str(RECIPES)]) == 1
     assert "out of date" in capsys.readouterr().err
@@ -330,7 +401,7 @@ def test_print_shows_the_exact_buildah_command(capsys: pytest.CaptureFixture[str
     assert rc == 0
     assert out.startswith("buildah bud ") or out.startswith(shutil.which("buildah") or "buildah")
     assert "--target devel" in out and "--tag r.io/x/torchkiln:2.14.0-cu130-devel" in out
-    assert "--build-arg BASE_IMAGE=nvidia/cuda:13.0.2-devel-ubuntu24.04" in out
+    assert "--build-arg BASE_IMAGE=ubuntu:24.04" in out and "--build-arg KILN_CUDA_FROM=pypi" in out
     assert f"--build-context recipe={RECIPES}" in out
     assert out.rstrip().endswith(str(ROOT))
 
@@ -458,58 +529,86 @@ def test_with_cache_secret_exports_the_secret_under_the_recipes_name(tmp_path: P
     assert plain.returncode == 0 and plain.stdout == "[unset]\n"
 
 
-FAKE_MAGMA_CMAKE = """\
-cmake_minimum_required(VERSION 3.18)
-project(magma C)
-if(NOT GPU_TARGET STREQUAL "sm_75 sm_80 sm_120")
-  message(FATAL_ERROR "GPU_TARGET is '${GPU_TARGET}'")
-endif()
-file(WRITE ${CMAKE_BINARY_DIR}/magma.c "int magma_init(void) { return 0; }\\n")
-add_library(magma ${CMAKE_BINARY_DIR}/magma.c)
-add_library(magma_sparse ${CMAKE_BINARY_DIR}/magma.c)
-install(TARGETS magma magma_sparse DESTINATION lib)
-install(FILES include/magma.h DESTINATION include)
-"""
-
-
 def magma_tarball(path: Path) -> str:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for name, text in (
-            ("magma-2.6.1/CMakeLists.txt", FAKE_MAGMA_CMAKE),
-            ("magma-2.6.1/include/magma.h", "int magma_init(void);\n"),
-        ):
-            data = text.encode()
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    path.write_bytes(buf.getvalue())
-    return hashlib.sha256(buf.getvalue()).hexdigest()
+    """tests/data/magma_shape packed as the release tarball is (one magma-2.6.1/ top directory)."""
+    with tarfile.open(path, "w:gz") as tar:
+        tar.add(MAGMA_SHAPE, arcname="magma-2.6.1")
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-@pytest.mark.skipif(
-    not (shutil.which("cmake") and shutil.which("ninja") and shutil.which("curl")),
-    reason="needs cmake, ninja and curl",
-)
-def test_install_magma_checks_the_sha256_before_building(tmp_path: Path) -> None:
-    tarball = tmp_path / "magma-2.6.1.tar.gz"
-    digest = magma_tarball(tarball)
-    prefix = tmp_path / "magma"
-    env = {
+def cuda_toolkit() -> Path | None:
+    """A CUDA toolkit with nvcc and cuBLAS (what MAGMA needs): CUDA_HOME, /usr/local/cuda, /usr/local/cuda-*."""
+    candidates = [os.environ.get("CUDA_HOME", ""), "/usr/local/cuda", *sorted(glob.glob("/usr/local/cuda-*"))]
+    for candidate in filter(None, candidates):
+        root = Path(candidate)
+        if (root / "bin" / "nvcc").is_file() and list(root.glob("lib*/libcublas.so")):
+            return root
+    return None
+
+
+def magma_env(tmp_path: Path, tarball: Path, digest: str) -> dict[str, str]:
+    return {
         "KILN_MAGMA_VERSION": "2.6.1",
         "KILN_MAGMA_URL": tarball.as_uri(),
-        "MAGMA_PREFIX": str(prefix),
+        "KILN_MAGMA_SHA256": digest,
+        "MAGMA_PREFIX": str(tmp_path / "magma"),
         "KILN_CUDA_ARCH_LIST": "7.5;8.0;12.0+PTX",
         "MAGMA_JOBS": "2",
+        "MAGMA_PYTHON": sys.executable,
     }
-    wrong = run_script("install_magma.sh", {**env, "KILN_MAGMA_SHA256": "0" * 64})
+
+
+@pytest.mark.skipif(not shutil.which("curl"), reason="needs curl")
+def test_install_magma_checks_the_sha256_before_anything_else(tmp_path: Path) -> None:
+    tarball = tmp_path / "magma-2.6.1.tar.gz"
+    digest = magma_tarball(tarball)
+    env = magma_env(tmp_path, tarball, "0" * 64)
+    wrong = run_script("install_magma.sh", env)
     assert wrong.returncode == 1
     assert f"sha256 mismatch for {tarball.as_uri()}: expected {'0' * 64}, got {digest}" in wrong.stderr
-    assert not prefix.exists()
-    right = run_script("install_magma.sh", {**env, "KILN_MAGMA_SHA256": digest})
-    assert right.returncode == 0, right.stderr
-    assert (prefix / "lib" / "libmagma.a").is_file() and (prefix / "include" / "magma.h").is_file()
-    assert "for sm_75 sm_80 sm_120" in right.stdout
+    assert not Path(env["MAGMA_PREFIX"]).exists()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not (shutil.which("cmake") and shutil.which("ninja") and shutil.which("curl") and cuda_toolkit()),
+    reason="needs cmake, ninja, curl and a CUDA toolkit with nvcc and cuBLAS (the CUDA devel image test "
+    "builds this in CI)",
+)
+def test_install_magma_builds_a_magma_shaped_tree_as_pytorch_builds_magma(tmp_path: Path) -> None:
+    """On tests/data/magma_shape (see its README): unedited it cannot build; install_magma.sh edits it,
+    compiles it for the explicit -gencode list and installs a static libmagma.a with PyTorch's settings."""
+    toolkit = cuda_toolkit()
+    assert toolkit is not None
+    tarball = tmp_path / "magma-2.6.1.tar.gz"
+    env = magma_env(tmp_path, tarball, magma_tarball(tarball))
+    env["PATH"] = f"{toolkit / 'bin'}{os.pathsep}{os.environ['PATH']}"
+    done = run_script("install_magma.sh", env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "MAGMA 2.6.1 for 7.5;8.0;12.0+PTX (4 targets)" in done.stdout
+    prefix = Path(env["MAGMA_PREFIX"])
+    assert sorted(p.name for p in (prefix / "include").iterdir()) == ["magma.h", "magma_config.h"]
+    assert "MAGMA_CUDA_ARCH_MIN 370" in (prefix / "include" / "magma_config.h").read_text()
+    check = tmp_path / "check.c"
+    check.write_text(
+        '#include <stdio.h>\n#include "magma.h"\n'
+        "int main(void) { magma_int_t nb, recnb; magma_get_cgetrf_batched_nbparam(64, &nb, &recnb);\n"
+        '  printf("%d %d\\n", (int)recnb, (int)magma_zgetrf_batched(8, 800)); return 0; }\n'
+    )
+    lib = next(toolkit.glob("lib*/libcudart.so")).parent
+    # only position-independent objects link into a shared library
+    subprocess.run(
+        ["gcc", "-shared", "-o", str(tmp_path / "libkm.so"), "-Wl,--whole-archive", str(prefix / "lib" / "libmagma.a"),
+         "-Wl,--no-whole-archive", f"-L{lib}", "-lcudart", "-lstdc++"],
+        check=True,
+    )  # fmt: skip
+    subprocess.run(
+        ["gcc", f"-I{prefix / 'include'}", f"-I{toolkit / 'include'}", "-o", str(tmp_path / "check"), str(check),
+         f"-L{tmp_path}", "-lkm", f"-Wl,-rpath,{tmp_path}:{lib}"],
+        check=True,
+    )  # fmt: skip
+    ran = subprocess.run([str(tmp_path / "check")], capture_output=True, text=True, check=True)
+    assert ran.stdout.split() == ["16", "2"]  # PyTorch's recursion block size, the no-shuffle LU kernel
 
 
 def test_install_magma_needs_an_arch_list(tmp_path: Path) -> None:
@@ -523,6 +622,84 @@ def test_install_magma_needs_an_arch_list(tmp_path: Path) -> None:
         },
     )
     assert done.returncode == 2 and "KILN_CUDA_ARCH_LIST is empty" in done.stderr
+
+
+def test_magma_edits_change_what_pytorchs_patches_change(tmp_path: Path) -> None:
+    source = tmp_path / "magma"
+    shutil.copytree(MAGMA_SHAPE, source)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPTS / "magma_edits.py"), "--version", "2.6.1", str(source)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    cmakelists = (source / "CMakeLists.txt").read_text()
+    assert "set(CUDA_SEPARABLE_COMPILATION OFF)" in cmakelists
+    assert 'if (GPU_TARGET STREQUAL "All")' in cmakelists and "set( NV_SM ${CUDA_ARCH_LIST} )" in cmakelists
+    assert cmakelists.index("GPU_TARGET STREQUAL") < cmakelists.index("\n    if (NOT MIN_ARCH)")
+    assert "-DHAVE_CUBLAS -Xfatbin -compress-all -Xcompiler -fPIC -std=c++11 ${NV_SM}" in cmakelists
+    sources = (source / "CMake.src.cuda").read_text().splitlines()
+    assert sum(line.startswith("#magmablas/") and "_fermi.cu" in line for line in sources) == 8
+    assert "magmablas/zgemm_reduce.cu" in sources  # only the Fermi kernels go
+    interface = (source / "interface_cuda" / "interface.cpp").read_text()
+    assert "#if defined(CUDA_VERSION) && CUDA_VERSION >= 13000" in interface
+    assert interface.count("prop.clockRate") == 1  # kept for CUDA < 13
+    assert "throw std::exception();" not in (source / "control" / "thread_queue.cpp").read_text().replace(
+        "// throw std::exception();", ""
+    )
+    crossover = (source / "control" / "get_batched_crossover.cpp").read_text()
+    assert crossover.count("*recnb = 16;") + crossover.count("*recnb =  16;") == 4
+    assert "*recnb = 32;" in crossover  # potrf keeps its own
+
+
+def test_magma_edits_refuse_a_tree_they_were_not_written_for(tmp_path: Path) -> None:
+    """One edit that does not match exactly as often as it should: exit 1 naming file and edit, and no file
+    is changed (not even those whose edits matched)."""
+    source = tmp_path / "magma"
+    shutil.copytree(MAGMA_SHAPE, source)
+    listing = source / "CMake.src.cuda"
+    listing.write_text(listing.read_text().replace("magmablas/cgemv_fermi.cu\n", ""))
+    before = {p: p.read_bytes() for p in source.rglob("*") if p.is_file()}
+    done = subprocess.run(
+        [sys.executable, str(SCRIPTS / "magma_edits.py"), "--version", "2.6.1", str(source)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "CMake.src.cuda: expected 8 match(es)" in done.stderr and "found 7" in done.stderr
+    assert "is this MAGMA 2.6.1?" in done.stderr and "Traceback" not in done.stderr
+    assert {p: p.read_bytes() for p in source.rglob("*") if p.is_file()} == before
+    unknown = subprocess.run(
+        [sys.executable, str(SCRIPTS / "magma_edits.py"), "--version", "2.7.0", str(source)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert unknown.returncode == 1 and "no edits known for MAGMA 2.7.0 (valid: 2.6.1)" in unknown.stderr
+
+
+def test_gencode_flags_spell_the_arch_list_as_cpp_extension_does() -> None:
+    done = subprocess.run(
+        ["bash", "-c", f'source {SCRIPTS / "gencode.sh"}; gencode_flags "7.5;9.0a;12.0+PTX"'],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.split() == [
+        "-gencode=arch=compute_75,code=sm_75",
+        "-gencode=arch=compute_90a,code=sm_90a",
+        "-gencode=arch=compute_120,code=sm_120",
+        "-gencode=arch=compute_120,code=compute_120",
+    ]
+    bad = subprocess.run(
+        ["bash", "-c", f'source {SCRIPTS / "gencode.sh"}; gencode_flags "7.5;sm_80"'],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert bad.returncode == 2 and "'sm_80' is not an arch" in bad.stderr
 
 
 def test_scripts_without_their_version_are_no_ops() -> None:
@@ -585,7 +762,14 @@ def test_recipe_build_args_cannot_be_shadowed_by_a_base_images_env(dockerfile: s
     }
 
 
-def nvidia_wheel(directory: Path, project: str, version: str, package: str, files: dict[str, str]) -> None:
+def nvidia_wheel(
+    directory: Path,
+    project: str,
+    version: str,
+    package: str,
+    files: dict[str, str],
+    executable: tuple[str, ...] = (),
+) -> None:
     """A stand-in for NVIDIA's multi-hundred-MB cuDNN/NCCL wheels: same layout (nvidia/<pkg>/{include,lib})."""
     dist_name = project.replace("-", "_")
     info = f"{dist_name}-{version}.dist-info"
@@ -597,7 +781,10 @@ def nvidia_wheel(directory: Path, project: str, version: str, package: str, file
     record = "".join(f"{name},,\n" for name in members) + f"{info}/RECORD,,\n"
     with zipfile.ZipFile(directory / f"{dist_name}-{version}-py3-none-any.whl", "w") as zf:
         for name, text in members.items():
-            zf.writestr(name, text)
+            entry = zipfile.ZipInfo(name)
+            mode = 0o755 if name.removeprefix(f"nvidia/{package}/") in executable else 0o644
+            entry.external_attr = (stat.S_IFREG | mode) << 16
+            zf.writestr(entry, text)
         zf.writestr(f"{info}/RECORD", record)
 
 
@@ -660,3 +847,139 @@ def test_install_cuda_libs_fails_when_the_headers_are_not_the_pinned_version(tmp
     done = run_script("install_cuda_libs.sh", cuda_libs_env(tmp_path, cudnn_header_minor=19))
     assert done.returncode == 1
     assert "cudnn_version.h says 9.19.0, recipe pins 9.20.0.48" in done.stderr
+
+
+def cuda13_wheels(directory: Path) -> None:
+    """Stand-ins for NVIDIA's CUDA 13 wheels, in their layout (nvidia/cu13/{bin,include,lib,nvvm}): an nvcc
+    that reports its release, a cuda.h with CUDA_ERROR_STUB_LIBRARY and enough driver API declarations
+    (with the _v2 / per-thread renames cuda.h does), versioned libraries only."""
+    declarations = "".join(f"CUresult CUDAAPI cuKilnCall{i:03d}(int x);\n" for i in range(320))
+    cuda_h = (
+        "#define CUDAAPI\ntypedef enum cudaError_enum { CUDA_SUCCESS = 0,\n    CUDA_ERROR_STUB_LIBRARY"
+        "                   = 34,\n} CUresult;\n#define cuMemAlloc cuMemAlloc_v2\n"
+        "#ifdef CUDA_API_PER_THREAD_DEFAULT_STREAM\n#define cuLaunchKernel cuLaunchKernel_ptsz\n#endif\n"
+        "CUresult CUDAAPI cuInit(unsigned int Flags);\nCUresult CUDAAPI cuMemAlloc(void **p, unsigned long n);\n"
+        "CUresult CUDAAPI cuLaunchKernel(void *f);\n" + declarations
+    )
+    nvidia_wheel(
+        directory,
+        "nvidia-cuda-nvcc",
+        "13.0.88",
+        "cu13",
+        {
+            "bin/nvcc": "#!/bin/sh\necho 'Cuda compilation tools, release 13.0, V13.0.88'\n",
+            "nvvm/bin/cicc": "",
+            "include/cuda.h": cuda_h,
+            "include/cudaProfiler.h": "CUresult CUDAAPI cuProfilerStart(void);\n",
+            "lib/libcublas.so.13": "elf",
+            "lib/libcudart.so.13": "elf",
+        },
+        executable=("bin/nvcc",),
+    )
+    nvidia_wheel(
+        directory, "nvidia-cusparselt-cu13", "0.8.1", "cusparselt", {"lib/libcusparseLt.so.0": "elf"}
+    )
+
+
+def test_install_cuda_toolkit_lays_the_wheels_out_as_an_installed_toolkit(tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    cuda13_wheels(wheels)
+    prefix = tmp_path / "cuda-13.0"
+    env = {
+        "KILN_CUDA_FROM": "pypi",
+        "KILN_CUDA": "13.0",
+        "KILN_CUDA_WHEELS": "nvidia-cuda-nvcc==13.0.88 nvidia-cusparselt-cu13==0.8.1",
+        "CUDA_PREFIX": str(prefix),
+        "VIRTUAL_ENV": sys.prefix,
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": str(wheels),
+        "HOME": str(tmp_path),
+    }
+    done = run_script("install_cuda_toolkit.sh", env)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "CUDA 13.0 (cu13 wheels, 325 driver API stubs)" in done.stdout
+    assert os.readlink(prefix / "lib64") == "lib"
+    assert os.readlink(prefix / "targets" / "x86_64-linux" / "include") == "../../include"
+    assert (prefix / "targets" / "x86_64-linux" / "lib" / "libcudart.so.13").is_file()
+    for link, target in (("libcublas.so", "libcublas.so.13"), ("libcusparseLt.so", "libcusparseLt.so.0")):
+        assert os.readlink(prefix / "lib" / link) == target
+    assert (prefix / "nvvm" / "bin" / "cicc").is_file()
+    assert sorted(p.name for p in (prefix / "dist-info").iterdir()) == [
+        "nvidia_cuda_nvcc-13.0.88.dist-info",
+        "nvidia_cusparselt_cu13-0.8.1.dist-info",
+    ]
+    stub = prefix / "lib" / "stubs" / "libcuda.so"
+    symbols = subprocess.run(
+        ["nm", "-D", "--defined-only", str(stub)], capture_output=True, text=True, check=True
+    )
+    names = {line.split()[-1] for line in symbols.stdout.splitlines()}
+    # the names code compiled against this cuda.h references, plain and per-thread-stream
+    assert {"cuInit", "cuMemAlloc_v2", "cuLaunchKernel", "cuLaunchKernel_ptsz", "cuProfilerStart"} <= names
+    assert "cuMemAlloc" not in names
+    cuda = ctypes.CDLL(str(stub))
+    assert cuda.cuInit(0) == 34  # CUDA_ERROR_STUB_LIBRARY, read from cuda.h
+    soname = subprocess.run(["readelf", "-d", str(stub)], capture_output=True, text=True, check=True).stdout
+    assert "Library soname: [libcuda.so.1]" in soname
+
+
+def test_install_cuda_toolkit_refuses_wheels_of_another_release(tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    cuda13_wheels(wheels)
+    env = {
+        "KILN_CUDA_FROM": "pypi",
+        "KILN_CUDA": "13.2",
+        "KILN_CUDA_WHEELS": "nvidia-cuda-nvcc==13.0.88",
+        "CUDA_PREFIX": str(tmp_path / "cuda-13.2"),
+        "VIRTUAL_ENV": sys.prefix,
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": str(wheels),
+        "HOME": str(tmp_path),
+    }
+    done = run_script("install_cuda_toolkit.sh", env)
+    assert done.returncode == 1
+    assert "nvcc from the wheels is CUDA 13.0, the recipe asks for 13.2" in done.stderr
+    skipped = run_script("install_cuda_toolkit.sh", {**env, "KILN_CUDA_FROM": "nvidia"})
+    assert skipped.returncode == 0 and "not pypi; skipping" in skipped.stdout
+
+
+def test_pip_config_is_passed_as_a_secret_file_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "pip.conf"
+    config.write_text("[global]\nindex-url = https://kiln:s3cr3t-index@mirror.example/simple\n")
+    for target in ("devel", "runtime"):
+        extra = ["--dist", str(tmp_path)] if target == "runtime" else []
+        if target == "runtime":
+            fake_wheel(tmp_path, "torch", "2.13.0+cpu")
+        rc = cli.main(
+            [
+                "images",
+                "--recipe",
+                str(CPU),
+                "--target",
+                target,
+                "--engine",
+                "buildah",
+                "--print",
+                "--pip-config",
+                str(config),
+                *extra,
+            ]
+        )
+        out = capsys.readouterr().out
+        assert rc == 0 and f"--secret id=pip_config,src={config}" in out and "s3cr3t" not in out
+    for name in ("Dockerfile.devel", "Dockerfile.runtime"):  # every step that runs pip mounts it
+        text = (ROOT / "docker" / name).read_text()
+        steps = [
+            step
+            for step in text.split("\nRUN ")[1:]
+            if re.search(r"install_(mkl|wheels)|pip install|torchkiln build", step)
+        ]
+        assert steps and all(
+            "--mount=type=secret,id=pip_config,target=/etc/pip.conf" in step for step in steps
+        ), name
+    assert cli.main(["images", "--recipe", str(CPU), "--print", "--pip-config", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err
+    assert "--pip-config" in err and "no such file" in err and "Traceback" not in err

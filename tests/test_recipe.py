@@ -246,6 +246,30 @@ INVALID: list[tuple[str, str, str, str]] = [
         "torchvision.version",
         "does not pair",
     ),
+    (
+        "vision-feature-not-bool",
+        mutate(torchvision__features={"png": "yes"}),
+        "torchvision.features.png",
+        "wrong type str",
+    ),
+    (
+        "vision-feature-unknown",
+        mutate(torchvision__features={"avif": True}),
+        "torchvision.features.avif",
+        "unknown key",
+    ),
+    (
+        "vision-features-not-a-table",
+        mutate(torchvision__features=True),
+        "torchvision.features",
+        "must be a table",
+    ),
+    (
+        "vision-ffmpeg-on-0.28",
+        mutate(torchvision__features={"ffmpeg": True}),
+        "torchvision.features.ffmpeg",
+        "no video decoders",
+    ),
 ]
 
 # Facts read off upstream that make otherwise-refused recipes valid (tests/reference/ holds the wheels' own).
@@ -371,3 +395,25 @@ def test_python_m_torchkiln_entry_point() -> None:
 def test_unknown_command_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bake"]) == 2
     assert "unknown command 'bake'" in capsys.readouterr().err
+
+
+def test_vision_features_default_per_accelerator_and_nvjpeg_needs_cuda(tmp_path: Path) -> None:
+    # recipes without [torchvision.features]: what upstream's wheels have
+    cuda = load_recipe(ROOT / "tests" / "reference" / "recipes" / "upstream-2.13.0-cu130-py311.toml")
+    assert cuda.vision.enabled == ("png", "jpeg", "webp", "nvjpeg")
+    cpu = load_recipe(ROOT / "tests" / "data" / "ext-cpu-test.toml")
+    assert cpu.vision.enabled == ("png", "jpeg", "webp")
+    text = (ROOT / "recipes" / "torch-2.13-cpu-py311.toml").read_text()
+    assert load_recipe(ROOT / "recipes" / "torch-2.13-cpu-py311.toml").vision.enabled == (
+        "png",
+        "jpeg",
+        "webp",
+    )
+    bad = text.replace("webp = true\n", "webp = true\nnvjpeg = true\n", 1)
+    with pytest.raises(RecipeError, match=r"torchvision.features.nvjpeg: needs CUDA"):
+        parse_recipe(bad.encode(), "n.toml")
+    unknown = text.replace("webp = true\n", "webp = true\navif = true\n", 1)
+    with pytest.raises(
+        RecipeError, match=r"torchvision.features.avif: unknown key \(valid: ffmpeg, jpeg, nvjpeg"
+    ):
+        parse_recipe(unknown.encode(), "u.toml")

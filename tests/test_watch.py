@@ -70,3 +70,31 @@ def test_output_that_ends_inside_the_summary_is_still_judged() -> None:
         assert watcher.feed(line) is None
     verdict = watcher.close()
     assert verdict is not None and [c.setting for c in verdict] == ["USE_CUDA"]
+
+
+def test_magma_missing_is_read_from_the_line_before_the_summary() -> None:
+    """cmake/Summary.cmake prints no USE_MAGMA line: "MAGMA not found" earlier in the output is the evidence,
+    however far before the summary it was printed."""
+    env = {"USE_CUDA": "1", "USE_CUDNN": "1", "USE_MAGMA": "1"}
+    lines = (SUMMARIES / "cuda_on_no_magma_11.5.txt").read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if "Could not find hardware support for NEON" in line)
+    lines[at:at] = [f"-- Performing Test FILLER_{i} - Success" for i in range(2000)]  # a long configure
+    watcher = SummaryWatcher(Expectations.for_step(env, CU130))
+    verdicts = [v for line in lines if (v := watcher.feed(line)) is not None]
+    assert len(verdicts) == 1
+    by_setting = {c.setting: c for c in verdicts[0]}
+    magma = by_setting["USE_MAGMA"]
+    assert (magma.expected, magma.actual) == ("ON", "OFF")
+    assert magma.evidence == "-- MAGMA not found. Compiling without MAGMA support"
+    assert "MAGMA_HOME" in str(magma) and "USE_CUDNN" in by_setting
+
+
+def test_magma_not_asked_for_or_found_is_no_contradiction() -> None:
+    off = watch(
+        "cuda_on_no_magma_11.5.txt", Expectations.for_step({"USE_CUDA": "1", "USE_MAGMA": "0"}, CU130)
+    )
+    assert "USE_MAGMA" not in {c.setting for c in off.contradictions or []}
+    found = watch(
+        "cuda_on_no_cudnn_11.5.txt", Expectations.for_step({"USE_CUDA": "1", "USE_MAGMA": "1"}, CU130)
+    )
+    assert "USE_MAGMA" not in {c.setting for c in found.contradictions or []}

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import re
+from collections.abc import Callable
 from types import ModuleType
 
 import pytest
@@ -88,18 +90,96 @@ def test_nms_runs(tv: ModuleType, device: str) -> None:
     assert torch.ops.torchvision.nms is not None
 
 
-def test_png_round_trip(tv: ModuleType) -> None:
+# -- optional parts: exactly those the recipe builds ([torchvision.features]) ------------------------------
+# Without a recipe, what upstream's wheels have: PNG, JPEG and WebP always, nvJPEG with CUDA, no video.
+NOT_COMPILED = re.compile(r"not compiled with (lib)?(png|jpeg|webp|nvjpeg) support", re.IGNORECASE)
+
+
+def vision_part_expected(recipe: object, part: str) -> bool:
+    """Whether torchvision must have ``part`` (png, jpeg, webp, nvjpeg, video_codec, ffmpeg)."""
+    features = getattr(recipe, "vision", None)
+    if features is not None:
+        return bool(getattr(features, part))
+    return part in ("png", "jpeg", "webp") or (part == "nvjpeg" and torch.version.cuda is not None)
+
+
+def check_part(recipe: object, part: str, use: Callable[[], object]) -> object:
+    """Run ``use``: it must work when the part is expected, and fail as 'not compiled with ... support'
+    when it is not. Returns what ``use`` returned (None when the part is absent as expected)."""
+    if vision_part_expected(recipe, part):
+        return use()
+    with pytest.raises(RuntimeError, match=NOT_COMPILED):
+        use()
+    return None
+
+
+def test_png_round_trip(tv: ModuleType, recipe: object) -> None:
     g = torch.Generator().manual_seed(0)
     image = torch.randint(0, 256, (3, 24, 32), dtype=torch.uint8, generator=g)
-    encoded = tv.io.encode_png(image)
+    encoded = check_part(recipe, "png", lambda: tv.io.encode_png(image))
+    if encoded is None:
+        return
     assert encoded.dtype == torch.uint8 and encoded[:8].tolist() == [137, 80, 78, 71, 13, 10, 26, 10]
     assert torch.equal(tv.io.decode_png(encoded), image)
 
 
-def test_jpeg_round_trip(tv: ModuleType) -> None:
+def test_jpeg_round_trip(tv: ModuleType, recipe: object) -> None:
     image = torch.zeros(3, 32, 32, dtype=torch.uint8)
     image[0, :, :16] = 200  # smooth blocks: JPEG keeps them close
     image[2, 16:, :] = 120
-    decoded = tv.io.decode_jpeg(tv.io.encode_jpeg(image, quality=95))
+    encoded = check_part(recipe, "jpeg", lambda: tv.io.encode_jpeg(image, quality=95))
+    if encoded is None:
+        return
+    decoded = tv.io.decode_jpeg(encoded)
     assert decoded.shape == image.shape
     assert (decoded.int() - image.int()).abs().float().mean().item() < 4.0
+
+
+# A 2x2 lossless WebP: red, green / blue, white (written by Pillow's libwebp encoder).
+WEBP_2X2 = bytes.fromhex(
+    "524946462c000000574542505650384c1f0000002f014000001f201048de1f3a8df9171014fc1fddfc47640fe0060c11fd0f0100"
+)
+
+
+def test_webp_decode(tv: ModuleType, recipe: object) -> None:
+    data = torch.frombuffer(bytearray(WEBP_2X2), dtype=torch.uint8)
+    decoded = check_part(recipe, "webp", lambda: tv.io.decode_webp(data))
+    if decoded is None:
+        return
+    pixels = decoded.permute(1, 2, 0).reshape(-1, 3).tolist()
+    assert pixels == [[255, 0, 0], [0, 255, 0], [0, 0, 255], [255, 255, 255]]
+
+
+def test_nvjpeg_is_compiled_in_exactly_when_asked_for(tv: ModuleType, recipe: object) -> None:
+    """GPU-less: the CUDA decoder is reached; built without nvJPEG it says so, built with it the failure (no
+    GPU, no driver here) comes from CUDA, not from a missing nvJPEG."""
+    if not vision_part_expected(recipe, "jpeg"):
+        pytest.skip("no JPEG support to feed the GPU decoder with")
+    data = tv.io.encode_jpeg(torch.zeros(3, 8, 8, dtype=torch.uint8))
+    try:
+        decoded = torch.ops.image.decode_jpegs_cuda([data], 0, torch.device("cuda"))
+    except Exception as exc:  # noqa: BLE001 - RuntimeError or torch.AcceleratorError, by torch version
+        missing = NOT_COMPILED.search(str(exc)) is not None
+        assert missing != vision_part_expected(recipe, "nvjpeg"), f"nvJPEG decode_jpeg(device='cuda'): {exc}"
+    else:
+        assert vision_part_expected(recipe, "nvjpeg") and decoded[0].shape == (3, 8, 8)
+
+
+@pytest.mark.parametrize("device", [pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_nvjpeg_decodes_on_the_gpu(tv: ModuleType, recipe: object, device: str) -> None:
+    if not vision_part_expected(recipe, "nvjpeg"):
+        pytest.skip("torchvision is built without nvJPEG")
+    image = torch.zeros(3, 32, 32, dtype=torch.uint8)
+    image[1, 8:24, 8:24] = 180
+    decoded = tv.io.decode_jpeg(tv.io.encode_jpeg(image, quality=95), device=device)
+    assert decoded.is_cuda and decoded.shape == image.shape
+    assert (decoded.cpu().int() - image.int()).abs().float().mean().item() < 4.0
+
+
+def test_video_decoders_are_exactly_those_asked_for(tv: ModuleType, recipe: object) -> None:
+    """torchvision.io reports its CPU (FFmpeg) and GPU video decoders; 0.24+ has neither."""
+    built = {
+        "ffmpeg": bool(getattr(tv.io, "_HAS_CPU_VIDEO_DECODER", False)),
+        "video_codec": bool(getattr(tv.io, "_HAS_GPU_VIDEO_DECODER", False)),
+    }
+    assert built == {part: vision_part_expected(recipe, part) for part in built}

@@ -24,9 +24,9 @@ PARTIAL_MARK = ".torchkiln-partial-"
 
 
 @contextmanager
-def _replacing(path: Path, *, mode: int | None = None) -> Iterator[BinaryIO]:
+def replacing(path: Path, *, mode: int | None = None) -> Iterator[BinaryIO]:
     """An open temporary file next to ``path``; renamed over ``path`` when the block succeeds, removed
-    when it fails (or is interrupted)."""
+    when it fails (or is interrupted). For writers that stream (a zip archive), not hold, what they write."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f"{PARTIAL_MARK}{path.name}.", dir=path.parent)
     try:
@@ -45,7 +45,7 @@ def _replacing(path: Path, *, mode: int | None = None) -> Iterator[BinaryIO]:
 
 
 def write_bytes(path: Path, data: bytes) -> None:
-    with _replacing(path) as handle:
+    with replacing(path) as handle:
         handle.write(data)
 
 
@@ -61,7 +61,7 @@ def write_json(path: Path, data: Any) -> None:
 def copy(source: Path, target: Path) -> Path:
     """Copy ``source`` to ``target`` (a copy, never a link: rewriting the source later must not reach the
     target). Raises FileNotFoundError for a missing source, leaving nothing behind."""
-    with source.open("rb") as src, _replacing(target) as handle:
+    with source.open("rb") as src, replacing(target) as handle:
         shutil.copyfileobj(src, handle, length=1 << 20)
     return target
 

@@ -96,10 +96,19 @@ class Docker(Engine):
         argv += ["--load", str(req.context)]
         return argv
 
-    def run_argv(self, image: str, command: Sequence[str], *, user: str | None = None) -> list[str]:
+    def run_argv(
+        self,
+        image: str,
+        command: Sequence[str],
+        *,
+        user: str | None = None,
+        env: Mapping[str, str] | None = None,
+        mounts: Mapping[Path, str] | None = None,
+    ) -> list[str]:
         argv = [self.executable, "run", "--rm"]
         if user:
             argv += ["--user", user]
+        argv += _run_options(env, mounts)
         return [*argv, image, *command]
 
 
@@ -133,6 +142,16 @@ class Buildah(Engine):
 
     def storage_argv(self, *args: str) -> list[str]:
         return [self.executable, *self.storage.args(), *args]
+
+
+def _run_options(env: Mapping[str, str] | None, mounts: Mapping[Path, str] | None) -> list[str]:
+    """--env and read-only --volume options, spelled alike by docker run and buildah run."""
+    argv: list[str] = []
+    for key, value in (env or {}).items():
+        argv += ["--env", f"{key}={value}"]
+    for host, target in (mounts or {}).items():
+        argv += ["--volume", f"{Path(host).resolve()}:{target}:ro"]
+    return argv
 
 
 def _docker_usable(executable: str) -> bool:
@@ -187,15 +206,16 @@ def run_in_image(
     *,
     user: str | None = None,
     env: Mapping[str, str] | None = None,
+    mounts: Mapping[Path, str] | None = None,
     capture: bool = False,
+    timeout: float | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``command`` in a fresh container of ``image`` as ``user`` (the image's USER when None).
-    Output goes to our stdout/stderr, or is returned with ``capture``. The container is always removed."""
+    """Run ``command`` in a fresh container of ``image`` as ``user`` (the image's USER when None), with
+    ``env`` set and ``mounts`` (host path -> container path) bound read-only. Output goes to our
+    stdout/stderr, or is returned with ``capture``. The container is always removed."""
     if isinstance(engine, Docker):
-        argv = engine.run_argv(image, command, user=user)
-        if env:
-            argv[3:3] = [x for k, v in env.items() for x in ("--env", f"{k}={v}")]
-        return subprocess.run(argv, check=False, capture_output=capture, text=True)
+        argv = engine.run_argv(image, command, user=user, env=env, mounts=mounts)
+        return subprocess.run(argv, check=False, capture_output=capture, text=True, timeout=timeout)
     assert isinstance(engine, Buildah)
     created = subprocess.run(
         engine.storage_argv("from", "--pull=false", image), capture_output=True, text=True, check=False
@@ -209,10 +229,13 @@ def run_in_image(
         argv = engine.storage_argv("run", "--isolation", engine.isolation, "--hostname", "localhost")
         if user:
             argv += ["--user", user]
-        for key, value in (env or {}).items():
-            argv += ["--env", f"{key}={value}"]
+        argv += _run_options(env, mounts)
         return subprocess.run(
-            [*argv, container, "--", *command], check=False, capture_output=capture, text=True
+            [*argv, container, "--", *command],
+            check=False,
+            capture_output=capture,
+            text=True,
+            timeout=timeout,
         )
     finally:
         subprocess.run(engine.storage_argv("rm", container), capture_output=True, check=False)

@@ -1,9 +1,14 @@
 """Container images of a recipe: which base, which build args, which tags, and the bake file.
 
 Everything the Dockerfiles in ``docker/`` take as ``ARG`` is computed here, from the recipe, in one place:
-:data:`CUDA_IMAGES` and :data:`DISTROS` are the tables, :func:`devel_args` / :func:`runtime_args` the two
-mappings. ``torchkiln images`` and the generated ``docker-bake.hcl`` both use them, so a plain
-``docker buildx bake`` and ``torchkiln images`` build the same thing.
+:data:`DISTROS`, :data:`CUDA_IMAGES`, :data:`PYPI_TOOLKITS` and :data:`MAGMA_BUILDS` are the tables,
+:func:`devel_args` / :func:`runtime_args` the two mappings. ``torchkiln images`` and the generated
+``docker-bake.hcl`` both use them, so a plain ``docker buildx bake`` and ``torchkiln images`` build the same
+thing.
+
+A CUDA recipe's toolkit comes from one of two sources (:data:`TOOLKIT_SOURCES`): ``pypi``, NVIDIA's CUDA
+wheels on a plain distribution image (any PyPI mirror will do; the default wherever :data:`PYPI_TOOLKITS`
+has the recipe's CUDA), or ``nvidia``, NVIDIA's ``nvidia/cuda`` devel and runtime images.
 
 The runtime image takes its wheels from a build context named ``dist`` (a directory, or in bake the
 ``wheels`` stage of the devel Dockerfile); :func:`find_wheels` picks the wheels of a recipe out of a
@@ -29,6 +34,9 @@ FLAVOURS = ("devel", "wheels", "runtime")
 DEFAULT_REGISTRY = "localhost"
 IMAGE_NAME = "torchkiln"
 CACHE_SECRET_ID = "cache_password"
+# pip's configuration for every pip step of an image build (a package index mirror, its credentials):
+# a secret mounted at /etc/pip.conf (pip's global configuration file) for that step only.
+PIP_CONFIG_SECRET_ID = "pip_config"
 SOURCE_URL = "https://github.com/torchkiln/torchkiln"
 
 # Repository paths, relative to the build context (a torchkiln checkout).
@@ -45,7 +53,7 @@ class Distro:
 
     python: str
     gcc: tuple[int, ...]
-    cpu_image: str  # base for CPU recipes (devel and runtime alike)
+    image: str  # the plain distribution image: CPU recipes, and CUDA recipes with the toolkit from PyPI
     cuda_suffix: str | None  # the nvidia/cuda tag suffix built on it, if NVIDIA publishes one
 
 
@@ -67,6 +75,74 @@ CUDA_IMAGES: dict[str, str] = {
     "13.2": "13.2.1",
 }
 
+TOOLKIT_SOURCES = ("pypi", "nvidia")
+
+
+@dataclass(frozen=True)
+class PypiToolkit:
+    """One CUDA minor's toolkit as NVIDIA's PyPI wheels: the ``cuda-toolkit`` meta package (its extras
+    select the components) and the wheels PyTorch's build links that the meta package does not carry."""
+
+    meta: str
+    pins: tuple[str, ...]
+
+    def requirements(self) -> list[str]:
+        return [f"cuda-toolkit[{','.join(TOOLKIT_EXTRAS)}]=={self.meta}", *self.pins]
+
+
+# The components of a devel toolkit. Upstream's torch 2.13.0/2.14.0+cu130 wheels run on
+# cuda-toolkit[cublas,cudart,cufft,cufile,cupti,curand,cusolver,cusparse,nvjitlink,nvrtc,nvtx]==13.0.3 (their
+# METADATA Requires-Dist); building adds the compiler (nvcc, crt, nvvm, cccl: nvcc's own headers), culibos
+# (static helpers CMake's FindCUDAToolkit attaches to cuBLAS and cuFILE), profiler and nvml (headers NVIDIA's
+# devel images carry too: cuda_profiler_api.h, cudaProfiler.h, nvml.h; the libcuda stub reads cudaProfiler.h)
+# and nvjpeg (torchvision's GPU JPEG codec, TORCHVISION_USE_NVJPEG).
+TOOLKIT_EXTRAS = (
+    "cccl",
+    "crt",
+    "cublas",
+    "cudart",
+    "cufft",
+    "cufile",
+    "culibos",
+    "cupti",
+    "curand",
+    "cusolver",
+    "cusparse",
+    "nvcc",
+    "nvjitlink",
+    "nvjpeg",
+    "nvml",
+    "nvrtc",
+    "nvtx",
+    "nvvm",
+    "profiler",
+)
+
+# CUDA minor -> its toolkit on PyPI. cuda-toolkit 13.0.3 pins every component exactly (nvcc 13.0.88, cuBLAS
+# 13.1.1.3, ...) except nvjitlink (>=13.0.88,<14): pinned here to the toolkit's own release so the image does
+# not change with the index. cuSPARSELt 0.8.1 and NVSHMEM 3.4.5 are what torch 2.13.0 and 2.14.0+cu130
+# require (METADATA); cuDNN and NCCL come from the recipe. Only CUDA 13 is here: its wheels share one
+# layout (nvidia/cu13/{bin,include,lib,nvvm}) that scripts/install_cuda_toolkit.sh merges and that CI builds.
+PYPI_TOOLKITS: dict[str, PypiToolkit] = {
+    "13.0": PypiToolkit(
+        "13.0.3",
+        ("nvidia-nvjitlink==13.0.88", "nvidia-cusparselt-cu13==0.8.1", "nvidia-nvshmem-cu13==3.4.5"),
+    ),
+}
+
+# MAGMA releases torchkiln knows how to build: scripts/install_magma.sh applies its edits for that release
+# (PyTorch's .ci/magma/build_magma.sh builds MAGMA_VERSION=2.6.1 with its package_files/*.patch).
+MAGMA_BUILDS = ("2.6.1",)
+
+# torchvision's optional parts -> the distribution packages its setup.py looks for when building them
+# (libpng-config, jpeglib.h, webp/decode.h). nvjpeg comes with the CUDA toolkit; the video decoders are
+# gone from torchvision since 0.24 (rules refuse them there).
+VISION_DEV_PACKAGES: dict[str, tuple[str, ...]] = {
+    "png": ("libpng-dev",),
+    "jpeg": ("libjpeg-dev",),
+    "webp": ("libwebp-dev",),
+}
+
 
 def _minor(version: Version) -> str:
     return f"{version.major}.{version.minor}"
@@ -80,22 +156,45 @@ def accelerator_tag(recipe: Recipe) -> str:
     return f"cu{acc.cuda.major}{acc.cuda.minor}"
 
 
-def distro_for(recipe: Recipe) -> tuple[str, Distro]:
-    """The distribution whose own Python is the recipe's (and, for CUDA, that NVIDIA builds images on)."""
+def toolkit_source(recipe: Recipe, choice: str = "auto") -> str | None:
+    """Where a CUDA recipe's toolkit comes from: 'pypi' or 'nvidia' (None for a CPU recipe).
+
+    ``auto`` is ``pypi`` when :data:`PYPI_TOOLKITS` has the recipe's CUDA (no NVIDIA registry needed, only a
+    package index), else ``nvidia``."""
+    if choice not in ("auto", *TOOLKIT_SOURCES):
+        raise UsageError(
+            f"--cuda-from {choice!r} is not a toolkit source (valid: auto, {', '.join(TOOLKIT_SOURCES)})"
+        )
+    acc = recipe.accelerator
+    if not acc.is_cuda or acc.cuda is None:
+        return None
+    cuda = _minor(acc.cuda)
+    if choice == "auto":
+        return "pypi" if cuda in PYPI_TOOLKITS else "nvidia"
+    if choice == "pypi" and cuda not in PYPI_TOOLKITS:
+        raise RecipeError(
+            [
+                Problem(
+                    recipe.source,
+                    "accelerator.cuda",
+                    f"no CUDA {cuda} toolkit known on PyPI",
+                    f"{', '.join(PYPI_TOOLKITS)}, or --cuda-from nvidia (NVIDIA's images)",
+                )
+            ]
+        )
+    return choice
+
+
+def distro_for(recipe: Recipe, source: str | None = None, *, check_gcc: bool = True) -> tuple[str, Distro]:
+    """The distribution whose own Python is the recipe's (and, for the ``nvidia`` toolkit source, that
+    NVIDIA builds images on). ``check_gcc``: the recipe's gcc must be one it packages (devel images)."""
+    nvidia = source == "nvidia"
     candidates = [
-        (key, d)
-        for key, d in DISTROS.items()
-        if d.python == recipe.python and (not recipe.accelerator.is_cuda or d.cuda_suffix is not None)
+        (key, d) for key, d in DISTROS.items() if d.python == recipe.python and (not nvidia or d.cuda_suffix)
     ]
     if not candidates:
-        valid = sorted(
-            {
-                d.python
-                for d in DISTROS.values()
-                if not recipe.accelerator.is_cuda or d.cuda_suffix is not None
-            }
-        )
-        kind = "CUDA" if recipe.accelerator.is_cuda else "CPU"
+        valid = sorted({d.python for d in DISTROS.values() if not nvidia or d.cuda_suffix})
+        kind = "NVIDIA CUDA" if nvidia else "distribution"
         raise RecipeError(
             [
                 Problem(
@@ -108,7 +207,7 @@ def distro_for(recipe: Recipe) -> tuple[str, Distro]:
         )
     key, distro = candidates[0]
     gcc = recipe.build.gcc
-    if gcc is not None and gcc not in distro.gcc:
+    if check_gcc and gcc is not None and gcc not in distro.gcc:
         raise RecipeError(
             [
                 Problem(
@@ -122,12 +221,7 @@ def distro_for(recipe: Recipe) -> tuple[str, Distro]:
     return key, distro
 
 
-def base_images(recipe: Recipe) -> tuple[str, str]:
-    """(devel base, runtime base). CUDA: NVIDIA's devel image (nvcc, headers) and its runtime image
-    (libraries only); CPU: the plain distribution image for both."""
-    _, distro = distro_for(recipe)
-    if not recipe.accelerator.is_cuda:
-        return distro.cpu_image, distro.cpu_image
+def _nvidia_toolkit(recipe: Recipe) -> str:
     cuda = _minor(recipe.accelerator.cuda) if recipe.accelerator.cuda else ""
     toolkit = CUDA_IMAGES.get(cuda)
     if toolkit is None:
@@ -141,27 +235,66 @@ def base_images(recipe: Recipe) -> tuple[str, str]:
                 )
             ]
         )
-    return (
-        f"nvidia/cuda:{toolkit}-devel-{distro.cuda_suffix}",
-        f"nvidia/cuda:{toolkit}-runtime-{distro.cuda_suffix}",
-    )
+    return toolkit
+
+
+def devel_base(recipe: Recipe, cuda_from: str = "auto") -> str:
+    """The devel image's base: the plain distribution image (CPU, or the toolkit from PyPI), or NVIDIA's
+    devel image for the recipe's CUDA (nvcc, headers)."""
+    source = toolkit_source(recipe, cuda_from)
+    _, distro = distro_for(recipe, source)
+    if source != "nvidia":
+        return distro.image
+    return f"nvidia/cuda:{_nvidia_toolkit(recipe)}-devel-{distro.cuda_suffix}"
+
+
+def runtime_base(recipe: Recipe, cuda_from: str = "auto") -> str:
+    """The runtime image's base: the plain distribution image (the CUDA libraries then come as the wheels'
+    own dependencies from the package index, as they do for upstream's PyPI torch), or NVIDIA's runtime
+    image. No compiler goes in, so the recipe's gcc does not matter here."""
+    source = toolkit_source(recipe, cuda_from)
+    _, distro = distro_for(recipe, source, check_gcc=False)
+    if source != "nvidia":
+        return distro.image
+    return f"nvidia/cuda:{_nvidia_toolkit(recipe)}-runtime-{distro.cuda_suffix}"
+
+
+def base_images(recipe: Recipe, cuda_from: str = "auto") -> tuple[str, str]:
+    """(devel base, runtime base) for the toolkit source ``cuda_from``."""
+    return devel_base(recipe, cuda_from), runtime_base(recipe, cuda_from)
 
 
 def _s(value: object | None) -> str:
     return "" if value is None else str(value)
 
 
-def devel_args(recipe: Recipe, *, base_image: str | None = None) -> dict[str, str]:
+def devel_args(recipe: Recipe, *, base_image: str | None = None, cuda_from: str = "auto") -> dict[str, str]:
     """Build args of docker/Dockerfile.devel (stages devel, build, wheels) for a recipe."""
     acc = recipe.accelerator
     magma = recipe.magma if acc.is_cuda else None
+    if magma is not None and str(magma.version) not in MAGMA_BUILDS:
+        raise RecipeError(
+            [
+                Problem(
+                    recipe.source,
+                    "magma.version",
+                    f"torchkiln's images do not know how to build MAGMA {magma.version}",
+                    ", ".join(MAGMA_BUILDS),
+                )
+            ]
+        )
+    source = toolkit_source(recipe, cuda_from)
     if base_image is None:
-        base_image = base_images(recipe)[0]
+        base_image = devel_base(recipe, cuda_from)
+    wheels = PYPI_TOOLKITS[_minor(acc.cuda)].requirements() if source == "pypi" and acc.cuda else []
+    vision_packages = [pkg for f in recipe.vision.enabled for pkg in VISION_DEV_PACKAGES.get(f, ())]
     return {
         "BASE_IMAGE": base_image,
         "KILN_PYTHON": recipe.python,
         "KILN_GCC": _s(recipe.build.gcc),
         "KILN_CUDA": _minor(acc.cuda) if acc.is_cuda and acc.cuda else "",
+        "KILN_CUDA_FROM": source or "",
+        "KILN_CUDA_WHEELS": " ".join(wheels),
         "KILN_CUDNN": _s(acc.cudnn) if acc.is_cuda else "",
         "KILN_NCCL": _s(acc.nccl) if acc.is_cuda else "",
         "KILN_CUDA_ARCH_LIST": acc.arch_list_env if acc.is_cuda else "",
@@ -170,6 +303,7 @@ def devel_args(recipe: Recipe, *, base_image: str | None = None) -> dict[str, st
         "KILN_MAGMA_VERSION": _s(magma.version) if magma else "",
         "KILN_MAGMA_URL": _s(magma.url) if magma else "",
         "KILN_MAGMA_SHA256": magma.sha256 if magma else "",
+        "KILN_VISION_PACKAGES": " ".join(vision_packages),
         "RECIPE_FILE": recipe_file(recipe),
         "CACHE_CREDENTIALS_ENV": _s(recipe.cache.credentials_env),
     }
@@ -189,14 +323,14 @@ def _labels_args(recipe: Recipe) -> dict[str, str]:
 
 
 def runtime_args(
-    recipe: Recipe, wheels: Wheels | None = None, *, base_image: str | None = None
+    recipe: Recipe, wheels: Wheels | None = None, *, base_image: str | None = None, cuda_from: str = "auto"
 ) -> dict[str, str]:
     """Build args of docker/Dockerfile.runtime. With ``wheels`` (found in a dist/ directory) the exact
     versions and commits come from the wheels; without, from the recipe (the bake path, where the wheels
     come from the devel file's ``wheels`` stage)."""
     acc = recipe.accelerator
     if base_image is None:
-        base_image = base_images(recipe)[1]
+        base_image = runtime_base(recipe, cuda_from)
     if wheels is not None:
         torch_version, torch_commit = wheels.torch.version, wheels.torch.commit
         vision = wheels.torchvision

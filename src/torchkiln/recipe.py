@@ -39,6 +39,7 @@ from .recipe_model import (
     Magma,
     Recipe,
     SourceSpec,
+    VisionFeatures,
 )
 from .rules import check_rules
 from .truth import flag_value
@@ -55,6 +56,7 @@ __all__ = [
     "Magma",
     "Recipe",
     "SourceSpec",
+    "VisionFeatures",
     "load_recipe",
     "parse_recipe",
     "recipes_dir",
@@ -150,7 +152,8 @@ class Field:
     """One recipe field: its dotted path in the file, its TOML type, whether it must be there, how its value
     is checked, and where the typed :class:`Recipe` keeps it (``to``: ``"table.attribute"`` of a section in
     :data:`SECTIONS`, or a plain attribute of Recipe; default: the path itself), converted by ``convert``,
-    ``default`` when absent (else the dataclass's own default)."""
+    ``default`` when absent (else the dataclass's own default), or ``default_from`` the flattened document
+    when the default follows from another field (nvJPEG is on by default for CUDA recipes)."""
 
     path: str
     type: type
@@ -160,6 +163,7 @@ class Field:
     to: str | None = None
     convert: Callable[[Any], Any] | None = None
     default: Any = None
+    default_from: Callable[[Mapping[str, Any]], Any] | None = None
 
 
 def _flags_value(value: Any) -> dict[str, str]:
@@ -223,6 +227,35 @@ SCHEMA: tuple[Field, ...] = (
         True,
         _match(RELEASE_RE, "MAJOR.MINOR.PATCH such as 0.28.0", "malformed version"),
         convert=Version,
+    ),
+    # torchvision's optional parts, each its setup.py's TORCHVISION_USE_<NAME> (torchkiln sets every one
+    # explicitly, 1 or 0); the image codecs' libraries are bundled into the wheel's torchvision.libs/.
+    Field("torchvision.features.png", bool, doc="PNG decode/encode (libpng); default true", to="vision.png"),
+    Field(
+        "torchvision.features.jpeg",
+        bool,
+        doc="JPEG decode/encode (libjpeg-turbo); default true",
+        to="vision.jpeg",
+    ),
+    Field("torchvision.features.webp", bool, doc="WebP decode (libwebp); default true", to="vision.webp"),
+    Field(
+        "torchvision.features.nvjpeg",
+        bool,
+        doc="GPU JPEG decode/encode (nvJPEG); default: CUDA recipes",
+        to="vision.nvjpeg",
+        default_from=lambda flat: flat.get("accelerator.kind") == "cuda",
+    ),
+    Field(
+        "torchvision.features.video_codec",
+        bool,
+        doc="GPU video decoder; default false",
+        to="vision.video_codec",
+    ),
+    Field(
+        "torchvision.features.ffmpeg",
+        bool,
+        doc="CPU video decoder (FFmpeg); default false",
+        to="vision.ffmpeg",
     ),
     Field(
         "python.version",
@@ -303,11 +336,15 @@ SECTIONS: dict[str, type] = {
     "magma": Magma,
     "build": Build,
     "cache": CacheSpec,
+    "vision": VisionFeatures,  # [torchvision.features]
 }
 OPTIONAL_SECTIONS = frozenset({"magma"})
 
 FIELDS: dict[str, Field] = {f.path: f for f in SCHEMA}
 TABLES: frozenset[str] = frozenset(p.split(".")[0] for p in FIELDS)
+# Tables inside a table whose keys SCHEMA declares one by one ([torchvision.features]); other nested
+# tables (build.flags) are one field holding a table.
+SUBTABLES: frozenset[str] = frozenset(p.rsplit(".", 1)[0] for p in FIELDS if p.count(".") == 2)
 REQUIRED_TABLES: frozenset[str] = frozenset(f.path.split(".")[0] for f in SCHEMA if f.required)
 
 TYPE_NAMES = {str: "a string", int: "an integer", list: "an array", dict: "a table", bool: "a boolean"}
@@ -318,12 +355,17 @@ TYPE_NAMES = {str: "a string", int: "an integer", list: "an array", dict: "a tab
 
 
 def _flatten(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """recipe document -> {"table.key": value}; nested tables below the second level stay values."""
+    """recipe document -> {"table.key": value}; a declared subtable's keys become "table.sub.key", other
+    nested tables below the second level stay values."""
     flat: dict[str, Any] = {}
     for table, content in doc.items():
         if isinstance(content, dict):
             for key, value in content.items():
-                flat[f"{table}.{key}"] = value
+                path = f"{table}.{key}"
+                if path in SUBTABLES and isinstance(value, dict):
+                    flat.update({f"{path}.{k}": v for k, v in value.items()})
+                else:
+                    flat[path] = value
         else:
             flat[table] = content
     return flat
@@ -335,7 +377,7 @@ _SIMPLE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 def display_key(key: str) -> str:
     """A key as it appears in a problem line: bare when simple, else quoted and escaped so the line stays
     ``FILE: field: message`` (no raw colon, newline or empty field)."""
-    if _SIMPLE_KEY.match(key):
+    if _SIMPLE_KEY.fullmatch(key):  # not match(): "$" also matches before a trailing newline
         return key
     return json.dumps(key, ensure_ascii=True).replace(":", "\\u003a")
 
@@ -361,11 +403,18 @@ def check_schema(doc: Mapping[str, Any], file: str) -> list[Problem]:
         problems.append(Problem(file, table, "missing table", f"a [{table}] table"))
     flat = _flatten({k: v for k, v in doc.items() if k in TABLES and isinstance(v, dict)})
     for path, value in flat.items():
+        if path in SUBTABLES:  # not a table (flattening opened it otherwise)
+            problems.append(Problem(file, path, f"must be a table, not {type(value).__name__}", f"[{path}]"))
+            continue
         spec = FIELDS.get(path)
         if spec is None:
-            table, key = path.split(".", 1)
-            keys = sorted(p.split(".", 1)[1] for p in FIELDS if p.startswith(table + "."))
-            problems.append(Problem(file, f"{table}.{display_key(key)}", "unknown key", ", ".join(keys)))
+            parent, key = path.rsplit(".", 1)
+            if parent not in SUBTABLES:
+                parent, key = path.split(".", 1)
+            children = {p[len(parent) + 1 :].split(".")[0] for p in FIELDS if p.startswith(parent + ".")}
+            problems.append(
+                Problem(file, f"{parent}.{display_key(key)}", "unknown key", ", ".join(sorted(children)))
+            )
             continue
         if not _type_ok(value, spec.type):
             expected = TYPE_NAMES.get(spec.type, str(spec.type))
@@ -391,7 +440,8 @@ def _build_recipe(doc: Mapping[str, Any], path: Path | None, digest: str) -> Rec
     sections: dict[str, dict[str, Any]] = {table: {} for table in SECTIONS}
     top: dict[str, Any] = {}
     for spec in SCHEMA:
-        value = flat.get(spec.path, spec.default)
+        default = spec.default_from(flat) if spec.default_from is not None else spec.default
+        value = flat.get(spec.path, default)
         if value is None:
             continue
         owner, _, attr = (spec.to or spec.path).rpartition(".")

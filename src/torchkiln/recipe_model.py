@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from packaging.version import Version
 
@@ -51,6 +51,25 @@ class Accelerator:
 class Blas:
     kind: str  # "mkl" | "openblas"
     mkl: Version | None = None
+
+
+@dataclass(frozen=True)
+class VisionFeatures:
+    """torchvision's optional parts (``[torchvision.features]``, each its setup.py's TORCHVISION_USE_<NAME>):
+    what the wheel is built with. The defaults are what upstream's wheels have (nvJPEG: CUDA recipes)."""
+
+    png: bool = True
+    jpeg: bool = True
+    webp: bool = True
+    nvjpeg: bool = False
+    video_codec: bool = False
+    ffmpeg: bool = False
+
+    NAMES: ClassVar[tuple[str, ...]] = ("png", "jpeg", "webp", "nvjpeg", "video_codec", "ffmpeg")
+
+    @property
+    def enabled(self) -> tuple[str, ...]:
+        return tuple(name for name in self.NAMES if getattr(self, name))
 
 
 @dataclass(frozen=True)
@@ -97,6 +116,7 @@ class Recipe:
     path: Path | None = None
     sha256: str = ""
     document: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    vision: VisionFeatures = field(default_factory=VisionFeatures)
 
     @property
     def torch_build_version(self) -> str:

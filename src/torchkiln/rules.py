@@ -290,6 +290,30 @@ def _build_version_pair(r: Recipe) -> Iterator[Finding]:
         )
 
 
+# torchvision's video decoders: "deprecated from version 0.22 and will be removed in version 0.24" (the 0.28.0
+# wheel's torchvision/io/_video_deprecation_warning.py); 0.28/0.29 wheels have neither decoder.
+VIDEO_DECODERS_REMOVED = Version("0.24")
+
+
+def _vision_features(r: Recipe) -> Iterator[Finding]:
+    features = r.vision
+    for name in ("nvjpeg", "video_codec"):
+        if getattr(features, name) and not r.accelerator.is_cuda:
+            yield (
+                f"torchvision.features.{name}",
+                "needs CUDA (it is built against the CUDA toolkit)",
+                'false, or accelerator.kind = "cuda"',
+            )
+    if r.torchvision.version >= VIDEO_DECODERS_REMOVED:
+        for name in ("video_codec", "ffmpeg"):
+            if getattr(features, name):
+                yield (
+                    f"torchvision.features.{name}",
+                    f"torchvision {r.torchvision.version} has no video decoders (removed in 0.24)",
+                    "false",
+                )
+
+
 # Flags torchkiln sets itself from recipe fields: setting them in build.flags would contradict the recipe.
 MANAGED_FLAGS: dict[str, str] = {
     "USE_CUDA": "accelerator.kind",
@@ -367,6 +391,11 @@ RULES: tuple[Rule, ...] = (
         "build-version-pair",
         "PYTORCH_BUILD_VERSION and PYTORCH_BUILD_NUMBER together or not at all",
         _build_version_pair,
+    ),
+    Rule(
+        "torchvision-features",
+        "nvJPEG and the GPU video decoder need CUDA; no video decoders from torchvision 0.24",
+        _vision_features,
     ),
     Rule("flags", "build.flags does not override what recipe fields decide", _flags),
     Rule("cache", "cache settings are consistent and hold no secrets", _cache),

@@ -13,6 +13,8 @@ env        venvs and requirements: requirement files' contents are inputs; a ven
 compile    the source tree's identity is an input; the compiler cache session (opened before the first compile
            that runs) adds its layers to the environment; live progress, phases and the configure watcher
            read the output; the tools it used are recorded; it must leave a wheel
+package    rewrites wheels an earlier step made (the torchvision bundling): the wheels it reads are an input; its
+           own wheel directory then holds the project's final wheels (what the checks install, publish copies)
 checks     skipped with ``--skip-checks``; a step whose output ends with the wheels' build facts is compared
            with the recipe (also when skipped: the recipe may have changed)
 publish    in-process, every run: closes the cache session, applies ``--min-cache-hit-rate``, copies the wheels
@@ -70,8 +72,16 @@ class StepKind:
     always_runs: ClassVar[bool] = False  # no fingerprint: runs on every build
 
     def inputs(self, step: Step, ctx: Context) -> dict[str, str]:
-        """What the step's result depends on besides its argv, env, cwd and the steps before it."""
-        return {path: file_sha256(Path(path)) for path in step.reads if Path(path).is_file()}
+        """What the step's result depends on besides its argv, env, cwd and the steps before it: the content
+        of what it reads (a file's sha256; a directory's wheels, each by name and sha256)."""
+        found: dict[str, str] = {}
+        for name in step.reads:
+            path = Path(name)
+            if path.is_file():
+                found[name] = file_sha256(path)
+            elif path.is_dir():
+                found[name] = digest({p.name: file_sha256(p) for p in artifacts.wheels_in(path)})
+        return found
 
     def intact(self, step: Step, entry: Mapping[str, Any], ctx: Context) -> bool:
         """Whether what the step left last time is still there (else it runs again)."""
@@ -221,6 +231,13 @@ class CompileKind(StepKind):
         return out
 
 
+class PackageKind(StepKind):
+    """Rewrites wheels another step made (torchvision's bundling): its input is their content (``reads``),
+    its output a wheel directory of its own, which then holds the project's final wheels."""
+
+    name = "package"
+
+
 class ChecksKind(StepKind):
     name = "checks"
     optional = True
@@ -250,7 +267,8 @@ class PublishKind(StepKind):
 
 
 KINDS: dict[str, StepKind] = {
-    kind.name: kind for kind in (FetchKind(), EnvKind(), CompileKind(), ChecksKind(), PublishKind())
+    kind.name: kind
+    for kind in (FetchKind(), EnvKind(), CompileKind(), PackageKind(), ChecksKind(), PublishKind())
 }
 
 

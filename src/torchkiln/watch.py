@@ -83,6 +83,15 @@ CAUSES: dict[str, tuple[tuple[re.Pattern[str], str], ...]] = {
     ),
 }
 
+# Settings whose outcome the summary does not print, and the configure line that says they came out off.
+# cmake/Summary.cmake has no USE_MAGMA line; cmake/Dependencies.cmake prints "MAGMA not found. Compiling
+# without MAGMA support" (and turns USE_MAGMA off) when find_package(MAGMA) fails, or warns "Not compiling
+# with MAGMA" when USE_MAGMA is on without CUDA/ROCm. Such a line, anywhere before the summary, is a
+# contradiction when the step asked for the setting.
+OFF_LINES: dict[str, re.Pattern[str]] = {
+    "USE_MAGMA": re.compile(r"MAGMA not found\. Compiling without MAGMA support|Not compiling with MAGMA"),
+}
+
 GENERIC_CAUSE = {
     "USE_CUDA": "CUDA was not detected: nvcc not on PATH, or CUDA_HOME/CUDACXX wrong",
     "USE_CUDNN": "cuDNN headers/libraries not found (CUDNN_INCLUDE_DIR / CUDNN_LIBRARY), or USE_CUDA is off",
@@ -144,11 +153,32 @@ def parse_summary(lines: list[str]) -> dict[str, str]:
     return out
 
 
-def compare(summary: Mapping[str, str], expect: Expectations, before: list[str]) -> list[Contradiction]:
-    """Every setting the summary contradicts; ``before`` are the configure lines printed before it."""
+def off_lines(lines: list[str]) -> dict[str, str]:
+    """setting -> the first of ``lines`` that says it came out off (:data:`OFF_LINES`)."""
+    found: dict[str, str] = {}
+    for line in lines:
+        for name, pattern in OFF_LINES.items():
+            if name not in found and pattern.search(line):
+                found[name] = line
+    return found
+
+
+def compare(
+    summary: Mapping[str, str],
+    expect: Expectations,
+    before: list[str],
+    off: Mapping[str, str] | None = None,
+) -> list[Contradiction]:
+    """Every setting the summary (or an :data:`OFF_LINES` line) contradicts; ``before`` are the configure
+    lines printed before the summary, ``off`` the off-lines seen in all of them (default: found in
+    ``before``)."""
+    off = off_lines(before) if off is None else off
     found: list[Contradiction] = []
     for name, wanted in expect.flags.items():
         if name not in summary:
+            if wanted and name in off:
+                cause, evidence = _likely_cause(name, [off[name]])
+                found.append(Contradiction(name, "ON", "OFF", cause, evidence or off[name]))
             continue  # not printed by this version (or nested under a disabled parent): nothing to compare
         actual = truth(summary[name])
         if actual is None or actual == wanted:
@@ -207,6 +237,7 @@ class SummaryWatcher:
         self._before: list[str] = []
         self._keep = keep_before
         self._block: list[str] | None = None
+        self._off: dict[str, str] = {}  # OFF_LINES seen anywhere before the summary, not only the last lines
         self.summary: dict[str, str] | None = None
         self.contradictions: list[Contradiction] | None = None
 
@@ -218,6 +249,8 @@ class SummaryWatcher:
             if SUMMARY_START in text:
                 self._block = []
             else:
+                for name, line in off_lines([text]).items():
+                    self._off.setdefault(name, line)
                 self._before.append(text)
                 if len(self._before) > self._keep:
                     del self._before[: len(self._before) - self._keep]
@@ -236,5 +269,5 @@ class SummaryWatcher:
     def _finish(self) -> list[Contradiction]:
         assert self._block is not None
         self.summary = parse_summary(self._block)
-        self.contradictions = compare(self.summary, self.expect, self._before)
+        self.contradictions = compare(self.summary, self.expect, self._before, self._off)
         return self.contradictions

@@ -14,6 +14,7 @@ wheel, so ``torchkiln verify --manifest`` can tell whether the installed files a
 
 from __future__ import annotations
 
+import base64
 import csv
 import hashlib
 import io
@@ -124,6 +125,12 @@ def record_digest(record: str) -> str:
         if path is not None:
             entries.append(f"{path},{row[1]}")
     return hashlib.sha256("\n".join(sorted(entries)).encode()).hexdigest()
+
+
+def record_line(name: str, data: bytes) -> str:
+    """The RECORD entry of a file a wheel carries: ``path,sha256=<urlsafe base64, unpadded>,size``."""
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{name},sha256={digest},{len(data)}"
 
 
 def wheel_record(path: Path) -> str:

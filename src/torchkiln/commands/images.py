@@ -34,6 +34,8 @@ from ..images import (
     CACHE_SECRET_ID,
     DOCKERFILES,
     FLAVOURS,
+    PIP_CONFIG_SECRET_ID,
+    TOOLKIT_SOURCES,
     bake_file,
     devel_args,
     find_wheels,
@@ -86,6 +88,14 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="wheels directory: read by --target runtime, written by --target wheels (default dist)",
     )
     parser.add_argument(
+        "--cuda-from",
+        choices=("auto", *TOOLKIT_SOURCES),
+        default="auto",
+        help="where a CUDA recipe's toolkit comes from: pypi (NVIDIA's wheels on a plain distribution "
+        "image; needs only a package index), nvidia (the nvidia/cuda images); default auto: pypi when "
+        "torchkiln knows the recipe's CUDA on PyPI, else nvidia",
+    )
+    parser.add_argument(
         "--base-image", metavar="IMAGE", help="override the base image torchkiln's table picks for the recipe"
     )
     parser.add_argument(
@@ -93,6 +103,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="file holding the remote compiler cache's credential (--target wheels); it reaches "
         "the build only as a secret mount, never a layer",
+    )
+    parser.add_argument(
+        "--pip-config",
+        metavar="FILE",
+        help="pip configuration for the build's pip steps (e.g. a package index mirror and its credentials: "
+        "[global] index-url = ...); it reaches them only as a secret mounted at /etc/pip.conf, never a layer",
     )
     parser.add_argument(
         "--context", metavar="DIR", help="build context: the torchkiln checkout (default: found)"
@@ -186,10 +202,12 @@ def build_request(args: argparse.Namespace, *, context: Path) -> BuildRequest:
     assert recipe.path is not None  # loaded from a file
     named["recipe"] = recipe.path.resolve().parent
     if target == "runtime":
-        build_args = runtime_args(recipe, find_wheels(dist, recipe), base_image=args.base_image)
+        build_args = runtime_args(
+            recipe, find_wheels(dist, recipe), base_image=args.base_image, cuda_from=args.cuda_from
+        )
         named["dist"] = dist
     else:
-        build_args = devel_args(recipe, base_image=args.base_image)
+        build_args = devel_args(recipe, base_image=args.base_image, cuda_from=args.cuda_from)
         if target == "wheels":
             if recipe.cache.credentials_file and not recipe.cache.credentials_env:
                 raise UsageError(
@@ -208,6 +226,14 @@ def build_request(args: argparse.Namespace, *, context: Path) -> BuildRequest:
                         "cache.credentials_env (the variable the build reads the credential from)"
                     )
                 secrets[CACHE_SECRET_ID] = secret.resolve()
+    if args.pip_config:
+        pip_config = Path(args.pip_config)
+        if not pip_config.is_file():
+            raise UsageError(
+                f"--pip-config {pip_config}: no such file (valid: a pip configuration file, e.g. "
+                "~/.config/pip/pip.conf)"
+            )
+        secrets[PIP_CONFIG_SECRET_ID] = pip_config.resolve()
     tags = (image_tag(recipe, target, args.registry), *args.tag)
     return BuildRequest(
         dockerfile=context / DOCKERFILES[target],

@@ -1,19 +1,28 @@
 """A tiny torch C++ extension: three translation units, so a build has several objects to cache.
 
 Built with torch.utils.cpp_extension (the code path torchvision's setup.py uses) by torchkiln's
-compiler-cache tests and benchmarks: ``python -m build --wheel --no-isolation``.
+compiler-cache tests and benchmarks: ``python -m build --wheel --no-isolation``. With
+KILN_CACHE_EXT_CUDA=1 it is a CUDAExtension with a fourth, CUDA, translation unit (needs a CUDA torch and
+nvcc; the CUDA devel image test builds it so).
 """
 
+import os
+
 from setuptools import setup
-from torch.utils.cpp_extension import BuildExtension, CppExtension
+from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension
+
+CUDA = os.environ.get("KILN_CACHE_EXT_CUDA") == "1"
+sources = ["csrc/module.cpp", "csrc/scale.cpp", "csrc/clamp.cpp"]
+Extension = CUDAExtension if CUDA else CppExtension
 
 setup(
     name="kiln_cache_ext",
     version="0.1.0",
     ext_modules=[
-        CppExtension(
+        Extension(
             "kiln_cache_ext._C",
-            ["csrc/module.cpp", "csrc/scale.cpp", "csrc/clamp.cpp"],
+            sources + (["csrc/fill_cuda.cu"] if CUDA else []),
+            define_macros=[("KILN_WITH_CUDA", None)] if CUDA else [],
         )
     ],
     packages=["kiln_cache_ext"],

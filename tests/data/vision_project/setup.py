@@ -13,6 +13,7 @@ import torch
 from setuptools import setup
 
 SEEN = ("BUILD_VERSION", "PYTORCH_VERSION", "FORCE_CUDA", "MAX_JOBS", "VIRTUAL_ENV", "TORCH_CUDA_ARCH_LIST")
+SEEN += tuple(f"TORCHVISION_USE_{part}" for part in ("PNG", "JPEG", "WEBP", "NVJPEG", "VIDEO_CODEC", "FFMPEG"))
 record = {name: os.environ.get(name) for name in SEEN}
 record["torch_at_build"] = torch.__version__
 (Path(__file__).parent / "kiln_vision" / "build_env.json").write_text(json.dumps(record, sort_keys=True))

@@ -1,0 +1,76 @@
+"""Session fixtures of the real image builds (tests/test_images_build.py, tests/test_images_cuda.py): one
+private buildah storage root and one debootstrapped Debian bookworm base per session, both removed at the
+end."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tarfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from imagekit import BASE, report, require
+
+from torchkiln.container import Buildah, Storage
+
+
+@pytest.fixture(scope="session")
+def storage_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    require(os.geteuid() == 0, "image builds need root")
+    for tool in ("buildah", "debootstrap"):
+        require(
+            shutil.which(tool) is not None, f"{tool} is not installed (apt-get install buildah debootstrap)"
+        )
+    root = tmp_path_factory.mktemp("buildah")
+    yield root
+    engine = Buildah("buildah", Storage(root / "storage", root / "run", "vfs"))
+    subprocess.run(engine.storage_argv("rm", "--all"), capture_output=True, check=False)
+    subprocess.run(engine.storage_argv("rmi", "--all", "--force"), capture_output=True, check=False)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def engine(storage_root: Path) -> Buildah:
+    return Buildah("buildah", Storage(storage_root / "storage", storage_root / "run", "vfs"))
+
+
+@pytest.fixture(scope="session")
+def base_image(engine: Buildah, storage_root: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Debian bookworm (minbase) imported as an image. The host's CA bundle goes in as a local CA, so
+    TLS through this machine's egress proxy works in RUN steps (as a corporate CA would)."""
+    work = tmp_path_factory.mktemp("base")
+    rootfs = work / "rootfs"
+    start = time.monotonic()
+    done = subprocess.run(
+        ["debootstrap", "--variant=minbase", "bookworm", str(rootfs), "http://deb.debian.org/debian"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    host_ca = Path("/etc/ssl/certs/ca-certificates.crt")
+    if host_ca.is_file():
+        local = rootfs / "usr/local/share/ca-certificates"
+        local.mkdir(parents=True, exist_ok=True)
+        shutil.copy(host_ca, local / "host-ca.crt")
+    context = work / "context"
+    context.mkdir()
+    with tarfile.open(context / "rootfs.tar", "w") as tar:
+        tar.add(rootfs, arcname=".")
+    shutil.rmtree(rootfs)
+    (context / "Containerfile").write_text('FROM scratch\nADD rootfs.tar /\nCMD ["/bin/bash"]\n')
+    done = subprocess.run(
+        engine.storage_argv("bud", "--isolation", "chroot", "--tag", BASE, str(context)),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    shutil.rmtree(context)
+    report("base_seconds", round(time.monotonic() - start, 1))
+    return BASE

@@ -1,0 +1,1 @@
+#error "MAGMA's testers are not built"

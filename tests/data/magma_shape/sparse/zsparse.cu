@@ -1,0 +1,1 @@
+#error "the sparse library is not part of the MAGMA PyTorch links"

@@ -1,0 +1,1 @@
+"""Stand-in package for tests/test_bundle.py."""
