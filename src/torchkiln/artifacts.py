@@ -5,6 +5,9 @@ its checks succeeded (the publish step), each copied under a temporary name insi
 (:mod:`torchkiln.atomic`): a reader of dist/ sees either the complete wheel or none, also when the build is
 interrupted half-way. Temporaries a killed process (SIGKILL cannot be caught) left are removed at the start
 of the next build.
+
+What a build published is read back with :func:`read_published`: the manifest beside the wheels, checked
+against the directory (the runtime image installs exactly what it describes).
 """
 
 from __future__ import annotations
@@ -13,8 +16,13 @@ from pathlib import Path
 
 from . import atomic, wheelfile
 from .atomic import PARTIAL_MARK, clean_partials
+from .digests import file_sha256
+from .errors import DocumentError, Problem, UsageError
+from .manifest import Manifest, load_manifest
 
-__all__ = ["PARTIAL_MARK", "clean_partials", "publish", "remove_superseded", "wheels_in"]
+__all__ = ["PARTIAL_MARK", "clean_partials", "publish", "read_published", "remove_superseded", "wheels_in"]
+
+MANIFEST_NAME = "manifest.json"
 
 
 def publish(source: Path, dist: Path) -> Path:
@@ -44,3 +52,48 @@ def remove_superseded(dist: Path, published: list[Path]) -> list[Path]:
             path.unlink()
             removed.append(path)
     return removed
+
+
+def read_published(dist: Path) -> Manifest:
+    """The manifest of what a build published into ``dist``, checked against the directory: every wheel it
+    lists is there with the sha256 it records, and no other wheel is (one would be installed beside them
+    without being described). A missing directory or manifest is a UsageError, a manifest that cannot be read
+    or does not describe the directory a DocumentError, each naming the file (exit 2)."""
+    if not dist.is_dir():
+        raise UsageError(
+            f"{dist}: no such directory (valid: a directory a build published into, e.g. the dist/ that "
+            "`torchkiln build` fills)"
+        )
+    path = dist / MANIFEST_NAME
+    if not path.is_file():
+        present = ", ".join(p.name for p in wheels_in(dist)) or "no wheels"
+        raise UsageError(
+            f"{path}: no such file ({dist} holds {present}); the manifest `torchkiln build` writes beside the "
+            "wheels it publishes says which wheels they are, from which commits and which recipe"
+        )
+    manifest = load_manifest(path)
+    file = str(path)
+    listed = {record.name: record for record in manifest.wheels}
+    problems = [
+        Problem(file, "wheels", f"does not list {p.name}, which is in {dist}", "remove it, or build again")
+        for p in wheels_in(dist)
+        if p.name not in listed
+    ]
+    for index, (name, record) in enumerate(listed.items()):
+        wheel = dist / name
+        if not wheel.is_file():
+            problems.append(
+                Problem(file, f"wheels[{index}]", f"{name} is not in {dist}", "the wheels it lists")
+            )
+        elif file_sha256(wheel) != record.sha256:
+            problems.append(
+                Problem(
+                    file,
+                    f"wheels[{index}].sha256",
+                    f"{name} in {dist} is not the wheel the build published (another sha256)",
+                    "the published wheel, or build again",
+                )
+            )
+    if problems:
+        raise DocumentError(problems)
+    return manifest

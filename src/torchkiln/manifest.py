@@ -26,6 +26,7 @@ from pathlib import Path
 from . import document, wheelfile
 from .digests import file_sha256
 from .lock import SourceLock
+from .recipe_model import Recipe
 from .toolchain import Toolchain
 
 MANIFEST_FORMAT = 2  # 2: typed document (issue 12): toolchain tools, tree hashes, wheel versions and files
@@ -42,6 +43,21 @@ class RecipeInfo:
     accelerator: str
     cuda: str | None
     arch_list: list[str]
+
+    @classmethod
+    def of(cls, recipe: Recipe) -> RecipeInfo:
+        """What the manifest says of the recipe the wheels were built with."""
+        return cls(
+            name=recipe.name,
+            path=str(recipe.path) if recipe.path else None,
+            sha256=recipe.sha256,
+            torch_version=recipe.torch_wheel_version,
+            torchvision_version=recipe.torchvision_wheel_version,
+            python=recipe.python,
+            accelerator=recipe.accelerator.kind,
+            cuda=str(recipe.accelerator.cuda) if recipe.accelerator.cuda else None,
+            arch_list=list(recipe.accelerator.arch_list),
+        )
 
 
 @dataclass(frozen=True)
