@@ -48,7 +48,7 @@ def publish(ctx: Context) -> bool:
     recipe = ctx.plan.recipe
     lock_path = paths.dist / f"{recipe.name}.lock.json"
     write_lock(lock_path, recipe.name, recipe.sha256, locks)
-    manifest_path = paths.dist / "manifest.json"
+    manifest_path = paths.dist / artifacts.MANIFEST_NAME
     write_manifest(manifest_path, _manifest(ctx, locks, [WheelRecord.of(w, p) for w, p in wheels]))
     ctx.published = Published([w for w, _ in wheels], manifest_path, lock_path)
     return changed

@@ -87,8 +87,10 @@ python -m pip install --quiet filelock typing-extensions sympy networkx jinja2 f
   "setuptools>=77.0.3" wheel build
 python - "$checkout/tests/data/cache_ext" "$work/ext" <<'PY'
 import json, os, shutil, subprocess, sys, zipfile
+from dataclasses import replace
 from pathlib import Path
 from torchkiln import cache
+from torchkiln.environ import base_environment
 from torchkiln.recipe import CacheSpec
 
 source, root = Path(sys.argv[1]), Path(sys.argv[2])
@@ -96,14 +98,14 @@ config = cache.resolve_cache(CacheSpec(kind="ccache"), dir=root / "ccache")
 for builder in ("first", "second"):  # different checkout paths: CCACHE_BASEDIR maps them onto each other
     checkout = root / builder / "cache_ext"
     shutil.copytree(source, checkout)
-    environ = {**cache.clean_environment(os.environ), "MAX_JOBS": "2", "KILN_CACHE_EXT_CUDA": "1"}
-    prepared = cache.prepare_cache(config, environ, basedir=checkout.parent)
-    env = {**environ, **prepared.env}
+    environ = {**base_environment(os.environ), "MAX_JOBS": "2", "KILN_CACHE_EXT_CUDA": "1"}
+    session = cache.open_session(replace(config, basedir=checkout.parent), environ)
+    env = session.tool_env  # the caller's environment, the cache's public and secret layers
     try:
         done = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--skip-dependency-check"], cwd=checkout,
                               env=env, capture_output=True, text=True, timeout=1500)
     finally:
-        stats = cache.finish_cache(prepared, env)
+        stats = session.close()
     if done.returncode != 0:
         print(done.stdout[-4000:], done.stderr[-4000:], file=sys.stderr)
         sys.exit(1)
