@@ -90,7 +90,6 @@ import json, os, shutil, subprocess, sys, zipfile
 from dataclasses import replace
 from pathlib import Path
 from torchkiln import cache
-from torchkiln.environ import base_environment
 from torchkiln.recipe import CacheSpec
 
 source, root = Path(sys.argv[1]), Path(sys.argv[2])
@@ -98,9 +97,12 @@ config = cache.resolve_cache(CacheSpec(kind="ccache"), dir=root / "ccache")
 for builder in ("first", "second"):  # different checkout paths: CCACHE_BASEDIR maps them onto each other
     checkout = root / builder / "cache_ext"
     shutil.copytree(source, checkout)
-    environ = {**base_environment(os.environ), "MAX_JOBS": "2", "KILN_CACHE_EXT_CUDA": "1"}
+    # The container's environment (the plan's CUDA variables: TORCH_CUDA_ARCH_LIST, CUDA_HOME, ...) without
+    # inherited cache settings, then the cache session's public and secret layers, as a compile step gets them.
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("CCACHE_", "SCCACHE_"))}
+    environ |= {"MAX_JOBS": "2", "KILN_CACHE_EXT_CUDA": "1"}
     session = cache.open_session(replace(config, basedir=checkout.parent), environ)
-    env = session.tool_env  # the caller's environment, the cache's public and secret layers
+    env = {**environ, **session.public_env, **session.secret_env}
     try:
         done = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--skip-dependency-check"], cwd=checkout,
                               env=env, capture_output=True, text=True, timeout=1500)
