@@ -9,6 +9,7 @@ import ctypes
 import dataclasses
 import glob
 import hashlib
+import importlib.util
 import os
 import re
 import shutil
@@ -877,3 +878,31 @@ def test_pip_config_is_passed_as_a_secret_file_only(
     assert cli.main(["images", "--recipe", str(CPU), "--print", "--pip-config", str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err
     assert "--pip-config" in err and "no such file" in err and "Traceback" not in err
+
+
+def test_sanity_gate_compares_the_build_args_with_the_manifest_of_the_wheels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bake file's runtime targets name versions from the recipe; the image's sanity gate
+    (scripts/image_sanity.py) holds them against the manifest the wheels stage exported beside the wheels."""
+    spec = importlib.util.spec_from_file_location("image_sanity", SCRIPTS / "image_sanity.py")
+    assert spec is not None and spec.loader is not None
+    sanity = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sanity)
+    dist = published(tmp_path / "dist", load_recipe(CPU), {"torch": ("2.13.0+cpu.kiln1", "1" * 40)})
+    manifest = dist / "manifest.json"
+    monkeypatch.setenv("KILN_TORCH_VERSION", "2.13.0+cpu.kiln1")
+    monkeypatch.setenv("KILN_TORCH_COMMIT", "1" * 40)
+    monkeypatch.delenv("KILN_TORCHVISION_VERSION", raising=False)
+    assert sanity.manifest_problems(manifest) == []
+    assert (
+        sanity.manifest_problems(tmp_path / "absent.json") == []
+    )  # an image without one: nothing to compare
+    monkeypatch.setenv("KILN_TORCH_VERSION", "2.13.0+cpu.kiln2")
+    monkeypatch.setenv("KILN_TORCH_COMMIT", "2" * 40)
+    monkeypatch.setenv("KILN_TORCHVISION_VERSION", "0.28.0+cpu.kiln2")
+    assert sanity.manifest_problems(manifest) == [
+        "the build args name torch 2.13.0+cpu.kiln2, the manifest lists 2.13.0+cpu.kiln1",
+        f"the build args name torch commit {'2' * 40}, the manifest records {'1' * 40}",
+        "the build args name torchvision 0.28.0+cpu.kiln2, the manifest lists None",
+    ]
