@@ -626,6 +626,8 @@ class Builder:
         wheels: list[dict[str, Any]] = []
         for project in plan.projects:
             final = plan.final_wheel_step(project)  # the bundling step of torchvision, if it has one
+            if final is None:
+                continue
             entry = self.state.get(final.name) or {}
             wheel_dir = self.paths.wheel_dir(final)
             assert wheel_dir is not None

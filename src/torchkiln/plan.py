@@ -173,9 +173,13 @@ class Plan:
         """The env of the project's wheel step (what its build reads)."""
         return next(s.env for s in self.steps if s.name == f"{project}:wheel")
 
-    def final_wheel_step(self, project: str) -> Step:
-        """The step whose wheels of ``project`` are published: its bundling when it has one, else its build."""
-        return [s for s in self.steps if s.project == project and s.stage in ("compile", "package")][-1]
+    def final_wheel_step(self, project: str) -> Step | None:
+        """The step whose wheels of ``project`` are published: its bundling when it has one, else its build.
+
+        None for a plan cut short of the project's wheel (a fetch-only or checks-only plan): it publishes nothing.
+        """
+        steps = [s for s in self.steps if s.project == project and s.stage in ("compile", "package")]
+        return steps[-1] if steps else None
 
     def to_dict(self) -> dict[str, Any]:
         r = self.recipe
