@@ -147,6 +147,7 @@ def _cuda_126(doc: Doc) -> Doc:
 def _cpu(doc: Doc) -> Doc:
     doc = _set(doc, "accelerator", {"kind": "cpu"})
     doc = _set(doc, "magma", None)
+    doc = _set(doc, "torchvision.features.nvjpeg", False)  # a CPU recipe that kept it is refused before verify
     return _set(doc, "build.local_version", "+cpu")
 
 

@@ -1,0 +1,17 @@
+// Generated stand-in for one torchvision translation unit: ATen headers from the build venv's torch.
+#include <ATen/core/Tensor.h>
+#include <c10/util/irange.h>
+
+#include <cstdint>
+
+namespace kiln_vision_like {
+
+int64_t op_01(const at::Tensor& t) {
+  int64_t acc = 2;
+  for (const auto i : c10::irange(t.dim())) {
+    acc += t.size(i) * 2;
+  }
+  return acc + t.numel();
+}
+
+}  // namespace kiln_vision_like
