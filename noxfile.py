@@ -13,6 +13,10 @@ from pathlib import Path
 import nox
 
 nox.options.sessions = ["lint", "tests", "verify", "reference"]
+# The two parts of torchkiln's own tests: unit tests (seconds each, under 2 minutes together) and integration
+# tests (real compiles, servers, image builds, pip into fresh venvs). `nox -s unit` runs the first alone.
+INTEGRATION = "integration or slow"
+DURATIONS = "--durations=15"
 nox.options.reuse_existing_virtualenvs = True
 nox.options.default_venv_backend = "venv"
 
@@ -32,10 +36,11 @@ REFERENCE_PAIRS = {
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff over the code, hadolint over the Dockerfiles."""
+    """ruff over the code, mypy (strict) over src/torchkiln, hadolint over the Dockerfiles."""
     session.install("-e", ".[lint]")
     session.run("ruff", "check", "src", "tests", "verify", "bench", "noxfile.py")
     session.run("ruff", "format", "--check", "src", "tests", "verify", "bench", "noxfile.py")
+    session.run("mypy")  # [tool.mypy] in pyproject.toml: strict, files = src/torchkiln
     dockerfiles = sorted(str(p) for p in (ROOT / "docker").glob("Dockerfile*"))
     if dockerfiles:
         session.run("hadolint", "--config", str(ROOT / "docker" / "hadolint.yaml"), *dockerfiles)
@@ -43,21 +48,39 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """torchkiln's own tests (unit and real integration: git, compilers, Redis, buildah where present)."""
+    """torchkiln's own tests: the unit part, then the integration part (git, compilers, Redis, buildah where
+    present), each with its slowest tests listed. Arguments after ``--`` replace both (one pytest run)."""
     session.install("-e", ".[test]", TORCH_REQUIREMENT)
-    session.run("python", "-m", "pytest", *(session.posargs or ["tests", "--ignore", str(REFERENCE_DIR)]))
+    if session.posargs:
+        session.run("python", "-m", "pytest", *session.posargs)
+        return
+    base = ["python", "-m", "pytest", "tests", "--ignore", str(REFERENCE_DIR), DURATIONS]
+    session.run(*base, "-m", f"not ({INTEGRATION})")
+    session.run(*base, "-m", INTEGRATION)
+
+
+@nox.session
+def unit(session: nox.Session) -> None:
+    """The unit part of the tests alone (under 2 minutes): ``nox -s unit``."""
+    session.install("-e", ".[test]", TORCH_REQUIREMENT)
+    session.run(
+        "python", "-m", "pytest", "tests", "--ignore", str(REFERENCE_DIR), DURATIONS, "-m", f"not ({INTEGRATION})",
+        *session.posargs,
+    )  # fmt: skip
 
 
 @nox.session
 def verify(session: nox.Session) -> None:
-    """Verify a PyTorch build: wheels from dist/ when there are any, else TORCHKILN_TORCH (torch==2.13.0).
+    """Verify a PyTorch build: wheels from dist/ when there are any (and against dist/manifest.json), else
+    TORCHKILN_TORCH (torch==2.13.0).
 
     Arguments after ``--`` go to the suite, e.g. ``nox -s verify -- --recipe recipes/x.toml --report out``.
     """
-    from torchkiln.nox_support import install_for_verify  # noqa: PLC0415 - needs torchkiln importable
+    from torchkiln.nox_support import install_for_verify, verify_args  # noqa: PLC0415 - needs torchkiln importable
 
-    install_for_verify(session, dist=ROOT / "dist", fallback=TORCH_REQUIREMENT)
-    session.run("python", "-m", "torchkiln", "verify", *session.posargs)
+    dist = ROOT / "dist"
+    installed = install_for_verify(session, dist=dist, fallback=TORCH_REQUIREMENT)
+    session.run("python", "-m", "torchkiln", "verify", *verify_args(dist, installed, list(session.posargs)))
 
 
 @nox.session(python="3.11")

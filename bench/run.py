@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from torchkiln import cache  # noqa: E402 - after the path set-up for a plain `python bench/run.py`
+from torchkiln.environ import base_environment  # noqa: E402
 from torchkiln.recipe import CacheSpec  # noqa: E402
 
 CACHE_EXT = ROOT / "tests" / "data" / "cache_ext"
@@ -98,11 +100,11 @@ def build_cache_ext(
 ) -> tuple[float, cache.CacheStats | None]:
     """One wheel build of the cache test extension; (seconds, cache statistics)."""
     shutil.copytree(CACHE_EXT, checkout)
-    environ = {**cache.clean_environment(os.environ), "PATH": tool_path(), "MAX_JOBS": str(jobs)}
-    prepared = cache.prepare_cache(config, environ, basedir=checkout.parent)
-    for warning in prepared.warnings:
+    environ = {**base_environment(os.environ), "PATH": tool_path(), "MAX_JOBS": str(jobs)}
+    session = cache.open_session(replace(config, basedir=checkout.parent), environ)
+    for warning in session.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")
-    env = {**environ, **prepared.env}
+    env = {**session.tool_env, "MAX_JOBS": str(jobs)}
     start = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", "build", "--wheel", "--no-isolation"],
@@ -113,7 +115,7 @@ def build_cache_ext(
         check=False,
     )
     seconds = time.perf_counter() - start
-    stats = cache.finish_cache(prepared, env)
+    stats = session.close()
     if done.returncode != 0:
         raise SystemExit(f"bench: build in {checkout} failed:\n{(done.stdout + done.stderr)[-3000:]}")
     return seconds, stats

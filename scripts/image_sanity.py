@@ -4,16 +4,45 @@ Like the gate in PyTorch's own Dockerfile (which exits 1 when CUDA came out disa
 installed torch/torchvision are exactly the wheels the build args name, CUDA is compiled in exactly when the
 recipe is a CUDA recipe (and at the recipe's CUDA and cuDNN versions), the C++ ops of torchvision are
 registered (the "operator torchvision::nms does not exist" mismatch), tensor math runs, and no compiler or
-nvcc is on PATH. Reads the build args KILN_TORCH_VERSION, KILN_TORCHVISION_VERSION, KILN_CUDA and KILN_CUDNN.
-Runs with the image's Python (no torchkiln import: it checks the wheels, not torchkiln).
+nvcc is on PATH, and the build args agree with the manifest of the build the wheels come from
+(/opt/torchkiln/manifest.json, when the image has one: the bake file's runtime targets take their versions
+from the recipe, so this is where a wheels stage that built something else is caught). Reads the build args
+KILN_TORCH_VERSION, KILN_TORCHVISION_VERSION, KILN_TORCH_COMMIT, KILN_TORCHVISION_COMMIT, KILN_CUDA and
+KILN_CUDNN. Runs with the image's Python (no torchkiln import: it checks the wheels, not torchkiln).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
 from importlib.metadata import version as installed
+from pathlib import Path
+
+MANIFEST = Path("/opt/torchkiln/manifest.json")
+
+
+def manifest_problems(path: Path) -> list[str]:
+    """Where the build args and the manifest of the wheels' build disagree (versions, commits)."""
+    if not path.is_file():
+        return []
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    wheels = {w.get("project"): w.get("version") for w in manifest.get("wheels", [])}
+    sources = manifest.get("sources", {})
+    problems = []
+    for project, version_arg, commit_arg in (
+        ("torch", "KILN_TORCH_VERSION", "KILN_TORCH_COMMIT"),
+        ("torchvision", "KILN_TORCHVISION_VERSION", "KILN_TORCHVISION_COMMIT"),
+    ):
+        want = os.environ.get(version_arg, "")
+        if want and wheels.get(project) != want:
+            problems.append(f"the build args name {project} {want}, the manifest lists {wheels.get(project)}")
+        commit = os.environ.get(commit_arg, "")
+        recorded = (sources.get(project) or {}).get("commit") or ""
+        if want and commit and recorded and commit != recorded:
+            problems.append(f"the build args name {project} commit {commit}, the manifest records {recorded}")
+    return problems
 
 
 def main() -> int:
@@ -58,6 +87,8 @@ def main() -> int:
         else:
             if keep.tolist() != [0]:
                 problems.append(f"torchvision.ops.nms kept {keep.tolist()}, expected [0]")
+
+    problems += manifest_problems(MANIFEST)
 
     for tool in ("gcc", "g++", "cc", "c++", "nvcc"):
         if shutil.which(tool):

@@ -3,7 +3,8 @@
 # copied into a layer), torchkiln and its verification suite, then run the sanity gate.
 # Reads KILN_TORCH_VERSION, KILN_TORCHVISION_VERSION (empty: no torchvision wheel), KILN_CUDA, KILN_CUDNN,
 # KILN_NCCL and RECIPE_FILE (the recipe, from the `recipe` context at /mnt/recipe, kept as
-# /opt/torchkiln/recipe.toml).
+# /opt/torchkiln/recipe.toml); the build's manifest.json in the `dist` context is kept as
+# /opt/torchkiln/manifest.json.
 set -euo pipefail
 
 : "${KILN_TORCH_VERSION:?KILN_TORCH_VERSION must be set (the exact version of the torch wheel in dist/)}"
@@ -36,6 +37,12 @@ mkdir -p /opt/torchkiln
 cp -r "$context/verify" /opt/torchkiln/verify
 if [[ -n "${RECIPE_FILE:-}" ]]; then
   cp "/mnt/recipe/${RECIPE_FILE}" /opt/torchkiln/recipe.toml
+fi
+# The manifest of the build the wheels come from (torchkiln images requires one; the bake file's `wheels`
+# stage exports it beside them): the sanity gate compares it with what was installed, and
+# `python -m torchkiln verify --manifest /opt/torchkiln/manifest.json` checks the installation against it.
+if [[ -f "$dist/manifest.json" ]]; then
+  cp "$dist/manifest.json" /opt/torchkiln/manifest.json
 fi
 find /opt/torchkiln/verify -name __pycache__ -prune -exec rm -rf {} +
 chmod -R a+rX /opt/torchkiln

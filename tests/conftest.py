@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from imagekit import BASE, report, require
 
-from torchkiln.container import Buildah, Storage
+from torchkiln import runner
+from torchkiln.container import Buildah, BuildRequest, Storage
 
 
 @pytest.fixture(scope="session")
@@ -28,8 +29,8 @@ def storage_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     root = tmp_path_factory.mktemp("buildah")
     yield root
     engine = Buildah("buildah", Storage(root / "storage", root / "run", "vfs"))
-    subprocess.run(engine.storage_argv("rm", "--all"), capture_output=True, check=False)
-    subprocess.run(engine.storage_argv("rmi", "--all", "--force"), capture_output=True, check=False)
+    runner.run(engine.command("rm", "--all"))
+    runner.run(engine.command("rmi", "--all", "--force"))
     shutil.rmtree(root, ignore_errors=True)
 
 
@@ -64,13 +65,8 @@ def base_image(engine: Buildah, storage_root: Path, tmp_path_factory: pytest.Tem
         tar.add(rootfs, arcname=".")
     shutil.rmtree(rootfs)
     (context / "Containerfile").write_text('FROM scratch\nADD rootfs.tar /\nCMD ["/bin/bash"]\n')
-    done = subprocess.run(
-        engine.storage_argv("bud", "--isolation", "chroot", "--tag", BASE, str(context)),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    engine.build(BuildRequest(context / "Containerfile", context, "", (BASE,), {}, pull=False))
+    assert engine.image_exists(BASE)
     shutil.rmtree(context)
     report("base_seconds", round(time.monotonic() - start, 1))
     return BASE

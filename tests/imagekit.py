@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from torchkiln import cli
-from torchkiln.container import Buildah
+from torchkiln.container import Engine
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = "localhost/torchkiln-test-base:bookworm"
@@ -41,10 +41,8 @@ def say(capsys: pytest.CaptureFixture[str], text: str) -> None:
         print(f"\n[images] {text}")
 
 
-def stored_size(engine: Buildah, image: str) -> int:
-    from torchkiln.commands.images import image_size
-
-    found = image_size(engine, image)
+def stored_size(engine: Engine, image: str) -> int:
+    found = engine.image_size(image)
     assert found, image
     return found
 

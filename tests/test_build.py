@@ -34,10 +34,13 @@ from torchkiln.artifacts import PARTIAL_MARK
 from torchkiln.build import BuildFailed, BuildOptions, ConfigureMismatch, run_build
 from torchkiln.cache import resolve_cache
 from torchkiln.errors import TorchkilnError
+from torchkiln.fingerprint import tree_sha256
+from torchkiln.manifest import load_manifest
 from torchkiln.plan import Step, make_plan
 from torchkiln.recipe import load_recipe
+from torchkiln.wheelfile import record_digest, wheel_record
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -157,7 +160,7 @@ def test_cold_build_produces_the_wheel_manifest_and_lock(cold) -> None:
     with zipfile.ZipFile(s["dist"] / WHEEL) as wheel:
         names = wheel.namelist()
     assert any(n.startswith("kiln_ext/_C") and n.endswith(".so") for n in names)
-    assert result.ran == ["build-env:venv", "build-env:pip", "build-env:deps", "torch:wheel"]
+    assert result.ran == ["build-env:venv", "build-env:pip", "build-env:deps", "torch:wheel", "publish"]
 
     m = cold["manifest_first"]
     assert m["recipe"]["name"] == "ext-cpu-test" and len(m["recipe"]["sha256"]) == 64
@@ -169,10 +172,14 @@ def test_cold_build_produces_the_wheel_manifest_and_lock(cold) -> None:
     assert m["build_env"]["torch"]["PYTORCH_BUILD_VERSION"] == "2.13.0+cpu"
     assert m["build_env"]["torch"]["CCACHE_DIR"] == str(s["ccache"])
     tools = m["toolchain"]["tools"]
-    assert tools["gcc"]["version"].startswith("12.") and tools["ninja"]["version"]
+    dumped = subprocess.run(["c++", "-dumpfullversion"], capture_output=True, text=True, check=True).stdout
+    assert tools["g++"]["version"] == dumped.strip() and tools["g++"]["command"] == "c++"
+    assert tools["gcc"]["version"] == dumped.strip(), "cc is gcc here: its own version, not its package's"
+    assert tools["ninja"]["version"] and tools["ccache"]["version"]
     assert tools["cmake"]["path"].startswith(str(s["work"] / "venv")), (
         "the build venv's cmake is the one used"
     )
+    assert not {"nvcc", "sccache", "git"} & set(tools), "a CPU ccache build of a tree without git used none"
     assert m["toolchain"]["python"].startswith("3.11.")
     assert m["toolchain"]["build_packages"]["torch"] == "2.13.0+cpu"
     assert set(m["stages"]) == {"env", "configure", "compile", "wheel"}
@@ -180,11 +187,18 @@ def test_cold_build_produces_the_wheel_manifest_and_lock(cold) -> None:
     wheel_step = next(step for step in m["steps"] if step["name"] == "torch:wheel")
     assert round(sum(wheel_step["phases"].values()), 1) == round(wheel_step["duration_s"], 1)
     assert all(step["status"] == "ran" for step in m["steps"])
-    assert m["checks"] == {"skipped": True}
-    assert m["cache"] is not None
+    assert m["checks"]["skipped"] is True
+    assert m["cache"]["tool"] == "ccache" and m["cache"]["misses"] >= 2
     assert m["sources"]["torch"]["provided"] is True and m["sources"]["torch"]["path"] == str(s["src"])
     lock = json.loads((s["dist"] / "ext-cpu-test.lock.json").read_text())
-    assert lock["sources"]["torch"]["commit"] is None  # a provided tree that is not a git checkout
+    # A provided tree that is not a git checkout: no commit names it, its contents do (hashed before
+    # the compile wrote into it).
+    assert lock["sources"]["torch"]["commit"] is None
+    assert lock["sources"]["torch"]["tree_sha256"] == tree_sha256(EXT)
+    assert m["sources"]["torch"] == lock["sources"]["torch"]
+    loaded = load_manifest(s["dist"] / "manifest.json")
+    assert loaded.wheel("torch") is not None and loaded.wheel("torch").version == "2.13.0+cpu"
+    assert loaded.wheel("torch").files_sha256 == record_digest(wheel_record(s["dist"] / WHEEL))
 
 
 def test_cold_build_shows_live_compile_progress_and_keeps_logs(cold) -> None:
@@ -229,12 +243,17 @@ def test_the_built_extension_works(cold, tmp_path: Path) -> None:
 def test_rerun_with_nothing_changed_skips_everything(cold) -> None:
     second = cold["second"]
     assert second.ran == []
-    assert [s.status for s in second.steps] == ["skipped"] * 4
+    assert [s.status for s in second.steps] == ["skipped"] * 5, "publish too: dist/ needed no change"
     assert (cold["s"]["dist"] / WHEEL).stat().st_mtime_ns == cold["wheel_mtime"], "dist/ wheel left alone"
     m = json.loads((cold["s"]["dist"] / "manifest.json").read_text())
-    assert m["wheels"] == cold["manifest_first"]["wheels"]
-    assert m["checks"] == cold["manifest_first"]["checks"]
+    first = cold["manifest_first"]
+    assert m["wheels"] == first["wheels"]
+    assert m["checks"] == first["checks"]
     assert all(step["last_run_s"] is not None for step in m["steps"])
+    assert m["cache"] is None, "this run compiled nothing: no cache figures (not the previous run's)"
+    assert m["toolchain"] == first["toolchain"] and m["build_env"] == first["build_env"], (
+        "what built the wheels, recorded when they were built"
+    )
     assert "unchanged, skipped" in cold["second_out"]
 
 
@@ -244,7 +263,7 @@ def test_changed_recipe_field_rebuilds_only_what_reads_it(world, cold) -> None:
     changed.write_text(recipe_text("\n[build.flags]\nUSE_KINETO = false\n"))
     result, _, _ = build(plan_for(world, s, changed), skip_checks=True)
     # USE_KINETO is in the torch wheel step's env only: the build env is unchanged
-    assert result.ran == ["torch:wheel"]
+    assert [n for n in result.ran if n != "publish"] == ["torch:wheel"]
     m = json.loads((s["dist"] / "manifest.json").read_text())
     assert m["build_env"]["torch"]["USE_KINETO"] == "0"
 
@@ -444,6 +463,8 @@ def test_configure_summary_contradicting_the_recipe_stops_the_build(tmp_path: Pa
     assert "USE_CUDA came out OFF, the recipe asks for ON" in message
     assert "nvcc is not on PATH" in message and "Could NOT find CUDA" in message
     assert "full log: " in message
+    log = Path(message.rsplit("full log: ", 1)[1].strip())
+    assert log.read_text().splitlines()[-1] == "# torchkiln: configure contradicts the recipe; build stopped"
     assert _processes_mentioning(marker) == [], "the step was stopped, not left compiling"
     assert not (tmp_path / "dist").exists()
 
@@ -578,7 +599,7 @@ def checks_only(world: dict[str, Path], text: bytes, name: str):
         only="torch",
         jobs=1,
     )
-    return replace(plan, steps=[step for step in plan.steps if step.stage == "checks"])
+    return replace(plan, steps=[step for step in plan.steps if step.kind in ("checks", "publish")])
 
 
 def describing_the_wheel(**replacements: bytes) -> bytes:

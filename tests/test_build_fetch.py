@@ -59,7 +59,7 @@ def fetch(tmp_path: Path, repo: str, ref: str):
     recipe = parse_recipe(fetch_recipe_text(repo, ref).encode(), "fetch-test.toml")
     cache = resolve_cache(recipe.cache, kind="none")
     plan = make_plan(recipe, workdir=tmp_path / "work", dist=tmp_path / "dist", only="torch", cache=cache)
-    plan = replace(plan, steps=[s for s in plan.steps if s.stage == "fetch"])
+    plan = replace(plan, steps=[s for s in plan.steps if s.kind in ("fetch", "publish")])
     console = Console(file=io.StringIO(), force_terminal=False)
     result = run_build(plan, BuildOptions(console=console, skip_checks=True))
     lock = json.loads((tmp_path / "dist" / "fetch-test.lock.json").read_text())["sources"]["torch"]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from torchkiln.artifacts import PARTIAL_MARK, clean_partials, publish, wheel_info
-from torchkiln.fingerprint import State, step_fingerprint, tree_identity
+from torchkiln.artifacts import PARTIAL_MARK, clean_partials, publish
+from torchkiln.fingerprint import State, file_sha256, step_fingerprint, tree_identity, tree_sha256
 
 
 def test_publish_replaces_atomically_and_leaves_no_temporary(tmp_path: Path) -> None:
@@ -26,8 +26,7 @@ def test_publish_replaces_atomically_and_leaves_no_temporary(tmp_path: Path) -> 
     assert os.listdir(dist) == [wheel.name]
     wheel.write_bytes(b"rebuilt in the wheelhouse")  # a later build must not reach into dist/
     assert (dist / wheel.name).read_bytes() == b"new wheel"
-    info = wheel_info(dist / wheel.name, "torch")
-    assert info.size == len(b"new wheel") and len(info.sha256) == 64 and info.project == "torch"
+    assert file_sha256(dist / wheel.name) != file_sha256(wheel)
 
 
 def test_publish_failure_leaves_no_partial(tmp_path: Path) -> None:
@@ -89,6 +88,23 @@ def test_tree_identity_ignores_build_outputs_but_not_sources(tmp_path: Path) -> 
     assert tree_identity(tmp_path) != first
 
 
+def test_tree_sha256_names_contents_not_timestamps(tmp_path: Path) -> None:
+    """A tree without a commit is recorded by its contents: the same bytes give the same hash, whatever
+    their mtimes; a changed byte or name changes it; build outputs do not."""
+    (tmp_path / "csrc").mkdir()
+    (tmp_path / "csrc" / "a.cpp").write_text("int a;\n")
+    first = tree_sha256(tmp_path)
+    os.utime(tmp_path / "csrc" / "a.cpp", (1, 1))
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / "a.o").write_bytes(b"obj")
+    assert tree_sha256(tmp_path) == first
+    (tmp_path / "csrc" / "a.cpp").write_text("int b;\n")
+    assert tree_sha256(tmp_path) != first
+    (tmp_path / "csrc" / "a.cpp").write_text("int a;\n")
+    (tmp_path / "csrc" / "a.cpp").rename(tmp_path / "csrc" / "b.cpp")
+    assert tree_sha256(tmp_path) != first
+
+
 def test_tree_identity_of_a_git_checkout_sees_uncommitted_edits(tmp_path: Path) -> None:
     env = {"GIT_AUTHOR_NAME": "k", "GIT_AUTHOR_EMAIL": "k@x.invalid", "GIT_COMMITTER_NAME": "k",
            "GIT_COMMITTER_EMAIL": "k@x.invalid", "PATH": os.environ["PATH"], "HOME": str(tmp_path)}  # fmt: skip
@@ -136,22 +152,38 @@ def test_build_cli_refuses_bad_input_without_traceback(
 def test_toolchain_versions_come_from_the_tools_on_the_build_path(tmp_path: Path) -> None:
     import shutil
 
-    from torchkiln.manifest import cudnn_version, tool_version
+    from torchkiln.toolchain import collect, cudnn_version, probe, tool_version
 
     env = {"PATH": os.environ["PATH"]}
-    if shutil.which("gcc") is None:
-        pytest.skip("gcc is not installed")
+    if shutil.which("c++") is None:
+        pytest.skip("no C++ compiler")
     dumped = subprocess.run(
-        ["gcc", "-dumpfullversion"], capture_output=True, text=True, check=True
+        ["c++", "-dumpfullversion"], capture_output=True, text=True, check=True
     ).stdout.strip()
-    assert tool_version("gcc", env)["version"].startswith(dumped)
-    if shutil.which("nvcc", path=env["PATH"]):
-        out = subprocess.run(["nvcc", "--version"], capture_output=True, text=True, check=True).stdout
-        assert (
-            tool_version("nvcc", env)["version"] in out
-            and tool_version("nvcc", env)["version"].count(".") == 2
-        )
+    found = collect(env, tmp_path / "no-venv" / "python", cuda=False, cache_tool=None)
+    assert found.tools["g++"].version == dumped, "the compiler's own version, not its package's (12.2.0-14)"
+    assert found.tools["g++"].command == "c++"
+    assert "nvcc" not in found.tools and "ccache" not in found.tools and "sccache" not in found.tools, (
+        "a CPU build without a compiler cache used neither"
+    )
+    with_cxx = collect({**env, "CXX": "g++"}, tmp_path / "x", cuda=False, cache_tool="ccache")
+    assert with_cxx.tools["g++"].command == "$CXX=g++" and with_cxx.compilers == {"CXX": "g++"}
+    if shutil.which("ccache"):
+        assert with_cxx.tools["ccache"].version and with_cxx.tools["ccache"].version[0].isdigit()
+    nvcc = Path("/usr/local/cuda-13.0/bin/nvcc")
+    if nvcc.is_file():
+        out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, check=True).stdout
+        tool = probe("nvcc", str(nvcc), env, str(nvcc))
+        assert tool.version and tool.version in out and tool.version.count(".") == 2
+        cuda = collect({**env, "CUDACXX": str(nvcc)}, tmp_path / "x", cuda=True, cache_tool=None)
+        assert cuda.tools["nvcc"].version == tool.version
     assert tool_version("ninja", {"PATH": str(tmp_path)}) is None, "not on the build's PATH: not recorded"
+    liar = tmp_path / "bin" / "cmake"
+    liar.parent.mkdir()
+    liar.write_text("#!/bin/sh\necho 'no version here'\n")
+    liar.chmod(0o755)
+    broken = tool_version("cmake", {"PATH": str(liar.parent)})
+    assert broken is not None and broken.version is None and "no version" in (broken.error or "")
     include = tmp_path / "include"
     include.mkdir()
     (include / "cudnn_version.h").write_text(

@@ -1,15 +1,24 @@
-"""Build requirements of both projects resolve in one go; a conflict stops the build before compiling."""
+"""Build requirements of both projects resolve in one go, with pip's own resolver in the build venv; a
+conflict stops the build before compiling, naming each side and where it came from.
+
+pip runs for real, offline: a local directory of tiny wheels is the only index (PIP_NO_INDEX,
+PIP_FIND_LINKS), so what resolves and what conflicts is decided by pip, not by this test's network.
+"""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import venv
 from pathlib import Path
 
 import pytest
+from dists import tiny_wheel
 
-from torchkiln.buildreqs import collect, conflicts, main
+from torchkiln.buildreqs import collect
+
+pytestmark = pytest.mark.integration  # a venv and pip (about 10 s)
 
 
 def make_tree(root: Path, files: dict[str, str]) -> Path:
@@ -17,6 +26,39 @@ def make_tree(root: Path, files: dict[str, str]) -> Path:
     for name, text in files.items():
         (root / name).write_text(text)
     return root
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("index")
+    for version in ("1.0", "2.0"):
+        tiny_wheel(root, "kilnpkg", version)
+    tiny_wheel(root, "kilndep", "1.0", requires=("kilnpkg<2",))
+    return root
+
+
+@pytest.fixture(scope="module")
+def build_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    env_dir = tmp_path_factory.mktemp("venv") / "venv"
+    venv.create(env_dir, with_pip=True)
+    return env_dir / "bin" / "python"
+
+
+def buildreqs(python: Path, index: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(index), "PIP_CONFIG_FILE": os.devnull}
+    return subprocess.run(
+        [sys.executable, "-m", "torchkiln.buildreqs", "--python", str(python), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+
+
+def installed(python: Path, name: str) -> str | None:
+    probe = f"import importlib.metadata as m\ntry: print(m.version({name!r}))\nexcept m.PackageNotFoundError: pass"
+    out = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, check=True).stdout
+    return out.strip() or None
 
 
 def test_collect_reads_requirement_files_pyproject_and_pkg_resources(tmp_path: Path) -> None:
@@ -37,66 +79,37 @@ def test_collect_reads_requirement_files_pyproject_and_pkg_resources(tmp_path: P
     assert ("numpy", "torch: requirements.txt") in text
     assert ("wheel", "torch: pyproject.toml [build-system].requires") in text
     assert ("setuptools<81", "torchvision: setup.py imports pkg_resources") in text
-    assert conflicts(reqs) == []
 
 
 def test_conflict_names_both_sides_and_installs_nothing(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    index: Path, build_venv: Path, tmp_path: Path
 ) -> None:
-    torch = make_tree(tmp_path / "pytorch", {"requirements-build.txt": "setuptools>=82\n"})
-    vision = make_tree(tmp_path / "vision", {"setup.py": "import pkg_resources\n"})
-    # --python points nowhere: reaching pip would fail differently; the conflict must stop us first.
-    rc = main(
-        [
-            "--python",
-            str(tmp_path / "no-python"),
-            "--source",
-            f"torch={torch}",
-            "--source",
-            f"torchvision={vision}",
-        ]
-    )
-    assert rc == 1
-    err = capsys.readouterr().err
-    assert "build requirements conflict (nothing was compiled)" in err
-    assert "setuptools" in err
-    assert "torch: requirements-build.txt" in err and "torchvision: setup.py imports pkg_resources" in err
+    torch = make_tree(tmp_path / "pytorch", {"requirements-build.txt": "kilnpkg>=2\n"})
+    vision = make_tree(tmp_path / "vision", {"requirements.txt": "kilnpkg<2\nkilndep\n"})
+    done = buildreqs(build_venv, index, "--source", f"torch={torch}", "--source", f"torchvision={vision}")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "build requirements conflict (nothing was compiled)" in done.stderr
+    assert "kilnpkg>=2  <- torch: requirements-build.txt" in done.stderr
+    assert "kilnpkg<2  <- torchvision: requirements.txt" in done.stderr
+    assert "pip says:" in done.stderr and "Traceback" not in done.stderr
+    assert installed(build_venv, "kilnpkg") is None and installed(build_venv, "kilndep") is None
 
 
-def test_compatible_ranges_do_not_conflict() -> None:
-    from packaging.requirements import Requirement
-
-    from torchkiln.buildreqs import Req
-
-    reqs = [
-        Req(Requirement("setuptools>=77.0.3"), "a"),
-        Req(Requirement("setuptools<81"), "b"),
-        Req(Requirement("numpy>=2,<3"), "c"),
-        Req(Requirement("numpy!=2.1.0"), "d"),
-    ]
-    assert conflicts(reqs) == []
-    assert conflicts([Req(Requirement("numpy<2"), "a"), Req(Requirement("numpy>=2.0"), "b")])
+def test_compatible_ranges_resolve_and_install_exactly_what_pip_resolved(
+    index: Path, build_venv: Path, tmp_path: Path
+) -> None:
+    """A range that a bound-probing heuristic could not judge (kilndep pins kilnpkg below 2 only through
+    its own metadata) is pip's to resolve: 1.0 it is, and exactly that is installed."""
+    src = make_tree(tmp_path / "src", {"requirements-build.txt": "kilnpkg!=1.5\nkilndep\n"})
+    done = buildreqs(build_venv, index, "--source", f"torch={src}")
+    assert done.returncode == 0, done.stderr
+    assert "resolved kilnpkg==1.0" in done.stdout and "resolved kilndep==1.0" in done.stdout
+    assert installed(build_venv, "kilnpkg") == "1.0" and installed(build_venv, "kilndep") == "1.0"
 
 
-def test_bad_source_argument_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--python", sys.executable, "--source", "torch"]) == 2
-    assert "expected PROJECT=DIR" in capsys.readouterr().err
-
-
-def test_installs_into_the_given_venv(tmp_path: Path) -> None:
-    """Real pip, real venv, offline index: the requirement lands in the build venv, not in ours."""
-    env_dir = tmp_path / "venv"
-    venv.create(env_dir, with_pip=True)
-    python = env_dir / "bin" / "python"
-    src = make_tree(tmp_path / "src", {"requirements-build.txt": "six\n"})
-    result = subprocess.run(
-        [sys.executable, "-m", "torchkiln.buildreqs", "--python", str(python), "--source", f"torch={src}"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    check = subprocess.run(
-        [str(python), "-c", "import six; print(six.__name__)"], capture_output=True, text=True, check=False
-    )
-    assert check.stdout.strip() == "six"
+def test_bad_arguments_are_usage_errors(tmp_path: Path, index: Path) -> None:
+    done = buildreqs(tmp_path / "python", index, "--source", "torch")
+    assert done.returncode == 2 and "expected PROJECT=DIR" in done.stderr
+    src = make_tree(tmp_path / "src", {"requirements.txt": "kilnpkg\n"})
+    done = buildreqs(tmp_path / "no-python", index, "--source", f"torch={src}")
+    assert done.returncode == 1 and "no-python not found" in done.stderr and "Traceback" not in done.stderr

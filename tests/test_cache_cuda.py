@@ -12,14 +12,16 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from torchkiln import cache
+from torchkiln.environ import base_environment
 from torchkiln.recipe import CacheSpec
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 NVCC = os.environ.get("CUDACXX") or shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
 KERNEL = """\
@@ -51,7 +53,7 @@ def test_cuda_objects_come_from_the_cache(kind: str, tmp_path: Path) -> None:
                 pytest.fail(f"{tool} is not installed (CI installs it)")
             pytest.skip(f"{tool} is not installed")
     config = cache.resolve_cache(CacheSpec(kind=kind), dir=tmp_path / "cache")
-    environ = {**cache.clean_environment(os.environ), "PATH": tool_path()}
+    environ = {**base_environment(os.environ), "PATH": tool_path()}
     results = []
     # ccache maps paths under CCACHE_BASEDIR, so the second builder may use another checkout path.
     # sccache 0.16 caches nvcc's device-code steps (cicc -> PTX) only for identical absolute source paths
@@ -64,20 +66,22 @@ def test_cuda_objects_come_from_the_cache(kind: str, tmp_path: Path) -> None:
         (src / "kernel.cu").write_text(KERNEL)
         (src / "host.cpp").write_text(HOST)
         (src / "CMakeLists.txt").write_text(CMAKELISTS)
-        prepared = cache.prepare_cache(config, environ, basedir=tmp_path / builder)
-        env = {**environ, **prepared.env}
+        session = cache.open_session(replace(config, basedir=tmp_path / builder), environ)
+        env = {**environ, **session.public_env, **session.secret_env}
         # PyTorch's build forwards every CMAKE_* variable as -D; CMake reads the launchers from the env itself.
-        forwarded = [f"-D{k}={v}" for k, v in prepared.env.items() if k.startswith("CMAKE_CUDA_USE_RESPONSE")]
+        forwarded = [
+            f"-D{k}={v}" for k, v in session.public_env.items() if k.startswith("CMAKE_CUDA_USE_RESPONSE")
+        ]
         configure = ["cmake", "-S", str(src), "-B", str(src / "build"), "-G", "Ninja"]
         configure += ["-DCMAKE_CUDA_ARCHITECTURES=75", f"-DCMAKE_CUDA_COMPILER={NVCC}", *forwarded]
         subprocess.run(configure, env=env, check=True, capture_output=True)
-        cache.zero_stats(prepared.config, env)  # count the build, not CMake's compiler checks
+        session.zero_stats()  # count the build, not CMake's compiler checks
         try:
             done = subprocess.run(
                 ["cmake", "--build", str(src / "build"), "-v"], env=env, capture_output=True, text=True
             )
         finally:
-            stats = cache.finish_cache(prepared, env)
+            stats = session.close()
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
         assert f"{kind} {NVCC}" in done.stdout, "the CUDA compile ran through the launcher"
         results.append(stats)

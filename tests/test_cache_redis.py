@@ -24,15 +24,17 @@ import sys
 import time
 import zipfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 
 from torchkiln import cache
+from torchkiln.cache.ccache import parse_stats
+from torchkiln.environ import base_environment
 from torchkiln.recipe import CacheSpec
 
-pytestmark = [pytest.mark.slow, pytest.mark.redis]
+pytestmark = [pytest.mark.integration, pytest.mark.redis]
 
 ROOT = Path(__file__).resolve().parents[1]
 EXT = ROOT / "tests" / "data" / "cache_ext"
@@ -114,10 +116,9 @@ class Built:
 def build_extension(checkout: Path, config: cache.CacheConfig) -> Built:
     """Copy the extension to ``checkout`` and build its wheel the way torchkiln's build steps run."""
     shutil.copytree(EXT, checkout)
-    environ = {**cache.clean_environment(os.environ), "PATH": tool_path(), "MAX_JOBS": "2"}
-    environ.pop("TORCH_NO_COMPILER_WRAPPER", None)
-    prepared = cache.prepare_cache(config, environ, basedir=checkout.parent)
-    env = {**environ, **prepared.env}
+    environ = {**base_environment(os.environ), "PATH": tool_path(), "MAX_JOBS": "2"}
+    session = cache.open_session(replace(config, basedir=checkout.parent), environ)
+    env = {**environ, **session.public_env, **session.secret_env}
     try:
         done = subprocess.run(
             [sys.executable, "-m", "build", "--wheel", "--no-isolation"],
@@ -129,7 +130,7 @@ def build_extension(checkout: Path, config: cache.CacheConfig) -> Built:
             check=False,
         )
     finally:
-        stats = cache.finish_cache(prepared, env)
+        stats = session.close()
     log = done.stdout + done.stderr
     assert done.returncode == 0, log[-3000:]
     (wheel,) = (checkout / "dist").glob("*.whl")
@@ -141,7 +142,7 @@ def build_extension(checkout: Path, config: cache.CacheConfig) -> Built:
     expected = base64.urlsafe_b64encode(bytes.fromhex(so_sha256)).rstrip(b"=").decode()
     assert f"{so_name},sha256={expected}," in record
     assert stats is not None
-    return Built(so_sha256, stats, prepared.warnings, log)
+    return Built(so_sha256, stats, session.warnings, log)
 
 
 def ccache_config(cache_dir: Path, remote: str | None, **extra: str) -> cache.CacheConfig:
@@ -215,7 +216,7 @@ def test_ccache_itself_survives_a_remote_that_fails_mid_build(
     need("ccache")
     port = redis.port if failure == "wrong password" else free_port()
     env = {
-        **cache.clean_environment(os.environ),
+        **base_environment(os.environ),
         "PATH": tool_path(),
         "CCACHE_DIR": str(tmp_path / "cc"),
         "CCACHE_REMOTE_STORAGE": f"redis://wrong-{PASSWORD}@127.0.0.1:{port}",
@@ -225,7 +226,7 @@ def test_ccache_itself_survives_a_remote_that_fails_mid_build(
         ["ccache", "gcc", "-c", "a.c"], cwd=tmp_path, env=env, capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr
-    stats = cache.parse_ccache_stats(
+    stats = parse_stats(
         subprocess.run(
             ["ccache", "--print-stats"], env=env, capture_output=True, text=True, check=True
         ).stdout

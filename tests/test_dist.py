@@ -36,8 +36,10 @@ from pathlib import Path
 import pytest
 
 from torchkiln import cache
+from torchkiln.cache.sccache import parse_stats as parse_sccache_stats
 from torchkiln.distributed import client, cluster, loopback, spec, tokens
 from torchkiln.distributed.stats import DistStats
+from torchkiln.environ import base_environment
 from torchkiln.recipe import CacheSpec
 
 pytestmark = [pytest.mark.slow, pytest.mark.dist]
@@ -126,7 +128,7 @@ class Client:
         return DistStats.from_sccache_json(self.stats_json())
 
     def cache_stats(self) -> cache.CacheStats:
-        return cache.parse_sccache_stats(self.stats_json())
+        return parse_sccache_stats(self.stats_json())
 
     def stop(self) -> None:
         subprocess.run(
@@ -144,8 +146,8 @@ def start_client(
     The local cache is ``tmp/sccache`` (empty unless a test filled it). The token reaches the preflight
     and the client config only, not the environment of the compiles.
     """
-    config = cache.resolve_cache(CacheSpec(kind="sccache"), dir=tmp / "sccache")
-    environ = {**cache.clean_environment(os.environ), "PATH": tool_path(), **(extra or {})}
+    config = cache.resolve_cache(CacheSpec(kind="sccache"), dir=tmp / "sccache", basedir=tmp)
+    environ = {**base_environment(os.environ), "PATH": tool_path(), **(extra or {})}
     environ.pop("TORCH_NO_COMPILER_WRAPPER", None)
     environ.pop(TOKEN_ENV, None)
     run_dir = Path(f"/tmp/kiln-dist-{uuid.uuid4().hex[:8]}")  # short: it also holds the server socket
@@ -157,7 +159,7 @@ def start_client(
     )
     env = {
         **environ,
-        **cache.launcher_env(config, basedir=tmp),
+        **cache.tool_for(config).public_env(config),
         **prepared.env,
         "SCCACHE_SERVER_UDS": str(run_dir / "sccache.sock"),
     }

@@ -1,12 +1,15 @@
-"""Images: build-arg table, tags, bake generation, wheel selection, engine selection and argv, the shell
-scripts the images run (MAGMA checksum gate, cache-secret helper). Runs everywhere; the real image builds
-are in test_images_build.py."""
+"""Images: build-arg table, tags, the runtime image's versions from the manifest in --dist, the CLI, the shell
+scripts the images run (MAGMA checksum gate, cache-secret helper, CUDA toolkit layout, sanity gate). Runs
+everywhere; engines are in test_container.py, the bake file in test_bake.py, the real image builds in
+test_images_build.py, test_images_podman.py and test_images_cuda.py."""
 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import glob
 import hashlib
+import importlib.util
 import os
 import re
 import shutil
@@ -18,22 +21,22 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from dists import manifest_of, source_lock, tiny_wheel
 
 from torchkiln import cli
-from torchkiln.container import Buildah, BuildRequest, Docker, Storage, select_engine
-from torchkiln.errors import RecipeError, TorchkilnError, UsageError
+from torchkiln.artifacts import read_published
+from torchkiln.errors import DocumentError, RecipeError, UsageError
 from torchkiln.images import (
     MAGMA_BUILDS,
     PYPI_TOOLKITS,
-    bake_file,
     base_images,
     devel_args,
-    find_wheels,
     image_tag,
     runtime_args,
     toolkit_source,
 )
-from torchkiln.recipe import load_recipe, parse_recipe
+from torchkiln.manifest import RecipeInfo, WheelRecord, write_manifest
+from torchkiln.recipe import Recipe, load_recipe, parse_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "recipes"
@@ -191,7 +194,93 @@ def test_runtime_args_from_the_recipe_carry_the_wheel_versions_and_pins() -> Non
 
 
 # ---------------------------------------------------------------------------------------------------
-# Tags and bake
+# The runtime image's versions: from the manifest of the build in --dist
+# ---------------------------------------------------------------------------------------------------
+
+
+def published(dist: Path, recipe: Recipe, wheels: dict[str, tuple[str, str | None]]) -> Path:
+    """``dist`` as a build of ``recipe`` leaves it: a tiny wheel per project (version, source commit) and the
+    manifest listing them."""
+    dist.mkdir(exist_ok=True)
+    records = [
+        WheelRecord.of(tiny_wheel(dist, project, version), project)
+        for project, (version, _) in wheels.items()
+    ]
+    sources = {project: source_lock(project, commit) for project, (_, commit) in wheels.items()}
+    manifest = dataclasses.replace(manifest_of(records, sources), recipe=RecipeInfo.of(recipe))
+    write_manifest(dist / "manifest.json", manifest)
+    return dist
+
+
+def test_runtime_args_take_versions_commits_and_recipe_from_the_manifest(tmp_path: Path) -> None:
+    """The wheels' versions are what the build made (here upstream's +cpu, not the recipe's +cpu.kiln1) and
+    the commits what its sources were at: nothing is re-derived from the recipe or read out of the wheels."""
+    recipe = load_recipe(CPU)
+    dist = published(
+        tmp_path, recipe, {"torch": ("2.13.0+cpu", "1" * 40), "torchvision": ("0.28.0+cpu", "2" * 40)}
+    )
+    args = runtime_args(recipe, read_published(dist))
+    assert (args["KILN_TORCH_VERSION"], args["KILN_TORCH_COMMIT"]) == ("2.13.0+cpu", "1" * 40)
+    assert (args["KILN_TORCHVISION_VERSION"], args["KILN_TORCHVISION_COMMIT"]) == ("0.28.0+cpu", "2" * 40)
+    assert (args["RECIPE_NAME"], args["RECIPE_SHA256"]) == (recipe.name, recipe.sha256)
+    assert (
+        args["KILN_TORCH_VERSION"] != runtime_args(recipe)["KILN_TORCH_VERSION"]
+    )  # the recipe's: +cpu.kiln1
+    alone = published(
+        tmp_path / "alone", recipe, {"torch": ("2.13.0+cpu", None)}
+    )  # no torchvision, no commit
+    args = runtime_args(recipe, read_published(alone))
+    assert (args["KILN_TORCHVISION_VERSION"], args["KILN_TORCHVISION_COMMIT"], args["KILN_TORCH_COMMIT"]) == (
+        "",
+        "",
+        "",
+    )
+
+
+def test_a_manifest_of_another_recipe_is_refused(tmp_path: Path) -> None:
+    dist = published(tmp_path, load_recipe(CU130), {"torch": ("2.14.0+cu130.kiln1", "1" * 40)})
+    with pytest.raises(DocumentError) as exc:
+        runtime_args(load_recipe(CPU), read_published(dist), manifest_file=str(dist / "manifest.json"))
+    assert f"{dist / 'manifest.json'}: recipe: the wheels were built from torch-2.14-cu130-py312" in str(
+        exc.value
+    )
+    assert f"not from {CPU}" in str(exc.value)
+
+
+def test_read_published_needs_a_manifest_that_lists_exactly_the_wheels_present(tmp_path: Path) -> None:
+    recipe = load_recipe(CPU)
+    with pytest.raises(UsageError, match="no such directory"):
+        read_published(tmp_path / "nope")
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    tiny_wheel(bare, "torch", "2.13.0+cpu")
+    with pytest.raises(UsageError) as missing:
+        read_published(bare)
+    assert f"{bare / 'manifest.json'}: no such file ({bare} holds torch-2.13.0+cpu-py3-none-any.whl)" in str(
+        missing.value
+    )
+    dist = published(tmp_path / "dist", recipe, {"torch": ("2.13.0+cpu", "1" * 40)})
+    assert [w.name for w in read_published(dist).wheels] == ["torch-2.13.0+cpu-py3-none-any.whl"]
+    extra = tiny_wheel(dist, "torchvision", "0.28.0+cpu")
+    with pytest.raises(
+        DocumentError, match=r"manifest.json: wheels: does not list torchvision-0\.28\.0\+cpu"
+    ):
+        read_published(dist)
+    extra.unlink()
+    listed = dist / "torch-2.13.0+cpu-py3-none-any.whl"
+    listed.write_bytes(listed.read_bytes() + b"\0")  # replaced after the build
+    with pytest.raises(
+        DocumentError,
+        match=r"wheels\[0\]\.sha256: torch-2\.13\.0\+cpu-py3-none-any\.whl in .*(another sha256)",
+    ):
+        read_published(dist)
+    listed.unlink()
+    with pytest.raises(DocumentError, match=r"wheels\[0\]: torch-2\.13\.0\+cpu-py3-none-any\.whl is not in"):
+        read_published(dist)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Tags
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -202,190 +291,6 @@ def test_tags() -> None:
     assert image_tag(load_recipe(CPU), "runtime") == "localhost/torchkiln:2.13.0-cpu-runtime"
     with pytest.raises(UsageError, match="valid: devel, wheels, runtime"):
         image_tag(load_recipe(CPU), "slim")
-
-
-def _targets(hcl: str) -> dict[str, str]:
-    return {m.group(1): m.group(2) for m in re.finditer(r'^target "([^"]+)" \{\n(.*?)^\}', hcl, re.M | re.S)}
-
-
-def test_bake_file_has_a_target_per_recipe_and_flavour() -> None:
-    recipes = [load_recipe(p) for p in sorted(RECIPES.glob("*.toml"))]
-    hcl = bake_file(recipes)
-    targets = _targets(hcl)
-    assert len(targets) == 3 * len(recipes)
-    cu130 = targets["torch-2_14-cu130-py312-devel"]
-    assert 'tags       = ["${REGISTRY}/torchkiln:2.14.0-cu130-devel"]' in cu130
-    assert '"BASE_IMAGE"' in cu130 and '"ubuntu:24.04"' in cu130 and '"pypi"' in cu130
-    assert '"nvidia/cuda:12.6.3-devel-ubuntu24.04"' in targets["torch-2_14-cu126-py312-devel"]
-    runtime = targets["torch-2_14-cu130-py312-runtime"]
-    assert (
-        '"dist"   = "target:torch-2_14-cu130-py312-wheels"' in runtime and '"recipe" = "recipes"' in runtime
-    )
-    assert re.search(r'"io\.torchkiln\.recipe" += "torch-2\.14-cu130-py312"', runtime)
-    assert "org.opencontainers.image.version" not in runtime  # the runtime Dockerfile sets it from the wheel
-    assert 'target     = "runtime"' in runtime and "Dockerfile.runtime" in runtime
-    wheels = targets["torch-2_13-cpu-py311-wheels"]
-    assert 'secret     = ["id=cache_password,env=TORCHKILN_CACHE_PASSWORD"]' in wheels
-    assert 'output     = ["type=local,dest=dist"]' in wheels
-    assert hcl.count("{") == hcl.count("}")
-    assert re.search(r'group "devel" \{\n  targets = \[(.*)\]', hcl).group(1).count('"') == 2 * len(recipes)
-
-
-def test_committed_bake_file_is_up_to_date(capsys: pytest.CaptureFixture[str]) -> None:
-    rc = cli.main(
-        [
-            "images",
-            "--bake",
-            "--check",
-            "--output",
-            str(ROOT / "docker-bake.hcl"),
-            "--recipes-dir",
-            str(RECIPES),
-        ]
-    )
-    assert rc == 0, capsys.readouterr().err
-
-
-def test_bake_rejects_two_recipes_with_one_tag(tmp_path: Path) -> None:
-    twin = parse_recipe(
-        variant(CPU, 'name = "torch-2.13-cpu-py311"', 'name = "twin"'), "twin.toml", Path("twin.toml")
-    )
-    with pytest.raises(RecipeError, match="image tag 2.13.0-cpu-devel is also"):
-        bake_file([load_recipe(CPU), twin])
-
-
-def test_bake_escapes_hcl_interpolation() -> None:
-    recipe = parse_recipe(
-        variant(CPU, 'description = "', 'description = "${oops} %{x} \\" '), "e.toml", Path("e.toml")
-    )
-    hcl = bake_file([recipe])
-    assert "${oops}" not in hcl.replace("$${oops}", "")
-
-
-def test_bake_writes_atomically_and_check_detects_drift(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    out = tmp_path / "bake.hcl"
-    assert cli.main(["images", "--bake", "--output", str(out), "--recipes-dir", str(RECIPES)]) == 0
-    assert cli.main(["images", "--bake", "--check", "--output", str(out), "--recipes-dir", str(RECIPES)]) == 0
-    out.write_text(out.read_text().replace("ubuntu:24.04", "ubuntu:24.10"))
-    capsys.readouterr()
-    assert cli.main(["images", "--bake", "--check", "--output", str(out), "--recipes-dir", str(RECIPES)]) == 1
-    assert "out of date" in capsys.readouterr().err
-    assert [p.name for p in tmp_path.iterdir()] == ["bake.hcl"]
-
-
-# ---------------------------------------------------------------------------------------------------
-# Wheels in dist/
-# ---------------------------------------------------------------------------------------------------
-
-
-def fake_wheel(dist: Path, project: str, version: str, python: str = "cp311", commit: str = "a" * 40) -> Path:
-    path = dist / f"{project}-{version}-{python}-{python}-manylinux_2_28_x86_64.whl"
-    with zipfile.ZipFile(path, "w") as zf:
-        zf.writestr(f"{project}/version.py", f"__version__ = '{version}'\ngit_version = '{commit}'\n")
-    return path
-
-
-def test_find_wheels_prefers_the_recipes_exact_version_and_reads_commits(tmp_path: Path) -> None:
-    recipe = load_recipe(CPU)
-    fake_wheel(tmp_path, "torch", "2.13.0+cpu.kiln1", commit="1" * 40)
-    fake_wheel(tmp_path, "torch", "2.13.0+cpu.kiln1", python="cp312")  # other Python: ignored
-    fake_wheel(tmp_path, "torch", "2.12.0+cpu.kiln1")  # other release: ignored
-    fake_wheel(tmp_path, "torchvision", "0.28.0+cpu.kiln1", commit="2" * 40)
-    wheels = find_wheels(tmp_path, recipe)
-    assert (wheels.torch.version, wheels.torch.commit) == ("2.13.0+cpu.kiln1", "1" * 40)
-    assert (wheels.torchvision.version, wheels.torchvision.commit) == ("0.28.0+cpu.kiln1", "2" * 40)
-    args = runtime_args(recipe, wheels)
-    assert args["KILN_TORCH_COMMIT"] == "1" * 40 and args["KILN_TORCHVISION_VERSION"] == "0.28.0+cpu.kiln1"
-
-
-def test_find_wheels_accepts_an_upstream_wheel_of_the_same_release(tmp_path: Path) -> None:
-    fake_wheel(tmp_path, "torch", "2.13.0+cpu")
-    wheels = find_wheels(tmp_path, load_recipe(CPU))
-    assert wheels.torch.version == "2.13.0+cpu" and wheels.torchvision is None
-
-
-def test_find_wheels_errors(tmp_path: Path) -> None:
-    recipe = load_recipe(CPU)
-    with pytest.raises(UsageError, match="no such directory"):
-        find_wheels(tmp_path / "nope", recipe)
-    fake_wheel(tmp_path, "torch", "2.12.0")
-    with pytest.raises(UsageError, match=r"no torch 2.13.0 wheel for Python 3.11 \(found: torch-2.12.0-"):
-        find_wheels(tmp_path, recipe)
-    fake_wheel(tmp_path, "torch", "2.13.0+a")
-    fake_wheel(tmp_path, "torch", "2.13.0+b")
-    with pytest.raises(UsageError, match="several torch 2.13.0 wheels"):
-        find_wheels(tmp_path, recipe)
-
-
-# ---------------------------------------------------------------------------------------------------
-# Engines
-# ---------------------------------------------------------------------------------------------------
-
-
-def request(**overrides: object) -> BuildRequest:
-    fields: dict[str, object] = dict(
-        dockerfile=Path("/ctx/docker/Dockerfile.devel"),
-        context=Path("/ctx"),
-        target="devel",
-        tags=("localhost/torchkiln:2.13.0-cpu-devel",),
-        build_args={"KILN_PYTHON": "3.11", "KILN_GCC": ""},
-        named_contexts={"recipe": Path("/recipes")},
-        secrets={"cache_password": Path("/tmp/pw")},
-    )
-    fields.update(overrides)
-    return BuildRequest(**fields)  # type: ignore[arg-type]
-
-
-def test_docker_argv() -> None:
-    argv = Docker("docker").build_argv(request())
-    assert argv[:3] == ["docker", "buildx", "build"]
-    pairs = list(zip(argv, argv[1:], strict=False))
-    assert ("--build-arg", "KILN_PYTHON=3.11") in pairs and ("--build-arg", "KILN_GCC=") in pairs
-    assert argv[argv.index("--build-context") + 1] == "recipe=/recipes"
-    assert argv[argv.index("--secret") + 1] == "id=cache_password,src=/tmp/pw"
-    assert argv[-2:] == ["--load", "/ctx"]
-
-
-def test_buildah_argv_uses_private_storage_and_no_pull() -> None:
-    engine = Buildah("buildah", Storage(Path("/s/root"), Path("/s/run"), "vfs"))
-    argv = engine.build_argv(request(pull=False))
-    assert argv[:8] == [
-        "buildah",
-        "--root",
-        "/s/root",
-        "--runroot",
-        "/s/run",
-        "--storage-driver",
-        "vfs",
-        "bud",
-    ]
-    assert argv[argv.index("--isolation") + 1] == "chroot"
-    assert argv[argv.index("--format") + 1] == "docker"
-    assert "--pull=never" in argv and argv[-1] == "/ctx"
-    assert argv[argv.index("--secret") + 1] == "id=cache_password,src=/tmp/pw"
-
-
-def fake_tool(directory: Path, name: str, rc: int) -> None:
-    path = directory / name
-    path.write_text(f"#!/bin/sh\nexit {rc}\n")
-    path.chmod(path.stat().st_mode | stat.S_IEXEC)
-
-
-def test_engine_selection(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(TorchkilnError, match="no container engine"):
-        select_engine()
-    assert isinstance(select_engine(for_print=True), Docker)
-    fake_tool(tmp_path, "buildah", 0)
-    fake_tool(tmp_path, "docker", 1)  # a docker CLI whose engine does not answer
-    assert isinstance(select_engine(), Buildah)
-    fake_tool(tmp_path, "docker", 0)
-    assert isinstance(select_engine(), Docker)
-    assert isinstance(select_engine("buildah"), Buildah)
-    with pytest.raises(UsageError, match="valid: auto, docker, buildah"):
-        select_engine("podman")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -443,8 +348,10 @@ def test_print_wheels_exports_to_dist_and_passes_the_secret_file_only(
     assert "hunter2" not in out
 
 
-def test_print_runtime_uses_the_wheel_in_dist(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    fake_wheel(tmp_path, "torch", "2.13.0+cpu", commit="c" * 40)
+def test_print_runtime_takes_its_build_args_from_the_manifest_in_dist(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dist = published(tmp_path / "dist", load_recipe(CPU), {"torch": ("2.13.0+cpu", "c" * 40)})
     rc = cli.main(
         [
             "images",
@@ -456,7 +363,7 @@ def test_print_runtime_uses_the_wheel_in_dist(tmp_path: Path, capsys: pytest.Cap
             "docker",
             "--print",
             "--dist",
-            str(tmp_path),
+            str(dist),
         ]
     )
     out = capsys.readouterr().out
@@ -465,11 +372,24 @@ def test_print_runtime_uses_the_wheel_in_dist(tmp_path: Path, capsys: pytest.Cap
         "--build-arg KILN_TORCH_VERSION=2.13.0+cpu " in out
         and f"--build-arg KILN_TORCH_COMMIT={'c' * 40}" in out
     )
-    assert f"--build-context dist={tmp_path}" in out and "--target runtime" in out
+    assert f"--build-context dist={dist}" in out and "--target runtime" in out
     assert (
         f"--build-context recipe={RECIPES}" in out
         and "--build-arg RECIPE_FILE=torch-2.13-cpu-py311.toml" in out
     )
+
+
+def test_runtime_without_a_manifest_or_with_another_recipes_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    tiny_wheel(bare, "torch", "2.13.0+cpu")
+    other = published(tmp_path / "other", load_recipe(CU130), {"torch": ("2.14.0+cu130.kiln1", "1" * 40)})
+    for dist, message in ((bare, "manifest.json: no such file"), (other, "the wheels were built from")):
+        rc = cli.main(["images", "--recipe", str(CPU), "--target", "runtime", "--print", "--dist", str(dist)])
+        err = capsys.readouterr().err
+        assert rc == 2 and message in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize(
@@ -502,6 +422,12 @@ def test_cli_bad_recipe_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[st
 # ---------------------------------------------------------------------------------------------------
 # Scripts the images run
 # ---------------------------------------------------------------------------------------------------
+
+
+def fake_tool(directory: Path, name: str, rc: int) -> None:
+    path = directory / name
+    path.write_text(f"#!/bin/sh\nexit {rc}\n")
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
 
 
 def run_script(name: str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -706,36 +632,6 @@ def test_scripts_without_their_version_are_no_ops() -> None:
     for script in ("install_magma.sh", "install_mkl.sh", "install_cuda_libs.sh"):
         done = run_script(script, {})
         assert done.returncode == 0 and "skipping" in done.stdout, script
-
-
-def _unquote(value: object) -> object:
-    if isinstance(value, str) and len(value) >= 2 and value[0] == value[-1] == '"':
-        return value[1:-1]
-    if isinstance(value, dict):
-        return {_unquote(k): _unquote(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_unquote(v) for v in value]
-    return value
-
-
-def test_bake_file_parses_and_matches_the_dockerfiles() -> None:
-    """Every target names a stage its Dockerfile has, passes only ARGs that Dockerfile declares, and
-    every runtime target's dist context is a wheels target of the same file."""
-    hcl2 = pytest.importorskip("hcl2")
-    doc = hcl2.loads((ROOT / "docker-bake.hcl").read_text())
-    targets: dict[str, dict] = {}
-    for block in doc["target"]:
-        for name, body in block.items():
-            targets[str(_unquote(name))] = _unquote(body)
-    assert len(targets) == 3 * len(list(RECIPES.glob("*.toml")))
-    for name, body in targets.items():
-        dockerfile = (ROOT / body["dockerfile"]).read_text()
-        declared = set(re.findall(r"^ARG (\w+)", dockerfile, re.M))
-        assert re.search(rf"^FROM \S+ AS {body['target']}$", dockerfile, re.M), name
-        assert set(body["args"]) <= declared, (name, set(body["args"]) - declared)
-        if body["target"] == "runtime":
-            source = body["contexts"]["dist"].removeprefix("target:")
-            assert targets[source]["target"] == "wheels"
 
 
 @pytest.mark.parametrize("dockerfile", ["Dockerfile.devel", "Dockerfile.runtime"])
@@ -949,10 +845,9 @@ def test_pip_config_is_passed_as_a_secret_file_only(
 ) -> None:
     config = tmp_path / "pip.conf"
     config.write_text("[global]\nindex-url = https://kiln:s3cr3t-index@mirror.example/simple\n")
+    dist = published(tmp_path / "dist", load_recipe(CPU), {"torch": ("2.13.0+cpu", "1" * 40)})
     for target in ("devel", "runtime"):
-        extra = ["--dist", str(tmp_path)] if target == "runtime" else []
-        if target == "runtime":
-            fake_wheel(tmp_path, "torch", "2.13.0+cpu")
+        extra = ["--dist", str(dist)] if target == "runtime" else []
         rc = cli.main(
             [
                 "images",
@@ -983,3 +878,31 @@ def test_pip_config_is_passed_as_a_secret_file_only(
     assert cli.main(["images", "--recipe", str(CPU), "--print", "--pip-config", str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err
     assert "--pip-config" in err and "no such file" in err and "Traceback" not in err
+
+
+def test_sanity_gate_compares_the_build_args_with_the_manifest_of_the_wheels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bake file's runtime targets name versions from the recipe; the image's sanity gate
+    (scripts/image_sanity.py) holds them against the manifest the wheels stage exported beside the wheels."""
+    spec = importlib.util.spec_from_file_location("image_sanity", SCRIPTS / "image_sanity.py")
+    assert spec is not None and spec.loader is not None
+    sanity = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sanity)
+    dist = published(tmp_path / "dist", load_recipe(CPU), {"torch": ("2.13.0+cpu.kiln1", "1" * 40)})
+    manifest = dist / "manifest.json"
+    monkeypatch.setenv("KILN_TORCH_VERSION", "2.13.0+cpu.kiln1")
+    monkeypatch.setenv("KILN_TORCH_COMMIT", "1" * 40)
+    monkeypatch.delenv("KILN_TORCHVISION_VERSION", raising=False)
+    assert sanity.manifest_problems(manifest) == []
+    assert (
+        sanity.manifest_problems(tmp_path / "absent.json") == []
+    )  # an image without one: nothing to compare
+    monkeypatch.setenv("KILN_TORCH_VERSION", "2.13.0+cpu.kiln2")
+    monkeypatch.setenv("KILN_TORCH_COMMIT", "2" * 40)
+    monkeypatch.setenv("KILN_TORCHVISION_VERSION", "0.28.0+cpu.kiln2")
+    assert sanity.manifest_problems(manifest) == [
+        "the build args name torch 2.13.0+cpu.kiln2, the manifest lists 2.13.0+cpu.kiln1",
+        f"the build args name torch commit {'2' * 40}, the manifest records {'1' * 40}",
+        "the build args name torchvision 0.28.0+cpu.kiln2, the manifest lists None",
+    ]

@@ -7,8 +7,9 @@ toolkit, cuDNN and NCCL come from NVIDIA's PyPI wheels (``--cuda-from pypi``, th
   NCCL as PyTorch's build does (with the plan's environment), MAGMA built as PyTorch builds it on a MAGMA-shaped
   tree, a CUDA extension built twice through ccache (hits on the rebuild) against upstream's cu130 torch;
 * the runtime image of the reference recipe with upstream's torch 2.13.0+cu130 and torchvision 0.28.0+cu130
-  standing in for dist/: the wheels' own NVIDIA dependencies from the index, no compiler, no nvcc; the verify
-  suite runs in it as the non-root user against the reference recipe.
+  standing in for dist/ (with the manifest tests/dists.manifest_for_upstream writes for them, which says they
+  were downloaded, not built): the wheels' own NVIDIA dependencies from the index, no compiler, no nvcc; the
+  verify suite runs in it as the non-root user against the reference recipe and that manifest.
 
 Sizes and times go to .torchkiln/images-report.json. The two images need about 10 GB of vfs storage at once
 at most: the devel image is removed before the runtime image is built.
@@ -24,10 +25,12 @@ import time
 from pathlib import Path
 
 import pytest
+from dists import manifest_for_upstream
 from imagekit import REPORT as REPORT_FILE
 from imagekit import ROOT, cli_build, report, require, say, stored_size
 
-from torchkiln.container import Buildah, run_in_image
+from torchkiln import runner
+from torchkiln.container import Buildah
 from torchkiln.images import image_tag
 from torchkiln.plan import make_plan
 from torchkiln.recipe import load_recipe
@@ -82,12 +85,8 @@ def test_cuda_devel_image_builds_from_pypi_on_a_plain_debian_base(
     engine: Buildah, devel_image: str, base_image: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     def layers(image: str) -> list[str]:
-        inspect = subprocess.run(
-            engine.storage_argv("inspect", "--type", "image", image),
-            capture_output=True,
-            text=True,
-            check=True,
-        )
+        inspect = runner.run(engine.command("inspect", "--type", "image", image))
+        assert inspect.ok, inspect.describe()
         return json.loads(inspect.stdout)["Docker"]["rootfs"]["diff_ids"]
 
     # the debootstrapped Debian base and one layer on it: toolchain, toolkit, cuDNN/NCCL together (vfs stores
@@ -117,8 +116,7 @@ def devel_checks(engine: Buildah, devel_image: str, upstream_wheels: Path) -> di
         "EXPECT_NCCL": str(recipe.accelerator.nccl),
     }
     start = time.monotonic()
-    done = run_in_image(
-        engine,
+    done = engine.run(
         devel_image,
         ["bash", "/mnt/checkout/tests/data/cuda_devel_checks.sh"],
         env=env,
@@ -187,15 +185,17 @@ def test_cuda_runtime_image_runs_upstream_torch_and_passes_the_verify_suite(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     # The devel image has been checked: free its storage before the runtime image needs its own.
-    subprocess.run(engine.storage_argv("rmi", "--force", devel_image), capture_output=True, check=False)
+    engine.remove_image(devel_image)
+    assert not engine.image_exists(devel_image)
+    recipe = load_recipe(REFERENCE)
+    # upstream's wheels stand in for a build of the reference recipe: a manifest that says so
+    manifest_for_upstream(recipe, upstream_wheels, f"the package index ({' '.join(UPSTREAM)})")
     start = time.monotonic()
     assert cli_build(storage_root, REFERENCE, "--target", "runtime", "--dist", str(upstream_wheels)) == 0
     build_seconds = time.monotonic() - start
-    recipe = load_recipe(REFERENCE)
     image = image_tag(recipe, "runtime")
 
-    probe = run_in_image(
-        engine,
+    probe = engine.run(
         image,
         [
             "sh",
@@ -215,15 +215,13 @@ def test_cuda_runtime_image_runs_upstream_torch_and_passes_the_verify_suite(
     venv_bytes = int(lines[7])
     assert lines[8].split() == ["2.13.0+cu130", "0.28.0+cu130", "13.0", "92000"]
 
-    inspect = subprocess.run(
-        engine.storage_argv("inspect", "--type", "image", image), capture_output=True, text=True, check=True
-    )
-    config = json.loads(inspect.stdout)["Docker"]["config"]
-    assert config["User"] == "10001:10001"
-    assert config["Labels"]["io.torchkiln.cuda"] == "13.0"
-    # the installed distribution's version (PyPI's wheel metadata has no local label; torch.__version__ has)
-    assert config["Labels"]["io.torchkiln.torch-version"] == "2.13.0"
-    assert config["Labels"]["io.torchkiln.torch-commit"] == recipe.torch.commit
+    config = engine.image_config(image)
+    assert config.user == "10001:10001"
+    assert config.labels["io.torchkiln.cuda"] == "13.0"
+    # the version the manifest lists: the wheel's (PyPI's wheel metadata has no local label; torch.__version__
+    # has), and the commit it records for the source (the one the wheel's version.py names)
+    assert config.labels["io.torchkiln.torch-version"] == "2.13.0"
+    assert config.labels["io.torchkiln.torch-commit"] == recipe.torch.commit
 
     size, base = stored_size(engine, image), stored_size(engine, base_image)
     assert size <= base + venv_bytes + 150e6, (size, base, venv_bytes)
@@ -236,13 +234,15 @@ def test_cuda_runtime_image_runs_upstream_torch_and_passes_the_verify_suite(
     report("cuda_runtime", measured)  # before the suite runs: the numbers are kept whatever it finds
 
     start = time.monotonic()
-    verify = run_in_image(
-        engine,
+    verify = engine.run(
         image,
-        ["python", "-m", "torchkiln", "verify", "--recipe", "/opt/torchkiln/recipe.toml"],
+        [
+            "python", "-m", "torchkiln", "verify",
+            "--recipe", "/opt/torchkiln/recipe.toml", "--manifest", "/opt/torchkiln/manifest.json",
+        ],
         capture=True,
         timeout=1800,
-    )
+    )  # fmt: skip
     verify_seconds = time.monotonic() - start
     summary = verify.stdout.strip().splitlines()[-1] if verify.stdout.strip() else ""
     assert verify.returncode == 0, verify.stdout[-8000:] + verify.stderr[-3000:]

@@ -41,7 +41,43 @@ def test_every_shipped_recipe_plans(path: Path, capsys: pytest.CaptureFixture[st
         < names.index("torchvision:install-torch")
         < names.index("torchvision:wheel")
     )
-    assert names[-1] == "checks:import"
+    assert names[-2:] == ["checks:import", "publish"]
+    assert data["steps"][-1]["argv"] == [] and "manifest.json" in data["steps"][-1]["note"]
+
+
+def test_every_step_says_its_kind_and_the_builder_has_a_behaviour_for_it() -> None:
+    """The builder dispatches on Step.kind (torchkiln.steps.KINDS), never on a step's name."""
+    from torchkiln.steps import KINDS
+
+    plan = make_plan(load_recipe(CU130), resources=BIG)
+    kinds = {s.name: s.kind for s in plan.steps}
+    assert set(kinds.values()) <= set(KINDS)
+    assert kinds["torch:fetch:init"] == "fetch" and kinds["build-env:deps"] == "env"
+    assert kinds["torch:wheel"] == kinds["torchvision:wheel"] == "compile"
+    assert kinds["checks:import"] == "checks" and kinds["publish"] == "publish"
+    fetches = [s for s in plan.steps if s.kind == "fetch" and s.project == "torch"]
+    assert [bool(s.fresh) for s in fetches] == [True, False, False, False, False], "the first starts afresh"
+    assert [s.pins for s in fetches] == [False, False, False, False, True], "the last one is pinned"
+    wheels = plan.wheel_steps()
+    assert wheels["torch"].wheels == str(plan.paths.wheelhouse / "torch")
+    check = next(s for s in plan.steps if s.facts)
+    assert check.name == "checks:import"
+    assert next(s for s in plan.steps if s.name == "build-env:venv").creates == str(plan.paths.venv_python)
+    deps = next(s for s in plan.steps if s.name == "build-env:deps")
+    assert str(plan.source("torch").path / "requirements.txt") in deps.reads
+
+
+def test_step_dependencies_follow_the_projects() -> None:
+    """A torch step never depends on torchvision's; torchvision's depend on torch's; shared ones on all."""
+    plan = make_plan(load_recipe(CPU), resources=BIG)
+    index = {s.name: i for i, s in enumerate(plan.steps)}
+
+    def deps(name: str) -> set[str]:
+        return {plan.steps[i].name for i in plan.dependencies(index[name])}
+
+    assert not any(n.startswith("torchvision:") for n in deps("torch:wheel"))
+    assert {"torch:wheel", "torchvision:fetch:submodule", "build-env:deps"} <= deps("torchvision:wheel")
+    assert deps("checks:import") == set(list(index)[: index["checks:import"]])
 
 
 def test_plan_text_output_shows_env_and_steps(capsys: pytest.CaptureFixture[str]) -> None:
@@ -219,7 +255,7 @@ def test_hostile_ref_through_real_git_touches_nothing(tmp_path: Path) -> None:
     results = [
         subprocess.run(s.argv, cwd=tmp_path, capture_output=True, text=True, check=False)
         for s in plan.steps
-        if s.stage == "fetch"
+        if s.kind == "fetch"
     ][:3]
     assert results[-1].returncode != 0  # "main; touch pwned" is not a ref
     assert not (tmp_path / "pwned").exists() and not any(tmp_path.rglob("pwned"))
@@ -274,10 +310,14 @@ def test_base_environment_drops_steering_variables() -> None:
     assert env == {"PATH": "/bin", "HOME": "/root", "LANG": "C"}
 
 
-def test_plan_shows_compiler_launchers() -> None:
-    env = make_plan(load_recipe(CU130), resources=BIG).env_for("torch")
+def test_plan_shows_compiler_launchers(tmp_path: Path) -> None:
+    plan = make_plan(load_recipe(CU130), resources=BIG, workdir=tmp_path / "work")
+    env = plan.env_for("torch")
     for lang in ("C", "CXX", "CUDA"):
         assert env[f"CMAKE_{lang}_COMPILER_LAUNCHER"] == "ccache"
+    # The cache's basedir is the work directory, set once in the plan's cache config (the build's cache
+    # session reads the same config, so the two cannot disagree).
+    assert env["CCACHE_BASEDIR"] == str(plan.paths.workdir) and plan.cache.basedir == plan.paths.workdir
 
 
 def test_build_number_post_release_flows_to_torchvision_and_the_check() -> None:

@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from torchkiln.errors import TorchkilnError
+from torchkiln.errors import DocumentError, TorchkilnError
+from torchkiln.fingerprint import tree_sha256
+from torchkiln.lock import LOCK_FORMAT, load_lock, write_lock
 from torchkiln.recipe import SourceSpec
-from torchkiln.source import check_pin, fetch_commands, lock_source, write_lock
+from torchkiln.source import check_pin, fetch_commands, is_git_checkout, lock_source
 
 GIT_ENV_KEYS = {
     "GIT_AUTHOR_NAME": "kiln",
@@ -112,6 +114,41 @@ def test_pin_match_and_lock_file(upstream, tmp_path: Path) -> None:
     assert all(s["state"] == "ok" for s in subs.values())
     assert subs["third_party/dep"]["url"].startswith("file://")
     assert [p.name for p in out.parent.iterdir()] == ["r.lock.json"]  # no temp file left
+    loaded = load_lock(out)
+    assert loaded.format == LOCK_FORMAT and loaded.sources["torch"] == lock, "the typed document round-trips"
+
+
+def test_lock_loader_names_the_file_and_field(tmp_path: Path) -> None:
+    path = tmp_path / "r.lock.json"
+    with pytest.raises(DocumentError, match=r"r.lock.json: <file>: no such file"):
+        load_lock(path)
+    path.write_text("{not json")
+    with pytest.raises(DocumentError, match=r"r.lock.json: <document>: invalid JSON"):
+        load_lock(path)
+    path.write_text(json.dumps({"format": 1, "recipe": "r", "recipe_sha256": "x", "sources": {}}))
+    with pytest.raises(DocumentError, match=r"r.lock.json: format: lock file format 1 is not the one"):
+        load_lock(path)
+    doc = {
+        "format": LOCK_FORMAT,
+        "recipe": "r",
+        "recipe_sha256": "x",
+        "sources": {"torch": {"name": "torch"}},
+    }
+    path.write_text(json.dumps(doc))
+    with pytest.raises(DocumentError) as info:
+        load_lock(path)
+    lines = str(info.value).splitlines()
+    assert f"{path}: sources.torch.commit: missing (valid: a string or null)" in lines
+    assert f"{path}: sources.torch.dirty: missing (valid: a boolean)" in lines
+    doc["sources"]["torch"] = {"name": "torch", "repo": None, "ref": None, "commit": 7, "dirty": "yes",
+                               "provided": False, "path": "/src"}  # fmt: skip
+    path.write_text(json.dumps(doc))
+    with pytest.raises(DocumentError) as info:
+        load_lock(path)
+    assert str(info.value).splitlines() == [
+        f"{path}: sources.torch.commit: expected a string, got an integer",
+        f"{path}: sources.torch.dirty: expected a boolean, got a string",
+    ]
 
 
 def test_pin_mismatch_is_refused_with_both_shas(upstream, tmp_path: Path) -> None:
@@ -143,9 +180,24 @@ def test_fetch_commands_never_splice_recipe_strings() -> None:
 
 
 def test_lock_of_a_provided_tree_that_is_not_git(tmp_path: Path) -> None:
+    """No commit names such a tree, so the lock names its contents."""
     (tmp_path / "setup.py").write_text("")
     lock = lock_source("torch", tmp_path, repo=None, ref=None, provided=True)
     assert lock.commit is None and lock.provided and lock.submodules == []
+    assert lock.tree_sha256 == tree_sha256(tmp_path) and len(lock.tree_sha256) == 64
+    given = lock_source("torch", tmp_path, repo=None, ref=None, provided=True, tree_digest="ab" * 32)
+    assert given.tree_sha256 == "ab" * 32, "the hash the build took before compiling wins"
+
+
+def test_a_failing_git_is_an_error_not_an_empty_answer(upstream, tmp_path: Path) -> None:
+    from torchkiln.fingerprint import tree_identity
+
+    dest = tmp_path / "src"
+    fetch(spec(upstream, "v1.0.0"), dest)
+    assert is_git_checkout(dest) and not is_git_checkout(dest / "third_party")
+    (dest / ".git" / "HEAD").write_text("ref: refs/heads/nowhere\n")  # HEAD names no commit
+    with pytest.raises(TorchkilnError, match=r"git rev-parse HEAD in .* failed"):
+        tree_identity(dest)
 
 
 def test_lock_marks_a_dirty_provided_checkout(upstream, tmp_path: Path) -> None:
@@ -153,4 +205,4 @@ def test_lock_marks_a_dirty_provided_checkout(upstream, tmp_path: Path) -> None:
     fetch(spec(upstream, "v1.0.0"), dest)
     (dest / "a.txt").write_text("patched\n")
     lock = lock_source("torch", dest, repo=None, ref=None, provided=True)
-    assert lock.dirty and lock.commit == upstream["v1"]
+    assert lock.dirty and lock.commit == upstream["v1"] and lock.tree_sha256 is None

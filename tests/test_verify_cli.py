@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+# Each test runs the real verification suite in a fresh interpreter (5 to 15 s each): the integration part.
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parents[1]
 CU130 = ROOT / "recipes" / "torch-2.13-cu130-py312.toml"
 CPU = ROOT / "recipes" / "torch-2.13-cpu-py311.toml"
@@ -148,7 +151,15 @@ def test_plain_pytest_rejects_an_invalid_recipe(tmp_path: Path) -> None:
     assert "invalid TOML" in result.stderr
 
 
-@pytest.mark.parametrize("module", ["torchkiln.verify.buildconfig", "torchkiln.verify.report"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "torchkiln.verify.buildconfig",
+        "torchkiln.verify.report",
+        "torchkiln.verify.proc",
+        "torchkiln.verify.provenance",
+    ],
+)
 def test_suite_support_does_not_import_build_machinery(module: str) -> None:
     """The runtime image has torchkiln's pure-Python core only: no rich, no build/cache/image modules."""
     code = (
@@ -194,3 +205,67 @@ def test_torchvision_of_another_release_is_named(tmp_path: Path) -> None:
 def test_empty_selection_is_a_usage_error() -> None:
     result = verify("--area", "amp", "--", "-q", "-k", "no_such_check_anywhere")
     assert result.returncode == 2, result.stdout + result.stderr
+
+
+@pytest.fixture(scope="module")
+def torch_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel of the installed torch (upstream's 2.13.0+cpu), as a build would have left it in dist/."""
+    import torch
+
+    directory = tmp_path_factory.mktemp("dist")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            f"torch=={torch.__version__}",
+            "-d",
+            str(directory),
+        ],
+        check=True,
+        timeout=TIMEOUT,
+    )
+    (wheel,) = directory.glob("torch-*.whl")
+    return wheel
+
+
+def _manifest_of(wheel: Path, commit: str | None, path: Path) -> Path:
+    from dists import manifest_of, source_lock
+
+    from torchkiln.manifest import WheelRecord, write_manifest
+
+    write_manifest(
+        path, manifest_of([WheelRecord.of(wheel, "torch")], {"torch": source_lock("torch", commit)})
+    )
+    return path
+
+
+def test_manifest_of_the_installed_wheel_passes_and_another_commit_fails(
+    torch_wheel: Path, tmp_path: Path
+) -> None:
+    """``--manifest`` checks the installed torch's version, commit and files against what a build recorded:
+    here the manifest a build of upstream's wheel would write (its commit is torch.version.git_version)."""
+    import torch
+
+    good = _manifest_of(torch_wheel, torch.version.git_version, tmp_path / "good.json")
+    out = tmp_path / "report"
+    result = verify(
+        "--area", "build_config", "--manifest", str(good), "--report", str(out), "--", "-k", "manifest"
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    outcomes = {c["nodeid"].split("[")[-1].rstrip("]"): c["outcome"] for c in summary["checks"]}
+    assert outcomes["files-torch"] == outcomes["version-torch"] == outcomes["commit-torch"] == "passed"
+    assert summary["options"]["manifest"] == str(good)
+
+    moved = _manifest_of(torch_wheel, "f" * 40, tmp_path / "moved.json")
+    result = verify("--area", "build_config", "--manifest", str(moved), "--", "-k", "manifest")
+    text = result.stdout + result.stderr
+    assert result.returncode == 1, text
+    assert (
+        f"manifest wheels[torch]: git_version {torch.version.git_version}, the manifest's source commit is {'f' * 40}"
+        in text
+    )

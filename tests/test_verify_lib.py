@@ -17,7 +17,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from torchkiln.nox_support import find_wheels, install_for_verify, wheel_requirements
+from torchkiln.nox_support import find_wheels, install_for_verify, verify_args, wheel_requirements
 from torchkiln.recipe import load_recipe, parse_recipe
 from torchkiln.verify import archs, buildconfig, proc, report
 from torchkiln.verify import facts as facts_mod
@@ -451,7 +451,17 @@ def test_install_for_verify_uses_dist_wheels_then_fallback(tmp_path: Path) -> No
         ["numpy", "torch==2.13.0"],
     )
     session = RecordingSession(venv)
-    install_for_verify(session, dist, "torch==2.13.0")
+    installed = install_for_verify(session, dist, "torch==2.13.0")
+    assert installed == {"torch": torch_whl, "torchvision": vision_whl}
+    assert verify_args(dist, installed, ["--report", "out"]) == ["--report", "out"], "no manifest in dist/"
+    (dist / "manifest.json").write_text("{}")
+    assert verify_args(dist, installed, ["--report", "out"]) == [
+        "--manifest",
+        str(dist / "manifest.json"),
+        "--report",
+        "out",
+    ]
+    assert verify_args(dist, installed, ["--manifest", "m.json"]) == ["--manifest", "m.json"]
     assert session.calls[:3] == [
         ("install", str(torch_whl)),
         ("install", "numpy"),
@@ -465,7 +475,8 @@ def test_install_for_verify_uses_dist_wheels_then_fallback(tmp_path: Path) -> No
     torch_whl.unlink()
     vision_whl.unlink()
     back = RecordingSession(venv)  # back to the fallback: the reused venv must not keep the old wheel
-    install_for_verify(back, dist, "torch==2.13.0")
+    assert install_for_verify(back, dist, "torch==2.13.0") == {}
+    assert verify_args(dist, {}, []) == [], "verifying the fallback torch: dist/'s manifest is not about it"
     assert back.calls[:3] == [
         ("install", "torch==2.13.0"),
         ("run", "python", "-m", "pip", "uninstall", "-y", "torchvision"),

@@ -5,6 +5,8 @@ Runs against whatever torch is importable. Options:
 * ``--recipe FILE``: also check the build against what the recipe asked for (versions, CUDA, cuDNN,
   NCCL, BLAS, MAGMA, arch list, ...). The recipe is loaded with torchkiln's recipe model; an invalid one
   is a usage error.
+* ``--manifest FILE``: also check that the installed torch/torchvision are the wheels a build's
+  ``manifest.json`` lists (versions, commits, the wheel's sha256, the installed files).
 * ``--require-cuda``: a CUDA-only check (marker ``cuda``) that would be skipped fails instead. For a GPU
   machine, where a skipped CUDA check means CUDA is not usable.
 * ``--report DIR``: write ``junit.xml``, ``summary.json`` (per-area pass/fail/skip counts and the
@@ -24,6 +26,7 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 import dataclasses  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
@@ -33,6 +36,7 @@ from torchkiln.verify import report  # noqa: E402
 
 HELPERS = Path(__file__).resolve().parent / "helpers"
 RECIPE_KEY = pytest.StashKey[object]()
+MANIFEST_KEY = pytest.StashKey[object]()
 STATE_KEY = pytest.StashKey[dict]()
 
 EXTRA_MARKERS = {
@@ -49,6 +53,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="FILE",
         default=None,
         help="check the build against this recipe (a path or a shipped recipe name)",
+    )
+    group.addoption(
+        "--manifest",
+        metavar="FILE",
+        default=None,
+        help="check the installed wheels against this manifest.json of torchkiln build",
     )
     group.addoption(
         "--require-cuda",
@@ -71,6 +81,7 @@ def pytest_configure(config: pytest.Config) -> None:
         # Subprocess timeouts are the real guard; keep the per-test marker valid without pytest-timeout.
         config.addinivalue_line("markers", "timeout(seconds): per-test limit (pytest-timeout)")
     config.stash[RECIPE_KEY] = _load_recipe(config.getoption("recipe"))
+    config.stash[MANIFEST_KEY] = _load_manifest(config.getoption("manifest"))
     state: dict = {
         "outcomes": {},
         "durations": {},
@@ -94,15 +105,27 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _load_recipe(value: str | None) -> object:
-    if value is None:
-        return None
-    from torchkiln.errors import RecipeError
     from torchkiln.recipe import load_recipe, resolve_recipe_path
 
+    return _load("--recipe", value, "invalid recipe", lambda v: load_recipe(resolve_recipe_path(v)))
+
+
+def _load_manifest(value: str | None) -> object:
+    from torchkiln.manifest import load_manifest
+
+    return _load("--manifest", value, "cannot be used", lambda v: load_manifest(Path(v)))
+
+
+def _load(option: str, value: str | None, what: str, loader: Callable[[str], object]) -> object:
+    """``loader(value)``; a problem with it is a usage error naming the option (pytest exit status 4)."""
+    if value is None:
+        return None
+    from torchkiln.errors import ProblemsError
+
     try:
-        return load_recipe(resolve_recipe_path(value))
-    except RecipeError as exc:
-        raise pytest.UsageError(f"--recipe {value}: invalid recipe:\n{exc}") from None
+        return loader(value)
+    except ProblemsError as exc:
+        raise pytest.UsageError(f"{option} {value}: {what}:\n{exc}") from None
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -214,8 +237,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if junit_tmp is not None and junit_tmp.exists():
         os.replace(junit_tmp, directory / "junit.xml")
     recipe = config.stash.get(RECIPE_KEY, None)
+    manifest = config.getoption("manifest", None)
     options = {
         "recipe": str(getattr(recipe, "path", "")) or None,
+        "manifest": str(Path(manifest).resolve()) if manifest else None,
         "recipe_sha256": getattr(recipe, "sha256", None),
         "require_cuda": bool(config.getoption("require_cuda")),
         "args": list(config.invocation_params.args),
@@ -244,6 +269,12 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def recipe(pytestconfig: pytest.Config) -> object:
     """The recipe given with --recipe, or None."""
     return pytestconfig.stash[RECIPE_KEY]
+
+
+@pytest.fixture(scope="session")
+def manifest(pytestconfig: pytest.Config) -> object:
+    """The manifest given with --manifest, or None."""
+    return pytestconfig.stash[MANIFEST_KEY]
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from torchkiln.verify import buildconfig
+from torchkiln.verify import buildconfig, provenance
 
 pytestmark = pytest.mark.build_config
 
@@ -44,6 +44,24 @@ def test_build_matches_recipe(facts: buildconfig.BuildFacts, recipe: object, che
     if recipe is None:
         pytest.skip("no --recipe given: nothing to compare the build with")
     _assert_check(buildconfig.recipe_checks(recipe, facts)[check_id])  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def manifest_results(facts: buildconfig.BuildFacts, manifest: object) -> dict[str, buildconfig.Check]:
+    if manifest is None:
+        pytest.skip("no --manifest given: nothing to compare the installed wheels with")
+    return provenance.manifest_checks(manifest, facts)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("project", ["torch", "torchvision"])
+@pytest.mark.parametrize("check_id", provenance.MANIFEST_CHECKS)
+def test_installed_wheels_match_manifest(
+    manifest_results: dict[str, buildconfig.Check], project: str, check_id: str
+) -> None:
+    key = f"{project}.{check_id}"
+    if key not in manifest_results:
+        pytest.skip(f"the manifest lists no {project} wheel")
+    _assert_check(manifest_results[key])
 
 
 # --- smoke_test.py / check_binary.sh, CPU parts -------------------------------------------------------

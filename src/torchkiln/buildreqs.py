@@ -4,7 +4,11 @@ Build requirements differ per branch and can conflict: torch 2.13 wants ``setupt
 torchvision ``setup.py`` files import ``pkg_resources``, which setuptools 81 removed. Both projects share one
 build env, so their requirements (``requirements-build.txt``, ``requirements.txt``, ``[build-system].requires``,
 plus what the recipe adds) are resolved together, and a conflict is reported here, before anything compiles,
-naming the requirement and the file it came from.
+naming the requirements and the file each came from.
+
+The resolution is pip's own, for real, in the build venv: ``pip install --dry-run --report`` against the
+configured index, then exactly what it resolved is installed (``name==version``, ``--no-deps``), so what is
+installed is what was resolved.
 
 Run as ``python -m torchkiln.buildreqs --python VENV_PYTHON --source torch=DIR [--source torchvision=DIR]
 [--extra REQ ...]`` (the plan's ``build-env:deps`` step).
@@ -13,17 +17,18 @@ Run as ``python -m torchkiln.buildreqs --python VENV_PYTHON --source torch=DIR [
 from __future__ import annotations
 
 import argparse
+import json
 import re
-import subprocess
 import sys
+import tempfile
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
+from . import runner
 from .errors import EXIT_USAGE
 
 REQUIREMENT_FILES = ("requirements-build.txt", "requirements.txt")
@@ -83,50 +88,41 @@ def collect(project: str, source: Path) -> list[Req]:
     return [r for r in reqs if canonicalize_name(r.requirement.name) not in {"torch", "torchvision"}]
 
 
-def conflicts(reqs: list[Req]) -> list[str]:
-    """Pairs of requirements on the same package whose version ranges cannot both hold.
+@dataclass(frozen=True)
+class Resolution:
+    """pip's answer for a set of requirements: what it would install, or why it cannot."""
 
-    A cheap pre-check over the candidate versions named in the specifiers themselves; pip's resolver remains
-    the final word (its error is reported too).
-    """
-    by_name: dict[str, list[Req]] = {}
-    for r in reqs:
-        if r.requirement.marker is None or r.requirement.marker.evaluate():
-            by_name.setdefault(canonicalize_name(r.requirement.name), []).append(r)
-    problems = []
-    for name, group in sorted(by_name.items()):
-        combined = SpecifierSet()
-        for r in group:
-            combined &= r.requirement.specifier
-        candidates = {s.version for r in group for s in r.requirement.specifier}
-        if not candidates:
-            continue
-        probes = _probes(candidates)
-        if not any(combined.contains(v, prereleases=True) for v in probes):
-            listed = "; ".join(f"{r.requirement} ({r.origin})" for r in group if r.requirement.specifier)
-            problems.append(f"{name}: no version satisfies all of: {listed}")
-    return problems
+    install: list[tuple[str, str]]  # (name, version), in pip's order
+    error: str | None  # pip's explanation when the requirements cannot be resolved together
 
 
-def _probes(versions: set[str]) -> list[str]:
-    """Versions around each bound: the bound itself and just above/below it."""
-    from packaging.version import InvalidVersion, Version
+# pip's words for "these requirements cannot be satisfied together".
+_CONFLICT = re.compile(
+    r"ResolutionImpossible|conflict|Could not find a version that satisfies", re.IGNORECASE
+)
 
-    probes: list[str] = []
-    for text in versions:
+
+def resolve(python: str, reqs: list[Req]) -> Resolution:
+    """Resolve ``reqs`` with the build venv's pip (``--dry-run --report``): nothing is installed."""
+    with tempfile.TemporaryDirectory(prefix="torchkiln-buildreqs-") as tmp:
+        report = Path(tmp) / "report.json"
+        argv = [python, "-m", "pip", "install", "--dry-run", "--quiet", "--report", str(report)]
         try:
-            v = Version(text.rstrip(".*"))
-        except InvalidVersion:
-            continue
-        major, minor, micro = (list(v.release) + [0, 0])[:3]
-        probes += [str(v), f"{major}.{minor}.{micro + 1}", f"{major}.{minor + 1}", f"{major + 1}"]
-        if micro:
-            probes.append(f"{major}.{minor}.{micro - 1}")
-        elif minor:
-            probes.append(f"{major}.{minor - 1}.999")
-        elif major:
-            probes.append(f"{major - 1}.999")
-    return probes
+            done = runner.run([*argv, *(str(r.requirement) for r in reqs)])
+        except runner.ProcessError as exc:
+            return Resolution([], f"--python {python}: {exc}")
+        if not done.ok:
+            return Resolution([], done.stderr.strip() or done.failure())
+        data = json.loads(report.read_text(encoding="utf-8"))
+    install = [(item["metadata"]["name"], item["metadata"]["version"]) for item in data.get("install", [])]
+    return Resolution(install, None)
+
+
+def involved(error: str, reqs: list[Req]) -> list[Req]:
+    """The requirements pip's error names (all of them when it names none we know)."""
+    words = {canonicalize_name(w) for w in re.findall(r"[A-Za-z0-9][A-Za-z0-9._-]*", error)}
+    named = [r for r in reqs if canonicalize_name(r.requirement.name) in words]
+    return named or reqs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -156,27 +152,32 @@ def main(argv: list[str] | None = None) -> int:
             print(f"buildreqs: --extra {extra!r}: {exc}", file=sys.stderr)
             return EXIT_USAGE
 
-    found = conflicts(reqs)
-    if found:
-        print("build requirements conflict (nothing was compiled):", file=sys.stderr)
-        for line in found:
-            print(f"  {line}", file=sys.stderr)
-        return 1
     for r in reqs:
         print(f"  {r.requirement}  <- {r.origin}")
-    if args.dry_run or not reqs:
+    if not reqs:
         return 0
-    argv_pip = [args.python, "-m", "pip", "install", *(str(r.requirement) for r in reqs)]
-    result = subprocess.run(argv_pip, check=False, capture_output=True, text=True)
-    sys.stdout.write(result.stdout)
-    if result.returncode != 0:
-        sys.stderr.write(result.stderr)
-        if "ResolutionImpossible" in result.stderr or "conflict" in result.stderr.lower():
-            print(
-                "build requirements conflict (pip could not resolve them; nothing was compiled)",
-                file=sys.stderr,
-            )
-        return result.returncode
+    resolution = resolve(args.python, reqs)
+    if resolution.error is not None:
+        conflict = bool(_CONFLICT.search(resolution.error))
+        head = "build requirements conflict" if conflict else "build requirements cannot be resolved"
+        print(f"{head} (nothing was compiled):", file=sys.stderr)
+        for r in involved(resolution.error, reqs):
+            print(f"  {r.requirement}  <- {r.origin}", file=sys.stderr)
+        print("pip says:", file=sys.stderr)
+        for line in resolution.error.splitlines():
+            if not line.startswith("WARNING:"):  # pip's notes about index locations
+                print(f"  {line}", file=sys.stderr)
+        return 1
+    pins = [f"{name}=={version}" for name, version in resolution.install]
+    for pin in pins:
+        print(f"  resolved {pin}")
+    if args.dry_run or not pins:
+        return 0
+    done = runner.run([args.python, "-m", "pip", "install", "--no-deps", *pins])
+    sys.stdout.write(done.stdout)
+    if not done.ok:
+        sys.stderr.write(done.stderr)
+        return done.returncode or 1
     return 0
 
 

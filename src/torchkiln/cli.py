@@ -11,6 +11,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from types import ModuleType
 
 from . import __version__
 from .errors import EXIT_USAGE, TorchkilnError
@@ -27,7 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def _command_module(name: str):  # noqa: ANN202 - a module
+def _command_module(name: str) -> ModuleType:
     module, _ = COMMANDS[name]
     return importlib.import_module(f"torchkiln.commands.{module}")
 

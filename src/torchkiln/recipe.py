@@ -4,7 +4,8 @@ Loading a recipe is three passes, each reporting every problem it finds (never j
 
 1. parse the TOML and check the document against :data:`SCHEMA` (unknown keys, wrong types, malformed
    values): a declared table of fields, not code spread around;
-2. build the typed :class:`Recipe`;
+2. build the typed :class:`~torchkiln.recipe_model.Recipe`, each value where its :class:`Field` says (a
+   field's dotted path is spelled once, in :data:`SCHEMA`);
 3. check the compatibility rules of :mod:`torchkiln.rules` (torch <-> torchvision, Python, CUDA, cuDNN,
    arch list, gcc, MAGMA, ...).
 
@@ -14,21 +15,53 @@ Any problem raises :class:`~torchkiln.errors.RecipeError` with one line per prob
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import os
 import re
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
 from .errors import Problem, RecipeError
+from .recipe_model import (
+    UPSTREAM_TORCH_REPO,
+    UPSTREAM_TORCHVISION_REPO,
+    Accelerator,
+    Blas,
+    Build,
+    CacheSpec,
+    Magma,
+    Recipe,
+    SourceSpec,
+    VisionFeatures,
+)
+from .rules import check_rules
+from .truth import flag_value
+from .verify.archs import ENTRY_RE as ARCH_RE
 
-UPSTREAM_TORCH_REPO = "https://github.com/pytorch/pytorch.git"
-UPSTREAM_TORCHVISION_REPO = "https://github.com/pytorch/vision.git"
+__all__ = [
+    "FIELDS",
+    "SCHEMA",
+    "Accelerator",
+    "Blas",
+    "Build",
+    "CacheSpec",
+    "Field",
+    "Magma",
+    "Recipe",
+    "SourceSpec",
+    "VisionFeatures",
+    "load_recipe",
+    "parse_recipe",
+    "recipes_dir",
+    "resolve_recipe_path",
+]
 
 # --------------------------------------------------------------------------------------------------
 # Value checkers. Each returns None when the value is fine, else (message, valid-hint).
@@ -43,7 +76,6 @@ RELEASE_RE = re.compile(r"^\d+\.\d+\.\d+$")
 MAJOR_MINOR_RE = re.compile(r"^\d+\.\d+$")
 DOTTED_RE = re.compile(r"^\d+(\.\d+){1,3}$")
 LOCAL_LABEL_RE = re.compile(r"^\+[a-z0-9]+(\.[a-z0-9]+)*$")
-ARCH_RE = re.compile(r"^(?P<major>\d{1,2})\.(?P<minor>\d)(?P<suffix>[af]?)(?P<ptx>\+PTX)?$")
 FLAG_RE = re.compile(r"^(USE|BUILD)_[A-Z0-9_]+$")
 SIZE_RE = re.compile(r"^\d+(\.\d+)?[KMGT]i?$")
 # A git ref name as git check-ref-format accepts it, restricted further: no whitespace, no shell
@@ -95,13 +127,13 @@ def _arch_list(value: Any) -> tuple[str, str] | None:
 
 
 def _flags(value: Any) -> tuple[str, str] | None:
-    for key, flag_value in value.items():
+    for key, value_of_flag in value.items():
         if not FLAG_RE.match(key):
             return (f"flag name {key!r} is not a USE_* or BUILD_* flag", "names like USE_FLASH_ATTENTION")
         if (
-            not isinstance(flag_value, bool | int | str)
-            or isinstance(flag_value, str)
-            and not re.match(r"^[A-Za-z0-9._/:+-]{0,200}$", flag_value)
+            not isinstance(value_of_flag, bool | int | str)
+            or isinstance(value_of_flag, str)
+            and not re.match(r"^[A-Za-z0-9._/:+-]{0,200}$", value_of_flag)
         ):
             return (
                 f"value of {key} must be a boolean, an integer or a plain string",
@@ -117,23 +149,43 @@ def _flags(value: Any) -> tuple[str, str] | None:
 
 @dataclass(frozen=True)
 class Field:
+    """One recipe field: its dotted path in the file, its TOML type, whether it must be there, how its value
+    is checked, and where the typed :class:`Recipe` keeps it (``to``: ``"table.attribute"`` of a section in
+    :data:`SECTIONS`, or a plain attribute of Recipe; default: the path itself), converted by ``convert``,
+    ``default`` when absent (else the dataclass's own default), or ``default_from`` the flattened document
+    when the default follows from another field (nvJPEG is on by default for CUDA recipes)."""
+
     path: str
-    type: type | tuple[type, ...]
+    type: type
     required: bool = False
     check: Check | None = None
     doc: str = ""
+    to: str | None = None
+    convert: Callable[[Any], Any] | None = None
+    default: Any = None
+    default_from: Callable[[Mapping[str, Any]], Any] | None = None
+
+
+def _flags_value(value: Any) -> dict[str, str]:
+    return {k: flag_value(v) for k, v in sorted(value.items())}
 
 
 SCHEMA: tuple[Field, ...] = (
     Field(
-        "recipe.name", str, True, _match(NAME_RE, "letters, digits, '.', '_', '-'; at most 80"), "recipe id"
+        "recipe.name",
+        str,
+        True,
+        _match(NAME_RE, "letters, digits, '.', '_', '-'; at most 80"),
+        "recipe id",
+        to="name",
     ),
-    Field("recipe.description", str, doc="free text"),
+    Field("recipe.description", str, doc="free text", to="description", default=""),
     Field(
         "torch.repo",
         str,
         check=_match(URL_RE, "an https://, ssh://, git://, file:// URL or a path"),
         doc="git URL (default: upstream GitHub)",
+        default=UPSTREAM_TORCH_REPO,
     ),
     Field(
         "torch.ref",
@@ -154,9 +206,13 @@ SCHEMA: tuple[Field, ...] = (
         True,
         _match(RELEASE_RE, "MAJOR.MINOR.PATCH such as 2.13.0", "malformed version"),
         doc="release version",
+        convert=Version,
     ),
     Field(
-        "torchvision.repo", str, check=_match(URL_RE, "an https://, ssh://, git://, file:// URL or a path")
+        "torchvision.repo",
+        str,
+        check=_match(URL_RE, "an https://, ssh://, git://, file:// URL or a path"),
+        default=UPSTREAM_TORCHVISION_REPO,
     ),
     Field(
         "torchvision.ref",
@@ -170,37 +226,76 @@ SCHEMA: tuple[Field, ...] = (
         str,
         True,
         _match(RELEASE_RE, "MAJOR.MINOR.PATCH such as 0.28.0", "malformed version"),
+        convert=Version,
     ),
     # torchvision's optional parts, each its setup.py's TORCHVISION_USE_<NAME> (torchkiln sets every one
     # explicitly, 1 or 0); the image codecs' libraries are bundled into the wheel's torchvision.libs/.
-    Field("torchvision.features.png", bool, doc="PNG decode/encode (libpng); default true"),
-    Field("torchvision.features.jpeg", bool, doc="JPEG decode/encode (libjpeg-turbo); default true"),
-    Field("torchvision.features.webp", bool, doc="WebP decode (libwebp); default true"),
-    Field("torchvision.features.nvjpeg", bool, doc="GPU JPEG decode/encode (nvJPEG); default: CUDA recipes"),
-    Field("torchvision.features.video_codec", bool, doc="GPU video decoder; default false"),
-    Field("torchvision.features.ffmpeg", bool, doc="CPU video decoder (FFmpeg); default false"),
+    Field("torchvision.features.png", bool, doc="PNG decode/encode (libpng); default true", to="vision.png"),
     Field(
-        "python.version", str, True, _match(MAJOR_MINOR_RE, "MAJOR.MINOR such as 3.12", "malformed version")
+        "torchvision.features.jpeg",
+        bool,
+        doc="JPEG decode/encode (libjpeg-turbo); default true",
+        to="vision.jpeg",
+    ),
+    Field("torchvision.features.webp", bool, doc="WebP decode (libwebp); default true", to="vision.webp"),
+    Field(
+        "torchvision.features.nvjpeg",
+        bool,
+        doc="GPU JPEG decode/encode (nvJPEG); default: CUDA recipes",
+        to="vision.nvjpeg",
+        default_from=lambda flat: flat.get("accelerator.kind") == "cuda",
+    ),
+    Field(
+        "torchvision.features.video_codec",
+        bool,
+        doc="GPU video decoder; default false",
+        to="vision.video_codec",
+    ),
+    Field(
+        "torchvision.features.ffmpeg",
+        bool,
+        doc="CPU video decoder (FFmpeg); default false",
+        to="vision.ffmpeg",
+    ),
+    Field(
+        "python.version",
+        str,
+        True,
+        _match(MAJOR_MINOR_RE, "MAJOR.MINOR such as 3.12", "malformed version"),
+        to="python",
     ),
     Field("accelerator.kind", str, True, _one_of("cpu", "cuda")),
     Field(
-        "accelerator.cuda", str, check=_match(MAJOR_MINOR_RE, "MAJOR.MINOR such as 13.0", "malformed version")
+        "accelerator.cuda",
+        str,
+        check=_match(MAJOR_MINOR_RE, "MAJOR.MINOR such as 13.0", "malformed version"),
+        convert=Version,
     ),
-    Field("accelerator.arch_list", list, check=_arch_list, doc="TORCH_CUDA_ARCH_LIST entries"),
+    Field("accelerator.arch_list", list, check=_arch_list, doc="TORCH_CUDA_ARCH_LIST entries", convert=tuple),
     Field(
         "accelerator.cudnn",
         str,
         check=_match(DOTTED_RE, "a dotted version such as 9.20.0.48", "malformed version"),
+        convert=Version,
     ),
     Field(
         "accelerator.nccl",
         str,
         check=_match(DOTTED_RE, "a dotted version such as 2.29.7", "malformed version"),
+        convert=Version,
     ),
     Field("blas.kind", str, True, _one_of("mkl", "openblas")),
-    Field("blas.mkl", str, check=_match(DOTTED_RE, "a dotted version such as 2024.2.0", "malformed version")),
     Field(
-        "magma.version", str, check=_match(DOTTED_RE, "a dotted version such as 2.6.1", "malformed version")
+        "blas.mkl",
+        str,
+        check=_match(DOTTED_RE, "a dotted version such as 2024.2.0", "malformed version"),
+        convert=Version,
+    ),
+    Field(
+        "magma.version",
+        str,
+        check=_match(DOTTED_RE, "a dotted version such as 2.6.1", "malformed version"),
+        convert=Version,
     ),
     Field("magma.sha256", str, check=_match(SHA256_RE, "64 lowercase hex characters")),
     Field("magma.url", str, check=_match(URL_RE, "an https:// URL of the release tarball")),
@@ -218,7 +313,7 @@ SCHEMA: tuple[Field, ...] = (
     Field("build.gcc", int, check=_positive, doc="host gcc major version the build uses"),
     Field("build.pytorch_build_version", str, check=_pep440, doc="PYTORCH_BUILD_VERSION override"),
     Field("build.pytorch_build_number", int, check=_non_negative, doc="PYTORCH_BUILD_NUMBER"),
-    Field("build.flags", dict, check=_flags, doc="extra USE_*/BUILD_* flags"),
+    Field("build.flags", dict, check=_flags, doc="extra USE_*/BUILD_* flags", convert=_flags_value),
     Field("cache.kind", str, check=_one_of("none", "ccache", "sccache")),
     Field("cache.dir", str, doc="local cache directory"),
     Field("cache.max_size", str, check=_match(SIZE_RE, "a size such as 20G or 500M")),
@@ -231,6 +326,20 @@ SCHEMA: tuple[Field, ...] = (
     Field("cache.credentials_file", str, doc="file holding the remote store's secret"),
 )
 
+# The typed Recipe's sections: the table of that name becomes that dataclass (a section with a ``name``
+# field gets the table's name); an optional section is None when its table is absent or empty.
+SECTIONS: dict[str, type] = {
+    "torch": SourceSpec,
+    "torchvision": SourceSpec,
+    "accelerator": Accelerator,
+    "blas": Blas,
+    "magma": Magma,
+    "build": Build,
+    "cache": CacheSpec,
+    "vision": VisionFeatures,  # [torchvision.features]
+}
+OPTIONAL_SECTIONS = frozenset({"magma"})
+
 FIELDS: dict[str, Field] = {f.path: f for f in SCHEMA}
 TABLES: frozenset[str] = frozenset(p.split(".")[0] for p in FIELDS)
 # Tables inside a table whose keys SCHEMA declares one by one ([torchvision.features]); other nested
@@ -239,135 +348,6 @@ SUBTABLES: frozenset[str] = frozenset(p.rsplit(".", 1)[0] for p in FIELDS if p.c
 REQUIRED_TABLES: frozenset[str] = frozenset(f.path.split(".")[0] for f in SCHEMA if f.required)
 
 TYPE_NAMES = {str: "a string", int: "an integer", list: "an array", dict: "a table", bool: "a boolean"}
-
-# --------------------------------------------------------------------------------------------------
-# The typed recipe.
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SourceSpec:
-    """Where one project's source comes from."""
-
-    name: str  # "torch" or "torchvision"
-    repo: str
-    ref: str
-    version: Version
-    commit: str | None = None
-
-
-@dataclass(frozen=True)
-class Accelerator:
-    kind: str  # "cpu" | "cuda"
-    cuda: Version | None = None
-    arch_list: tuple[str, ...] = ()
-    cudnn: Version | None = None
-    nccl: Version | None = None
-
-    @property
-    def is_cuda(self) -> bool:
-        return self.kind == "cuda"
-
-    @property
-    def arch_list_env(self) -> str:
-        """TORCH_CUDA_ARCH_LIST as PyTorch's build reads it (semicolon separated)."""
-        return ";".join(self.arch_list)
-
-
-@dataclass(frozen=True)
-class Blas:
-    kind: str  # "mkl" | "openblas"
-    mkl: Version | None = None
-
-
-@dataclass(frozen=True)
-class VisionFeatures:
-    """torchvision's optional parts (TORCHVISION_USE_<NAME>): what the wheel is built with."""
-
-    png: bool = True
-    jpeg: bool = True
-    webp: bool = True
-    nvjpeg: bool = False
-    video_codec: bool = False
-    ffmpeg: bool = False
-
-    NAMES = ("png", "jpeg", "webp", "nvjpeg", "video_codec", "ffmpeg")
-
-    @property
-    def enabled(self) -> tuple[str, ...]:
-        return tuple(name for name in self.NAMES if getattr(self, name))
-
-
-@dataclass(frozen=True)
-class Magma:
-    version: Version
-    sha256: str
-    url: str | None = None
-
-
-@dataclass(frozen=True)
-class Build:
-    type: str = "Release"
-    local_version: str = ""
-    jobs: int | None = None
-    gcc: int | None = None
-    pytorch_build_version: str | None = None
-    pytorch_build_number: int | None = None
-    flags: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class CacheSpec:
-    kind: str = "ccache"
-    dir: str | None = None
-    max_size: str | None = None
-    remote: str | None = None
-    credentials_env: str | None = None
-    credentials_file: str | None = None
-
-
-@dataclass(frozen=True)
-class Recipe:
-    name: str
-    description: str
-    torch: SourceSpec
-    torchvision: SourceSpec
-    python: str
-    accelerator: Accelerator
-    blas: Blas
-    magma: Magma | None
-    build: Build
-    cache: CacheSpec
-    path: Path | None = None
-    sha256: str = ""
-    document: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
-    vision: VisionFeatures = field(default_factory=VisionFeatures)
-
-    @property
-    def torch_build_version(self) -> str:
-        """What torchkiln sets as PYTORCH_BUILD_VERSION: the override, or version + local label."""
-        return self.build.pytorch_build_version or f"{self.torch.version}{self.build.local_version}"
-
-    @property
-    def torch_wheel_version(self) -> str:
-        """The version the torch wheel carries. PyTorch appends ``.postN`` to PYTORCH_BUILD_VERSION when
-        PYTORCH_BUILD_NUMBER > 1 (tools/generate_torch_version.py ``get_torch_version``, unchanged from
-        release/2.10 to 2.15): 2.13.0+cu130 with build number 2 is 2.13.0+cu130.post2 -- after a local
-        label that is part of the label, before one (2.13.0.post2) a post-release."""
-        number = self.build.pytorch_build_number or 0
-        return f"{self.torch_build_version}.post{number}" if number > 1 else self.torch_build_version
-
-    @property
-    def torchvision_wheel_version(self) -> str:
-        """torchvision's BUILD_VERSION: its release version with torch's local label (no ``.postN``:
-        torchvision's setup.py uses BUILD_VERSION as given)."""
-        local = Version(self.torch_build_version).local
-        return f"{self.torchvision.version}+{local}" if local else str(self.torchvision.version)
-
-    @property
-    def source(self) -> str:
-        return str(self.path) if self.path else f"<{self.name}>"
-
 
 # --------------------------------------------------------------------------------------------------
 # Loading.
@@ -402,7 +382,7 @@ def display_key(key: str) -> str:
     return json.dumps(key, ensure_ascii=True).replace(":", "\\u003a")
 
 
-def _type_ok(value: Any, expected: type | tuple[type, ...]) -> bool:
+def _type_ok(value: Any, expected: type) -> bool:
     # bool is an int subclass in Python; a recipe's `jobs = true` is still a type error.
     if isinstance(value, bool) and expected is not bool:
         return False
@@ -437,7 +417,7 @@ def check_schema(doc: Mapping[str, Any], file: str) -> list[Problem]:
             )
             continue
         if not _type_ok(value, spec.type):
-            expected = TYPE_NAMES.get(spec.type, str(spec.type)) if isinstance(spec.type, type) else "?"
+            expected = TYPE_NAMES.get(spec.type, str(spec.type))
             problems.append(Problem(file, path, f"wrong type {type(value).__name__}", expected))
             continue
         if spec.check is not None:
@@ -453,82 +433,29 @@ def check_schema(doc: Mapping[str, Any], file: str) -> list[Problem]:
     return problems
 
 
-def _flag_value(value: bool | int | str) -> str:
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    return str(value)
-
-
 def _build_recipe(doc: Mapping[str, Any], path: Path | None, digest: str) -> Recipe:
-    """Typed recipe from a schema-valid document (check_schema returned no problems)."""
+    """Typed recipe from a schema-valid document (check_schema returned no problems): every field goes
+    where its :class:`Field` says, so a path is spelled once, in :data:`SCHEMA`."""
     flat = _flatten(doc)
-
-    def get(key: str, default: Any = None) -> Any:
-        return flat.get(key, default)
-
-    def version(key: str) -> Version | None:
-        raw = get(key)
-        return Version(raw) if raw is not None else None
-
-    def source(name: str, default_repo: str) -> SourceSpec:
-        return SourceSpec(
-            name,
-            get(f"{name}.repo", default_repo),
-            get(f"{name}.ref"),
-            Version(get(f"{name}.version")),
-            get(f"{name}.commit"),
-        )
-
-    is_cuda = get("accelerator.kind") == "cuda"
-    vision = VisionFeatures(
-        **{
-            name: get(
-                f"torchvision.features.{name}",
-                getattr(VisionFeatures, name) or (name == "nvjpeg" and is_cuda),
-            )
-            for name in VisionFeatures.NAMES
-        }
-    )
-    magma = None
-    if get("magma.version") is not None or get("magma.sha256") is not None:
-        magma = Magma(Version(get("magma.version", "0")), get("magma.sha256", ""), get("magma.url"))
-    return Recipe(
-        name=get("recipe.name"),
-        description=get("recipe.description", ""),
-        torch=source("torch", UPSTREAM_TORCH_REPO),
-        torchvision=source("torchvision", UPSTREAM_TORCHVISION_REPO),
-        python=get("python.version"),
-        accelerator=Accelerator(
-            kind=get("accelerator.kind"),
-            cuda=version("accelerator.cuda"),
-            arch_list=tuple(get("accelerator.arch_list", ())),
-            cudnn=version("accelerator.cudnn"),
-            nccl=version("accelerator.nccl"),
-        ),
-        blas=Blas(get("blas.kind"), version("blas.mkl")),
-        magma=magma,
-        build=Build(
-            type=get("build.type", "Release"),
-            local_version=get("build.local_version", ""),
-            jobs=get("build.jobs"),
-            gcc=get("build.gcc"),
-            pytorch_build_version=get("build.pytorch_build_version"),
-            pytorch_build_number=get("build.pytorch_build_number"),
-            flags={k: _flag_value(v) for k, v in sorted(get("build.flags", {}).items())},
-        ),
-        cache=CacheSpec(
-            kind=get("cache.kind", "ccache"),
-            dir=get("cache.dir"),
-            max_size=get("cache.max_size"),
-            remote=get("cache.remote"),
-            credentials_env=get("cache.credentials_env"),
-            credentials_file=get("cache.credentials_file"),
-        ),
-        path=path,
-        sha256=digest,
-        document=doc,
-        vision=vision,
-    )
+    sections: dict[str, dict[str, Any]] = {table: {} for table in SECTIONS}
+    top: dict[str, Any] = {}
+    for spec in SCHEMA:
+        default = spec.default_from(flat) if spec.default_from is not None else spec.default
+        value = flat.get(spec.path, default)
+        if value is None:
+            continue
+        owner, _, attr = (spec.to or spec.path).rpartition(".")
+        (sections[owner] if owner else top)[attr] = spec.convert(value) if spec.convert else value
+    for table, cls in SECTIONS.items():
+        present = any(key.startswith(f"{table}.") for key in flat)
+        if table in OPTIONAL_SECTIONS and not present:
+            top[table] = None
+            continue
+        kwargs = sections[table]
+        if "name" in {f.name for f in dataclasses.fields(cls)}:
+            kwargs["name"] = table
+        top[table] = cls(**kwargs)
+    return Recipe(**top, path=path, sha256=digest, document=doc)
 
 
 def parse_recipe(data: bytes, file: str, path: Path | None = None) -> Recipe:
@@ -566,8 +493,6 @@ def parse_recipe(data: bytes, file: str, path: Path | None = None) -> Recipe:
     if problems:
         raise RecipeError(problems)
     recipe = _build_recipe(doc, path, digest)
-    from .rules import check_rules  # rules import recipe types; keep the import one-way at module load
-
     problems = check_rules(recipe, file)
     if problems:
         raise RecipeError(problems)
@@ -596,8 +521,6 @@ def load_recipe(path: str | Path) -> Recipe:
 
 def recipes_dir() -> Path:
     """The shipped recipes: ./recipes of a checkout (or TORCHKILN_RECIPES)."""
-    import os
-
     env = os.environ.get("TORCHKILN_RECIPES")
     if env:
         return Path(env)

@@ -18,7 +18,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from .errors import Problem
-from .recipe import ARCH_RE, FLAG_RE, Recipe
+from .recipe_model import Recipe
+from .verify.archs import ENTRY_RE
 
 
 @cache
@@ -32,7 +33,8 @@ def minor(version: Version) -> str:
 
 
 def torch_release(recipe: Recipe) -> dict[str, Any] | None:
-    return compat()["torch"].get(minor(recipe.torch.version))
+    release: dict[str, Any] | None = compat()["torch"].get(minor(recipe.torch.version))
+    return release
 
 
 def cuda_release(recipe: Recipe) -> dict[str, Any] | None:
@@ -42,7 +44,7 @@ def cuda_release(recipe: Recipe) -> dict[str, Any] | None:
 
 def arch_capability(entry: str) -> tuple[str, str, bool]:
     """'12.0+PTX' -> ('12.0', '', True); '9.0a' -> ('9.0', 'a', False)."""
-    match = ARCH_RE.match(entry)
+    match = ENTRY_RE.match(entry)
     assert match is not None, entry  # schema already checked every entry
     return f"{match['major']}.{match['minor']}", match["suffix"], bool(match["ptx"])
 
@@ -278,7 +280,9 @@ def _build_version_pair(r: Recipe) -> Iterator[Finding]:
             "conflicts with build.pytorch_build_version, which sets the whole version",
             "put the local label into pytorch_build_version, or drop it",
         )
-    if have_version and Version(r.build.pytorch_build_version).base_version != str(r.torch.version):
+    if r.build.pytorch_build_version and Version(r.build.pytorch_build_version).base_version != str(
+        r.torch.version
+    ):
         yield (
             "build.pytorch_build_version",
             f"{r.build.pytorch_build_version} is not torch {r.torch.version}",
@@ -330,8 +334,6 @@ def _flags(r: Recipe) -> Iterator[Finding]:
                 f"{key} is set by torchkiln from {MANAGED_FLAGS[key]}",
                 "change that field instead",
             )
-        elif not FLAG_RE.match(key):  # pragma: no cover - schema checked it
-            yield (f"build.flags.{key}", "not a USE_* or BUILD_* flag", "USE_* or BUILD_*")
 
 
 def _cache(r: Recipe) -> Iterator[Finding]:

@@ -1,7 +1,7 @@
 """Credentials for remote stores: loaded from the environment or a file, never printed.
 
 A secret enters torchkiln in exactly one place (:func:`load_secret`) and leaves it only as an
-environment variable of the build process (see :func:`torchkiln.cache.secret_env`). Everything that
+environment variable of the build process (a cache tool's secret layer, :mod:`torchkiln.cache.tool`). Everything that
 is shown or written (plans, logs, manifests, warnings) goes through :func:`redact` first, which removes
 known secret values and the password part of any URL, so a secret that slipped into a URL or an error
 message still does not reach the screen.

@@ -1,24 +1,21 @@
-"""Source checkouts: the git commands that fetch a pinned ref, and the pin/lock checks.
+"""Source checkouts: the git commands that fetch a pinned ref, and reading a checkout with git.
 
-Everything runs real ``git`` with argv lists (never a shell): recipe strings such as a ref or a URL are
-always one argv item. The lock file records what was actually built (the resolved SHA of every repository
-and every submodule), so a build can be reproduced or audited long after the branch has moved.
+Everything runs real ``git`` with argv lists through :mod:`torchkiln.runner` (never a shell): recipe strings
+such as a ref or a URL are always one argv item, and a git that fails says so (never an empty answer taken
+for a result). :func:`lock_source` reads what a checkout is at into the lock file's entry
+(:mod:`torchkiln.lock`): the resolved SHA of the repository and of every submodule, or for a tree that is
+no git checkout the sha256 of its contents.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from . import runner
+from .digests import tree_sha256
 from .errors import TorchkilnError
-from .recipe import SourceSpec
-
-LOCK_FORMAT = 1
+from .lock import SourceLock, Submodule
+from .recipe_model import SourceSpec
 
 
 def _is_local_url(url: str) -> bool:
@@ -44,14 +41,14 @@ def fetch_commands(spec: SourceSpec, dest: Path, *, jobs: int = 4) -> list[tuple
     ]
 
 
-def git_output(repo: Path, *args: str, env: Mapping[str, str] | None = None) -> str:
-    """stdout of ``git -C repo args...``; a failure raises TorchkilnError with git's own message."""
-    argv = ["git", "-C", str(repo), *args]
+def git_output(repo: Path, *args: str, errors: str = "replace") -> str:
+    """stdout of ``git -C repo args...``; a failure raises TorchkilnError with git's own message.
+    ``errors="surrogateescape"`` keeps bytes that are not UTF-8 (``str.encode`` gives them back)."""
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, check=False, env=env)  # noqa: S603 - argv list
-    except FileNotFoundError:
+        done = runner.run(["git", "-C", str(repo), *args], errors=errors)
+    except runner.ProcessError:
         raise TorchkilnError("git is not installed (needed to fetch and pin sources)") from None
-    if done.returncode != 0:
+    if not done.ok:
         message = (done.stderr or done.stdout).strip().splitlines()
         raise TorchkilnError(
             f"git {' '.join(args)} in {repo} failed: {message[-1] if message else done.returncode}"
@@ -60,18 +57,14 @@ def git_output(repo: Path, *args: str, env: Mapping[str, str] | None = None) -> 
 
 
 def is_git_checkout(path: Path) -> bool:
+    """Whether ``path`` is the top of a git work tree (not merely inside one)."""
     if not path.is_dir():
         return False
-    done = subprocess.run(  # noqa: S603 - argv list, no shell
-        ["git", "-C", str(path), "rev-parse", "--is-inside-work-tree"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0 or done.stdout.strip() != "true":
+    try:
+        done = runner.run(["git", "-C", str(path), "rev-parse", "--show-toplevel"])
+    except runner.ProcessError:
         return False
-    top = git_output(path, "rev-parse", "--show-toplevel").strip()
-    return Path(top).resolve() == path.resolve()
+    return done.ok and Path(done.stdout.strip()).resolve() == path.resolve()
 
 
 def head_commit(repo: Path) -> str:
@@ -93,42 +86,6 @@ def check_pin(spec: SourceSpec, repo: Path) -> str:
             "check out the pinned commit."
         )
     return head
-
-
-@dataclass(frozen=True)
-class Submodule:
-    path: str  # relative to the top repository, nested ones included ("third_party/a/b")
-    commit: str
-    url: str | None
-    state: str  # "ok" | "modified" (checked out commit differs from the recorded one) | "uninitialized"
-
-
-@dataclass(frozen=True)
-class SourceLock:
-    """What one project was built from."""
-
-    name: str
-    repo: str | None
-    ref: str | None
-    commit: str | None
-    dirty: bool
-    provided: bool
-    path: str
-    submodules: list[Submodule] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "repo": self.repo,
-            "ref": self.ref,
-            "commit": self.commit,
-            "dirty": self.dirty,
-            "provided": self.provided,
-            "path": self.path,
-            "submodules": [
-                {"path": s.path, "commit": s.commit, "url": s.url, "state": s.state} for s in self.submodules
-            ],
-        }
 
 
 _STATE = {" ": "ok", "+": "modified", "-": "uninitialized", "U": "conflict"}
@@ -154,33 +111,22 @@ def submodules(repo: Path) -> list[Submodule]:
     return result
 
 
-def lock_source(name: str, path: Path, *, repo: str | None, ref: str | None, provided: bool) -> SourceLock:
-    """Resolve the SHAs of a checkout. A provided tree that is not a git checkout records no commit."""
+def lock_source(
+    name: str,
+    path: Path,
+    *,
+    repo: str | None,
+    ref: str | None,
+    provided: bool,
+    tree_digest: str | None = None,
+) -> SourceLock:
+    """Resolve the SHAs of a checkout. A tree that is not a git checkout has no commit: its contents are
+    hashed instead (``tree_digest``: given when the build hashed the tree before compiling it)."""
     if not is_git_checkout(path):
-        return SourceLock(name, repo, ref, None, dirty=True, provided=provided, path=str(path))
+        digest = tree_digest if tree_digest is not None else (tree_sha256(path) if path.is_dir() else None)
+        return SourceLock(
+            name, repo, ref, None, dirty=True, provided=provided, path=str(path), tree_sha256=digest
+        )
     head = head_commit(path)
     dirty = bool(git_output(path, "status", "--porcelain", "--untracked-files=no").strip())
-    return SourceLock(name, repo, ref, head, dirty, provided, str(path), submodules(path))
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to ``path`` through a temporary file and os.replace: never a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def write_lock(path: Path, recipe_name: str, recipe_sha256: str, locks: list[SourceLock]) -> dict[str, Any]:
-    """``<recipe>.lock.json``: the resolved SHA of each repository and submodule. Returns the document."""
-    doc = {
-        "format": LOCK_FORMAT,
-        "recipe": recipe_name,
-        "recipe_sha256": recipe_sha256,
-        "sources": {lock.name: lock.to_dict() for lock in locks},
-    }
-    write_json_atomic(path, doc)
-    return doc
+    return SourceLock(name, repo, ref, head, dirty, provided, str(path), None, submodules(path))

@@ -14,14 +14,12 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .recipe import Recipe
+from .recipe_model import Recipe
+from .truth import truth
 
 SUMMARY_START = "******** Summary ********"
 SUMMARY_LINE = re.compile(r"^--\s+(?P<key>[A-Za-z][A-Za-z0-9_ .+()/-]*?)\s*:\s?(?P<value>.*?)\s*$")
 SUMMARY_END = re.compile(r"^-- (Configuring done|Configuring incomplete|Generating done)")
-
-TRUE = {"ON", "1", "TRUE", "YES", "Y"}
-FALSE = {"OFF", "0", "FALSE", "NO", "N", ""}
 
 # Settings the watcher compares when the step sets them. USE_MKL's summary line prints CAFFE2_USE_MKL.
 WATCHED = (
@@ -131,14 +129,9 @@ class Expectations:
     def for_step(cls, env: Mapping[str, str], recipe: Recipe) -> Expectations:
         flags: dict[str, bool] = {}
         for name in WATCHED:
-            value = env.get(name)
-            if value is None:
-                continue
-            upper = value.strip().upper()
-            if upper in TRUE:
-                flags[name] = True
-            elif upper in FALSE:
-                flags[name] = False
+            wanted = truth(env.get(name))
+            if wanted is not None:
+                flags[name] = wanted
         blas_var = env.get("BLAS")
         if blas_var is not None and "USE_MKL" not in flags:
             # PyTorch has no USE_MKL option: BLAS=MKL asks for MKL, and the summary reports USE_MKL.
@@ -158,15 +151,6 @@ def parse_summary(lines: list[str]) -> dict[str, str]:
         if match and match["key"] not in out:
             out[match["key"].strip()] = match["value"]
     return out
-
-
-def _truth(value: str) -> bool | None:
-    upper = value.strip().upper()
-    if upper in TRUE:
-        return True
-    if upper in FALSE:
-        return False
-    return None
 
 
 def off_lines(lines: list[str]) -> dict[str, str]:
@@ -196,12 +180,12 @@ def compare(
                 cause, evidence = _likely_cause(name, [off[name]])
                 found.append(Contradiction(name, "ON", "OFF", cause, evidence or off[name]))
             continue  # not printed by this version (or nested under a disabled parent): nothing to compare
-        actual = _truth(summary[name])
+        actual = truth(summary[name])
         if actual is None or actual == wanted:
             continue
         cause, evidence = _likely_cause(name, before) if wanted else ("the build enabled it anyway", None)
         found.append(Contradiction(name, "ON" if wanted else "OFF", summary[name], cause, evidence))
-    if expect.cuda_version and _truth(summary.get("USE_CUDA", "ON")) is not False:
+    if expect.cuda_version and truth(summary.get("USE_CUDA", "ON")) is not False:
         got = summary.get("CUDA version")
         if got is not None and not _same_release(got, expect.cuda_version):
             found.append(

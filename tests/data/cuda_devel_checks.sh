@@ -87,6 +87,7 @@ python -m pip install --quiet filelock typing-extensions sympy networkx jinja2 f
   "setuptools>=77.0.3" wheel build
 python - "$checkout/tests/data/cache_ext" "$work/ext" <<'PY'
 import json, os, shutil, subprocess, sys, zipfile
+from dataclasses import replace
 from pathlib import Path
 from torchkiln import cache
 from torchkiln.recipe import CacheSpec
@@ -96,14 +97,17 @@ config = cache.resolve_cache(CacheSpec(kind="ccache"), dir=root / "ccache")
 for builder in ("first", "second"):  # different checkout paths: CCACHE_BASEDIR maps them onto each other
     checkout = root / builder / "cache_ext"
     shutil.copytree(source, checkout)
-    environ = {**cache.clean_environment(os.environ), "MAX_JOBS": "2", "KILN_CACHE_EXT_CUDA": "1"}
-    prepared = cache.prepare_cache(config, environ, basedir=checkout.parent)
-    env = {**environ, **prepared.env}
+    # The container's environment (the plan's CUDA variables: TORCH_CUDA_ARCH_LIST, CUDA_HOME, ...) without
+    # inherited cache settings, then the cache session's public and secret layers, as a compile step gets them.
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("CCACHE_", "SCCACHE_"))}
+    environ |= {"MAX_JOBS": "2", "KILN_CACHE_EXT_CUDA": "1"}
+    session = cache.open_session(replace(config, basedir=checkout.parent), environ)
+    env = {**environ, **session.public_env, **session.secret_env}
     try:
         done = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--skip-dependency-check"], cwd=checkout,
                               env=env, capture_output=True, text=True, timeout=1500)
     finally:
-        stats = cache.finish_cache(prepared, env)
+        stats = session.close()
     if done.returncode != 0:
         print(done.stdout[-4000:], done.stderr[-4000:], file=sys.stderr)
         sys.exit(1)

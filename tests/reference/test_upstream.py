@@ -147,7 +147,9 @@ def _cuda_126(doc: Doc) -> Doc:
 def _cpu(doc: Doc) -> Doc:
     doc = _set(doc, "accelerator", {"kind": "cpu"})
     doc = _set(doc, "magma", None)
-    doc = _set(doc, "torchvision.features.nvjpeg", False)  # a CPU recipe that kept it is refused before verify
+    doc = _set(
+        doc, "torchvision.features.nvjpeg", False
+    )  # a CPU recipe that kept it is refused before verify
     return _set(doc, "build.local_version", "+cpu")
 
 

@@ -15,15 +15,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
 from .. import cache as cache_mod
+from .. import runner
+from ..environ import compose
 from ..errors import UsageError
 from ..recipe import CacheSpec, load_recipe, resolve_recipe_path
+from ..secrets import redact
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -44,26 +46,19 @@ def _config(args: argparse.Namespace) -> cache_mod.CacheConfig:
     return cache_mod.resolve_cache(spec, kind=args.cache, dir=args.cache_dir, remote=args.cache_remote)
 
 
-def _tool_version(config: cache_mod.CacheConfig) -> str | None:
-    path = cache_mod.find_tool(config, os.environ)
+def _tool_version(tool: cache_mod.CacheTool) -> str | None:
+    path = tool.executable(os.environ)
     if path is None:
         return None
-    done = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30, check=False)
+    done = runner.run([path, "--version"], timeout=30)
     return (done.stdout.splitlines() or [""])[0].strip() or None
 
 
-def _env(config: cache_mod.CacheConfig) -> dict[str, str]:
-    return {
-        **cache_mod.clean_environment(os.environ),
-        **cache_mod.launcher_env(config),
-        **cache_mod.secret_env(config, os.environ),
-    }
-
-
 def _show(config: cache_mod.CacheConfig, as_json: bool, console: Console) -> int:
-    shown = cache_mod.launcher_env(config)
-    secret_names = sorted(set(cache_mod.secret_env(config, os.environ)) - set(shown))
-    version = _tool_version(config)
+    tool = cache_mod.tool_for(config)
+    shown = tool.public_env(config)
+    secret_names = sorted(tool.secret_env(config, os.environ))
+    version = _tool_version(tool)
     remote_problem = cache_mod.check_remote(config, os.environ)
     if as_json:
         print(
@@ -83,7 +78,7 @@ def _show(config: cache_mod.CacheConfig, as_json: bool, console: Console) -> int
     if config.enabled:
         console.print(f"tool: {version or f'[red]{config.kind} not found on PATH[/red]'}")
     if config.remote:
-        remote = cache_mod.redact(config.remote)
+        remote = redact(config.remote)
         console.print(
             f"remote: {remote} - " + (f"[yellow]{remote_problem}[/yellow]" if remote_problem else "answers")
         )
@@ -105,14 +100,15 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(
             f"torchkiln cache {args.action}: the cache kind is none (valid: --cache ccache|sccache)"
         )
-    if cache_mod.find_tool(config, os.environ) is None:
+    tool = cache_mod.tool_for(config)
+    if tool.executable(os.environ) is None:
         raise UsageError(f"torchkiln cache {args.action}: `{config.kind}` is not on PATH (install it)")
-    env = _env(config)
+    env = compose(os.environ, tool.public_env(config), tool.secret_env(config, os.environ))
     if args.action == "zero":
-        cache_mod.zero_stats(config, env)
+        tool.zero_stats(env, redact)
         console.print(f"{config.kind} statistics in {config.dir} zeroed")
         return 0
-    stats = cache_mod.read_stats(config, env)
+    stats = tool.read_stats(env, redact)
     assert stats is not None  # enabled config
     if args.json:
         print(json.dumps(stats.as_dict(), indent=2))

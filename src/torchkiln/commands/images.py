@@ -1,34 +1,25 @@
-"""``torchkiln images``: build a recipe's devel / wheels / runtime image, or write docker-bake.hcl.
+"""``torchkiln images``: build a recipe's devel / wheels / runtime image, or write docker-bake.json.
 
-    torchkiln images --recipe FILE [--target devel|wheels|runtime] [--print] [--verify]
-    torchkiln images --bake [--output docker-bake.hcl | --check]
+    torchkiln images --recipe FILE [--target devel|wheels|runtime] [--engine E] [--print] [--verify]
+    torchkiln images --bake [--output docker-bake.json | --check]
 
-The build uses ``docker buildx`` when a Docker engine answers, else ``buildah`` (``--engine`` forces one);
-``--print`` shows the exact command and runs nothing.
+The build uses ``docker buildx`` when a Docker engine answers, else buildah, else podman (``--engine``
+chooses; :mod:`torchkiln.container` hides how each spells things). ``--print`` shows the exact command and
+runs nothing. The runtime image installs the wheels of ``--dist`` as that directory's ``manifest.json``
+describes them (:func:`torchkiln.artifacts.read_published`).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import re
 import shlex
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from ..container import (
-    Buildah,
-    BuildRequest,
-    Docker,
-    Engine,
-    Storage,
-    image_user,
-    run_in_image,
-    select_engine,
-)
+from .. import atomic
+from ..artifacts import MANIFEST_NAME, read_published
+from ..bake import BAKE_FILE, bake_text
+from ..container import ENGINES, BuildRequest, Engine, Storage, select_engine
 from ..errors import EXIT_FAILURE, EXIT_OK, TorchkilnError, UsageError
 from ..images import (
     CACHE_SECRET_ID,
@@ -36,14 +27,15 @@ from ..images import (
     FLAVOURS,
     PIP_CONFIG_SECRET_ID,
     TOOLKIT_SOURCES,
-    bake_file,
     devel_args,
-    find_wheels,
     image_labels,
     image_tag,
     runtime_args,
 )
 from ..recipe import load_recipe, recipes_dir, resolve_recipe_path
+
+# Where the runtime image keeps the manifest of the wheels it installed (scripts/install_wheels.sh).
+IMAGE_MANIFEST = "/opt/torchkiln/manifest.json"
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -52,7 +44,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     what.add_argument(
         "--bake",
         action="store_true",
-        help="write docker-bake.hcl for every recipe in --recipes-dir instead of building",
+        help=f"write {BAKE_FILE} for every recipe in --recipes-dir instead of building",
     )
     parser.add_argument(
         "--target",
@@ -63,9 +55,10 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--engine",
-        choices=("auto", "docker", "buildah"),
+        choices=("auto", *ENGINES),
         default="auto",
-        help="container engine (default: docker if its engine answers, else buildah)",
+        help="container engine (default: docker if its engine answers, else buildah, else podman; with "
+        "--storage-root/--storage-driver only buildah or podman)",
     )
     parser.add_argument(
         "--print", dest="print_only", action="store_true", help="print the build command and run nothing"
@@ -85,7 +78,8 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--dist",
         default="dist",
         metavar="DIR",
-        help="wheels directory: read by --target runtime, written by --target wheels (default dist)",
+        help="wheels directory: read by --target runtime (with the manifest.json the build wrote there), "
+        "written by --target wheels (default dist)",
     )
     parser.add_argument(
         "--cuda-from",
@@ -119,9 +113,11 @@ def register(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="--target runtime: after building, run the verification suite inside the image",
     )
-    parser.add_argument("--storage-root", metavar="DIR", help="buildah: private storage under DIR")
-    parser.add_argument("--storage-driver", metavar="DRIVER", help="buildah: storage driver (e.g. vfs)")
-    parser.add_argument("--output", metavar="FILE", help="--bake: where to write (default docker-bake.hcl)")
+    parser.add_argument("--storage-root", metavar="DIR", help="buildah, podman: private storage under DIR")
+    parser.add_argument(
+        "--storage-driver", metavar="DRIVER", help="buildah, podman: storage driver (e.g. vfs)"
+    )
+    parser.add_argument("--output", metavar="FILE", help=f"--bake: where to write (default {BAKE_FILE})")
     parser.add_argument(
         "--check",
         action="store_true",
@@ -152,8 +148,8 @@ def _bake(args: argparse.Namespace) -> int:
     files = sorted(root.glob("*.toml"))
     if not files:
         raise UsageError(f"--recipes-dir {root}: no *.toml recipes there")
-    text = bake_file([load_recipe(f) for f in files], recipes_root=_relative_or_absolute(root))
-    output = Path(args.output or "docker-bake.hcl")
+    text = bake_text([load_recipe(f) for f in files], recipes_root=_relative_or_absolute(root))
+    output = Path(args.output or BAKE_FILE)
     if args.check:
         current = output.read_text("utf-8") if output.exists() else ""
         if current != text:
@@ -164,7 +160,7 @@ def _bake(args: argparse.Namespace) -> int:
             return EXIT_FAILURE
         print(f"{output}: up to date ({len(files)} recipes)")
         return EXIT_OK
-    _write_atomic(output, text)
+    atomic.write_text(output, text)
     print(f"{output}: {len(files)} recipes x {len(FLAVOURS)} targets")
     return EXIT_OK
 
@@ -176,124 +172,70 @@ def _relative_or_absolute(path: Path) -> str:
         return str(path.resolve())
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def _secret_file(option: str, value: str, valid: str) -> Path:
+    path = Path(value)
+    if not path.is_file():
+        raise UsageError(f"{option} {path}: no such file (valid: {valid})")
+    return path.resolve()
 
 
 def build_request(args: argparse.Namespace, *, context: Path) -> BuildRequest:
-    """What to build, from the command line and the recipe (no engine needed: --print uses it too)."""
+    """What to build, from the command line, the recipe and (runtime) the manifest in --dist; no engine is
+    needed (--print uses it too)."""
     recipe = load_recipe(resolve_recipe_path(args.recipe))
     target = args.target
     if args.cache_secret and target != "wheels":
         raise UsageError("--cache-secret is only used by --target wheels (the stage that compiles)")
     if args.verify and target != "runtime":
         raise UsageError("--verify needs --target runtime (the image with the verification suite)")
-    named: dict[str, Path] = {}
-    secrets: dict[str, Path] = {}
     dist = Path(args.dist).resolve()
     assert recipe.path is not None  # loaded from a file
-    named["recipe"] = recipe.path.resolve().parent
+    named: dict[str, Path] = {"recipe": recipe.path.resolve().parent}
+    secrets: dict[str, Path] = {}
+    output: Path | None = None
     if target == "runtime":
+        manifest = read_published(dist)
         build_args = runtime_args(
-            recipe, find_wheels(dist, recipe), base_image=args.base_image, cuda_from=args.cuda_from
+            recipe,
+            manifest,
+            manifest_file=str(dist / MANIFEST_NAME),
+            base_image=args.base_image,
+            cuda_from=args.cuda_from,
         )
         named["dist"] = dist
     else:
         build_args = devel_args(recipe, base_image=args.base_image, cuda_from=args.cuda_from)
-        if target == "wheels":
-            if recipe.cache.credentials_file and not recipe.cache.credentials_env:
-                raise UsageError(
-                    f"{recipe.source}: cache.credentials_file names a host file the image build "
-                    "cannot read; set cache.credentials_env and pass the secret with --cache-secret"
-                )
-            if args.cache_secret:
-                secret = Path(args.cache_secret)
-                if not secret.is_file():
-                    raise UsageError(
-                        f"--cache-secret {secret}: no such file (valid: a file holding the credential)"
-                    )
-                if not recipe.cache.credentials_env:
-                    raise UsageError(
-                        f"{recipe.source}: --cache-secret given but the recipe sets no "
-                        "cache.credentials_env (the variable the build reads the credential from)"
-                    )
-                secrets[CACHE_SECRET_ID] = secret.resolve()
-    if args.pip_config:
-        pip_config = Path(args.pip_config)
-        if not pip_config.is_file():
+    if target == "wheels":
+        output = dist  # the stage's files (wheels, manifest, lock file), not an image
+        if recipe.cache.credentials_file and not recipe.cache.credentials_env:
             raise UsageError(
-                f"--pip-config {pip_config}: no such file (valid: a pip configuration file, e.g. "
-                "~/.config/pip/pip.conf)"
+                f"{recipe.source}: cache.credentials_file names a host file the image build "
+                "cannot read; set cache.credentials_env and pass the secret with --cache-secret"
             )
-        secrets[PIP_CONFIG_SECRET_ID] = pip_config.resolve()
-    tags = (image_tag(recipe, target, args.registry), *args.tag)
+        if args.cache_secret:
+            secret = _secret_file("--cache-secret", args.cache_secret, "a file holding the credential")
+            if not recipe.cache.credentials_env:
+                raise UsageError(
+                    f"{recipe.source}: --cache-secret given but the recipe sets no "
+                    "cache.credentials_env (the variable the build reads the credential from)"
+                )
+            secrets[CACHE_SECRET_ID] = secret
+    if args.pip_config:
+        secrets[PIP_CONFIG_SECRET_ID] = _secret_file(
+            "--pip-config", args.pip_config, "a pip configuration file, e.g. ~/.config/pip/pip.conf"
+        )
     return BuildRequest(
         dockerfile=context / DOCKERFILES[target],
         context=context,
         target=target,
-        tags=tags,
+        tags=(image_tag(recipe, target, args.registry), *args.tag),
         build_args=build_args,
         named_contexts=named,
         secrets=secrets,
         labels=image_labels(recipe, target),
         pull=not args.no_pull,
+        output=output,
     )
-
-
-def build_argv(engine: Engine, req: BuildRequest, *, dist: Path) -> list[str]:
-    """The engine's argv; the wheels target exports its files to ``dist`` instead of making an image."""
-    argv = engine.build_argv(req)
-    if req.target == "wheels":
-        ctx = argv.pop()
-        if isinstance(engine, Docker):
-            argv.remove("--load")
-        argv += ["--output", f"type=local,dest={dist}", ctx]
-    return argv
-
-
-def image_size(engine: Engine, image: str) -> int | None:
-    """Bytes of the image as stored (uncompressed layers); None when the engine does not say."""
-    if isinstance(engine, Docker):
-        argv = [engine.executable, "image", "inspect", "--format", "{{.Size}}", image]
-        done = subprocess.run(argv, capture_output=True, text=True, check=False)
-        return int(done.stdout.strip()) if done.returncode == 0 and done.stdout.strip().isdigit() else None
-    assert isinstance(engine, Buildah)
-    done = subprocess.run(
-        engine.storage_argv("images", "--json", image), capture_output=True, text=True, check=False
-    )
-    if done.returncode != 0:
-        return None
-    entries = json.loads(done.stdout or "[]")
-    return _parse_size(str(entries[0].get("size", ""))) if entries else None
-
-
-_UNITS = {
-    "B": 1,
-    "KB": 10**3,
-    "MB": 10**6,
-    "GB": 10**9,
-    "TB": 10**12,
-    "KIB": 2**10,
-    "MIB": 2**20,
-    "GIB": 2**30,
-}
-
-
-def _parse_size(text: str) -> int | None:
-    """buildah prints sizes for people ('1.27 GB', decimal units); bytes back (to 3 digits)."""
-    match = re.fullmatch(r"\s*([0-9.]+)\s*([A-Za-z]*)\s*", text)
-    if not match:
-        return None
-    unit = _UNITS.get((match.group(2) or "B").upper())
-    return int(float(match.group(1)) * unit) if unit else None
 
 
 def _storage(args: argparse.Namespace) -> Storage:
@@ -301,6 +243,16 @@ def _storage(args: argparse.Namespace) -> Storage:
         root = Path(args.storage_root).resolve()
         return Storage(root / "storage", root / "run", args.storage_driver)
     return Storage(driver=args.storage_driver)
+
+
+def _verify(engine: Engine, image: str) -> None:
+    """The verification suite inside the image, as its user, against the manifest it carries."""
+    user = engine.image_user(image)
+    print(f"{image}: running the verification suite as user {user or 'root'}", file=sys.stderr, flush=True)
+    result = engine.run(image, ["python", "-m", "torchkiln", "verify", "--manifest", IMAGE_MANIFEST])
+    if not result.ok:
+        raise TorchkilnError(f"{image}: verification failed (exit {result.returncode})")
+    print(f"{image}: verified")
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -311,33 +263,24 @@ def _build(args: argparse.Namespace) -> int:
         )
     req = build_request(args, context=context)
     engine = select_engine(args.engine, storage=_storage(args), for_print=args.print_only)
-    dist = Path(args.dist).resolve()
-    argv = build_argv(engine, req, dist=dist)
+    argv = engine.build_argv(req)
     if args.print_only:
         print(shlex.join(argv))
         return EXIT_OK
-    print(f"torchkiln images: {shlex.join(argv)}", file=sys.stderr, flush=True)
-    try:
-        done = subprocess.run(argv, check=False)
-    except OSError as exc:
-        raise TorchkilnError(f"cannot run {argv[0]}: {exc.strerror}") from None
-    if done.returncode != 0:
-        raise TorchkilnError(
-            f"image build failed ({engine.name} exit {done.returncode}); its output is above"
+    if not req.pull and not engine.image_exists(req.build_args["BASE_IMAGE"]):
+        raise UsageError(
+            f"--no-pull: the base image {req.build_args['BASE_IMAGE']} is not in {engine.name}'s local "
+            "storage (valid: pull it first, or drop --no-pull)"
         )
-    if req.target == "wheels":
-        print(f"wheels: {', '.join(sorted(p.name for p in dist.glob('*.whl'))) or 'none'} in {dist}")
+    print(f"torchkiln images: {shlex.join(argv)}", file=sys.stderr, flush=True)
+    engine.build(req)
+    if req.output is not None:
+        wheels = sorted(p.name for p in req.output.glob("*.whl"))
+        print(f"wheels: {', '.join(wheels) or 'none'} in {req.output}")
         return EXIT_OK
     image = req.tags[0]
-    size = image_size(engine, image)
+    size = engine.image_size(image)
     print(f"{image}: built with {engine.name}" + (f", {size / 1e6:.0f} MB" if size else ""))
     if args.verify:
-        user = image_user(engine, image)
-        print(
-            f"{image}: running the verification suite as user {user or 'root'}", file=sys.stderr, flush=True
-        )
-        result = run_in_image(engine, image, ["python", "-m", "torchkiln", "verify"])
-        if result.returncode != 0:
-            raise TorchkilnError(f"{image}: verification failed (exit {result.returncode})")
-        print(f"{image}: verified")
+        _verify(engine, image)
     return EXIT_OK

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import shlex
 from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..cache import launcher_env, resolve_cache
+from ..cache import resolve_cache
 from ..errors import UsageError
 from ..plan import ENV_TABLE, Plan, make_plan
 from ..recipe import load_recipe, resolve_recipe_path
@@ -126,24 +125,35 @@ def print_plan(plan: Plan, console: Console | None = None) -> None:
     console.print(sources)
     why = {row.name: row.why for row in ENV_TABLE}
     why["VIRTUAL_ENV"] = "the build venv is the active environment of the build"
-    why.update(
-        {
-            key: f"compiler cache ({plan.cache.kind})"
-            for key in launcher_env(plan.cache, basedir=plan.paths.workdir)
-        }
-    )
     why.update({key: "recipe build.flags" for key in r.build.flags})
     for project in plan.projects:
         env = Table("variable", "value", "why", title=f"{project} build environment")
-        wheel = next(s for s in plan.steps if s.name == f"{project}:wheel")
+        wheel = next(s for s in plan.steps if s.kind == "compile" and s.project == project)
         if wheel.path_prepend:
             env.add_row(
                 "PATH", escape(":".join(wheel.path_prepend) + ":$PATH"), "the build venv's cmake, ninja"
             )
-        for key, value in plan.env_for(project).items():
+        for key, value in wheel.env.items():
             env.add_row(escape(key), escape(value), escape(why.get(key, "")))
+        for key, value in wheel.cache_env.items():
+            env.add_row(escape(key), escape(value), f"compiler cache ({plan.cache.kind})")
+        secret = _secret_source(plan)
+        if secret:
+            env.add_row("(secrets)", escape(secret), "remote cache credentials: set at run time, never shown")
         console.print(env)
     steps = Table("#", "step", "command", title="steps")
     for i, step in enumerate(plan.steps, 1):
-        steps.add_row(str(i), escape(step.name), escape(shlex.join(step.argv)))
+        steps.add_row(str(i), escape(step.name), escape(step.command()))
     console.print(steps)
+
+
+def _secret_source(plan: Plan) -> str | None:
+    """Where the compile steps' secret variables come from, when the remote store takes credentials."""
+    cache = plan.cache
+    if not cache.has_credentials:
+        return None
+    if cache.credentials_env:
+        return f"read from ${cache.credentials_env}"
+    if cache.credentials_file:
+        return f"read from {cache.credentials_file}"
+    return "the password in cache.remote"

@@ -13,11 +13,12 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import subprocess
 import sys
 from pathlib import Path
 
+from .. import runner
 from ..errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, UsageError
+from ..manifest import load_manifest
 from ..recipe import load_recipe, resolve_recipe_path
 from ..verify import report
 
@@ -36,6 +37,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--recipe",
         metavar="FILE",
         help="also check the build against this recipe (a path or a shipped recipe name)",
+    )
+    parser.add_argument(
+        "--manifest",
+        metavar="FILE",
+        help="also check that the installed wheels are the ones a build's manifest.json lists (versions, "
+        "commits, sha256)",
     )
     parser.add_argument(
         "--require-cuda",
@@ -83,6 +90,10 @@ def build_argv(args: argparse.Namespace, suite: Path) -> list[str]:
         path = resolve_recipe_path(args.recipe)
         load_recipe(path)  # RecipeError -> exit 2 with one line per problem, before anything runs
         argv += ["--recipe", str(path.resolve())]
+    if args.manifest:
+        manifest = Path(args.manifest)
+        load_manifest(manifest)  # DocumentError -> exit 2 naming the file and field, before anything runs
+        argv += ["--manifest", str(manifest.resolve())]
     if args.require_cuda:
         argv.append("--require-cuda")
     if args.report:
@@ -110,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     argv = build_argv(args, suite)
     _require_importable("pytest", "pip install pytest pytest-timeout")
     _require_importable("torch", "install the torch to verify, e.g. the wheels in dist/ (nox -s verify)")
-    status = subprocess.run(argv, check=False).returncode
+    status = runner.run(argv, capture=False).returncode
     if args.report:
         print(f"torchkiln verify: report in {Path(args.report).resolve()}/summary.md", file=sys.stderr)
-    return PYTEST_EXIT.get(status, EXIT_FAILURE)
+    return EXIT_FAILURE if status is None else PYTEST_EXIT.get(status, EXIT_FAILURE)

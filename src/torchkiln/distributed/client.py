@@ -41,6 +41,7 @@ import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..secrets import redact
 from . import toml
@@ -84,7 +85,7 @@ class Preflight:
         return "; ".join(self.notes) or None
 
 
-def _open(request: urllib.request.Request, timeout: float):  # noqa: ANN202 - an HTTP response
+def _open(request: urllib.request.Request, timeout: float) -> Any:  # an HTTP response (a context manager)
     return urllib.request.urlopen(request, timeout=timeout)  # noqa: S310 - http(s) only (spec checked)
 
 
@@ -168,7 +169,7 @@ def check_scheduler(spec: DistSpec, token: str, timeout: float = TIMEOUT_S) -> P
     problem = check_token(spec, token, timeout)
     if problem is not None:
         return Preflight(status, problem)
-    notes = ()
+    notes: tuple[str, ...] = ()
     if status.num_servers == 0:
         notes = (
             f"distributed compiles: scheduler {redact(spec.scheduler_url)} has no build server yet: "
@@ -211,9 +212,9 @@ def write_private(path: Path, text: str) -> None:
 def client_env(conf_path: Path) -> dict[str, str]:
     """The variables a build step gets for distributed compiles: what ``torchkiln plan`` may print.
 
-    Only ``SCCACHE_CONF``: everything else is in the file, and the cache variables come from
-    :func:`torchkiln.cache.launcher_env`. ``SCCACHE_CONF`` also keeps a user's ``~/.config/sccache/config``
-    out of the build.
+    Only ``SCCACHE_CONF``: everything else is in the file, and the cache variables come from the sccache
+    tool's public layer (:meth:`torchkiln.cache.sccache.Sccache.public_env`). ``SCCACHE_CONF`` also keeps a
+    user's ``~/.config/sccache/config`` out of the build.
     """
     return {"SCCACHE_CONF": str(conf_path)}
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from .. import runner
 from ..errors import TorchkilnError, UsageError
 from ..secrets import redact
 from . import toml
@@ -78,7 +79,7 @@ def parse_size(text: str, label: str) -> int:
     match = re.fullmatch(r"(\d+)([KMGT]?)(i?B?)?", text.strip())
     if not match:
         raise UsageError(f"{label}: malformed size {text!r} (valid: a size such as 10G or 500M)")
-    return int(match.group(1)) * 1024 ** " KMGT".index(match.group(2) or " ")
+    return int(match.group(1)) * int(1024 ** " KMGT".index(match.group(2) or " "))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -205,8 +206,8 @@ def find_sccache_dist(environ: Mapping[str, str] | None = None) -> str | None:
 def bwrap_version(bwrap: str) -> tuple[int, ...] | None:
     """bubblewrap's version (``bwrap --version`` prints ``bubblewrap 0.8.0``); None when it does not run."""
     try:
-        done = subprocess.run([bwrap, "--version"], capture_output=True, text=True, timeout=30, check=False)
-    except OSError:
+        done = runner.run([bwrap, "--version"], timeout=30)
+    except runner.ProcessError:
         return None
     match = re.search(r"(\d+)\.(\d+)\.(\d+)", done.stdout)
     return tuple(int(part) for part in match.groups()) if match and done.returncode == 0 else None
@@ -265,25 +266,18 @@ def start(
     env = daemon_env(os.environ if environ is None else environ)
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as handle:
-        return subprocess.Popen(
-            daemon_argv(role, config),
-            env=env,
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
+        # Its own process group (runner.spawn): stopping it stops what it started (build sandboxes).
+        return runner.spawn(
+            daemon_argv(role, config), env=env, stdout=handle, stderr=subprocess.STDOUT, text=False
         )
 
 
 def stop(process: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
-    """Stop a daemon started by :func:`start`: SIGTERM, then SIGKILL."""
+    """Stop a daemon started by :func:`start` and its process group: SIGTERM, then SIGKILL."""
     if process.poll() is not None:
+        runner.kill_group(process)  # whatever it left behind
         return
-    process.terminate()
-    try:
-        process.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=timeout)
+    runner.stop_group(process, grace=timeout)
 
 
 def wait_for_servers(
@@ -340,10 +334,7 @@ def run_foreground(
     ``on_line`` sees every log line (health markers). Returns the daemon's exit status, or 0 when it was
     stopped by a signal torchkiln forwarded (a service manager's normal stop).
     """
-    process = subprocess.Popen(
-        argv, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        text=True, errors="replace", bufsize=1,
-    )  # fmt: skip
+    process = runner.spawn(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     stopping = False
 
     def forward(signum: int, _frame: object) -> None:
@@ -364,6 +355,6 @@ def run_foreground(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         if process.poll() is None:
-            process.kill()
-            process.wait()
+            runner.stop_group(process)
+        runner.kill_group(process)  # what the daemon started (build sandboxes) goes with it
     return 0 if stopping else status

@@ -1,8 +1,8 @@
 """Where a build's compiles ran: on the cluster, locally, from the cache, or locally after the cluster failed.
 
 Read from sccache's own counters (``sccache --show-stats --stats-format=json``, the same output
-:func:`torchkiln.cache.read_stats` parses for hits and misses), as sccache 0.16.0 counts them in
-``server.rs``:
+:meth:`torchkiln.cache.sccache.Sccache.read_stats` parses for hits and misses), as sccache 0.16.0 counts
+them in ``server.rs``:
 
 * ``compilations``: compiler runs, wherever they ran (cache hits are not compilations);
 * ``dist_compiles``: ``{server address: count}`` of compiles a build server ran and returned;

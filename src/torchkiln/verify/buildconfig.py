@@ -15,10 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from ..recipe_model import Recipe
+from ..rules import compat
+from ..truth import truth
 from .archs import expected_arch_list
 from .facts import (
     BuildFacts,
@@ -28,9 +31,6 @@ from .facts import (
     dotted,
     parse_build_settings,
 )
-
-if TYPE_CHECKING:  # the recipe model is pure Python too, but only its types are needed here
-    from torchkiln.recipe import Recipe
 
 __all__ = [
     "BuildFacts",
@@ -46,20 +46,15 @@ __all__ = [
     "torchvision_checks",
 ]
 
-TRUE_SPELLINGS = frozenset({"1", "ON", "TRUE", "YES", "Y"})
-FALSE_SPELLINGS = frozenset({"0", "OFF", "FALSE", "NO", "N", ""})
-
 
 def flag(value: str | None) -> bool | None:
     """Normalise a build-settings boolean (``ON``/``1``/``True``/``OFF``/``0``...); None when absent."""
     if value is None:
         return None
-    upper = value.strip().upper()
-    if upper in TRUE_SPELLINGS:
-        return True
-    if upper in FALSE_SPELLINGS:
-        return False
-    raise ValueError(f"{value!r} is not a boolean build setting (ON/OFF/1/0/TRUE/FALSE)")
+    found = truth(value)
+    if found is None:
+        raise ValueError(f"{value!r} is not a boolean build setting (ON/OFF/1/0/TRUE/FALSE)")
+    return found
 
 
 @dataclass(frozen=True)
@@ -289,8 +284,9 @@ RECIPE_CHECKS = (
 )
 
 
-def recipe_checks(recipe: Recipe, facts: BuildFacts) -> dict[str, Check]:
-    """Compare a build with its recipe. Keys are :data:`RECIPE_CHECKS`."""
+def recipe_checks(recipe: Recipe, facts: BuildFacts, *, commit: str | None = None) -> dict[str, Check]:
+    """Compare a build with its recipe. Keys are :data:`RECIPE_CHECKS`. ``commit``: the commit torch was
+    built from (its checkout's HEAD, or a manifest's source), compared when the recipe pins none."""
     s = facts.settings
     acc = recipe.accelerator
     out: dict[str, Check] = {}
@@ -392,8 +388,10 @@ def recipe_checks(recipe: Recipe, facts: BuildFacts) -> dict[str, Check]:
         ok=want_archs == got_archs,
         field="accelerator.arch_list",
     )
-    if recipe.torch.commit:
-        out["git_commit"] = _pinned_commit("git_commit", "torch", recipe.torch.commit, facts.git_version)
+    if recipe.torch.commit or commit:
+        out["git_commit"] = _pinned_commit(
+            "git_commit", "torch", recipe.torch.commit, commit, facts.git_version
+        )
     else:
         out["git_commit"] = _cmp(
             "git_commit",
@@ -418,10 +416,14 @@ def recipe_checks(recipe: Recipe, facts: BuildFacts) -> dict[str, Check]:
     return out
 
 
-def _pinned_commit(check_id: str, project: str, pinned: str, actual: str | None) -> Check:
-    """``<project>.commit`` against the commit the build reports (``<project>.version.git_version``)."""
-    what = f"{project}.version.git_version vs the recipe's pinned commit"
-    return _cmp(check_id, what, pinned, actual, field=f"{project}.commit")
+def _pinned_commit(
+    check_id: str, project: str, pinned: str | None, built_from: str | None, actual: str | None
+) -> Check:
+    """``<project>.commit`` (or, where the recipe pins none, the commit the build's checkout was at) against
+    the commit the build reports (``<project>.version.git_version``)."""
+    source = "the recipe's pinned commit" if pinned else "the commit it was built from"
+    what = f"{project}.version.git_version vs {source}"
+    return _cmp(check_id, what, pinned or built_from, actual, field=f"{project}.commit")
 
 
 def _cudnn_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
@@ -523,6 +525,8 @@ def _flags_vs_recipe(flags: Mapping[str, str], settings: Mapping[str, str]) -> C
     for key, value in sorted(flags.items()):
         if key not in settings:
             continue  # not every build flag is reported (USE_DISTRIBUTED, BUILD_TEST, ...)
+        want: bool | str | None
+        got: bool | str | None
         try:
             want, got = flag(value), flag(settings[key])
         except ValueError:
@@ -550,17 +554,18 @@ TORCHVISION_CHECKS = ("pairs_torch", "version", "commit", "cuda", "ops")
 
 def expected_torchvision_minor(torch_version: Version) -> str:
     """The torchvision release that pairs with this torch: compat.toml, else upstream's 0.(N+15) rule."""
-    from torchkiln.rules import compat
-
     entry = compat().get("torch", {}).get(f"{torch_version.major}.{torch_version.minor}")
     if entry and "torchvision" in entry:
         return str(entry["torchvision"])
     return f"0.{torch_version.minor + 15}"
 
 
-def torchvision_checks(recipe: Recipe | None, facts: BuildFacts) -> dict[str, Check]:
+def torchvision_checks(
+    recipe: Recipe | None, facts: BuildFacts, *, commit: str | None = None
+) -> dict[str, Check]:
     """torchvision against this torch (and the recipe, when given). Keys are :data:`TORCHVISION_CHECKS`;
-    all skip when torchvision is not installed (whether it must be is the caller's decision)."""
+    all skip when torchvision is not installed (whether it must be is the caller's decision). ``commit``:
+    the commit torchvision was built from, compared when the recipe pins none."""
     tv = facts.torchvision
     if tv is None or tv.version is None:
         reason = tv.error if tv is not None and tv.error else "torchvision is not installed"
@@ -591,8 +596,10 @@ def torchvision_checks(recipe: Recipe | None, facts: BuildFacts) -> dict[str, Ch
             str(tv_v),
             field="torchvision.version",
         )
-        if recipe.torchvision.commit:
-            out["commit"] = _pinned_commit("commit", "torchvision", recipe.torchvision.commit, tv.git_version)
+        if recipe.torchvision.commit or commit:
+            out["commit"] = _pinned_commit(
+                "commit", "torchvision", recipe.torchvision.commit, commit, tv.git_version
+            )
         else:
             out["commit"] = _skip(
                 "commit", "the recipe pins no torchvision commit", field="torchvision.commit"
@@ -616,12 +623,22 @@ def torchvision_checks(recipe: Recipe | None, facts: BuildFacts) -> dict[str, Ch
     return out
 
 
-def postbuild_checks(recipe: Recipe, facts: BuildFacts, projects: tuple[str, ...]) -> dict[str, Check]:
+def postbuild_checks(
+    recipe: Recipe,
+    facts: BuildFacts,
+    projects: tuple[str, ...],
+    *,
+    commits: Mapping[str, str] | None = None,
+) -> dict[str, Check]:
     """What ``torchkiln build``'s post-build check compares: the recipe checks of each project it built
-    (``torch.<id>``, ``torchvision.<id>``), the same functions the verification suite runs."""
+    (``torch.<id>``, ``torchvision.<id>``), the same functions the verification suite runs. ``commits``:
+    project -> the commit its checkout was at (compared where the recipe pins none)."""
+    commits = commits or {}
     results: dict[str, Check] = {}
     if "torch" in projects:
-        results.update({f"torch.{k}": c for k, c in recipe_checks(recipe, facts).items()})
+        checks = recipe_checks(recipe, facts, commit=commits.get("torch"))
+        results.update({f"torch.{k}": c for k, c in checks.items()})
     if "torchvision" in projects:
-        results.update({f"torchvision.{k}": c for k, c in torchvision_checks(recipe, facts).items()})
+        checks = torchvision_checks(recipe, facts, commit=commits.get("torchvision"))
+        results.update({f"torchvision.{k}": c for k, c in checks.items()})
     return results

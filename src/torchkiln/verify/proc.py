@@ -1,74 +1,37 @@
-"""Bounded subprocess runs for the verification suite.
+"""Bounded subprocess runs for the verification suite, on :mod:`torchkiln.runner`.
 
 Every check that starts a process (a fresh interpreter for CUDA_VISIBLE_DEVICES, torchrun with its
-workers, a DataLoader with worker processes) goes through here, so none can hang the suite: each run has
-a timeout, lives in its own session, and on timeout its whole process group is killed, grandchildren
-(torchrun's workers) included.
+workers, a DataLoader with worker processes) goes through here, so none can hang the suite: each run has a
+timeout, lives in its own session, and on timeout its whole process group is killed, grandchildren
+(torchrun's workers) included; stragglers are killed after a run ends too.
 """
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from .. import runner
 
-@dataclass(frozen=True)
-class Result:
-    argv: tuple[str, ...]
-    returncode: int | None  # None: killed after the timeout
-    stdout: str
-    stderr: str
-    timed_out: bool
-
-    @property
-    def output(self) -> str:
-        return self.stdout + self.stderr
-
-    def describe(self, tail: int = 4000) -> str:
-        state = "timed out" if self.timed_out else f"exited {self.returncode}"
-        text = self.output[-tail:]
-        return f"{' '.join(self.argv)} {state}\n--- output (tail) ---\n{text}"
-
-
-def _kill_group(proc: subprocess.Popen[str]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+# What a run returns: argv, returncode (None: killed after the timeout), stdout, stderr, timed_out,
+# output, describe().
+Result = runner.Completed
 
 
 def start(
     argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path | str | None = None
-) -> subprocess.Popen[str]:
+) -> subprocess.Popen[Any]:
     """Start a process in its own session (so its group can be killed) with captured text output."""
-    return subprocess.Popen(
-        list(argv),
-        env=dict(env) if env is not None else None,
-        cwd=cwd,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    return runner.spawn(argv, env=env, cwd=cwd)
 
 
-def wait(proc: subprocess.Popen[str], timeout: float) -> Result:
+def wait(proc: subprocess.Popen[Any], timeout: float) -> Result:
     """Wait up to ``timeout`` seconds; past it kill the whole process group and report timed_out."""
-    try:
-        out, err = proc.communicate(timeout=timeout)
-        return Result(tuple(proc.args), proc.returncode, out, err, False)  # type: ignore[arg-type]
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        out, err = proc.communicate()
-        return Result(tuple(proc.args), None, out, err, True)  # type: ignore[arg-type]
-    finally:
-        _kill_group(proc)  # stragglers too: workers a crashed launcher left behind
+    return runner.finish(proc, timeout=timeout, reap=True)
 
 
 def run(

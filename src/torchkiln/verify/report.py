@@ -11,12 +11,12 @@ import json
 import os
 import platform
 import sys
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import atomic
 from .facts import decode_cudnn
 
 # The areas of the suite; each is a pytest marker and every test carries exactly one.
@@ -222,25 +222,9 @@ def _gpu_section(summary: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temp file in the same directory and os.replace."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a report is for everyone who can read the dir
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_summary(directory: Path, summary: Mapping[str, Any]) -> None:
-    write_atomic(directory / "summary.json", json.dumps(summary, indent=2, sort_keys=False) + "\n")
-    write_atomic(directory / "summary.md", render_markdown(summary))
+    atomic.write_json(directory / "summary.json", summary)
+    atomic.write_text(directory / "summary.md", render_markdown(summary))
 
 
 def environment() -> dict[str, Any]:

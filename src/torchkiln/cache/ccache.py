@@ -1,0 +1,119 @@
+"""ccache in front of every C, C++ and CUDA compile, with an optional Redis or HTTP remote store.
+
+Why each variable (checked against real builds on torch 2.13.0):
+
+* torch's CMake build: ``CMAKE_{C,CXX,CUDA}_COMPILER_LAUNCHER`` (CMake reads them from the environment, and
+  PyTorch's build forwards every ``CMAKE_*`` variable as a cache entry); ``USE_CCACHE=1`` is PyTorch's own
+  switch. ``CMAKE_CUDA_USE_RESPONSE_FILE_FOR_{INCLUDES,LIBRARIES,OBJECTS}=OFF``: CMake otherwise hands nvcc
+  ``--options-file`` response files, which a cache cannot hash ("multiple input files", pytorch PR #106811).
+* ``torch.utils.cpp_extension`` (torchvision, extensions) puts ccache in front by itself when it is on PATH.
+* Sharing between machines: ``CCACHE_BASEDIR`` makes absolute paths under the build directory relative and
+  ``CCACHE_NOHASHDIR=1`` keeps the working directory out of the hash (Python's sysconfig flags contain
+  ``-g``, which otherwise makes ccache hash the cwd); ``CCACHE_COMPILERCHECK=content`` identifies the
+  compiler by its bytes, not its mtime, which differs between machines that installed the same compiler.
+* The remote store is ``CCACHE_REMOTE_STORAGE``, a URL; with credentials the URL carries them, so the whole
+  variable is then a secret.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ..errors import TorchkilnError, UsageError
+from ..runner import Redact
+from .config import CacheConfig
+from .remote import Remote, login, parse_remote
+from .stats import CacheStats
+from .tool import CacheTool, cmake_launchers
+
+# ccache 4.7 counters (``ccache --print-stats``) that mean "a compile the cache could not handle": counted
+# against the hit rate, since they are exactly the silent not-caching that a gate must catch.
+UNCACHEABLE = (
+    "could_not_use_modules",
+    "could_not_use_precompiled_header",
+    "multiple_source_files",
+    "output_to_stdout",
+    "unsupported_code_directive",
+    "unsupported_compiler_option",
+    "unsupported_environment_variable",
+    "unsupported_source_language",
+)
+ERRORS = ("remote_storage_error", "remote_storage_timeout", "internal_error", "missing_cache_file")
+_URL_SAFE = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~!$&'()*+,;=")
+
+
+def storage_url(remote: Remote, user: str | None, password: str | None) -> str:
+    """``CCACHE_REMOTE_STORAGE``: ccache takes credentials only inside the URL."""
+    netloc = remote.netloc
+    if password is not None:
+        if not set(password) <= _URL_SAFE or (user and not set(user) <= _URL_SAFE):
+            raise UsageError(
+                "cache.credentials: the secret holds characters ccache cannot take in a URL "
+                "(valid: letters, digits and -._~!$&'()*+,;=)"
+            )
+        netloc = f"{user}:{password}@{netloc}" if user else f"{password}@{netloc}"
+    return f"{remote.scheme}://{netloc}{remote.path}"
+
+
+def parse_stats(text: str) -> CacheStats:
+    """``ccache --print-stats`` (ccache >= 4.x: ``key<TAB>value`` lines)."""
+    counters: dict[str, int] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("\t")
+        if sep and value.strip().lstrip("-").isdigit():
+            counters[key.strip()] = int(value)
+    if not counters:
+        raise TorchkilnError("ccache --print-stats printed no counters (ccache 4.x is required)")
+    c = counters.get
+    return CacheStats(
+        tool="ccache",
+        hits=c("direct_cache_hit", 0) + c("preprocessed_cache_hit", 0),
+        misses=c("cache_miss", 0),
+        uncacheable=sum(c(k, 0) for k in UNCACHEABLE),
+        local_hits=c("local_storage_hit", 0),
+        local_misses=c("local_storage_miss", 0),
+        remote_hits=c("remote_storage_hit", 0),
+        remote_misses=c("remote_storage_miss", 0),
+        errors=sum(c(k, 0) for k in ERRORS),
+    )
+
+
+class Ccache(CacheTool):
+    kind = "ccache"
+    schemes = ("redis", "http")
+    scheme_hint = " (s3://, gs://, memcached://, webdav+https:// need sccache)"
+
+    def _remote(self, config: CacheConfig) -> Remote | None:
+        if not config.remote:
+            return None
+        return parse_remote(config.remote, kind=self.kind, schemes=self.schemes, hint=self.scheme_hint)
+
+    def public_env(self, config: CacheConfig) -> dict[str, str]:
+        env = {
+            **cmake_launchers("ccache"),
+            "USE_CCACHE": "1",
+            "CCACHE_DIR": str(config.dir),
+            "CCACHE_COMPILERCHECK": "content",
+            "CCACHE_NOHASHDIR": "1",
+        }
+        if config.max_size:
+            env["CCACHE_MAXSIZE"] = config.max_size
+        remote = self._remote(config)
+        if remote is not None and not config.has_credentials:
+            env["CCACHE_REMOTE_STORAGE"] = storage_url(remote, remote.user, None)
+        if config.basedir is not None:
+            env["CCACHE_BASEDIR"] = str(config.basedir)
+        return env
+
+    def secret_env(self, config: CacheConfig, environ: Mapping[str, str]) -> dict[str, str]:
+        remote = self._remote(config)
+        if remote is None or not config.has_credentials:
+            return {}
+        user, password = login(config, remote, environ)
+        return {"CCACHE_REMOTE_STORAGE": storage_url(remote, user, password)}
+
+    def zero_stats(self, env: Mapping[str, str], redact: Redact) -> None:
+        self._output(["ccache", "--zero-stats"], env, redact)
+
+    def read_stats(self, env: Mapping[str, str], redact: Redact) -> CacheStats:
+        return parse_stats(self._output(["ccache", "--print-stats"], env, redact))

@@ -1,0 +1,258 @@
+"""sccache in front of every C, C++ and CUDA compile: its variables, its remote back ends, its server.
+
+Variables (checked against real builds on torch 2.13.0): the same CMake launchers and response-file switches
+as ccache, ``USE_CCACHE=0`` so PyTorch's own ccache detection stays out, and for ``torch.utils.cpp_extension``
+(which puts the first of ccache/sccache on PATH in front of the compiler by itself) ``CCACHE_DISABLE=1`` with
+``CCACHE_PREFIX=sccache``, so a ccache it picks hands every compile straight to sccache;
+``TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES=1`` because sccache cannot cache ``nvcc -MD``.
+``SCCACHE_BASEDIRS`` makes paths under the build directory relative, so builders share objects.
+
+Remote back ends are a table, :data:`BACKENDS` (URL scheme -> sccache back end and its variables), layered
+after the local disk cache (``SCCACHE_MULTILEVEL_CHAIN=disk,<back end>``).
+
+The server: each build starts its own (:meth:`Sccache.start`) on a socket of its own, so a second build on
+the same cache directory neither reuses a server started with other settings nor stops this one; the plan
+shows a stable socket name (what ``torchkiln cache stats`` uses).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import runner
+from ..errors import TorchkilnError, UsageError
+from ..runner import Redact
+from .config import CacheConfig
+from .remote import Remote, parse_remote, secret_of, split_user
+from .stats import CacheStats
+from .tool import CacheTool, cmake_launchers
+
+Variables = dict[str, str]
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One remote store kind: sccache's name for it, its public variables (from the URL and the recipe)
+    and the variables that carry its credentials (from the URL's user and the secret)."""
+
+    name: str
+    public: Callable[[Remote, CacheConfig], Variables]
+    secret: Callable[[Remote, str | None, str], Variables]
+
+
+def _login_variables(prefix: str, remote: Remote, secret: str) -> Variables:
+    """``<prefix>_PASSWORD`` (and ``<prefix>_USERNAME`` when the secret names the user: USER:PASSWORD)."""
+    if remote.password is not None:  # the URL carried user:password itself
+        return {f"{prefix}_PASSWORD": secret}
+    user, password = split_user(remote.user, secret)
+    out = {f"{prefix}_PASSWORD": password}
+    if user and user != remote.user:
+        out[f"{prefix}_USERNAME"] = user
+    return out
+
+
+def _user(prefix: str, remote: Remote) -> Variables:
+    return {f"{prefix}_USERNAME": remote.user} if remote.user else {}
+
+
+def _redis_public(remote: Remote, config: CacheConfig) -> Variables:
+    env = {"SCCACHE_REDIS_ENDPOINT": f"{remote.scheme}://{remote.netloc}", **_user("SCCACHE_REDIS", remote)}
+    database = remote.path.strip("/")
+    if database:
+        if not database.isdigit():
+            raise UsageError(
+                f"cache.remote: redis database {database!r} is not a number (valid: redis://HOST:PORT/0)"
+            )
+        env["SCCACHE_REDIS_DB"] = database
+    return env
+
+
+def _s3_public(remote: Remote, config: CacheConfig) -> Variables:
+    env = {"SCCACHE_BUCKET": remote.host}
+    if remote.path.strip("/"):
+        env["SCCACHE_S3_KEY_PREFIX"] = remote.path.strip("/")
+    for parameter, variable in (("region", "SCCACHE_REGION"), ("endpoint", "SCCACHE_ENDPOINT")):
+        if parameter in remote.query:
+            env[variable] = remote.query[parameter]
+    return env
+
+
+def _s3_secret(remote: Remote, user: str | None, secret: str) -> Variables:
+    key_id, sep, key = secret.partition(":")
+    if not sep or not key_id or not key:
+        raise UsageError(
+            "cache.credentials: s3:// takes ACCESS_KEY_ID:SECRET_ACCESS_KEY (or leave the credentials out "
+            "and let the AWS environment or instance role supply them)"
+        )
+    return {"AWS_ACCESS_KEY_ID": key_id, "AWS_SECRET_ACCESS_KEY": key}
+
+
+def _gcs_public(remote: Remote, config: CacheConfig) -> Variables:
+    env = {"SCCACHE_GCS_BUCKET": remote.host, "SCCACHE_GCS_RW_MODE": "READ_WRITE"}
+    if remote.path.strip("/"):
+        env["SCCACHE_GCS_KEY_PREFIX"] = remote.path.strip("/")
+    if config.credentials_env:
+        raise UsageError(
+            "cache.credentials_env: gs:// takes a service-account key file (valid: cache.credentials_file)"
+        )
+    if config.credentials_file:
+        # sccache reads the key file itself: the path is not the secret, the file's content is.
+        env["SCCACHE_GCS_KEY_PATH"] = str(Path(config.credentials_file).expanduser())
+    return env
+
+
+def _no_secret(remote: Remote, user: str | None, secret: str) -> Variables:
+    return {}
+
+
+def _memcached_public(remote: Remote, config: CacheConfig) -> Variables:
+    return {"SCCACHE_MEMCACHED_ENDPOINT": f"tcp://{remote.netloc}", **_user("SCCACHE_MEMCACHED", remote)}
+
+
+def _webdav_public(remote: Remote, config: CacheConfig) -> Variables:
+    scheme = remote.scheme.removeprefix("webdav+")
+    return {
+        "SCCACHE_WEBDAV_ENDPOINT": f"{scheme}://{remote.netloc}{remote.path}",
+        **_user("SCCACHE_WEBDAV", remote),
+    }
+
+
+def _webdav_secret(remote: Remote, user: str | None, secret: str) -> Variables:
+    if remote.user is None and ":" not in secret:
+        return {"SCCACHE_WEBDAV_TOKEN": secret}  # a bare token
+    return _login_variables("SCCACHE_WEBDAV", remote, secret)
+
+
+_REDIS = Backend("redis", _redis_public, lambda r, u, s: _login_variables("SCCACHE_REDIS", r, s))
+_WEBDAV = Backend("webdav", _webdav_public, _webdav_secret)
+BACKENDS: dict[str, Backend] = {
+    "redis": _REDIS,
+    "rediss": _REDIS,
+    "s3": Backend("s3", _s3_public, _s3_secret),
+    "gs": Backend("gcs", _gcs_public, _no_secret),
+    "memcached": Backend(
+        "memcached", _memcached_public, lambda r, u, s: _login_variables("SCCACHE_MEMCACHED", r, s)
+    ),
+    "webdav+http": _WEBDAV,
+    "webdav+https": _WEBDAV,
+    "http": _WEBDAV,
+    "https": _WEBDAV,
+}
+
+
+def socket_path(cache_dir: Path) -> str:
+    """The stable server socket for ``cache_dir``: inside it, or in /tmp when that path is too long (a Unix
+    socket path is limited to 107 bytes on Linux; a deep cache directory must still work)."""
+    inside = str(cache_dir / "sccache.sock")
+    if len(inside.encode()) <= 100:
+        return inside
+    digest = hashlib.sha256(str(cache_dir).encode()).hexdigest()[:16]
+    return str(Path(tempfile.gettempdir()) / f"torchkiln-sccache-{digest}.sock")
+
+
+def parse_stats(text: str) -> CacheStats:
+    """``sccache --show-stats --stats-format=json``; local/remote split from the multi-level levels."""
+    try:
+        doc = json.loads(text)
+        stats = doc["stats"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        raise TorchkilnError("sccache --show-stats --stats-format=json printed no statistics") from None
+    hits = stats.get("cache_hits", {}).get("counts", {})
+    misses = stats.get("cache_misses", {}).get("counts", {})
+    errors = sum(stats.get("cache_errors", {}).get("counts", {}).values())
+    errors += sum(
+        int(stats.get(k, 0) or 0) for k in ("cache_timeouts", "cache_read_errors", "cache_write_errors")
+    )
+    languages = sorted(set(hits) | set(misses))
+    local_hits = local_misses = remote_hits = remote_misses = None
+    levels = stats.get("multi_level") or []
+    if levels:
+        local_hits, local_misses = int(levels[0].get("hits", 0)), int(levels[0].get("misses", 0))
+        remote_hits = sum(int(level.get("hits", 0)) for level in levels[1:])
+        remote_misses = int(levels[-1].get("misses", 0)) if len(levels) > 1 else None
+    elif "Local disk" in str(doc.get("cache_location", "")):
+        local_hits, local_misses = sum(hits.values()), sum(misses.values())
+    return CacheStats(
+        tool="sccache",
+        hits=sum(hits.values()),
+        misses=sum(misses.values()),
+        uncacheable=int(stats.get("requests_not_cacheable", 0) or 0),
+        local_hits=local_hits,
+        local_misses=local_misses,
+        remote_hits=remote_hits,
+        remote_misses=remote_misses,
+        errors=errors,
+        by_language={lang: (int(hits.get(lang, 0)), int(misses.get(lang, 0))) for lang in languages},
+    )
+
+
+class Sccache(CacheTool):
+    kind = "sccache"
+    schemes = tuple(BACKENDS)
+
+    def _remote(self, config: CacheConfig) -> Remote | None:
+        if not config.remote:
+            return None
+        return parse_remote(config.remote, kind=self.kind, schemes=self.schemes)
+
+    def public_env(self, config: CacheConfig) -> dict[str, str]:
+        env = {
+            **cmake_launchers("sccache"),
+            "USE_CCACHE": "0",
+            # cpp_extension picks ccache first when it is on PATH: make that ccache hand over to sccache.
+            "CCACHE_DISABLE": "1",
+            "CCACHE_PREFIX": "sccache",
+            "TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES": "1",
+            "SCCACHE_DIR": str(config.dir),
+            "SCCACHE_IDLE_TIMEOUT": "0",
+            "SCCACHE_SERVER_UDS": socket_path(config.dir),
+            "SCCACHE_ERROR_LOG": str(config.dir / "sccache-error.log"),
+        }
+        if config.max_size:
+            env["SCCACHE_CACHE_SIZE"] = config.max_size.removesuffix("i")
+        remote = self._remote(config)
+        if remote is not None:
+            backend = BACKENDS[remote.scheme]
+            env.update(backend.public(remote, config))
+            env["SCCACHE_MULTILEVEL_CHAIN"] = f"disk,{backend.name}"
+        if config.basedir is not None:
+            env["SCCACHE_BASEDIRS"] = str(config.basedir)
+        return env
+
+    def secret_env(self, config: CacheConfig, environ: Mapping[str, str]) -> dict[str, str]:
+        remote = self._remote(config)
+        if remote is None:
+            return {}
+        secret = secret_of(config, remote, environ)
+        if secret is None:
+            return {}
+        return BACKENDS[remote.scheme].secret(remote, remote.user, secret)
+
+    def run_env(self, config: CacheConfig) -> dict[str, str]:
+        """This build's own server socket: short (a Unix socket path has 107 bytes) and unique."""
+        name = f"torchkiln-sccache-{os.getpid()}-{uuid.uuid4().hex[:8]}.sock"
+        return {"SCCACHE_SERVER_UDS": str(Path(tempfile.gettempdir()) / name)}
+
+    def start(self, env: Mapping[str, str], redact: Redact) -> str | None:
+        self.stop(env)  # a stale socket file (a crashed server) would block the start
+        done = runner.run(["sccache", "--start-server"], env=env, timeout=120, redact=redact)
+        return None if done.ok else (done.first_error() or f"exit status {done.returncode}")
+
+    def stop(self, env: Mapping[str, str]) -> None:
+        runner.run(["sccache", "--stop-server"], env=env, timeout=60)
+        sock = Path(env.get("SCCACHE_SERVER_UDS", ""))
+        if sock.name and sock.exists():
+            sock.unlink()
+
+    def zero_stats(self, env: Mapping[str, str], redact: Redact) -> None:
+        self._output(["sccache", "--zero-stats"], env, redact)
+
+    def read_stats(self, env: Mapping[str, str], redact: Redact) -> CacheStats:
+        return parse_stats(self._output(["sccache", "--show-stats", "--stats-format=json"], env, redact))

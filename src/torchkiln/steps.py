@@ -1,0 +1,377 @@
+"""What the builder does around each kind of step: one class per kind, chosen by ``Step.kind``.
+
+The plan (:mod:`torchkiln.plan`) says what runs and declares what each step leaves behind and reads; a
+:class:`StepKind` turns that into behaviour, and :data:`KINDS` maps each kind to its class. The builder
+(:mod:`torchkiln.build`) is a loop that asks the step's kind, never the step's name:
+
+=========  =====================================================================================================
+kind       behaviour around the command
+=========  =====================================================================================================
+fetch      the first step of a checkout starts from an empty directory; the checkout must stay a git work tree;
+           the step that leaves it at its ref checks HEAD against the recipe's pin (also when skipped)
+env        venvs and requirements: requirement files' contents are inputs; a venv that vanished is remade
+compile    the source tree's identity is an input; the compiler cache session (opened before the first compile
+           that runs) adds its layers to the environment; live progress, phases and the configure watcher
+           read the output; the tools it used are recorded; it must leave a wheel
+package    rewrites wheels an earlier step made (the torchvision bundling): the wheels it reads are an input; its
+           own wheel directory then holds the project's final wheels (what the checks install, publish copies)
+checks     skipped with ``--skip-checks``; a step whose output ends with the wheels' build facts is compared
+           with the recipe (also when skipped: the recipe may have changed)
+publish    in-process, every run: closes the cache session, applies ``--min-cache-hit-rate``, copies the wheels
+           into dist/ atomically, writes the lock file and the manifest
+=========  =====================================================================================================
+
+Behaviour that belongs to a step's *data* is shared by every kind (:class:`StepKind`): ``fresh`` is emptied
+before it runs, ``creates`` must still exist for it to count as done, ``reads`` are hashed into its
+fingerprint, ``wheels`` is emptied before and must hold a wheel after. A new kind is a subclass and a row
+in :data:`KINDS` (and the kind's name in :data:`torchkiln.plan.Kind`).
+
+Seams for later work: :class:`~torchkiln.context.Context` is what a kind may use; a host preflight (issue 11)
+reads the plan before the loop; per-run cache statistics come from ``Context.cache`` (issue 14).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+from . import artifacts, document, runner
+from .context import Context, Ran
+from .display import Display
+from .environ import compose
+from .errors import BuildFailed, ConfigureMismatch
+from .fingerprint import digest, file_sha256, tree_identity, tree_sha256
+from .logs import first_error, log_name, tail
+from .manifest import CheckResult, Checks
+from .plan import Step
+from .progress import CompileProgress, PhaseTracker, format_duration
+from .publish import publish
+from .source import check_pin, head_commit, is_git_checkout
+from .toolchain import collect
+from .verify.buildconfig import postbuild_checks
+from .verify.facts import BuildFacts
+from .watch import Contradiction, Expectations, SummaryWatcher
+
+TAIL_LINES = 25
+
+
+# --------------------------------------------------------------------------------------------------
+# The kinds.
+# --------------------------------------------------------------------------------------------------
+
+
+class StepKind:
+    """A kind of step. The defaults implement what a step's declared data asks for."""
+
+    name: ClassVar[str] = ""
+    optional: ClassVar[bool] = False  # skipped altogether by --skip-checks
+    always_runs: ClassVar[bool] = False  # no fingerprint: runs on every build
+
+    def inputs(self, step: Step, ctx: Context) -> dict[str, str]:
+        """What the step's result depends on besides its argv, env, cwd and the steps before it: the content
+        of what it reads (a file's sha256; a directory's wheels, each by name and sha256)."""
+        found: dict[str, str] = {}
+        for name in step.reads:
+            path = Path(name)
+            if path.is_file():
+                found[name] = file_sha256(path)
+            elif path.is_dir():
+                found[name] = digest({p.name: file_sha256(p) for p in artifacts.wheels_in(path)})
+        return found
+
+    def intact(self, step: Step, entry: Mapping[str, Any], ctx: Context) -> bool:
+        """Whether what the step left last time is still there (else it runs again)."""
+        if step.creates is not None and not Path(step.creates).exists():
+            return False
+        if step.wheels is not None:
+            recorded = entry.get("outputs", {}).get("wheels", {})
+            return bool(recorded) and all(
+                (Path(step.wheels) / name).is_file() and file_sha256(Path(step.wheels) / name) == sha
+                for name, sha in recorded.items()
+            )
+        return True
+
+    def prepare(self, step: Step, ctx: Context) -> None:
+        """Before the command: what the step makes starts from nothing (a fresh checkout is for the command to
+        create; a wheel directory exists, empty)."""
+        for directory in (step.fresh, step.wheels):
+            if directory is not None:
+                path = Path(directory)
+                if path.exists():
+                    shutil.rmtree(path)
+                path.parent.mkdir(parents=True, exist_ok=True)
+        if step.wheels is not None:
+            Path(step.wheels).mkdir()
+
+    def layers(self, step: Step, ctx: Context) -> tuple[Mapping[str, str], ...]:
+        """The environment layers over the base environment (see torchkiln.environ)."""
+        return (step.env,)
+
+    def observer(self, step: Step, ctx: Context) -> LineObserver | None:
+        """What reads the step's output as it arrives."""
+        return None
+
+    def execute(self, step: Step, ctx: Context) -> Ran:
+        """Run the command, streaming its output to its log; a failure is BuildFailed with the first error,
+        the log's tail and the log's path."""
+        log = ctx.plan.paths.logs / log_name(step.name)
+        env = compose(ctx.environ, *self.layers(step, ctx), path_prepend=step.path_prepend)
+        observer = self.observer(step, ctx)
+        try:
+            done = runner.stream(
+                step.argv,
+                log=log,
+                env=env,
+                cwd=step.cwd,
+                observe=observer,
+                redact=ctx.redact,
+                header=f"# {step.name}: {' '.join(step.argv)}",
+            )
+        except runner.ProcessError as exc:
+            raise BuildFailed(f"{step.name}: {exc}", step=step.name) from None
+        mismatch = observer.verdict() if observer is not None else None
+        if mismatch:
+            with log.open("a", encoding="utf-8") as handle:
+                handle.write("# torchkiln: configure contradicts the recipe; build stopped\n")
+            lines = "\n".join(f"  - {c}" for c in mismatch)
+            raise ConfigureMismatch(
+                f"{step.name}: stopped right after configure, CMake's summary contradicts the recipe:\n{lines}\n"
+                f"full log: {log}",
+                step=step.name,
+                log=log,
+            )
+        if done.returncode != 0:
+            raise BuildFailed(
+                _failure_message(step, done.returncode, done.seconds, log), step=step.name, log=log
+            )
+        phases = observer.phases() if observer is not None else None
+        return Ran(done.seconds, log, done.tail, phases)
+
+    def outputs(self, step: Step, ran: Ran, ctx: Context) -> dict[str, Any]:
+        """What to record of a successful run (read back by :meth:`intact` and later steps)."""
+        out: dict[str, Any] = {}
+        if step.wheels is not None:
+            built = artifacts.wheels_in(Path(step.wheels))
+            if not built:
+                raise BuildFailed(
+                    f"{step.name} finished but wrote no wheel into {step.wheels} (full log: {ran.log})",
+                    step=step.name,
+                    log=ran.log,
+                )
+            out["wheels"] = {p.name: file_sha256(p) for p in built}
+        return out
+
+    def verify(self, step: Step, entry: Mapping[str, Any], ctx: Context) -> None:
+        """After the step ran (and was recorded) or was skipped: what must hold of its result."""
+
+
+class FetchKind(StepKind):
+    name = "fetch"
+
+    def inputs(self, step: Step, ctx: Context) -> dict[str, str]:
+        # One identity for all fetch steps of a checkout: a changed URL, ref or pin fetches it from scratch
+        # (git remote add would fail on the old checkout); a resumed fetch continues.
+        source = ctx.plan.source(step.project)
+        group = [s.argv for s in ctx.plan.steps if s.kind == "fetch" and s.project == step.project]
+        return {"commit": source.commit or "", "fetch": digest(group)}
+
+    def intact(self, step: Step, entry: Mapping[str, Any], ctx: Context) -> bool:
+        return is_git_checkout(ctx.plan.source(step.project).path)
+
+    def outputs(self, step: Step, ran: Ran, ctx: Context) -> dict[str, Any]:
+        return {"head": head_commit(ctx.plan.source(step.project).path)} if step.pins else {}
+
+    def verify(self, step: Step, entry: Mapping[str, Any], ctx: Context) -> None:
+        if step.pins:
+            check_pin(ctx.plan.recipe.spec(step.project), ctx.plan.source(step.project).path)
+
+
+class EnvKind(StepKind):
+    name = "env"
+
+
+class CompileKind(StepKind):
+    name = "compile"
+
+    def inputs(self, step: Step, ctx: Context) -> dict[str, str]:
+        source = next((s for s in ctx.plan.sources if s.name == step.project), None)
+        return {"tree": tree_identity(source.path)} if source is not None else {}
+
+    def prepare(self, step: Step, ctx: Context) -> None:
+        super().prepare(step, ctx)
+        ctx.open_cache(step)
+
+    def layers(self, step: Step, ctx: Context) -> tuple[Mapping[str, str], ...]:
+        session = ctx.open_cache(step)
+        return (step.env, session.public_env, session.secret_env)
+
+    def observer(self, step: Step, ctx: Context) -> LineObserver:
+        ctx.display.live_bar(step)
+        return CompileObserver(ctx.display, SummaryWatcher(Expectations.for_step(step.env, ctx.plan.recipe)))
+
+    def outputs(self, step: Step, ran: Ran, ctx: Context) -> dict[str, Any]:
+        out = super().outputs(step, ran, ctx)
+        session = ctx.open_cache(step)
+        env = compose(ctx.environ, step.env, session.public_env, path_prepend=step.path_prepend)
+        toolchain = collect(
+            env,
+            ctx.plan.paths.venv_python,
+            cuda=ctx.plan.recipe.accelerator.is_cuda,
+            cache_tool=session.config.kind if session.config.enabled else None,
+        )
+        out["toolchain"] = document.to_data(toolchain)
+        out["env"] = {**step.env, **session.public_env}  # what it ran with: the cache's effective variables
+        source = next((s for s in ctx.plan.sources if s.name == step.project), None)
+        if source is not None and not is_git_checkout(source.path):
+            out["tree_sha256"] = tree_sha256(source.path)  # no commit names this tree: its contents do
+        return out
+
+
+class PackageKind(StepKind):
+    """Rewrites wheels another step made (torchvision's bundling): its input is their content (``reads``),
+    its output a wheel directory of its own, which then holds the project's final wheels."""
+
+    name = "package"
+
+
+class ChecksKind(StepKind):
+    name = "checks"
+    optional = True
+
+    def outputs(self, step: Step, ran: Ran, ctx: Context) -> dict[str, Any]:
+        out = super().outputs(step, ran, ctx)
+        if step.facts:
+            out["facts"] = _last_json(ran.tail)
+        return out
+
+    def verify(self, step: Step, entry: Mapping[str, Any], ctx: Context) -> None:
+        if step.facts:
+            # Also when skipped: the wheels are unchanged, the recipe may not be.
+            ctx.checks = _compare_with_recipe(
+                ctx, step, entry.get("outputs", {}).get("facts"), entry.get("log")
+            )
+
+
+class PublishKind(StepKind):
+    name = "publish"
+    always_runs = True
+
+    def execute(self, step: Step, ctx: Context) -> Ran:
+        """The end of a build that succeeded (torchkiln.publish): wheels, lock file, manifest."""
+        changed = publish(ctx)
+        return Ran(0.0, None, status="ran" if changed else "skipped")
+
+
+KINDS: dict[str, StepKind] = {
+    kind.name: kind
+    for kind in (FetchKind(), EnvKind(), CompileKind(), PackageKind(), ChecksKind(), PublishKind())
+}
+
+
+# --------------------------------------------------------------------------------------------------
+# Reading a compile step's output.
+# --------------------------------------------------------------------------------------------------
+
+
+class LineObserver:
+    """Reads a step's output line by line (runner.stream); True from ``__call__`` stops the step."""
+
+    def __call__(self, line: str) -> bool:
+        return False
+
+    def verdict(self) -> list[Contradiction] | None:
+        """Contradictions that stopped (or, at the end of the output, would stop) the step."""
+        return None
+
+    def phases(self) -> dict[str, float] | None:
+        return None
+
+
+class CompileObserver(LineObserver):
+    """ninja's progress to the display, the wheel step's phases, and the configure watcher."""
+
+    def __init__(self, display: Display, watcher: SummaryWatcher) -> None:
+        self.display = display
+        self.watcher = watcher
+        self.progress = CompileProgress()
+        self.tracker = PhaseTracker()
+        self.mismatch: list[Contradiction] | None = None
+
+    def __call__(self, line: str) -> bool:
+        entered = self.tracker.feed(line)
+        if entered is not None:
+            self.display.phase(entered)
+        p = self.progress.feed(line)
+        if p is not None:
+            self.display.compile_progress(p.describe(), p.done, p.total, p.percent)
+        verdict = self.watcher.feed(line)
+        if verdict:
+            self.mismatch = verdict
+            return True
+        return False
+
+    def verdict(self) -> list[Contradiction] | None:
+        if self.mismatch is None:
+            self.mismatch = self.watcher.close() or None
+        return self.mismatch
+
+    def phases(self) -> dict[str, float] | None:
+        return self.tracker.finish()
+
+
+# --------------------------------------------------------------------------------------------------
+# Helpers of the kinds.
+# --------------------------------------------------------------------------------------------------
+
+
+def _failure_message(step: Step, code: int | None, seconds: float, log: Path) -> str:
+    error = first_error(log)
+    lines = [f"{step.name} failed (exit {code}) after {format_duration(seconds)}"]
+    if error:
+        lines.append(f"first error: {error}")
+    lines.append("last lines of the log:")
+    lines += [f"  {line}" for line in tail(log, TAIL_LINES)]
+    lines.append(f"full log: {log}")
+    return "\n".join(lines)
+
+
+def _last_json(lines: list[str]) -> dict[str, Any] | None:
+    for line in reversed(lines):
+        text = line.strip()
+        if text.startswith("{"):
+            with contextlib.suppress(ValueError):
+                data = json.loads(text)
+                if isinstance(data, dict):
+                    return data
+    return None
+
+
+def _compare_with_recipe(
+    ctx: Context, step: Step, facts_doc: dict[str, Any] | None, log: str | None
+) -> Checks:
+    """The post-build check's verdict: the built wheels' facts against the recipe, with the comparison the
+    verification suite uses, and each torch/torchvision commit against the checkout it was built from. Any
+    mismatch stops the build before anything is published."""
+    if facts_doc is None:
+        raise BuildFailed(f"{step.name} printed no build facts (full log: {log})", step=step.name)
+    facts = BuildFacts.from_dict(facts_doc)
+    # The commit each project was built from (its checkout's HEAD), for a recipe that pins none.
+    commits = {s.name: head_commit(s.path) for s in ctx.plan.sources if is_git_checkout(s.path)}
+    results = postbuild_checks(ctx.plan.recipe, facts, ctx.plan.projects, commits=commits)
+    failed = [c.message for c in results.values() if c.status == "fail"]
+    if failed:
+        lines = "\n".join(f"  - {message}" for message in failed)
+        raise BuildFailed(
+            f"{step.name}: the built wheels are not what the recipe asked for:\n{lines}\nfull log: {log}",
+            step=step.name,
+        )
+    return Checks(
+        torch=facts.torch_version,
+        cuda=facts.cuda_version,
+        torchvision=facts.torchvision.version if facts.torchvision else None,
+        results={k: CheckResult(c.status, c.message) for k, c in results.items()},
+    )

@@ -1,0 +1,116 @@
+"""The one process runner: real processes, real process groups, real signals."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from torchkiln import runner
+
+# A child that starts a grandchild (in its own process group, the child's) and then waits.
+FAMILY = (
+    "import subprocess, sys, time\n"
+    "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)', sys.argv[1]])\n"
+    "print('started', flush=True)\n"
+    "time.sleep(120)\n"
+)
+
+
+def alive(marker: str) -> list[str]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if marker in cmdline:
+                found.append(cmdline)
+    return found
+
+
+def test_captured_output_is_redacted_and_the_first_error_is_named() -> None:
+    script = (
+        "import sys\n"
+        "print('compiling with hunter22')\n"
+        "print('src/a.cpp:4:18: error: x was not declared', file=sys.stderr)\n"
+        "print('ninja: build stopped: subcommand failed.', file=sys.stderr)\n"
+        "sys.exit(3)\n"
+    )
+    done = runner.run([sys.executable, "-c", script], redact=lambda t: t.replace("hunter22", "***"))
+    assert done.returncode == 3 and not done.ok and not done.timed_out
+    assert done.stdout == "compiling with ***\n"
+    assert done.first_error() == "src/a.cpp:4:18: error: x was not declared"
+    with pytest.raises(runner.ProcessError) as info:
+        runner.run([sys.executable, "-c", script], check=True)
+    assert "failed (exit 3): src/a.cpp:4:18: error: x was not declared" in str(info.value)
+    assert info.value.result is not None and info.value.result.returncode == 3
+
+
+def test_a_timeout_stops_the_whole_group(tmp_path: Path) -> None:
+    marker = f"kiln-runner-timeout-{time.time_ns()}"
+    done = runner.run([sys.executable, "-c", FAMILY, marker], timeout=3)
+    assert done.timed_out and done.returncode is None and "started" in done.stdout
+    assert "did not finish within" in done.failure()
+    assert alive(marker) == [], "the grandchild went with the group"
+
+
+def test_what_cannot_start_is_named() -> None:
+    with pytest.raises(
+        runner.ProcessError, match=r"no-such-tool-kiln not found \(is it installed and on PATH\?\)"
+    ):
+        runner.run(["no-such-tool-kiln", "--version"])
+    with pytest.raises(runner.ProcessError, match=r"working directory /nonexistent/kiln does not exist"):
+        runner.run([sys.executable, "-c", "pass"], cwd="/nonexistent/kiln")
+
+
+def test_stream_logs_each_line_and_an_observer_can_stop_the_group(tmp_path: Path) -> None:
+    marker = f"kiln-runner-stream-{time.time_ns()}"
+    seen: list[str] = []
+
+    def observe(line: str) -> bool:
+        seen.append(line)
+        return line.startswith("started")
+
+    log = tmp_path / "logs" / "step.log"
+    done = runner.stream(
+        [sys.executable, "-c", FAMILY, marker],
+        log=log,
+        observe=observe,
+        redact=lambda t: t.replace(marker, "MARKER"),
+        header=f"# step: {marker}",
+    )
+    assert done.stopped and done.returncode is None and done.tail == ["started"]
+    assert log.read_text().splitlines() == ["# step: MARKER", "started"]
+    assert seen == ["started\n"]
+    assert alive(marker) == []
+
+
+def test_an_interrupt_while_streaming_stops_the_group_and_propagates(tmp_path: Path) -> None:
+    marker = f"kiln-runner-interrupt-{time.time_ns()}"
+
+    def interrupt(line: str) -> bool:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        runner.stream([sys.executable, "-c", FAMILY, marker], log=tmp_path / "x.log", observe=interrupt)
+    assert alive(marker) == []
+
+
+def test_reap_kills_stragglers_a_finished_leader_left() -> None:
+    """A launcher that exits leaving its workers (a crashed torchrun) leaves nothing with reap."""
+    marker = f"kiln-runner-reap-{time.time_ns()}"
+    script = (
+        "import subprocess, sys\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)', sys.argv[1]],"
+        " stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+    )
+    done = runner.run([sys.executable, "-c", script, marker], timeout=30, reap=True)
+    assert done.ok
+    deadline = time.monotonic() + 5
+    while alive(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert alive(marker) == []

@@ -1,0 +1,140 @@
+"""The step loop and the step kinds, on plans of small real commands (no compiler, no network).
+
+The commands are Python one-liners standing in for git, pip and ``python -m build``; what is tested is what the
+builder does around them by each step's kind and declared data: skipping unchanged steps, running again what
+vanished, requiring wheels, publishing, and what the lock file and manifest then say.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from dists import tiny_wheel
+from rich.console import Console
+
+from torchkiln.build import BuildFailed, BuildOptions, BuildResult, run_build
+from torchkiln.cache import resolve_cache
+from torchkiln.digests import tree_sha256
+from torchkiln.manifest import load_manifest
+from torchkiln.plan import Plan, Step, make_plan
+from torchkiln.recipe import load_recipe
+
+RECIPE = Path(__file__).parent / "data" / "ext-cpu-test.toml"
+
+
+def py(code: str, *args: str) -> tuple[str, ...]:
+    return (sys.executable, "-c", code, *args)
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> dict[str, Path]:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "setup.py").write_text("# stands in for torch\n")
+    wheels = tmp_path / "made"
+    wheels.mkdir()
+    wheel = tiny_wheel(wheels, "torch", "2.13.0+cpu")
+    return {"root": tmp_path, "src": src, "wheel": wheel}
+
+
+def plan_of(world: dict[str, Path], *, compile_writes_wheel: bool = True, fail: bool = False) -> Plan:
+    """The test recipe's plan for a provided torch tree, its steps replaced by small commands of each kind."""
+    plan = make_plan(
+        load_recipe(RECIPE),
+        workdir=world["root"] / "work",
+        dist=world["root"] / "dist",
+        source_dirs={"torch": world["src"]},
+        only="torch",
+        cache=resolve_cache(None, kind="none"),
+        jobs=1,
+    )
+    marker = world["root"] / "work" / "venv-made"
+    wheelhouse = plan.paths.wheelhouse / "torch"
+    copy = "import shutil, sys; shutil.copy(sys.argv[1], sys.argv[2])" if compile_writes_wheel else "pass"
+    steps = [
+        Step(
+            "env:venv",
+            "env",
+            "",
+            py("import sys; open(sys.argv[1], 'w').write('x')", str(marker)),
+            creates=str(marker),
+        ),
+        Step(
+            "torch:wheel",
+            "compile",
+            "torch",
+            py(
+                copy + ("; raise SystemExit('error: the compile broke')" if fail else ""),
+                str(world["wheel"]),
+                str(wheelhouse),
+            ),
+            {"MAX_JOBS": "1"},
+            wheels=str(wheelhouse),
+        ),
+        Step("checks:import", "checks", "", py("print('{}')"), facts=True),
+        next(s for s in plan.steps if s.kind == "publish"),
+    ]
+    return replace(plan, steps=steps)
+
+
+def build(plan: Plan, **options: object) -> tuple[BuildResult, str]:
+    out = io.StringIO()
+    result = run_build(plan, BuildOptions(console=Console(file=out, width=200), skip_checks=True, **options))  # type: ignore[arg-type]
+    return result, out.getvalue()
+
+
+def test_kinds_run_skip_and_publish(world: dict[str, Path]) -> None:
+    first, _ = build(plan_of(world))
+    assert first.ran == ["env:venv", "torch:wheel", "publish"], "checks skipped: --skip-checks"
+    assert [p.name for p in first.wheels] == [world["wheel"].name]
+    assert (first.manifest.parent / world["wheel"].name).read_bytes() == world["wheel"].read_bytes()
+    manifest = load_manifest(first.manifest)
+    assert [w.version for w in manifest.wheels] == ["2.13.0+cpu"]
+    assert manifest.sources["torch"].commit is None
+    assert manifest.sources["torch"].tree_sha256 == tree_sha256(world["src"]), (
+        "no commit: the tree's contents"
+    )
+    assert manifest.cache is None and manifest.checks.skipped
+    assert "g++" in manifest.toolchain.tools or "clang++" in manifest.toolchain.tools
+
+    again, out = build(plan_of(world))
+    assert again.ran == [] and "unchanged, skipped" in out
+
+    (world["root"] / "work" / "venv-made").unlink()  # what the env step leaves vanished: it runs again
+    third, _ = build(plan_of(world))
+    assert third.ran == ["env:venv"], "the compile's inputs did not change"
+
+    (world["src"] / "setup.py").write_text("# changed\n")
+    fourth, _ = build(plan_of(world))
+    assert fourth.ran == ["torch:wheel"], "a changed tree recompiles; the same wheel needs no publishing"
+    assert load_manifest(fourth.manifest).sources["torch"].tree_sha256 == tree_sha256(world["src"])
+
+
+def test_a_compile_must_leave_a_wheel(world: dict[str, Path]) -> None:
+    with pytest.raises(BuildFailed, match=r"torch:wheel finished but wrote no wheel into .*wheelhouse/torch"):
+        build(plan_of(world, compile_writes_wheel=False))
+    assert not (world["root"] / "dist").exists()
+
+
+def test_a_failing_step_names_its_first_error_and_log(world: dict[str, Path]) -> None:
+    with pytest.raises(BuildFailed) as info:
+        build(plan_of(world, fail=True))
+    message = str(info.value)
+    assert message.startswith("torch:wheel failed (exit 1)")
+    assert "first error: error: the compile broke" in message
+    assert f"full log: {world['root'] / 'work' / 'logs' / 'torch-wheel.log'}" in message
+    state = json.loads((world["root"] / "work" / "state.json").read_text())
+    assert "torch:wheel" not in state["steps"] and "env:venv" in state["steps"], (
+        "only what succeeded is recorded"
+    )
+
+
+def test_a_plan_without_its_publish_step_publishes_nothing(world: dict[str, Path]) -> None:
+    plan = plan_of(world)
+    with pytest.raises(Exception, match="the plan has no publish step"):
+        build(replace(plan, steps=plan.steps[:1]))
