@@ -69,6 +69,7 @@ class Context:
         name = self.plan.dist.credentials_env if self.plan.dist is not None else None
         if name and name in self.environ:
             self.dist_token_env[name] = self.environ.pop(name)
+
     checks: Checks | None = None
     published: Published | None = None
 
@@ -101,7 +102,10 @@ class Context:
             return
         run_dir = Path(tempfile.mkdtemp(prefix="torchkiln-dist-"))  # 0700: the token lands in it
         self.dist = prepare_client(
-            spec, {**environ, **self.dist_token_env}, run_dir=run_dir, toolchain_dir=default_toolchain_dir(self.plan.cache.dir)
+            spec,
+            {**environ, **self.dist_token_env},
+            run_dir=run_dir,
+            toolchain_dir=default_toolchain_dir(self.plan.cache.dir),
         )
         for warning in self.dist.warnings:
             self.warn(self.dist.redact(warning))
