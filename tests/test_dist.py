@@ -544,3 +544,102 @@ def test_cli_runs_a_cluster_a_build_can_use(host: str, tmp_path: Path) -> None:
             assert secret not in output
     config = tmp_path / "s" / "scheduler.toml"
     assert config.stat().st_mode & 0o777 == 0o600 and client_token in config.read_text()
+
+
+# --------------------------------------------------------------------------------------------------
+# torchkiln build with a recipe's [dist]: the build's own sccache server sends its compiles to the cluster.
+# --------------------------------------------------------------------------------------------------
+
+EXT_PROJECT = ROOT / "tests" / "data" / "ext_project"
+EXT_RECIPE = ROOT / "tests" / "data" / "ext-cpu-test.toml"
+EXT_UNITS = 2  # csrc/bind.cpp, csrc/ops.cpp
+
+
+@pytest.fixture(scope="module")
+def build_world(host: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A work directory whose build venv has torch (as tests/test_build.py's), shared by the builds below."""
+    root = tmp_path_factory.mktemp("distbuild")
+    venv = root / "work" / "venv"
+    subprocess.run(["python3.11", "-m", "venv", str(venv)], check=True)
+    subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "torch==2.13.0", "build", "wheel",
+         "setuptools>=77.0.3", "cmake>=3.27", "ninja", "numpy"],
+        check=True,
+    )  # fmt: skip
+    return {"root": root, "work": root / "work"}
+
+
+def kiln_build(world: dict[str, Path], name: str, dist_spec_: spec.DistSpec | None, environ: dict[str, str]):
+    """``torchkiln build`` of the test extension with sccache (a fresh cache) and ``dist_spec_``."""
+    import io
+
+    from rich.console import Console
+
+    from torchkiln.build import BuildOptions, run_build
+    from torchkiln.plan import make_plan
+    from torchkiln.recipe import load_recipe
+
+    base = world["root"] / name
+    shutil.copytree(EXT_PROJECT, base / "src")
+    recipe = load_recipe(EXT_RECIPE)
+    config = cache.resolve_cache(recipe.cache, kind="sccache", dir=base / "sccache")
+    plan = make_plan(
+        recipe, workdir=world["work"], dist=base / "dist", source_dirs={"torch": base / "src"}, only="torch",
+        cache=config, dist_spec=dist_spec_,
+    )  # fmt: skip
+    out = io.StringIO()
+    console = Console(file=out, width=200, force_terminal=False, highlight=False)
+    run_build(plan, BuildOptions(console=console, skip_checks=True, environ=environ))
+    manifest = json.loads((base / "dist" / "manifest.json").read_text())
+    return base, plan, out.getvalue(), manifest
+
+
+def written_text(*roots: Path) -> str:
+    return "\n".join(
+        p.read_text(errors="replace")
+        for root in roots
+        for p in root.rglob("*")
+        if p.is_file() and not p.is_symlink()
+    )
+
+
+def test_a_build_with_dist_compiles_on_the_cluster_and_records_it(make_cluster, build_world) -> None:
+    found = make_cluster(servers=2)
+    before = set(Path("/tmp").glob("torchkiln-dist-*"))
+    environ = {**os.environ, "PATH": tool_path(), TOKEN_ENV: found.client_token}
+    base, plan, out, manifest = kiln_build(build_world, "cluster", dist_spec(found), environ)
+
+    record = manifest["dist"]
+    assert record["scheduler_url"] == found.url and record["used"] is True, record
+    assert (record["remote"], record["fallback"]) == (EXT_UNITS, 0), (record, out)
+    assert sum(record["by_server"].values()) == EXT_UNITS and set(record["by_server"]) <= set(
+        found.server_addrs
+    )
+    assert manifest["cache"]["misses"] == EXT_UNITS
+    cores = client.fetch_status(plan.dist).num_cpus
+    assert f"MAX_JOBS={plan.jobs.value + cores}" in out  # auto jobs: the cluster's cores added
+    assert f"distributed compiles: {EXT_UNITS} remote" in out
+    # The token reached the preflight and the client config only: no file the build wrote holds it, the
+    # config is gone, and the manifest and plan name only where it comes from.
+    assert found.client_token not in written_text(
+        base / "work" / "logs", base / "work" / "state.json", base / "dist"
+    )
+    assert set(Path("/tmp").glob("torchkiln-dist-*")) == before
+    assert plan.to_dict()["dist"]["credentials_env"] == TOKEN_ENV
+
+
+def test_a_build_whose_scheduler_is_unreachable_warns_once_and_builds_locally(host: str, build_world) -> None:
+    url = f"http://127.0.0.1:{loopback.free_port()}"
+    dist = spec.resolve_dist(None, cache_kind="sccache", scheduler_url_override=url)
+    environ = {**os.environ, "PATH": tool_path(), "TORCHKILN_DIST_TOKEN": "kiln-token-2"}
+    base, _plan, out, manifest = kiln_build(build_world, "unreachable", dist, environ)
+
+    assert manifest["dist"] == {
+        "scheduler_url": url + "/", "used": False, "remote": 0, "local": 0, "cache_hits": 0, "fallback": 0,
+        "by_server": {},
+    }  # fmt: skip
+    unreachable = [w for w in manifest["warnings"] if "is unreachable" in w]
+    assert len(unreachable) == 1 and "compiling locally" in unreachable[0], manifest["warnings"]
+    assert out.count("is unreachable") == 1
+    assert manifest["cache"]["misses"] == EXT_UNITS  # compiled here, through the cache
+    assert (base / "dist" / "kiln_ext-2.13.0+cpu-cp311-cp311-linux_x86_64.whl").is_file()

@@ -491,3 +491,113 @@ def test_server_host_problems_name_what_is_missing(monkeypatch: pytest.MonkeyPat
         "a build server must run as root (sccache-dist's overlay builder mounts filesystems)",
         "/nonexistent/bwrap --version does not run",
     ]
+
+
+# --------------------------------------------------------------------------------------------------
+# The recipe's [dist] and the plan.
+# --------------------------------------------------------------------------------------------------
+
+
+def dist_recipe(tmp_path: Path, dist: dict[str, str] | None, cache_kind: str = "sccache") -> Path:
+    from test_recipe import mutate
+
+    changes: dict[str, object] = {"cache": {"kind": cache_kind}}
+    if dist is not None:
+        changes["dist"] = dist
+    path = tmp_path / "dist.toml"
+    path.write_text(mutate(**changes))
+    return path
+
+
+def test_recipe_dist_section_reaches_the_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from torchkiln.plan import make_plan
+    from torchkiln.recipe import load_recipe
+
+    path = dist_recipe(
+        tmp_path, {"scheduler_url": "http://10.0.0.1:10600", "credentials_file": "/run/secrets/t"}
+    )
+    recipe = load_recipe(path)
+    assert recipe.dist is not None and recipe.dist.scheduler_url == "http://10.0.0.1:10600"
+    plan = make_plan(recipe, workdir=tmp_path / "w", dist=tmp_path / "d")
+    assert plan.to_dict()["dist"] == {
+        "scheduler_url": "http://10.0.0.1:10600/", "auth": "token", "credentials_env": None,
+        "credentials_file": "/run/secrets/t",
+    }  # fmt: skip
+    assert main(["plan", str(path), "--workdir", str(tmp_path / "w")]) == 0
+    shown = capsys.readouterr().out
+    assert "sccache-dist scheduler http://10.0.0.1:10600/" in shown and "read from /run/secrets/t" in shown
+    # Without [dist] there is none; the command line can add one, or turn the recipe's off.
+    assert make_plan(load_recipe(dist_recipe(tmp_path, None)), workdir=tmp_path / "w").dist is None
+    assert (
+        main(["plan", str(path), "--json", "--dist-scheduler", "off", "--workdir", str(tmp_path / "w")]) == 0
+    )
+    assert json.loads(capsys.readouterr().out)["dist"] is None
+    plain = dist_recipe(tmp_path, None)
+    argv = [
+        "plan",
+        str(plain),
+        "--json",
+        "--dist-scheduler",
+        "https://dist.example:443",
+        "--dist-token-env",
+        "TOK",
+    ]
+    assert main([*argv, "--workdir", str(tmp_path / "w")]) == 0
+    assert json.loads(capsys.readouterr().out)["dist"]["credentials_env"] == "TOK"
+
+
+@pytest.mark.parametrize(
+    ("dist", "cache_kind", "field", "words"),
+    [
+        ({"auth": "token"}, "sccache", "dist.scheduler_url", "[dist] without a scheduler"),
+        ({"scheduler_url": "http://10.0.0.1:10600"}, "ccache", "dist", "need the sccache compiler cache"),
+        (
+            {"scheduler_url": "http://u:pw@10.0.0.1:10600"},
+            "sccache",
+            "dist.scheduler_url",
+            "carries credentials",
+        ),
+        ({"scheduler_url": "http://10.0.0.1:10600/api"}, "sccache", "dist.scheduler_url", "has a path"),
+        ({"scheduler_url": "ftp://10.0.0.1"}, "sccache", "dist.scheduler_url", "is not an http(s) URL"),
+        (
+            {"scheduler_url": "http://h:1", "auth": "oauth2_code_grant_pkce"},
+            "sccache",
+            "dist.auth",
+            "not allowed",
+        ),
+        (
+            {"scheduler_url": "http://h:1", "credentials_env": "a-b"},
+            "sccache",
+            "dist.credentials_env",
+            "malformed",
+        ),
+        (
+            {"scheduler_url": "http://h:1", "credentials_env": "T", "credentials_file": "/t"},
+            "sccache",
+            "dist.credentials_file",
+            "set together",
+        ),
+        ({"scheduler_url": "http://h:1", "token": "abc"}, "sccache", "dist.token", "unknown key"),
+    ],
+)
+def test_bad_dist_section_is_refused_naming_the_field(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    dist: dict[str, str],
+    cache_kind: str,
+    field: str,
+    words: str,
+) -> None:
+    path = dist_recipe(tmp_path, dist, cache_kind)
+    assert main(["recipe", "check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert any(line.startswith(f"{path}: {field}: ") and words in line for line in err.splitlines()), err
+    assert "pw" not in err.replace("pwd", "")
+
+
+def test_dist_with_another_cache_on_the_command_line_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = dist_recipe(tmp_path, {"scheduler_url": "http://10.0.0.1:10600"})
+    assert main(["plan", str(path), "--cache", "ccache", "--workdir", str(tmp_path / "w")]) == 2
+    assert "distributed compiles need the sccache compiler cache, not ccache" in capsys.readouterr().err

@@ -906,3 +906,33 @@ def test_sanity_gate_compares_the_build_args_with_the_manifest_of_the_wheels(
         f"the build args name torch commit {'2' * 40}, the manifest records {'1' * 40}",
         "the build args name torchvision 0.28.0+cpu.kiln2, the manifest lists None",
     ]
+
+
+def test_print_wheels_passes_the_dist_token_as_a_secret_the_recipe_reads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def recipe_with(dist: str) -> Path:
+        path = tmp_path / "dist.toml"
+        path.write_bytes(variant(CPU, 'kind = "ccache"', 'kind = "sccache"') + dist.encode())
+        return path
+
+    token = tmp_path / "token"
+    token.write_text("kiln-dist-token-77")
+    good = recipe_with(
+        '\n[dist]\nscheduler_url = "http://10.0.0.1:10600"\ncredentials_file = "/run/secrets/dist_token"\n'
+    )
+    argv = ["images", "--target", "wheels", "--engine", "docker", "--print", "--dist", str(tmp_path / "out")]
+    assert cli.main([*argv, "--recipe", str(good), "--dist-secret", str(token)]) == 0
+    out = capsys.readouterr().out
+    assert f"--secret id=dist_token,src={token}" in out and "kiln-dist-token-77" not in out
+    # The image build can read the token only from the secret: a recipe reading it elsewhere, or no
+    # secret, would fail inside the build; a secret without [dist] is a mistake.
+    assert cli.main([*argv, "--recipe", str(good)]) == 2
+    assert "needs the client token: --dist-secret FILE" in capsys.readouterr().err
+    elsewhere = recipe_with('\n[dist]\nscheduler_url = "http://10.0.0.1:10600"\ncredentials_env = "TOK"\n')
+    assert cli.main([*argv, "--recipe", str(elsewhere), "--dist-secret", str(token)]) == 2
+    assert "dist.credentials_file: the image build reads the client token only from its secret mount" in (
+        capsys.readouterr().err
+    )
+    assert cli.main([*argv, "--recipe", str(CPU), "--dist-secret", str(token)]) == 2
+    assert "--dist-secret given but the recipe has no [dist] section" in capsys.readouterr().err

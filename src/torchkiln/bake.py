@@ -23,6 +23,7 @@ from .errors import Problem, RecipeError
 from .images import (
     CACHE_SECRET_ID,
     DEFAULT_REGISTRY,
+    DIST_SECRET_ID,
     DOCKERFILES,
     FLAVOURS,
     devel_args,
@@ -75,6 +76,8 @@ def _target(recipe: Recipe, flavour: str, recipes_root: str) -> dict[str, Any]:
     }
     if flavour == "wheels":
         target["secret"] = [f"id={CACHE_SECRET_ID},env=TORCHKILN_CACHE_PASSWORD"]
+        if recipe.dist is not None:  # its credentials_file is the secret's mount (torchkiln images checks)
+            target["secret"].append(f"id={DIST_SECRET_ID},env=TORCHKILN_DIST_TOKEN")
         target["output"] = ["type=local,dest=dist"]
     else:
         target["tags"] = [_tag(recipe, flavour)]

@@ -9,13 +9,18 @@ timings per run) belong here.
 from __future__ import annotations
 
 import datetime as dt
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
 
+from . import runner
 from .cache import CacheSession, CacheStats, open_session
 from .display import Display
+from .distributed.client import PreparedDist, default_toolchain_dir, dist_jobs, finish_client, prepare_client
+from .distributed.stats import DistStats
 from .environ import compose
 from .errors import TorchkilnError
 from .fingerprint import State
@@ -53,6 +58,18 @@ class Context:
     warnings: list[str] = field(default_factory=list)
     cache: CacheSession | None = None
     cache_stats: CacheStats | None = None  # this run's, once the session closed
+    dist: PreparedDist | None = None  # distributed compiles, once the cache session opened
+    dist_env: dict[str, str] = field(default_factory=dict)  # compile steps' run-time layer for them
+    dist_stats: DistStats | None = None  # where this run's compiles ran, once the session closed
+    # The cluster's client token, taken out of ``environ`` so that no step's process sees it; only the
+    # preflight and the client config file read it.
+    dist_token_env: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        name = self.plan.dist.credentials_env if self.plan.dist is not None else None
+        if name and name in self.environ:
+            self.dist_token_env[name] = self.environ.pop(name)
+
     checks: Checks | None = None
     published: Published | None = None
 
@@ -61,29 +78,93 @@ class Context:
         self.display.warn(text)
 
     def redact(self, text: str) -> str:
+        if self.dist is not None:
+            text = self.dist.redact(text)
         return self.cache.redact(text) if self.cache is not None else text
 
     def open_cache(self, step: Step) -> CacheSession:
-        """Before the first compile that runs: tool present, remote usable (else one warning), stats zeroed."""
+        """Before the first compile that runs: tool present, remote usable (else one warning), stats zeroed.
+
+        With distributed compiles the scheduler is checked first (unreachable or refusing the token: one
+        warning, compiles run locally) and the sccache server starts with the client config (SCCACHE_CONF),
+        a private file that holds the token and is removed when the server stops."""
         if self.cache is None:
             tool_environ = compose(self.environ, step.env, path_prepend=step.path_prepend)
-            self.cache = open_session(self.plan.cache, tool_environ)
+            self._prepare_dist(tool_environ)
+            self.cache = open_session(self.plan.cache, tool_environ, extra_env=self.dist_env)
             for warning in self.cache.warnings:
                 self.warn(warning)
         return self.cache
+
+    def _prepare_dist(self, environ: dict[str, str]) -> None:
+        spec = self.plan.dist
+        if spec is None:
+            return
+        run_dir = Path(tempfile.mkdtemp(prefix="torchkiln-dist-"))  # 0700: the token lands in it
+        self.dist = prepare_client(
+            spec,
+            {**environ, **self.dist_token_env},
+            run_dir=run_dir,
+            toolchain_dir=default_toolchain_dir(self.plan.cache.dir),
+        )
+        for warning in self.dist.warnings:
+            self.warn(self.dist.redact(warning))
+        if self.dist.spec is None:  # the preflight failed: local compiles
+            shutil.rmtree(run_dir, ignore_errors=True)
+            return
+        self.dist_env = dict(self.dist.env)
+        if self.plan.jobs.source == "auto" and self.dist.status is not None:
+            # Remote compiles cost this machine preprocessing only: one job per core of the cluster too.
+            jobs = str(dist_jobs(self.plan.jobs.value, self.dist.status))
+            self.dist_env.update({"MAX_JOBS": jobs, "CMAKE_BUILD_PARALLEL_LEVEL": jobs})
+            self.display.note(
+                f"distributed compiles: {self.dist.status.num_servers} build servers, "
+                f"{self.dist.status.num_cpus} cores at {spec.scheduler_url}; MAX_JOBS={jobs}"
+            )
 
     def close_cache(self) -> None:
         """This run's statistics; stops what the cache tool started for the build (its sccache server)."""
         if self.cache is None or self.cache.closed:
             return
+        if self.dist is not None and self.dist.spec is not None:
+            self.dist_stats = self._read_dist_stats()
         try:
             stats = self.cache.close()
         except TorchkilnError as exc:
             self.warnings.append(f"compiler cache statistics unavailable: {exc}")
             return
+        finally:
+            if self.dist is not None:
+                self._finish_dist()
         self.cache_stats = stats
         if stats is not None:
             self.console.print(f"  compiler cache: {stats.summary()}")
+        if self.dist_stats is not None:
+            self.console.print(f"  {self.dist_stats.summary()}")
+            fallback = self.dist_stats.fallback_warning()
+            if fallback:
+                self.warn(fallback)
+
+    def _read_dist_stats(self) -> DistStats | None:
+        assert self.cache is not None
+        done = runner.run(
+            ["sccache", "--show-stats", "--stats-format=json"],
+            env=self.cache.tool_env,
+            timeout=60,
+            redact=self.redact,
+        )
+        try:
+            return DistStats.from_sccache_json(done.stdout) if done.ok else None
+        except TorchkilnError as exc:
+            self.warnings.append(f"distributed compile statistics unavailable: {exc}")
+            return None
+
+    def _finish_dist(self) -> None:
+        """The client config (and the token in it) removed once the server that read it has stopped."""
+        assert self.dist is not None
+        finish_client(self.dist)
+        if self.dist.conf_path is not None:
+            shutil.rmtree(self.dist.conf_path.parent, ignore_errors=True)
 
 
 @dataclass(frozen=True)

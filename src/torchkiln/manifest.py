@@ -10,6 +10,8 @@ one the build observed, not one it assumed:
 * ``build_env``: the variables each project's compile step ran with (the compiler cache's effective ones,
   never a secret);
 * ``cache``: this run's compiler-cache statistics, None when this run compiled nothing;
+* ``dist``: distributed compiles, when asked for: whether the cluster was used and how many compiles ran on
+  its servers, here, from the cache, and fell back to here;
 * ``wheels``: name, version, size, sha256 of each published wheel, and ``files_sha256``, the digest of the
   files it installs (:func:`torchkiln.wheelfile.record_digest`), which the installed copy can be checked
   against without the wheel at hand.
@@ -101,6 +103,19 @@ class CacheRecord:
 
 
 @dataclass(frozen=True)
+class DistRecord:
+    """Distributed compiles (sccache-dist) of this run: asked for, used, and where the compiles ran."""
+
+    scheduler_url: str
+    used: bool  # False: the preflight failed (one warning) and every compile ran locally
+    remote: int = 0  # compiles that ran on a build server
+    local: int = 0  # compiles that ran here: fallbacks and nvcc's driver steps included
+    cache_hits: int = 0
+    fallback: int = 0  # sent to the cluster, failed there, compiled here
+    by_server: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class CheckResult:
     status: str  # "pass" | "fail" | "skip"
     message: str
@@ -152,6 +167,7 @@ class Manifest:
     checks: Checks
     wheels: list[WheelRecord]
     warnings: list[str] = field(default_factory=list)
+    dist: DistRecord | None = None  # None: no distributed compiles were asked for
 
     def wheel(self, project: str) -> WheelRecord | None:
         return next((w for w in self.wheels if w.project == project), None)

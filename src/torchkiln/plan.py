@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 from . import rules
 from .cache import CacheConfig, resolve_cache, tool_for
+from .distributed.spec import DistSpec, resolve_dist
 from .environ import STEERING_NAMES, STEERING_PREFIXES, base_environment
 from .errors import UsageError
 from .jobs import JobsDecision, Resources, decide_jobs, detect_resources
@@ -157,6 +158,7 @@ class Plan:
     frontend: str
     cache: CacheConfig
     projects: tuple[str, ...]
+    dist: DistSpec | None = None  # distributed compiles (sccache-dist); the token is read at run time
 
     def env_for(self, project: str) -> dict[str, str]:
         """The env of the project's compile step (what its build reads, without the secrets)."""
@@ -201,6 +203,7 @@ class Plan:
             "jobs": {"value": self.jobs.value, "source": self.jobs.source, "reason": self.jobs.reason},
             "resources": {"cpus": self.resources.cpus, "memory_bytes": self.resources.memory_bytes},
             "cache": {"kind": self.cache.kind, "dir": str(self.cache.dir)},
+            "dist": self.dist.to_dict() if self.dist else None,
             "paths": {
                 "workdir": str(self.paths.workdir),
                 "dist": str(self.paths.dist),
@@ -540,8 +543,12 @@ def make_plan(
     only: str | None = None,
     resources: Resources | None = None,
     cache: CacheConfig | None = None,
+    dist_spec: DistSpec | None | Literal["recipe"] = "recipe",
 ) -> Plan:
-    """Resolve ``recipe`` into the full plan. Runs nothing; reads only /proc and the cgroup limits."""
+    """Resolve ``recipe`` into the full plan. Runs nothing; reads only /proc and the cgroup limits.
+
+    ``dist_spec``: the distributed-compile settings as the command line resolved them (None: off); by
+    default the recipe's ``[dist]``, which needs the plan's cache to be sccache."""
     source_dirs = dict(source_dirs or {})
     for name in source_dirs:
         if name not in PROJECTS:
@@ -559,6 +566,10 @@ def make_plan(
     # Paths under the work directory are hashed relative to it (the cache's basedir), so builders with
     # different work-directory paths share cached objects: set here, once, for the plan and the build.
     cache = replace(cache or resolve_cache(recipe.cache), basedir=paths.workdir)
+    if dist_spec == "recipe":
+        dist_spec = resolve_dist(recipe.dist, cache_kind=cache.kind)
+    elif dist_spec is not None and cache.kind != "sccache":
+        raise UsageError(f"dist: distributed compiles need the sccache compiler cache, not {cache.kind}")
     ctx = Context(recipe, paths, decision.value, frontend)
 
     specs = {"torch": recipe.torch, "torchvision": recipe.torchvision}
@@ -651,4 +662,15 @@ def make_plan(
             note=f"wheels, manifest.json and {recipe.name}.lock.json into {paths.dist}",
         )
     )
-    return Plan(recipe, paths, list(sources.values()), steps, decision, resources, frontend, cache, projects)
+    return Plan(
+        recipe,
+        paths,
+        list(sources.values()),
+        steps,
+        decision,
+        resources,
+        frontend,
+        cache,
+        projects,
+        dist_spec,
+    )

@@ -22,6 +22,7 @@ from .manifest import (
     MANIFEST_FORMAT,
     CacheRecord,
     Checks,
+    DistRecord,
     HitsMisses,
     Jobs,
     Manifest,
@@ -145,6 +146,22 @@ def _manifest(ctx: Context, locks: list[SourceLock], wheels: list[WheelRecord]) 
         checks=checks,
         wheels=wheels,
         warnings=list(ctx.warnings),
+        dist=_dist_record(ctx),
+    )
+
+
+def _dist_record(ctx: Context) -> DistRecord | None:
+    """None when no distributed compiles were asked for; ``used`` False when the preflight turned them off
+    (or when this run compiled nothing: a no-op run asks no scheduler)."""
+    if ctx.plan.dist is None:
+        return None
+    url = ctx.plan.dist.scheduler_url
+    used = ctx.dist is not None and ctx.dist.spec is not None
+    stats = ctx.dist_stats
+    if stats is None:
+        return DistRecord(url, used)
+    return DistRecord(
+        url, used, stats.remote, stats.local, stats.cache_hits, stats.fallback, dict(stats.by_server)
     )
 
 

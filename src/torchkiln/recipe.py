@@ -28,7 +28,9 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from .errors import Problem, RecipeError
+from .distributed.spec import AUTH_KINDS
+from .distributed.spec import scheduler_url as normal_scheduler_url
+from .errors import Problem, RecipeError, UsageError
 from .recipe_model import (
     UPSTREAM_TORCH_REPO,
     UPSTREAM_TORCHVISION_REPO,
@@ -36,6 +38,7 @@ from .recipe_model import (
     Blas,
     Build,
     CacheSpec,
+    DistSection,
     Magma,
     Recipe,
     SourceSpec,
@@ -96,6 +99,18 @@ def _one_of(*choices: str) -> Check:
         return None if value in choices else (f"{value!r} is not allowed", ", ".join(choices))
 
     return check
+
+
+def _scheduler_url(value: Any) -> tuple[str, str] | None:
+    """The URL as sccache-dist reads it (distributed.spec.scheduler_url says why each form is refused)."""
+    try:
+        normal_scheduler_url(value)
+    except UsageError as exc:
+        return (
+            str(exc).split(": ", 1)[-1].split(" (valid: ")[0],
+            "http://HOST[:PORT] or https://HOST[:PORT]",
+        )
+    return None
 
 
 def _positive(value: Any) -> tuple[str, str] | None:
@@ -324,6 +339,17 @@ SCHEMA: tuple[Field, ...] = (
         check=_match(re.compile(r"^[A-Z_][A-Z0-9_]*$"), "an environment variable name"),
     ),
     Field("cache.credentials_file", str, doc="file holding the remote store's secret"),
+    Field(
+        "dist.scheduler_url", str, check=_scheduler_url, doc="sccache-dist scheduler, http(s)://HOST[:PORT]"
+    ),
+    Field("dist.auth", str, check=_one_of(*AUTH_KINDS)),
+    Field(
+        "dist.credentials_env",
+        str,
+        check=_match(re.compile(r"^[A-Z_][A-Z0-9_]*$"), "an environment variable name"),
+        doc="variable holding the client token (default TORCHKILN_DIST_TOKEN)",
+    ),
+    Field("dist.credentials_file", str, doc="file holding the client token (a BuildKit secret is a file)"),
 )
 
 # The typed Recipe's sections: the table of that name becomes that dataclass (a section with a ``name``
@@ -337,8 +363,9 @@ SECTIONS: dict[str, type] = {
     "build": Build,
     "cache": CacheSpec,
     "vision": VisionFeatures,  # [torchvision.features]
+    "dist": DistSection,
 }
-OPTIONAL_SECTIONS = frozenset({"magma"})
+OPTIONAL_SECTIONS = frozenset({"magma", "dist"})
 
 FIELDS: dict[str, Field] = {f.path: f for f in SCHEMA}
 TABLES: frozenset[str] = frozenset(p.split(".")[0] for p in FIELDS)

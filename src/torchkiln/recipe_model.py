@@ -102,6 +102,17 @@ class CacheSpec:
 
 
 @dataclass(frozen=True)
+class DistSection:
+    """``[dist]``: compiles sent to an sccache-dist build cluster (docs/distributed.md). Only where the
+    token comes from is here, never the token."""
+
+    scheduler_url: str | None = None
+    auth: str = "token"
+    credentials_env: str | None = None
+    credentials_file: str | None = None
+
+
+@dataclass(frozen=True)
 class Recipe:
     name: str
     description: str
@@ -117,6 +128,7 @@ class Recipe:
     sha256: str = ""
     document: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
     vision: VisionFeatures = field(default_factory=VisionFeatures)
+    dist: DistSection | None = None
 
     @property
     def torch_build_version(self) -> str:

@@ -370,6 +370,26 @@ def _cache(r: Recipe) -> Iterator[Finding]:
         )
 
 
+def _dist(r: Recipe) -> Iterator[Finding]:
+    d = r.dist
+    if d is None:
+        return
+    if not d.scheduler_url:
+        yield (
+            "dist.scheduler_url",
+            "[dist] without a scheduler",
+            "http(s)://HOST[:PORT] of the sccache-dist scheduler",
+        )
+    if r.cache.kind != "sccache":
+        yield (
+            "dist",
+            f"distributed compiles need the sccache compiler cache, not {r.cache.kind}",
+            'cache.kind = "sccache" (sccache is the client of sccache-dist; ccache has no distributed mode)',
+        )
+    if d.credentials_env and d.credentials_file:
+        yield ("dist.credentials_file", "set together with dist.credentials_env", "one of the two")
+
+
 RULES: tuple[Rule, ...] = (
     Rule("torch-known", "the torch release has compatibility data", _known_torch),
     Rule("torchvision-pairs-torch", "torchvision 0.(N+15) pairs with torch 2.N", _vision_pairs_torch),
@@ -399,6 +419,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule("flags", "build.flags does not override what recipe fields decide", _flags),
     Rule("cache", "cache settings are consistent and hold no secrets", _cache),
+    Rule("dist", "distributed compiles name a scheduler and use sccache", _dist),
 )
 
 

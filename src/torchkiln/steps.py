@@ -207,7 +207,7 @@ class CompileKind(StepKind):
 
     def layers(self, step: Step, ctx: Context) -> tuple[Mapping[str, str], ...]:
         session = ctx.open_cache(step)
-        return (step.env, session.public_env, session.secret_env)
+        return (step.env, session.public_env, ctx.dist_env, session.secret_env)
 
     def observer(self, step: Step, ctx: Context) -> LineObserver:
         ctx.display.live_bar(step)

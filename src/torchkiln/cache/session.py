@@ -34,6 +34,9 @@ class CacheSession:
     environ: dict[str, str]  # what the tool itself runs with (PATH)
     secrets: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    # Run-time variables of another part of the build that the tool's server must start with
+    # (SCCACHE_CONF of distributed compiles): not secrets, not part of the plan.
+    extra_env: dict[str, str] = field(default_factory=dict)
     closed: bool = field(default=False, init=False)
 
     def redact(self, text: str) -> str:
@@ -41,7 +44,7 @@ class CacheSession:
 
     @property
     def tool_env(self) -> dict[str, str]:
-        return compose(self.environ, self.public_env, self.secret_env)
+        return compose(self.environ, self.public_env, self.extra_env, self.secret_env)
 
     def zero_stats(self) -> None:
         """Reset the counters (opening the session did; a caller may again, e.g. after a configure)."""
@@ -69,8 +72,10 @@ def _layers(
     return public, tool.secret_env(config, environ)
 
 
-def open_session(config: CacheConfig, environ: Mapping[str, str]) -> CacheSession:
-    """Get the cache ready for a build.
+def open_session(
+    config: CacheConfig, environ: Mapping[str, str], extra_env: Mapping[str, str] | None = None
+) -> CacheSession:
+    """Get the cache ready for a build (``extra_env``: see :attr:`CacheSession.extra_env`).
 
     * the tool must be on PATH (TorchkilnError otherwise: the CMake launcher would fail every compile);
     * the cache directory is created;
@@ -98,12 +103,13 @@ def open_session(config: CacheConfig, environ: Mapping[str, str]) -> CacheSessio
     if problem is not None:
         warnings.append(f"{redact(problem, secrets)}: {SLOWER}")
         config = config.local_only()
-    session = CacheSession(tool, config, *_layers(tool, config, environ), base, secrets)
+    extra = dict(extra_env or {})
+    session = CacheSession(tool, config, *_layers(tool, config, environ), base, secrets, extra_env=extra)
     failure = tool.start(session.tool_env, session.redact)
     if failure is not None and config.remote:
         warnings.append(f"remote cache {redact(config.remote)} cannot be used ({failure}): {SLOWER}")
         config = config.local_only()
-        session = CacheSession(tool, config, *_layers(tool, config, environ), base, secrets)
+        session = CacheSession(tool, config, *_layers(tool, config, environ), base, secrets, extra_env=extra)
         failure = tool.start(session.tool_env, session.redact)
     if failure is not None:
         raise TorchkilnError(f"{config.kind} server does not start: {failure}")

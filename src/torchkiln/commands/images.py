@@ -23,6 +23,8 @@ from ..container import ENGINES, BuildRequest, Engine, Storage, select_engine
 from ..errors import EXIT_FAILURE, EXIT_OK, TorchkilnError, UsageError
 from ..images import (
     CACHE_SECRET_ID,
+    DIST_SECRET_FILE,
+    DIST_SECRET_ID,
     DOCKERFILES,
     FLAVOURS,
     PIP_CONFIG_SECRET_ID,
@@ -32,7 +34,7 @@ from ..images import (
     image_tag,
     runtime_args,
 )
-from ..recipe import load_recipe, recipes_dir, resolve_recipe_path
+from ..recipe import Recipe, load_recipe, recipes_dir, resolve_recipe_path
 
 # Where the runtime image keeps the manifest of the wheels it installed (scripts/install_wheels.sh).
 IMAGE_MANIFEST = "/opt/torchkiln/manifest.json"
@@ -97,6 +99,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="file holding the remote compiler cache's credential (--target wheels); it reaches "
         "the build only as a secret mount, never a layer",
+    )
+    parser.add_argument(
+        "--dist-secret",
+        metavar="FILE",
+        help="file holding the build cluster's client token (--target wheels, a recipe with [dist]); it "
+        f"reaches the build only as a secret mount ({DIST_SECRET_FILE}), never a layer",
     )
     parser.add_argument(
         "--pip-config",
@@ -179,13 +187,33 @@ def _secret_file(option: str, value: str, valid: str) -> Path:
     return path.resolve()
 
 
+def _dist_secret(recipe: Recipe, given: str | None) -> Path | None:
+    """The token file for a recipe with ``[dist]``: the image build reads it only as a secret mount, so the
+    recipe must name that mount as its credentials_file, and a build without the secret would fail."""
+    if recipe.dist is None:
+        if given:
+            raise UsageError(f"{recipe.source}: --dist-secret given but the recipe has no [dist] section")
+        return None
+    if recipe.dist.credentials_file != DIST_SECRET_FILE:
+        raise UsageError(
+            f"{recipe.source}: dist.credentials_file: the image build reads the client token only from "
+            f"its secret mount (valid: credentials_file = {DIST_SECRET_FILE!r}, with --dist-secret FILE)"
+        )
+    if not given:
+        raise UsageError(
+            f"{recipe.source}: the recipe's [dist] needs the client token: --dist-secret FILE (or drop [dist])"
+        )
+    return _secret_file("--dist-secret", given, "a file holding the client token")
+
+
 def build_request(args: argparse.Namespace, *, context: Path) -> BuildRequest:
     """What to build, from the command line, the recipe and (runtime) the manifest in --dist; no engine is
     needed (--print uses it too)."""
     recipe = load_recipe(resolve_recipe_path(args.recipe))
     target = args.target
-    if args.cache_secret and target != "wheels":
-        raise UsageError("--cache-secret is only used by --target wheels (the stage that compiles)")
+    for option, given in (("--cache-secret", args.cache_secret), ("--dist-secret", args.dist_secret)):
+        if given and target != "wheels":
+            raise UsageError(f"{option} is only used by --target wheels (the stage that compiles)")
     if args.verify and target != "runtime":
         raise UsageError("--verify needs --target runtime (the image with the verification suite)")
     dist = Path(args.dist).resolve()
@@ -220,6 +248,9 @@ def build_request(args: argparse.Namespace, *, context: Path) -> BuildRequest:
                     "cache.credentials_env (the variable the build reads the credential from)"
                 )
             secrets[CACHE_SECRET_ID] = secret
+        dist_secret = _dist_secret(recipe, args.dist_secret)
+        if dist_secret is not None:
+            secrets[DIST_SECRET_ID] = dist_secret
     if args.pip_config:
         secrets[PIP_CONFIG_SECRET_ID] = _secret_file(
             "--pip-config", args.pip_config, "a pip configuration file, e.g. ~/.config/pip/pip.conf"

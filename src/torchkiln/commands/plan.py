@@ -10,9 +10,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..cache import resolve_cache
+from ..distributed.spec import DistSpec, resolve_dist
 from ..errors import UsageError
 from ..plan import ENV_TABLE, Plan, make_plan
-from ..recipe import load_recipe, resolve_recipe_path
+from ..recipe import Recipe, load_recipe, resolve_recipe_path
 
 
 def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,6 +48,21 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache-dir", type=Path, default=None, help="local compiler-cache directory")
     parser.add_argument(
         "--cache-remote", default=None, help="remote cache store URL (credentials: see README)"
+    )
+    parser.add_argument(
+        "--dist-scheduler",
+        default=None,
+        metavar="URL|off",
+        help="send compiles to this sccache-dist scheduler (default: the recipe's [dist]; off: compile locally)",
+    )
+    parser.add_argument(
+        "--dist-token-env",
+        default=None,
+        metavar="NAME",
+        help="environment variable holding the build cluster's client token (default TORCHKILN_DIST_TOKEN)",
+    )
+    parser.add_argument(
+        "--dist-token-file", default=None, metavar="FILE", help="file holding the client token"
     )
 
 
@@ -89,6 +105,21 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         source_dirs=parse_source_dirs(args.source_dir),
         only=args.only,
         cache=cache,
+        dist_spec=dist_from_args(args, recipe, cache.kind),
+    )
+
+
+def dist_from_args(args: argparse.Namespace, recipe: Recipe, cache_kind: str) -> DistSpec | None:
+    """The recipe's ``[dist]`` with ``--dist-scheduler`` / ``--dist-token-env`` / ``--dist-token-file`` over it."""
+    url = args.dist_scheduler
+    if url is not None and url.strip().lower() in ("off", ""):
+        return None
+    return resolve_dist(
+        recipe.dist,
+        cache_kind=cache_kind,
+        scheduler_url_override=url,
+        credentials_env=args.dist_token_env,
+        credentials_file=args.dist_token_file,
     )
 
 
@@ -112,6 +143,11 @@ def print_plan(plan: Plan, console: Console | None = None) -> None:
         f"torch front-end: {plan.frontend}; MAX_JOBS={plan.jobs.value} ({plan.jobs.source}: "
         f"{plan.jobs.reason})"
     )
+    if plan.dist is not None:
+        console.print(
+            f"distributed compiles: sccache-dist scheduler {escape(plan.dist.scheduler_url)} (checked before the "
+            "first compile; unreachable or refused: one warning, compiles run locally)"
+        )
     sources = Table("project", "repo", "ref", "commit", "path", title="sources")
     for s in plan.sources:
         cells = (
@@ -140,11 +176,25 @@ def print_plan(plan: Plan, console: Console | None = None) -> None:
         secret = _secret_source(plan)
         if secret:
             env.add_row("(secrets)", escape(secret), "remote cache credentials: set at run time, never shown")
+        if plan.dist is not None:
+            env.add_row(
+                "SCCACHE_CONF",
+                "(a private file, written at run time)",
+                escape(
+                    f"compiles sent to {plan.dist.scheduler_url}; client token {_dist_token_source(plan.dist)}"
+                ),
+            )
         console.print(env)
     steps = Table("#", "step", "command", title="steps")
     for i, step in enumerate(plan.steps, 1):
         steps.add_row(str(i), escape(step.name), escape(step.command()))
     console.print(steps)
+
+
+def _dist_token_source(dist: DistSpec) -> str:
+    return (
+        f"read from ${dist.credentials_env}" if dist.credentials_env else f"read from {dist.credentials_file}"
+    )
 
 
 def _secret_source(plan: Plan) -> str | None:

@@ -220,8 +220,11 @@ def client_env(conf_path: Path) -> dict[str, str]:
 
 
 def default_toolchain_dir(cache_dir: Path) -> Path:
-    """Where packaged toolchains are kept: next to the sccache cache, so they outlive one build."""
-    return Path(cache_dir) / "dist-toolchains"
+    """Where packaged toolchains are kept: beside the sccache cache (``<dir>-dist-toolchains``), so they
+    outlive one build. Not inside it: sccache's disk cache counts every file under its directory against
+    its size limit and evicts the oldest, which would take 30-80 MiB toolchain packages with it."""
+    cache_dir = Path(cache_dir)
+    return cache_dir.with_name(f"{cache_dir.name}-dist-toolchains")
 
 
 def dist_jobs(local_jobs: int, status: SchedulerStatus | None) -> int:
