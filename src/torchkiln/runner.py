@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from .errors import TorchkilnError
+from .errors import TorchkilnError, name_path
 from .logs import first_error
 
 KILL_GRACE_S = 10.0
@@ -295,6 +295,8 @@ def stream(
         if not stopped:
             proc.wait()
             finished = True
+    except OSError as exc:  # the log's disk is full or gone: say which file
+        raise name_path(exc, log) from None
     finally:
         if not finished:  # stopped by the observer, Ctrl-C or SIGTERM
             stop_group(proc)
