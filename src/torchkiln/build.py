@@ -23,6 +23,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from . import runner
 from .atomic import clean_partials
 from .context import Context, Options
 from .display import Display
@@ -146,7 +147,8 @@ def run_build(plan: Plan, options: BuildOptions | None = None) -> BuildResult:
     except OSError as exc:
         raise name_path(exc, paths.workdir) from None
     check_dist(paths.dist, plan.recipe.name)
-    with holding_lock(paths.workdir):
+    # supervised: nothing this build starts outlives it, also when torchkiln is SIGKILLed
+    with holding_lock(paths.workdir), runner.supervised():
         repair_layout(paths.workdir, display.note)
         ctx = Context(
             plan=plan,
