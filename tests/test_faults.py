@@ -339,3 +339,31 @@ def test_cli_main_is_the_boundary_for_oserror(tmp_path: Path, capsys) -> None:
     err = capsys.readouterr().err
     assert code == 1 and "Traceback" not in err
     assert f"{blocker / 'work'}: Not a directory (ENOTDIR); a file stands where a directory belongs" in err
+
+
+def test_dist_this_user_cannot_write_is_refused_before_the_first_step() -> None:
+    """Mode 555 means nothing to root: run torchkiln as nobody (setpriv), through the CLI."""
+    import shutil
+
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to run torchkiln as another user")
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="kiln-as-nobody-"))  # pytest's own tmp root is root's alone (0700)
+    base.chmod(0o777)
+    locked = base / "locked"
+    locked.mkdir(mode=0o555)
+    locked.chmod(0o555)
+    recipe = base / "r.toml"
+    recipe.write_text(fetch_recipe_text("file:///nonexistent", "v1"))
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT / "src"), "HOME": str(base)}
+    argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-m", "torchkiln"]
+    done = subprocess.run(
+        [*argv, "build", str(recipe), "--workdir", str(base / "work"), "--dist", str(locked / "dist")],
+        capture_output=True, text=True, cwd=base, env=env, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert f"cannot publish into --dist: {locked}: Permission denied (EACCES)" in done.stderr
+    assert not (base / "work" / "src").exists()
+    locked.chmod(0o755)
+    shutil.rmtree(base)

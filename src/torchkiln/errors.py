@@ -90,7 +90,7 @@ OS_ADVICE: dict[str, str] = {
     "elsewhere; completed steps are kept, a rerun continues",
     "EDQUOT": "the disk quota is exhausted: free space or raise the quota; completed steps are kept",
     "EROFS": "the filesystem is mounted read-only: choose a writable location (--workdir, --dist, --cache-dir)",
-    "EACCES": "this user may not write there: fix its permissions or choose another location",
+    "EACCES": "this user lacks the permission: fix its permissions or choose another location",
     "EPERM": "this user may not change it: fix its owner or permissions or choose another location",
     "ENOTDIR": "a file stands where a directory belongs: remove or rename that file",
     "EISDIR": "a directory stands where a file belongs: remove or rename that directory",
