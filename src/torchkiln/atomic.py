@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from .errors import name_path
+from .supervisor import pid_alive
 
 # Temporaries carry this prefix and the writer's pid, so a later run can find and remove those a SIGKILL
 # left behind, and only those: the writer holds an exclusive flock on its temporary while it writes, so a
@@ -86,16 +87,6 @@ def copy(source: Path, target: Path) -> Path:
     return target
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _abandoned(path: Path) -> bool:
     """Whether no live writer owns the temporary ``path``: nobody holds its flock, and its writer's pid (in
     its name) is gone, or the file is older than a writer takes to lock it (the pid was reused)."""
@@ -110,7 +101,7 @@ def _abandoned(path: Path) -> bool:
             return False  # a live writer holds it
         fcntl.flock(fd, fcntl.LOCK_UN)
         pid_text = path.name[len(PARTIAL_MARK) :].partition("-")[0]
-        if not pid_text.isdigit() or not _pid_alive(int(pid_text)):
+        if not pid_text.isdigit() or not pid_alive(int(pid_text)):
             return True
         return time.time() - os.fstat(fd).st_mtime > YOUNG_S
     finally:

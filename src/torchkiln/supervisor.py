@@ -30,6 +30,18 @@ MARK = "TORCHKILN_RUN"
 SETTLE_S = 10.0
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (of any user). Files named after their writer's pid (partial files,
+    sccache sockets) are leftovers once it does not."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def marked(run_id: str, *, skip: int) -> list[int]:
     """Pids of the processes whose environment carries ``TORCHKILN_RUN=run_id`` (other than ``skip``)."""
     needle = f"{MARK}={run_id}".encode()

@@ -29,6 +29,7 @@ from pathlib import Path
 from .. import runner
 from ..errors import TorchkilnError, UsageError
 from ..runner import Redact
+from ..supervisor import pid_alive
 from .config import CacheConfig
 from .remote import Remote, parse_remote, secret_of, split_user
 from .stats import CacheStats
@@ -196,16 +197,6 @@ def parse_stats(text: str) -> CacheStats:
 SOCKET_PREFIX = "torchkiln-sccache-"
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def stop_orphans(env: Mapping[str, str]) -> list[Path]:
     """Stop the servers of builds that died without stopping theirs (a torchkiln older than its watchdog,
     or one whose watchdog was killed too) and remove their sockets: a socket of this form whose build pid
@@ -213,7 +204,7 @@ def stop_orphans(env: Mapping[str, str]) -> list[Path]:
     removed = []
     for sock in sorted(Path(tempfile.gettempdir()).glob(f"{SOCKET_PREFIX}*.sock")):
         pid = sock.name[len(SOCKET_PREFIX) :].partition("-")[0]
-        if not pid.isdigit() or _pid_alive(int(pid)):
+        if not pid.isdigit() or pid_alive(int(pid)):
             continue
         runner.run(["sccache", "--stop-server"], env={**env, "SCCACHE_SERVER_UDS": str(sock)}, timeout=30)
         sock.unlink(missing_ok=True)
