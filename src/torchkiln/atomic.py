@@ -47,12 +47,12 @@ def replacing(path: Path, *, mode: int | None = None) -> Iterator[BinaryIO]:
     except OSError as exc:
         raise name_path(exc, path) from None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # ours while it exists: see clean_partials
-        # mkstemp makes 0600; a document is for everyone who can read the directory (umask applies).
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, (0o666 if mode is None else mode) & ~umask)
         with os.fdopen(fd, "wb") as handle:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)  # ours while it is open: see clean_partials
+            # mkstemp makes 0600; a document is for everyone who can read the directory (umask applies).
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, (0o666 if mode is None else mode) & ~umask)
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
