@@ -226,9 +226,11 @@ def test_workdir_entries_of_the_wrong_type_are_repaired(tmp_path: Path, repo, na
         (target / "inner").mkdir(parents=True)
     else:
         target.write_bytes(b"\xff{not json" if make == "garbage" else b"a file\n")
-    result, _ = fetch_build(work, dist, repo["url"])
+    result, out = fetch_build(work, dist, repo["url"])
     assert result.manifest.is_file()
     assert (work / "state.json").is_file() and (work / "logs").is_dir()
+    if make != "garbage" and name != "build.lock":
+        assert f"removed {target}: " in out
 
 
 def test_partials_of_killed_writers_are_removed_from_workdir_and_dist(tmp_path: Path, repo) -> None:

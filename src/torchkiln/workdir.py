@@ -65,9 +65,8 @@ def repair_layout(workdir: Path, note: Note) -> None:
             continue  # handled under the lock's own rules (holding_lock)
         if _wrong_type(path, want):
             _remove(path)
-            note(
-                f"removed {path}: a {'file' if want == 'dir' else 'directory'} where the build keeps its {want}"
-            )
+            found, kept = ("a file", "a directory") if want == "dir" else ("a directory", "a file")
+            note(f"removed {path}: {found} where the build keeps {kept} (made again)")
     for leftover in clean_partials(workdir):
         note(f"removed a partial file left by an interrupted build: {leftover}")
 
@@ -89,7 +88,6 @@ def _writable(directory: Path) -> OSError | None:
     if not os.access(probe, os.W_OK | os.X_OK):
         # access(2) reports a read-only filesystem as EROFS, also for root.
         try:
-            os.statvfs(probe)
             readonly = bool(os.statvfs(probe).f_flag & os.ST_RDONLY)
         except OSError:
             readonly = False
