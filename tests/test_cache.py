@@ -15,7 +15,9 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -604,3 +606,37 @@ def test_plan_names_where_the_secrets_come_from_never_their_value(
     data = json.loads(capsys.readouterr().out)
     wheel = next(step for step in data["steps"] if step["name"] == "torch:wheel")
     assert wheel["env"]["CCACHE_DIR"] and "CCACHE_REMOTE_STORAGE" not in wheel["env"]
+
+
+def test_a_dead_builds_sccache_server_and_socket_are_stopped_by_the_next_build(tmp_path: Path) -> None:
+    """Issue 14 item 10, for a server whose build and watchdog are both gone (an older torchkiln): the next
+    build's start stops it and removes its socket (named after the dead build's pid)."""
+    need("sccache")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    sock = Path(tempfile.gettempdir()) / f"torchkiln-sccache-{dead.pid}-deadbeef.sock"
+    environ = {**base_environment(os.environ), "PATH": tool_path()}
+    orphan_env = {**environ, "SCCACHE_DIR": str(tmp_path / "orphan"), "SCCACHE_SERVER_UDS": str(sock)}
+    orphan_env["SCCACHE_IDLE_TIMEOUT"] = "0"
+    subprocess.run(["sccache", "--start-server"], env=orphan_env, check=True, capture_output=True)
+    assert sock.exists()
+    config = cache.resolve_cache(CacheSpec(kind="sccache"), dir=tmp_path / "sc")
+    session = cache.open_session(config, environ)
+    session.close()
+    assert not sock.exists(), "the orphan's socket is gone"
+    needle = f"SCCACHE_DIR={tmp_path / 'orphan'}".encode()
+
+    def serving() -> list[str]:
+        found = []
+        for proc in Path("/proc").iterdir():
+            try:
+                if proc.name.isdigit() and needle in (proc / "environ").read_bytes().split(b"\0"):
+                    found.append(proc.name)
+            except OSError:
+                continue
+        return found
+
+    deadline = time.monotonic() + 10
+    while serving() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert serving() == [], "and its server is stopped"
