@@ -22,6 +22,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import zipfile
 from dataclasses import replace
@@ -107,9 +108,11 @@ def scenario(world: dict[str, Path], name: str, *, source_edit: str | None = Non
     return {"base": base, "work": work, "src": src, "dist": base / "dist", "ccache": base / "ccache"}
 
 
-def plan_for(world: dict[str, Path], s: dict[str, Path], recipe: Path | None = None):
+def plan_for(
+    world: dict[str, Path], s: dict[str, Path], recipe: Path | None = None, cache_kind: str = "ccache"
+):
     r = load_recipe(recipe or world["recipe"])
-    cache = resolve_cache(r.cache, kind="ccache", dir=s["ccache"])
+    cache = resolve_cache(r.cache, kind=cache_kind, dir=s["ccache"])
     return make_plan(
         r,
         workdir=s["work"],
@@ -435,6 +438,78 @@ def test_interrupted_build_leaves_dist_clean(world, signum: int) -> None:
     assert not any(p.name.startswith(PARTIAL_MARK) for p in s["dist"].iterdir())
     assert _processes_mentioning(str(s["src"])) == [], "the compiler processes were stopped with the build"
     assert b"Traceback" not in output
+
+
+def _environ_has(pid: str, text: bytes) -> bool:
+    try:
+        return text in Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+
+
+def _working_in(tree: Path) -> list[str]:
+    """Processes whose working directory is in ``tree`` (ninja, and the compilers sccache's server runs
+    there, whose argv names sources relative to it)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cwd = os.readlink(proc / "cwd") if proc.name.isdigit() else ""
+        except OSError:
+            continue
+        if cwd == str(tree) or cwd.startswith(f"{tree}/"):
+            found.append(f"{proc.name}: {cwd}")
+    return found
+
+
+def _sccache_servers(cache_dir: Path) -> list[str]:
+    """sccache processes (the server) working for ``cache_dir``."""
+    needle = f"SCCACHE_DIR={cache_dir}".encode()
+    return [p for p in _processes_mentioning("sccache") if _environ_has(p.split(":")[0], needle)]
+
+
+def test_nothing_of_a_sigkilled_build_survives_and_the_rerun_recovers(world) -> None:
+    """Issue 14 item 10: SIGKILL (uncatchable) mid-compile; the watchdog stops ninja, the compilers and the
+    build's sccache server and removes its socket; the rerun builds the wheel."""
+    need("sccache")
+    unique = f"// sigkill {time.time_ns()}: a cache miss, so the compile takes a while\n"
+    s = scenario(world, "sigkill", source_edit=unique + (EXT / "csrc" / "ops.cpp").read_text())
+    argv = [
+        sys.executable, "-m", "torchkiln", "build", str(world["recipe"]),
+        "--source-dir", f"torch={s['src']}", "--only", "torch", "--workdir", str(s["work"]),
+        "--dist", str(s["dist"]), "--cache", "sccache", "--cache-dir", str(s["ccache"]), "--jobs", "2",
+        "--skip-checks",
+    ]  # fmt: skip
+    log = s["work"] / "logs" / "torch-wheel.log"
+    log.unlink(missing_ok=True)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=str(s["base"]))
+    deadline = time.monotonic() + 300
+    compiling = str(s["src"] / "csrc")
+    while not (
+        log.exists()
+        and "running build_ext" in log.read_text(errors="replace")
+        and (_processes_mentioning(compiling) or _working_in(s["src"] / "build"))
+    ):
+        assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
+        assert time.monotonic() < deadline, "the compile never started"
+        time.sleep(0.2)
+    servers = _sccache_servers(s["ccache"])
+    sockets = sorted(Path(tempfile.gettempdir()).glob(f"torchkiln-sccache-{proc.pid}-*.sock"))
+    assert servers and sockets, "the build's own sccache server is running"
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
+    left = []
+    for _ in range(50):  # "a few seconds later"
+        left = _processes_mentioning(str(s["src"])) + _working_in(s["src"]) + _sccache_servers(s["ccache"])
+        left += [str(p) for p in sockets if p.exists()]
+        if not left:
+            break
+        time.sleep(0.1)
+    assert left == [], (
+        "nothing of the killed build survives it: compilers, ninja, its sccache server, its socket"
+    )
+    result, out, _ = build(plan_for(world, s, cache_kind="sccache"), skip_checks=True)
+    assert [p.name for p in result.wheels] == [WHEEL] and "torch:wheel" in result.ran
+    assert _sccache_servers(s["ccache"]) == [], "the rerun stopped its own server too"
 
 
 @pytest.mark.timeout(120)

@@ -15,7 +15,9 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -326,6 +328,31 @@ def test_ccache_stats_count_hits_misses_and_uncacheable(tmp_path: Path) -> None:
     cache.enforce_min_hit_rate(stats, 0.3)
 
 
+@pytest.mark.parametrize("kind", ["ccache", "sccache"])
+def test_two_concurrent_builds_on_one_cache_dir_each_count_their_own(kind: str, tmp_path: Path) -> None:
+    """Issue 14 item 6: a warm rebuild (one miss, then hits) and a cold build (misses) share the default
+    cache dir at the same time; each build's statistics and gate are its own."""
+    need(kind)
+    config = cache.resolve_cache(CacheSpec(kind=kind), dir=tmp_path / "shared")
+    environ = {**base_environment(os.environ), "PATH": tool_path()}
+    warm = cache.open_session(replace(config, basedir=tmp_path), environ)
+    cold = cache.open_session(replace(config, basedir=tmp_path), environ)
+    try:
+        warm_env, cold_env = run_env(environ, warm), run_env(environ, cold)
+        for name in ("w", "c1", "c2", "c3"):
+            (tmp_path / f"{name}.c").write_text(f"int {name}(void) {{ return 1; }}\n")
+        _compile(warm_env, kind, "-c", "w.c", "-o", "w.o", cwd=tmp_path)  # warm: miss
+        cold.zero_stats()  # a second build starting: must not wipe the first one's figures
+        for _ in range(3):
+            _compile(warm_env, kind, "-c", "w.c", "-o", "w.o", cwd=tmp_path)  # warm: hits
+            _compile(cold_env, kind, "-c", f"c{_ + 1}.c", "-o", f"c{_ + 1}.o", cwd=tmp_path)  # cold: miss
+    finally:
+        warm_stats, cold_stats = warm.close(), cold.close()
+    assert (warm_stats.hits, warm_stats.misses) == (3, 1), warm_stats
+    assert (cold_stats.hits, cold_stats.misses) == (0, 3), cold_stats
+    cache.enforce_min_hit_rate(warm_stats, 0.75)  # the other build's misses do not count against it
+
+
 def test_sccache_stats_by_language(tmp_path: Path) -> None:
     need("sccache")
     config = cache.resolve_cache(CacheSpec(kind="sccache"), dir=tmp_path / "sc")
@@ -579,3 +606,37 @@ def test_plan_names_where_the_secrets_come_from_never_their_value(
     data = json.loads(capsys.readouterr().out)
     wheel = next(step for step in data["steps"] if step["name"] == "torch:wheel")
     assert wheel["env"]["CCACHE_DIR"] and "CCACHE_REMOTE_STORAGE" not in wheel["env"]
+
+
+def test_a_dead_builds_sccache_server_and_socket_are_stopped_by_the_next_build(tmp_path: Path) -> None:
+    """Issue 14 item 10, for a server whose build and watchdog are both gone (an older torchkiln): the next
+    build's start stops it and removes its socket (named after the dead build's pid)."""
+    need("sccache")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    sock = Path(tempfile.gettempdir()) / f"torchkiln-sccache-{dead.pid}-deadbeef.sock"
+    environ = {**base_environment(os.environ), "PATH": tool_path()}
+    orphan_env = {**environ, "SCCACHE_DIR": str(tmp_path / "orphan"), "SCCACHE_SERVER_UDS": str(sock)}
+    orphan_env["SCCACHE_IDLE_TIMEOUT"] = "0"
+    subprocess.run(["sccache", "--start-server"], env=orphan_env, check=True, capture_output=True)
+    assert sock.exists()
+    config = cache.resolve_cache(CacheSpec(kind="sccache"), dir=tmp_path / "sc")
+    session = cache.open_session(config, environ)
+    session.close()
+    assert not sock.exists(), "the orphan's socket is gone"
+    needle = f"SCCACHE_DIR={tmp_path / 'orphan'}".encode()
+
+    def serving() -> list[str]:
+        found = []
+        for proc in Path("/proc").iterdir():
+            try:
+                if proc.name.isdigit() and needle in (proc / "environ").read_bytes().split(b"\0"):
+                    found.append(proc.name)
+            except OSError:
+                continue
+        return found
+
+    deadline = time.monotonic() + 10
+    while serving() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert serving() == [], "and its server is stopped"

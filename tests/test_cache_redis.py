@@ -287,3 +287,81 @@ def test_sccache_second_builder_gets_objects_from_redis(
     built = build_extension(tmp_path / "c" / "cache_ext", sccache_config(local, redis.url, bad))
     assert len(built.warnings) == 1 and "refuses the credentials (WRONGPASS)" in built.warnings[0]
     assert (built.stats.hits, built.stats.remote_hits) == (TRANSLATION_UNITS, None)
+
+
+# --------------------------------------------------------------------------------------------------
+# Issue 14 item 4: the documented USER:PASSWORD secret, with a real Redis ACL user, for both tools.
+# --------------------------------------------------------------------------------------------------
+
+ACL_USER = "kiln"
+ACL_PASSWORD = "kiln-Acl-pw-91c2"
+
+
+@pytest.fixture(scope="module")
+def acl_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Redis]:
+    """A Redis whose default user is off: only the ACL user ``kiln`` (with its own password) gets in."""
+    need("redis-server")
+    need("redis-cli")
+    server = start_redis(PASSWORD, tmp_path_factory.mktemp("redis-acl"))
+    cli = ["redis-cli", "-p", str(server.port), "--no-auth-warning", "-a", PASSWORD]
+    for command in (
+        ["ACL", "SETUSER", ACL_USER, "on", f">{ACL_PASSWORD}", "~*", "+@all"],
+        ["ACL", "SETUSER", "default", "off"],
+    ):
+        done = subprocess.run([*cli, *command], capture_output=True, text=True, check=True)
+        assert done.stdout.strip() == "OK", done.stdout + done.stderr
+    yield server
+    server.process.terminate()
+    server.process.wait(timeout=10)
+
+
+@pytest.mark.parametrize("kind", ["ccache", "sccache"])
+def test_user_colon_password_secret_reaches_redis_for_both_tools(
+    kind: str, acl_redis: Redis, tmp_path: Path
+) -> None:
+    need(kind)
+    secret = tmp_path / "redis.secret"
+    secret.write_text(f"{ACL_USER}:{ACL_PASSWORD}\n")
+    secret.chmod(0o600)
+    source = tmp_path / "one.c"
+    source.write_text(f"int one_{kind}(void) {{ return 1; }}\n")
+    environ = {**base_environment(os.environ), "PATH": tool_path()}
+    found = []
+    for builder in ("a", "b"):  # two builders, each with an empty local cache: b's object comes from Redis
+        spec = CacheSpec(kind=kind, remote=acl_redis.url, credentials_file=str(secret))
+        config = cache.resolve_cache(spec, dir=tmp_path / f"local-{builder}")
+        session = cache.open_session(replace(config, basedir=tmp_path), environ)
+        try:
+            assert session.warnings == (), "the credentials were taken: no local-only fallback"
+            assert session.config.remote == acl_redis.url
+            env = {**environ, **session.public_env, **session.secret_env}
+            subprocess.run(
+                [kind, "gcc", "-c", str(source), "-o", str(tmp_path / f"{builder}.o")],
+                env=env,
+                cwd=tmp_path,
+                check=True,
+                capture_output=True,
+            )
+        finally:
+            stats = session.close()
+        assert stats is not None
+        found.append(stats)
+    assert found[0].misses == 1 and found[0].errors == 0, found[0]
+    assert found[1].hits == 1 and found[1].remote_hits == 1, found[1]
+    keys = subprocess.run(
+        [
+            "redis-cli",
+            "-p",
+            str(acl_redis.port),
+            "--user",
+            ACL_USER,
+            "--pass",
+            ACL_PASSWORD,
+            "--no-auth-warning",
+            "DBSIZE",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert int(keys.stdout.strip()) > 0, "the objects are in Redis, written as the ACL user"

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -114,3 +117,74 @@ def test_reap_kills_stragglers_a_finished_leader_left() -> None:
     while alive(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert alive(marker) == []
+
+
+# A torchkiln that starts, under supervision, a family (child + grandchild in one group) and a daemon that
+# leaves the group and session (as the sccache server does), asks for a socket to be removed, then waits to
+# be SIGKILLed.
+SUPERVISED = (
+    "import os, subprocess, sys, time, pathlib\n"
+    "from torchkiln import runner\n"
+    "marker, sock = sys.argv[1], pathlib.Path(sys.argv[2])\n"
+    "DAEMON = ('import os, sys, time\\n'\n"
+    "          'if os.fork() == 0:\\n'\n"
+    "          '    os.setsid()\\n'\n"
+    "          '    null = os.open(os.devnull, os.O_RDWR)\\n'\n"
+    "          '    [os.dup2(null, fd) for fd in (0, 1, 2)]\\n'\n"
+    "          '    time.sleep(120)\\n')\n"
+    "with runner.supervised():\n"
+    "    runner.spawn([sys.executable, '-c', " + repr(FAMILY) + ", marker])\n"
+    "    runner.run([sys.executable, '-c', DAEMON, marker + '-daemon'])\n"
+    "    sock.write_text('socket')\n"
+    "    runner.remove_at_exit(sock)\n"
+    "    print('ready', flush=True)\n"
+    "    time.sleep(120)\n"
+)
+
+
+def _family(marker: str, tmp_path: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent / "src")}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SUPERVISED, marker, str(tmp_path / "server.sock")],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    return proc
+
+
+def _gone(marker: str, seconds: float) -> list[str]:
+    deadline = time.monotonic() + seconds
+    while alive(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return alive(marker)
+
+
+def test_nothing_a_sigkilled_torchkiln_started_survives_it(tmp_path: Path) -> None:
+    marker = f"kiln-runner-sigkill-{time.time_ns()}"
+    proc = _family(marker, tmp_path)
+    while len(alive(marker)) < 3:  # child, grandchild, daemon
+        time.sleep(0.05)
+    assert (tmp_path / "server.sock").exists()
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert _gone(marker, 5) == [], "the watchdog killed the child, the grandchild and the daemon"
+    deadline = time.monotonic() + 5
+    while (tmp_path / "server.sock").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not (tmp_path / "server.sock").exists(), "and removed the socket"
+
+
+def test_a_normal_end_of_a_supervised_run_also_stops_what_it_left(tmp_path: Path) -> None:
+    marker = f"kiln-runner-end-{time.time_ns()}"
+    script = (
+        "import sys\nfrom torchkiln import runner\n"
+        "with runner.supervised():\n"
+        "    runner.spawn([sys.executable, '-c', 'import time; time.sleep(120)', sys.argv[1]])\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent / "src")}
+    subprocess.run([sys.executable, "-c", script, marker], check=True, env=env, timeout=60)
+    assert _gone(marker, 5) == []
+    # outside a supervised block nothing is marked or watched
+    assert runner._marked({"A": "1"}) == {"A": "1"}

@@ -3,7 +3,8 @@
 The plan says *what* runs; :mod:`torchkiln.steps` says what each kind of step needs around its command;
 this module is the loop between them and what a long build needs around the loop:
 
-- one build per work directory at a time (a lock file);
+- one build per work directory at a time (a lock file), its layout repaired and dist/ checked writable before
+  the first step (:mod:`torchkiln.workdir`);
 - fingerprints (:mod:`torchkiln.fingerprint`): an unchanged step is skipped, so a rerun with nothing changed
   finishes in seconds; ``force`` runs everything again;
 - interrupts: Ctrl-C and SIGTERM stop the running step's whole process group and leave dist/ untouched
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import fcntl
 import os
 import signal
 from collections.abc import Iterator, Mapping
@@ -23,14 +23,16 @@ from pathlib import Path
 
 from rich.console import Console
 
+from . import runner
 from .atomic import clean_partials
 from .context import Context, Options
 from .display import Display
-from .errors import BuildFailed, ConfigureMismatch, Interrupted, TorchkilnError
+from .errors import BuildFailed, ConfigureMismatch, Interrupted, TorchkilnError, name_path
 from .fingerprint import State, digest, step_fingerprint
 from .manifest import StepRecord
 from .plan import Plan
 from .steps import KINDS
+from .workdir import STATE_NAME, check_dist, holding_lock, repair_layout
 
 __all__ = [
     "BuildFailed",
@@ -84,29 +86,6 @@ def _terminate_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-@contextlib.contextmanager
-def _workdir_lock(workdir: Path) -> Iterator[None]:
-    """One build per workdir at a time: two would fetch into, and record state for, the same checkout."""
-    path = workdir / "build.lock"
-    with path.open("a+") as handle:
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
-            raise TorchkilnError(
-                f"another torchkiln build is running in {workdir} ({holder}); wait for it, or use another --workdir"
-            ) from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"pid {os.getpid()}\n")
-        handle.flush()
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
 def _run_steps(ctx: Context) -> None:
@@ -163,17 +142,25 @@ def run_build(plan: Plan, options: BuildOptions | None = None) -> BuildResult:
     console = options.console or Console(highlight=False)
     display = Display(console)
     paths = plan.paths
-    paths.workdir.mkdir(parents=True, exist_ok=True)
-    with _workdir_lock(paths.workdir):
+    try:
+        paths.workdir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise name_path(exc, paths.workdir) from None
+    check_dist(paths.dist, plan.recipe.name)
+    # supervised: nothing this build starts outlives it, also when torchkiln is SIGKILLed
+    with holding_lock(paths.workdir), runner.supervised():
+        repair_layout(paths.workdir, display.note)
         ctx = Context(
             plan=plan,
             options=Options(options.force, options.skip_checks, options.min_hit_rate),
             environ=dict(options.environ if options.environ is not None else os.environ),
-            state=State(paths.workdir / "state.json"),
+            state=State(paths.workdir / STATE_NAME),
             display=display,
             console=console,
             started=dt.datetime.now(dt.UTC),
         )
+        for name in ctx.state.dropped:
+            display.note(f"{ctx.state.path}: the record of {name} is damaged; that step runs again")
         paths.logs.mkdir(parents=True, exist_ok=True)
         for leftover in clean_partials(paths.dist):
             display.note(f"removed a partial file left by an interrupted build: {leftover}")

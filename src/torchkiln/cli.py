@@ -3,6 +3,10 @@
 Each command lives in its own module under :mod:`torchkiln.commands` with two functions,
 ``register(subparsers)`` and ``run(args) -> int``. Modules are imported lazily, only for the command that
 runs, so a problem in one area (or a heavy import) never breaks the others.
+
+:func:`main` is the one error boundary: a :class:`~torchkiln.errors.TorchkilnError` prints its message, an
+``OSError`` (a full disk, a read-only dist/, a file where a directory belongs) prints
+``path: what failed (ERRNO); what to do`` (:func:`torchkiln.errors.describe_os_error`); neither a traceback.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from . import __version__
-from .errors import EXIT_USAGE, TorchkilnError
+from .errors import EXIT_FAILURE, EXIT_USAGE, TorchkilnError, describe_os_error
 
 # command name -> (module under torchkiln.commands, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -69,6 +73,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("torchkiln: interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:
+        # The one boundary for the filesystem: a full disk, a read-only or missing directory, a file where
+        # a directory belongs. One line naming the path, the errno and what to do; never a traceback.
+        print(f"torchkiln: {describe_os_error(exc)}", file=sys.stderr)
+        return EXIT_FAILURE
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -7,6 +7,7 @@ from a recipe ever surfaces as a traceback.
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,3 +77,46 @@ class Interrupted(TorchkilnError):
     """Ctrl-C or SIGTERM: the running step was stopped, dist/ is unchanged."""
 
     exit_code = 130
+
+
+# --------------------------------------------------------------------------------------------------
+# The one error boundary for the filesystem: an OSError becomes one line a user can act on.
+# --------------------------------------------------------------------------------------------------
+
+# errno name -> what to do. Every OSError torchkiln does not handle itself reaches cli.main, which prints
+# ``path: what failed (ERRNO) and what to do`` and exits 1; a table, so a new case is a row.
+OS_ADVICE: dict[str, str] = {
+    "ENOSPC": "free space on the filesystem that holds it (df -h), or point --workdir/--dist/--cache-dir "
+    "elsewhere; completed steps are kept, a rerun continues",
+    "EDQUOT": "the disk quota is exhausted: free space or raise the quota; completed steps are kept",
+    "EROFS": "the filesystem is mounted read-only: choose a writable location (--workdir, --dist, --cache-dir)",
+    "EACCES": "this user lacks the permission: fix its permissions or choose another location",
+    "EPERM": "this user may not change it: fix its owner or permissions or choose another location",
+    "ENOTDIR": "a file stands where a directory belongs: remove or rename that file",
+    "EISDIR": "a directory stands where a file belongs: remove or rename that directory",
+    "EEXIST": "something else already has that name: remove or rename it",
+    "ENOENT": "it does not exist (removed while torchkiln ran?): check the path and run again",
+    "ENAMETOOLONG": "the path is too long: choose a shorter --workdir/--dist",
+    "EMFILE": "too many open files: raise the limit (ulimit -n) and run again",
+    "EIO": "the device reported an I/O error: check the disk (dmesg) before running again",
+}
+DEFAULT_OS_ADVICE = "check the path and its filesystem, then run again"
+
+
+def describe_os_error(exc: OSError, *, path: str | Path | None = None) -> str:
+    """``path: what failed (ERRNO) and what to do`` for an OSError (``path`` when the error names none)."""
+    name = errno.errorcode.get(exc.errno or 0, "") if exc.errno else ""
+    where = exc.filename if exc.filename is not None else path
+    what = exc.strerror or str(exc) or type(exc).__name__
+    if exc.filename2 is not None:
+        what += f" (with {exc.filename2})"
+    head = f"{where}: {what}" if where is not None else what
+    code = f" ({name})" if name else ""
+    return f"{head}{code}; {OS_ADVICE.get(name, DEFAULT_OS_ADVICE)}"
+
+
+def name_path(exc: OSError, path: str | Path) -> OSError:
+    """``exc`` naming ``path`` when it names none (a failed write() only says "No space left on device")."""
+    if exc.filename is None:
+        exc.filename = str(path)
+    return exc

@@ -70,12 +70,47 @@ def step_fingerprint(
     )
 
 
+# What a step's entry in state.json holds, and the type of each part (outputs: those later steps read).
+# An entry that does not match (a hand edit, a disk fault, an older torchkiln) is dropped: the step runs
+# again, rather than every rerun failing on it until --force.
+ENTRY_TYPES: dict[str, tuple[type, ...]] = {
+    "fingerprint": (str,),
+    "outputs": (dict,),
+    "log": (str, type(None)),
+    "duration_s": (int, float),
+}
+OUTPUT_TYPES: dict[str, tuple[type, ...]] = {
+    "wheels": (dict,),
+    "head": (str,),
+    "toolchain": (dict,),
+    "env": (dict,),
+    "tree_sha256": (str,),
+    "facts": (dict, type(None)),
+}
+
+
+def _entry_ok(entry: object) -> bool:
+    if not isinstance(entry, dict) or not isinstance(entry.get("fingerprint"), str):
+        return False
+    if not all(isinstance(entry[k], t) for k, t in ENTRY_TYPES.items() if k in entry):
+        return False
+    outputs = entry.get("outputs", {})
+    if not all(isinstance(outputs[k], t) for k, t in OUTPUT_TYPES.items() if k in outputs):
+        return False
+    wheels = outputs.get("wheels", {})
+    return all(isinstance(k, str) and isinstance(v, str) for k, v in wheels.items())
+
+
 class State:
-    """``<workdir>/state.json``: per step, the fingerprint and outputs of its last successful run."""
+    """``<workdir>/state.json``: per step, the fingerprint and outputs of its last successful run.
+
+    A file that cannot be read or is not a state document counts as empty, an entry of the wrong shape as
+    absent (``dropped`` names them): damaged state costs a rerun of those steps, never a failing build."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.steps: dict[str, dict[str, Any]] = {}
+        self.dropped: list[str] = []
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -85,7 +120,11 @@ class State:
             and data.get("format") == STATE_FORMAT
             and isinstance(data.get("steps"), dict)
         ):
-            self.steps = data["steps"]
+            for name, entry in data["steps"].items():
+                if _entry_ok(entry):
+                    self.steps[name] = entry
+                else:
+                    self.dropped.append(name)
 
     def get(self, step: str) -> dict[str, Any] | None:
         return self.steps.get(step)

@@ -16,8 +16,11 @@ version probes, the verification suite's helpers), so all of them behave alike:
 Standard library only (with :mod:`torchkiln.errors` and :mod:`torchkiln.logs`, which are too): the
 verification suite runs it inside slim runtime images.
 
-Seams for later work: :func:`spawn` is the one place a process is created (a parent-death signal or a
-subreaper belongs there), and :class:`Completed` / :class:`Streamed` carry the seconds each run took.
+* within :func:`supervised` (a build), every process carries the run's mark and a watchdog
+  (:mod:`torchkiln.supervisor`) kills all of them once torchkiln is gone, SIGKILL of torchkiln included.
+
+:func:`spawn` is the one place a process is created; :class:`Completed` / :class:`Streamed` carry the
+seconds each run took.
 """
 
 from __future__ import annotations
@@ -26,14 +29,17 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from .errors import TorchkilnError
+from .errors import TorchkilnError, name_path
 from .logs import first_error
+from .supervisor import MARK
 
 KILL_GRACE_S = 10.0
 TAIL_KEEP = 200
@@ -119,6 +125,68 @@ class Streamed:
 
 
 # --------------------------------------------------------------------------------------------------
+# Supervision: what a run started dies with it, also when torchkiln is SIGKILLed (torchkiln.supervisor).
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Watch:
+    run_id: str
+    watchdog: subprocess.Popen[str]
+
+
+_WATCH: _Watch | None = None
+
+
+@contextlib.contextmanager
+def supervised() -> Iterator[str]:
+    """Within the block every process :func:`spawn` starts carries this run's mark, and a watchdog
+    (:mod:`torchkiln.supervisor`) SIGKILLs whatever carries it once torchkiln is gone: at the block's end,
+    or when torchkiln dies in any way, SIGKILL included. Yields the run's id. Nested blocks share one."""
+    global _WATCH
+    if _WATCH is not None:
+        yield _WATCH.run_id
+        return
+    run_id = uuid.uuid4().hex
+    env = {k: v for k, v in os.environ.items() if k != MARK}
+    package_root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+    watchdog = subprocess.Popen(  # noqa: S603 - this Python, this package's module
+        [sys.executable, "-m", "torchkiln.supervisor", run_id],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+        start_new_session=True,  # Ctrl-C in the terminal is torchkiln's to handle, not the watchdog's
+    )
+    _WATCH = _Watch(run_id, watchdog)
+    try:
+        yield run_id
+    finally:
+        _WATCH = None
+        assert watchdog.stdin is not None
+        with contextlib.suppress(OSError):
+            watchdog.stdin.close()  # the watchdog sweeps now, as it would if torchkiln had died
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            watchdog.wait(timeout=30)
+
+
+def remove_at_exit(path: Path) -> None:
+    """Have the watchdog remove ``path`` when this run ends, however it ends (a server's socket)."""
+    if _WATCH is not None and _WATCH.watchdog.stdin is not None:
+        with contextlib.suppress(OSError):
+            _WATCH.watchdog.stdin.write(f"file {path}\n")
+            _WATCH.watchdog.stdin.flush()
+
+
+def _marked(env: Mapping[str, str] | None) -> dict[str, str] | None:
+    if _WATCH is None:
+        return dict(env) if env is not None else None
+    return {**(env if env is not None else os.environ), MARK: _WATCH.run_id}
+
+
+# --------------------------------------------------------------------------------------------------
 # Starting and stopping.
 # --------------------------------------------------------------------------------------------------
 
@@ -144,7 +212,7 @@ def spawn(
     try:
         return subprocess.Popen(  # noqa: S603 - an argv list, never a shell
             list(argv),
-            env=dict(env) if env is not None else None,
+            env=_marked(env),
             cwd=cwd,
             stdin=stdin,
             stdout=stdout,
@@ -295,6 +363,8 @@ def stream(
         if not stopped:
             proc.wait()
             finished = True
+    except OSError as exc:  # the log's disk is full or gone: say which file
+        raise name_path(exc, log) from None
     finally:
         if not finished:  # stopped by the observer, Ctrl-C or SIGTERM
             stop_group(proc)

@@ -67,6 +67,20 @@ def is_git_checkout(path: Path) -> bool:
     return done.ok and Path(done.stdout.strip()).resolve() == path.resolve()
 
 
+def checkout_intact(path: Path, head: str | None) -> bool:
+    """Whether ``path`` is still the checkout a fetch left: the top of a git work tree (not an empty
+    directory, a file, or a tree whose ``.git`` or object store was removed) and, when the fetch recorded
+    its ``head``, at that commit with its tree readable."""
+    if not is_git_checkout(path):
+        return False
+    if head is None:
+        return True
+    found = runner.run(["git", "-C", str(path), "rev-parse", "--verify", "--quiet", "HEAD^{commit}"])
+    if not found.ok or found.stdout.strip() != head:
+        return False
+    return runner.run(["git", "-C", str(path), "cat-file", "-e", "HEAD^{tree}"]).ok
+
+
 def head_commit(repo: Path) -> str:
     return git_output(repo, "rev-parse", "HEAD").strip()
 

@@ -7,7 +7,8 @@ The plan (:mod:`torchkiln.plan`) says what runs and declares what each step leav
 =========  =====================================================================================================
 kind       behaviour around the command
 =========  =====================================================================================================
-fetch      the first step of a checkout starts from an empty directory; the checkout must stay a git work tree;
+fetch      the first step of a checkout starts from an empty directory; the steps are a chain, done only while
+           the checkout is intact (a damaged one starts over);
            the step that leaves it at its ref checks HEAD against the recipe's pin (also when skipped)
 env        venvs and requirements: requirement files' contents are inputs; a venv that vanished is remade
 compile    the source tree's identity is an input; the compiler cache session (opened before the first compile
@@ -50,7 +51,7 @@ from .manifest import CheckResult, Checks
 from .plan import Step
 from .progress import CompileProgress, PhaseTracker, format_duration
 from .publish import publish
-from .source import check_pin, head_commit, is_git_checkout
+from .source import check_pin, checkout_intact, head_commit, is_git_checkout
 from .toolchain import collect
 from .verify.buildconfig import postbuild_checks
 from .verify.facts import BuildFacts
@@ -101,8 +102,10 @@ class StepKind:
         for directory in (step.fresh, step.wheels):
             if directory is not None:
                 path = Path(directory)
-                if path.exists():
+                if path.is_dir() and not path.is_symlink():
                     shutil.rmtree(path)
+                elif path.is_symlink() or path.exists():  # a file where the directory belongs
+                    path.unlink()
                 path.parent.mkdir(parents=True, exist_ok=True)
         if step.wheels is not None:
             Path(step.wheels).mkdir()
@@ -180,7 +183,21 @@ class FetchKind(StepKind):
         return {"commit": source.commit or "", "fetch": digest(group)}
 
     def intact(self, step: Step, entry: Mapping[str, Any], ctx: Context) -> bool:
-        return is_git_checkout(ctx.plan.source(step.project).path)
+        """A checkout's fetch steps are one chain: a step counts as done only while the checkout is still
+        what the chain left (:func:`~torchkiln.source.checkout_intact`: a removed ``.git``, an emptied
+        directory, a file in its place, a HEAD or object store that is gone), no earlier step of the chain
+        ran again in this build, and no earlier step's record is missing while a later one's is there.
+        Otherwise the chain starts over from its first step, which empties the directory."""
+        chain = [s for s in ctx.plan.steps if s.kind == "fetch" and s.project == step.project]
+        ran = {r.name for r in ctx.records if r.status == "ran"}
+        if any(s.name in ran for s in chain):
+            return False
+        recorded = [ctx.state.get(s.name) is not None for s in chain]
+        if False in recorded and any(recorded[recorded.index(False) :]):
+            return False
+        pinned = next((ctx.state.get(s.name) for s in chain if s.pins), None)
+        head = (pinned or {}).get("outputs", {}).get("head")
+        return checkout_intact(ctx.plan.source(step.project).path, head)
 
     def outputs(self, step: Step, ran: Ran, ctx: Context) -> dict[str, Any]:
         return {"head": head_commit(ctx.plan.source(step.project).path)} if step.pins else {}

@@ -13,12 +13,20 @@ Why each variable (checked against real builds on torch 2.13.0):
   compiler by its bytes, not its mtime, which differs between machines that installed the same compiler.
 * The remote store is ``CCACHE_REMOTE_STORAGE``, a URL; with credentials the URL carries them, so the whole
   variable is then a secret.
+* Statistics per build: ``CCACHE_STATSLOG`` points each build at a log of its own, where every ccache call
+  appends the counters it incremented; the cache directory's counters (``--print-stats``) are shared by all
+  builds using the directory, and zeroing them would wipe another build's figures.
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
+import uuid
 from collections.abc import Mapping
+from pathlib import Path
 
+from .. import runner
 from ..errors import TorchkilnError, UsageError
 from ..runner import Redact
 from .config import CacheConfig
@@ -39,6 +47,7 @@ UNCACHEABLE = (
     "unsupported_source_language",
 )
 ERRORS = ("remote_storage_error", "remote_storage_timeout", "internal_error", "missing_cache_file")
+STATSLOG_PREFIX = "torchkiln-ccache-stats-"
 _URL_SAFE = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~!$&'()*+,;=")
 
 
@@ -56,7 +65,8 @@ def storage_url(remote: Remote, user: str | None, password: str | None) -> str:
 
 
 def parse_stats(text: str) -> CacheStats:
-    """``ccache --print-stats`` (ccache >= 4.x: ``key<TAB>value`` lines)."""
+    """``ccache --print-stats`` (ccache >= 4.x: ``key<TAB>value`` lines): the whole cache directory's
+    counters, what ``torchkiln cache stats`` shows."""
     counters: dict[str, int] = {}
     for line in text.splitlines():
         key, sep, value = line.partition("\t")
@@ -64,6 +74,22 @@ def parse_stats(text: str) -> CacheStats:
             counters[key.strip()] = int(value)
     if not counters:
         raise TorchkilnError("ccache --print-stats printed no counters (ccache 4.x is required)")
+    return _from_counters(counters)
+
+
+def parse_stats_log(text: str) -> CacheStats:
+    """A ``CCACHE_STATSLOG`` file: for each ccache call a ``# <source>`` line, then one line per counter it
+    increments (the same names as ``--print-stats``). A build's own log counts that build's compiles only,
+    whatever other builds do in the same cache directory meanwhile."""
+    counters: dict[str, int] = {}
+    for line in text.splitlines():
+        name = line.strip()
+        if name and not name.startswith("#"):
+            counters[name] = counters.get(name, 0) + 1
+    return _from_counters(counters)
+
+
+def _from_counters(counters: Mapping[str, int]) -> CacheStats:
     c = counters.get
     return CacheStats(
         tool="ccache",
@@ -112,8 +138,38 @@ class Ccache(CacheTool):
         user, password = login(config, remote, environ)
         return {"CCACHE_REMOTE_STORAGE": storage_url(remote, user, password)}
 
+    def run_env(self, config: CacheConfig) -> dict[str, str]:
+        """This build's own statistics log (``CCACHE_STATSLOG``): the cache directory's counters are shared
+        by every build using it (the default directory by all of a user's builds), this file is not."""
+        name = f"{STATSLOG_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}.log"
+        return {"CCACHE_STATSLOG": str(Path(tempfile.gettempdir()) / name)}
+
+    def start(self, env: Mapping[str, str], redact: Redact) -> str | None:
+        log = env.get("CCACHE_STATSLOG")
+        if log:
+            runner.remove_at_exit(Path(log))  # also when torchkiln is killed (torchkiln.supervisor)
+        return None
+
+    def stop(self, env: Mapping[str, str]) -> None:
+        log = env.get("CCACHE_STATSLOG")
+        if log:
+            Path(log).unlink(missing_ok=True)
+
     def zero_stats(self, env: Mapping[str, str], redact: Redact) -> None:
+        """A build's log starts empty; without one (``torchkiln cache zero``) the directory's counters."""
+        log = env.get("CCACHE_STATSLOG")
+        if log:
+            Path(log).unlink(missing_ok=True)
+            return
         self._output(["ccache", "--zero-stats"], env, redact)
 
     def read_stats(self, env: Mapping[str, str], redact: Redact) -> CacheStats:
+        """A build's statistics from its own log (none yet: nothing compiled); without one (``torchkiln
+        cache stats``) the directory's counters."""
+        log = env.get("CCACHE_STATSLOG")
+        if log:
+            try:
+                return parse_stats_log(Path(log).read_text(encoding="utf-8", errors="replace"))
+            except FileNotFoundError:
+                return parse_stats_log("")
         return parse_stats(self._output(["ccache", "--print-stats"], env, redact))

@@ -29,6 +29,7 @@ from pathlib import Path
 from .. import runner
 from ..errors import TorchkilnError, UsageError
 from ..runner import Redact
+from ..supervisor import pid_alive
 from .config import CacheConfig
 from .remote import Remote, parse_remote, secret_of, split_user
 from .stats import CacheStats
@@ -193,6 +194,24 @@ def parse_stats(text: str) -> CacheStats:
     )
 
 
+SOCKET_PREFIX = "torchkiln-sccache-"
+
+
+def stop_orphans(env: Mapping[str, str]) -> list[Path]:
+    """Stop the servers of builds that died without stopping theirs (a torchkiln older than its watchdog,
+    or one whose watchdog was killed too) and remove their sockets: a socket of this form whose build pid
+    is gone. Returns the sockets removed."""
+    removed = []
+    for sock in sorted(Path(tempfile.gettempdir()).glob(f"{SOCKET_PREFIX}*.sock")):
+        pid = sock.name[len(SOCKET_PREFIX) :].partition("-")[0]
+        if not pid.isdigit() or pid_alive(int(pid)):
+            continue
+        runner.run(["sccache", "--stop-server"], env={**env, "SCCACHE_SERVER_UDS": str(sock)}, timeout=30)
+        sock.unlink(missing_ok=True)
+        removed.append(sock)
+    return removed
+
+
 class Sccache(CacheTool):
     kind = "sccache"
     schemes = tuple(BACKENDS)
@@ -237,11 +256,15 @@ class Sccache(CacheTool):
 
     def run_env(self, config: CacheConfig) -> dict[str, str]:
         """This build's own server socket: short (a Unix socket path has 107 bytes) and unique."""
-        name = f"torchkiln-sccache-{os.getpid()}-{uuid.uuid4().hex[:8]}.sock"
+        name = f"{SOCKET_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}.sock"
         return {"SCCACHE_SERVER_UDS": str(Path(tempfile.gettempdir()) / name)}
 
     def start(self, env: Mapping[str, str], redact: Redact) -> str | None:
+        stop_orphans(env)
         self.stop(env)  # a stale socket file (a crashed server) would block the start
+        sock = env.get("SCCACHE_SERVER_UDS", "")
+        if sock:
+            runner.remove_at_exit(Path(sock))  # also when torchkiln is killed (torchkiln.supervisor)
         done = runner.run(["sccache", "--start-server"], env=env, timeout=120, redact=redact)
         return None if done.ok else (done.first_error() or f"exit status {done.returncode}")
 
