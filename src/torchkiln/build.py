@@ -175,6 +175,8 @@ def run_build(plan: Plan, options: BuildOptions | None = None) -> BuildResult:
             started=dt.datetime.now(dt.UTC),
         )
         paths.logs.mkdir(parents=True, exist_ok=True)
+        for note in plan.notes:  # the user's explicit departures from the recipe: into the manifest
+            ctx.warn(note)
         for leftover in clean_partials(paths.dist):
             display.note(f"removed a partial file left by an interrupted build: {leftover}")
         if options.force:

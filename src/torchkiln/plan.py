@@ -157,6 +157,9 @@ class Plan:
     frontend: str
     cache: CacheConfig
     projects: tuple[str, ...]
+    # What the user chose to differ from the recipe (--accept-source-version, --torch): the build records
+    # each in the manifest's warnings.
+    notes: tuple[str, ...] = ()
 
     def env_for(self, project: str) -> dict[str, str]:
         """The env of the project's compile step (what its build reads, without the secrets)."""
@@ -197,6 +200,7 @@ class Plan:
                 "arch_list": list(r.accelerator.arch_list),
             },
             "projects": list(self.projects),
+            "notes": list(self.notes),
             "frontend": {"torch": self.frontend, "torchvision": "setup.py"},
             "jobs": {"value": self.jobs.value, "source": self.jobs.source, "reason": self.jobs.reason},
             "resources": {"cpus": self.resources.cpus, "memory_bytes": self.resources.memory_bytes},
@@ -540,6 +544,7 @@ def make_plan(
     only: str | None = None,
     resources: Resources | None = None,
     cache: CacheConfig | None = None,
+    notes: tuple[str, ...] = (),
 ) -> Plan:
     """Resolve ``recipe`` into the full plan. Runs nothing; reads only /proc and the cgroup limits."""
     source_dirs = dict(source_dirs or {})
@@ -651,4 +656,6 @@ def make_plan(
             note=f"wheels, manifest.json and {recipe.name}.lock.json into {paths.dist}",
         )
     )
-    return Plan(recipe, paths, list(sources.values()), steps, decision, resources, frontend, cache, projects)
+    return Plan(
+        recipe, paths, list(sources.values()), steps, decision, resources, frontend, cache, projects, notes
+    )

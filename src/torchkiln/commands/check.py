@@ -1,0 +1,46 @@
+"""``torchkiln check RECIPE``: can this host build this recipe? Every reason it cannot, at once.
+
+Takes the same options as ``torchkiln build`` (what is checked is what would be built): the recipe is
+validated completely (every field, every rule), then the plan is resolved and the host checked against it
+(:mod:`torchkiln.preflight`). Exit 0 when a build could start; 2 with one line per problem otherwise.
+``torchkiln build`` runs the same checks before its first step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from ..preflight import preflight, require
+from .plan import add_plan_arguments, plan_from_args
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    add_plan_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    plan = plan_from_args(args, "check")
+    require(plan)  # raises PreflightError (exit 2) listing every problem
+    r = plan.recipe
+    checks = ", ".join(sorted({"python", "compiler", "git", "disk", "memory"} | _asked(plan.recipe)))
+    print(
+        f"{r.source}: ok: this host can build {', '.join(plan.projects)} of {r.name} "
+        f"(torch {r.torch_wheel_version}, torchvision {r.torchvision_wheel_version}; checked {checks}; "
+        f"{time.monotonic() - started:.1f} s)"
+    )
+    for note in plan.notes:
+        print(f"  note: {note}")
+    return 0
+
+
+def _asked(recipe: object) -> set[str]:
+    acc = getattr(recipe, "accelerator", None)
+    out = {"nvcc", "cudnn", "nccl"} if acc is not None and acc.is_cuda else set()
+    if getattr(recipe, "magma", None) is not None:
+        out.add("magma")
+    return out
+
+
+__all__ = ["preflight", "register", "run"]
