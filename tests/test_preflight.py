@@ -8,6 +8,7 @@ import dataclasses
 import os
 import shutil
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -89,7 +90,8 @@ def cu130_plan(tmp_path: Path) -> Plan:
 
 def test_cu130_on_a_bare_host_lists_every_missing_piece(tmp_path: Path) -> None:
     path = bin_dir(tmp_path, "gcc", "git")  # gcc here is 12 (the recipe asks for 13); no python3.12
-    gcc_major = int(os.popen("gcc -dumpversion").read().split(".")[0])
+    done = subprocess.run([path / "gcc", "-dumpversion"], capture_output=True, text=True, check=True)
+    gcc_major = int(done.stdout.split(".")[0])
     found = preflight.preflight(cu130_plan(tmp_path), {"PATH": str(path)})
     lines = [str(f) for f in found]
     assert {"python", "cudnn", "nccl", "magma"} <= checks(found), lines
