@@ -5,7 +5,6 @@ fake toolkit tree (nvcc, cuDNN and NCCL headers, MAGMA) for the rest."""
 from __future__ import annotations
 
 import dataclasses
-import os
 import shutil
 import stat
 import subprocess
