@@ -152,6 +152,8 @@ class Manifest:
     checks: Checks
     wheels: list[WheelRecord]
     warnings: list[str] = field(default_factory=list)
+    # The pins every pip call of the build was held to (build-env:deps' constraints file).
+    constraints: list[str] = field(default_factory=list)
 
     def wheel(self, project: str) -> WheelRecord | None:
         return next((w for w in self.wheels if w.project == project), None)

@@ -84,6 +84,12 @@ class Paths:
         return self.workdir / "wheelhouse"
 
     @property
+    def constraints(self) -> Path:
+        """The build env's resolution as pip constraints: written by build-env:deps, read by every later
+        pip call (torchkiln.buildreqs)."""
+        return self.workdir / "constraints.txt"
+
+    @property
     def check_venv(self) -> Path:
         return self.workdir / "check-venv"
 
@@ -497,6 +503,7 @@ def _env_steps(
         deps += ["--source", f"{project}={sources[project].path}"]
     for extra in tools:
         deps += ["--extra", extra]
+    deps += ["--constraints", str(paths.constraints)]
     requirement_files = tuple(
         str(sources[project].path / name) for project in projects for name in REQUIREMENT_FILES
     )
@@ -504,7 +511,9 @@ def _env_steps(
         Step("build-env:venv", "env", "", venv_argv, creates=py),
         Step("build-env:pip", "env", "", (py, "-m", "pip", "install", "--upgrade", "pip")),
         # One resolution for both projects' own requirements and the recipe's: conflicts surface here.
-        Step("build-env:deps", "env", "", tuple(deps), reads=requirement_files),
+        Step(
+            "build-env:deps", "env", "", tuple(deps), reads=requirement_files, creates=str(paths.constraints)
+        ),
     ]
 
 
@@ -601,8 +610,11 @@ def make_plan(
                         str(paths.wheelhouse / "torch"),
                         "--find-links",
                         str(paths.dist),
+                        "--constraint",
+                        str(paths.constraints),
                         f"torch=={recipe.torch_wheel_version}",
                     ),
+                    reads=(str(paths.constraints),),
                 )
             )
         steps.append(
@@ -646,7 +658,16 @@ def make_plan(
     for project in projects:
         version = recipe.torch_wheel_version if project == "torch" else recipe.torchvision_wheel_version
         check_argv += ["--expect", f"{project}=={version}", "--wheelhouse", str(wheel_dirs[project])]
-    steps.append(Step("checks:import", "checks", "", tuple(check_argv), facts=True))
+    steps.append(
+        Step(
+            "checks:import",
+            "checks",
+            "",
+            tuple(check_argv),
+            {"PIP_CONSTRAINT": str(paths.constraints)},  # its pip install keeps the build env's pins
+            facts=True,
+        )
+    )
     steps.append(
         Step(
             "publish",
