@@ -31,6 +31,7 @@ from . import rules
 from .cache import CacheConfig, resolve_cache, tool_for
 from .environ import STEERING_NAMES, STEERING_PREFIXES, base_environment
 from .errors import UsageError
+from .given_torch import GivenTorch
 from .jobs import JobsDecision, Resources, decide_jobs, detect_resources
 from .recipe import Recipe, SourceSpec
 from .source import fetch_commands
@@ -248,6 +249,11 @@ class Context:
     paths: Paths
     jobs: int
     frontend: str
+    torch_version: str | None = None  # --torch: the given torch's, else the recipe's wheel version
+
+    @property
+    def torch_wheel_version(self) -> str:
+        return self.torch_version or self.recipe.torch_wheel_version
 
     @property
     def cuda(self) -> bool:
@@ -422,8 +428,8 @@ ENV_TABLE: tuple[EnvVar, ...] = (
     EnvVar(
         "PYTORCH_VERSION",
         VISION,
-        lambda c: c.recipe.torch_wheel_version,
-        "pins torchvision's torch requirement to the torch built here",
+        lambda c: c.torch_wheel_version,
+        "pins torchvision's torch requirement to the torch built here (or given with --torch)",
     ),
     # -- build type and parallelism -----------------------------------------------------------------------
     EnvVar("CMAKE_BUILD_TYPE", TORCH, lambda c: c.recipe.build.type, "build type"),
@@ -554,6 +560,7 @@ def make_plan(
     resources: Resources | None = None,
     cache: CacheConfig | None = None,
     notes: tuple[str, ...] = (),
+    torch: GivenTorch | None = None,
 ) -> Plan:
     """Resolve ``recipe`` into the full plan. Runs nothing; reads only /proc and the cgroup limits."""
     source_dirs = dict(source_dirs or {})
@@ -573,7 +580,9 @@ def make_plan(
     # Paths under the work directory are hashed relative to it (the cache's basedir), so builders with
     # different work-directory paths share cached objects: set here, once, for the plan and the build.
     cache = replace(cache or resolve_cache(recipe.cache), basedir=paths.workdir)
-    ctx = Context(recipe, paths, decision.value, frontend)
+    ctx = Context(recipe, paths, decision.value, frontend, str(torch.version) if torch else None)
+    if torch is not None:
+        notes = (*notes, torch.note)
 
     specs = {"torch": recipe.torch, "torchvision": recipe.torchvision}
     sources: dict[str, Source] = {}
@@ -612,7 +621,7 @@ def make_plan(
                         str(paths.dist),
                         "--constraint",
                         str(paths.constraints),
-                        f"torch=={recipe.torch_wheel_version}",
+                        torch.install if torch else f"torch=={recipe.torch_wheel_version}",
                     ),
                     reads=(str(paths.constraints),),
                 )
@@ -658,6 +667,8 @@ def make_plan(
     for project in projects:
         version = recipe.torch_wheel_version if project == "torch" else recipe.torchvision_wheel_version
         check_argv += ["--expect", f"{project}=={version}", "--wheelhouse", str(wheel_dirs[project])]
+    if torch is not None:
+        check_argv += ["--with", torch.install]  # the given torch, installed with the torchvision wheel
     steps.append(
         Step(
             "checks:import",

@@ -47,6 +47,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="install freshly built wheels and report their build facts")
     parser.add_argument("--expect", action="append", default=[], metavar="PROJECT==VERSION")
     parser.add_argument("--wheelhouse", action="append", default=[], metavar="DIR")
+    parser.add_argument(
+        "--with",
+        dest="also",
+        action="append",
+        default=[],
+        metavar="WHEEL_OR_REQ",
+        help="installed with the built wheels (the torch given with --torch)",
+    )
     args = parser.parse_args(argv)
 
     wheels = []
@@ -63,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         wheels.append(str(wheel))
     # The built wheels by path; their dependencies (and nothing of theirs) from the configured index.
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", *wheels],
+        [sys.executable, "-m", "pip", "install", "--quiet", *wheels, *args.also],
         check=False,
         capture_output=True,
         text=True,

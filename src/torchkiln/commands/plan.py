@@ -13,6 +13,7 @@ from rich.table import Table
 
 from ..cache import resolve_cache
 from ..errors import UsageError
+from ..given_torch import resolve_given_torch
 from ..plan import ENV_TABLE, PROJECTS, Plan, make_plan
 from ..preflight import adopt_source_versions
 from ..recipe import Recipe, load_recipe, path_problem, plain_string, resolve_recipe_path
@@ -56,6 +57,14 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("none", "ccache", "sccache"),
         default=None,
         help="compiler cache (default: the recipe's, else ccache)",
+    )
+    parser.add_argument(
+        "--torch",
+        dest="given_torch",
+        default=None,
+        metavar="WHEEL|REQ",
+        help="with --only torchvision: build against this torch (a wheel file, or torch==VERSION) instead "
+        "of the recipe's own build; checked to pair with the recipe's torchvision, recorded in the manifest",
     )
     parser.add_argument("--cache-dir", type=Path, default=None, help="local compiler-cache directory")
     parser.add_argument(
@@ -132,6 +141,7 @@ def plan_from_args(args: argparse.Namespace, command: str = "plan") -> Plan:
     for project in sorted(accepted - set(source_dirs)):
         raise UsageError(f"--accept-source-version {project}: needs --source-dir {project}=PATH")
     recipe, notes = adopt_source_versions(recipe, source_dirs, accepted)
+    torch = resolve_given_torch(args.given_torch, recipe, args.only) if args.given_torch else None
     return make_plan(
         recipe,
         workdir=args.workdir,
@@ -141,6 +151,7 @@ def plan_from_args(args: argparse.Namespace, command: str = "plan") -> Plan:
         only=args.only,
         cache=cache,
         notes=notes,
+        torch=torch,
     )
 
 
