@@ -269,3 +269,23 @@ def test_manifest_of_the_installed_wheel_passes_and_another_commit_fails(
         f"manifest wheels[torch]: git_version {torch.version.git_version}, the manifest's source commit is {'f' * 40}"
         in text
     )
+
+
+def test_the_suite_controls_its_environment(tmp_path: Path) -> None:
+    """Issue 14 item 12: a caller's TORCH_DISTRIBUTED_DEBUG (garbage, or DETAIL, which crashes gloo's DDP
+    workers) reaches neither pytest nor the helpers; the report is written and announced only when it exists."""
+    out = tmp_path / "report"
+    env = {**os.environ, "TORCH_DISTRIBUTED_DEBUG": "garbage", "RANK": "7"}
+    result = verify("--area", "build_config", "--report", str(out), env=env)
+    text = result.stdout + result.stderr
+    assert result.returncode == 0, text
+    assert f"report in {out.resolve()}/summary.md" in text and (out / "summary.md").is_file()
+
+
+def test_no_report_is_announced_when_none_was_written(tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    result = verify("--report", str(out), "--", "--collect-only", "-k", "no-such-test-anywhere")
+    text = result.stdout + result.stderr
+    assert result.returncode == 2, text
+    if not (out / "summary.md").is_file():
+        assert "no report was written" in text and "report in" not in text, text

@@ -33,6 +33,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from torchkiln.verify import report  # noqa: E402
+from torchkiln.verify.proc import worker_environment  # noqa: E402
 
 HELPERS = Path(__file__).resolve().parent / "helpers"
 RECIPE_KEY = pytest.StashKey[object]()
@@ -285,19 +286,9 @@ def helpers() -> Path:
 
 @pytest.fixture
 def child_env() -> dict[str, str]:
-    """Environment for helper processes: inherited, with the knobs that change numerics pinned."""
-    env = dict(os.environ)
-    env.update(
-        {
-            "PYTHONHASHSEED": "0",
-            "OMP_NUM_THREADS": "1",
-            "MKL_NUM_THREADS": "1",
-            "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
-            "PYTHONUNBUFFERED": "1",
-        }
-    )
-    env.pop("PYTHONSTARTUP", None)
-    return env
+    """Environment for helper processes: inherited under the suite's policy (what it sets, removes and
+    keeps: :func:`torchkiln.verify.proc.worker_environment`)."""
+    return worker_environment(os.environ)
 
 
 @pytest.fixture(autouse=True)
