@@ -182,6 +182,17 @@ class FetchKind(StepKind):
     def intact(self, step: Step, entry: Mapping[str, Any], ctx: Context) -> bool:
         return is_git_checkout(ctx.plan.source(step.project).path)
 
+    def execute(self, step: Step, ctx: Context) -> Ran:
+        """As every kind, and a failed fetch also names the ways out (issue 11)."""
+        try:
+            return super().execute(step, ctx)
+        except BuildFailed as exc:
+            ways = (
+                f"\nways out: a mirror you can reach as the recipe's {step.project}.repo (a URL or a local "
+                f"clone's path), or an existing checkout with --source-dir {step.project}=PATH"
+            )
+            raise BuildFailed(f"{exc}{ways}", step=exc.step, log=exc.log) from None
+
     def outputs(self, step: Step, ran: Ran, ctx: Context) -> dict[str, Any]:
         return {"head": head_commit(ctx.plan.source(step.project).path)} if step.pins else {}
 
