@@ -4,6 +4,7 @@ able to fail: a recipe that asks for CUDA 13.0, or for another torch version, fa
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -105,6 +106,10 @@ def test_require_cuda_turns_cuda_skips_into_failures(tmp_path: Path) -> None:
     (failure,) = summary["failures"]
     assert failure["nodeid"].endswith("test_state_machine[cuda]")
     assert "--require-cuda: this CUDA check could not run: needs CUDA" in failure["message"]
+    # A failure in pytest's own summary and in junit.xml as well, not an error (issue 11).
+    assert "1 failed" in text and "error" not in text.split("short test summary")[-1], text
+    suite = ET.parse(out / "junit.xml").getroot().find("testsuite")
+    assert suite is not None and (suite.get("failures"), suite.get("errors")) == ("1", "0")
     without = verify("--area", "amp", "--", "-q", "-k", "state_machine")
     assert without.returncode == 0, without.stdout + without.stderr
 
@@ -289,3 +294,16 @@ def test_no_report_is_announced_when_none_was_written(tmp_path: Path) -> None:
     assert result.returncode == 2, text
     if not (out / "summary.md").is_file():
         assert "no report was written" in text and "report in" not in text, text
+
+
+def test_missing_torchvision_that_the_recipe_builds_is_a_failure_not_an_error(tmp_path: Path) -> None:
+    if importlib.util.find_spec("torchvision") is not None:
+        pytest.skip("torchvision is installed here")
+    out = tmp_path / "report"
+    result = verify("--area", "torchvision", "--recipe", str(CPU), "--report", str(out))
+    text = result.stdout + result.stderr
+    assert result.returncode == 1, text
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["areas"]["torchvision"]["failed"] >= 1 and summary["areas"]["torchvision"]["error"] == 0
+    suite = ET.parse(out / "junit.xml").getroot().find("testsuite")
+    assert suite is not None and suite.get("errors") == "0", text

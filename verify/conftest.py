@@ -188,7 +188,20 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):  # noqa
         if not multi_gpu_only:  # one GPU cannot run a two-GPU check; that is not CUDA being broken
             rep.outcome = "failed"
             rep.longrepr = f"--require-cuda: this CUDA check could not run: {reason}"
+    if rep.when == "setup" and rep.failed and (_required(rep) or _verdict(call)):
+        # A check's verdict given before its body runs (--require-cuda, a fixture's pytest.fail such as
+        # "torchvision is not installed, but the recipe builds it"): a failure, not an error, in pytest's
+        # own summary and in junit.xml too.
+        rep.when = "call"
     _record(config, item, rep)
+
+
+def _required(rep: pytest.TestReport) -> bool:
+    return isinstance(rep.longrepr, str) and rep.longrepr.startswith("--require-cuda")
+
+
+def _verdict(call: pytest.CallInfo) -> bool:  # type: ignore[type-arg]
+    return call.excinfo is not None and call.excinfo.errisinstance(pytest.fail.Exception)
 
 
 def _skip_reason(rep: pytest.TestReport) -> str:
@@ -204,8 +217,7 @@ def _record(config: pytest.Config, item: pytest.Item, rep: pytest.TestReport) ->
     if rep.skipped:
         outcome, message = "skipped", _skip_reason(rep)
     elif rep.failed:
-        required = isinstance(rep.longrepr, str) and rep.longrepr.startswith("--require-cuda")
-        outcome = "failed" if rep.when == "call" or required else "error"
+        outcome = "failed" if rep.when == "call" or _required(rep) else "error"
         message = _failure_message(rep)
     elif rep.when == "call":
         outcome, message = "passed", ""
