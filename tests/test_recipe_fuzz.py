@@ -4,7 +4,7 @@ recipe that loads is one the plan accepts (one resolver: whatever ``recipe check
 
 The strategies include what found issue 14's items 1-2: non-ASCII digits, control characters and a
 trailing newline in pattern-checked fields, NUL bytes, deep nesting. Together the tests run more than
-2,000 documents (the ``max_examples`` below: 600 + 1,000 + 200 + 150 + 300)."""
+2,000 documents (the ``max_examples`` below: 600 + 1,000 + 200 + 150 + 300 + 300)."""
 
 from __future__ import annotations
 
@@ -185,4 +185,61 @@ def test_tricky_strings_in_string_fields(index: int, dotted: str, value: str) ->
         sub, key = key.split(".")
         node = node.setdefault(sub, {})
     node[key] = value
+    check(tomli_w.dumps(doc).encode())
+
+
+cache_remotes = st.one_of(
+    st.builds(
+        lambda scheme, user, host, path: f"{scheme}{user}{host}{path}",
+        st.sampled_from(
+            [
+                "redis://",
+                "rediss://",
+                "http://",
+                "https://",
+                "s3://",
+                "gs://",
+                "memcached://",
+                "webdav+https://",
+                "file:",
+                "file://",
+                "redis+unix:",
+                "ftp://",
+                "",
+            ]
+        ),  # fmt: skip
+        st.sampled_from(["", "kiln@", "u:p@", "u%3Ap@"]),
+        st.sampled_from(["h", "127.0.0.1:6379", "bucket", "", "/tmp/c", "h:99999"]),
+        st.sampled_from(["", "/0", "/prefix", "/9999", "?db=1", "?region=x", "?bogus=1"]),
+    ),
+    st.text(max_size=12),
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from(range(len(BASES))),
+    st.sampled_from(["none", "ccache", "sccache"]),
+    st.one_of(st.none(), cache_remotes),
+    st.sampled_from([None, "/tmp/kiln-cache", "~/c", "relative/c"]),
+    st.sampled_from([None, "20G", "500M", "1.5Ti"]),
+    st.sampled_from([None, ("credentials_env", "KILN_PW"), ("credentials_file", "/run/secrets/pw")]),
+)
+def test_check_and_plan_agree_on_generated_cache_settings(
+    index: int,
+    kind: str,
+    remote: str | None,
+    directory: str | None,
+    max_size: str | None,
+    credentials: tuple[str, str] | None,
+) -> None:
+    """One resolver (issue 11): every cache table the check accepts is one the plan accepts."""
+    doc = tomllib.loads(tomli_w.dumps(BASES[index]))
+    table: dict[str, object] = {"kind": kind}
+    for key, value in (("remote", remote), ("dir", directory), ("max_size", max_size)):
+        if value is not None:
+            table[key] = value
+    if credentials is not None:
+        table[credentials[0]] = credentials[1]
+    doc["cache"] = table
     check(tomli_w.dumps(doc).encode())

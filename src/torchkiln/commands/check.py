@@ -12,6 +12,7 @@ import argparse
 import time
 
 from ..preflight import preflight, require
+from ..recipe_model import Recipe
 from .plan import add_plan_arguments, plan_from_args
 
 
@@ -24,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     plan = plan_from_args(args, "check")
     require(plan)  # raises PreflightError (exit 2) listing every problem
     r = plan.recipe
-    checks = ", ".join(sorted({"python", "compiler", "git", "disk", "memory"} | _asked(plan.recipe)))
+    checks = ", ".join(sorted({"python", "compiler", "git", "disk", "memory", "source"} | _asked(r)))
     print(
         f"{r.source}: ok: this host can build {', '.join(plan.projects)} of {r.name} "
         f"(torch {r.torch_wheel_version}, torchvision {r.torchvision_wheel_version}; checked {checks}; "
@@ -35,11 +36,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _asked(recipe: object) -> set[str]:
-    acc = getattr(recipe, "accelerator", None)
-    out = {"nvcc", "cudnn", "nccl"} if acc is not None and acc.is_cuda else set()
-    if getattr(recipe, "magma", None) is not None:
+def _asked(recipe: Recipe) -> set[str]:
+    out = {"nvcc", "cudnn", "nccl"} if recipe.accelerator.is_cuda else set()
+    if recipe.magma is not None:
         out.add("magma")
+    if recipe.blas.kind == "openblas":
+        out.add("blas")
     return out
 
 
