@@ -351,7 +351,8 @@ def test_every_pip_call_after_the_deps_step_keeps_its_resolution(tmp_path: Path)
     install = steps["torchvision:install-torch"]
     assert install.argv[install.argv.index("--constraint") + 1] == constraints
     assert constraints in install.reads  # a changed resolution runs it again
-    assert steps["checks:import"].env["PIP_CONSTRAINT"] == constraints
+    check = steps["checks:import"].argv
+    assert check[check.index("--constraints") + 1] == constraints
     later = plan.steps[plan.steps.index(deps) + 1 :]
     pip_steps = [s for s in later if "pip" in s.argv or s.facts]
-    assert pip_steps and all(constraints in (*s.argv, *s.env.values()) for s in pip_steps)
+    assert pip_steps and all(constraints in s.argv for s in pip_steps)

@@ -669,16 +669,8 @@ def make_plan(
         check_argv += ["--expect", f"{project}=={version}", "--wheelhouse", str(wheel_dirs[project])]
     if torch is not None:
         check_argv += ["--with", torch.install]  # the given torch, installed with the torchvision wheel
-    steps.append(
-        Step(
-            "checks:import",
-            "checks",
-            "",
-            tuple(check_argv),
-            {"PIP_CONSTRAINT": str(paths.constraints)},  # its pip install keeps the build env's pins
-            facts=True,
-        )
-    )
+    check_argv += ["--constraints", str(paths.constraints)]  # its pip install keeps the build env's pins
+    steps.append(Step("checks:import", "checks", "", tuple(check_argv), facts=True))
     steps.append(
         Step(
             "publish",
