@@ -906,3 +906,18 @@ def test_sanity_gate_compares_the_build_args_with_the_manifest_of_the_wheels(
         f"the build args name torch commit {'2' * 40}, the manifest records {'1' * 40}",
         "the build args name torchvision 0.28.0+cpu.kiln2, the manifest lists None",
     ]
+
+
+def test_a_named_engine_that_cannot_build_is_refused_with_the_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 11: `--engine docker` without buildx said only `unknown flag: --file`."""
+    docker = tmp_path / "docker"
+    docker.write_text(
+        '#!/bin/sh\ncase "$1" in buildx) echo "unknown command: buildx" >&2; exit 1;; esac\nexit 0\n'
+    )
+    docker.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    assert cli.main(["images", "--recipe", str(CPU), "--engine", "docker"]) == 1
+    err = capsys.readouterr().err
+    assert "--engine docker: " in err and "cannot build here" in err and "buildx" in err
