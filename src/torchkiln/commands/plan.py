@@ -95,7 +95,9 @@ def parse_source_dirs(items: list[str]) -> dict[str, Path]:
     return out
 
 
-def check_cache_arguments(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> None:
+def check_cache_arguments(
+    args: argparse.Namespace, *, credentials: bool = False, environ: Mapping[str, str] | None = None
+) -> None:
     """The command line's cache settings under the recipe's grammar: a directory must expand (``~user``),
     and a password never goes on the command line, where ``ps`` shows it to every user of the machine."""
     environ = os.environ if environ is None else environ
@@ -112,7 +114,7 @@ def check_cache_arguments(args: argparse.Namespace, environ: Mapping[str, str] |
         problem = plain_string(args.cache_remote)
         if problem:
             raise UsageError(f"--cache-remote: {problem[0]} (valid: {problem[1]})")
-        secret = remote_secret(args.cache_remote, credentials=False)
+        secret = remote_secret(args.cache_remote, credentials=credentials)
         if secret:
             raise UsageError(
                 f"--cache-remote: {secret}; a command line is visible to every user (ps) (valid: the URL "
@@ -134,7 +136,9 @@ def recipe_from_args(args: argparse.Namespace, command: str) -> Recipe:
 
 def plan_from_args(args: argparse.Namespace, command: str = "plan") -> Plan:
     recipe = recipe_from_args(args, command)
-    check_cache_arguments(args)
+    check_cache_arguments(
+        args, credentials=bool(recipe.cache.credentials_env or recipe.cache.credentials_file)
+    )
     cache = resolve_cache(recipe.cache, kind=args.cache, dir=args.cache_dir, remote=args.cache_remote)
     source_dirs = parse_source_dirs(args.source_dir)
     accepted = frozenset(args.accept_source_version)
