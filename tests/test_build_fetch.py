@@ -111,3 +111,13 @@ def test_a_second_build_in_the_same_workdir_is_refused(upstream, tmp_path: Path)
     assert not (work / "src").exists()
     _, lock = fetch(tmp_path, f"file://{upstream['repo']}", "v1")  # released: the build runs
     assert lock["commit"] == upstream["v1"]
+
+
+def test_an_unreachable_remote_names_the_ways_out(tmp_path: Path) -> None:
+    """Issue 11: a fetch that cannot reach its remote says what to do instead (a mirror, --source-dir)."""
+    from torchkiln.errors import BuildFailed
+
+    with pytest.raises(BuildFailed) as info:
+        fetch(tmp_path, f"file://{tmp_path}/no-such-remote", "v1")
+    text = str(info.value)
+    assert "ways out:" in text and "torch.repo" in text and "--source-dir torch=PATH" in text

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from dists import tiny_wheel
 
-from torchkiln.buildreqs import collect
+from torchkiln.buildreqs import collect, read_constraints
 
 pytestmark = pytest.mark.integration  # a venv and pip (about 10 s)
 
@@ -113,3 +113,25 @@ def test_bad_arguments_are_usage_errors(tmp_path: Path, index: Path) -> None:
     src = make_tree(tmp_path / "src", {"requirements.txt": "kilnpkg\n"})
     done = buildreqs(tmp_path / "no-python", index, "--source", f"torch={src}")
     assert done.returncode == 1 and "no-python not found" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_resolution_holds_for_every_later_pip_call(index: Path, tmp_path: Path) -> None:
+    """Issue 11: deps resolved kilnpkg 1.0 (an older project's pin, like setuptools<81); a later install of
+    something that would upgrade it (kilnup needs kilnpkg>=1, like torch's setuptools>=77.0.3 pulling 84)
+    keeps 1.0 when it runs with the constraints file, as the plan's later pip steps do."""
+    tiny_wheel(index, "kilnup", "1.0", requires=("kilnpkg>=1",))
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    python = env_dir / "bin" / "python"
+    src = make_tree(tmp_path / "src", {"requirements.txt": "kilnpkg<2\n"})
+    constraints = tmp_path / "work" / "constraints.txt"
+    done = buildreqs(python, index, "--source", f"torch={src}", "--constraints", str(constraints))
+    assert done.returncode == 0, done.stderr
+    assert read_constraints(constraints) == ["kilnpkg==1.0"]
+    env = {**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(index), "PIP_CONFIG_FILE": os.devnull}
+    pip = [str(python), "-m", "pip", "install", "--quiet", "--upgrade", "--upgrade-strategy", "eager"]
+    subprocess.run([*pip, "--constraint", str(constraints), "kilnup"], env=env, check=True)
+    assert installed(python, "kilnpkg") == "1.0" and installed(python, "kilnup") == "1.0"
+    # Without the constraints the same install undoes the resolution: what the file prevents.
+    subprocess.run([*pip, "kilnup"], env=env, check=True)
+    assert installed(python, "kilnpkg") == "2.0"

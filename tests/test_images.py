@@ -936,3 +936,18 @@ def test_print_wheels_passes_the_dist_token_as_a_secret_the_recipe_reads(
     )
     assert cli.main([*argv, "--recipe", str(CPU), "--dist-secret", str(token)]) == 2
     assert "--dist-secret given but the recipe has no [dist] section" in capsys.readouterr().err
+
+
+def test_a_named_engine_that_cannot_build_is_refused_with_the_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 11: `--engine docker` without buildx said only `unknown flag: --file`."""
+    docker = tmp_path / "docker"
+    docker.write_text(
+        '#!/bin/sh\ncase "$1" in buildx) echo "unknown command: buildx" >&2; exit 1;; esac\nexit 0\n'
+    )
+    docker.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    assert cli.main(["images", "--recipe", str(CPU), "--engine", "docker"]) == 1
+    err = capsys.readouterr().err
+    assert "--engine docker: " in err and "cannot build here" in err and "buildx" in err

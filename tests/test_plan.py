@@ -339,3 +339,20 @@ def test_build_number_post_release_flows_to_torchvision_and_the_check() -> None:
     assert "torch==2.13.0+cu130.kiln1.post3" in check.argv
     install = next(s for s in plan.steps if s.name == "torchvision:install-torch")
     assert install.argv[-1] == "torch==2.13.0+cu130.kiln1.post3"
+
+
+def test_every_pip_call_after_the_deps_step_keeps_its_resolution(tmp_path: Path) -> None:
+    """Issue 11: build-env:deps writes the constraints file; each later step that runs pip is held to it."""
+    plan = make_plan(load_recipe(CPU), workdir=tmp_path, resources=BIG)
+    constraints = str(plan.paths.constraints)
+    steps = {s.name: s for s in plan.steps}
+    deps = steps["build-env:deps"]
+    assert deps.argv[deps.argv.index("--constraints") + 1] == constraints and deps.creates == constraints
+    install = steps["torchvision:install-torch"]
+    assert install.argv[install.argv.index("--constraint") + 1] == constraints
+    assert constraints in install.reads  # a changed resolution runs it again
+    check = steps["checks:import"].argv
+    assert check[check.index("--constraints") + 1] == constraints
+    later = plan.steps[plan.steps.index(deps) + 1 :]
+    pip_steps = [s for s in later if "pip" in s.argv or s.facts]
+    assert pip_steps and all(constraints in s.argv for s in pip_steps)

@@ -4,6 +4,7 @@ able to fail: a recipe that asks for CUDA 13.0, or for another torch version, fa
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -105,6 +106,10 @@ def test_require_cuda_turns_cuda_skips_into_failures(tmp_path: Path) -> None:
     (failure,) = summary["failures"]
     assert failure["nodeid"].endswith("test_state_machine[cuda]")
     assert "--require-cuda: this CUDA check could not run: needs CUDA" in failure["message"]
+    # A failure in pytest's own summary and in junit.xml as well, not an error (issue 11).
+    assert "1 failed" in text and "error" not in text.split("short test summary")[-1], text
+    suite = ET.parse(out / "junit.xml").getroot().find("testsuite")
+    assert suite is not None and (suite.get("failures"), suite.get("errors")) == ("1", "0")
     without = verify("--area", "amp", "--", "-q", "-k", "state_machine")
     assert without.returncode == 0, without.stdout + without.stderr
 
@@ -269,3 +274,36 @@ def test_manifest_of_the_installed_wheel_passes_and_another_commit_fails(
         f"manifest wheels[torch]: git_version {torch.version.git_version}, the manifest's source commit is {'f' * 40}"
         in text
     )
+
+
+def test_the_suite_controls_its_environment(tmp_path: Path) -> None:
+    """Issue 14 item 12: a caller's TORCH_DISTRIBUTED_DEBUG (garbage, or DETAIL, which crashes gloo's DDP
+    workers) reaches neither pytest nor the helpers; the report is written and announced only when it exists."""
+    out = tmp_path / "report"
+    env = {**os.environ, "TORCH_DISTRIBUTED_DEBUG": "garbage", "RANK": "7"}
+    result = verify("--area", "build_config", "--report", str(out), env=env)
+    text = result.stdout + result.stderr
+    assert result.returncode == 0, text
+    assert f"report in {out.resolve()}/summary.md" in text and (out / "summary.md").is_file()
+
+
+def test_no_report_is_announced_when_none_was_written(tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    result = verify("--report", str(out), "--", "--collect-only", "-k", "no-such-test-anywhere")
+    text = result.stdout + result.stderr
+    assert result.returncode == 2, text
+    if not (out / "summary.md").is_file():
+        assert "no report was written" in text and "report in" not in text, text
+
+
+def test_missing_torchvision_that_the_recipe_builds_is_a_failure_not_an_error(tmp_path: Path) -> None:
+    if importlib.util.find_spec("torchvision") is not None:
+        pytest.skip("torchvision is installed here")
+    out = tmp_path / "report"
+    result = verify("--area", "torchvision", "--recipe", str(CPU), "--report", str(out))
+    text = result.stdout + result.stderr
+    assert result.returncode == 1, text
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["areas"]["torchvision"]["failed"] >= 1 and summary["areas"]["torchvision"]["error"] == 0
+    suite = ET.parse(out / "junit.xml").getroot().find("testsuite")
+    assert suite is not None and suite.get("errors") == "0", text

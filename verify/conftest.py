@@ -33,6 +33,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from torchkiln.verify import report  # noqa: E402
+from torchkiln.verify.proc import worker_environment  # noqa: E402
 
 HELPERS = Path(__file__).resolve().parent / "helpers"
 RECIPE_KEY = pytest.StashKey[object]()
@@ -187,7 +188,20 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):  # noqa
         if not multi_gpu_only:  # one GPU cannot run a two-GPU check; that is not CUDA being broken
             rep.outcome = "failed"
             rep.longrepr = f"--require-cuda: this CUDA check could not run: {reason}"
+    if rep.when == "setup" and rep.failed and (_required(rep) or _verdict(call)):
+        # A check's verdict given before its body runs (--require-cuda, a fixture's pytest.fail such as
+        # "torchvision is not installed, but the recipe builds it"): a failure, not an error, in pytest's
+        # own summary and in junit.xml too.
+        rep.when = "call"
     _record(config, item, rep)
+
+
+def _required(rep: pytest.TestReport) -> bool:
+    return isinstance(rep.longrepr, str) and rep.longrepr.startswith("--require-cuda")
+
+
+def _verdict(call: pytest.CallInfo) -> bool:  # type: ignore[type-arg]
+    return call.excinfo is not None and call.excinfo.errisinstance(pytest.fail.Exception)
 
 
 def _skip_reason(rep: pytest.TestReport) -> str:
@@ -203,8 +217,7 @@ def _record(config: pytest.Config, item: pytest.Item, rep: pytest.TestReport) ->
     if rep.skipped:
         outcome, message = "skipped", _skip_reason(rep)
     elif rep.failed:
-        required = isinstance(rep.longrepr, str) and rep.longrepr.startswith("--require-cuda")
-        outcome = "failed" if rep.when == "call" or required else "error"
+        outcome = "failed" if rep.when == "call" or _required(rep) else "error"
         message = _failure_message(rep)
     elif rep.when == "call":
         outcome, message = "passed", ""
@@ -285,19 +298,9 @@ def helpers() -> Path:
 
 @pytest.fixture
 def child_env() -> dict[str, str]:
-    """Environment for helper processes: inherited, with the knobs that change numerics pinned."""
-    env = dict(os.environ)
-    env.update(
-        {
-            "PYTHONHASHSEED": "0",
-            "OMP_NUM_THREADS": "1",
-            "MKL_NUM_THREADS": "1",
-            "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
-            "PYTHONUNBUFFERED": "1",
-        }
-    )
-    env.pop("PYTHONSTARTUP", None)
-    return env
+    """Environment for helper processes: inherited under the suite's policy (what it sets, removes and
+    keeps: :func:`torchkiln.verify.proc.worker_environment`)."""
+    return worker_environment(os.environ)
 
 
 @pytest.fixture(autouse=True)

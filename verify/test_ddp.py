@@ -56,11 +56,9 @@ def two_node_argv(helpers: Path, run_id: str) -> list[str]:
 def module_env() -> dict[str, str]:
     import os
 
-    env = dict(os.environ)
-    env.update(
-        {"PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    )
-    return env
+    from torchkiln.verify.proc import worker_environment
+
+    return worker_environment(os.environ)  # the suite's policy: no caller's TORCH_DISTRIBUTED_DEBUG, ...
 
 
 @pytest.fixture(scope="module")

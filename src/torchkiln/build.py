@@ -162,6 +162,8 @@ def run_build(plan: Plan, options: BuildOptions | None = None) -> BuildResult:
         for name in ctx.state.dropped:
             display.note(f"{ctx.state.path}: the record of {name} is damaged; that step runs again")
         paths.logs.mkdir(parents=True, exist_ok=True)
+        for note in plan.notes:  # the user's explicit departures from the recipe: into the manifest
+            ctx.warn(note)
         for leftover in clean_partials(paths.dist):
             display.note(f"removed a partial file left by an interrupted build: {leftover}")
         if options.force:

@@ -10,8 +10,13 @@ The resolution is pip's own, for real, in the build venv: ``pip install --dry-ru
 configured index, then exactly what it resolved is installed (``name==version``, ``--no-deps``), so what is
 installed is what was resolved.
 
+What was resolved is also written as a pip constraints file (``--constraints FILE``, ``name==version`` per
+line): every later pip call of the build (torchvision's torch install, the post-build check) runs with it, so
+nothing a later install pulls in can undo this resolution (torch's ``setuptools>=77.0.3`` upgrading the
+``setuptools<81`` an older torchvision needs), and the manifest keeps it.
+
 Run as ``python -m torchkiln.buildreqs --python VENV_PYTHON --source torch=DIR [--source torchvision=DIR]
-[--extra REQ ...]`` (the plan's ``build-env:deps`` step).
+[--extra REQ ...] [--constraints FILE]`` (the plan's ``build-env:deps`` step).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from . import runner
+from . import atomic, runner
 from .errors import EXIT_USAGE
 
 REQUIREMENT_FILES = ("requirements-build.txt", "requirements.txt")
@@ -133,6 +138,9 @@ def main(argv: list[str] | None = None) -> int:
         "--extra", action="append", default=[], metavar="REQ", help="requirement the recipe adds"
     )
     parser.add_argument("--dry-run", action="store_true", help="print what would be installed")
+    parser.add_argument(
+        "--constraints", type=Path, default=None, metavar="FILE", help="write the resolved pins here"
+    )
     args = parser.parse_args(argv)
 
     reqs: list[Req] = []
@@ -155,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in reqs:
         print(f"  {r.requirement}  <- {r.origin}")
     if not reqs:
+        if args.constraints is not None and not args.dry_run:
+            write_constraints(args.constraints, [])
         return 0
     resolution = resolve(args.python, reqs)
     if resolution.error is not None:
@@ -171,14 +181,38 @@ def main(argv: list[str] | None = None) -> int:
     pins = [f"{name}=={version}" for name, version in resolution.install]
     for pin in pins:
         print(f"  resolved {pin}")
-    if args.dry_run or not pins:
+    if args.dry_run:
         return 0
-    done = runner.run([args.python, "-m", "pip", "install", "--no-deps", *pins])
-    sys.stdout.write(done.stdout)
-    if not done.ok:
-        sys.stderr.write(done.stderr)
-        return done.returncode or 1
+    if pins:
+        done = runner.run([args.python, "-m", "pip", "install", "--no-deps", *pins])
+        sys.stdout.write(done.stdout)
+        if not done.ok:
+            sys.stderr.write(done.stderr)
+            return done.returncode or 1
+    if args.constraints is not None:
+        write_constraints(args.constraints, pins)
+        print(f"  constraints for every later pip call: {args.constraints}")
     return 0
+
+
+CONSTRAINTS_HEADER = (
+    "# torchkiln: the build env's resolution (build-env:deps); every later pip call keeps it\n"
+)
+
+
+def write_constraints(path: Path, pins: list[str]) -> None:
+    """The pins as a pip constraints file, complete or absent (temp + rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic.write_text(path, CONSTRAINTS_HEADER + "".join(f"{pin}\n" for pin in sorted(pins, key=str.lower)))
+
+
+def read_constraints(path: Path) -> list[str]:
+    """The pins of a constraints file written by :func:`write_constraints` ([] when there is none)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return []
+    return [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -23,6 +23,7 @@ from .errors import EXIT_FAILURE, EXIT_USAGE, TorchkilnError, describe_os_error
 # command name -> (module under torchkiln.commands, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "recipe": ("recipe", "check and list build recipes"),
+    "check": ("check", "check a recipe and this host before a build: every problem at once"),
     "plan": ("plan", "print the resolved build plan of a recipe without running anything"),
     "build": ("build", "fetch pinned sources and build torch and torchvision wheels into dist/"),
     "verify": ("verify", "run the verification suite against the importable torch"),

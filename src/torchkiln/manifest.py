@@ -167,6 +167,8 @@ class Manifest:
     checks: Checks
     wheels: list[WheelRecord]
     warnings: list[str] = field(default_factory=list)
+    # The pins every pip call of the build was held to (build-env:deps' constraints file).
+    constraints: list[str] = field(default_factory=list)
     dist: DistRecord | None = None  # None: no distributed compiles were asked for
 
     def wheel(self, project: str) -> WheelRecord | None:

@@ -32,6 +32,7 @@ from .cache import CacheConfig, resolve_cache, tool_for
 from .distributed.spec import DistSpec, resolve_dist
 from .environ import STEERING_NAMES, STEERING_PREFIXES, base_environment
 from .errors import UsageError
+from .given_torch import GivenTorch
 from .jobs import JobsDecision, Resources, decide_jobs, detect_resources
 from .recipe import Recipe, SourceSpec
 from .source import fetch_commands
@@ -83,6 +84,12 @@ class Paths:
     def wheelhouse(self) -> Path:
         """Where wheels are built before they are moved atomically into dist/."""
         return self.workdir / "wheelhouse"
+
+    @property
+    def constraints(self) -> Path:
+        """The build env's resolution as pip constraints: written by build-env:deps, read by every later
+        pip call (torchkiln.buildreqs)."""
+        return self.workdir / "constraints.txt"
 
     @property
     def check_venv(self) -> Path:
@@ -159,6 +166,9 @@ class Plan:
     cache: CacheConfig
     projects: tuple[str, ...]
     dist: DistSpec | None = None  # distributed compiles (sccache-dist); the token is read at run time
+    # What the user chose to differ from the recipe (--accept-source-version, --torch): the build records
+    # each in the manifest's warnings.
+    notes: tuple[str, ...] = ()
 
     def env_for(self, project: str) -> dict[str, str]:
         """The env of the project's compile step (what its build reads, without the secrets)."""
@@ -199,6 +209,7 @@ class Plan:
                 "arch_list": list(r.accelerator.arch_list),
             },
             "projects": list(self.projects),
+            "notes": list(self.notes),
             "frontend": {"torch": self.frontend, "torchvision": "setup.py"},
             "jobs": {"value": self.jobs.value, "source": self.jobs.source, "reason": self.jobs.reason},
             "resources": {"cpus": self.resources.cpus, "memory_bytes": self.resources.memory_bytes},
@@ -241,6 +252,11 @@ class Context:
     paths: Paths
     jobs: int
     frontend: str
+    torch_version: str | None = None  # --torch: the given torch's, else the recipe's wheel version
+
+    @property
+    def torch_wheel_version(self) -> str:
+        return self.torch_version or self.recipe.torch_wheel_version
 
     @property
     def cuda(self) -> bool:
@@ -415,8 +431,8 @@ ENV_TABLE: tuple[EnvVar, ...] = (
     EnvVar(
         "PYTORCH_VERSION",
         VISION,
-        lambda c: c.recipe.torch_wheel_version,
-        "pins torchvision's torch requirement to the torch built here",
+        lambda c: c.torch_wheel_version,
+        "pins torchvision's torch requirement to the torch built here (or given with --torch)",
     ),
     # -- build type and parallelism -----------------------------------------------------------------------
     EnvVar("CMAKE_BUILD_TYPE", TORCH, lambda c: c.recipe.build.type, "build type"),
@@ -496,6 +512,7 @@ def _env_steps(
         deps += ["--source", f"{project}={sources[project].path}"]
     for extra in tools:
         deps += ["--extra", extra]
+    deps += ["--constraints", str(paths.constraints)]
     requirement_files = tuple(
         str(sources[project].path / name) for project in projects for name in REQUIREMENT_FILES
     )
@@ -503,7 +520,9 @@ def _env_steps(
         Step("build-env:venv", "env", "", venv_argv, creates=py),
         Step("build-env:pip", "env", "", (py, "-m", "pip", "install", "--upgrade", "pip")),
         # One resolution for both projects' own requirements and the recipe's: conflicts surface here.
-        Step("build-env:deps", "env", "", tuple(deps), reads=requirement_files),
+        Step(
+            "build-env:deps", "env", "", tuple(deps), reads=requirement_files, creates=str(paths.constraints)
+        ),
     ]
 
 
@@ -544,6 +563,8 @@ def make_plan(
     resources: Resources | None = None,
     cache: CacheConfig | None = None,
     dist_spec: DistSpec | None | Literal["recipe"] = "recipe",
+    notes: tuple[str, ...] = (),
+    torch: GivenTorch | None = None,
 ) -> Plan:
     """Resolve ``recipe`` into the full plan. Runs nothing; reads only /proc and the cgroup limits.
 
@@ -570,7 +591,9 @@ def make_plan(
         dist_spec = resolve_dist(recipe.dist, cache_kind=cache.kind)
     elif dist_spec is not None and cache.kind != "sccache":
         raise UsageError(f"dist: distributed compiles need the sccache compiler cache, not {cache.kind}")
-    ctx = Context(recipe, paths, decision.value, frontend)
+    ctx = Context(recipe, paths, decision.value, frontend, str(torch.version) if torch else None)
+    if torch is not None:
+        notes = (*notes, torch.note)
 
     specs = {"torch": recipe.torch, "torchvision": recipe.torchvision}
     sources: dict[str, Source] = {}
@@ -607,8 +630,11 @@ def make_plan(
                         str(paths.wheelhouse / "torch"),
                         "--find-links",
                         str(paths.dist),
-                        f"torch=={recipe.torch_wheel_version}",
+                        "--constraint",
+                        str(paths.constraints),
+                        torch.install if torch else f"torch=={recipe.torch_wheel_version}",
                     ),
+                    reads=(str(paths.constraints),),
                 )
             )
         steps.append(
@@ -652,6 +678,9 @@ def make_plan(
     for project in projects:
         version = recipe.torch_wheel_version if project == "torch" else recipe.torchvision_wheel_version
         check_argv += ["--expect", f"{project}=={version}", "--wheelhouse", str(wheel_dirs[project])]
+    if torch is not None:
+        check_argv += ["--with", torch.install]  # the given torch, installed with the torchvision wheel
+    check_argv += ["--constraints", str(paths.constraints)]  # its pip install keeps the build env's pins
     steps.append(Step("checks:import", "checks", "", tuple(check_argv), facts=True))
     steps.append(
         Step(
@@ -672,5 +701,6 @@ def make_plan(
         frontend,
         cache,
         projects,
-        dist_spec,
+        dist=dist_spec,
+        notes=notes,
     )

@@ -47,6 +47,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="install freshly built wheels and report their build facts")
     parser.add_argument("--expect", action="append", default=[], metavar="PROJECT==VERSION")
     parser.add_argument("--wheelhouse", action="append", default=[], metavar="DIR")
+    parser.add_argument(
+        "--with",
+        dest="also",
+        action="append",
+        default=[],
+        metavar="WHEEL_OR_REQ",
+        help="installed with the built wheels (the torch given with --torch)",
+    )
+    parser.add_argument(
+        "--constraints",
+        default=None,
+        metavar="FILE",
+        help="the build env's pins (build-env:deps), kept by this install when the file exists",
+    )
     args = parser.parse_args(argv)
 
     wheels = []
@@ -61,9 +75,12 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 1
         wheels.append(str(wheel))
+    constraint = (
+        ["--constraint", args.constraints] if args.constraints and Path(args.constraints).is_file() else []
+    )
     # The built wheels by path; their dependencies (and nothing of theirs) from the configured index.
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", *wheels],
+        [sys.executable, "-m", "pip", "install", "--quiet", *constraint, *wheels, *args.also],
         check=False,
         capture_output=True,
         text=True,

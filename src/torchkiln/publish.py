@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from . import __version__, artifacts, document
+from .buildreqs import read_constraints
 from .cache import CacheStats, enforce_min_hit_rate
 from .context import Context, Published
 from .fingerprint import file_sha256
@@ -146,6 +147,7 @@ def _manifest(ctx: Context, locks: list[SourceLock], wheels: list[WheelRecord]) 
         checks=checks,
         wheels=wheels,
         warnings=list(ctx.warnings),
+        constraints=read_constraints(plan.paths.constraints),
         dist=_dist_record(ctx),
     )
 

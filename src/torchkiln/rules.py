@@ -8,7 +8,8 @@ cannot apply (no CUDA, no MAGMA, an unknown release already reported) says nothi
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Callable, Iterator
+import urllib.parse
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -17,7 +18,8 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from .errors import Problem
+from . import cmake_options
+from .errors import Problem, UsageError
 from .recipe_model import Recipe
 from .verify.archs import ENTRY_RE
 
@@ -56,9 +58,16 @@ Check = Callable[[Recipe], Iterator[Finding]]
 
 @dataclass(frozen=True)
 class Rule:
+    """One rule: ``reads`` names the fields (or whole tables) it looks at; when one of them is itself
+    malformed, the rule is not run (its finding would only echo that problem), every other rule is."""
+
     id: str
     summary: str
     check: Check
+    reads: tuple[str, ...]
+
+    def blocked_by(self, bad: Collection[str]) -> bool:
+        return any(r == b or r.startswith(b + ".") or b.startswith(r + ".") for r in self.reads for b in bad)
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -336,6 +345,29 @@ def _flags(r: Recipe) -> Iterator[Finding]:
             )
 
 
+def _flags_known(r: Recipe) -> Iterator[Finding]:
+    """Each flag against the CMake options table of the recipe's torch release (names and value types).
+
+    An unknown name is an error, not a warning, although the tables are "nearest" (read from bracketing
+    upstream files, not each release's own): a misspelt flag silently does nothing and is found, if ever,
+    after an hour's compile, while a false alarm costs one line in data/cmake_options.toml, found in a
+    second. The problem line says which table was used and how sure it is."""
+    raw = r.document.get("build", {}).get("flags", {})
+    flags = {k: v for k, v in raw.items() if k not in MANAGED_FLAGS}
+    if not flags or torch_release(r) is None:
+        return
+    found = cmake_options.check_flags(str(r.torch.version), flags)
+    if not found:
+        return
+    table = cmake_options.release(minor(r.torch.version))
+    for field, message, valid in found:
+        yield (
+            field,
+            message,
+            f"{valid}; table: data/cmake_options.toml, torch {table.version}, {table.confidence}",
+        )
+
+
 def _cache(r: Recipe) -> Iterator[Finding]:
     c = r.cache
     if c.kind == "none" and (c.remote or c.dir or c.max_size):
@@ -348,26 +380,39 @@ def _cache(r: Recipe) -> Iterator[Finding]:
             "credentials given without a remote store",
             "a remote URL, or drop the credentials",
         )
-    if (
-        c.remote
-        and c.kind == "ccache"
-        and not c.remote.startswith(("redis://", "redis+unix:", "http://", "file:"))
-    ):
-        yield (
-            "cache.remote",
-            f"ccache cannot use {c.remote.split(':', 1)[0]!r} remote storage",
-            'redis://, redis+unix:, http:// or file: (or use cache.kind = "sccache")',
-        )
-    if (
-        c.remote
-        and "@" in c.remote.split("://", 1)[-1].split("/", 1)[0]
-        and ":" in c.remote.split("://", 1)[-1].split("@")[0]
-    ):
-        yield (
-            "cache.remote",
-            "a password is written into the recipe",
-            "put it in cache.credentials_env or cache.credentials_file",
-        )
+    if c.remote:
+        secret = remote_secret(c.remote, credentials=bool(c.credentials_env or c.credentials_file))
+        if secret:
+            yield ("cache.remote", secret, "put it in cache.credentials_env or cache.credentials_file")
+            return
+    if c.kind == "none" and (c.remote or c.dir or c.max_size):
+        return  # reported above; the resolver would only say it again
+    # One resolver: what the plan will resolve (the tool's remote schemes, its URL parameters, the size),
+    # so a recipe this accepts is one the plan accepts. Imported here: the verification suite loads recipes
+    # without importing the cache machinery unless a recipe has a [cache] table to resolve.
+    from .cache import resolve_cache  # noqa: PLC0415
+
+    try:
+        resolve_cache(c, environ={"HOME": "/"})
+    except UsageError as exc:
+        field, _, text = str(exc).partition(": ")
+        message, _, valid = text.partition(" (valid: ")
+        valid = valid.replace(")", "", 1) if valid.count(")") > 1 else valid.rstrip(")")
+        yield (field if field.startswith("cache.") else "cache", message, valid)
+
+
+def remote_secret(url: str, *, credentials: bool) -> str | None:
+    """What is wrong when a remote store's URL carries a secret, else None. Any ``user:password@`` (also
+    percent-encoded, ``u%3Apw@``) is one; so is a bare ``NAME@`` when no credentials source is named, since
+    ccache's and sccache's redis take it as the password."""
+    userinfo = url.split("://", 1)[-1].split("/", 1)[0].rpartition("@")[0]
+    if not userinfo:
+        return None
+    if ":" in urllib.parse.unquote(userinfo):
+        return "a password is written into the URL"
+    if not credentials:
+        return "the URL's user part is read as a password (NAME@ with no credentials source)"
+    return None
 
 
 def _dist(r: Recipe) -> Iterator[Finding]:
@@ -391,40 +436,108 @@ def _dist(r: Recipe) -> Iterator[Finding]:
 
 
 RULES: tuple[Rule, ...] = (
-    Rule("torch-known", "the torch release has compatibility data", _known_torch),
-    Rule("torchvision-pairs-torch", "torchvision 0.(N+15) pairs with torch 2.N", _vision_pairs_torch),
-    Rule("python-range", "Python is within the torch release's supported range", _python_range),
+    Rule("torch-known", "the torch release has compatibility data", _known_torch, ("torch.version",)),
     Rule(
-        "cuda-fields", "CUDA builds name cuda, arch_list, cudnn, nccl; CPU builds none of them", _cuda_fields
+        "torchvision-pairs-torch",
+        "torchvision 0.(N+15) pairs with torch 2.N",
+        _vision_pairs_torch,
+        ("torch.version", "torchvision.version"),
     ),
-    Rule("cuda-range", "CUDA is within the torch release's range", _cuda_range),
     Rule(
-        "cudnn-range", "cuDNN is within the torch release's range and built for the CUDA major", _cudnn_range
+        "python-range",
+        "Python is within the torch release's supported range",
+        _python_range,
+        ("torch.version", "python.version"),
     ),
-    Rule("nccl-for-cuda", "NCCL has a build for the CUDA major", _nccl_for_cuda),
-    Rule("arch-vs-cuda", "every arch entry can be targeted by the recipe's nvcc", _arch_vs_cuda),
-    Rule("cudnn-min-sm", "cuDNN >= 9.11 with no arch below SM 7.5", _cudnn_min_sm),
-    Rule("gcc-range", "host gcc is new enough for torch and old enough for nvcc", _gcc_range),
-    Rule("magma", "MAGMA only with CUDA, with version and sha256, in the torch release's range", _magma),
-    Rule("blas", "MKL builds name the MKL version", _blas),
+    Rule(
+        "cuda-fields",
+        "CUDA builds name cuda, arch_list, cudnn, nccl; CPU builds none of them",
+        _cuda_fields,
+        ("accelerator",),
+    ),
+    Rule(
+        "cuda-range",
+        "CUDA is within the torch release's range",
+        _cuda_range,
+        ("torch.version", "accelerator.cuda"),
+    ),
+    Rule(
+        "cudnn-range",
+        "cuDNN is within the torch release's range and built for the CUDA major",
+        _cudnn_range,
+        ("torch.version", "accelerator.cuda", "accelerator.cudnn"),
+    ),
+    Rule(
+        "nccl-for-cuda",
+        "NCCL has a build for the CUDA major",
+        _nccl_for_cuda,
+        ("accelerator.cuda", "accelerator.nccl"),
+    ),
+    Rule(
+        "arch-vs-cuda",
+        "every arch entry can be targeted by the recipe's nvcc",
+        _arch_vs_cuda,
+        ("accelerator.cuda", "accelerator.arch_list"),
+    ),
+    Rule(
+        "cudnn-min-sm",
+        "cuDNN >= 9.11 with no arch below SM 7.5",
+        _cudnn_min_sm,
+        ("accelerator.cudnn", "accelerator.arch_list"),
+    ),
+    Rule(
+        "gcc-range",
+        "host gcc is new enough for torch and old enough for nvcc",
+        _gcc_range,
+        ("build.gcc", "torch.version", "accelerator.cuda"),
+    ),
+    Rule(
+        "magma",
+        "MAGMA only with CUDA, with version and sha256, in the torch release's range",
+        _magma,
+        ("magma", "accelerator.kind", "torch.version"),
+    ),
+    Rule("blas", "MKL builds name the MKL version", _blas, ("blas",)),
     Rule(
         "build-version-pair",
         "PYTORCH_BUILD_VERSION and PYTORCH_BUILD_NUMBER together or not at all",
         _build_version_pair,
+        (
+            "build.pytorch_build_version",
+            "build.pytorch_build_number",
+            "build.local_version",
+            "torch.version",
+        ),
     ),
     Rule(
         "torchvision-features",
         "nvJPEG and the GPU video decoder need CUDA; no video decoders from torchvision 0.24",
         _vision_features,
+        ("torchvision.features", "accelerator.kind", "torchvision.version"),
     ),
-    Rule("flags", "build.flags does not override what recipe fields decide", _flags),
-    Rule("cache", "cache settings are consistent and hold no secrets", _cache),
-    Rule("dist", "distributed compiles name a scheduler and use sccache", _dist),
+    Rule("flags", "build.flags does not override what recipe fields decide", _flags, ("build.flags",)),
+    Rule(
+        "flags-known",
+        "build.flags are options the torch release reads, with values of their type",
+        _flags_known,
+        ("build.flags", "torch.version"),
+    ),
+    Rule(
+        "cache", "cache settings are consistent, usable by the plan and hold no secrets", _cache, ("cache",)
+    ),
+    Rule("dist", "distributed compiles name a scheduler and use sccache", _dist, ("dist", "cache.kind")),
 )
 
 
-def check_rules(recipe: Recipe, file: str) -> list[Problem]:
-    return [Problem(file, *finding) for rule in RULES for finding in rule.check(recipe)]
+def check_rules(recipe: Recipe, file: str, skip: Collection[str] = ()) -> list[Problem]:
+    """Every rule's findings; a rule that reads a field in ``skip`` (already reported as malformed) is not
+    run."""
+    return [
+        Problem(file, *finding)
+        for rule in RULES
+        if not rule.blocked_by(skip)
+        for finding in rule.check(recipe)
+    ]
 
 
 def _describe(spec: SpecifierSet) -> str:

@@ -199,6 +199,17 @@ class FetchKind(StepKind):
         head = (pinned or {}).get("outputs", {}).get("head")
         return checkout_intact(ctx.plan.source(step.project).path, head)
 
+    def execute(self, step: Step, ctx: Context) -> Ran:
+        """As every kind, and a failed fetch also names the ways out (issue 11)."""
+        try:
+            return super().execute(step, ctx)
+        except BuildFailed as exc:
+            ways = (
+                f"\nways out: a mirror you can reach as the recipe's {step.project}.repo (a URL or a local "
+                f"clone's path), or an existing checkout with --source-dir {step.project}=PATH"
+            )
+            raise BuildFailed(f"{exc}{ways}", step=exc.step, log=exc.log) from None
+
     def outputs(self, step: Step, ran: Ran, ctx: Context) -> dict[str, Any]:
         return {"head": head_commit(ctx.plan.source(step.project).path)} if step.pins else {}
 

@@ -7,12 +7,14 @@ Takes the same options as ``torchkiln plan`` (what is planned is what is built) 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 from rich.console import Console
 
 from ..build import BuildOptions, run_build
 from ..errors import UsageError
+from ..preflight import require
 from ..progress import format_duration
 from .plan import add_plan_arguments, plan_from_args
 
@@ -30,6 +32,12 @@ def _fraction(text: str) -> float:
 def register(parser: argparse.ArgumentParser) -> None:
     add_plan_arguments(parser)
     parser.add_argument("--force", action="store_true", help="run every step again, even unchanged ones")
+    parser.add_argument(
+        "--no-preflight",
+        action="store_true",
+        help="skip the host checks of `torchkiln check` (the recipe is still checked); recorded in the "
+        "manifest. For stand-in projects and hosts whose toolkit lives where the checks do not look",
+    )
     parser.add_argument(
         "--skip-checks",
         action="store_true",
@@ -59,9 +67,14 @@ def _absolute(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     _absolute(args)
-    plan = plan_from_args(args)
+    plan = plan_from_args(args, "build")
     if plan.paths.dist.resolve() == plan.paths.workdir.resolve():
         raise UsageError("--dist and --workdir must be different directories")
+    # Before the first step: a build that cannot succeed is refused with every reason, nothing fetched.
+    if args.no_preflight:
+        plan = dataclasses.replace(plan, notes=(*plan.notes, "--no-preflight: the host was not checked"))
+    else:
+        require(plan)
     console = Console(highlight=False)
     r = plan.recipe
     console.print(

@@ -26,6 +26,7 @@ from ..environ import compose
 from ..errors import UsageError
 from ..recipe import CacheSpec, load_recipe, resolve_recipe_path
 from ..secrets import redact
+from .plan import check_cache_arguments
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -43,6 +44,8 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def _config(args: argparse.Namespace) -> cache_mod.CacheConfig:
     spec = load_recipe(resolve_recipe_path(args.recipe)).cache if args.recipe else CacheSpec()
+    # The same rules as plan/build: no password in argv, ~user must expand.
+    check_cache_arguments(args, credentials=bool(spec.credentials_env or spec.credentials_file))
     return cache_mod.resolve_cache(spec, kind=args.cache, dir=args.cache_dir, remote=args.cache_remote)
 
 

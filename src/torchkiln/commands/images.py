@@ -298,6 +298,12 @@ def _build(args: argparse.Namespace) -> int:
     if args.print_only:
         print(shlex.join(argv))
         return EXIT_OK
+    if args.engine != "auto" and not type(engine).usable(engine.executable):
+        # auto already passed over an engine that cannot build; a named one is refused with the reason
+        # (a docker CLI without buildx fails later with a bare "unknown flag: --file")
+        raise TorchkilnError(
+            f"--engine {args.engine}: {engine.executable} cannot build here ({type(engine).install_hint})"
+        )
     if not req.pull and not engine.image_exists(req.build_args["BASE_IMAGE"]):
         raise UsageError(
             f"--no-pull: the base image {req.build_args['BASE_IMAGE']} is not in {engine.name}'s local "

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from rich.console import Console
@@ -12,8 +14,11 @@ from rich.table import Table
 from ..cache import resolve_cache
 from ..distributed.spec import DistSpec, resolve_dist
 from ..errors import UsageError
-from ..plan import ENV_TABLE, Plan, make_plan
-from ..recipe import Recipe, load_recipe, resolve_recipe_path
+from ..given_torch import resolve_given_torch
+from ..plan import ENV_TABLE, PROJECTS, Plan, make_plan
+from ..preflight import adopt_source_versions
+from ..recipe import Recipe, load_recipe, path_problem, plain_string, resolve_recipe_path
+from ..rules import remote_secret
 
 
 def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,6 +42,15 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
         help="use an existing checkout for torch or torchvision instead of fetching",
     )
     parser.add_argument(
+        "--accept-source-version",
+        action="append",
+        choices=("torch", "torchvision"),
+        default=[],
+        metavar="PROJECT",
+        help="build a --source-dir tree whose version.txt differs from the recipe at the tree's own version "
+        "(recorded in the manifest); without it such a tree is refused",
+    )
+    parser.add_argument(
         "--only", choices=("torch", "torchvision"), default=None, help="build one project only"
     )
     parser.add_argument(
@@ -44,6 +58,14 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("none", "ccache", "sccache"),
         default=None,
         help="compiler cache (default: the recipe's, else ccache)",
+    )
+    parser.add_argument(
+        "--torch",
+        dest="given_torch",
+        default=None,
+        metavar="WHEEL|REQ",
+        help="with --only torchvision: build against this torch (a wheel file, or torch==VERSION) instead "
+        "of the recipe's own build; checked to pair with the recipe's torchvision, recorded in the manifest",
     )
     parser.add_argument("--cache-dir", type=Path, default=None, help="local compiler-cache directory")
     parser.add_argument(
@@ -81,30 +103,75 @@ def parse_source_dirs(items: list[str]) -> dict[str, Path]:
             raise UsageError(
                 f"--source-dir {item!r}: expected PROJECT=PATH (valid projects: torch, torchvision)"
             )
+        if name not in PROJECTS:
+            raise UsageError(f"--source-dir {name}=...: unknown project (valid: {', '.join(PROJECTS)})")
         if not Path(path).is_dir():
             raise UsageError(f"--source-dir {item!r}: {path} is not a directory")
         out[name] = Path(path)
     return out
 
 
-def plan_from_args(args: argparse.Namespace) -> Plan:
+def check_cache_arguments(
+    args: argparse.Namespace, *, credentials: bool = False, environ: Mapping[str, str] | None = None
+) -> None:
+    """The command line's cache settings under the recipe's grammar: a directory must expand (``~user``),
+    and a password never goes on the command line, where ``ps`` shows it to every user of the machine."""
+    environ = os.environ if environ is None else environ
+    for what, value in (
+        ("--cache-dir", None if args.cache_dir is None else str(args.cache_dir)),
+        ("TORCHKILN_CACHE_DIR", environ.get("TORCHKILN_CACHE_DIR")),
+    ):
+        if value is None:
+            continue
+        problem = plain_string(value) or path_problem(value)
+        if problem:
+            raise UsageError(f"{what}: {problem[0]} (valid: {problem[1]})")
+    if args.cache_remote:
+        problem = plain_string(args.cache_remote)
+        if problem:
+            raise UsageError(f"--cache-remote: {problem[0]} (valid: {problem[1]})")
+        secret = remote_secret(args.cache_remote, credentials=credentials)
+        if secret:
+            raise UsageError(
+                f"--cache-remote: {secret}; a command line is visible to every user (ps) (valid: the URL "
+                "without it, and the secret in the recipe's cache.credentials_env or cache.credentials_file)"
+            )
+
+
+def recipe_from_args(args: argparse.Namespace, command: str) -> Recipe:
+    """The recipe named by RECIPE or --recipe (a file, or a shipped recipe's name), loaded and checked."""
     name = args.recipe_opt or args.recipe
     if not name:
         raise UsageError(
-            "a recipe is required: torchkiln plan RECIPE (a .toml file or a shipped recipe name)"
+            f"a recipe is required: torchkiln {command} RECIPE (a .toml file or a shipped recipe name)"
         )
     if args.recipe_opt and args.recipe and args.recipe_opt != args.recipe:
         raise UsageError("give the recipe once: either RECIPE or --recipe RECIPE")
-    recipe = load_recipe(resolve_recipe_path(name))
+    return load_recipe(resolve_recipe_path(name))
+
+
+def plan_from_args(args: argparse.Namespace, command: str = "plan") -> Plan:
+    recipe = recipe_from_args(args, command)
+    check_cache_arguments(
+        args, credentials=bool(recipe.cache.credentials_env or recipe.cache.credentials_file)
+    )
     cache = resolve_cache(recipe.cache, kind=args.cache, dir=args.cache_dir, remote=args.cache_remote)
+    source_dirs = parse_source_dirs(args.source_dir)
+    accepted = frozenset(args.accept_source_version)
+    for project in sorted(accepted - set(source_dirs)):
+        raise UsageError(f"--accept-source-version {project}: needs --source-dir {project}=PATH")
+    recipe, notes = adopt_source_versions(recipe, source_dirs, accepted)
+    torch = resolve_given_torch(args.given_torch, recipe, args.only) if args.given_torch else None
     return make_plan(
         recipe,
         workdir=args.workdir,
         dist=args.dist,
         jobs=args.jobs,
-        source_dirs=parse_source_dirs(args.source_dir),
+        source_dirs=source_dirs,
         only=args.only,
         cache=cache,
+        notes=notes,
+        torch=torch,
         dist_spec=dist_from_args(args, recipe, cache.kind),
     )
 

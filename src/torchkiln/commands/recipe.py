@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..errors import EXIT_OK, EXIT_USAGE, RecipeError
-from ..recipe import Recipe, load_recipe, recipes_dir
+from ..recipe import Recipe, load_recipe, recipes_dir, resolve_recipe_path
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -17,7 +17,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     check = sub.add_parser(
         "check", help="validate recipes: exit 0 when all are valid, else 2 with one line per problem"
     )
-    check.add_argument("files", nargs="+", metavar="FILE")
+    check.add_argument("files", nargs="+", metavar="RECIPE", help="recipe files, or names of shipped recipes")
     lst = sub.add_parser("list", help="show the shipped recipes as a table")
     lst.add_argument("--dir", default=None, help="directory of recipes (default: the shipped recipes/)")
 
@@ -32,7 +32,7 @@ def check(files: list[str]) -> int:
     failed = False
     for file in files:
         try:
-            recipe = load_recipe(file)
+            recipe = load_recipe(resolve_recipe_path(file))
         except RecipeError as exc:
             failed = True
             for problem in exc.problems:

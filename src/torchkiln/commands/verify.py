@@ -14,6 +14,7 @@ import argparse
 import importlib.util
 import os
 import sys
+import time
 from pathlib import Path
 
 from .. import runner
@@ -21,6 +22,7 @@ from ..errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, UsageError
 from ..manifest import load_manifest
 from ..recipe import load_recipe, resolve_recipe_path
 from ..verify import report
+from ..verify.proc import worker_environment
 
 ENV_DIR = "TORCHKILN_VERIFY_DIR"
 AREAS = tuple(report.AREAS)
@@ -121,7 +123,14 @@ def run(args: argparse.Namespace) -> int:
     argv = build_argv(args, suite)
     _require_importable("pytest", "pip install pytest pytest-timeout")
     _require_importable("torch", "install the torch to verify, e.g. the wheels in dist/ (nox -s verify)")
-    status = runner.run(argv, capture=False).returncode
+    # pytest runs under the suite's environment policy too: a caller's TORCH_DISTRIBUTED_DEBUG=garbage would
+    # otherwise fail the import of torch.distributed before any check ran.
+    started = time.time()
+    status = runner.run(argv, env=worker_environment(os.environ), capture=False).returncode
     if args.report:
-        print(f"torchkiln verify: report in {Path(args.report).resolve()}/summary.md", file=sys.stderr)
+        summary = Path(args.report).resolve() / "summary.md"
+        if summary.is_file() and summary.stat().st_mtime >= started - 1:  # this run's, not an older one
+            print(f"torchkiln verify: report in {summary}", file=sys.stderr)
+        else:
+            print(f"torchkiln verify: no report was written (pytest exit {status})", file=sys.stderr)
     return EXIT_FAILURE if status is None else PYTEST_EXIT.get(status, EXIT_FAILURE)

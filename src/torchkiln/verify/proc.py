@@ -22,6 +22,53 @@ from .. import runner
 Result = runner.Completed
 
 
+# What the suite controls in the environment of its processes (pytest itself and every helper: the DDP
+# workers, the fresh interpreters), so a caller's shell cannot change what a check means:
+# - set: the knobs that change numerics or output order (one thread, a fixed hash seed, cuBLAS's
+#   deterministic workspace, unbuffered output);
+# - removed: torch's debug and logging switches (TORCH_DISTRIBUTED_DEBUG=DETAIL makes gloo's DDP workers
+#   crash, an invalid value makes importing torch.distributed fail), the launcher's contract variables
+#   (torchrun sets them, the DDP checks test exactly that), and PYTHONSTARTUP;
+# - kept: everything else, notably CUDA_VISIBLE_DEVICES (which GPUs to test) and the *_SOCKET_IFNAME
+#   network choices a host may need.
+WORKER_SET: dict[str, str] = {
+    "PYTHONHASHSEED": "0",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
+    "PYTHONUNBUFFERED": "1",
+}
+WORKER_REMOVED = frozenset(
+    {
+        "TORCH_DISTRIBUTED_DEBUG",
+        "TORCH_CPP_LOG_LEVEL",
+        "TORCH_SHOW_CPP_STACKTRACES",
+        "TORCH_LOGS",
+        "NCCL_DEBUG",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "ROLE_RANK",
+        "PYTHONSTARTUP",
+    }
+)
+WORKER_REMOVED_PREFIXES = ("TORCHELASTIC_",)
+
+
+def worker_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` under the suite's policy (:data:`WORKER_SET`, :data:`WORKER_REMOVED`)."""
+    kept = {
+        k: v
+        for k, v in environ.items()
+        if k not in WORKER_REMOVED and not k.startswith(WORKER_REMOVED_PREFIXES)
+    }
+    return {**kept, **WORKER_SET}
+
+
 def start(
     argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path | str | None = None
 ) -> subprocess.Popen[Any]:

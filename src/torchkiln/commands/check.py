@@ -1,0 +1,48 @@
+"""``torchkiln check RECIPE``: can this host build this recipe? Every reason it cannot, at once.
+
+Takes the same options as ``torchkiln build`` (what is checked is what would be built): the recipe is
+validated completely (every field, every rule), then the plan is resolved and the host checked against it
+(:mod:`torchkiln.preflight`). Exit 0 when a build could start; 2 with one line per problem otherwise.
+``torchkiln build`` runs the same checks before its first step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from ..preflight import preflight, require
+from ..recipe_model import Recipe
+from .plan import add_plan_arguments, plan_from_args
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    add_plan_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    plan = plan_from_args(args, "check")
+    require(plan)  # raises PreflightError (exit 2) listing every problem
+    r = plan.recipe
+    checks = ", ".join(sorted({"python", "compiler", "git", "disk", "memory", "source"} | _asked(r)))
+    print(
+        f"{r.source}: ok: this host can build {', '.join(plan.projects)} of {r.name} "
+        f"(torch {r.torch_wheel_version}, torchvision {r.torchvision_wheel_version}; checked {checks}; "
+        f"{time.monotonic() - started:.1f} s)"
+    )
+    for note in plan.notes:
+        print(f"  note: {note}")
+    return 0
+
+
+def _asked(recipe: Recipe) -> set[str]:
+    out = {"nvcc", "cudnn", "nccl"} if recipe.accelerator.is_cuda else set()
+    if recipe.magma is not None:
+        out.add("magma")
+    if recipe.blas.kind == "openblas":
+        out.add("blas")
+    return out
+
+
+__all__ = ["preflight", "register", "run"]

@@ -1,0 +1,262 @@
+"""Preflight (issue 11): ``torchkiln check`` and ``build`` refuse a build the host cannot do, every reason at
+once, before anything is fetched. Real tools where this machine has them (gcc, git, the Pythons on PATH), a
+fake toolkit tree (nvcc, cuDNN and NCCL headers, MAGMA) for the rest."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from torchkiln import preflight
+from torchkiln.cli import main
+from torchkiln.jobs import GIB, Resources
+from torchkiln.plan import Plan, make_plan
+from torchkiln.preflight import Finding, adopt_source_versions, tree_version
+from torchkiln.recipe import load_recipe
+
+ROOT = Path(__file__).resolve().parent.parent
+CU130 = ROOT / "recipes" / "torch-2.13-cu130-py312.toml"
+CPU = ROOT / "recipes" / "torch-2.13-cpu-py311.toml"
+VISION_LIKE = ROOT / "tests" / "data" / "vision_like"
+BIG = Resources(cpus=4, memory_bytes=64 * GIB)
+
+
+def script(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n" + text)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return path
+
+
+def bin_dir(tmp_path: Path, *tools: str) -> Path:
+    """A PATH directory with only the named real tools (symlinks), so the checks see exactly those."""
+    out = tmp_path / "bin"
+    out.mkdir(exist_ok=True)
+    for tool in tools:
+        real = shutil.which(tool)
+        if real is None:
+            pytest.skip(f"{tool} is not installed")
+        (out / tool).symlink_to(real)
+    return out
+
+
+def fake_toolkit(root: Path, *, cuda: str = "13.0", cudnn: str = "9.20.0", nccl: str = "2.29.7") -> Path:
+    """A CUDA toolkit tree as the checks read it: bin/nvcc, cudnn_version.h, nccl.h."""
+    script(root / "bin" / "nvcc", f'echo "Cuda compilation tools, release {cuda}, V{cuda}.88"\n')
+    major, minor, patch = cudnn.split(".")
+    (root / "include").mkdir(parents=True, exist_ok=True)
+    (root / "include" / "cudnn_version.h").write_text(
+        f"#define CUDNN_MAJOR {major}\n#define CUDNN_MINOR {minor}\n#define CUDNN_PATCHLEVEL {patch}\n"
+    )
+    n_major, n_minor, n_patch = nccl.split(".")
+    (root / "include" / "nccl.h").write_text(
+        f"#define NCCL_MAJOR {n_major}\n#define NCCL_MINOR {n_minor}\n#define NCCL_PATCH {n_patch}\n"
+    )
+    return root
+
+
+def fake_magma(root: Path, version: str = "2.6.1") -> Path:
+    major, minor, micro = version.split(".")
+    (root / "include").mkdir(parents=True)
+    (root / "lib").mkdir()
+    (root / "include" / "magma_v2.h").write_text("/* magma */\n")
+    (root / "include" / "magma_types.h").write_text(
+        f"#define MAGMA_VERSION_MAJOR {major}\n#define MAGMA_VERSION_MINOR {minor}\n"
+        f"#define MAGMA_VERSION_MICRO {micro}\n"
+    )
+    (root / "lib" / "libmagma.a").write_bytes(b"!<arch>\n")
+    return root
+
+
+def relocated(plan: Plan, **env: str) -> Plan:
+    """The plan with its compile steps' CUDA_HOME / NCCL_INCLUDE_DIR / MAGMA_HOME pointing elsewhere."""
+    steps = [dataclasses.replace(s, env={**s.env, **env}) if s.kind == "compile" else s for s in plan.steps]
+    return dataclasses.replace(plan, steps=steps)
+
+
+def checks(findings: list[Finding]) -> set[str]:
+    return {f.check for f in findings}
+
+
+def cu130_plan(tmp_path: Path) -> Plan:
+    return make_plan(load_recipe(CU130), workdir=tmp_path / "w", dist=tmp_path / "d", resources=BIG)
+
+
+def test_cu130_on_a_bare_host_lists_every_missing_piece(tmp_path: Path) -> None:
+    path = bin_dir(tmp_path, "gcc", "git")  # gcc here is 12 (the recipe asks for 13); no python3.12
+    done = subprocess.run([path / "gcc", "-dumpversion"], capture_output=True, text=True, check=True)
+    gcc_major = int(done.stdout.split(".")[0])
+    found = preflight.preflight(cu130_plan(tmp_path), {"PATH": str(path)})
+    lines = [str(f) for f in found]
+    assert {"python", "cudnn", "nccl", "magma"} <= checks(found), lines
+    if gcc_major != 13:
+        assert "compiler" in checks(found), lines
+    python = next(f for f in found if f.check == "python")
+    assert "python3.12" in python.found and "3.12" in python.wanted and python.fix
+    for f in found:  # each names what was found, what is wanted and the fix
+        assert f.found and f.wanted and f.fix
+        assert str(f).startswith(f"host: {f.check}: found ")
+
+
+def test_a_complete_fake_toolkit_passes_the_cuda_checks(tmp_path: Path) -> None:
+    cuda = fake_toolkit(tmp_path / "cuda")
+    magma = fake_magma(tmp_path / "magma")
+    plan = relocated(
+        cu130_plan(tmp_path),
+        CUDA_HOME=str(cuda),
+        CUDACXX=str(cuda / "bin" / "nvcc"),
+        NCCL_INCLUDE_DIR=str(cuda / "include"),
+        MAGMA_HOME=str(magma),
+    )
+    found = preflight.preflight(plan, {"PATH": str(bin_dir(tmp_path, "git"))})
+    assert not checks(found) & {"nvcc", "cudnn", "nccl", "magma"}, [str(f) for f in found]
+
+
+@pytest.mark.parametrize(
+    ("toolkit", "check", "words"),
+    [
+        ({"cuda": "12.8"}, "nvcc", "CUDA 12.8"),
+        ({"cudnn": "9.10.2"}, "cudnn", "cuDNN 9.10.2"),
+        ({"nccl": "2.27.7"}, "nccl", "NCCL 2.27.7"),
+    ],
+)
+def test_wrong_toolkit_versions_are_named(
+    tmp_path: Path, toolkit: dict[str, str], check: str, words: str
+) -> None:
+    cuda = fake_toolkit(tmp_path / "cuda", **toolkit)
+    plan = relocated(
+        cu130_plan(tmp_path),
+        CUDA_HOME=str(cuda),
+        CUDACXX=str(cuda / "bin" / "nvcc"),
+        NCCL_INCLUDE_DIR=str(cuda / "include"),
+    )
+    found = [f for f in preflight.preflight(plan, {"PATH": ""}) if f.check == check]
+    assert found and words in found[0].found, [str(f) for f in found]
+
+
+def test_magma_of_another_version_is_named(tmp_path: Path) -> None:
+    plan = relocated(cu130_plan(tmp_path), MAGMA_HOME=str(fake_magma(tmp_path / "magma", "2.5.4")))
+    found = [f for f in preflight.preflight(plan, {"PATH": ""}) if f.check == "magma"]
+    assert found and "MAGMA 2.5.4" in found[0].found
+
+
+def test_compiler_too_new_for_nvcc_and_other_than_the_recipe(tmp_path: Path) -> None:
+    gcc = script(tmp_path / "fake" / "gcc-16", 'case "$1" in -dumpfullversion) echo 16.1.0;; '
+                 '*) echo "gcc (GCC) 16.1.0"; echo "Free Software Foundation";; esac\n')  # fmt: skip
+    found = [
+        f
+        for f in preflight.preflight(cu130_plan(tmp_path), {"PATH": str(gcc.parent), "CC": str(gcc)})
+        if f.check == "compiler"
+    ]
+    wanted = " | ".join(f.wanted for f in found)
+    assert "gcc 13 (build.gcc)" in wanted and "gcc <= 15" in wanted, wanted
+
+
+def test_the_interpreter_is_run_not_just_found(tmp_path: Path) -> None:
+    """A pyenv shim is on PATH but cannot run the version: that is a missing Python, with its message."""
+    fake = script(
+        tmp_path / "shims" / "python3.12", 'echo "pyenv: python3.12: command not found" >&2; exit 127\n'
+    )
+    found = [
+        f
+        for f in preflight.preflight(cu130_plan(tmp_path), {"PATH": str(fake.parent)})
+        if f.check == "python"
+    ]
+    assert found and "command not found" in found[0].found
+
+
+def test_memory_and_disk_figures_are_stated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    small = Resources(cpus=2, memory_bytes=8 * GIB)
+    plan = make_plan(load_recipe(CPU), workdir=tmp_path / "w", dist=tmp_path / "d", jobs=16, resources=small)
+    monkeypatch.setitem(preflight.DISK_GIB, "cpu", 10.0**9)
+    found = {f.check: f for f in preflight.preflight(plan, {"PATH": ""})}
+    assert "2 GiB per cpu compile job" in found["memory"].wanted and found["memory"].fix == "--jobs 3"
+    assert "GiB free under" in found["disk"].found
+
+
+def test_cpu_recipe_passes_here() -> None:
+    if shutil.which("python3.11") is None or shutil.which("gcc") is None:
+        pytest.skip("python3.11 and gcc are needed")
+    assert main(["check", str(CPU), "--workdir", "/tmp/torchkiln-preflight-test"]) == 0
+
+
+def test_check_and_build_refuse_before_any_fetch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(bin_dir(tmp_path, "git")))
+    work, dist = tmp_path / "w", tmp_path / "d"
+    for command in ("check", "build"):
+        assert main([command, str(CU130), "--workdir", str(work), "--dist", str(dist)]) == 2
+        err = capsys.readouterr().err
+        assert "host: python: found no python3.12 on PATH" in err and "host: magma:" in err, err
+        assert "nothing was fetched or built" in err and "Traceback" not in err
+    assert not work.exists() and not dist.exists()
+
+
+# --------------------------------------------------------------------------------------------------------
+# --source-dir trees: their version.txt against the recipe.
+# --------------------------------------------------------------------------------------------------------
+
+
+def vision_tree(tmp_path: Path, version: str) -> Path:
+    tree = tmp_path / f"vision-{version}"
+    shutil.copytree(VISION_LIKE, tree)
+    (tree / "version.txt").write_text(version + "\n")
+    return tree
+
+
+def test_a_tree_of_the_recipes_version_passes(tmp_path: Path) -> None:
+    tree = vision_tree(tmp_path, "0.28.0a0")
+    assert tree_version("torchvision", tree).release is not None
+    recipe = load_recipe(CPU)
+    plan = make_plan(recipe, source_dirs={"torchvision": tree}, only="torchvision", resources=BIG)
+    assert "source" not in checks(preflight.preflight(plan, {"PATH": ""}))
+
+
+def test_a_tree_of_another_version_is_refused_or_built_as_itself(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tree = vision_tree(tmp_path, "0.21.0")
+    args = [
+        str(CPU),
+        "--only",
+        "torchvision",
+        "--source-dir",
+        f"torchvision={tree}",
+        "--workdir",
+        str(tmp_path),
+    ]
+    assert main(["check", *args]) == 2
+    err = capsys.readouterr().err
+    assert "host: source:torchvision: found '0.21.0'" in err and "--accept-source-version" in err
+    # Accepted explicitly, the wheel carries the tree's version, and the rules see it: 0.21 does not
+    # pair with torch 2.13, which is refused as it would be in a recipe.
+    assert main(["check", *args, "--accept-source-version", "torchvision"]) == 2
+    err = capsys.readouterr().err
+    assert "torchvision.version: torchvision 0.21.0 does not pair with torch 2.13.0" in err, err
+    recipe, notes = adopt_source_versions(load_recipe(CPU), {"torchvision": tree}, frozenset({"torchvision"}))
+    assert (
+        str(recipe.torchvision.version) == "0.21.0" and recipe.torchvision_wheel_version == "0.21.0+cpu.kiln1"
+    )
+    assert notes and "0.21.0" in notes[0]
+
+
+def test_an_accepted_tree_version_is_stamped_and_noted(tmp_path: Path) -> None:
+    tree = tmp_path / "pytorch"
+    tree.mkdir()
+    (tree / "version.txt").write_text("2.13.1a0\n")
+    recipe, notes = adopt_source_versions(load_recipe(CPU), {"torch": tree}, frozenset({"torch"}))
+    plan = make_plan(recipe, source_dirs={"torch": tree}, only="torch", resources=BIG, notes=notes)
+    assert plan.env_for("torch")["PYTORCH_BUILD_VERSION"] == "2.13.1+cpu.kiln1"
+    assert plan.to_dict()["notes"] == list(notes)
+    assert "source" not in checks(preflight.preflight(plan, {"PATH": ""}))
+
+
+def test_accept_source_version_needs_a_source_dir(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", str(CPU), "--accept-source-version", "torch"]) == 2
+    assert "needs --source-dir torch=PATH" in capsys.readouterr().err
