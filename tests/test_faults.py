@@ -125,8 +125,9 @@ def test_cli_turns_a_full_disk_into_one_line_not_a_traceback(tmp_path: Path, mou
     recipe = tmp_path / "r.toml"
     recipe.write_text(fetch_recipe_text("file:///nonexistent", "v1"))
     done = torchkiln(
-        "build", str(recipe), "--workdir", str(full / "work"), "--dist", str(tmp_path / "d"), cwd=tmp_path
-    )
+        "build", str(recipe), "--workdir", str(full / "work"), "--dist", str(tmp_path / "d"), "--no-preflight",
+        cwd=tmp_path,
+    )  # fmt: skip
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr
     assert f"{full / 'work' / 'build.lock'}: No space left on device (ENOSPC); free space" in done.stderr
@@ -337,7 +338,17 @@ def test_cli_main_is_the_boundary_for_oserror(tmp_path: Path, capsys) -> None:
     recipe.write_text(fetch_recipe_text("file:///nonexistent", "v1"))
     blocker = tmp_path / "blocker"
     blocker.write_text("a file where the workdir's parent belongs\n")
-    code = cli.main(["build", str(recipe), "--workdir", str(blocker / "work"), "--dist", str(tmp_path / "d")])
+    code = cli.main(
+        [
+            "build",
+            str(recipe),
+            "--workdir",
+            str(blocker / "work"),
+            "--dist",
+            str(tmp_path / "d"),
+            "--no-preflight",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 1 and "Traceback" not in err
     assert f"{blocker / 'work'}: Not a directory (ENOTDIR); a file stands where a directory belongs" in err
@@ -361,7 +372,8 @@ def test_dist_this_user_cannot_write_is_refused_before_the_first_step() -> None:
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT / "src"), "HOME": str(base)}
     argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-m", "torchkiln"]
     done = subprocess.run(
-        [*argv, "build", str(recipe), "--workdir", str(base / "work"), "--dist", str(locked / "dist")],
+        [*argv, "build", str(recipe), "--workdir", str(base / "work"), "--dist", str(locked / "dist"),
+         "--no-preflight"],
         capture_output=True, text=True, cwd=base, env=env, timeout=120,
     )  # fmt: skip
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
