@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -208,3 +209,21 @@ def test_superseded_wheels_of_the_same_project_are_removed(tmp_path: Path) -> No
     removed = remove_superseded(tmp_path, [tmp_path / names[1]])
     assert [p.name for p in removed] == [names[0]]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names[1:])
+
+
+def test_files_the_build_writes_into_the_tree_leave_its_identity(tmp_path: Path) -> None:
+    from torchkiln.fingerprint import snapshot_identity, tree_snapshot, written_by_build
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "ops.cpp").write_text("int f();\n")
+    (tmp_path / "pkg" / "version.py").write_text("__version__ = '1'\n")
+    before = tree_snapshot(tmp_path)
+    time.sleep(0.01)
+    (tmp_path / "pkg" / "version.py").write_text("__version__ = '1'\ngit_version = 'Unknown'\n")
+    (tmp_path / "pkg" / "generated.h").write_text("#define X 1\n")
+    written = written_by_build(before, tree_snapshot(tmp_path))
+    assert written == ["pkg/generated.h", "pkg/version.py"]
+    settled = snapshot_identity(before, written)
+    assert tree_identity(tmp_path, written) == settled, "the next run sees the tree as it was"
+    (tmp_path / "pkg" / "ops.cpp").write_text("int f();\nint g();\n")
+    assert tree_identity(tmp_path, written) != settled, "an edited source still counts"

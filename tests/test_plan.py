@@ -339,3 +339,21 @@ def test_build_number_post_release_flows_to_torchvision_and_the_check() -> None:
     assert "torch==2.13.0+cu130.kiln1.post3" in check.argv
     install = next(s for s in plan.steps if s.name == "torchvision:install-torch")
     assert install.argv[-1] == "torch==2.13.0+cu130.kiln1.post3"
+
+
+def test_cache_basedir_holds_the_work_directory_and_the_source_trees(tmp_path: Path) -> None:
+    from torchkiln.plan import cache_basedir
+
+    work = tmp_path / "builder" / "work"
+    assert cache_basedir(work, [work / "src" / "vision"]) == work
+    # --source-dir beside the work directory: the compiles' include paths into <work>/venv stay relative
+    assert cache_basedir(work, [tmp_path / "builder" / "vision"]) == tmp_path / "builder"
+    assert cache_basedir(Path("/work/w"), [Path("/srv/vision")]) == Path("/work/w"), "never the root"
+    plan = make_plan(
+        load_recipe(CU130),
+        resources=BIG,
+        workdir=work,
+        only="torchvision",
+        source_dirs={"torchvision": tmp_path / "builder" / "vision"},
+    )
+    assert plan.env_for("torchvision")["CCACHE_BASEDIR"] == str(tmp_path / "builder")

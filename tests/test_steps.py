@@ -127,7 +127,9 @@ def test_a_failing_step_names_its_first_error_and_log(world: dict[str, Path]) ->
     message = str(info.value)
     assert message.startswith("torch:wheel failed (exit 1)")
     assert "first error: error: the compile broke" in message
-    assert f"full log: {world['root'] / 'work' / 'logs' / 'torch-wheel.log'}" in message
+    assert (
+        f"full log: {(world['root'] / 'work' / 'logs' / 'latest').resolve() / 'torch-wheel.log'}" in message
+    )
     state = json.loads((world["root"] / "work" / "state.json").read_text())
     assert "torch:wheel" not in state["steps"] and "env:venv" in state["steps"], (
         "only what succeeded is recorded"

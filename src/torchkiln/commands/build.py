@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     r = plan.recipe
     console.print(
         f"[bold]torchkiln build[/bold] {r.name}: {', '.join(plan.projects)} "
-        f"(MAX_JOBS={plan.jobs.value}, cache {plan.cache.kind}, logs in {plan.paths.logs})"
+        f"(MAX_JOBS={plan.jobs.value}, cache {plan.cache.kind}, logs in {plan.paths.logs}/latest)"
     )
     result = run_build(
         plan,
