@@ -185,7 +185,7 @@ def test_cold_build_produces_the_wheel_manifest_and_lock(cold) -> None:
     assert set(m["stages"]) == {"env", "configure", "compile", "wheel"}
     assert m["stages"]["compile"] > 0 and m["stages"]["configure"] > 0 and m["stages"]["wheel"] > 0
     wheel_step = next(step for step in m["steps"] if step["name"] == "torch:wheel")
-    assert round(sum(wheel_step["phases"].values()), 1) == round(wheel_step["duration_s"], 1)
+    assert sum(wheel_step["phases"].values()) == pytest.approx(wheel_step["duration_s"], abs=0.15)
     assert all(step["status"] == "ran" for step in m["steps"])
     assert m["checks"]["skipped"] is True
     assert m["cache"]["tool"] == "ccache" and m["cache"]["misses"] >= 2
@@ -275,7 +275,7 @@ def test_forced_rebuild_clears_the_in_tree_build_dir_and_hits_the_compiler_cache
     stale = s["src"] / "build" / "stale-object.o"
     stale.write_text("left by an earlier build")
     result, out, _ = build(plan_for(world, s), force=True, skip_checks=True, min_hit_rate=0.99)
-    assert "torch:wheel" in result.ran and "build-env:venv" in result.ran
+    assert "torch:wheel" in result.ran and "build-env:venv" not in result.ran, "environments are reused"
     assert not stale.exists(), "--force removes the in-tree build/ it owns: a real rebuild"
     stats = json.loads((s["dist"] / "manifest.json").read_text())["cache"]
     assert stats["hits"] >= 2 and stats["misses"] == 0, stats

@@ -5,8 +5,9 @@ this module is the loop between them and what a long build needs around the loop
 
 - one build per work directory at a time (a lock file);
 - fingerprints (:mod:`torchkiln.fingerprint`): an unchanged step is skipped, so a rerun with nothing changed
-  finishes in seconds; ``force`` runs everything again (what a step's last run recorded stays readable to
-  it until it succeeds: the in-tree outputs of a compile); a step that makes wheels is known to the steps after
+  finishes in seconds; ``force`` runs the compile and everything after it again (checkouts and
+  environments stay keyed by their content; what a step's last run recorded stays readable to it until it
+  succeeds: the in-tree outputs of a compile); a step that makes wheels is known to the steps after
   it by their content, so an identical rebuilt wheel leaves them alone;
 - interrupts: Ctrl-C and SIGTERM stop the running step's whole process group and leave dist/ untouched
   (wheels reach dist/ only in the last step, publish, after everything succeeded).
@@ -131,7 +132,7 @@ def _run_steps(ctx: Context) -> None:
         fingerprints[step.name] = fingerprint
         entry = ctx.state.get(step.name)
         if (
-            not ctx.options.force
+            not (ctx.options.force and kind.forced)
             and entry
             and entry.get("fingerprint") == fingerprint
             and kind.intact(step, entry, ctx)

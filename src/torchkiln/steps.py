@@ -82,6 +82,9 @@ class StepKind:
     name: ClassVar[str] = ""
     optional: ClassVar[bool] = False  # skipped altogether by --skip-checks
     always_runs: ClassVar[bool] = False  # no fingerprint: runs on every build
+    # ``--force`` runs it again although unchanged: what builds the wheels. Checkouts and environments are
+    # keyed by their content (a fetch's pin, a venv's requirements) and reused: forcing them only costs.
+    forced: ClassVar[bool] = True
 
     def inputs(self, step: Step, ctx: Context) -> dict[str, str]:
         """What the step's result depends on besides its argv, env, cwd and the steps before it: the content
@@ -188,6 +191,7 @@ class StepKind:
 
 class FetchKind(StepKind):
     name = "fetch"
+    forced = False
 
     def inputs(self, step: Step, ctx: Context) -> dict[str, str]:
         # One identity for all fetch steps of a checkout: a changed URL, ref or pin fetches it from scratch
@@ -209,6 +213,7 @@ class FetchKind(StepKind):
 
 class EnvKind(StepKind):
     name = "env"
+    forced = False
 
 
 class CompileKind(StepKind):

@@ -29,7 +29,11 @@ def _fraction(text: str) -> float:
 
 def register(parser: argparse.ArgumentParser) -> None:
     add_plan_arguments(parser)
-    parser.add_argument("--force", action="store_true", help="run every step again, even unchanged ones")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="compile again from an empty in-tree build/ (and run every step after the compile); checkouts and build envs are reused while their inputs are unchanged",
+    )
     parser.add_argument(
         "--skip-checks",
         action="store_true",
