@@ -227,3 +227,41 @@ def test_files_the_build_writes_into_the_tree_leave_its_identity(tmp_path: Path)
     assert tree_identity(tmp_path, written) == settled, "the next run sees the tree as it was"
     (tmp_path / "pkg" / "ops.cpp").write_text("int f();\nint g();\n")
     assert tree_identity(tmp_path, written) != settled, "an edited source still counts"
+
+
+def test_a_tree_outside_the_cache_basedir_or_a_changed_compiler_is_named_as_a_miss_cause(
+    tmp_path: Path,
+) -> None:
+    import datetime as dt
+    import io
+
+    from rich.console import Console
+
+    from torchkiln.cache import resolve_cache
+    from torchkiln.context import Context, Options
+    from torchkiln.display import Display
+    from torchkiln.plan import make_plan
+    from torchkiln.recipe import load_recipe
+    from torchkiln.steps import _miss_causes
+
+    recipe = load_recipe(Path(__file__).parent / "data" / "ext-cpu-test.toml")
+    cache = resolve_cache(recipe.cache, kind="ccache", dir=tmp_path / "cc")
+    # the work directory and the tree share no directory but the root: the basedir is the work directory
+    plan = make_plan(
+        recipe,
+        workdir=tmp_path / "work",
+        source_dirs={"torch": Path("/srv/kiln-tree")},
+        only="torch",
+        cache=cache,
+    )
+    console = Console(file=io.StringIO())
+    ctx = Context(
+        plan, Options(), {}, State(tmp_path / "s.json"), Display(console), console, dt.datetime.now(dt.UTC)
+    )
+    step = next(s for s in plan.steps if s.kind == "compile")
+    before = {"g++": "12.2.0"}
+    after = {"tools": {"g++": {"version": "13.1.0"}, "ninja": {"version": "1.11"}}}
+    causes = _miss_causes(step, ctx, before, after)
+    assert causes[0].startswith("paths differ between builders: the source tree /srv/kiln-tree is outside")
+    assert causes[-1] == "compiler changed: g++ 12.2.0 built this step last time, now 13.1.0"
+    assert len(causes) == 2, "the build venv is under the basedir (the work directory)"
