@@ -115,3 +115,25 @@ def test_setuptools_build_ext_starts_the_compile_before_ninja_reports() -> None:
     clock.now += 30.0  # ninja prints [1/2] only when the first object is finished
     assert phases.feed("[1/2] c++ -c a.cpp") is None
     assert phases.finish() == {"configure": 2.0, "compile": 30.0}
+
+
+def test_nothing_is_drawn_after_the_final_message() -> None:
+    import io
+
+    from rich.console import Console
+
+    from torchkiln.display import Display
+    from torchkiln.plan import Step
+    from torchkiln.progress import Progress
+
+    out = io.StringIO()
+    display = Display(Console(file=out, force_terminal=False, width=120))
+    step = Step("torchvision:wheel", "compile", "torchvision", ("true",))
+    display.live_bar(step)
+    display.compile_progress(Progress(13, 26, 10.0, 10.0))
+    display.close()  # the build failed: its message (with "full log:") comes next
+    shown = out.getvalue()
+    display.phase("wheel")
+    display.compile_progress(Progress(26, 26, 20.0, 0.0))
+    assert out.getvalue() == shown, "no bar or progress line after the final message"
+    assert shown.count("%") == 1, "the percentage once"
