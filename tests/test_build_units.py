@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -208,3 +209,59 @@ def test_superseded_wheels_of_the_same_project_are_removed(tmp_path: Path) -> No
     removed = remove_superseded(tmp_path, [tmp_path / names[1]])
     assert [p.name for p in removed] == [names[0]]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names[1:])
+
+
+def test_files_the_build_writes_into_the_tree_leave_its_identity(tmp_path: Path) -> None:
+    from torchkiln.fingerprint import snapshot_identity, tree_snapshot, written_by_build
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "ops.cpp").write_text("int f();\n")
+    (tmp_path / "pkg" / "version.py").write_text("__version__ = '1'\n")
+    before = tree_snapshot(tmp_path)
+    time.sleep(0.01)
+    (tmp_path / "pkg" / "version.py").write_text("__version__ = '1'\ngit_version = 'Unknown'\n")
+    (tmp_path / "pkg" / "generated.h").write_text("#define X 1\n")
+    written = written_by_build(before, tree_snapshot(tmp_path))
+    assert written == ["pkg/generated.h", "pkg/version.py"]
+    settled = snapshot_identity(before, written)
+    assert tree_identity(tmp_path, written) == settled, "the next run sees the tree as it was"
+    (tmp_path / "pkg" / "ops.cpp").write_text("int f();\nint g();\n")
+    assert tree_identity(tmp_path, written) != settled, "an edited source still counts"
+
+
+def test_a_tree_outside_the_cache_basedir_or_a_changed_compiler_is_named_as_a_miss_cause(
+    tmp_path: Path,
+) -> None:
+    import datetime as dt
+    import io
+
+    from rich.console import Console
+
+    from torchkiln.cache import resolve_cache
+    from torchkiln.context import Context, Options
+    from torchkiln.display import Display
+    from torchkiln.plan import make_plan
+    from torchkiln.recipe import load_recipe
+    from torchkiln.steps import _miss_causes
+
+    recipe = load_recipe(Path(__file__).parent / "data" / "ext-cpu-test.toml")
+    cache = resolve_cache(recipe.cache, kind="ccache", dir=tmp_path / "cc")
+    # the work directory and the tree share no directory but the root: the basedir is the work directory
+    plan = make_plan(
+        recipe,
+        workdir=tmp_path / "work",
+        source_dirs={"torch": Path("/srv/kiln-tree")},
+        only="torch",
+        cache=cache,
+    )
+    console = Console(file=io.StringIO())
+    ctx = Context(
+        plan, Options(), {}, State(tmp_path / "s.json"), Display(console), console, dt.datetime.now(dt.UTC)
+    )
+    step = next(s for s in plan.steps if s.kind == "compile")
+    before = {"g++": "12.2.0"}
+    after = {"tools": {"g++": {"version": "13.1.0"}, "ninja": {"version": "1.11"}}}
+    causes = _miss_causes(step, ctx, before, after)
+    assert causes[0].startswith("paths differ between builders: the source tree /srv/kiln-tree is outside")
+    assert causes[-1] == "compiler changed: g++ 12.2.0 built this step last time, now 13.1.0"
+    assert len(causes) == 2, "the build venv is under the basedir (the work directory)"

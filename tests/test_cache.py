@@ -371,6 +371,22 @@ def test_sccache_stats_by_language(tmp_path: Path) -> None:
     assert "sccache: 2 hits, 1 misses, hit rate 66.7%" in stats.summary()
 
 
+def test_gate_names_the_likely_cause_of_the_misses() -> None:
+    missed = cache.CacheStats("ccache", hits=5, misses=38)
+    with pytest.raises(TorchkilnError) as info:
+        cache.enforce_min_hit_rate(
+            missed, 0.9, ["paths differ between builders: the source tree /b/vision ..."]
+        )
+    message = str(info.value)
+    assert "paths differ between builders" in message and "not caching this build" not in message
+    with pytest.raises(TorchkilnError, match="differ from those that filled the cache"):
+        cache.enforce_min_hit_rate(missed, 0.9)
+    with pytest.raises(TorchkilnError, match="nothing was found in the cache"):
+        cache.enforce_min_hit_rate(cache.CacheStats("ccache", misses=3), 0.9)
+    with pytest.raises(TorchkilnError, match="4 compiles could not be cached at all"):
+        cache.enforce_min_hit_rate(cache.CacheStats("ccache", hits=1, uncacheable=4), 0.9)
+
+
 def test_gate_edge_cases() -> None:
     cache.enforce_min_hit_rate(None, None)
     cache.enforce_min_hit_rate(cache.CacheStats("ccache"), 0.9)  # nothing compiled: nothing could miss

@@ -50,3 +50,19 @@ def test_git_and_python_failures_have_a_first_error_too() -> None:
         "ModuleNotFoundError: No module named 'torch'",
     ]
     assert first_error(setup) == setup[2]
+
+
+def test_each_run_keeps_its_logs_and_latest_links_the_last(tmp_path: Path) -> None:
+    from torchkiln.logs import KEEP_RUNS, start_run_logs
+
+    logs = tmp_path / "logs"
+    first = start_run_logs(logs, "20260101T000000Z")
+    (first / "torch-wheel.log").write_text("cold build\n")
+    second = start_run_logs(logs, "20260101T000000Z")  # same second: a directory of its own
+    assert second != first and (first / "torch-wheel.log").read_text() == "cold build\n"
+    assert (logs / "latest").resolve() == second.resolve()
+    for i in range(KEEP_RUNS + 3):
+        start_run_logs(logs, f"20260102T{i:06d}Z")
+    runs = [p for p in logs.iterdir() if p.is_dir() and not p.is_symlink()]
+    assert len(runs) == KEEP_RUNS and not first.exists(), "only the newest runs are kept"
+    assert (logs / "latest").resolve().name == f"20260102T{KEEP_RUNS + 2:06d}Z"

@@ -356,3 +356,21 @@ def test_every_pip_call_after_the_deps_step_keeps_its_resolution(tmp_path: Path)
     later = plan.steps[plan.steps.index(deps) + 1 :]
     pip_steps = [s for s in later if "pip" in s.argv or s.facts]
     assert pip_steps and all(constraints in s.argv for s in pip_steps)
+
+
+def test_cache_basedir_holds_the_work_directory_and_the_source_trees(tmp_path: Path) -> None:
+    from torchkiln.plan import cache_basedir
+
+    work = tmp_path / "builder" / "work"
+    assert cache_basedir(work, [work / "src" / "vision"]) == work
+    # --source-dir beside the work directory: the compiles' include paths into <work>/venv stay relative
+    assert cache_basedir(work, [tmp_path / "builder" / "vision"]) == tmp_path / "builder"
+    assert cache_basedir(Path("/work/w"), [Path("/srv/vision")]) == Path("/work/w"), "never the root"
+    plan = make_plan(
+        load_recipe(CU130),
+        resources=BIG,
+        workdir=work,
+        only="torchvision",
+        source_dirs={"torchvision": tmp_path / "builder" / "vision"},
+    )
+    assert plan.env_for("torchvision")["CCACHE_BASEDIR"] == str(tmp_path / "builder")

@@ -33,19 +33,37 @@ def test_non_progress_lines_are_ignored() -> None:
     assert progress.latest is None
 
 
-def test_a_second_ninja_run_restarts_the_rate() -> None:
+def test_a_projects_ninja_runs_are_one_progress() -> None:
+    """torchvision builds _C (26 edges) then image (17): 26/26 is followed by 27/43, never by 1/17 (6 %)."""
     clock = FakeClock()
     progress = CompileProgress(clock)
-    progress.feed("[1/1000] a")
-    clock.now += 1000.0
-    progress.feed("[1000/1000] z")  # the big build is done
-    assert progress.latest is not None and progress.latest.eta == 0.0
-    clock.now += 7.0
-    p = progress.feed("[1/3] ext a")  # a second, small ninja run starts: its rate is its own
-    assert p is not None and p.total == 3 and p.eta is None
-    clock.now += 4.0
-    p = progress.feed("[2/3] ext b")
-    assert p is not None and p.eta == 4.0
+    progress.feed("[1/26] a")
+    clock.now += 25.0
+    done = progress.feed("[26/26] z")
+    assert done is not None and (done.done, done.total, done.eta) == (26, 26, 0.0)
+    clock.now += 30.0  # setuptools links _C and starts the next extension: not an edge
+    p = progress.feed("[1/17] image a")
+    assert p is not None and (p.done, p.total, p.runs) == (27, 43, 2)
+    assert p.eta == 16.0, "the rate so far (1 s per edge), not the gap between the runs"
+    assert p.describe() == "27/43 (63%, ETA 16s)" and p.counts() == "27/43, ETA 16s"
+
+
+def test_eta_is_smoothed_against_one_slow_edge() -> None:
+    clock = FakeClock()
+    progress = CompileProgress(clock)
+    progress.feed("[1/100] a")
+    for done in range(2, 50):
+        clock.now += 2.0
+        progress.feed(f"[{done}/100] x")
+    steady = progress.latest
+    assert steady is not None and steady.eta == 51 * 2.0
+    clock.now += 60.0  # one heavy translation unit
+    p = progress.feed("[50/100] heavy")
+    assert p is not None and p.eta is not None
+    assert p.eta < 2 * steady.eta, "one slow edge does not multiply the ETA"
+    clock.now += 0.1  # then a burst of cached edges
+    p = progress.feed("[60/100] burst")
+    assert p is not None and p.eta is not None and p.eta > 40 * 1.0, "nor does a burst collapse it"
 
 
 def test_make_percent_lines() -> None:
@@ -97,3 +115,25 @@ def test_setuptools_build_ext_starts_the_compile_before_ninja_reports() -> None:
     clock.now += 30.0  # ninja prints [1/2] only when the first object is finished
     assert phases.feed("[1/2] c++ -c a.cpp") is None
     assert phases.finish() == {"configure": 2.0, "compile": 30.0}
+
+
+def test_nothing_is_drawn_after_the_final_message() -> None:
+    import io
+
+    from rich.console import Console
+
+    from torchkiln.display import Display
+    from torchkiln.plan import Step
+    from torchkiln.progress import Progress
+
+    out = io.StringIO()
+    display = Display(Console(file=out, force_terminal=False, width=120))
+    step = Step("torchvision:wheel", "compile", "torchvision", ("true",))
+    display.live_bar(step)
+    display.compile_progress(Progress(13, 26, 10.0, 10.0))
+    display.close()  # the build failed: its message (with "full log:") comes next
+    shown = out.getvalue()
+    display.phase("wheel")
+    display.compile_progress(Progress(26, 26, 20.0, 0.0))
+    assert out.getvalue() == shown, "no bar or progress line after the final message"
+    assert shown.count("%") == 1, "the percentage once"

@@ -127,7 +127,9 @@ def test_a_failing_step_names_its_first_error_and_log(world: dict[str, Path]) ->
     message = str(info.value)
     assert message.startswith("torch:wheel failed (exit 1)")
     assert "first error: error: the compile broke" in message
-    assert f"full log: {world['root'] / 'work' / 'logs' / 'torch-wheel.log'}" in message
+    assert (
+        f"full log: {(world['root'] / 'work' / 'logs' / 'latest').resolve() / 'torch-wheel.log'}" in message
+    )
     state = json.loads((world["root"] / "work" / "state.json").read_text())
     assert "torch:wheel" not in state["steps"] and "env:venv" in state["steps"], (
         "only what succeeded is recorded"
@@ -138,3 +140,20 @@ def test_a_plan_without_its_publish_step_publishes_nothing(world: dict[str, Path
     plan = plan_of(world)
     with pytest.raises(Exception, match="the plan has no publish step"):
         build(replace(plan, steps=plan.steps[:1]))
+
+
+def test_an_identical_rebuilt_wheel_leaves_the_checks_alone(world: dict[str, Path]) -> None:
+    """The check venv and the import check are keyed by the wheels' content, not by the compile having run."""
+    plan = plan_of(world)
+    check = Step("checks:venv", "checks", "", py("pass"))
+    plan = replace(plan, steps=[*plan.steps[:2], check, plan.steps[-1]])
+
+    def run() -> BuildResult:
+        return run_build(plan, BuildOptions(console=Console(file=io.StringIO(), width=200)))
+
+    assert run().ran == ["env:venv", "torch:wheel", "checks:venv", "publish"]
+    (world["src"] / "setup.py").write_text("# stands in for torch\n")  # same bytes, new mtime: recompiles
+    assert run().ran == ["torch:wheel"], "the same wheel: nothing after the compile runs again"
+    world["wheel"].write_bytes(world["wheel"].read_bytes() + b"\0")  # the compile now makes another wheel
+    (world["src"] / "setup.py").write_text("# stands in for torch\n")
+    assert run().ran == ["torch:wheel", "checks:venv", "publish"]

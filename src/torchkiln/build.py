@@ -6,7 +6,10 @@ this module is the loop between them and what a long build needs around the loop
 - one build per work directory at a time (a lock file), its layout repaired and dist/ checked writable before
   the first step (:mod:`torchkiln.workdir`);
 - fingerprints (:mod:`torchkiln.fingerprint`): an unchanged step is skipped, so a rerun with nothing changed
-  finishes in seconds; ``force`` runs everything again;
+  finishes in seconds; ``force`` runs the compile and everything after it again (checkouts and
+  environments stay keyed by their content; what a step's last run recorded stays readable to it until it
+  succeeds: the in-tree outputs of a compile); a step that makes wheels is known to the steps after
+  it by their content, so an identical rebuilt wheel leaves them alone;
 - interrupts: Ctrl-C and SIGTERM stop the running step's whole process group and leave dist/ untouched
   (wheels reach dist/ only in the last step, publish, after everything succeeded).
 """
@@ -28,7 +31,7 @@ from .atomic import clean_partials
 from .context import Context, Options
 from .display import Display
 from .errors import BuildFailed, ConfigureMismatch, Interrupted, TorchkilnError, name_path
-from .fingerprint import State, digest, step_fingerprint
+from .fingerprint import State, digest, result_identity, step_fingerprint
 from .manifest import StepRecord
 from .plan import Plan
 from .steps import KINDS
@@ -107,7 +110,13 @@ def _run_steps(ctx: Context) -> None:
         fingerprint = step_fingerprint(step.argv, step.shown_env, step.cwd, kind.inputs(step, ctx), deps)
         fingerprints[step.name] = fingerprint
         entry = ctx.state.get(step.name)
-        if entry and entry.get("fingerprint") == fingerprint and kind.intact(step, entry, ctx):
+        if (
+            not (ctx.options.force and kind.forced)
+            and entry
+            and entry.get("fingerprint") == fingerprint
+            and kind.intact(step, entry, ctx)
+        ):
+            fingerprints[step.name] = result_identity(fingerprint, entry)
             kind.verify(step, entry, ctx)
             ctx.records.append(
                 StepRecord(step.name, step.kind, step.project, "skipped", 0.0, entry.get("log"))
@@ -121,12 +130,12 @@ def _run_steps(ctx: Context) -> None:
         finally:
             ctx.display.stop_live()
         log = str(ran.log) if ran.log else None
-        entry = {
-            "fingerprint": fingerprint,
-            "outputs": kind.outputs(step, ran, ctx),
-            "log": log,
-            "duration_s": ran.seconds,
-        }
+        outputs = kind.outputs(step, ran, ctx)
+        settled = kind.settled_inputs(step, ctx, outputs)
+        if settled is not None:
+            fingerprint = step_fingerprint(step.argv, step.shown_env, step.cwd, settled, deps)
+        entry = {"fingerprint": fingerprint, "outputs": outputs, "log": log, "duration_s": ran.seconds}
+        fingerprints[step.name] = result_identity(fingerprint, entry)
         ctx.state.record(step.name, entry)
         # After recording: what was found stays valid when the check fails, and a fixed recipe only checks again.
         kind.verify(step, entry, ctx)
@@ -166,13 +175,12 @@ def run_build(plan: Plan, options: BuildOptions | None = None) -> BuildResult:
             ctx.warn(note)
         for leftover in clean_partials(paths.dist):
             display.note(f"removed a partial file left by an interrupted build: {leftover}")
-        if options.force:
-            ctx.state.clear()
         with _terminate_as_interrupt():
             try:
                 try:
                     _run_steps(ctx)
                 finally:
+                    display.close()  # the final message (or the error) is the last thing shown
                     ctx.close_cache()
             except KeyboardInterrupt:
                 raise Interrupted("torchkiln build: interrupted (Ctrl-C); dist/ is unchanged") from None

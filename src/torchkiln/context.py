@@ -24,6 +24,7 @@ from .distributed.stats import DistStats
 from .environ import compose
 from .errors import TorchkilnError
 from .fingerprint import State
+from .logs import log_name, start_run_logs
 from .manifest import Checks, StepRecord
 from .plan import Plan, Step
 
@@ -72,6 +73,17 @@ class Context:
 
     checks: Checks | None = None
     published: Published | None = None
+    # What the compile steps saw that makes cache misses likely (a tree outside the basedir, a changed
+    # compiler): named by --min-cache-hit-rate's message when the build misses.
+    cache_causes: list[str] = field(default_factory=list)
+    run_logs: Path | None = None  # this run's log directory, made when its first step runs
+
+    def step_log(self, step: Step) -> Path:
+        """Where a step that runs now writes its log: this run's directory (torchkiln.logs.start_run_logs)."""
+        if self.run_logs is None:
+            stamp = self.started.strftime("%Y%m%dT%H%M%SZ")
+            self.run_logs = start_run_logs(self.plan.paths.logs, stamp)
+        return self.run_logs / log_name(step.name)
 
     def warn(self, text: str) -> None:
         self.warnings.append(text)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,20 +28,25 @@ def digest(data: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def tree_files(path: Path) -> Iterator[tuple[str, Path]]:
-    """(relative path, path) of every file of a source tree, sorted, build outputs left out."""
+def tree_files(path: Path, exclude: Collection[str] = ()) -> Iterator[tuple[str, Path]]:
+    """(relative path, path) of every file of a source tree, sorted, build outputs left out: the
+    directories in IGNORED_DIRS and the files named (relative) in ``exclude``, which the build itself
+    writes into the tree (torchvision's version.py)."""
+    excluded = frozenset(exclude)
     for root, dirs, files in os.walk(path):
         dirs[:] = sorted(d for d in dirs if d not in IGNORED_DIRS and not d.endswith(".egg-info"))
         for name in sorted(files):
             full = Path(root) / name
-            yield str(full.relative_to(path)), full
+            relative = str(full.relative_to(path))
+            if relative not in excluded:
+                yield relative, full
 
 
-def tree_sha256(path: Path) -> str:
-    """sha256 over every file's relative path and contents (build outputs left out): what a tree without
-    a commit was, independent of timestamps. Reads the whole tree."""
+def tree_sha256(path: Path, exclude: Collection[str] = ()) -> str:
+    """sha256 over every file's relative path and contents (build outputs and ``exclude`` left out): what a
+    tree without a commit was, independent of timestamps. Reads the whole tree."""
     h = hashlib.sha256()
-    for relative, full in tree_files(path):
+    for relative, full in tree_files(path, exclude):
         if full.is_symlink():
             h.update(f"{relative}\0link\0{os.readlink(full)}\n".encode())
             continue

@@ -1,5 +1,7 @@
-"""What a build shows while it runs: one line per step; during a compile a progress bar (ninja's percent and
-ETA). On a terminal the bar is live; elsewhere (CI logs) a progress line is printed every 10 %."""
+"""What a build shows while it runs: one line per step; during a compile a progress bar (ninja's edges over
+all of the project's ninja runs, the bar's percentage once, a smoothed ETA). On a terminal the bar is live;
+elsewhere (CI logs) a progress line is printed every 10 %. Once the build's final message is due
+(:meth:`Display.close`), nothing is drawn any more: no bar below a failure's ``full log:`` line."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn
 
 from .plan import Step
+from .progress import Progress as CompileCounts
 from .progress import format_duration
 
 
@@ -16,6 +19,7 @@ class Display:
         self._progress: Progress | None = None
         self._task: TaskID | None = None
         self._last_decile = -1
+        self._closed = False
 
     def start_step(self, index: int, count: int, step: Step) -> None:
         self.console.print(f"[bold]{index}/{count}[/bold] [cyan]{step.kind}[/cyan] {step.name}")
@@ -23,7 +27,7 @@ class Display:
 
     def live_bar(self, step: Step) -> None:
         """A compile runs: a live bar on a terminal (elsewhere progress lines)."""
-        if self.console.is_terminal:
+        if self.console.is_terminal and not self._closed:
             self._progress = Progress(
                 TextColumn("  {task.description}"),
                 BarColumn(),
@@ -35,17 +39,21 @@ class Display:
             self._task = self._progress.add_task(step.name, total=None, detail="starting")
             self._progress.start()
 
-    def compile_progress(self, describe: str, done: int, total: int, percent: float) -> None:
-        if self._progress is not None and self._task is not None:
-            self._progress.update(self._task, completed=done, total=total, detail=describe)
+    def compile_progress(self, p: CompileCounts) -> None:
+        if self._closed:
             return
-        decile = int(percent // 10)
+        if self._progress is not None and self._task is not None:
+            self._progress.update(self._task, completed=p.done, total=p.total, detail=p.counts())
+            return
+        decile = int(p.percent // 10)
         if decile > self._last_decile:
             self._last_decile = decile
-            self.console.print(f"  compile {describe}")
+            self.console.print(f"  compile {p.describe()}")
 
     def phase(self, name: str) -> None:
         """A wheel step entered a new phase (configure, compile, wheel)."""
+        if self._closed:
+            return
         if self._progress is not None and self._task is not None:
             self._progress.update(self._task, detail=name)
         else:
@@ -56,6 +64,11 @@ class Display:
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
+
+    def close(self) -> None:
+        """The build's final message comes next: stop the live bar for good."""
+        self.stop_live()
+        self._closed = True
 
     def end_step(self, step: Step, status: str, seconds: float) -> None:
         self.stop_live()

@@ -2,7 +2,9 @@
 
 A step's fingerprint hashes its argv, the variables torchkiln sets for it, its working directory, the
 identity of the source tree it builds (git HEAD plus uncommitted changes, or file sizes and mtimes for a
-tree that is not a git checkout: cheap, for every run), and the fingerprints of the steps it depends on.
+tree that is not a git checkout: cheap, for every run, without the files the build itself writes into the tree
+such as torchvision's version.py), and the identities of the steps it depends on (for a step that makes
+wheels, their content: an unchanged wheel leaves the steps after it alone).
 :func:`tree_sha256` hashes a tree's contents (what the lock file records for a tree without a commit). A changed recipe field
 changes the env or argv of the steps that read it, and through the dependency chain every later step of
 the same project, and nothing else. The state lives in ``<workdir>/state.json``; a step's entry is removed
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,20 +25,59 @@ from .source import git_output, is_git_checkout
 
 __all__ = [
     "IGNORED_DIRS",
+    "Snapshot",
     "State",
     "digest",
     "file_sha256",
+    "result_identity",
     "step_fingerprint",
+    "snapshot_identity",
     "tree_identity",
     "tree_sha256",
+    "tree_snapshot",
+    "written_by_build",
 ]
 
 STATE_FORMAT = 2  # 2: step kinds and environment layers (issue 12); older state means: run everything
 
 
-def tree_identity(path: Path) -> str:
+# (size, mtime in ns) of each file of a tree that is not a git checkout, by relative path.
+Snapshot = dict[str, tuple[int, int]]
+
+
+def tree_snapshot(path: Path) -> Snapshot:
+    """Size and mtime of every file of a source tree (build outputs left out): cheap enough for every run."""
+    found: Snapshot = {}
+    for relative, full in tree_files(path):
+        try:
+            st = full.stat()
+        except OSError:
+            continue  # vanished while walking
+        found[relative] = (st.st_size, st.st_mtime_ns)
+    return found
+
+
+def snapshot_identity(snapshot: Snapshot, exclude: Collection[str] = ()) -> str:
+    """Identity of a snapshot without the files in ``exclude`` (those the build itself rewrites)."""
+    excluded = frozenset(exclude)
+    h = hashlib.sha256()
+    for relative in sorted(snapshot):
+        if relative not in excluded:
+            size, mtime = snapshot[relative]
+            h.update(f"{relative}\0{size}\0{mtime}\n".encode())
+    return h.hexdigest()
+
+
+def written_by_build(before: Snapshot, after: Snapshot) -> list[str]:
+    """Files a build created or rewrote inside its source tree (its in-tree outputs: torchvision's
+    version.py), from snapshots taken before and after it."""
+    return sorted(name for name, stat in after.items() if before.get(name) != stat)
+
+
+def tree_identity(path: Path, exclude: Collection[str] = ()) -> str:
     """Identity of a source tree: git HEAD + status + diff of a checkout, else (path, size, mtime) of every
-    file. A git that fails raises (TorchkilnError) rather than hashing nothing."""
+    file but the build's own outputs (``exclude``, what the last build wrote into the tree). A git that fails
+    raises (TorchkilnError) rather than hashing nothing."""
     if not path.exists():
         return "missing"
     if is_git_checkout(path):
@@ -48,14 +89,7 @@ def tree_identity(path: Path) -> str:
         changes = git("status", "--porcelain=v1", "--untracked-files=normal", "--ignore-submodules=none")
         diff = git("diff", "HEAD", "--binary") if changes.strip() else b""
         return hashlib.sha256(head + b"\0" + changes + b"\0" + diff).hexdigest()
-    h = hashlib.sha256()
-    for relative, full in tree_files(path):
-        try:
-            st = full.stat()
-        except OSError:
-            continue
-        h.update(f"{relative}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
-    return h.hexdigest()
+    return snapshot_identity(tree_snapshot(path), exclude)
 
 
 def step_fingerprint(
@@ -99,6 +133,13 @@ def _entry_ok(entry: object) -> bool:
         return False
     wheels = outputs.get("wheels", {})
     return all(isinstance(k, str) and isinstance(v, str) for k, v in wheels.items())
+
+
+def result_identity(fingerprint: str, entry: Mapping[str, Any]) -> str:
+    """What the steps after a step see of it: the content of its wheels when it makes wheels (a rebuild that
+    gives the same wheels changes nothing after it), else its fingerprint."""
+    wheels = entry.get("outputs", {}).get("wheels")
+    return digest({"wheels": wheels}) if wheels else fingerprint
 
 
 class State:

@@ -1,4 +1,7 @@
-"""Per-step log files, and what to show of them when a step fails.
+"""Per-step log files, kept per run, and what to show of them when a step fails.
+
+Each run that runs a step writes its logs into a directory of its own (``<workdir>/logs/<UTC time>/``) and
+points ``<workdir>/logs/latest`` at it: a rebuild never overwrites the log of the build before it.
 
 A failed PyTorch build prints tens of thousands of lines; the cause is almost always the *first* compiler
 error, far above the tail (ninja keeps going for the jobs already running). So a failure report is: the
@@ -7,7 +10,9 @@ first compiler error line, the last lines of the log, and the path of the full l
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 from collections import deque
 from pathlib import Path
 
@@ -28,6 +33,30 @@ FALLBACK_PATTERNS = (
     re.compile(r"^[A-Za-z_.]*(Error|Exception): "),  # a Python exception ending a traceback
     re.compile(r"Error \d+$"),
 )
+
+
+KEEP_RUNS = 20  # run directories kept under <workdir>/logs (the newest; ``latest`` links the last one)
+LATEST = "latest"
+
+
+def start_run_logs(logs: Path, stamp: str) -> Path:
+    """A directory for this run's step logs (``<logs>/<stamp>``) with ``<logs>/latest`` pointing at it, so
+    a rerun never overwrites the logs of an earlier one (the cold build's log survives its rebuilds); only
+    the :data:`KEEP_RUNS` newest runs are kept."""
+    run = logs / stamp
+    suffix = 1
+    while run.exists():
+        suffix += 1
+        run = logs / f"{stamp}-{suffix}"
+    run.mkdir(parents=True)
+    link = logs / f".{LATEST}.{os.getpid()}"
+    link.unlink(missing_ok=True)
+    link.symlink_to(run.name)
+    link.replace(logs / LATEST)  # atomic: the link is the old run's or this one's, never missing
+    runs = sorted(p for p in logs.iterdir() if p.is_dir() and not p.is_symlink())
+    for old in runs[:-KEEP_RUNS]:
+        shutil.rmtree(old, ignore_errors=True)
+    return run
 
 
 def log_name(step_name: str) -> str:

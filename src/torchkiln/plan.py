@@ -19,6 +19,7 @@ at run time only the cache's secret layer.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import sys
@@ -131,6 +132,9 @@ class Step:
     wheels: str | None = None  # the directory it leaves wheels in (emptied before it runs)
     pins: bool = False  # fetch: leaves the checkout at its ref, so HEAD is checked against the recipe's pin
     facts: bool = False  # checks: its last output line is the built wheels' build facts (JSON)
+    # In-tree build directories the step owns (setuptools' and CMake's build/ inside the source tree): kept
+    # between runs, so a rebuild is incremental; ``--force`` removes them, so it really rebuilds.
+    scratch: tuple[str, ...] = ()
     note: str = ""  # what an in-process step (no argv) does, for the plan
 
     @property
@@ -552,6 +556,19 @@ def _bundle_step(paths: Paths, ctx: Context) -> Step:
     )
 
 
+def cache_basedir(workdir: Path, trees: list[Path]) -> Path:
+    """The compiler cache's basedir: the deepest directory holding the work directory and every source tree.
+
+    The compiles run in the source tree (its build/) and include headers from the build venv (torch's, under
+    ``<workdir>/venv``): both must be under the basedir, so the paths ccache hashes are relative
+    (``../../../work/venv/...``) and a builder whose source trees and work directory sit the same way
+    relative to each other, at another path, hits the same objects. The filesystem root is never the basedir
+    (every system header would be hashed relative to the compile's directory): the work directory then is.
+    """
+    common = Path(os.path.commonpath([workdir, *trees]))
+    return workdir if common == Path(common.anchor) else common
+
+
 def make_plan(
     recipe: Recipe,
     *,
@@ -584,13 +601,6 @@ def make_plan(
     resources = resources or detect_resources()
     decision = decide_jobs(recipe.accelerator.kind, resources, cli=jobs, recipe=recipe.build.jobs)
     frontend = rules.frontend(recipe)
-    # Paths under the work directory are hashed relative to it (the cache's basedir), so builders with
-    # different work-directory paths share cached objects: set here, once, for the plan and the build.
-    cache = replace(cache or resolve_cache(recipe.cache), basedir=paths.workdir)
-    if dist_spec == "recipe":
-        dist_spec = resolve_dist(recipe.dist, cache_kind=cache.kind)
-    elif dist_spec is not None and cache.kind != "sccache":
-        raise UsageError(f"dist: distributed compiles need the sccache compiler cache, not {cache.kind}")
     ctx = Context(recipe, paths, decision.value, frontend, str(torch.version) if torch else None)
     if torch is not None:
         notes = (*notes, torch.note)
@@ -602,6 +612,16 @@ def make_plan(
         provided = project in source_dirs
         path = Path(source_dirs[project]).absolute() if provided else paths.src / CHECKOUT_DIRS[project]
         sources[project] = Source(project, spec.repo, spec.ref, spec.commit, path, provided)
+    # Paths under the cache's basedir are hashed relative to the compile's directory, so builders at other
+    # paths share cached objects: set here, once, for the plan and the build.
+    cache = replace(
+        cache or resolve_cache(recipe.cache),
+        basedir=cache_basedir(paths.workdir, [s.path for s in sources.values()]),
+    )
+    if dist_spec == "recipe":
+        dist_spec = resolve_dist(recipe.dist, cache_kind=cache.kind)
+    elif dist_spec is not None and cache.kind != "sccache":
+        raise UsageError(f"dist: distributed compiles need the sccache compiler cache, not {cache.kind}")
 
     steps: list[Step] = []
     for project in projects:
@@ -657,6 +677,7 @@ def make_plan(
                 (str(paths.venv / "bin"),),
                 cache_env=planned_cache,
                 wheels=str(paths.wheelhouse / project),
+                scratch=(str(src / "build"),),
             )
         )
     if _bundles(recipe, projects):

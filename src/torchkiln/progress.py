@@ -1,9 +1,9 @@
 """Compile progress from build output: ninja's ``[done/total]`` (and Make's ``[ NN%]``) as percent and ETA.
 
 PyTorch builds with ninja (CMAKE_GENERATOR=Ninja) and torch.utils.cpp_extension uses ninja too, so the
-compile stage of both torch and torchvision prints ``[123/4567] Building CXX object ...``. The ETA is the
-average time per finished edge so far times the edges left: crude, but it is what a user wants to know
-three hours into a build.
+compile stage of both torch and torchvision prints ``[123/4567] Building CXX object ...``. One progress per
+project over all its ninja runs; the ETA is a smoothed time per edge times the edges left: what a user wants
+to know three hours into a build.
 """
 
 from __future__ import annotations
@@ -19,10 +19,13 @@ MAKE_RE = re.compile(r"^\[\s*(?P<percent>\d{1,3})%\]\s")
 
 @dataclass(frozen=True)
 class Progress:
+    """A project's compile so far, over all its ninja runs (torchvision's extensions are one run each)."""
+
     done: int
-    total: int
-    elapsed: float  # seconds since this ninja run printed its first edge
-    eta: float | None  # seconds left, None until there is a rate to extrapolate from
+    total: int  # the edges of the runs seen so far (a later run's are unknown until it starts)
+    elapsed: float  # seconds since the first progress line
+    eta: float | None  # seconds left for the known edges, None until there is a rate to extrapolate from
+    runs: int = 1
 
     @property
     def fraction(self) -> float:
@@ -31,6 +34,11 @@ class Progress:
     @property
     def percent(self) -> float:
         return 100.0 * self.fraction
+
+    def counts(self) -> str:
+        """``27/43, ETA 1m10s``: what a bar shows beside its own percentage."""
+        eta = f", ETA {format_duration(self.eta)}" if self.eta is not None else ""
+        return f"{self.done}/{self.total}{eta}"
 
     def describe(self) -> str:
         eta = f", ETA {format_duration(self.eta)}" if self.eta is not None else ""
@@ -51,15 +59,24 @@ def format_duration(seconds: float) -> str:
 class CompileProgress:
     """Feed it output lines; it returns a :class:`Progress` for every progress line, else None.
 
-    A build may run several ninja invocations in a row (torch's CMake build, then an extension): when the
-    counter restarts or the total changes, the rate is measured afresh.
+    A build may run several ninja invocations in a row (torch's CMake build then its extensions;
+    torchvision's ``_C`` then ``image``): one progress counts them all, so it never restarts at a few percent
+    (a new run's edges join the total when it starts). The ETA is the edges left times a smoothed time per
+    edge (an exponential average over the intervals between progress lines, each clamped near the average,
+    so a burst of cached edges or one slow file does not swing it); the gap between two runs (setuptools' own work) is not an edge.
     """
+
+    SMOOTHING = 0.1  # weight of each new interval in the average time per edge
+    CLAMP = 4.0  # an interval counts as at most 4x (at least 1/4) the average so far
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        self._start: float | None = None
-        self._start_done = 0
-        self._last: tuple[int, int] | None = None
+        self._first: float | None = None
+        self._finished_total = 0  # edges of the runs before the current one
+        self._runs = 0
+        self._last: tuple[int, int] | None = None  # (done, total) of the current run
+        self._last_time = 0.0
+        self._per_edge: float | None = None
         self.latest: Progress | None = None
 
     def feed(self, line: str) -> Progress | None:
@@ -74,17 +91,27 @@ class CompileProgress:
         if total <= 0 or done > total:
             return None
         now = self._clock()
+        if self._first is None:
+            self._first = now
         if self._last is None or total != self._last[1] or done < self._last[0]:
-            # A new run: measure the rate from here (its first edge already took an unknown time).
-            self._start, self._start_done = now, done
-        self._last = (done, total)
-        assert self._start is not None
-        elapsed = now - self._start
-        finished = done - self._start_done
-        eta = elapsed / finished * (total - done) if finished > 0 and elapsed > 0 else None
-        if done == total:
+            # A new run: what the previous one counted is finished; its first edge took an unknown time.
+            self._finished_total += self._last[1] if self._last is not None else 0
+            self._runs += 1
+        else:
+            finished = done - self._last[0]
+            if finished > 0:
+                sample = (now - self._last_time) / finished
+                if self._per_edge is None:
+                    self._per_edge = sample
+                else:  # an outlier counts as at most CLAMP times the average, then is averaged in
+                    sample = min(max(sample, self._per_edge / self.CLAMP), self._per_edge * self.CLAMP)
+                    self._per_edge += self.SMOOTHING * (sample - self._per_edge)
+        self._last, self._last_time = (done, total), now
+        all_done, all_total = self._finished_total + done, self._finished_total + total
+        eta = self._per_edge * (all_total - all_done) if self._per_edge is not None else None
+        if all_done == all_total:
             eta = 0.0
-        self.latest = Progress(done, total, elapsed, eta)
+        self.latest = Progress(all_done, all_total, now - self._first, eta, self._runs)
         return self.latest
 
 

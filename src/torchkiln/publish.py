@@ -40,7 +40,7 @@ def publish(ctx: Context) -> bool:
     """Publish the build; whether dist/ changed (a wheel copied in or a superseded one removed)."""
     ctx.close_cache()
     if ctx.cache is not None:
-        enforce_min_hit_rate(ctx.cache_stats, ctx.options.min_hit_rate)
+        enforce_min_hit_rate(ctx.cache_stats, ctx.options.min_hit_rate, ctx.cache_causes)
     paths = ctx.plan.paths
     wheels, changed = _publish_wheels(ctx)
     for stale in artifacts.remove_superseded(paths.dist, [w for w, _ in wheels]):

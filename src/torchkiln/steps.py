@@ -11,7 +11,9 @@ fetch      the first step of a checkout starts from an empty directory; the step
            the checkout is intact (a damaged one starts over);
            the step that leaves it at its ref checks HEAD against the recipe's pin (also when skipped)
 env        venvs and requirements: requirement files' contents are inputs; a venv that vanished is remade
-compile    the source tree's identity is an input; the compiler cache session (opened before the first compile
+compile    the source tree's identity (without the files the build writes into it) is an input;
+           ``SOURCE_DATE_EPOCH`` comes from the source; ``--force`` removes its in-tree build directories
+           (``scratch``); the compiler cache session (opened before the first compile
            that runs) adds its layers to the environment; live progress, phases and the configure watcher
            read the output; the tools it used are recorded; it must leave a wheel
 package    rewrites wheels an earlier step made (the torchvision bundling): the wheels it reads are an input; its
@@ -45,19 +47,29 @@ from .context import Context, Ran
 from .display import Display
 from .environ import compose
 from .errors import BuildFailed, ConfigureMismatch
-from .fingerprint import digest, file_sha256, tree_identity, tree_sha256
-from .logs import first_error, log_name, tail
+from .fingerprint import (
+    Snapshot,
+    digest,
+    file_sha256,
+    snapshot_identity,
+    tree_identity,
+    tree_sha256,
+    tree_snapshot,
+    written_by_build,
+)
+from .logs import first_error, tail
 from .manifest import CheckResult, Checks
-from .plan import Step
+from .plan import Source, Step
 from .progress import CompileProgress, PhaseTracker, format_duration
 from .publish import publish
-from .source import check_pin, checkout_intact, head_commit, is_git_checkout
+from .source import check_pin, checkout_intact, git_output, head_commit, is_git_checkout
 from .toolchain import collect
 from .verify.buildconfig import postbuild_checks
 from .verify.facts import BuildFacts
 from .watch import Contradiction, Expectations, SummaryWatcher
 
 TAIL_LINES = 25
+ZIP_EPOCH_MIN = 315532800  # 1980-01-01: a zip file cannot carry an earlier time
 
 
 # --------------------------------------------------------------------------------------------------
@@ -71,6 +83,9 @@ class StepKind:
     name: ClassVar[str] = ""
     optional: ClassVar[bool] = False  # skipped altogether by --skip-checks
     always_runs: ClassVar[bool] = False  # no fingerprint: runs on every build
+    # ``--force`` runs it again although unchanged: what builds the wheels. Checkouts and environments are
+    # keyed by their content (a fetch's pin, a venv's requirements) and reused: forcing them only costs.
+    forced: ClassVar[bool] = True
 
     def inputs(self, step: Step, ctx: Context) -> dict[str, str]:
         """What the step's result depends on besides its argv, env, cwd and the steps before it: the content
@@ -121,7 +136,7 @@ class StepKind:
     def execute(self, step: Step, ctx: Context) -> Ran:
         """Run the command, streaming its output to its log; a failure is BuildFailed with the first error,
         the log's tail and the log's path."""
-        log = ctx.plan.paths.logs / log_name(step.name)
+        log = ctx.step_log(step)
         env = compose(ctx.environ, *self.layers(step, ctx), path_prepend=step.path_prepend)
         observer = self.observer(step, ctx)
         try:
@@ -168,12 +183,18 @@ class StepKind:
             out["wheels"] = {p.name: file_sha256(p) for p in built}
         return out
 
+    def settled_inputs(self, step: Step, ctx: Context, outputs: Mapping[str, Any]) -> dict[str, str] | None:
+        """After a successful run, the inputs the step's fingerprint is recorded with when they differ from
+        those taken before it (a compile whose tree outputs are known only afterwards); None: unchanged."""
+        return None
+
     def verify(self, step: Step, entry: Mapping[str, Any], ctx: Context) -> None:
         """After the step ran (and was recorded) or was skipped: what must hold of its result."""
 
 
 class FetchKind(StepKind):
     name = "fetch"
+    forced = False
 
     def inputs(self, step: Step, ctx: Context) -> dict[str, str]:
         # One identity for all fetch steps of a checkout: a changed URL, ref or pin fetches it from scratch
@@ -220,22 +241,60 @@ class FetchKind(StepKind):
 
 class EnvKind(StepKind):
     name = "env"
+    forced = False
 
 
 class CompileKind(StepKind):
+    """A wheel build in a source tree. For a tree that is not a git checkout, the files the build itself writes
+    into the tree (torchvision's version.py: found by comparing snapshots taken before and after it) are its
+    in-tree outputs, recorded and left out of the tree's identity, so a rerun with nothing changed is a
+    no-op; the tree's ``scratch`` directories (its in-tree build/) are kept for incremental builds and
+    removed by ``--force``."""
+
     name = "compile"
 
+    def __init__(self) -> None:
+        self._recorded: dict[str, list[str]] = {}  # step -> in-tree outputs its last successful run wrote
+        self._before: dict[str, Snapshot] = {}  # step -> its tree before this run
+        self._compilers: dict[str, dict[str, str]] = {}  # step -> compiler versions of its last run
+
     def inputs(self, step: Step, ctx: Context) -> dict[str, str]:
-        source = next((s for s in ctx.plan.sources if s.name == step.project), None)
-        return {"tree": tree_identity(source.path)} if source is not None else {}
+        source = _source_of(step, ctx)
+        if source is None:
+            return {}
+        entry = ctx.state.get(step.name) or {}
+        self._recorded[step.name] = list(entry.get("outputs", {}).get("tree_outputs", []))
+        self._compilers[step.name] = _compilers(entry.get("outputs", {}).get("toolchain"))
+        return {"tree": tree_identity(source.path, self._recorded[step.name])}
 
     def prepare(self, step: Step, ctx: Context) -> None:
         super().prepare(step, ctx)
+        if ctx.options.force:
+            for directory in step.scratch:
+                if Path(directory).is_dir():
+                    shutil.rmtree(directory)
+        source = _source_of(step, ctx)
+        if source is not None and not is_git_checkout(source.path):
+            self._before[step.name] = tree_snapshot(source.path)
         ctx.open_cache(step)
 
     def layers(self, step: Step, ctx: Context) -> tuple[Mapping[str, str], ...]:
         session = ctx.open_cache(step)
-        return (step.env, session.public_env, ctx.dist_env, session.secret_env)
+        return (step.env, self._reproducible(step, ctx), session.public_env, ctx.dist_env, session.secret_env)
+
+    def _reproducible(self, step: Step, ctx: Context) -> dict[str, str]:
+        """``SOURCE_DATE_EPOCH`` from the source (its commit's time, else its newest file but the build's own
+        outputs): the wheel's zip timestamps, so a rebuild of unchanged sources is bit-identical."""
+        source = _source_of(step, ctx)
+        if source is None:
+            return {}
+        before = self._before.get(step.name)
+        if before is None:
+            epoch = int(git_output(source.path, "log", "-1", "--format=%ct").strip() or 0)
+        else:
+            recorded = set(self._recorded.get(step.name, ()))
+            epoch = max((m // 10**9 for n, (_, m) in before.items() if n not in recorded), default=0)
+        return {"SOURCE_DATE_EPOCH": str(max(epoch, ZIP_EPOCH_MIN))}
 
     def observer(self, step: Step, ctx: Context) -> LineObserver:
         ctx.display.live_bar(step)
@@ -252,11 +311,22 @@ class CompileKind(StepKind):
             cache_tool=session.config.kind if session.config.enabled else None,
         )
         out["toolchain"] = document.to_data(toolchain)
+        ctx.cache_causes += _miss_causes(step, ctx, self._compilers.get(step.name, {}), out["toolchain"])
         out["env"] = {**step.env, **session.public_env}  # what it ran with: the cache's effective variables
-        source = next((s for s in ctx.plan.sources if s.name == step.project), None)
-        if source is not None and not is_git_checkout(source.path):
-            out["tree_sha256"] = tree_sha256(source.path)  # no commit names this tree: its contents do
+        source = _source_of(step, ctx)
+        before = self._before.get(step.name)
+        if source is not None and before is not None:
+            written = written_by_build(before, tree_snapshot(source.path))
+            out["tree_outputs"] = written
+            # no commit names this tree: its contents do (without what the build wrote into it)
+            out["tree_sha256"] = tree_sha256(source.path, written)
         return out
+
+    def settled_inputs(self, step: Step, ctx: Context, outputs: Mapping[str, Any]) -> dict[str, str] | None:
+        before = self._before.pop(step.name, None)
+        if before is None:
+            return None
+        return {"tree": snapshot_identity(before, outputs.get("tree_outputs", ()))}
 
 
 class PackageKind(StepKind):
@@ -335,7 +405,7 @@ class CompileObserver(LineObserver):
             self.display.phase(entered)
         p = self.progress.feed(line)
         if p is not None:
-            self.display.compile_progress(p.describe(), p.done, p.total, p.percent)
+            self.display.compile_progress(p)
         verdict = self.watcher.feed(line)
         if verdict:
             self.mismatch = verdict
@@ -354,6 +424,43 @@ class CompileObserver(LineObserver):
 # --------------------------------------------------------------------------------------------------
 # Helpers of the kinds.
 # --------------------------------------------------------------------------------------------------
+
+
+COMPILERS = ("gcc", "g++", "clang", "clang++", "nvcc")
+
+
+def _compilers(toolchain: Any) -> dict[str, str]:
+    """Compiler -> version of a recorded toolchain (its ``tools`` table)."""
+    tools = toolchain.get("tools", {}) if isinstance(toolchain, dict) else {}
+    return {n: str(t.get("version")) for n, t in tools.items() if n in COMPILERS and isinstance(t, dict)}
+
+
+def _miss_causes(step: Step, ctx: Context, before: Mapping[str, str], toolchain: Any) -> list[str]:
+    """What this compile makes likely to miss in the cache: a tree or the build venv outside the cache's
+    basedir (its absolute path is hashed: builders at other paths miss), a compiler changed since the last
+    build of the step (objects made by the old one do not match)."""
+    causes = []
+    basedir = ctx.plan.cache.basedir
+    source = _source_of(step, ctx)
+    if basedir is not None and ctx.plan.cache.enabled:
+        for what, path in (
+            ("source tree", source.path if source else None),
+            ("build venv", ctx.plan.paths.venv),
+        ):
+            if path is not None and not path.is_relative_to(basedir):
+                causes.append(
+                    f"paths differ between builders: the {what} {path} is outside the cache's basedir "
+                    f"{basedir}, so its absolute path is hashed"
+                )
+    now = _compilers(toolchain)
+    for name, version in sorted(before.items()):
+        if now.get(name) not in (None, version):
+            causes.append(f"compiler changed: {name} {version} built this step last time, now {now[name]}")
+    return causes
+
+
+def _source_of(step: Step, ctx: Context) -> Source | None:
+    return next((s for s in ctx.plan.sources if s.name == step.project), None)
 
 
 def _failure_message(step: Step, code: int | None, seconds: float, log: Path) -> str:

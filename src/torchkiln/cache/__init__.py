@@ -18,7 +18,7 @@ from .config import KINDS, CacheConfig, default_cache_dir
 from .probe import check_remote
 from .registry import TOOLS, remote_of, resolve_cache, tool_for
 from .session import CacheSession, open_session
-from .stats import CacheStats, enforce_min_hit_rate
+from .stats import CacheStats, enforce_min_hit_rate, likely_causes
 from .tool import CacheTool
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "check_remote",
     "default_cache_dir",
     "enforce_min_hit_rate",
+    "likely_causes",
     "open_session",
     "remote_of",
     "resolve_cache",

@@ -6,7 +6,7 @@ counters are zeroed when a build's cache session opens, so what is read afterwar
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,8 +69,34 @@ class CacheStats:
         return text
 
 
-def enforce_min_hit_rate(stats: CacheStats | None, minimum: float | None) -> None:
-    """``--min-cache-hit-rate``: raise TorchkilnError when the build's hit rate is below ``minimum``.
+def likely_causes(stats: CacheStats, seen: Sequence[str] = ()) -> list[str]:
+    """Why a build missed, as far as can be seen: what the build noticed (``seen``: a source tree or the build
+    venv outside the basedir, a compiler that changed since the last build) and what the counters say."""
+    causes = list(seen)
+    if stats.uncacheable:
+        causes.append(
+            f"{stats.uncacheable} compiles could not be cached at all (several sources in one call, "
+            "unsupported options or languages): fix their command lines, not the cache"
+        )
+    if stats.errors:
+        causes.append(f"{stats.errors} cache errors (remote storage errors or timeouts, missing cache files)")
+    if stats.hits == 0 and stats.misses and not causes:
+        causes.append(
+            "nothing was found in the cache: it is empty or another cache (check the cache dir and remote); "
+            "the first build of a tree fills it"
+        )
+    elif stats.misses and not causes:
+        causes.append(
+            f"{stats.misses} compiles differ from those that filled the cache: changed sources or flags, or "
+            "a builder whose source trees and work directory sit differently relative to each other (paths "
+            "outside the basedir are hashed as they are)"
+        )
+    return causes
+
+
+def enforce_min_hit_rate(stats: CacheStats | None, minimum: float | None, seen: Sequence[str] = ()) -> None:
+    """``--min-cache-hit-rate``: raise TorchkilnError when the build's hit rate is below ``minimum``, naming
+    the likely causes (:func:`likely_causes`).
 
     A build that compiled nothing passes (nothing could miss). A build without cache statistics fails:
     the gate exists to catch a cache that silently stopped working.
@@ -91,8 +117,8 @@ def enforce_min_hit_rate(stats: CacheStats | None, minimum: float | None) -> Non
         if stats.by_language:
             parts = [f"{lang} {h}/{h + m}" for lang, (h, m) in sorted(stats.by_language.items())]
             languages = f"; hits by language: {', '.join(parts)}"
+        causes = "".join(f"\n  - {cause}" for cause in likely_causes(stats, seen))
         raise TorchkilnError(
             f"cache hit rate {rate:.1%} is below the required {minimum:.1%} ({stats.hits} hits, "
-            f"{stats.misses} misses, {stats.uncacheable} uncacheable{languages}): the compiler cache is "
-            "not caching this build"
+            f"{stats.misses} misses, {stats.uncacheable} uncacheable{languages}); likely causes:{causes}"
         )

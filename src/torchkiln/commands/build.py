@@ -31,7 +31,11 @@ def _fraction(text: str) -> float:
 
 def register(parser: argparse.ArgumentParser) -> None:
     add_plan_arguments(parser)
-    parser.add_argument("--force", action="store_true", help="run every step again, even unchanged ones")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="compile again from an empty in-tree build/ (and run every step after the compile); checkouts and build envs are reused while their inputs are unchanged",
+    )
     parser.add_argument(
         "--no-preflight",
         action="store_true",
@@ -79,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     r = plan.recipe
     console.print(
         f"[bold]torchkiln build[/bold] {r.name}: {', '.join(plan.projects)} "
-        f"(MAX_JOBS={plan.jobs.value}, cache {plan.cache.kind}, logs in {plan.paths.logs})"
+        f"(MAX_JOBS={plan.jobs.value}, cache {plan.cache.kind}, logs in {plan.paths.logs}/latest)"
     )
     result = run_build(
         plan,

@@ -1,0 +1,225 @@
+"""Cached rebuilds of a tree shaped like torchvision (issue 15): by hand beside torchkiln, in one run.
+
+The tree is tests/data/vision_like (44 translation units in two extensions, headers from the build venv's
+torch, an in-tree build/, a version.py rewritten by every build, not a git checkout), built as torchvision
+(``--only torchvision --source-dir torchvision=<copy>``) with a recipe whose local label is ``+cpu``, so the
+CPU torch 2.13.0+cpu wheel of the package index satisfies its ``torchvision:install-torch`` step. The
+post-build check is skipped (``--skip-checks``): it installs a wheel named torchvision, and this tree's wheel
+is kiln_vision_like.
+
+Rows, all in one run, on one machine, with ``MAX_JOBS`` the same everywhere:
+
+* by hand (the floor): ``python -m build --wheel --no-isolation`` in a venv holding torch and the build
+  tools, with the same ccache variables; cold, then warm (a fresh copy of the tree at the same path);
+* torchkiln cold (empty local cache and empty Redis: fills both), no-op (the same command again), ``--force``;
+* torchkiln warm local, same path (a fresh work directory and tree copy, the local cache warm);
+* torchkiln warm remote, same path (fresh work directory, an empty local cache, Redis warm);
+* a second builder at another path (its tree and work directory side by side elsewhere), warm local, and
+  warm remote with an empty local cache.
+
+Each torchkiln row records its wall time, its compile step's time (``torchvision:wheel``), the time of the
+steps around the compile, the cache's hits, and the wheel's sha256 (a rebuild of unchanged sources must give
+the same bytes). Results: bench/results/rebuild-<UTC time>.json (or ``--results``) and a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "src"))
+
+from run import RedisServer, console, require, tool_path  # noqa: E402 - after the path set-up
+
+from torchkiln import cache  # noqa: E402
+from torchkiln.environ import base_environment  # noqa: E402
+from torchkiln.recipe import CacheSpec  # noqa: E402
+
+VISION = ROOT / "tests" / "data" / "vision_like"
+BASE_RECIPE = ROOT / "tests" / "data" / "ext-cpu-test.toml"
+BUILD_TOOLS = ["torch==2.13.0", "build", "wheel", "setuptools>=77.0.3", "ninja", "numpy"]
+FEATURES_OFF = "\n[torchvision.features]\npng = false\njpeg = false\nwebp = false\n"
+
+
+def fresh_tree(path: Path) -> Path:
+    if path.exists():
+        shutil.rmtree(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(VISION, path, ignore=shutil.ignore_patterns("build", "*.egg-info", "version.py"))
+    return path
+
+
+def by_hand(root: Path, jobs: int) -> list[dict[str, Any]]:
+    """The floor: the same tree built by hand with the same cache, cold then warm (a fresh copy)."""
+    venv = root / "venv"
+    subprocess.run(["python3.11", "-m", "venv", str(venv)], check=True)
+    subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", *BUILD_TOOLS], check=True
+    )
+    config = cache.resolve_cache(CacheSpec(kind="ccache"), dir=root / "ccache", basedir=root)
+    environ = {**base_environment(os.environ), "PATH": f"{venv / 'bin'}{os.pathsep}{tool_path()}"}
+    rows = []
+    for name in ("by hand cold", "by hand warm (fresh copy, same path)"):
+        tree = fresh_tree(root / "vision")
+        session = cache.open_session(config, environ)
+        env = {**session.tool_env, "MAX_JOBS": str(jobs), "BUILD_VERSION": "0.28.0+cpu"}
+        start = time.perf_counter()
+        done = subprocess.run(
+            [str(venv / "bin" / "python"), "-m", "build", "--wheel", "--no-isolation"],
+            cwd=tree,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        seconds = time.perf_counter() - start
+        stats = session.close()
+        if done.returncode != 0:
+            raise SystemExit(f"bench: by-hand build failed:\n{(done.stdout + done.stderr)[-3000:]}")
+        rows.append(row(name, seconds, compile_s=seconds, stats=stats.as_dict() if stats else None))
+    return rows
+
+
+def row(name: str, seconds: float, **fields: Any) -> dict[str, Any]:
+    found = {"name": name, "seconds": round(seconds, 3), **fields}
+    stats = found.get("stats") or {}
+    hits = f"{stats.get('hits')}/{stats.get('hits', 0) + stats.get('misses', 0)}" if stats else "-"
+    console.print(f"  {name:<48} {seconds:8.2f} s  hits {hits}  {fields.get('ran', '')}")
+    return found
+
+
+class Torchkiln:
+    """``torchkiln build`` of a tree as torchvision, one row per call."""
+
+    def __init__(self, scratch: Path, redis_url: str, jobs: int) -> None:
+        self.scratch = scratch
+        self.jobs = jobs
+        self.local = scratch / "recipe-local.toml"
+        self.remote = scratch / "recipe-remote.toml"
+        text = BASE_RECIPE.read_text().replace('name = "ext-cpu-test"', 'name = "bench-vision-like"')
+        self.local.write_text(text + FEATURES_OFF)
+        with_remote = text.replace('kind = "ccache"', f'kind = "ccache"\nremote = "{redis_url}"')
+        self.remote.write_text(with_remote + FEATURES_OFF)
+
+    def build(
+        self, name: str, builder: Path, cache_dir: Path, *, remote: bool, force: bool = False
+    ) -> dict[str, Any]:
+        recipe = self.remote if remote else self.local
+        argv = [sys.executable, "-m", "torchkiln", "build", str(recipe), "--only", "torchvision"]
+        argv += ["--source-dir", f"torchvision={builder / 'vision'}", "--workdir", str(builder / "work")]
+        argv += ["--dist", str(builder / "dist"), "--jobs", str(self.jobs), "--cache", "ccache"]
+        argv += ["--cache-dir", str(cache_dir), "--skip-checks", *(["--force"] if force else [])]
+        env = {**os.environ, "PATH": tool_path()}
+        start = time.perf_counter()
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+        seconds = time.perf_counter() - start
+        if done.returncode != 0:
+            raise SystemExit(f"bench: {name} failed:\n{(done.stdout + done.stderr)[-4000:]}")
+        manifest = json.loads((builder / "dist" / "manifest.json").read_text())
+        steps = {s["name"]: s for s in manifest["steps"]}
+        ran = [n for n, s in steps.items() if s["status"] == "ran"]
+        compile_s = steps["torchvision:wheel"]["duration_s"] if "torchvision:wheel" in ran else 0.0
+        around = sum(
+            s["duration_s"] or 0.0 for n, s in steps.items() if n in ran and n != "torchvision:wheel"
+        )
+        return row(
+            name,
+            seconds,
+            compile_s=round(compile_s, 3),
+            around_compile_s=round(around, 3),
+            ran=ran,
+            steps={n: {"status": s["status"], "seconds": s["duration_s"]} for n, s in steps.items()},
+            stats=manifest.get("cache"),
+            wheel_sha256=manifest["wheels"][0]["sha256"],
+        )
+
+
+def fresh_builder(path: Path) -> Path:
+    for part in ("work", "dist"):
+        shutil.rmtree(path / part, ignore_errors=True)
+    fresh_tree(path / "vision")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=2, help="MAX_JOBS for every build (2)")
+    parser.add_argument("--scratch", type=Path, default=None, help="where the trees and caches go")
+    parser.add_argument("--results", type=Path, default=None, help="results JSON (bench/results/...)")
+    args = parser.parse_args(argv)
+    require("ccache", "redis-server", "ninja", "python3.11")
+    scratch = Path(tempfile.mkdtemp(prefix="kiln-rebuild-", dir=args.scratch))
+    started = dt.datetime.now(dt.UTC)
+    rows: list[dict[str, Any]] = []
+    (scratch / "redis").mkdir()
+    redis = RedisServer(scratch / "redis")
+    try:
+        console.print("[bold]by hand[/bold] (the floor)")
+        rows += by_hand(scratch / "hand", args.jobs)
+        kiln = Torchkiln(scratch, redis.url, args.jobs)
+        a = fresh_builder(scratch / "a")
+        console.print("[bold]torchkiln[/bold], builder A")
+        rows.append(kiln.build("torchkiln cold (fills local + Redis)", a, scratch / "cache-a", remote=True))
+        rows.append(kiln.build("torchkiln no-op", a, scratch / "cache-a", remote=True))
+        rows.append(kiln.build("torchkiln --force", a, scratch / "cache-a", remote=True, force=True))
+        rows.append(kiln.build("torchkiln no-op after --force", a, scratch / "cache-a", remote=True))
+        rows.append(
+            kiln.build(
+                "torchkiln warm local, fresh workdir, same path",
+                fresh_builder(a),
+                scratch / "cache-a",
+                remote=False,
+            )
+        )
+        rows.append(
+            kiln.build(
+                "torchkiln warm remote, empty local, same path",
+                fresh_builder(a),
+                scratch / "cache-b",
+                remote=True,
+            )
+        )
+        b = fresh_builder(scratch / "elsewhere" / "deeper" / "b")
+        rows.append(
+            kiln.build("second builder, other path, warm local", b, scratch / "cache-a", remote=False)
+        )
+        c = fresh_builder(scratch / "x" / "c")
+        rows.append(
+            kiln.build("second builder, other path, warm remote", c, scratch / "cache-c", remote=True)
+        )
+    finally:
+        redis.stop()
+    floor = next(r["seconds"] for r in rows if r["name"].startswith("by hand warm"))
+    for r in rows:
+        r["ratio_to_floor"] = round(r["seconds"] / floor, 2)
+    results = {
+        "benchmark": "rebuild",
+        "started": started.isoformat(timespec="seconds"),
+        "host": {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version()},
+        "jobs": args.jobs,
+        "tree": "tests/data/vision_like (44 translation units, 2 extensions)",
+        "command": " ".join(["python", "bench/rebuild.py", *(argv if argv is not None else sys.argv[1:])]),
+        "rows": rows,
+    }
+    out = args.results or ROOT / "bench" / "results" / f"rebuild-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    console.print(f"results: {out}")
+    shutil.rmtree(scratch, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
