@@ -524,16 +524,19 @@ def test_nothing_of_a_sigkilled_build_survives_and_the_rerun_recovers(world) -> 
         "--dist", str(s["dist"]), "--cache", "sccache", "--cache-dir", str(s["ccache"]), "--jobs", "2",
         "--skip-checks", "--no-preflight",
     ]  # fmt: skip
-    log = s["work"] / "logs" / "torch-wheel.log"
-    log.unlink(missing_ok=True)
+    latest = s["work"] / "logs" / "latest"  # logs are kept per run; latest links this run's once it logs
+    earlier = latest.resolve() if latest.exists() else None  # the shared workdir's logs of an earlier build
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=str(s["base"]))
     deadline = time.monotonic() + 300
     compiling = str(s["src"] / "csrc")
-    while not (
-        log.exists()
-        and "running build_ext" in log.read_text(errors="replace")
-        and (_processes_mentioning(compiling) or _working_in(s["src"] / "build"))
-    ):
+
+    def compiling_now() -> bool:
+        run = latest.resolve() if latest.exists() else None
+        log = run / "torch-wheel.log" if run is not None and run != earlier else None
+        started = log is not None and log.exists() and "running build_ext" in log.read_text(errors="replace")
+        return started and bool(_processes_mentioning(compiling) or _working_in(s["src"] / "build"))
+
+    while not compiling_now():
         assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
         assert time.monotonic() < deadline, "the compile never started"
         time.sleep(0.2)
