@@ -447,6 +447,14 @@ def _processes_mentioning(text: str) -> list[str]:
     return found
 
 
+def _compile_started(latest: Path, earlier: Path | None) -> bool:
+    """Whether this run's torch-wheel log (logs are kept per run; ``latest`` links the newest run's, ``earlier``
+    is what it linked before this build) shows the extension build running."""
+    run = latest.resolve() if latest.exists() else None
+    log = run / "torch-wheel.log" if run is not None and run != earlier else None
+    return log is not None and log.exists() and "running build_ext" in log.read_text(errors="replace")
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_interrupted_build_leaves_dist_clean(world, signum: int) -> None:
     unique = f"// {signum} {time.time_ns()}: a cache miss, so the compile takes a while\n"
@@ -466,10 +474,7 @@ def test_interrupted_build_leaves_dist_clean(world, signum: int) -> None:
     compiling = str(s["src"] / "csrc")
 
     def compiler_running() -> bool:
-        run = latest.resolve() if latest.exists() else None
-        log = run / "torch-wheel.log" if run is not None and run != earlier else None
-        started = log is not None and log.exists() and "running build_ext" in log.read_text(errors="replace")
-        return started and bool(_processes_mentioning(compiling))
+        return _compile_started(latest, earlier) and bool(_processes_mentioning(compiling))
 
     while not compiler_running():  # a compiler is working on this tree right now
         assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
@@ -531,10 +536,8 @@ def test_nothing_of_a_sigkilled_build_survives_and_the_rerun_recovers(world) -> 
     compiling = str(s["src"] / "csrc")
 
     def compiling_now() -> bool:
-        run = latest.resolve() if latest.exists() else None
-        log = run / "torch-wheel.log" if run is not None and run != earlier else None
-        started = log is not None and log.exists() and "running build_ext" in log.read_text(errors="replace")
-        return started and bool(_processes_mentioning(compiling) or _working_in(s["src"] / "build"))
+        busy = _processes_mentioning(compiling) or _working_in(s["src"] / "build")
+        return _compile_started(latest, earlier) and bool(busy)
 
     while not compiling_now():
         assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
