@@ -91,9 +91,30 @@ def reference(session: nox.Session, pair: str) -> None:
     changed each: the run must fail naming it). See tests/reference/."""
     torch_req, vision_req, recipe_name = REFERENCE_PAIRS[pair]
     recipe = REFERENCE_DIR / "recipes" / recipe_name
-    session.install("-e", ".[test]", torch_req, vision_req)
-    report_dir = Path(session.create_tmp()) / f"reference-{pair}"
-    session.run("python", "-m", "torchkiln", "verify", "--recipe", str(recipe), "--report", str(report_dir))
+    tmp = Path(session.create_tmp())
+    # Upstream's wheel files, installed from here and described by a manifest, so verify's provenance checks
+    # (--manifest: versions, commits, sha256, installed files) run on them too.
+    wheels = tmp / f"wheels-{pair}"
+    session.install("pip>=24")
+    session.run(
+        "python",
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--no-deps",
+        "--dest",
+        str(wheels),
+        torch_req,
+        vision_req,
+    )
+    session.install("-e", ".[test]", *sorted(str(w) for w in wheels.glob("*.whl")))
+    session.run("python", str(REFERENCE_DIR / "upstream_manifest.py"), str(recipe), str(wheels))
+    report_dir = tmp / f"reference-{pair}"
+    session.run(
+        "python", "-m", "torchkiln", "verify", "--recipe", str(recipe),
+        "--manifest", str(wheels / "manifest.json"), "--report", str(report_dir),
+    )  # fmt: skip
     session.log((report_dir / "summary.md").read_text().split("\n## Checks per area")[0])
     session.run(
         "python",
