@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "src"))
 
-from run import RedisServer, console, require, tool_path  # noqa: E402 - after the path set-up
+from run import RedisServer, console, require, tool_path, wheel_by_hand  # noqa: E402 - after the path set-up
 
 from torchkiln import cache  # noqa: E402
 from torchkiln.environ import base_environment  # noqa: E402
@@ -74,20 +74,8 @@ def by_hand(root: Path, jobs: int) -> list[dict[str, Any]]:
     for name in ("by hand cold", "by hand warm (fresh copy, same path)"):
         tree = fresh_tree(root / "vision")
         session = cache.open_session(config, environ)
-        env = {**session.tool_env, "MAX_JOBS": str(jobs), "BUILD_VERSION": "0.28.0+cpu"}
-        start = time.perf_counter()
-        done = subprocess.run(
-            [str(venv / "bin" / "python"), "-m", "build", "--wheel", "--no-isolation"],
-            cwd=tree,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        seconds = time.perf_counter() - start
-        stats = session.close()
-        if done.returncode != 0:
-            raise SystemExit(f"bench: by-hand build failed:\n{(done.stdout + done.stderr)[-3000:]}")
+        extra = {"MAX_JOBS": str(jobs), "BUILD_VERSION": "0.28.0+cpu"}
+        seconds, stats = wheel_by_hand(str(venv / "bin" / "python"), tree, session, extra)
         rows.append(row(name, seconds, compile_s=seconds, stats=stats.as_dict() if stats else None))
     return rows
 

@@ -104,12 +104,19 @@ def build_cache_ext(
     session = cache.open_session(replace(config, basedir=checkout.parent), environ)
     for warning in session.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")
-    env = {**session.tool_env, "MAX_JOBS": str(jobs)}
+    return wheel_by_hand(sys.executable, checkout, session, {"MAX_JOBS": str(jobs)})
+
+
+def wheel_by_hand(
+    python: str, tree: Path, session: cache.CacheSession, extra_env: dict[str, str]
+) -> tuple[float, cache.CacheStats | None]:
+    """``python -m build --wheel --no-isolation`` in ``tree`` through ``session``'s compiler cache, as a user
+    builds by hand: (seconds, the session's statistics). The session is closed; a failed build ends the bench."""
     start = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "build", "--wheel", "--no-isolation"],
-        cwd=checkout,
-        env=env,
+        [python, "-m", "build", "--wheel", "--no-isolation"],
+        cwd=tree,
+        env={**session.tool_env, **extra_env},
         capture_output=True,
         text=True,
         check=False,
@@ -117,7 +124,7 @@ def build_cache_ext(
     seconds = time.perf_counter() - start
     stats = session.close()
     if done.returncode != 0:
-        raise SystemExit(f"bench: build in {checkout} failed:\n{(done.stdout + done.stderr)[-3000:]}")
+        raise SystemExit(f"bench: build in {tree} failed:\n{(done.stdout + done.stderr)[-3000:]}")
     return seconds, stats
 
 
