@@ -16,7 +16,6 @@ from pathlib import Path
 
 from rich.console import Console
 
-from . import runner
 from .cache import CacheSession, CacheStats, open_session
 from .display import Display
 from .distributed.client import PreparedDist, default_toolchain_dir, dist_jobs, finish_client, prepare_client
@@ -138,8 +137,6 @@ class Context:
         """This run's statistics; stops what the cache tool started for the build (its sccache server)."""
         if self.cache is None or self.cache.closed:
             return
-        if self.dist is not None and self.dist.spec is not None:
-            self.dist_stats = self._read_dist_stats()
         try:
             stats = self.cache.close()
         except TorchkilnError as exc:
@@ -151,25 +148,13 @@ class Context:
         self.cache_stats = stats
         if stats is not None:
             self.console.print(f"  compiler cache: {stats.summary()}")
+        if stats is not None and self.dist is not None and self.dist.spec is not None:
+            self.dist_stats = stats.dist  # read with the cache's counters, before the server stopped
         if self.dist_stats is not None:
             self.console.print(f"  {self.dist_stats.summary()}")
             fallback = self.dist_stats.fallback_warning()
             if fallback:
                 self.warn(fallback)
-
-    def _read_dist_stats(self) -> DistStats | None:
-        assert self.cache is not None
-        done = runner.run(
-            ["sccache", "--show-stats", "--stats-format=json"],
-            env=self.cache.tool_env,
-            timeout=60,
-            redact=self.redact,
-        )
-        try:
-            return DistStats.from_sccache_json(done.stdout) if done.ok else None
-        except TorchkilnError as exc:
-            self.warnings.append(f"distributed compile statistics unavailable: {exc}")
-            return None
 
     def _finish_dist(self) -> None:
         """The client config (and the token in it) removed once the server that read it has stopped."""

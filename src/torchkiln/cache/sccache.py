@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import runner
+from ..distributed.stats import DistStats
 from ..errors import TorchkilnError, UsageError
 from ..runner import Redact
 from ..supervisor import pid_alive
@@ -191,6 +192,7 @@ def parse_stats(text: str) -> CacheStats:
         remote_misses=remote_misses,
         errors=errors,
         by_language={lang: (int(hits.get(lang, 0)), int(misses.get(lang, 0))) for lang in languages},
+        dist=DistStats.from_sccache_json(doc),
     )
 
 

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..distributed.stats import DistStats
 from ..errors import TorchkilnError, UsageError
 
 
@@ -27,6 +28,8 @@ class CacheStats:
     remote_misses: int | None = None
     errors: int = 0
     by_language: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    # sccache: where the compiles ran (read from the same counters); None for tools without a distributed mode
+    dist: DistStats | None = None
 
     @property
     def compilations(self) -> int:
