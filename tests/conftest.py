@@ -1,6 +1,7 @@
-"""Session fixtures of the real image builds (tests/test_images_build.py, tests/test_images_cuda.py): one
-private buildah storage root and one debootstrapped Debian bookworm base per session, both removed at the
-end."""
+"""Session fixtures: one environment store per test session (every ``torchkiln build`` a test starts shares it,
+as builders on one machine do, and none touches the user's ~/.cache); for the real image builds
+(tests/test_images_build.py, tests/test_images_cuda.py) one private buildah storage root and one
+debootstrapped Debian bookworm base per session, both removed at the end."""
 
 from __future__ import annotations
 
@@ -17,6 +18,18 @@ from imagekit import BASE, report, require
 
 from torchkiln import runner
 from torchkiln.container import Buildah, BuildRequest, Storage
+
+
+@pytest.fixture(scope="session", autouse=True)
+def env_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    store = tmp_path_factory.mktemp("env-store")
+    before = os.environ.get("TORCHKILN_ENV_STORE")
+    os.environ["TORCHKILN_ENV_STORE"] = str(store)
+    yield store
+    if before is None:
+        del os.environ["TORCHKILN_ENV_STORE"]
+    else:
+        os.environ["TORCHKILN_ENV_STORE"] = before
 
 
 @pytest.fixture(scope="session")

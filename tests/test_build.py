@@ -806,3 +806,49 @@ def test_second_builder_at_another_path_hits_the_compiler_cache(world) -> None:
         "source and venv paths are hashed relative to the basedir (the builder's root), so a builder at "
         f"another path hits every object: {stats}"
     )
+
+
+def test_a_second_work_directory_builds_in_the_venvs_the_first_kept(world) -> None:
+    """The environment store on the real env steps (issue 15): builder A runs them for real (python -m venv,
+    pip, the build requirements, torch 2.13.0+cpu from the index for torchvision) and keeps each venv;
+    builder B, at another path, is given clones of them and runs none, and its compile, in the relocated
+    venv, hits every object and gives the same wheel. A is deleted first: B's venv must not need it."""
+    recipe = world["root"] / "store-recipe.toml"
+    recipe.write_text(recipe_text("\n[torchvision.features]\npng = false\njpeg = false\nwebp = false\n"))
+    store = world["root"] / "env-store"
+
+    def plan_at(root: Path):
+        src = root / "src"
+        if not src.exists():
+            shutil.copytree(EXT, src)
+        r = load_recipe(recipe)
+        return make_plan(
+            r,
+            workdir=root / "work",
+            dist=root / "dist",
+            source_dirs={"torchvision": src},
+            only="torchvision",
+            cache=resolve_cache(r.cache, kind="ccache", dir=world["root"] / "store-ccache"),
+            jobs=2,
+            env_store=store,
+        )
+
+    env_steps = ["build-env:venv", "build-env:pip", "build-env:deps", "torchvision:install-torch"]
+    first, _, _ = build(plan_at(world["root"] / "store-a"), skip_checks=True)
+    assert first.ran == [*env_steps, "torchvision:wheel", "publish"]
+    a_wheel = first.wheels[0].read_bytes()
+    shutil.rmtree(world["root"] / "store-a")
+
+    plan = plan_at(world["root"] / "elsewhere" / "store-b")
+    second, out, _ = build(plan, skip_checks=True, min_hit_rate=1.0)
+    assert {s.name: s.status for s in second.steps if s.name in env_steps} == dict.fromkeys(
+        env_steps, "reused"
+    )
+    assert second.ran == ["torchvision:wheel", "publish"]
+    assert second.wheels[0].read_bytes() == a_wheel, "the same wheel from the relocated venv"
+    m = json.loads((plan.paths.dist / "manifest.json").read_text())
+    assert m["cache"]["misses"] == 0 and m["toolchain"]["build_packages"]["torch"] == "2.13.0+cpu"
+    assert m["toolchain"]["tools"]["cmake"]["path"].startswith(str(plan.paths.venv))
+    cmake = (plan.paths.venv / "bin" / "cmake").read_text()
+    assert cmake.startswith(f"#!{plan.paths.venv}/bin/python"), "B's scripts name B's venv"
+    assert plan.paths.constraints.is_file(), "the constraints the later pip calls read came along"

@@ -10,6 +10,9 @@ this module is the loop between them and what a long build needs around the loop
   environments stay keyed by their content; what a step's last run recorded stays readable to it until it
   succeeds: the in-tree outputs of a compile); a step that makes wheels is known to the steps after
   it by their content, so an identical rebuilt wheel leaves them alone;
+- the environment store (:mod:`torchkiln.envstore`): a step that makes or changes a venv and is not
+  unchanged here is cloned from the store when another work directory kept the same venv ("reused"), and
+  its venv is kept there after it ran; once a venv was made again, the later steps on it run again;
 - interrupts: Ctrl-C and SIGTERM stop the running step's whole process group and leave dist/ untouched
   (wheels reach dist/ only in the last step, publish, after everything succeeded).
 """
@@ -30,6 +33,7 @@ from . import runner
 from .atomic import clean_partials
 from .context import Context, Options
 from .display import Display
+from .envstore import EnvStore
 from .errors import BuildFailed, ConfigureMismatch, Interrupted, TorchkilnError, name_path
 from .fingerprint import State, digest, result_identity, step_fingerprint
 from .manifest import StepRecord
@@ -107,11 +111,18 @@ def _run_steps(ctx: Context) -> None:
             ctx.display.end_step(step, ran.status, ran.seconds)
             continue
         deps = [fingerprints[plan.steps[i].name] for i in plan.dependencies(index)]
-        fingerprint = step_fingerprint(step.argv, step.shown_env, step.cwd, kind.inputs(step, ctx), deps)
+        inputs = kind.inputs(step, ctx)
+        fingerprint = step_fingerprint(step.argv, step.shown_env, step.cwd, inputs, deps)
         fingerprints[step.name] = fingerprint
+        key = kind.store_key(step, ctx, inputs)
+        if key is not None:
+            ctx.env_keys[step.name] = key
+        forced = ctx.options.force and kind.forced
         entry = ctx.state.get(step.name)
         if (
-            not (ctx.options.force and kind.forced)
+            not forced
+            # a venv an earlier step made again no longer holds what this step put in it
+            and step.venv not in ctx.remade_venvs
             and entry
             and entry.get("fingerprint") == fingerprint
             and kind.intact(step, entry, ctx)
@@ -124,6 +135,20 @@ def _run_steps(ctx: Context) -> None:
             ctx.display.end_step(step, "skipped", 0.0)
             continue
         ctx.state.forget(step.name)
+        if step.venv is not None:
+            ctx.remade_venvs.add(step.venv)
+        restored = None if forced else kind.reuse(step, ctx, key)
+        if restored is not None:
+            entry = {"fingerprint": fingerprint, "outputs": restored.outputs, "log": None}
+            entry["duration_s"] = restored.seconds
+            fingerprints[step.name] = result_identity(fingerprint, entry)
+            ctx.state.record(step.name, entry)
+            kind.verify(step, entry, ctx)
+            ctx.records.append(
+                StepRecord(step.name, step.kind, step.project, "reused", restored.seconds, None)
+            )
+            ctx.display.end_step(step, "reused", restored.seconds)
+            continue
         kind.prepare(step, ctx)
         try:
             ran = kind.execute(step, ctx)
@@ -137,6 +162,7 @@ def _run_steps(ctx: Context) -> None:
         entry = {"fingerprint": fingerprint, "outputs": outputs, "log": log, "duration_s": ran.seconds}
         fingerprints[step.name] = result_identity(fingerprint, entry)
         ctx.state.record(step.name, entry)
+        kind.keep(step, ctx, key, outputs)
         # After recording: what was found stays valid when the check fails, and a fixed recipe only checks again.
         kind.verify(step, entry, ctx)
         ctx.records.append(
@@ -167,6 +193,7 @@ def run_build(plan: Plan, options: BuildOptions | None = None) -> BuildResult:
             display=display,
             console=console,
             started=dt.datetime.now(dt.UTC),
+            env_store=EnvStore(plan.env_store) if plan.env_store is not None else None,
         )
         for name in ctx.state.dropped:
             display.note(f"{ctx.state.path}: the record of {name} is damaged; that step runs again")

@@ -21,6 +21,7 @@ from .display import Display
 from .distributed.client import PreparedDist, default_toolchain_dir, dist_jobs, finish_client, prepare_client
 from .distributed.stats import DistStats
 from .environ import compose
+from .envstore import EnvStore
 from .errors import TorchkilnError
 from .fingerprint import State
 from .logs import log_name, start_run_logs
@@ -76,6 +77,10 @@ class Context:
     # compiler): named by --min-cache-hit-rate's message when the build misses.
     cache_causes: list[str] = field(default_factory=list)
     run_logs: Path | None = None  # this run's log directory, made when its first step runs
+    env_store: EnvStore | None = None  # venvs kept by their content (torchkiln.envstore)
+    env_keys: dict[str, str] = field(default_factory=dict)  # step -> its key in the store, this run
+    # venvs that a step made or changed in this run: the later steps on them run (or are reused) again
+    remade_venvs: set[str] = field(default_factory=set)
 
     def step_log(self, step: Step) -> Path:
         """Where a step that runs now writes its log: this run's directory (torchkiln.logs.start_run_logs)."""

@@ -72,8 +72,13 @@ class Display:
 
     def end_step(self, step: Step, status: str, seconds: float) -> None:
         self.stop_live()
-        mark = {"ran": "[green]done[/green]", "skipped": "[dim]unchanged, skipped[/dim]"}.get(status, status)
-        self.console.print(f"  {mark} ({format_duration(seconds)})" if status == "ran" else f"  {mark}")
+        mark = {
+            "ran": "[green]done[/green]",
+            "skipped": "[dim]unchanged, skipped[/dim]",
+            "reused": "[green]reused[/green] from the environment store",
+        }.get(status, status)
+        timed = status in ("ran", "reused")
+        self.console.print(f"  {mark} ({format_duration(seconds)})" if timed else f"  {mark}")
 
     def note(self, text: str) -> None:
         self.console.print(f"  {text}")

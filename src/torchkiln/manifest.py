@@ -71,12 +71,12 @@ class Jobs:
 
 @dataclass(frozen=True)
 class StepRecord:
-    """One step of this run: ran or skipped (unchanged), how long, its log."""
+    """One step of this run: ran, skipped (unchanged) or reused (from the environment store), how long, its log."""
 
     name: str
     stage: str
     project: str
-    status: str  # "ran" | "skipped"
+    status: str  # "ran" | "skipped" (unchanged) | "reused" (its venv cloned from the environment store)
     duration_s: float
     log: str | None
     phases: dict[str, float] | None = None  # compile steps: configure / compile / wheel seconds

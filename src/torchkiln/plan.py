@@ -135,6 +135,9 @@ class Step:
     # In-tree build directories the step owns (setuptools' and CMake's build/ inside the source tree): kept
     # between runs, so a rebuild is incremental; ``--force`` removes them, so it really rebuilds.
     scratch: tuple[str, ...] = ()
+    # The venv the step makes or changes: its result is kept in the environment store (torchkiln.envstore)
+    # by its content, and a later step on the same venv runs again whenever this one ran.
+    venv: str | None = None
     note: str = ""  # what an in-process step (no argv) does, for the plan
 
     @property
@@ -173,6 +176,8 @@ class Plan:
     # What the user chose to differ from the recipe (--accept-source-version, --torch): the build records
     # each in the manifest's warnings.
     notes: tuple[str, ...] = ()
+    # Where venvs are kept by their content and shared between work directories (None: not kept).
+    env_store: Path | None = None
 
     def env_for(self, project: str) -> dict[str, str]:
         """The env of the project's compile step (what its build reads, without the secrets)."""
@@ -218,6 +223,7 @@ class Plan:
             "jobs": {"value": self.jobs.value, "source": self.jobs.source, "reason": self.jobs.reason},
             "resources": {"cpus": self.resources.cpus, "memory_bytes": self.resources.memory_bytes},
             "cache": {"kind": self.cache.kind, "dir": str(self.cache.dir)},
+            "env_store": str(self.env_store) if self.env_store else None,
             "dist": self.dist.to_dict() if self.dist else None,
             "paths": {
                 "workdir": str(self.paths.workdir),
@@ -520,12 +526,19 @@ def _env_steps(
     requirement_files = tuple(
         str(sources[project].path / name) for project in projects for name in REQUIREMENT_FILES
     )
+    venv = str(paths.venv)
     return [
-        Step("build-env:venv", "env", "", venv_argv, creates=py),
-        Step("build-env:pip", "env", "", (py, "-m", "pip", "install", "--upgrade", "pip")),
+        Step("build-env:venv", "env", "", venv_argv, creates=py, venv=venv),
+        Step("build-env:pip", "env", "", (py, "-m", "pip", "install", "--upgrade", "pip"), venv=venv),
         # One resolution for both projects' own requirements and the recipe's: conflicts surface here.
         Step(
-            "build-env:deps", "env", "", tuple(deps), reads=requirement_files, creates=str(paths.constraints)
+            "build-env:deps",
+            "env",
+            "",
+            tuple(deps),
+            reads=requirement_files,
+            creates=str(paths.constraints),
+            venv=venv,
         ),
     ]
 
@@ -582,11 +595,13 @@ def make_plan(
     dist_spec: DistSpec | None | Literal["recipe"] = "recipe",
     notes: tuple[str, ...] = (),
     torch: GivenTorch | None = None,
+    env_store: Path | None = None,
 ) -> Plan:
     """Resolve ``recipe`` into the full plan. Runs nothing; reads only /proc and the cgroup limits.
 
     ``dist_spec``: the distributed-compile settings as the command line resolved them (None: off); by
-    default the recipe's ``[dist]``, which needs the plan's cache to be sccache."""
+    default the recipe's ``[dist]``, which needs the plan's cache to be sccache. ``env_store``: where venvs
+    are kept by their content between work directories (torchkiln.envstore); None keeps none."""
     source_dirs = dict(source_dirs or {})
     for name in source_dirs:
         if name not in PROJECTS:
@@ -654,7 +669,14 @@ def make_plan(
                         str(paths.constraints),
                         torch.install if torch else f"torch=={recipe.torch_wheel_version}",
                     ),
-                    reads=(str(paths.constraints),),
+                    # the torch wheels pip may pick: their content, not only their version, is an input
+                    reads=(
+                        str(paths.constraints),
+                        str(paths.wheelhouse / "torch" / "*.whl"),
+                        str(paths.dist / "torch-*.whl"),
+                        *((torch.install,) if torch and torch.find_links else ()),
+                    ),
+                    venv=str(paths.venv),
                 )
             )
         steps.append(
@@ -690,6 +712,7 @@ def make_plan(
             "",
             (f"python{recipe.python}", "-m", "venv", "--clear", str(paths.check_venv)),
             creates=str(check_python),
+            venv=str(paths.check_venv),
         )
     )
     # Installs the wheels into the clean venv and prints their build facts; the builder compares them with
@@ -702,7 +725,24 @@ def make_plan(
     if torch is not None:
         check_argv += ["--with", torch.install]  # the given torch, installed with the torchvision wheel
     check_argv += ["--constraints", str(paths.constraints)]  # its pip install keeps the build env's pins
-    steps.append(Step("checks:import", "checks", "", tuple(check_argv), facts=True))
+    # What the check's result depends on: the wheels it installs (their content) and the check's own code.
+    check_reads = (
+        *(wheel_dirs[project] for project in projects),
+        *((torch.install,) if torch and torch.find_links else ()),
+        str(Path(__file__).with_name("postcheck.py")),
+        str(Path(__file__).with_name("verify") / "facts.py"),
+    )
+    steps.append(
+        Step(
+            "checks:import",
+            "checks",
+            "",
+            tuple(check_argv),
+            reads=check_reads,
+            facts=True,
+            venv=str(paths.check_venv),
+        )
+    )
     steps.append(
         Step(
             "publish",
@@ -724,4 +764,5 @@ def make_plan(
         projects,
         dist=dist_spec,
         notes=notes,
+        env_store=Path(env_store).absolute() if env_store is not None else None,
     )

@@ -38,7 +38,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -46,6 +46,7 @@ from . import artifacts, document, runner
 from .context import Context, Ran
 from .display import Display
 from .environ import compose
+from .envstore import Restored, interpreter_identity
 from .errors import BuildFailed, ConfigureMismatch
 from .fingerprint import (
     Snapshot,
@@ -93,7 +94,9 @@ class StepKind:
         found: dict[str, str] = {}
         for name in step.reads:
             path = Path(name)
-            if path.is_file():
+            if "*" in path.name:  # a pattern: the files it matches, each by name and sha256
+                found[name] = digest({p.name: file_sha256(p) for p in sorted(path.parent.glob(path.name))})
+            elif path.is_file():
                 found[name] = file_sha256(path)
             elif path.is_dir():
                 found[name] = digest({p.name: file_sha256(p) for p in artifacts.wheels_in(path)})
@@ -190,6 +193,62 @@ class StepKind:
 
     def verify(self, step: Step, entry: Mapping[str, Any], ctx: Context) -> None:
         """After the step ran (and was recorded) or was skipped: what must hold of its result."""
+
+    # The environment store (torchkiln.envstore): steps that make or change a venv (``Step.venv``).
+
+    def store_key(self, step: Step, ctx: Context, inputs: Mapping[str, str]) -> str | None:
+        """The step's key in the environment store: what is in its venv after it, without this work
+        directory's paths (so another work directory finds it). None: not kept (no venv, no store, or the
+        step before it on the venv has no key)."""
+        if step.venv is None or ctx.env_store is None:
+            return None
+        chain = [s.name for s in ctx.plan.steps if s.venv == step.venv]
+        position = chain.index(step.name)
+        previous = ctx.env_keys.get(chain[position - 1]) if position else ""
+        if previous is None:
+            return None
+        local = _localizer(ctx)
+        return ctx.env_store.key(
+            {
+                "step": step.name,
+                "argv": [local(a) for a in step.argv],
+                "env": {k: local(v) for k, v in step.shown_env.items()},
+                "cwd": local(step.cwd) if step.cwd else None,
+                "inputs": {local(k): v for k, v in inputs.items()},
+                "previous": previous,
+                "host": interpreter_identity(f"python{ctx.plan.recipe.python}", ctx.environ),
+            }
+        )
+
+    def reuse(self, step: Step, ctx: Context, key: str | None) -> Restored | None:
+        """Instead of running the step: its venv cloned from the store, when the store has its key."""
+        if key is None or ctx.env_store is None or step.venv is None:
+            return None
+        try:
+            return ctx.env_store.restore(key, Path(step.venv), _kept_files(step))
+        except OSError as exc:
+            # The venv may be half cloned: every step on it runs again next time.
+            for name in (s.name for s in ctx.plan.steps if s.venv == step.venv):
+                ctx.state.forget(name)
+            raise BuildFailed(
+                f"{step.name}: could not clone {step.venv} from the environment store "
+                f"({ctx.env_store.root / key}): {exc}\nremove that entry, or build with --env-store off",
+                step=step.name,
+            ) from None
+
+    def keep(self, step: Step, ctx: Context, key: str | None, outputs: Mapping[str, Any]) -> None:
+        """After the step ran: its venv kept in the store, unless a later step on the same venv has run
+        before in this work directory (the venv then holds more than this step's key says). A store that
+        cannot be written costs the next work directory a rebuild, never this build: one note."""
+        if key is None or ctx.env_store is None or step.venv is None:
+            return
+        later = [s.name for s in ctx.plan.steps if s.venv == step.venv]
+        if any(ctx.state.get(name) is not None for name in later[later.index(step.name) + 1 :]):
+            return
+        try:
+            ctx.env_store.keep(key, Path(step.venv), _kept_files(step), step.name, outputs)
+        except OSError as exc:
+            ctx.display.note(f"environment store {ctx.env_store.root}: could not keep {step.venv}: {exc}")
 
 
 class FetchKind(StepKind):
@@ -457,6 +516,29 @@ def _miss_causes(step: Step, ctx: Context, before: Mapping[str, str], toolchain:
         if now.get(name) not in (None, version):
             causes.append(f"compiler changed: {name} {version} built this step last time, now {now[name]}")
     return causes
+
+
+def _kept_files(step: Step) -> dict[str, Path]:
+    """What an env step leaves outside its venv (the constraints file), kept with it in the store."""
+    if step.creates is None or step.venv is None or Path(step.creates).is_relative_to(step.venv):
+        return {}
+    return {Path(step.creates).name: Path(step.creates)}
+
+
+def _localizer(ctx: Context) -> Callable[[str], str]:
+    """Takes this build's own paths (work directory, dist/, source trees) out of a string, so the same
+    environment at another path has the same store key."""
+    paths = ctx.plan.paths
+    names = {str(paths.workdir): "{workdir}", str(paths.dist): "{dist}"}
+    names.update({str(s.path): f"{{source:{s.name}}}" for s in ctx.plan.sources})
+    ordered = sorted(names.items(), key=lambda item: len(item[0]), reverse=True)
+
+    def local(text: str) -> str:
+        for path, name in ordered:
+            text = text.replace(path, name)
+        return text
+
+    return local
 
 
 def _source_of(step: Step, ctx: Context) -> Source | None:

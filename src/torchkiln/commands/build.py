@@ -96,9 +96,11 @@ def run(args: argparse.Namespace) -> int:
     )
     total = sum(s.duration_s for s in result.steps)
     ran = len(result.ran)
+    reused = sum(1 for s in result.steps if s.status == "reused")
     console.print(
         f"[green]built[/green] in {format_duration(total)} ({ran} step(s) ran, "
-        f"{len(result.steps) - ran} unchanged)"
+        + (f"{reused} reused from the environment store, " if reused else "")
+        + f"{len(result.steps) - ran - reused} unchanged)"
     )
     for wheel in result.wheels:
         console.print(f"  {wheel}")

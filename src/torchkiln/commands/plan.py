@@ -13,6 +13,7 @@ from rich.table import Table
 
 from ..cache import resolve_cache
 from ..distributed.spec import DistSpec, resolve_dist
+from ..envstore import default_env_store
 from ..errors import UsageError
 from ..given_torch import resolve_given_torch
 from ..plan import ENV_TABLE, PROJECTS, Plan, make_plan
@@ -70,6 +71,13 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache-dir", type=Path, default=None, help="local compiler-cache directory")
     parser.add_argument(
         "--cache-remote", default=None, help="remote cache store URL (credentials: see README)"
+    )
+    parser.add_argument(
+        "--env-store",
+        default=None,
+        metavar="DIR|off",
+        help="where build and check venvs are kept by their content and shared between work directories "
+        "(default: $TORCHKILN_ENV_STORE, else envs/ beside the compiler caches; off: keep none)",
     )
     parser.add_argument(
         "--dist-scheduler",
@@ -150,6 +158,24 @@ def recipe_from_args(args: argparse.Namespace, command: str) -> Recipe:
     return load_recipe(resolve_recipe_path(name))
 
 
+def env_store_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Path | None:
+    """``--env-store DIR|off``, else ``$TORCHKILN_ENV_STORE`` (also DIR or off), else the default store."""
+    environ = os.environ if environ is None else environ
+    for what, value in (
+        ("--env-store", args.env_store),
+        ("TORCHKILN_ENV_STORE", environ.get("TORCHKILN_ENV_STORE")),
+    ):
+        if value is None:
+            continue
+        if value == "off":
+            return None
+        problem = plain_string(value) or path_problem(value)
+        if problem:
+            raise UsageError(f"{what}: {problem[0]} (valid: a directory, or off)")
+        return Path(value).expanduser().absolute()
+    return default_env_store(environ)
+
+
 def plan_from_args(args: argparse.Namespace, command: str = "plan") -> Plan:
     recipe = recipe_from_args(args, command)
     check_cache_arguments(
@@ -173,6 +199,7 @@ def plan_from_args(args: argparse.Namespace, command: str = "plan") -> Plan:
         notes=notes,
         torch=torch,
         dist_spec=dist_from_args(args, recipe, cache.kind),
+        env_store=env_store_from_args(args),
     )
 
 

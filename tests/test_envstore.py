@@ -1,0 +1,314 @@
+"""The environment store (issue 15): venvs kept by their content and cloned into other work directories.
+
+Real venvs (``python -m venv --without-pip``, a fraction of a second), real hard links, and the real step loop
+on plans whose env steps are small commands that change the venv (a marker file, a console script whose
+``#!`` line names the venv's python) and count their runs in a file outside every work directory. The store
+must spare a second work directory those runs, give it a venv that works at its own path (the first work
+directory is deleted before the second build, so a script still naming it would fail), and never change what
+it keeps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from dists import tiny_wheel
+from rich.console import Console
+
+from torchkiln.build import BuildOptions, BuildResult, run_build
+from torchkiln.cache import resolve_cache
+from torchkiln.commands.plan import env_store_from_args
+from torchkiln.envstore import EnvStore, clone_tree, default_env_store, relocate_venv
+from torchkiln.errors import UsageError
+from torchkiln.manifest import load_manifest
+from torchkiln.plan import Plan, Step, make_plan
+from torchkiln.recipe import load_recipe
+
+RECIPE = Path(__file__).parent / "data" / "ext-cpu-test.toml"
+
+# Each env step appends its name to the run log given as argv[1] (outside every work directory).
+COUNT = "import sys; open(sys.argv[1], 'a').write(sys.argv[2] + '\\n'); "
+SCRIPT = (
+    "import os, sys; venv = sys.argv[3]; path = os.path.join(venv, 'bin', 'tool'); "
+    "open(path, 'w').write('#!' + os.path.join(venv, 'bin', 'python') + '\\nprint(\"tool ok\")\\n'); "
+    "os.chmod(path, 0o755)"
+)
+
+
+def make_venv(path: Path) -> Path:
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
+    return path
+
+
+def builder_plan(root: Path, store: Path | None, runs: Path, requirement: str = "numpy==2.3.0\n") -> Plan:
+    """A builder at ``root``: its source tree (with a requirement file) and work directory; env steps that
+    make the venv, install "requirements" (a marker in the venv, the constraints file beside it) and a
+    console script; a compile that runs that script and copies a wheel; publish."""
+    src = root / "src"
+    src.mkdir(parents=True, exist_ok=True)
+    (src / "setup.py").write_text("# stands in for torch\n")
+    (src / "requirements.txt").write_text(requirement)
+    made = root / "made"
+    made.mkdir(exist_ok=True)
+    wheel = tiny_wheel(made, "torch", "2.13.0+cpu")
+    plan = make_plan(
+        load_recipe(RECIPE),
+        workdir=root / "work",
+        dist=root / "dist",
+        source_dirs={"torch": src},
+        only="torch",
+        cache=resolve_cache(None, kind="none"),
+        jobs=1,
+        env_store=store,
+    )
+    venv, python = plan.paths.venv, str(plan.paths.venv_python)
+    constraints = plan.paths.constraints
+    wheelhouse = plan.paths.wheelhouse / "torch"
+    count = (str(runs),)
+    steps = [
+        Step(
+            "build-env:venv",
+            "env",
+            "",
+            (
+                sys.executable,
+                "-c",
+                COUNT + "import venv; venv.create(sys.argv[3])",
+                *count,
+                "venv",
+                str(venv),
+            ),
+            creates=python,
+            venv=str(venv),
+        ),
+        Step(
+            "build-env:deps",
+            "env",
+            "",
+            (
+                python,
+                "-c",
+                COUNT
+                + "import shutil; shutil.copy(sys.argv[3], sys.argv[4]); shutil.copy(sys.argv[3], sys.argv[5])",
+                *count,
+                "deps",
+                str(src / "requirements.txt"),
+                str(venv / "marker.txt"),
+                str(constraints),
+            ),
+            reads=(str(src / "requirements.txt"),),
+            creates=str(constraints),
+            venv=str(venv),
+        ),
+        Step(
+            "build-env:script",
+            "env",
+            "",
+            (python, "-c", COUNT + SCRIPT, *count, "script", str(venv)),
+            venv=str(venv),
+        ),
+        Step(
+            "torch:wheel",
+            "compile",
+            "torch",
+            (
+                python,
+                "-c",
+                "import shutil, subprocess, sys; "
+                "assert subprocess.run([sys.argv[1]], capture_output=True, text=True).stdout == 'tool ok\\n'; "
+                "shutil.copy(sys.argv[2], sys.argv[3])",
+                str(venv / "bin" / "tool"),
+                str(wheel),
+                str(wheelhouse),
+            ),
+            wheels=str(wheelhouse),
+        ),
+        next(s for s in plan.steps if s.kind == "publish"),
+    ]
+    return replace(plan, steps=steps)
+
+
+def build(plan: Plan) -> tuple[BuildResult, str]:
+    out = io.StringIO()
+    result = run_build(plan, BuildOptions(console=Console(file=out, width=200), skip_checks=True))
+    return result, out.getvalue()
+
+
+def statuses(result: BuildResult) -> dict[str, str]:
+    return {s.name: s.status for s in result.steps}
+
+
+def runs_of(runs: Path) -> list[str]:
+    return runs.read_text().split() if runs.exists() else []
+
+
+def entries(store: Path) -> list[Path]:
+    return sorted(p for p in store.iterdir() if not p.name.startswith("."))
+
+
+def test_a_second_work_directory_reuses_the_venv_without_running_its_steps(tmp_path: Path) -> None:
+    store, runs = tmp_path / "store", tmp_path / "runs.txt"
+    first, _ = build(builder_plan(tmp_path / "a", store, runs))
+    assert first.ran == ["build-env:venv", "build-env:deps", "build-env:script", "torch:wheel", "publish"]
+    assert runs_of(runs) == ["venv", "deps", "script"]
+    assert len(entries(store)) == 3, "one entry per step that changed the venv"
+    kept = entries(store)
+    subprocess.run(["rm", "-rf", str(tmp_path / "a")], check=True)  # a script naming A's venv would now fail
+
+    plan = builder_plan(tmp_path / "elsewhere" / "b", store, runs)
+    second, out = build(plan)
+    assert statuses(second) == {
+        "build-env:venv": "reused",
+        "build-env:deps": "reused",
+        "build-env:script": "reused",
+        "torch:wheel": "ran",
+        "publish": "ran",
+    }
+    assert runs_of(runs) == ["venv", "deps", "script"], "no env step ran again"
+    assert out.count("reused from the environment store") == 3
+    venv = plan.paths.venv
+    assert (venv / "bin" / "tool").read_text().startswith(f"#!{venv}/bin/python\n"), "relocated to B's venv"
+    assert plan.paths.constraints.read_text() == "numpy==2.3.0\n", "what the step left outside the venv"
+    metas = {e: json.loads((e / "meta.json").read_text()) for e in kept}
+    assert {m["venv"] for m in metas.values()} == {str(tmp_path / "a" / "work" / "venv")}
+    by_step = {m["step"]: e for e, m in metas.items()}
+    stored = by_step["build-env:script"] / "venv"
+    assert (
+        (stored / "bin" / "tool").read_text().startswith(f"#!{tmp_path / 'a' / 'work' / 'venv'}/bin/python")
+    )
+    assert os.stat(venv / "marker.txt").st_ino == os.stat(stored / "marker.txt").st_ino, "hard links, no copy"
+    steps = {s.name: s for s in load_manifest(second.manifest).steps}
+    assert steps["build-env:deps"].status == "reused"
+
+    again, _ = build(plan)
+    assert again.ran == [] and {s.status for s in again.steps} <= {"skipped"}, "a no-op stays a no-op"
+
+
+def test_a_changed_requirement_runs_from_the_step_that_reads_it(tmp_path: Path) -> None:
+    store, runs = tmp_path / "store", tmp_path / "runs.txt"
+    build(builder_plan(tmp_path / "a", store, runs))
+    second, _ = build(builder_plan(tmp_path / "b", store, runs, requirement="numpy==2.3.1\n"))
+    assert statuses(second)["build-env:venv"] == "reused"
+    assert second.ran[:2] == ["build-env:deps", "build-env:script"], "the venv after a changed step is new"
+    assert runs_of(runs)[3:] == ["deps", "script"]
+    assert (tmp_path / "b" / "work" / "venv" / "marker.txt").read_text() == "numpy==2.3.1\n"
+
+
+def test_a_vanished_venv_runs_every_step_on_it_again(tmp_path: Path) -> None:
+    """Without a store: the venv step makes a bare venv again, so the steps that filled it must run too
+    (before, they were skipped as unchanged and the build ran in an empty venv)."""
+    runs = tmp_path / "runs.txt"
+    plan = builder_plan(tmp_path / "a", None, runs)
+    build(plan)
+    subprocess.run(["rm", "-rf", str(plan.paths.venv)], check=True)
+    again, _ = build(plan)
+    assert again.ran[:3] == ["build-env:venv", "build-env:deps", "build-env:script"]
+    assert runs_of(runs) == ["venv", "deps", "script"] * 2
+
+
+def test_a_rerun_step_is_kept_only_when_its_venv_holds_nothing_later(tmp_path: Path) -> None:
+    """A step that runs again in a venv where later steps ran before leaves a venv holding more than its
+    key says: not kept. The last step after it is."""
+    store, runs = tmp_path / "store", tmp_path / "runs.txt"
+    build(builder_plan(tmp_path / "a", store, runs))
+    assert len(entries(store)) == 3
+    build(builder_plan(tmp_path / "a", store, runs, requirement="numpy==2.3.1\n"))
+    kept = [json.loads((e / "meta.json").read_text())["step"] for e in entries(store)]
+    assert sorted(kept) == ["build-env:deps", "build-env:script", "build-env:script", "build-env:venv"]
+
+
+def test_a_damaged_entry_is_not_used(tmp_path: Path) -> None:
+    store, runs = tmp_path / "store", tmp_path / "runs.txt"
+    build(builder_plan(tmp_path / "a", store, runs))
+    for entry in entries(store):
+        (entry / "meta.json").write_text("{not json")
+    second, _ = build(builder_plan(tmp_path / "b", store, runs))
+    assert second.ran[:3] == ["build-env:venv", "build-env:deps", "build-env:script"]
+
+
+def test_keep_and_restore_round_trip_outputs_and_files(tmp_path: Path) -> None:
+    """What a step recorded (a check's build facts) comes back with its venv; the store's files are links."""
+    venv = make_venv(tmp_path / "one" / "venv")
+    (venv / "bin" / "tool").write_text(f"#!{venv}/bin/python\nprint(1)\n")
+    (venv / "bin" / "blob").write_bytes(b"\0" + str(venv).encode())  # binary: never rewritten
+    side = tmp_path / "one" / "constraints.txt"
+    side.write_text("torch==2.13.0\n")
+    store = EnvStore(tmp_path / "store")
+    outputs = {"facts": {"torch_version": "2.13.0+cpu"}}
+    entry = store.keep("k1", venv, {"constraints.txt": side}, "checks:import", outputs)
+    assert entry is not None and store.keep("k1", venv, {}, "again", {}) == entry, "kept once"
+
+    target = tmp_path / "two" / "venv"
+    target.mkdir(parents=True)
+    (target / "stale").write_text("from an older venv")
+    restored = store.restore("k1", target, {"constraints.txt": tmp_path / "two" / "constraints.txt"})
+    assert restored is not None and restored.outputs == outputs
+    assert not (target / "stale").exists(), "the venv is replaced, not merged"
+    assert (target / "bin" / "tool").read_text() == f"#!{target}/bin/python\nprint(1)\n"
+    assert (entry / "venv" / "bin" / "tool").read_text() == f"#!{venv}/bin/python\nprint(1)\n"
+    assert (target / "bin" / "blob").read_bytes() == b"\0" + str(venv).encode()
+    assert (target / "bin" / "python").is_symlink(), "symlinks stay symlinks"
+    assert subprocess.run(
+        [target / "bin" / "python", "-c", "import sys; print(sys.prefix)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip() == str(target)
+    assert (tmp_path / "two" / "constraints.txt").read_text() == "torch==2.13.0\n"
+    assert store.restore("missing", target, {}) is None
+    assert store.restore("k1", target, {"other.txt": tmp_path / "x"}) is None, "a file it does not hold"
+
+
+def test_clone_tree_copies_across_filesystems_when_links_fail(tmp_path: Path) -> None:
+    """/dev/shm is another filesystem (tmpfs): cp --link fails there, and a real copy is made."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("no second filesystem to copy across")
+    source = tmp_path / "tree"
+    (source / "sub").mkdir(parents=True)
+    (source / "sub" / "f").write_text("x")
+    (source / "link").symlink_to("sub/f")
+    target = Path(tempfile_dir(shm)) / "clone"
+    try:
+        clone_tree(source, target)
+        assert (target / "sub" / "f").read_text() == "x" and os.readlink(target / "link") == "sub/f"
+        assert os.stat(target / "sub" / "f").st_ino != os.stat(source / "sub" / "f").st_ino
+    finally:
+        subprocess.run(["rm", "-rf", str(target.parent)], check=True)
+
+
+def tempfile_dir(where: Path) -> str:
+    import tempfile
+
+    return tempfile.mkdtemp(dir=where)
+
+
+def test_relocate_leaves_a_venv_at_its_own_path_alone(tmp_path: Path) -> None:
+    venv = make_venv(tmp_path / "venv")
+    assert relocate_venv(venv, str(venv), str(venv)) == []
+
+
+def args(value: str | None) -> argparse.Namespace:
+    return argparse.Namespace(env_store=value)
+
+
+def test_the_store_is_chosen_by_option_then_variable_then_default(tmp_path: Path) -> None:
+    assert env_store_from_args(args(str(tmp_path / "s")), {}) == tmp_path / "s"
+    assert env_store_from_args(args("off"), {"TORCHKILN_ENV_STORE": str(tmp_path)}) is None
+    assert env_store_from_args(args(None), {"TORCHKILN_ENV_STORE": "off"}) is None
+    assert env_store_from_args(args(None), {"TORCHKILN_ENV_STORE": str(tmp_path / "v")}) == tmp_path / "v"
+    environ = {"TORCHKILN_CACHE_DIR": str(tmp_path / "caches")}
+    assert env_store_from_args(args(None), environ) == tmp_path / "caches" / "envs"
+    assert default_env_store(environ) == tmp_path / "caches" / "envs"
+    with pytest.raises(UsageError, match=r"--env-store: .*\(valid: a directory, or off\)"):
+        env_store_from_args(args("~nosuchuser/envs"), {})
+    with pytest.raises(UsageError, match=r"^TORCHKILN_ENV_STORE: "):
+        env_store_from_args(args(None), {"TORCHKILN_ENV_STORE": "a\nb"})
