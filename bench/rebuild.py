@@ -15,10 +15,14 @@ Rows, all in one run, on one machine, with ``MAX_JOBS`` the same everywhere:
 * torchkiln warm local, same path (a fresh work directory and tree copy, the local cache warm);
 * torchkiln warm remote, same path (fresh work directory, an empty local cache, Redis warm);
 * a second builder at another path (its tree and work directory side by side elsewhere), warm local, and
-  warm remote with an empty local cache.
+  warm remote with an empty local cache;
+* a new machine: another path, warm remote, and both the local cache and the environment store empty.
+
+Every torchkiln row but the last shares one environment store (``--env-store``, empty before the cold
+build), as the builds of one machine do: a fresh work directory gets its venvs from it.
 
 Each torchkiln row records its wall time, its compile step's time (``torchvision:wheel``), the time of the
-steps around the compile, the cache's hits, and the wheel's sha256 (a rebuild of unchanged sources must give
+steps around the compile (those that ran or were reused from the store), the cache's hits, and the wheel's sha256 (a rebuild of unchanged sources must give
 the same bytes). Results: bench/results/rebuild-<UTC time>.json (or ``--results``) and a table.
 """
 
@@ -36,6 +40,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -102,13 +108,21 @@ class Torchkiln:
         self.remote.write_text(with_remote + FEATURES_OFF)
 
     def build(
-        self, name: str, builder: Path, cache_dir: Path, *, remote: bool, force: bool = False
+        self,
+        name: str,
+        builder: Path,
+        cache_dir: Path,
+        *,
+        remote: bool,
+        force: bool = False,
+        env_store: str = "envs",
     ) -> dict[str, Any]:
         recipe = self.remote if remote else self.local
         argv = [sys.executable, "-m", "torchkiln", "build", str(recipe), "--only", "torchvision"]
         argv += ["--source-dir", f"torchvision={builder / 'vision'}", "--workdir", str(builder / "work")]
         argv += ["--dist", str(builder / "dist"), "--jobs", str(self.jobs), "--cache", "ccache"]
         argv += ["--cache-dir", str(cache_dir), "--skip-checks", *(["--force"] if force else [])]
+        argv += ["--env-store", str(self.scratch / env_store)]
         env = {**os.environ, "PATH": tool_path()}
         start = time.perf_counter()
         done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
@@ -118,9 +132,10 @@ class Torchkiln:
         manifest = json.loads((builder / "dist" / "manifest.json").read_text())
         steps = {s["name"]: s for s in manifest["steps"]}
         ran = [n for n, s in steps.items() if s["status"] == "ran"]
+        reused = [n for n, s in steps.items() if s["status"] == "reused"]
         compile_s = steps["torchvision:wheel"]["duration_s"] if "torchvision:wheel" in ran else 0.0
         around = sum(
-            s["duration_s"] or 0.0 for n, s in steps.items() if n in ran and n != "torchvision:wheel"
+            s["duration_s"] or 0.0 for n, s in steps.items() if n in ran + reused and n != "torchvision:wheel"
         )
         return row(
             name,
@@ -128,6 +143,7 @@ class Torchkiln:
             compile_s=round(compile_s, 3),
             around_compile_s=round(around, 3),
             ran=ran,
+            reused=reused,
             steps={n: {"status": s["status"], "seconds": s["duration_s"]} for n, s in steps.items()},
             stats=manifest.get("cache"),
             wheel_sha256=manifest["wheels"][0]["sha256"],
@@ -187,6 +203,16 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(
             kiln.build("second builder, other path, warm remote", c, scratch / "cache-c", remote=True)
         )
+        d = fresh_builder(scratch / "y" / "d")
+        rows.append(
+            kiln.build(
+                "new machine: other path, warm remote, empty local cache, empty env store",
+                d,
+                scratch / "cache-d",
+                remote=True,
+                env_store="envs-new-machine",
+            )
+        )
     finally:
         redis.stop()
     floor = next(r["seconds"] for r in rows if r["name"].startswith("by hand warm"))
@@ -204,6 +230,22 @@ def main(argv: list[str] | None = None) -> int:
     out = args.results or ROOT / "bench" / "results" / f"rebuild-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
+    table = Table("run", "wall (s)", "x floor", "compile (s)", "around (s)", "hits", "wheel", title="rebuild")
+    for r in rows:
+        stats = r.get("stats") or {}
+        hits = (
+            f"{stats.get('hits')}/{(stats.get('hits') or 0) + (stats.get('misses') or 0)}" if stats else "-"
+        )
+        table.add_row(
+            r["name"],
+            f"{r['seconds']:.1f}",
+            f"{r['ratio_to_floor']:.2f}",
+            str(r.get("compile_s", "-")),
+            str(r.get("around_compile_s", "-")),
+            hits,
+            str(r.get("wheel_sha256", "-"))[:12],
+        )
+    console.print(table)
     console.print(f"results: {out}")
     shutil.rmtree(scratch, ignore_errors=True)
     return 0

@@ -34,6 +34,7 @@ from rich.console import Console
 from torchkiln.artifacts import PARTIAL_MARK
 from torchkiln.build import BuildFailed, BuildOptions, ConfigureMismatch, run_build
 from torchkiln.cache import resolve_cache
+from torchkiln.digests import tree_files
 from torchkiln.errors import TorchkilnError
 from torchkiln.fingerprint import tree_sha256
 from torchkiln.manifest import load_manifest
@@ -174,6 +175,8 @@ def test_cold_build_produces_the_wheel_manifest_and_lock(cold) -> None:
     assert wheel["sha256"] == hashlib.sha256((s["dist"] / WHEEL).read_bytes()).hexdigest()
     assert m["build_env"]["torch"]["PYTORCH_BUILD_VERSION"] == "2.13.0+cpu"
     assert m["build_env"]["torch"]["CCACHE_DIR"] == str(s["ccache"])
+    newest = max(int(full.stat().st_mtime) for _, full in tree_files(EXT))  # copytree keeps mtimes
+    assert m["build_env"]["torch"]["SOURCE_DATE_EPOCH"] == str(newest), "the wheel's epoch is recorded"
     tools = m["toolchain"]["tools"]
     dumped = subprocess.run(["c++", "-dumpfullversion"], capture_output=True, text=True, check=True).stdout
     assert tools["g++"]["version"] == dumped.strip() and tools["g++"]["command"] == "c++"

@@ -312,3 +312,19 @@ def test_the_store_is_chosen_by_option_then_variable_then_default(tmp_path: Path
         env_store_from_args(args("~nosuchuser/envs"), {})
     with pytest.raises(UsageError, match=r"^TORCHKILN_ENV_STORE: "):
         env_store_from_args(args(None), {"TORCHKILN_ENV_STORE": "a\nb"})
+
+
+def test_only_the_last_reused_venv_is_cloned_and_all_are_recorded(tmp_path: Path) -> None:
+    """Reused steps in a row clone once (each entry replaces the one before); when the next entry is not
+    there, the step before it clones its own venv and the next step runs on it."""
+    store, runs = tmp_path / "store", tmp_path / "runs.txt"
+    build(builder_plan(tmp_path / "a", store, runs))
+    by_step = {json.loads((e / "meta.json").read_text())["step"]: e for e in entries(store)}
+    (by_step["build-env:script"] / "meta.json").write_text("[]")  # damaged: not an entry any more
+    plan = builder_plan(tmp_path / "b", store, runs)
+    second, _ = build(plan)
+    assert statuses(second)["build-env:deps"] == "reused" and second.ran[0] == "build-env:script"
+    assert runs_of(runs) == ["venv", "deps", "script", "script"]
+    assert (plan.paths.venv / "marker.txt").read_text() == "numpy==2.3.0\n", "deps' venv was cloned"
+    state = json.loads((plan.paths.workdir / "state.json").read_text())["steps"]
+    assert {"build-env:venv", "build-env:deps", "build-env:script"} <= set(state)

@@ -374,3 +374,35 @@ def test_cache_basedir_holds_the_work_directory_and_the_source_trees(tmp_path: P
         source_dirs={"torchvision": tmp_path / "builder" / "vision"},
     )
     assert plan.env_for("torchvision")["CCACHE_BASEDIR"] == str(tmp_path / "builder")
+
+
+def test_the_torch_wheel_torchvision_installs_is_an_input_and_venvs_are_declared(tmp_path: Path) -> None:
+    """Issue 15: install-torch is keyed by the content of the torch wheels it picks from: this build's own
+    (a full build; dist/ is not read, or publishing it would make every rerun install torch again), else
+    the one published in dist/ before. Each step that makes or changes a venv names it for the store."""
+    full = make_plan(load_recipe(CPU), workdir=tmp_path / "w", dist=tmp_path / "d", resources=BIG)
+    install = next(s for s in full.steps if s.name == "torchvision:install-torch")
+    assert str(full.paths.wheelhouse / "torch" / "*.whl") in install.reads
+    assert not any(r.startswith(str(full.paths.dist)) for r in install.reads)
+    alone = make_plan(
+        load_recipe(CPU),
+        workdir=tmp_path / "w",
+        dist=tmp_path / "d",
+        resources=BIG,
+        source_dirs={"torchvision": tmp_path},
+        only="torchvision",
+    )
+    install = next(s for s in alone.steps if s.name == "torchvision:install-torch")
+    assert str(alone.paths.dist / "torch-*.whl") in install.reads
+    venvs = {s.name: s.venv for s in full.steps if s.venv is not None}
+    build_venv, check_venv = str(full.paths.venv), str(full.paths.check_venv)
+    assert venvs == {
+        "build-env:venv": build_venv,
+        "build-env:pip": build_venv,
+        "build-env:deps": build_venv,
+        "torchvision:install-torch": build_venv,
+        "checks:venv": check_venv,
+        "checks:import": check_venv,
+    }
+    check = next(s for s in full.steps if s.name == "checks:import")
+    assert str(full.paths.wheelhouse / "torch") in check.reads, "the check is keyed by the wheels it installs"

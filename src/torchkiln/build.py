@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import os
 import signal
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -37,8 +39,8 @@ from .envstore import EnvStore
 from .errors import BuildFailed, ConfigureMismatch, Interrupted, TorchkilnError, name_path
 from .fingerprint import State, digest, result_identity, step_fingerprint
 from .manifest import StepRecord
-from .plan import Plan
-from .steps import KINDS
+from .plan import Plan, Step
+from .steps import KINDS, kept_files
 from .workdir import STATE_NAME, check_dist, holding_lock, repair_layout
 
 __all__ = [
@@ -111,7 +113,9 @@ def _run_steps(ctx: Context) -> None:
             ctx.display.end_step(step, ran.status, ran.seconds)
             continue
         deps = [fingerprints[plan.steps[i].name] for i in plan.dependencies(index)]
-        inputs = kind.inputs(step, ctx)
+        inputs = ctx.lookahead_inputs.pop(step.name, None)
+        if inputs is None:
+            inputs = kind.inputs(step, ctx)
         fingerprint = step_fingerprint(step.argv, step.shown_env, step.cwd, inputs, deps)
         fingerprints[step.name] = fingerprint
         key = kind.store_key(step, ctx, inputs)
@@ -137,12 +141,14 @@ def _run_steps(ctx: Context) -> None:
         ctx.state.forget(step.name)
         if step.venv is not None:
             ctx.remade_venvs.add(step.venv)
-        restored = None if forced else kind.reuse(step, ctx, key)
+        restored = (
+            None if forced else kind.reuse(step, ctx, key, functools.partial(_replaced_next, ctx, index))
+        )
         if restored is not None:
             entry = {"fingerprint": fingerprint, "outputs": restored.outputs, "log": None}
             entry["duration_s"] = restored.seconds
             fingerprints[step.name] = result_identity(fingerprint, entry)
-            ctx.state.record(step.name, entry)
+            _record(ctx, step, entry, deferred=not restored.cloned)
             kind.verify(step, entry, ctx)
             ctx.records.append(
                 StepRecord(step.name, step.kind, step.project, "reused", restored.seconds, None)
@@ -161,7 +167,7 @@ def _run_steps(ctx: Context) -> None:
             fingerprint = step_fingerprint(step.argv, step.shown_env, step.cwd, settled, deps)
         entry = {"fingerprint": fingerprint, "outputs": outputs, "log": log, "duration_s": ran.seconds}
         fingerprints[step.name] = result_identity(fingerprint, entry)
-        ctx.state.record(step.name, entry)
+        _record(ctx, step, entry)
         kind.keep(step, ctx, key, outputs)
         # After recording: what was found stays valid when the check fails, and a fixed recipe only checks again.
         kind.verify(step, entry, ctx)
@@ -169,6 +175,35 @@ def _run_steps(ctx: Context) -> None:
             StepRecord(step.name, step.kind, step.project, "ran", ran.seconds, log, ran.phases)
         )
         ctx.display.end_step(step, "ran", ran.seconds)
+
+
+def _record(ctx: Context, step: Step, entry: dict[str, Any], *, deferred: bool = False) -> None:
+    """Record a step as done. A step reused without cloning its venv (the next step's entry replaced it) is
+    recorded with the next step that leaves the venv whole: a build that stops between them runs both again."""
+    if deferred and step.venv is not None:
+        ctx.deferred_records.setdefault(step.venv, []).append((step.name, entry))
+        return
+    for name, earlier in ctx.deferred_records.pop(step.venv, []) if step.venv is not None else []:
+        ctx.state.record(name, earlier)
+    ctx.state.record(step.name, entry)
+
+
+def _replaced_next(ctx: Context, index: int) -> bool:
+    """Whether the step after ``index`` is on the same venv and will be reused from the store: then cloning
+    this step's venv is wasted (that one replaces it). Its inputs, taken here, are kept for its turn."""
+    plan = ctx.plan
+    if index + 1 >= len(plan.steps) or ctx.env_store is None:
+        return False
+    step, following = plan.steps[index], plan.steps[index + 1]
+    kind = KINDS[following.kind]
+    if following.venv is None or following.venv != step.venv:
+        return False
+    if (kind.optional and ctx.options.skip_checks) or (ctx.options.force and kind.forced):
+        return False
+    inputs = kind.inputs(following, ctx)
+    ctx.lookahead_inputs[following.name] = inputs
+    key = kind.store_key(following, ctx, inputs)
+    return key is not None and ctx.env_store.lookup(key, kept_files(following)) is not None
 
 
 def run_build(plan: Plan, options: BuildOptions | None = None) -> BuildResult:

@@ -13,6 +13,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -81,6 +82,11 @@ class Context:
     env_keys: dict[str, str] = field(default_factory=dict)  # step -> its key in the store, this run
     # venvs that a step made or changed in this run: the later steps on them run (or are reused) again
     remade_venvs: set[str] = field(default_factory=set)
+    # venv -> steps reused without their clone (the next step's entry replaced it), recorded with that step
+    deferred_records: dict[str, list[tuple[str, dict[str, Any]]]] = field(default_factory=dict)
+    lookahead_inputs: dict[str, dict[str, str]] = field(
+        default_factory=dict
+    )  # taken early, for a step's turn
 
     def step_log(self, step: Step) -> Path:
         """Where a step that runs now writes its log: this run's directory (torchkiln.logs.start_run_logs)."""

@@ -32,7 +32,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -136,6 +136,7 @@ class Restored:
     outputs: dict[str, Any]
     seconds: float
     entry: Path
+    cloned: bool = True  # False: the venv is left for the next step's entry (only its files were copied)
 
 
 def _remove(path: Path) -> None:
@@ -162,34 +163,47 @@ class EnvStore:
         path = self.root / key
         return path if (path / META).is_file() and (path / "venv").is_dir() else None
 
-    def restore(self, key: str, venv: Path, files: Mapping[str, Path]) -> Restored | None:
-        """Clone the entry for ``key`` into ``venv`` (replacing what is there) and its kept files to their
-        paths (``files``: name -> path). None when the store has no such entry or it is damaged."""
+    def lookup(self, key: str, files: Collection[str] = ()) -> tuple[Path, dict[str, Any]] | None:
+        """The entry for ``key`` and its metadata, when it is whole (and holds ``files``); else None."""
         entry = self.entry(key)
         if entry is None:
             return None
         try:
             meta = json.loads((entry / META).read_text(encoding="utf-8"))
-            old = meta["venv"]
-            outputs = meta.get("outputs", {})
-            if not isinstance(old, str) or not isinstance(outputs, dict):
-                return None
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError):
             return None
-        for name in files:
-            if not (entry / "files" / name).is_file():
-                return None
+        if not (
+            isinstance(meta, dict)
+            and isinstance(meta.get("venv"), str)
+            and isinstance(meta.get("outputs", {}), dict)
+        ):
+            return None
+        if not all((entry / "files" / name).is_file() for name in files):
+            return None
+        return entry, meta
+
+    def restore(
+        self, key: str, venv: Path, files: Mapping[str, Path], *, clone: bool = True
+    ) -> Restored | None:
+        """Clone the entry for ``key`` into ``venv`` (replacing what is there) and its kept files to their
+        paths (``files``: name -> path). None when the store has no such entry or it is damaged.
+        ``clone=False``: the files only, for a venv the next step's entry replaces at once."""
+        found = self.lookup(key, files)
+        if found is None:
+            return None
+        entry, meta = found
         started = time.monotonic()
-        _remove(venv)
-        clone_tree(entry / "venv", venv)
-        relocate_venv(venv, old, str(venv))
         for name, path in files.items():
             _remove(path)
             path.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(entry / "files" / name, path)
+        if clone:
+            _remove(venv)
+            clone_tree(entry / "venv", venv)
+            relocate_venv(venv, meta["venv"], str(venv))
         with contextlib.suppress(OSError):
             os.utime(entry / META)  # last used: what a pruner would read
-        return Restored(outputs, time.monotonic() - started, entry)
+        return Restored(dict(meta.get("outputs", {})), time.monotonic() - started, entry, clone)
 
     def keep(
         self, key: str, venv: Path, files: Mapping[str, Path], step: str, outputs: Mapping[str, Any]

@@ -669,11 +669,13 @@ def make_plan(
                         str(paths.constraints),
                         torch.install if torch else f"torch=={recipe.torch_wheel_version}",
                     ),
-                    # the torch wheels pip may pick: their content, not only their version, is an input
+                    # the torch wheels pip picks from: their content, not only their version, is an input
+                    # (this build's own, else one built before and published in dist/, else --torch's file)
                     reads=(
                         str(paths.constraints),
-                        str(paths.wheelhouse / "torch" / "*.whl"),
-                        str(paths.dist / "torch-*.whl"),
+                        str(paths.wheelhouse / "torch" / "*.whl")
+                        if "torch" in projects
+                        else str(paths.dist / "torch-*.whl"),
                         *((torch.install,) if torch and torch.find_links else ()),
                     ),
                     venv=str(paths.venv),

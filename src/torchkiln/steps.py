@@ -220,12 +220,20 @@ class StepKind:
             }
         )
 
-    def reuse(self, step: Step, ctx: Context, key: str | None) -> Restored | None:
-        """Instead of running the step: its venv cloned from the store, when the store has its key."""
+    def reuse(
+        self, step: Step, ctx: Context, key: str | None, replaced: Callable[[], bool] = lambda: False
+    ) -> Restored | None:
+        """Instead of running the step: its venv cloned from the store, when the store has its key. When
+        ``replaced()`` says the next step's entry replaces the venv at once (asked after this entry's files,
+        which the next step may read, are in place), only the files are copied."""
         if key is None or ctx.env_store is None or step.venv is None:
             return None
+        files = kept_files(step)
         try:
-            return ctx.env_store.restore(key, Path(step.venv), _kept_files(step))
+            found = ctx.env_store.restore(key, Path(step.venv), files, clone=False)
+            if found is None or replaced():
+                return found
+            return ctx.env_store.restore(key, Path(step.venv), files)
         except OSError as exc:
             # The venv may be half cloned: every step on it runs again next time.
             for name in (s.name for s in ctx.plan.steps if s.venv == step.venv):
@@ -246,7 +254,7 @@ class StepKind:
         if any(ctx.state.get(name) is not None for name in later[later.index(step.name) + 1 :]):
             return
         try:
-            ctx.env_store.keep(key, Path(step.venv), _kept_files(step), step.name, outputs)
+            ctx.env_store.keep(key, Path(step.venv), kept_files(step), step.name, outputs)
         except OSError as exc:
             ctx.display.note(f"environment store {ctx.env_store.root}: could not keep {step.venv}: {exc}")
 
@@ -371,7 +379,8 @@ class CompileKind(StepKind):
         )
         out["toolchain"] = document.to_data(toolchain)
         ctx.cache_causes += _miss_causes(step, ctx, self._compilers.get(step.name, {}), out["toolchain"])
-        out["env"] = {**step.env, **session.public_env}  # what it ran with: the cache's effective variables
+        # what it ran with: the cache's effective variables, and the wheel's SOURCE_DATE_EPOCH
+        out["env"] = {**step.env, **self._reproducible(step, ctx), **session.public_env}
         source = _source_of(step, ctx)
         before = self._before.get(step.name)
         if source is not None and before is not None:
@@ -518,7 +527,7 @@ def _miss_causes(step: Step, ctx: Context, before: Mapping[str, str], toolchain:
     return causes
 
 
-def _kept_files(step: Step) -> dict[str, Path]:
+def kept_files(step: Step) -> dict[str, Path]:
     """What an env step leaves outside its venv (the constraints file), kept with it in the store."""
     if step.creates is None or step.venv is None or Path(step.creates).is_relative_to(step.venv):
         return {}
