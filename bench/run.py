@@ -186,7 +186,7 @@ def noop_bench(repeat: int, jobs: int, scratch: Path) -> dict[str, list[dict[str
     recipe.write_text(NOOP_RECIPE.read_text())
     argv = [sys.executable, "-m", "torchkiln", "build", str(recipe), "--source-dir", f"torch={root / 'src'}"]
     argv += ["--only", "torch", "--workdir", str(work), "--dist", str(root / "dist"), "--jobs", str(jobs)]
-    argv += ["--cache", "ccache", "--cache-dir", str(root / "ccache")]
+    argv += ["--cache", "ccache", "--cache-dir", str(root / "ccache"), "--env-store", str(root / "envs")]
     argv += ["--no-preflight"]  # the stand-in extension is no torch tree (no version.txt, no OpenBLAS)
     env = {**os.environ, "PATH": tool_path()}
     samples: dict[str, list[dict[str, Any]]] = {"build-wheel first": [], "build-wheel no-op": []}
