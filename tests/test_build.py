@@ -759,6 +759,43 @@ def test_post_build_check_passes_a_wheel_that_is_what_the_recipe_asked_for(wheel
         assert statuses[key] == "pass", checks["results"][key]
 
 
+def test_post_build_check_is_reused_in_another_work_directory_for_the_same_wheel(wheel_world) -> None:
+    """Issue 15: the check venv and the check's result are kept in the environment store by the wheels they
+    installed; another work directory with the same wheel is given both (its recipe still compared) instead
+    of installing and importing torch again."""
+    store = wheel_world["root"] / "check-store"
+    first = replace(checks_only(wheel_world, describing_the_wheel(), "store-a"), env_store=store)
+    ran, _, _ = build(first)
+    assert ran.ran == ["checks:venv", "checks:import"]
+    other = wheel_world["root"] / "other-work"
+    (other / "wheelhouse" / "torch").mkdir(parents=True)
+    shutil.copy2(wheel_world["wheel"], other / "wheelhouse" / "torch")
+    plan = checks_only(dict(wheel_world, work=other), describing_the_wheel(), "store-b")
+    reused, out, _ = build(replace(plan, env_store=store))
+    assert {s.name: s.status for s in reused.steps if s.stage == "checks"} == {
+        "checks:venv": "reused",
+        "checks:import": "reused",
+    }
+    manifests = [
+        json.loads((wheel_world["root"] / f"dist-{n}" / "manifest.json").read_text())
+        for n in ("store-a", "store-b")
+    ]
+    assert (
+        manifests[1]["checks"] == manifests[0]["checks"] and manifests[1]["checks"]["torch"] == "2.13.0+cpu"
+    )
+    python = other / "check-venv" / "bin" / "python"
+    version = subprocess.run(
+        [python, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True, check=True
+    )
+    assert version.stdout.strip() == "2.13.0+cpu", "the cloned check venv works at its new path"
+    with pytest.raises(BuildFailed, match=r"blas\.mkl: MKL version"):  # a changed recipe is still compared
+        text = describing_the_wheel(**{'mkl = "2024.2.0"': b'mkl = "2025.3.0"'})
+        plan = checks_only(dict(wheel_world, work=wheel_world["root"] / "third"), text, "store-c")
+        (plan.paths.wheelhouse / "torch").mkdir(parents=True)
+        shutil.copy2(wheel_world["wheel"], plan.paths.wheelhouse / "torch")
+        build(replace(plan, env_store=store))
+
+
 def test_post_build_check_stops_a_wheel_that_differs_naming_the_field(wheel_world) -> None:
     """The same comparison as `torchkiln verify --recipe`: the wheel has MKL 2024.2, the recipe says 2025.3."""
     text = describing_the_wheel(**{'mkl = "2024.2.0"': b'mkl = "2025.3.0"'})
