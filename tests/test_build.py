@@ -685,6 +685,8 @@ def test_torchvision_builds_after_torch_against_it(world, cold) -> None:
     manifest = json.loads((dist / "manifest.json").read_text())
     assert sorted(w["name"] for w in manifest["wheels"]) == sorted([WHEEL, vision_wheel])
     assert manifest["build_env"]["torchvision"]["BUILD_VERSION"] == "0.28.0+cpu"
+    again, _, _ = build(plan, skip_checks=True)
+    assert again.ran == [], "torch's wheel published into dist/ is nothing torchvision's steps read: a no-op"
 
 
 # --- the post-build check, on a real torch wheel --------------------------------------------------------
