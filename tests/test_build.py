@@ -766,13 +766,19 @@ def test_post_build_check_is_reused_in_another_work_directory_for_the_same_wheel
     installed; another work directory with the same wheel is given both (its recipe still compared) instead
     of installing and importing torch again."""
     store = wheel_world["root"] / "check-store"
-    first = replace(checks_only(wheel_world, describing_the_wheel(), "store-a"), env_store=store)
-    ran, _, _ = build(first)
+
+    def work_with_the_wheel(name: str) -> dict[str, Path]:
+        """Its own work directory (the other tests' share one, and their records would skip the steps)."""
+        work = wheel_world["root"] / name
+        (work / "wheelhouse" / "torch").mkdir(parents=True)
+        shutil.copy2(wheel_world["wheel"], work / "wheelhouse" / "torch")
+        return dict(wheel_world, work=work)
+
+    first = checks_only(work_with_the_wheel("work-a"), describing_the_wheel(), "store-a")
+    ran, _, _ = build(replace(first, env_store=store))
     assert ran.ran == ["checks:venv", "checks:import"]
-    other = wheel_world["root"] / "other-work"
-    (other / "wheelhouse" / "torch").mkdir(parents=True)
-    shutil.copy2(wheel_world["wheel"], other / "wheelhouse" / "torch")
-    plan = checks_only(dict(wheel_world, work=other), describing_the_wheel(), "store-b")
+    other = wheel_world["root"] / "work-b"
+    plan = checks_only(work_with_the_wheel("work-b"), describing_the_wheel(), "store-b")
     reused, out, _ = build(replace(plan, env_store=store))
     assert {s.name: s.status for s in reused.steps if s.stage == "checks"} == {
         "checks:venv": "reused",
@@ -792,10 +798,7 @@ def test_post_build_check_is_reused_in_another_work_directory_for_the_same_wheel
     assert version.stdout.strip() == "2.13.0+cpu", "the cloned check venv works at its new path"
     with pytest.raises(BuildFailed, match=r"blas\.mkl: MKL version"):  # a changed recipe is still compared
         text = describing_the_wheel(**{'mkl = "2024.2.0"': b'mkl = "2025.3.0"'})
-        plan = checks_only(dict(wheel_world, work=wheel_world["root"] / "third"), text, "store-c")
-        (plan.paths.wheelhouse / "torch").mkdir(parents=True)
-        shutil.copy2(wheel_world["wheel"], plan.paths.wheelhouse / "torch")
-        build(replace(plan, env_store=store))
+        build(replace(checks_only(work_with_the_wheel("work-c"), text, "store-c"), env_store=store))
 
 
 def test_post_build_check_stops_a_wheel_that_differs_naming_the_field(wheel_world) -> None:
