@@ -86,11 +86,18 @@ def by_hand(root: Path, jobs: int) -> list[dict[str, Any]]:
     return rows
 
 
+def hits_text(stats: dict[str, Any] | None) -> str:
+    """``hits/objects`` of a row's cache statistics, ``-`` for a run that compiled nothing."""
+    if not stats:
+        return "-"
+    return f"{stats.get('hits')}/{(stats.get('hits') or 0) + (stats.get('misses') or 0)}"
+
+
 def row(name: str, seconds: float, **fields: Any) -> dict[str, Any]:
     found = {"name": name, "seconds": round(seconds, 3), **fields}
-    stats = found.get("stats") or {}
-    hits = f"{stats.get('hits')}/{stats.get('hits', 0) + stats.get('misses', 0)}" if stats else "-"
-    console.print(f"  {name:<48} {seconds:8.2f} s  hits {hits}  {fields.get('ran', '')}")
+    console.print(
+        f"  {name:<48} {seconds:8.2f} s  hits {hits_text(found.get('stats'))}  {fields.get('ran', '')}"
+    )
     return found
 
 
@@ -232,17 +239,13 @@ def main(argv: list[str] | None = None) -> int:
     out.write_text(json.dumps(results, indent=2) + "\n")
     table = Table("run", "wall (s)", "x floor", "compile (s)", "around (s)", "hits", "wheel", title="rebuild")
     for r in rows:
-        stats = r.get("stats") or {}
-        hits = (
-            f"{stats.get('hits')}/{(stats.get('hits') or 0) + (stats.get('misses') or 0)}" if stats else "-"
-        )
         table.add_row(
             r["name"],
             f"{r['seconds']:.1f}",
             f"{r['ratio_to_floor']:.2f}",
             str(r.get("compile_s", "-")),
             str(r.get("around_compile_s", "-")),
-            hits,
+            hits_text(r.get("stats")),
             str(r.get("wheel_sha256", "-"))[:12],
         )
     console.print(table)

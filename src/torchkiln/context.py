@@ -84,9 +84,8 @@ class Context:
     remade_venvs: set[str] = field(default_factory=set)
     # venv -> steps reused without their clone (the next step's entry replaced it), recorded with that step
     deferred_records: dict[str, list[tuple[str, dict[str, Any]]]] = field(default_factory=dict)
-    lookahead_inputs: dict[str, dict[str, str]] = field(
-        default_factory=dict
-    )  # taken early, for a step's turn
+    # step -> its inputs, taken early by the step before it (whether its entry replaces that one's venv)
+    lookahead_inputs: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def step_log(self, step: Step) -> Path:
         """Where a step that runs now writes its log: this run's directory (torchkiln.logs.start_run_logs)."""

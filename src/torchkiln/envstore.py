@@ -24,6 +24,7 @@ configuration (index URLs, constraints, certificates) as the only installer.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -136,6 +137,7 @@ class Restored:
     outputs: dict[str, Any]
     seconds: float
     entry: Path
+    kept_from: str  # the venv's path when it was kept: what relocation rewrites
     cloned: bool = True  # False: the venv is left for the next step's entry (only its files were copied)
 
 
@@ -197,13 +199,22 @@ class EnvStore:
             _remove(path)
             path.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(entry / "files" / name, path)
-        if clone:
-            _remove(venv)
-            clone_tree(entry / "venv", venv)
-            relocate_venv(venv, meta["venv"], str(venv))
         with contextlib.suppress(OSError):
             os.utime(entry / META)  # last used: what a pruner would read
-        return Restored(dict(meta.get("outputs", {})), time.monotonic() - started, entry, clone)
+        restored = Restored(
+            dict(meta.get("outputs", {})), time.monotonic() - started, entry, meta["venv"], cloned=False
+        )
+        return self.clone(restored, venv) if clone else restored
+
+    def clone(self, restored: Restored, venv: Path) -> Restored:
+        """The venv of an entry whose files ``restore`` put in place, cloned into ``venv`` (replacing what is
+        there) and relocated to it."""
+        started = time.monotonic()
+        _remove(venv)
+        clone_tree(restored.entry / "venv", venv)
+        relocate_venv(venv, restored.kept_from, str(venv))
+        seconds = restored.seconds + time.monotonic() - started
+        return dataclasses.replace(restored, seconds=seconds, cloned=True)
 
     def keep(
         self, key: str, venv: Path, files: Mapping[str, Path], step: str, outputs: Mapping[str, Any]

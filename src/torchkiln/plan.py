@@ -195,6 +195,10 @@ class Plan:
         related = {"", step.project, *DEPENDS.get(step.project, ())}
         return [i for i in range(index) if self.steps[i].project in related]
 
+    def venv_steps(self, venv: str) -> list[str]:
+        """The steps that make or change ``venv``, in order (what the environment store chains)."""
+        return [s.name for s in self.steps if s.venv == venv]
+
     def wheel_steps(self) -> dict[str, Step]:
         """Per project, the step whose wheels are published: the last one of the project that makes wheels."""
         found: dict[str, Step] = {}

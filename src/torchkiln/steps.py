@@ -38,7 +38,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -95,11 +95,11 @@ class StepKind:
         for name in step.reads:
             path = Path(name)
             if "*" in path.name:  # a pattern: the files it matches, each by name and sha256
-                found[name] = digest({p.name: file_sha256(p) for p in sorted(path.parent.glob(path.name))})
+                found[name] = _files_digest(path.parent.glob(path.name))
             elif path.is_file():
                 found[name] = file_sha256(path)
             elif path.is_dir():
-                found[name] = digest({p.name: file_sha256(p) for p in artifacts.wheels_in(path)})
+                found[name] = _files_digest(artifacts.wheels_in(path))
         return found
 
     def intact(self, step: Step, entry: Mapping[str, Any], ctx: Context) -> bool:
@@ -202,7 +202,7 @@ class StepKind:
         step before it on the venv has no key)."""
         if step.venv is None or ctx.env_store is None:
             return None
-        chain = [s.name for s in ctx.plan.steps if s.venv == step.venv]
+        chain = ctx.plan.venv_steps(step.venv)
         position = chain.index(step.name)
         previous = ctx.env_keys.get(chain[position - 1]) if position else ""
         if previous is None:
@@ -228,15 +228,14 @@ class StepKind:
         which the next step may read, are in place), only the files are copied."""
         if key is None or ctx.env_store is None or step.venv is None:
             return None
-        files = kept_files(step)
         try:
-            found = ctx.env_store.restore(key, Path(step.venv), files, clone=False)
+            found = ctx.env_store.restore(key, Path(step.venv), kept_files(step), clone=False)
             if found is None or replaced():
                 return found
-            return ctx.env_store.restore(key, Path(step.venv), files)
+            return ctx.env_store.clone(found, Path(step.venv))
         except OSError as exc:
             # The venv may be half cloned: every step on it runs again next time.
-            for name in (s.name for s in ctx.plan.steps if s.venv == step.venv):
+            for name in ctx.plan.venv_steps(step.venv):
                 ctx.state.forget(name)
             raise BuildFailed(
                 f"{step.name}: could not clone {step.venv} from the environment store "
@@ -250,7 +249,7 @@ class StepKind:
         cannot be written costs the next work directory a rebuild, never this build: one note."""
         if key is None or ctx.env_store is None or step.venv is None:
             return
-        later = [s.name for s in ctx.plan.steps if s.venv == step.venv]
+        later = ctx.plan.venv_steps(step.venv)
         if any(ctx.state.get(name) is not None for name in later[later.index(step.name) + 1 :]):
             return
         try:
@@ -525,6 +524,11 @@ def _miss_causes(step: Step, ctx: Context, before: Mapping[str, str], toolchain:
         if now.get(name) not in (None, version):
             causes.append(f"compiler changed: {name} {version} built this step last time, now {now[name]}")
     return causes
+
+
+def _files_digest(files: Iterable[Path]) -> str:
+    """Files by name and sha256, in name order: what a step reads from a directory or a pattern."""
+    return digest({p.name: file_sha256(p) for p in sorted(files)})
 
 
 def kept_files(step: Step) -> dict[str, Path]:
