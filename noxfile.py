@@ -36,11 +36,13 @@ REFERENCE_PAIRS = {
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff over the code, mypy (strict) over src/torchkiln, hadolint over the Dockerfiles."""
+    """ruff over the code, mypy (strict) over src/torchkiln, the layers of src/torchkiln (import-linter's
+    contracts in pyproject.toml), hadolint over the Dockerfiles."""
     session.install("-e", ".[lint]")
     session.run("ruff", "check", "src", "tests", "verify", "bench", "noxfile.py")
     session.run("ruff", "format", "--check", "src", "tests", "verify", "bench", "noxfile.py")
     session.run("mypy")  # [tool.mypy] in pyproject.toml: strict, files = src/torchkiln
+    session.run("lint-imports")  # [tool.importlinter]: a broken layer names the import that broke it
     dockerfiles = sorted(str(p) for p in (ROOT / "docker").glob("Dockerfile*"))
     if dockerfiles:
         session.run("hadolint", "--config", str(ROOT / "docker" / "hadolint.yaml"), *dockerfiles)

@@ -50,8 +50,8 @@ sys.path.insert(0, str(ROOT / "src"))
 from run import RedisServer, console, require, tool_path, wheel_by_hand  # noqa: E402 - after the path set-up
 
 from torchkiln import cache  # noqa: E402
-from torchkiln.environ import base_environment  # noqa: E402
-from torchkiln.recipe import CacheSpec  # noqa: E402
+from torchkiln.process.environ import base_environment  # noqa: E402
+from torchkiln.recipe.model import CacheSpec  # noqa: E402
 
 VISION = ROOT / "tests" / "data" / "vision_like"
 BASE_RECIPE = ROOT / "tests" / "data" / "ext-cpu-test.toml"

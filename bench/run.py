@@ -42,8 +42,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from torchkiln import cache  # noqa: E402 - after the path set-up for a plain `python bench/run.py`
-from torchkiln.environ import base_environment  # noqa: E402
-from torchkiln.recipe import CacheSpec  # noqa: E402
+from torchkiln.process.environ import base_environment  # noqa: E402
+from torchkiln.recipe.model import CacheSpec  # noqa: E402
 
 CACHE_EXT = ROOT / "tests" / "data" / "cache_ext"
 NOOP_EXT = ROOT / "tests" / "data" / "ext_project"

@@ -7,7 +7,7 @@
 #
 # Reads the build args KILN_CUDA_FROM (only "pypi" does anything here; "nvidia": the base image is
 # NVIDIA's devel image and has the toolkit), KILN_CUDA ("13.0") and KILN_CUDA_WHEELS (the requirement
-# specifiers, space separated, from torchkiln's table in src/torchkiln/images.py). cuDNN and NCCL come
+# specifiers, space separated, from torchkiln's table in src/torchkiln/images/spec.py). cuDNN and NCCL come
 # next, from install_cuda_libs.sh. CUDA_PREFIX overrides /usr/local/cuda-X.Y (tests only).
 set -euo pipefail
 

@@ -1,7 +1,8 @@
 """Session fixtures: one environment store per test session (every ``torchkiln build`` a test starts shares it,
 as builders on one machine do, and none touches the user's ~/.cache); for the real image builds
 (tests/test_images_build.py, tests/test_images_cuda.py) one private buildah storage root and one
-debootstrapped Debian bookworm base per session, both removed at the end."""
+debootstrapped Debian bookworm base per session, both removed at the end; upstream's real PyTorch 2.6.0 and
+torchvision 0.21.0 release sources (tests/realtrees.py), extracted once per session."""
 
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import realtrees
 from imagekit import BASE, report, require
 
-from torchkiln import runner
-from torchkiln.container import Buildah, BuildRequest, Storage
+from torchkiln.images.engines import Buildah, BuildRequest, Storage
+from torchkiln.process import runner
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -83,3 +85,16 @@ def base_image(engine: Buildah, storage_root: Path, tmp_path_factory: pytest.Tem
     shutil.rmtree(context)
     report("base_seconds", round(time.monotonic() - start, 1))
     return BASE
+
+
+@pytest.fixture(scope="session")
+def pytorch_2_6_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Upstream's PyTorch 2.6.0 release source (Debian's orig tarball: no submodules). Shared by the session:
+    copy it (shutil.copytree) before changing anything in it."""
+    return realtrees.extract(realtrees.PYTORCH_2_6_0, tmp_path_factory.mktemp("pytorch-2.6.0"))
+
+
+@pytest.fixture(scope="session")
+def vision_0_21_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Upstream's torchvision 0.21.0 release source. Shared by the session: copy it before changing it."""
+    return realtrees.extract(realtrees.VISION_0_21_0, tmp_path_factory.mktemp("vision-0.21.0"))

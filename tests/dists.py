@@ -11,9 +11,10 @@ import re
 import zipfile
 from pathlib import Path
 
-from torchkiln import __version__, wheelfile
-from torchkiln.lock import SourceLock
-from torchkiln.manifest import (
+from torchkiln import __version__
+from torchkiln.artifacts import wheelfile
+from torchkiln.artifacts.lockfile import SourceLock
+from torchkiln.artifacts.manifest import (
     MANIFEST_FORMAT,
     Checks,
     Jobs,
@@ -22,8 +23,8 @@ from torchkiln.manifest import (
     WheelRecord,
     write_manifest,
 )
-from torchkiln.recipe import Recipe
-from torchkiln.toolchain import Toolchain
+from torchkiln.host.toolchain import Toolchain
+from torchkiln.recipe.model import Recipe
 
 
 def tiny_wheel(

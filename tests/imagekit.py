@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from torchkiln import cli
-from torchkiln.container import Engine
+from torchkiln.images.engines import Engine
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = "localhost/torchkiln-test-base:bookworm"

@@ -1,4 +1,4 @@
-"""docker-bake.json (torchkiln.bake): a devel, wheels and runtime target per shipped recipe, generated as JSON
+"""docker-bake.json (torchkiln.images.bake): a devel, wheels and runtime target per shipped recipe, generated as JSON
 (which `docker buildx bake` reads natively), matching the Dockerfiles, current with the recipes, and no
 recipe value read as an interpolation."""
 
@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from torchkiln import cli
-from torchkiln.bake import BAKE_FILE, bake_document, bake_text, literal
 from torchkiln.errors import RecipeError
-from torchkiln.images import devel_args, runtime_args
-from torchkiln.recipe import load_recipe, parse_recipe
+from torchkiln.images.bake import BAKE_FILE, bake_document, bake_text, literal
+from torchkiln.images.spec import devel_args, runtime_args
+from torchkiln.recipe.loader import load_recipe, parse_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "recipes"

@@ -31,16 +31,17 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from torchkiln.artifacts import PARTIAL_MARK
-from torchkiln.build import BuildFailed, BuildOptions, ConfigureMismatch, run_build
+from torchkiln.artifacts.dist import PARTIAL_MARK
+from torchkiln.artifacts.manifest import load_manifest
+from torchkiln.artifacts.wheelfile import record_digest, wheel_record
+from torchkiln.build.fingerprint import tree_sha256
+from torchkiln.build.loop import BuildFailed, BuildOptions, ConfigureMismatch, run_build
 from torchkiln.cache import resolve_cache
-from torchkiln.digests import tree_files
 from torchkiln.errors import TorchkilnError
-from torchkiln.fingerprint import tree_sha256
-from torchkiln.manifest import load_manifest
-from torchkiln.plan import Step, make_plan
-from torchkiln.recipe import load_recipe
-from torchkiln.wheelfile import record_digest, wheel_record
+from torchkiln.files.digests import tree_files
+from torchkiln.plan.make import make_plan
+from torchkiln.plan.model import Step
+from torchkiln.recipe.loader import load_recipe
 
 pytestmark = pytest.mark.integration
 

@@ -14,10 +14,10 @@ import pytest
 import tomli_w
 from rich.console import Console
 
-from torchkiln.build import BuildOptions, run_build
+from torchkiln.build.loop import BuildOptions, run_build
 from torchkiln.cache import resolve_cache
-from torchkiln.plan import make_plan
-from torchkiln.recipe import parse_recipe
+from torchkiln.plan.make import make_plan
+from torchkiln.recipe.loader import parse_recipe
 
 ENV = {"GIT_AUTHOR_NAME": "k", "GIT_AUTHOR_EMAIL": "k@x.invalid", "GIT_COMMITTER_NAME": "k",
        "GIT_COMMITTER_EMAIL": "k@x.invalid", "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/nonexistent"}  # fmt: skip

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from torchkiln.artifacts import PARTIAL_MARK, clean_partials, publish
-from torchkiln.fingerprint import State, file_sha256, step_fingerprint, tree_identity, tree_sha256
+from torchkiln.artifacts.dist import PARTIAL_MARK, clean_partials, publish
+from torchkiln.build.fingerprint import State, file_sha256, step_fingerprint, tree_identity, tree_sha256
 
 
 def test_publish_replaces_atomically_and_leaves_no_temporary(tmp_path: Path) -> None:
@@ -153,7 +153,7 @@ def test_build_cli_refuses_bad_input_without_traceback(
 def test_toolchain_versions_come_from_the_tools_on_the_build_path(tmp_path: Path) -> None:
     import shutil
 
-    from torchkiln.toolchain import collect, cudnn_version, probe, tool_version
+    from torchkiln.host.toolchain import collect, cudnn_version, probe, tool_version
 
     env = {"PATH": os.environ["PATH"]}
     if shutil.which("c++") is None:
@@ -195,7 +195,7 @@ def test_toolchain_versions_come_from_the_tools_on_the_build_path(tmp_path: Path
 
 
 def test_superseded_wheels_of_the_same_project_are_removed(tmp_path: Path) -> None:
-    from torchkiln.artifacts import remove_superseded
+    from torchkiln.artifacts.dist import remove_superseded
 
     names = [
         "torch-2.13.0+cpu.kiln1-cp311-cp311-linux_x86_64.whl",  # the previous build
@@ -212,7 +212,7 @@ def test_superseded_wheels_of_the_same_project_are_removed(tmp_path: Path) -> No
 
 
 def test_files_the_build_writes_into_the_tree_leave_its_identity(tmp_path: Path) -> None:
-    from torchkiln.fingerprint import snapshot_identity, tree_snapshot, written_by_build
+    from torchkiln.build.fingerprint import snapshot_identity, tree_snapshot, written_by_build
 
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "ops.cpp").write_text("int f();\n")
@@ -237,12 +237,12 @@ def test_a_tree_outside_the_cache_basedir_or_a_changed_compiler_is_named_as_a_mi
 
     from rich.console import Console
 
+    from torchkiln.build.context import Context, Options
+    from torchkiln.build.display import Display
+    from torchkiln.build.kinds import _miss_causes
     from torchkiln.cache import resolve_cache
-    from torchkiln.context import Context, Options
-    from torchkiln.display import Display
-    from torchkiln.plan import make_plan
-    from torchkiln.recipe import load_recipe
-    from torchkiln.steps import _miss_causes
+    from torchkiln.plan.make import make_plan
+    from torchkiln.recipe.loader import load_recipe
 
     recipe = load_recipe(Path(__file__).parent / "data" / "ext-cpu-test.toml")
     cache = resolve_cache(recipe.cache, kind="ccache", dir=tmp_path / "cc")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from dists import tiny_wheel
 
-from torchkiln.buildreqs import collect, read_constraints
+from torchkiln.build.buildreqs import collect, read_constraints
 
 pytestmark = pytest.mark.integration  # a venv and pip (about 10 s)
 
@@ -47,7 +47,7 @@ def build_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def buildreqs(python: Path, index: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(index), "PIP_CONFIG_FILE": os.devnull}
     return subprocess.run(
-        [sys.executable, "-m", "torchkiln.buildreqs", "--python", str(python), *args],
+        [sys.executable, "-m", "torchkiln.build.buildreqs", "--python", str(python), *args],
         capture_output=True,
         text=True,
         env=env,

@@ -1,4 +1,4 @@
-"""Codec libraries bundled into the wheel (torchkiln.bundle), on a real extension that links the system's
+"""Codec libraries bundled into the wheel (torchkiln.artifacts.bundle), on a real extension that links the system's
 libpng, libjpeg and libwebp (tests/data/vision_codecs, torchvision's image module in miniature): the wheel
 carries them in <package>.libs/ under hashed names, the module finds them there, and it still works when
 the system's copies are gone (bubblewrap binds /dev/null over them)."""
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from torchkiln import bundle
+from torchkiln.artifacts import bundle
 
 pytestmark = pytest.mark.slow
 
@@ -154,8 +154,8 @@ CU130 = ROOT / "recipes" / "torch-2.14-cu130-py312.toml"
 
 
 def test_the_plan_bundles_torchvision_after_building_it_and_checks_the_bundled_wheel() -> None:
-    from torchkiln.plan import make_plan
-    from torchkiln.recipe import load_recipe
+    from torchkiln.plan.make import make_plan
+    from torchkiln.recipe.loader import load_recipe
 
     plan = make_plan(load_recipe(CU130))
     names = [s.name for s in plan.steps]
@@ -163,7 +163,9 @@ def test_the_plan_bundles_torchvision_after_building_it_and_checks_the_bundled_w
     step = plan.steps[names.index("torchvision:bundle")]
     assert step.kind == "package" and step.path_prepend == (str(plan.paths.venv / "bin"),)
     argv = list(step.argv)
-    assert argv[1:3] == ["-m", "torchkiln.bundle"] and argv[3] == str(plan.paths.wheelhouse / "torchvision")
+    assert argv[1:3] == ["-m", "torchkiln.artifacts.bundle"] and argv[3] == str(
+        plan.paths.wheelhouse / "torchvision"
+    )
     assert argv[argv.index("--out") + 1] == str(plan.paths.wheelhouse / "torchvision.bundled")
     assert argv[argv.index("--library-path") + 1] == "/usr/local/cuda-13.0/lib64"  # libnvjpeg, libcudart
     assert step.wheels == str(plan.paths.wheelhouse / "torchvision.bundled")
@@ -181,8 +183,8 @@ def test_the_plan_bundles_torchvision_after_building_it_and_checks_the_bundled_w
 
 
 def test_no_bundling_without_native_parts(tmp_path: Path) -> None:
-    from torchkiln.plan import make_plan
-    from torchkiln.recipe import parse_recipe
+    from torchkiln.plan.make import make_plan
+    from torchkiln.recipe.loader import parse_recipe
 
     text = CPU.read_text()
     for part in ("png", "jpeg", "webp"):

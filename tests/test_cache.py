@@ -29,10 +29,11 @@ from hypothesis import strategies as st
 from torchkiln import cache
 from torchkiln.cache.ccache import storage_url
 from torchkiln.cache.remote import secret_values
-from torchkiln.environ import base_environment
 from torchkiln.errors import TorchkilnError, UsageError
-from torchkiln.recipe import CacheSpec, load_recipe
-from torchkiln.secrets import load_secret, redact
+from torchkiln.process.environ import base_environment
+from torchkiln.process.secrets import load_secret, redact
+from torchkiln.recipe.loader import load_recipe
+from torchkiln.recipe.model import CacheSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 IN_CI = os.environ.get("CI") == "true"

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from torchkiln import cache
-from torchkiln.environ import base_environment
-from torchkiln.recipe import CacheSpec
+from torchkiln.process.environ import base_environment
+from torchkiln.recipe.model import CacheSpec
 
 pytestmark = pytest.mark.integration
 

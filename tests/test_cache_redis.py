@@ -31,8 +31,8 @@ import pytest
 
 from torchkiln import cache
 from torchkiln.cache.ccache import parse_stats
-from torchkiln.environ import base_environment
-from torchkiln.recipe import CacheSpec
+from torchkiln.process.environ import base_environment
+from torchkiln.recipe.model import CacheSpec
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis]
 

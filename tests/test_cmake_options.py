@@ -10,9 +10,9 @@ import pytest
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from torchkiln import cmake_options as co
-from torchkiln.recipe import FLAG_RE
-from torchkiln.rules import compat
+from torchkiln.recipe import cmake_options as co
+from torchkiln.recipe.compat import compat
+from torchkiln.recipe.loader import FLAG_RE
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted((ROOT / "recipes").glob("*.toml"))

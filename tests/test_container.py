@@ -1,4 +1,4 @@
-"""Container engines (torchkiln.container): what each of docker, podman and buildah is asked to run, for every
+"""Container engines (torchkiln.images.engines): what each of docker, podman and buildah is asked to run, for every
 operation torchkiln needs (build, export, run, image config, size, existence, removal), and which engine is
 chosen. The engines here are stand-in executables on PATH that log their argv and answer as the real CLI does
 (its JSON shapes), so each call goes through torchkiln's runner like a real one; the real builds are in
@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from torchkiln.container import (
+from torchkiln.errors import TorchkilnError, UsageError
+from torchkiln.images.engines import (
     ENGINES,
     Buildah,
     BuildRequest,
@@ -24,7 +25,6 @@ from torchkiln.container import (
     parse_size,
     select_engine,
 )
-from torchkiln.errors import TorchkilnError, UsageError
 
 STORAGE = Storage(Path("/s/root"), Path("/s/run"), "vfs")
 STORAGE_ARGS = ["--root", "/s/root", "--runroot", "/s/run", "--storage-driver", "vfs"]

@@ -39,8 +39,8 @@ from torchkiln import cache
 from torchkiln.cache.sccache import parse_stats as parse_sccache_stats
 from torchkiln.distributed import client, cluster, loopback, spec, tokens
 from torchkiln.distributed.stats import DistStats
-from torchkiln.environ import base_environment
-from torchkiln.recipe import CacheSpec
+from torchkiln.process.environ import base_environment
+from torchkiln.recipe.model import CacheSpec
 
 pytestmark = [pytest.mark.slow, pytest.mark.dist]
 
@@ -575,9 +575,9 @@ def kiln_build(world: dict[str, Path], name: str, dist_spec_: spec.DistSpec | No
 
     from rich.console import Console
 
-    from torchkiln.build import BuildOptions, run_build
-    from torchkiln.plan import make_plan
-    from torchkiln.recipe import load_recipe
+    from torchkiln.build.loop import BuildOptions, run_build
+    from torchkiln.plan.make import make_plan
+    from torchkiln.recipe.loader import load_recipe
 
     base = world["root"] / name
     shutil.copytree(EXT_PROJECT, base / "src")

@@ -21,7 +21,7 @@ from types import SimpleNamespace
 import pytest
 
 from torchkiln.cli import main
-from torchkiln.distributed import client, cluster, loopback, spec, tokens, toml
+from torchkiln.distributed import client, cluster, loopback, spec, tokens
 from torchkiln.distributed.stats import DistStats
 from torchkiln.errors import TorchkilnError, UsageError
 
@@ -151,10 +151,13 @@ def test_bad_jwt_key(key: str, message: str) -> None:
         tokens.server_jwt(key, "127.0.0.1:1")
 
 
-def test_toml_values_survive_quotes_backslashes_and_unicode() -> None:
-    tricky = 'a "quoted" \\path\\ with ünïcode and \t tab'
-    text = toml.render({"": {"s": tricky, "n": 7, "b": True}, "t.u": {"x": "y"}})
-    assert tomllib.loads(text) == {"s": tricky, "n": 7, "b": True, "t": {"u": {"x": "y"}}}
+def test_toml_values_survive_quotes_backslashes_and_unicode(tmp_path: Path) -> None:
+    # Characters outside the BMP included: the hand-written writer this replaced emitted JSON's surrogate
+    # pairs (\\ud834\\udd1e), which TOML refuses.
+    tricky = 'a "quoted" \\path\\ with ünïcode, \U0001d11e and \t tab'
+    dist = spec.DistSpec("http://127.0.0.1:10600/", credentials_env="T")
+    doc = tomllib.loads(client.client_config(dist, "tok", tmp_path / tricky))
+    assert doc["dist"]["cache_dir"] == str(tmp_path / tricky)
 
 
 def test_client_config_is_what_sccache_reads(tmp_path: Path) -> None:
@@ -510,8 +513,8 @@ def dist_recipe(tmp_path: Path, dist: dict[str, str] | None, cache_kind: str = "
 
 
 def test_recipe_dist_section_reaches_the_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from torchkiln.plan import make_plan
-    from torchkiln.recipe import load_recipe
+    from torchkiln.plan.make import make_plan
+    from torchkiln.recipe.loader import load_recipe
 
     path = dist_recipe(
         tmp_path, {"scheduler_url": "http://10.0.0.1:10600", "credentials_file": "/run/secrets/t"}

@@ -23,14 +23,15 @@ import pytest
 from dists import tiny_wheel
 from rich.console import Console
 
-from torchkiln.build import BuildOptions, BuildResult, run_build
+from torchkiln.artifacts.manifest import load_manifest
+from torchkiln.build.envstore import EnvStore, clone_tree, default_env_store, relocate_venv
+from torchkiln.build.loop import BuildOptions, BuildResult, run_build
 from torchkiln.cache import resolve_cache
 from torchkiln.commands.plan import env_store_from_args
-from torchkiln.envstore import EnvStore, clone_tree, default_env_store, relocate_venv
 from torchkiln.errors import UsageError
-from torchkiln.manifest import load_manifest
-from torchkiln.plan import Plan, Step, make_plan
-from torchkiln.recipe import load_recipe
+from torchkiln.plan.make import make_plan
+from torchkiln.plan.model import Plan, Step
+from torchkiln.recipe.loader import load_recipe
 
 RECIPE = Path(__file__).parent / "data" / "ext-cpu-test.toml"
 

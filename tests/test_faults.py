@@ -24,12 +24,12 @@ from rich.console import Console
 from test_build_fetch import fetch_recipe_text, git
 
 from torchkiln import cli
-from torchkiln.atomic import PARTIAL_MARK
-from torchkiln.build import BuildOptions, BuildResult, run_build
+from torchkiln.build.loop import BuildOptions, BuildResult, run_build
 from torchkiln.cache import resolve_cache
 from torchkiln.errors import TorchkilnError, describe_os_error
-from torchkiln.plan import make_plan
-from torchkiln.recipe import parse_recipe
+from torchkiln.files.atomic import PARTIAL_MARK
+from torchkiln.plan.make import make_plan
+from torchkiln.recipe.loader import parse_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
 FETCH_CHAIN = [f"torch:fetch:{n}" for n in ("init", "remote", "fetch-ref", "checkout", "submodule")]
@@ -291,7 +291,7 @@ def test_a_damaged_checkout_is_fetched_again(tmp_path: Path, repo, how: str) -> 
 
 WRITER = (
     "import sys, pathlib\n"
-    "from torchkiln import atomic\n"
+    "from torchkiln.files import atomic\n"
     "with atomic.replacing(pathlib.Path(sys.argv[1])) as handle:\n"
     "    handle.write(b'first half ')\n"
     "    handle.flush()\n"

@@ -10,12 +10,12 @@ import pytest
 from dists import tiny_wheel
 
 from torchkiln.cli import main
-from torchkiln.digests import file_sha256
 from torchkiln.errors import UsageError
-from torchkiln.given_torch import resolve_given_torch
-from torchkiln.jobs import GIB, Resources
-from torchkiln.plan import make_plan
-from torchkiln.recipe import load_recipe
+from torchkiln.files.digests import file_sha256
+from torchkiln.plan.given_torch import resolve_given_torch
+from torchkiln.plan.jobs import GIB, Resources
+from torchkiln.plan.make import make_plan
+from torchkiln.recipe.loader import load_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
 CPU = ROOT / "recipes" / "torch-2.13-cpu-py311.toml"

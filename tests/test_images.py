@@ -24,9 +24,10 @@ import pytest
 from dists import manifest_of, source_lock, tiny_wheel
 
 from torchkiln import cli
-from torchkiln.artifacts import read_published
+from torchkiln.artifacts.dist import read_published
+from torchkiln.artifacts.manifest import RecipeInfo, WheelRecord, write_manifest
 from torchkiln.errors import DocumentError, RecipeError, UsageError
-from torchkiln.images import (
+from torchkiln.images.spec import (
     MAGMA_BUILDS,
     PYPI_TOOLKITS,
     base_images,
@@ -35,8 +36,8 @@ from torchkiln.images import (
     runtime_args,
     toolkit_source,
 )
-from torchkiln.manifest import RecipeInfo, WheelRecord, write_manifest
-from torchkiln.recipe import Recipe, load_recipe, parse_recipe
+from torchkiln.recipe.loader import load_recipe, parse_recipe
+from torchkiln.recipe.model import Recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "recipes"

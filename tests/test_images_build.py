@@ -26,10 +26,10 @@ import pytest
 from dists import manifest_for_upstream, wheel_commit
 from imagekit import ROOT, cli_build, report, require, say, stored_size
 
-from torchkiln import runner
-from torchkiln.container import Buildah, BuildRequest
-from torchkiln.images import image_tag
-from torchkiln.recipe import load_recipe
+from torchkiln.images.engines import Buildah, BuildRequest
+from torchkiln.images.spec import image_tag
+from torchkiln.process import runner
+from torchkiln.recipe.loader import load_recipe
 
 pytestmark = [pytest.mark.buildah, pytest.mark.slow]
 

@@ -29,11 +29,11 @@ from dists import manifest_for_upstream
 from imagekit import REPORT as REPORT_FILE
 from imagekit import ROOT, cli_build, report, require, say, stored_size
 
-from torchkiln import runner
-from torchkiln.container import Buildah
-from torchkiln.images import image_tag
-from torchkiln.plan import make_plan
-from torchkiln.recipe import load_recipe
+from torchkiln.images.engines import Buildah
+from torchkiln.images.spec import image_tag
+from torchkiln.plan.make import make_plan
+from torchkiln.process import runner
+from torchkiln.recipe.loader import load_recipe
 
 pytestmark = [pytest.mark.buildah, pytest.mark.slow]
 

@@ -1,4 +1,4 @@
-"""podman as the third engine, for real (torchkiln.container.Podman): a small multi-stage image built by podman
+"""podman as the third engine, for real (torchkiln.images.engines.Podman): a small multi-stage image built by podman
 on a private vfs storage root with chroot isolation, from a root file system made here of the host's own shell
 and a few tools (no registry, no debootstrap: seconds). It uses every option torchkiln's builds use (build args,
 labels, a named context, a secret, --no-pull, a target stage, a local export) and reads the result back through
@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from imagekit import require
 
-from torchkiln import runner
-from torchkiln.container import BuildRequest, Podman, Storage
+from torchkiln.images.engines import BuildRequest, Podman, Storage
+from torchkiln.process import runner
 
 pytestmark = [pytest.mark.integration]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from torchkiln.logs import first_error, log_name, tail
+from torchkiln.process.logs import first_error, log_name, tail
 
 
 def test_first_error_prefers_the_first_compiler_error_over_later_noise() -> None:
@@ -53,7 +53,7 @@ def test_git_and_python_failures_have_a_first_error_too() -> None:
 
 
 def test_each_run_keeps_its_logs_and_latest_links_the_last(tmp_path: Path) -> None:
-    from torchkiln.logs import KEEP_RUNS, start_run_logs
+    from torchkiln.process.logs import KEEP_RUNS, start_run_logs
 
     logs = tmp_path / "logs"
     first = start_run_logs(logs, "20260101T000000Z")

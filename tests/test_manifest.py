@@ -16,18 +16,14 @@ from pathlib import Path
 import pytest
 from dists import manifest_of, source_lock, tiny_wheel
 
+from torchkiln.artifacts.manifest import WheelRecord, load_manifest, write_manifest
+from torchkiln.artifacts.wheelfile import record_digest, wheel_record
 from torchkiln.cli import main
-from torchkiln.digests import file_sha256
 from torchkiln.errors import DocumentError
-from torchkiln.manifest import (
-    WheelRecord,
-    load_manifest,
-    write_manifest,
-)
-from torchkiln.toolchain import Tool, Toolchain
+from torchkiln.files.digests import file_sha256
+from torchkiln.host.toolchain import Tool, Toolchain
 from torchkiln.verify import provenance
 from torchkiln.verify.facts import BuildFacts, collect_facts
-from torchkiln.wheelfile import record_digest, wheel_record
 
 COMMIT = "a" * 40
 

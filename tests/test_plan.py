@@ -10,9 +10,11 @@ import pytest
 import tomli_w
 
 from torchkiln.cli import main
-from torchkiln.jobs import GIB, PER_JOB_GIB, RESERVE_GIB, Resources, decide_jobs, detect_resources
-from torchkiln.plan import ENV_TABLE, base_environment, make_plan
-from torchkiln.recipe import load_recipe, parse_recipe
+from torchkiln.plan.environment import ENV_TABLE
+from torchkiln.plan.jobs import GIB, PER_JOB_GIB, RESERVE_GIB, Resources, decide_jobs, detect_resources
+from torchkiln.plan.make import make_plan
+from torchkiln.process.environ import base_environment
+from torchkiln.recipe.loader import load_recipe, parse_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = ROOT / "recipes"
@@ -46,8 +48,8 @@ def test_every_shipped_recipe_plans(path: Path, capsys: pytest.CaptureFixture[st
 
 
 def test_every_step_says_its_kind_and_the_builder_has_a_behaviour_for_it() -> None:
-    """The builder dispatches on Step.kind (torchkiln.steps.KINDS), never on a step's name."""
-    from torchkiln.steps import KINDS
+    """The builder dispatches on Step.kind (torchkiln.build.kinds.KINDS), never on a step's name."""
+    from torchkiln.build.kinds import KINDS
 
     plan = make_plan(load_recipe(CU130), resources=BIG)
     kinds = {s.name: s.kind for s in plan.steps}
@@ -359,7 +361,7 @@ def test_every_pip_call_after_the_deps_step_keeps_its_resolution(tmp_path: Path)
 
 
 def test_cache_basedir_holds_the_work_directory_and_the_source_trees(tmp_path: Path) -> None:
-    from torchkiln.plan import cache_basedir
+    from torchkiln.plan.make import cache_basedir
 
     work = tmp_path / "builder" / "work"
     assert cache_basedir(work, [work / "src" / "vision"]) == work

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from torchkiln import preflight
 from torchkiln.cli import main
-from torchkiln.jobs import GIB, Resources
-from torchkiln.plan import Plan, make_plan
-from torchkiln.preflight import Finding, adopt_source_versions, tree_version
-from torchkiln.recipe import load_recipe
+from torchkiln.plan import preflight
+from torchkiln.plan.jobs import GIB, Resources
+from torchkiln.plan.make import make_plan
+from torchkiln.plan.model import Plan
+from torchkiln.plan.preflight import Finding, adopt_source_versions, tree_version
+from torchkiln.recipe.loader import load_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
 CU130 = ROOT / "recipes" / "torch-2.13-cu130-py312.toml"

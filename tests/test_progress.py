@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from torchkiln.progress import CompileProgress, format_duration
+from torchkiln.build.progress import CompileProgress, format_duration
 
 
 class FakeClock:
@@ -79,7 +79,7 @@ def test_format_duration() -> None:
 
 
 def test_phases_of_a_wheel_step_move_forward_only() -> None:
-    from torchkiln.progress import PhaseTracker
+    from torchkiln.build.progress import PhaseTracker
 
     clock = FakeClock()
     phases = PhaseTracker(clock)
@@ -98,7 +98,7 @@ def test_phases_of_a_wheel_step_move_forward_only() -> None:
 
 
 def test_scikit_build_core_packaging_is_the_wheel_phase() -> None:
-    from torchkiln.progress import PhaseTracker
+    from torchkiln.build.progress import PhaseTracker
 
     phases = PhaseTracker(FakeClock())
     phases.feed("[4567/4567] Linking CXX shared library lib/libtorch_cpu.so")
@@ -106,7 +106,7 @@ def test_scikit_build_core_packaging_is_the_wheel_phase() -> None:
 
 
 def test_setuptools_build_ext_starts_the_compile_before_ninja_reports() -> None:
-    from torchkiln.progress import PhaseTracker
+    from torchkiln.build.progress import PhaseTracker
 
     clock = FakeClock()
     phases = PhaseTracker(clock)
@@ -122,9 +122,9 @@ def test_nothing_is_drawn_after_the_final_message() -> None:
 
     from rich.console import Console
 
-    from torchkiln.display import Display
-    from torchkiln.plan import Step
-    from torchkiln.progress import Progress
+    from torchkiln.build.display import Display
+    from torchkiln.build.progress import Progress
+    from torchkiln.plan.model import Step
 
     out = io.StringIO()
     display = Display(Console(file=out, force_terminal=False, width=120))

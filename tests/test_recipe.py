@@ -13,8 +13,8 @@ import tomli_w
 
 from torchkiln.cli import main
 from torchkiln.errors import RecipeError
-from torchkiln.recipe import load_recipe, parse_recipe
-from torchkiln.rules import compat
+from torchkiln.recipe.compat import compat
+from torchkiln.recipe.loader import load_recipe, parse_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted((ROOT / "recipes").glob("*.toml"))

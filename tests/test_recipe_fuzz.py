@@ -17,9 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from torchkiln.errors import RecipeError
-from torchkiln.jobs import Resources
-from torchkiln.plan import make_plan
-from torchkiln.recipe import FIELDS, PLAIN_RE, Recipe, parse_recipe
+from torchkiln.plan.jobs import Resources
+from torchkiln.plan.make import make_plan
+from torchkiln.recipe.loader import FIELDS, PLAIN_RE, parse_recipe
+from torchkiln.recipe.model import Recipe
 
 ROOT = Path(__file__).resolve().parent.parent
 BASES = [tomllib.loads(p.read_text()) for p in sorted((ROOT / "recipes").glob("*.toml"))]

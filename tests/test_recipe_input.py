@@ -13,9 +13,9 @@ import tomli_w
 
 from torchkiln.cli import main
 from torchkiln.errors import RecipeError
-from torchkiln.jobs import GIB, Resources
-from torchkiln.plan import make_plan
-from torchkiln.recipe import load_recipe, parse_recipe
+from torchkiln.plan.jobs import GIB, Resources
+from torchkiln.plan.make import make_plan
+from torchkiln.recipe.loader import load_recipe, parse_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
 CPU = ROOT / "recipes" / "torch-2.13-cpu-py311.toml"

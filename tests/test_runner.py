@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from torchkiln import runner
+from torchkiln.process import runner
 
 # A child that starts a grandchild (in its own process group, the child's) and then waits.
 FAMILY = (
@@ -124,7 +124,7 @@ def test_reap_kills_stragglers_a_finished_leader_left() -> None:
 # be SIGKILLed.
 SUPERVISED = (
     "import os, subprocess, sys, time, pathlib\n"
-    "from torchkiln import runner\n"
+    "from torchkiln.process import runner\n"
     "marker, sock = sys.argv[1], pathlib.Path(sys.argv[2])\n"
     "DAEMON = ('import os, sys, time\\n'\n"
     "          'if os.fork() == 0:\\n'\n"
@@ -179,7 +179,7 @@ def test_nothing_a_sigkilled_torchkiln_started_survives_it(tmp_path: Path) -> No
 def test_a_normal_end_of_a_supervised_run_also_stops_what_it_left(tmp_path: Path) -> None:
     marker = f"kiln-runner-end-{time.time_ns()}"
     script = (
-        "import sys\nfrom torchkiln import runner\n"
+        "import sys\nfrom torchkiln.process import runner\n"
         "with runner.supervised():\n"
         "    runner.spawn([sys.executable, '-c', 'import time; time.sleep(120)', sys.argv[1]])\n"
     )

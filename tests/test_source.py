@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
+from torchkiln.artifacts.lockfile import LOCK_FORMAT, load_lock, write_lock
+from torchkiln.build.fingerprint import tree_sha256
 from torchkiln.errors import DocumentError, TorchkilnError
-from torchkiln.fingerprint import tree_sha256
-from torchkiln.lock import LOCK_FORMAT, load_lock, write_lock
-from torchkiln.recipe import SourceSpec
-from torchkiln.source import check_pin, fetch_commands, is_git_checkout, lock_source
+from torchkiln.recipe.model import SourceSpec
+from torchkiln.source.git import check_pin, fetch_commands, is_git_checkout, lock_source
 
 GIT_ENV_KEYS = {
     "GIT_AUTHOR_NAME": "kiln",
@@ -190,7 +190,7 @@ def test_lock_of_a_provided_tree_that_is_not_git(tmp_path: Path) -> None:
 
 
 def test_a_failing_git_is_an_error_not_an_empty_answer(upstream, tmp_path: Path) -> None:
-    from torchkiln.fingerprint import tree_identity
+    from torchkiln.build.fingerprint import tree_identity
 
     dest = tmp_path / "src"
     fetch(spec(upstream, "v1.0.0"), dest)

@@ -17,12 +17,13 @@ import pytest
 from dists import tiny_wheel
 from rich.console import Console
 
-from torchkiln.build import BuildFailed, BuildOptions, BuildResult, run_build
+from torchkiln.artifacts.manifest import load_manifest
+from torchkiln.build.loop import BuildFailed, BuildOptions, BuildResult, run_build
 from torchkiln.cache import resolve_cache
-from torchkiln.digests import tree_sha256
-from torchkiln.manifest import load_manifest
-from torchkiln.plan import Plan, Step, make_plan
-from torchkiln.recipe import load_recipe
+from torchkiln.files.digests import tree_sha256
+from torchkiln.plan.make import make_plan
+from torchkiln.plan.model import Plan, Step
+from torchkiln.recipe.loader import load_recipe
 
 RECIPE = Path(__file__).parent / "data" / "ext-cpu-test.toml"
 

@@ -169,7 +169,7 @@ def test_suite_support_does_not_import_build_machinery(module: str) -> None:
     """The runtime image has torchkiln's pure-Python core only: no rich, no build/cache/image modules."""
     code = (
         f"import sys, {module}; heavy = sorted(m for m in sys.modules if m == 'rich' or m.startswith"
-        "(('torchkiln.build', 'torchkiln.cache', 'torchkiln.images', 'torchkiln.source', 'torch.'))"
+        "(('torchkiln.build.loop', 'torchkiln.cache', 'torchkiln.images.spec', 'torchkiln.source.git', 'torch.'))"
         " or m == 'torch'); print(heavy)"
     )
     result = subprocess.run(
@@ -240,7 +240,7 @@ def torch_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _manifest_of(wheel: Path, commit: str | None, path: Path) -> Path:
     from dists import manifest_of, source_lock
 
-    from torchkiln.manifest import WheelRecord, write_manifest
+    from torchkiln.artifacts.manifest import WheelRecord, write_manifest
 
     write_manifest(
         path, manifest_of([WheelRecord.of(wheel, "torch")], {"torch": source_lock("torch", commit)})

@@ -18,8 +18,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from torchkiln.nox_support import find_wheels, install_for_verify, verify_args, wheel_requirements
-from torchkiln.recipe import load_recipe, parse_recipe
-from torchkiln.verify import archs, buildconfig, proc, report
+from torchkiln.recipe import archs
+from torchkiln.recipe.loader import load_recipe, parse_recipe
+from torchkiln.verify import buildconfig, proc, report
 from torchkiln.verify import facts as facts_mod
 
 ROOT = Path(__file__).resolve().parents[1]

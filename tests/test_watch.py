@@ -7,8 +7,8 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from torchkiln.recipe import load_recipe
-from torchkiln.watch import Expectations, SummaryWatcher, parse_summary
+from torchkiln.build.watch import Expectations, SummaryWatcher, parse_summary
+from torchkiln.recipe.loader import load_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
 SUMMARIES = Path(__file__).parent / "data" / "cmake_summaries"

@@ -106,13 +106,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _load_recipe(value: str | None) -> object:
-    from torchkiln.recipe import load_recipe, resolve_recipe_path
+    from torchkiln.recipe.loader import load_recipe, resolve_recipe_path
 
     return _load("--recipe", value, "invalid recipe", lambda v: load_recipe(resolve_recipe_path(v)))
 
 
 def _load_manifest(value: str | None) -> object:
-    from torchkiln.manifest import load_manifest
+    from torchkiln.artifacts.manifest import load_manifest
 
     return _load("--manifest", value, "cannot be used", lambda v: load_manifest(Path(v)))
 

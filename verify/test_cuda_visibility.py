@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from torchkiln.verify import archs, proc
+from torchkiln.recipe import archs
+from torchkiln.verify import proc
 
 pytestmark = [pytest.mark.cuda_visibility, pytest.mark.timeout(300)]
 PROBE_TIMEOUT = 180.0

@@ -18,8 +18,9 @@ from email.parser import Parser
 from pathlib import Path
 from typing import Any
 
-from . import wheelfile
-from .digests import file_sha256
+from torchkiln.files.digests import file_sha256
+
+from .artifacts import wheelfile
 
 ROOT = Path(__file__).resolve().parents[2]
 MARKER = "torchkiln-verify-wheels.json"

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import tomli_w
 
-from torchkiln.recipe import load_recipe
+from torchkiln.recipe.loader import load_recipe
 from torchkiln.verify import report
 
 ROOT = Path(__file__).resolve().parents[2]

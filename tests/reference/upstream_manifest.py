@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the dist
 
 from dists import manifest_for_upstream  # noqa: E402
 
-from torchkiln.recipe import load_recipe  # noqa: E402
+from torchkiln.recipe.loader import load_recipe  # noqa: E402
 
 
 def main(argv: list[str]) -> int:

@@ -10,6 +10,9 @@ One module per concern:
 * :mod:`.remote`: remote-store URLs and credentials; :mod:`.probe`: is the store usable right now;
 * :mod:`.session`: a build's cache at run time (:func:`open_session`); :mod:`.stats`: counters and the
   ``--min-cache-hit-rate`` gate.
+
+May import: :mod:`torchkiln.distributed` (sccache's distributed statistics), :mod:`torchkiln.process`,
+:mod:`torchkiln.errors`. Never the recipe, the plan, the build or the commands.
 """
 
 from __future__ import annotations

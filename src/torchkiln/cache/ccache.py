@@ -26,9 +26,10 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
-from .. import runner
-from ..errors import TorchkilnError, UsageError
-from ..runner import Redact
+from torchkiln.errors import TorchkilnError, UsageError
+from torchkiln.process import runner
+from torchkiln.process.runner import Redact
+
 from .config import CacheConfig
 from .remote import Remote, login, parse_remote
 from .stats import CacheStats
@@ -147,7 +148,7 @@ class Ccache(CacheTool):
     def start(self, env: Mapping[str, str], redact: Redact) -> str | None:
         log = env.get("CCACHE_STATSLOG")
         if log:
-            runner.remove_at_exit(Path(log))  # also when torchkiln is killed (torchkiln.supervisor)
+            runner.remove_at_exit(Path(log))  # also when torchkiln is killed (torchkiln.process.supervisor)
         return None
 
     def stop(self, env: Mapping[str, str]) -> None:

@@ -14,13 +14,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..secrets import redact
+from torchkiln.process.secrets import redact
 
 KINDS = ("none", "ccache", "sccache")
 
 
 class CacheFields(Protocol):
-    """What a recipe's ``[cache]`` table provides (:class:`torchkiln.recipe.CacheSpec`)."""
+    """What a recipe's ``[cache]`` table provides (:class:`torchkiln.recipe.model.CacheSpec`)."""
 
     @property
     def kind(self) -> str: ...

@@ -15,7 +15,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping
 
-from ..secrets import redact
+from torchkiln.process.secrets import redact
+
 from .config import CacheConfig
 from .registry import remote_of
 from .remote import Remote, login

@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
+from torchkiln.errors import UsageError
+
 from .ccache import Ccache
 from .config import KINDS, CacheConfig, CacheFields, default_cache_dir, valid_size
 from .none import NoCache

@@ -1,6 +1,6 @@
 """A remote cache store: its URL taken apart, the credentials it is reached with, and what to redact.
 
-The secret itself enters through :func:`torchkiln.secrets.load_secret` (``cache.credentials_env`` or
+The secret itself enters through :func:`torchkiln.process.secrets.load_secret` (``cache.credentials_env`` or
 ``cache.credentials_file``) and leaves only as variables of a tool's secret layer (see
 :meth:`..tool.CacheTool.secret_env`).
 """
@@ -11,8 +11,9 @@ import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..errors import UsageError
-from ..secrets import load_secret, redact
+from torchkiln.errors import UsageError
+from torchkiln.process.secrets import load_secret, redact
+
 from .config import CacheConfig
 
 # URL parameters a scheme takes.
@@ -88,7 +89,7 @@ def login(config: CacheConfig, remote: Remote, environ: Mapping[str, str]) -> tu
 
 
 def secret_values(config: CacheConfig, remote: Remote | None, environ: Mapping[str, str]) -> tuple[str, ...]:
-    """Every secret string this configuration uses, for :func:`torchkiln.secrets.redact`.
+    """Every secret string this configuration uses, for :func:`torchkiln.process.secrets.redact`.
 
     For ``USER:PASSWORD`` secrets the password alone is a secret too (it appears on its own in
     ``SCCACHE_REDIS_PASSWORD``); the part before the colon only when it is long enough to be a key (an S3

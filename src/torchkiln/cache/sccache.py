@@ -26,11 +26,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import runner
-from ..distributed.stats import DistStats
-from ..errors import TorchkilnError, UsageError
-from ..runner import Redact
-from ..supervisor import pid_alive
+from torchkiln.distributed.stats import DistStats
+from torchkiln.errors import TorchkilnError, UsageError
+from torchkiln.process import runner
+from torchkiln.process.runner import Redact
+from torchkiln.process.supervisor import pid_alive
+
 from .config import CacheConfig
 from .remote import Remote, parse_remote, secret_of, split_user
 from .stats import CacheStats
@@ -266,7 +267,7 @@ class Sccache(CacheTool):
         self.stop(env)  # a stale socket file (a crashed server) would block the start
         sock = env.get("SCCACHE_SERVER_UDS", "")
         if sock:
-            runner.remove_at_exit(Path(sock))  # also when torchkiln is killed (torchkiln.supervisor)
+            runner.remove_at_exit(Path(sock))  # also when torchkiln is killed (torchkiln.process.supervisor)
         done = runner.run(["sccache", "--start-server"], env=env, timeout=120, redact=redact)
         return None if done.ok else (done.first_error() or f"exit status {done.returncode}")
 

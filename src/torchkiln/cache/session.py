@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..environ import compose
-from ..errors import TorchkilnError
-from ..secrets import loose_permissions, redact
+from torchkiln.errors import TorchkilnError
+from torchkiln.process.environ import compose
+from torchkiln.process.secrets import loose_permissions, redact
+
 from .config import CacheConfig
 from .probe import check_remote
 from .registry import remote_of, tool_for

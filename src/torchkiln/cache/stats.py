@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..distributed.stats import DistStats
-from ..errors import TorchkilnError, UsageError
+from torchkiln.distributed.stats import DistStats
+from torchkiln.errors import TorchkilnError, UsageError
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """What every compiler-cache tool provides: one interface, one implementation per tool.
 
 A tool (:mod:`.ccache`, :mod:`.sccache`, :mod:`.none`) turns a :class:`.config.CacheConfig` into the
-environment of a compile step, in two layers (see :mod:`torchkiln.environ`):
+environment of a compile step, in two layers (see :mod:`torchkiln.process.environ`):
 
 * :meth:`CacheTool.public_env`: the variables ``torchkiln plan`` shows and the manifest records; never a
   secret, never a masked value;
@@ -20,9 +20,10 @@ import os
 import shutil
 from collections.abc import Mapping
 
-from .. import runner
-from ..errors import TorchkilnError
-from ..runner import Redact
+from torchkiln.errors import TorchkilnError
+from torchkiln.process import runner
+from torchkiln.process.runner import Redact
+
 from .config import CacheConfig
 from .stats import CacheStats
 

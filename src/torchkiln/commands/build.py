@@ -1,7 +1,7 @@
 """``torchkiln build RECIPE``: fetch the pinned sources and build torch and torchvision wheels into dist/.
 
 Takes the same options as ``torchkiln plan`` (what is planned is what is built) plus ``--force``,
-``--skip-checks`` and ``--min-cache-hit-rate``. Runs the plan with :func:`torchkiln.build.run_build`.
+``--skip-checks`` and ``--min-cache-hit-rate``. Runs the plan with :func:`torchkiln.build.loop.run_build`.
 """
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ..build import BuildOptions, run_build
-from ..errors import UsageError
-from ..preflight import require
-from ..progress import format_duration
+from torchkiln.build.loop import BuildOptions, run_build
+from torchkiln.build.progress import format_duration
+from torchkiln.errors import UsageError
+from torchkiln.plan.preflight import require
+
 from .plan import add_plan_arguments, plan_from_args
 
 

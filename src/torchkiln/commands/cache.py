@@ -20,12 +20,14 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from .. import cache as cache_mod
-from .. import runner
-from ..environ import compose
-from ..errors import UsageError
-from ..recipe import CacheSpec, load_recipe, resolve_recipe_path
-from ..secrets import redact
+from torchkiln import cache as cache_mod
+from torchkiln.errors import UsageError
+from torchkiln.process import runner
+from torchkiln.process.environ import compose
+from torchkiln.process.secrets import redact
+from torchkiln.recipe.loader import load_recipe, resolve_recipe_path
+from torchkiln.recipe.model import CacheSpec
+
 from .plan import check_cache_arguments
 
 

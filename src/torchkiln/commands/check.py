@@ -2,7 +2,7 @@
 
 Takes the same options as ``torchkiln build`` (what is checked is what would be built): the recipe is
 validated completely (every field, every rule), then the plan is resolved and the host checked against it
-(:mod:`torchkiln.preflight`). Exit 0 when a build could start; 2 with one line per problem otherwise.
+(:mod:`torchkiln.plan.preflight`). Exit 0 when a build could start; 2 with one line per problem otherwise.
 ``torchkiln build`` runs the same checks before its first step.
 """
 
@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from ..preflight import preflight, require
-from ..recipe_model import Recipe
+from torchkiln.plan.preflight import preflight, require
+from torchkiln.recipe.model import Recipe
+
 from .plan import add_plan_arguments, plan_from_args
 
 

@@ -22,10 +22,10 @@ import shutil
 import sys
 from pathlib import Path
 
-from ..cache import default_cache_dir
-from ..distributed import client, cluster, spec, tokens
-from ..errors import EXIT_FAILURE, TorchkilnError, UsageError
-from ..secrets import MASK, load_secret, loose_permissions
+from torchkiln.cache import default_cache_dir
+from torchkiln.distributed import client, cluster, spec, tokens
+from torchkiln.errors import EXIT_FAILURE, TorchkilnError, UsageError
+from torchkiln.process.secrets import MASK, load_secret, loose_permissions
 
 CLIENT_TOKEN_ENV = spec.DEFAULT_TOKEN_ENV
 SERVER_SECRET_ENV = "TORCHKILN_DIST_SERVER_SECRET"

@@ -4,9 +4,9 @@
     torchkiln images --bake [--output docker-bake.json | --check]
 
 The build uses ``docker buildx`` when a Docker engine answers, else buildah, else podman (``--engine``
-chooses; :mod:`torchkiln.container` hides how each spells things). ``--print`` shows the exact command and
+chooses; :mod:`torchkiln.images.engines` hides how each spells things). ``--print`` shows the exact command and
 runs nothing. The runtime image installs the wheels of ``--dist`` as that directory's ``manifest.json``
-describes them (:func:`torchkiln.artifacts.read_published`).
+describes them (:func:`torchkiln.artifacts.dist.read_published`).
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ import shlex
 import sys
 from pathlib import Path
 
-from .. import atomic
-from ..artifacts import MANIFEST_NAME, read_published
-from ..bake import BAKE_FILE, bake_text
-from ..container import ENGINES, BuildRequest, Engine, Storage, select_engine
-from ..errors import EXIT_FAILURE, EXIT_OK, TorchkilnError, UsageError
-from ..images import (
+from torchkiln.artifacts.dist import MANIFEST_NAME, read_published
+from torchkiln.errors import EXIT_FAILURE, EXIT_OK, TorchkilnError, UsageError
+from torchkiln.files import atomic
+from torchkiln.images.bake import BAKE_FILE, bake_text
+from torchkiln.images.engines import ENGINES, BuildRequest, Engine, Storage, select_engine
+from torchkiln.images.spec import (
     CACHE_SECRET_ID,
     DIST_SECRET_FILE,
     DIST_SECRET_ID,
@@ -34,7 +34,8 @@ from ..images import (
     image_tag,
     runtime_args,
 )
-from ..recipe import Recipe, load_recipe, recipes_dir, resolve_recipe_path
+from torchkiln.recipe.loader import load_recipe, recipes_dir, resolve_recipe_path
+from torchkiln.recipe.model import Recipe
 
 # Where the runtime image keeps the manifest of the wheels it installed (scripts/install_wheels.sh).
 IMAGE_MANIFEST = "/opt/torchkiln/manifest.json"
@@ -48,27 +49,24 @@ def register(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help=f"write {BAKE_FILE} for every recipe in --recipes-dir instead of building",
     )
-    parser.add_argument(
+    _image_arguments(parser.add_argument_group("what the image is: its target, tag and base"))
+    _engine_arguments(parser.add_argument_group("the engine that builds it and how"))
+    _secret_arguments(parser.add_argument_group("secrets the build reads: secret mounts only, never a layer"))
+    _bake_arguments(parser.add_argument_group("--bake: docker-bake.json instead of a build"))
+
+
+def _image_arguments(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
         "--target",
         choices=FLAVOURS,
         default="devel",
         help="devel (toolchain), wheels (runs `torchkiln build` inside; exports the wheels to "
         "--dist) or runtime (the wheels in --dist installed); default devel",
     )
-    parser.add_argument(
-        "--engine",
-        choices=("auto", *ENGINES),
-        default="auto",
-        help="container engine (default: docker if its engine answers, else buildah, else podman; with "
-        "--storage-root/--storage-driver only buildah or podman)",
-    )
-    parser.add_argument(
-        "--print", dest="print_only", action="store_true", help="print the build command and run nothing"
-    )
-    parser.add_argument(
+    group.add_argument(
         "--registry", default="localhost", help="registry/namespace of the tag (default localhost)"
     )
-    parser.add_argument(
+    group.add_argument(
         "--tag",
         action="append",
         default=[],
@@ -76,14 +74,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="extra tag (repeatable); the default <registry>/torchkiln:<torch>-<accel>-<target> "
         "is always set",
     )
-    parser.add_argument(
-        "--dist",
-        default="dist",
-        metavar="DIR",
-        help="wheels directory: read by --target runtime (with the manifest.json the build wrote there), "
-        "written by --target wheels (default dist)",
-    )
-    parser.add_argument(
+    group.add_argument(
         "--cuda-from",
         choices=("auto", *TOOLKIT_SOURCES),
         default="auto",
@@ -91,47 +82,73 @@ def register(parser: argparse.ArgumentParser) -> None:
         "image; needs only a package index), nvidia (the nvidia/cuda images); default auto: pypi when "
         "torchkiln knows the recipe's CUDA on PyPI, else nvidia",
     )
-    parser.add_argument(
+    group.add_argument(
         "--base-image", metavar="IMAGE", help="override the base image torchkiln's table picks for the recipe"
     )
-    parser.add_argument(
+    group.add_argument(
+        "--dist",
+        default="dist",
+        metavar="DIR",
+        help="wheels directory: read by --target runtime (with the manifest.json the build wrote there), "
+        "written by --target wheels (default dist)",
+    )
+
+
+def _engine_arguments(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--engine",
+        choices=("auto", *ENGINES),
+        default="auto",
+        help="container engine (default: docker if its engine answers, else buildah, else podman; with "
+        "--storage-root/--storage-driver only buildah or podman)",
+    )
+    group.add_argument(
+        "--print", dest="print_only", action="store_true", help="print the build command and run nothing"
+    )
+    group.add_argument(
+        "--context", metavar="DIR", help="build context: the torchkiln checkout (default: found)"
+    )
+    group.add_argument("--no-pull", action="store_true", help="use base images from local storage only")
+    group.add_argument(
+        "--verify",
+        action="store_true",
+        help="--target runtime: after building, run the verification suite inside the image",
+    )
+    group.add_argument("--storage-root", metavar="DIR", help="buildah, podman: private storage under DIR")
+    group.add_argument(
+        "--storage-driver", metavar="DRIVER", help="buildah, podman: storage driver (e.g. vfs)"
+    )
+
+
+def _secret_arguments(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
         "--cache-secret",
         metavar="FILE",
         help="file holding the remote compiler cache's credential (--target wheels); it reaches "
         "the build only as a secret mount, never a layer",
     )
-    parser.add_argument(
+    group.add_argument(
         "--dist-secret",
         metavar="FILE",
         help="file holding the build cluster's client token (--target wheels, a recipe with [dist]); it "
         f"reaches the build only as a secret mount ({DIST_SECRET_FILE}), never a layer",
     )
-    parser.add_argument(
+    group.add_argument(
         "--pip-config",
         metavar="FILE",
         help="pip configuration for the build's pip steps (e.g. a package index mirror and its credentials: "
         "[global] index-url = ...); it reaches them only as a secret mounted at /etc/pip.conf, never a layer",
     )
-    parser.add_argument(
-        "--context", metavar="DIR", help="build context: the torchkiln checkout (default: found)"
-    )
-    parser.add_argument("--no-pull", action="store_true", help="use base images from local storage only")
-    parser.add_argument(
-        "--verify",
-        action="store_true",
-        help="--target runtime: after building, run the verification suite inside the image",
-    )
-    parser.add_argument("--storage-root", metavar="DIR", help="buildah, podman: private storage under DIR")
-    parser.add_argument(
-        "--storage-driver", metavar="DRIVER", help="buildah, podman: storage driver (e.g. vfs)"
-    )
-    parser.add_argument("--output", metavar="FILE", help=f"--bake: where to write (default {BAKE_FILE})")
-    parser.add_argument(
+
+
+def _bake_arguments(group: argparse._ArgumentGroup) -> None:
+    group.add_argument("--output", metavar="FILE", help=f"--bake: where to write (default {BAKE_FILE})")
+    group.add_argument(
         "--check",
         action="store_true",
         help="--bake: exit 1 if the bake file differs from what the recipes generate",
     )
-    parser.add_argument("--recipes-dir", metavar="DIR", help="--bake: recipes to include (default: shipped)")
+    group.add_argument("--recipes-dir", metavar="DIR", help="--bake: recipes to include (default: shipped)")
 
 
 def checkout_root() -> Path:

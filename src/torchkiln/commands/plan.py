@@ -11,15 +11,18 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..cache import resolve_cache
-from ..distributed.spec import DistSpec, resolve_dist
-from ..envstore import default_env_store
-from ..errors import UsageError
-from ..given_torch import resolve_given_torch
-from ..plan import ENV_TABLE, PROJECTS, Plan, make_plan
-from ..preflight import adopt_source_versions
-from ..recipe import Recipe, load_recipe, path_problem, plain_string, resolve_recipe_path
-from ..rules import remote_secret
+from torchkiln.build.envstore import default_env_store
+from torchkiln.cache import resolve_cache
+from torchkiln.distributed.spec import DistSpec, resolve_dist
+from torchkiln.errors import UsageError
+from torchkiln.plan.environment import ENV_TABLE
+from torchkiln.plan.given_torch import resolve_given_torch
+from torchkiln.plan.make import make_plan
+from torchkiln.plan.model import PROJECTS, Plan
+from torchkiln.plan.preflight import adopt_source_versions
+from torchkiln.recipe.loader import load_recipe, path_problem, plain_string, resolve_recipe_path
+from torchkiln.recipe.model import Recipe
+from torchkiln.recipe.rules import remote_secret
 
 
 def add_plan_arguments(parser: argparse.ArgumentParser) -> None:

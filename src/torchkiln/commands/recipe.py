@@ -8,8 +8,9 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from ..errors import EXIT_OK, EXIT_USAGE, RecipeError
-from ..recipe import Recipe, load_recipe, recipes_dir, resolve_recipe_path
+from torchkiln.errors import EXIT_OK, EXIT_USAGE, RecipeError
+from torchkiln.recipe.loader import load_recipe, recipes_dir, resolve_recipe_path
+from torchkiln.recipe.model import Recipe
 
 
 def register(parser: argparse.ArgumentParser) -> None:

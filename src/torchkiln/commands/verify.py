@@ -17,12 +17,12 @@ import sys
 import time
 from pathlib import Path
 
-from .. import runner
-from ..errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, UsageError
-from ..manifest import load_manifest
-from ..recipe import load_recipe, resolve_recipe_path
-from ..verify import report
-from ..verify.proc import worker_environment
+from torchkiln.artifacts.manifest import load_manifest
+from torchkiln.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, UsageError
+from torchkiln.process import runner
+from torchkiln.recipe.loader import load_recipe, resolve_recipe_path
+from torchkiln.verify import report
+from torchkiln.verify.proc import worker_environment
 
 ENV_DIR = "TORCHKILN_VERIFY_DIR"
 AREAS = tuple(report.AREAS)

@@ -12,6 +12,7 @@ One module per job:
 * :mod:`.stats` - sccache's statistics read as compiles run remotely, locally, from the cache, fallen back;
 * :mod:`.cluster` - the cluster side: scheduler and build-server configs, starting them, health checks;
 * :mod:`.tokens` - per-server JWT tokens (HS256);
-* :mod:`.loopback` - a whole cluster on 127.0.0.1, for tests, the benchmark and trying it out;
-* :mod:`.toml` - the small TOML writer the configs need.
+* :mod:`.loopback` - a whole cluster on 127.0.0.1, for tests, the benchmark and trying it out.
+
+May import: :mod:`torchkiln.process`, :mod:`torchkiln.errors`. Never the cache, the recipe or anything above.
 """

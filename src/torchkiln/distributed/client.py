@@ -43,8 +43,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..secrets import redact
-from . import toml
+import tomli_w
+
+from torchkiln.process.secrets import redact
+
 from .spec import DistSpec, load_token
 
 TIMEOUT_S = 5.0
@@ -180,14 +182,14 @@ def check_scheduler(spec: DistSpec, token: str, timeout: float = TIMEOUT_S) -> P
 
 def client_config(spec: DistSpec, token: str, toolchain_dir: Path) -> str:
     """The sccache client config (TOML) for ``spec``. It holds the token: never print or store it."""
-    return toml.render(
+    return tomli_w.dumps(
         {
             "dist": {
                 "scheduler_url": spec.scheduler_url,
                 "cache_dir": str(toolchain_dir),
                 "rewrite_includes_only": True,
+                "auth": {"type": spec.auth, "token": token},
             },
-            "dist.auth": {"type": spec.auth, "token": token},
         }
     )
 

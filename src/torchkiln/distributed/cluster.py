@@ -33,10 +33,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from .. import runner
-from ..errors import TorchkilnError, UsageError
-from ..secrets import redact
-from . import toml
+import tomli_w
+
+from torchkiln.errors import TorchkilnError, UsageError
+from torchkiln.process import runner
+from torchkiln.process.secrets import redact
+
 from .client import SchedulerStatus, SchedulerUnavailable, fetch_status, write_private
 from .spec import DistSpec, check_token, scheduler_url
 from .tokens import SERVER_AUTH_KINDS, check_key, jwt_server_addr
@@ -112,9 +114,9 @@ def scheduler_config(settings: SchedulerSettings) -> str:
         raise UsageError(
             f"--server-auth: {settings.server_auth!r} is not supported (valid: {VALID_SERVER_AUTH})"
         )
-    return toml.render(
+    return tomli_w.dumps(
         {
-            "": {"public_addr": socket_addr(settings.listen, "--listen")},
+            "public_addr": socket_addr(settings.listen, "--listen"),
             "client_auth": {"type": "token", "token": settings.client_token},
             "server_auth": server_auth,
         }
@@ -170,25 +172,21 @@ def server_config(settings: ServerSettings) -> str:
         raise UsageError(
             f"--server-auth: {settings.server_auth!r} is not supported (valid: {VALID_SERVER_AUTH})"
         )
-    top: dict[str, toml.Value] = {
+    config: dict[str, object] = {
         "cache_dir": str(settings.toolchain_dir),
         "toolchain_cache_size": settings.toolchain_cache_size,
         "public_addr": public,
         "scheduler_url": scheduler_url(settings.scheduler_url, "--scheduler-url"),
     }
     if bind and bind != public:
-        top["bind_address"] = bind
-    return toml.render(
-        {
-            "": top,
-            "builder": {
-                "type": "overlay",
-                "build_dir": str(settings.build_dir),
-                "bwrap_path": settings.bwrap,
-            },
-            "scheduler_auth": scheduler_auth,
-        }
-    )
+        config["bind_address"] = bind
+    config["builder"] = {
+        "type": "overlay",
+        "build_dir": str(settings.build_dir),
+        "bwrap_path": settings.bwrap,
+    }
+    config["scheduler_auth"] = scheduler_auth
+    return tomli_w.dumps(config)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import UsageError
-from ..secrets import load_secret, redact
+from torchkiln.errors import UsageError
+from torchkiln.process.secrets import load_secret, redact
 
 # sccache's [dist.auth] types; torchkiln supports the shared token. The OAuth2 types need a browser
 # (``sccache --dist-auth``), which a build machine does not have.

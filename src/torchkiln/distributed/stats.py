@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import TorchkilnError
+from torchkiln.errors import TorchkilnError
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import json
 import re
 import secrets
 
-from ..errors import UsageError
+from torchkiln.errors import UsageError
 
 SERVER_AUTH_KINDS = ("jwt", "token")
 _KEY_BYTES = 32  # sccache-dist's scheduler refuses any other key size ("Size of secret key incorrect")

@@ -5,7 +5,13 @@ nothing here imports the build machinery (git, compilers, caches, images), rich,
 functions that need torch import it when called.
 
 * :mod:`.buildconfig`: parse ``torch.__config__.show()``, collect build facts, compare them with a recipe.
-* :mod:`.archs`: which compiled CUDA architectures run on which device capability.
+* :mod:`.facts`: what an installed torch says about itself (standard library only: also run as a script).
+* :mod:`.provenance`: an installation against a build's manifest (versions, commits, sha256, files).
 * :mod:`.proc`: bounded subprocess runs (a verify check must never hang).
 * :mod:`.report`: the per-area summary (``summary.json``, ``summary.md``) written atomically.
+
+May import: :mod:`torchkiln.recipe.model`, :mod:`torchkiln.recipe.compat`, :mod:`torchkiln.recipe.archs`,
+:mod:`torchkiln.recipe.spelling`, :mod:`torchkiln.artifacts` (the manifest), :mod:`torchkiln.process`,
+:mod:`torchkiln.files`, :mod:`torchkiln.errors`. Never the plan, the build, the images or the commands: the
+suite runs on a GPU host that has only the wheels, the manifest and the recipe (import-linter checks it).
 """

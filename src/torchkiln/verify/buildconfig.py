@@ -19,18 +19,12 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from ..recipe_model import Recipe
-from ..rules import compat
-from ..truth import truth
-from .archs import expected_arch_list
-from .facts import (
-    BuildFacts,
-    TorchvisionFacts,
-    collect_facts,
-    decode_cudnn,
-    dotted,
-    parse_build_settings,
-)
+from torchkiln.recipe.archs import expected_arch_list
+from torchkiln.recipe.compat import compat
+from torchkiln.recipe.model import Recipe
+from torchkiln.recipe.spelling import truth
+
+from .facts import BuildFacts, TorchvisionFacts, collect_facts, decode_cudnn, dotted, parse_build_settings
 
 __all__ = [
     "BuildFacts",
@@ -287,39 +281,66 @@ RECIPE_CHECKS = (
 def recipe_checks(recipe: Recipe, facts: BuildFacts, *, commit: str | None = None) -> dict[str, Check]:
     """Compare a build with its recipe. Keys are :data:`RECIPE_CHECKS`. ``commit``: the commit torch was
     built from (its checkout's HEAD, or a manifest's source), compared when the recipe pins none."""
-    s = facts.settings
-    acc = recipe.accelerator
-    out: dict[str, Check] = {}
-    actual = Version(facts.torch_version)
-    wanted = Version(recipe.torch_wheel_version)
-    out["torch_version"] = _cmp(
+    return {
+        "torch_version": _torch_version_vs_recipe(recipe, facts),
+        "local_label": _local_label_vs_recipe(recipe, facts),
+        "build_type": _build_type_vs_recipe(recipe, facts),
+        "use_cuda": _use_cuda_vs_recipe(recipe, facts),
+        "cuda_version": _cuda_version_vs_recipe(recipe, facts),
+        "cudnn": _cudnn_vs_recipe(recipe, facts),
+        "nccl": _nccl_vs_recipe(recipe, facts),
+        "blas": _blas_vs_recipe(recipe, facts),
+        "mkl_version": _mkl_vs_recipe(recipe, facts),
+        "magma": _magma_vs_recipe(recipe, facts),
+        "arch_list": _arch_list_vs_recipe(recipe, facts),
+        "git_commit": _commit_vs_recipe(recipe, facts, commit),
+        "flags": _flags_vs_recipe(recipe.build.flags, facts.settings),
+        "python": _python_vs_recipe(recipe, facts),
+        "compiler": _compiler_vs_recipe(recipe, facts),
+    }
+
+
+def _torch_version_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
+    return _cmp(
         "torch_version",
         "torch version (torch.__version__ without local label)",
-        wanted.public,
-        actual.public,
+        Version(recipe.torch_wheel_version).public,
+        Version(facts.torch_version).public,
         field="torch.version",
     )
-    out["local_label"] = _cmp(
+
+
+def _local_label_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
+    actual = Version(facts.torch_version)
+    wanted = Version(recipe.torch_wheel_version)
+    return _cmp(
         "local_label",
         "torch local version label",
         f"+{wanted.local}" if wanted.local else "(none)",
         f"+{actual.local}" if actual.local else "(none)",
         field="build.pytorch_build_version" if recipe.build.pytorch_build_version else "build.local_version",
     )
-    if "BUILD_TYPE" in s:
-        out["build_type"] = _cmp(
-            "build_type", "Build settings BUILD_TYPE", recipe.build.type, s["BUILD_TYPE"], field="build.type"
-        )
-    else:
-        out["build_type"] = Check(
+
+
+def _build_type_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
+    s = facts.settings
+    if "BUILD_TYPE" not in s:
+        return Check(
             "build_type",
             "fail",
             "build.type: Build settings have no BUILD_TYPE",
             recipe.build.type,
             field="build.type",
         )
+    return _cmp(
+        "build_type", "Build settings BUILD_TYPE", recipe.build.type, s["BUILD_TYPE"], field="build.type"
+    )
+
+
+def _use_cuda_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
+    s, acc = facts.settings, recipe.accelerator
     use_cuda = bool(flag(s.get("USE_CUDA")))
-    out["use_cuda"] = _cmp(
+    return _cmp(
         "use_cuda",
         "USE_CUDA (CUDA compiled in)",
         f"USE_CUDA=ON (recipe asks for CUDA {acc.cuda})" if acc.is_cuda else "USE_CUDA=OFF (CPU recipe)",
@@ -327,28 +348,28 @@ def recipe_checks(recipe: Recipe, facts: BuildFacts, *, commit: str | None = Non
         ok=use_cuda == acc.is_cuda and (facts.cuda_version is not None) == acc.is_cuda,
         field="accelerator.kind",
     )
-    if acc.is_cuda and acc.cuda is not None:
-        got = _version_or_none(facts.cuda_version)
-        out["cuda_version"] = _cmp(
-            "cuda_version",
-            "CUDA version (torch.version.cuda)",
-            f"{acc.cuda}",
-            facts.cuda_version,
-            ok=got is not None and _release(got, 2) == _release(acc.cuda, 2),
-            field="accelerator.cuda",
-        )
-    else:
-        out["cuda_version"] = _cmp(
-            "cuda_version",
-            "CUDA version (torch.version.cuda)",
-            None,
-            facts.cuda_version,
-            field="accelerator.cuda",
-        )
-    out["cudnn"] = _cudnn_vs_recipe(recipe, facts)
-    out["nccl"] = _nccl_vs_recipe(recipe, facts)
+
+
+def _cuda_version_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
+    acc = recipe.accelerator
+    what = "CUDA version (torch.version.cuda)"
+    if not (acc.is_cuda and acc.cuda is not None):
+        return _cmp("cuda_version", what, None, facts.cuda_version, field="accelerator.cuda")
+    got = _version_or_none(facts.cuda_version)
+    return _cmp(
+        "cuda_version",
+        what,
+        f"{acc.cuda}",
+        facts.cuda_version,
+        ok=got is not None and _release(got, 2) == _release(acc.cuda, 2),
+        field="accelerator.cuda",
+    )
+
+
+def _blas_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
+    s = facts.settings
     if recipe.blas.kind == "mkl":
-        out["blas"] = _cmp(
+        return _cmp(
             "blas",
             "BLAS (Build settings BLAS_INFO, torch.backends.mkl.is_available())",
             "BLAS_INFO=mkl, MKL available",
@@ -356,31 +377,36 @@ def recipe_checks(recipe: Recipe, facts: BuildFacts, *, commit: str | None = Non
             ok=s.get("BLAS_INFO") == "mkl" and facts.mkl_available,
             field="blas.kind",
         )
-    else:
-        # OpenBLAS reports BLAS_INFO=open (cmake/Modules/FindBLAS.cmake).
-        out["blas"] = _cmp(
-            "blas",
-            "BLAS (Build settings BLAS_INFO)",
-            "BLAS_INFO=open (OpenBLAS)",
-            f"BLAS_INFO={s.get('BLAS_INFO')}",
-            ok=s.get("BLAS_INFO", "").startswith("open"),
-            field="blas.kind",
-        )
-    out["mkl_version"] = _mkl_vs_recipe(recipe, facts)
-    magma_wanted = recipe.magma is not None
-    out["magma"] = _cmp(
+    # OpenBLAS reports BLAS_INFO=open (cmake/Modules/FindBLAS.cmake).
+    return _cmp(
+        "blas",
+        "BLAS (Build settings BLAS_INFO)",
+        "BLAS_INFO=open (OpenBLAS)",
+        f"BLAS_INFO={s.get('BLAS_INFO')}",
+        ok=s.get("BLAS_INFO", "").startswith("open"),
+        field="blas.kind",
+    )
+
+
+def _magma_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
+    wanted = recipe.magma is not None
+    return _cmp(
         "magma",
         "MAGMA (torch.cuda.has_magma)",
-        f"{magma_wanted} (recipe {'pins MAGMA ' + str(recipe.magma.version) if recipe.magma else 'has no [magma]'})",
+        f"{wanted} (recipe {'pins MAGMA ' + str(recipe.magma.version) if recipe.magma else 'has no [magma]'})",
         facts.has_magma,
-        ok=facts.has_magma == magma_wanted,
+        ok=facts.has_magma == wanted,
         field="magma",
     )
+
+
+def _arch_list_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
+    acc = recipe.accelerator
     want_archs = expected_arch_list(acc.arch_list) if acc.is_cuda else set()
     got_archs = set(facts.arch_list)
     missing, extra = sorted(want_archs - got_archs), sorted(got_archs - want_archs)
     detail = f" (missing {missing}, unexpected {extra})" if missing or extra else ""
-    out["arch_list"] = _cmp(
+    return _cmp(
         "arch_list",
         f"torch.cuda.get_arch_list() vs TORCH_CUDA_ARCH_LIST{detail}",
         sorted(want_archs),
@@ -388,32 +414,31 @@ def recipe_checks(recipe: Recipe, facts: BuildFacts, *, commit: str | None = Non
         ok=want_archs == got_archs,
         field="accelerator.arch_list",
     )
+
+
+def _commit_vs_recipe(recipe: Recipe, facts: BuildFacts, commit: str | None) -> Check:
     if recipe.torch.commit or commit:
-        out["git_commit"] = _pinned_commit(
-            "git_commit", "torch", recipe.torch.commit, commit, facts.git_version
-        )
-    else:
-        out["git_commit"] = _cmp(
-            "git_commit",
-            "torch.version.git_version",
-            "a commit, not 'Unknown'",
-            facts.git_version,
-            ok=facts.git_version not in (None, "", "Unknown"),
-            field="torch.commit",
-        )
-    out["flags"] = _flags_vs_recipe(recipe.build.flags, s)
-    if facts.python_version:
-        out["python"] = _cmp(
-            "python",
-            "Python version running the build",
-            recipe.python,
-            facts.python_version,
-            field="python.version",
-        )
-    else:
-        out["python"] = _skip("python", "the Python version was not collected", field="python.version")
-    out["compiler"] = _compiler_vs_recipe(recipe, facts)
-    return out
+        return _pinned_commit("git_commit", "torch", recipe.torch.commit, commit, facts.git_version)
+    return _cmp(
+        "git_commit",
+        "torch.version.git_version",
+        "a commit, not 'Unknown'",
+        facts.git_version,
+        ok=facts.git_version not in (None, "", "Unknown"),
+        field="torch.commit",
+    )
+
+
+def _python_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
+    if not facts.python_version:
+        return _skip("python", "the Python version was not collected", field="python.version")
+    return _cmp(
+        "python",
+        "Python version running the build",
+        recipe.python,
+        facts.python_version,
+        field="python.version",
+    )
 
 
 def _pinned_commit(

@@ -1,4 +1,4 @@
-"""Bounded subprocess runs for the verification suite, on :mod:`torchkiln.runner`.
+"""Bounded subprocess runs for the verification suite, on :mod:`torchkiln.process.runner`.
 
 Every check that starts a process (a fresh interpreter for CUDA_VISIBLE_DEVICES, torchrun with its
 workers, a DataLoader with worker processes) goes through here, so none can hang the suite: each run has a
@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import runner
+from torchkiln.process import runner
 
 # What a run returns: argv, returncode (None: killed after the timeout), stdout, stderr, timed_out,
 # output, describe().

@@ -1,7 +1,7 @@
 """Whether the installed torch and torchvision are the wheels a manifest lists: versions, commits, bytes.
 
 ``torchkiln verify --manifest dist/manifest.json`` compares what is installed with what the build recorded
-(:mod:`torchkiln.manifest`), per project the manifest lists a wheel of:
+(:mod:`torchkiln.artifacts.manifest`), per project the manifest lists a wheel of:
 
 * ``version``: the installed distribution's version is the wheel's;
 * ``commit``: ``git_version`` of the installed package is the commit its source was at (the manifest's
@@ -9,7 +9,7 @@
 * ``wheel_sha256``: pip's record of the file it installed from (``direct_url.json``, written when a wheel
   is installed by path) names the wheel's sha256;
 * ``files``: the installed files are the wheel's: the digest of the installed RECORD equals the manifest's
-  ``files_sha256`` (:func:`torchkiln.wheelfile.record_digest`), and every file it covers (those in
+  ``files_sha256`` (:func:`torchkiln.artifacts.wheelfile.record_digest`), and every file it covers (those in
   site-packages) still has the content RECORD gives for it. This holds however the wheel was installed
   (``--find-links``, in an image).
 
@@ -27,8 +27,9 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from .. import wheelfile
-from ..manifest import Manifest, WheelRecord
+from torchkiln.artifacts import wheelfile
+from torchkiln.artifacts.manifest import Manifest, WheelRecord
+
 from .buildconfig import Check
 from .facts import BuildFacts
 

@@ -16,7 +16,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import atomic
+from torchkiln.files import atomic
+
 from .facts import decode_cudnn
 
 # The areas of the suite; each is a pytest marker and every test carries exactly one.

@@ -1,0 +1,68 @@
+"""``dist/<recipe>.lock.json``: what each project was built from, as a typed, versioned document.
+
+For every project: the repository, ref and resolved commit, whether the tree had uncommitted changes or was
+given with ``--source-dir``, every submodule (path, commit, url, state, recursively), and for a tree that is
+no git checkout (no commit to name it by) the sha256 of its contents. A build can be reproduced or audited
+long after the branch moved; the manifest carries the same entries, and ``torchkiln verify --manifest``
+checks the installed wheels' commits against them. Reading a checkout into a :class:`SourceLock` is
+:func:`torchkiln.source.git.lock_source`; this module is the document alone (no git, no build machinery: the
+verification suite reads it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import jsonfile
+
+LOCK_FORMAT = 2
+
+
+@dataclass(frozen=True)
+class Submodule:
+    path: str  # relative to the top repository, nested ones included ("third_party/a/b")
+    commit: str
+    url: str | None
+    state: str  # "ok" | "modified" (checked out commit differs from the recorded one) | "uninitialized"
+
+
+@dataclass(frozen=True)
+class SourceLock:
+    """What one project was built from."""
+
+    name: str
+    repo: str | None
+    ref: str | None
+    commit: str | None
+    dirty: bool
+    provided: bool
+    path: str
+    # sha256 of the tree's files (paths and contents, build outputs left out): set when there is no commit.
+    tree_sha256: str | None = None
+    submodules: list[Submodule] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = jsonfile.to_data(self)
+        return data
+
+
+@dataclass(frozen=True)
+class Lock:
+    format: int
+    recipe: str
+    recipe_sha256: str
+    sources: dict[str, SourceLock]
+
+
+def write_lock(path: Path, recipe_name: str, recipe_sha256: str, locks: list[SourceLock]) -> Lock:
+    """``<recipe>.lock.json`` (atomically). Returns the document."""
+    lock = Lock(LOCK_FORMAT, recipe_name, recipe_sha256, {source.name: source for source in locks})
+    jsonfile.write(path, lock)
+    return lock
+
+
+def load_lock(path: Path) -> Lock:
+    """Read a lock file; DocumentError (exit 2) naming the file and each bad field otherwise."""
+    return jsonfile.read(path, Lock, what="lock file", version=LOCK_FORMAT)

@@ -1,0 +1,194 @@
+"""``dist/manifest.json``: what was built, from what, with what, how long it took; a typed, versioned document.
+
+Written once per build by the publish step (:mod:`torchkiln.build.publish`) and read back with
+:func:`load_manifest` by ``torchkiln verify --manifest`` (and, after issue 10, the images). Every figure is
+one the build observed, not one it assumed:
+
+* ``sources``: the lock file's entries (commit, or the tree's sha256 when there is no commit);
+* ``toolchain``: the tools the compile steps really used, at the versions they report
+  (:mod:`torchkiln.host.toolchain`), recorded when they compiled;
+* ``build_env``: the variables each project's compile step ran with (the compiler cache's effective ones,
+  never a secret);
+* ``cache``: this run's compiler-cache statistics, None when this run compiled nothing;
+* ``dist``: distributed compiles, when asked for: whether the cluster was used and how many compiles ran on
+  its servers, here, from the cache, and fell back to here;
+* ``wheels``: name, version, size, sha256 of each published wheel, and ``files_sha256``, the digest of the
+  files it installs (:func:`torchkiln.artifacts.wheelfile.record_digest`), which the installed copy can be checked
+  against without the wheel at hand.
+
+A field is added here and filled in :func:`torchkiln.build.publish._manifest` from what the steps recorded; the
+loader checks its type like every other field's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from torchkiln.files.digests import file_sha256
+from torchkiln.host.toolchain import Toolchain
+from torchkiln.recipe.model import Recipe
+
+from . import jsonfile, wheelfile
+from .lockfile import SourceLock
+
+MANIFEST_FORMAT = 2  # 2: typed document (issue 12): toolchain tools, tree hashes, wheel versions and files
+
+
+@dataclass(frozen=True)
+class RecipeInfo:
+    name: str
+    path: str | None
+    sha256: str
+    torch_version: str
+    torchvision_version: str
+    python: str
+    accelerator: str
+    cuda: str | None
+    arch_list: list[str]
+
+    @classmethod
+    def of(cls, recipe: Recipe) -> RecipeInfo:
+        """What the manifest says of the recipe the wheels were built with."""
+        return cls(
+            name=recipe.name,
+            path=str(recipe.path) if recipe.path else None,
+            sha256=recipe.sha256,
+            torch_version=recipe.torch_wheel_version,
+            torchvision_version=recipe.torchvision_wheel_version,
+            python=recipe.python,
+            accelerator=recipe.accelerator.kind,
+            cuda=str(recipe.accelerator.cuda) if recipe.accelerator.cuda else None,
+            arch_list=list(recipe.accelerator.arch_list),
+        )
+
+
+@dataclass(frozen=True)
+class Jobs:
+    value: int
+    source: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One step of this run: ran, skipped (unchanged) or reused (from the environment store), how long, its log."""
+
+    name: str
+    stage: str
+    project: str
+    status: str  # "ran" | "skipped" (unchanged) | "reused" (its venv cloned from the environment store)
+    duration_s: float
+    log: str | None
+    phases: dict[str, float] | None = None  # compile steps: configure / compile / wheel seconds
+    last_run_s: float | None = None  # seconds of the step's last real run (this one, or an earlier)
+
+
+@dataclass(frozen=True)
+class HitsMisses:
+    hits: int | None
+    misses: int | None
+
+
+@dataclass(frozen=True)
+class CacheRecord:
+    tool: str
+    hits: int
+    misses: int
+    uncacheable: int
+    hit_rate: float | None
+    local: HitsMisses
+    remote: HitsMisses
+    errors: int
+    by_language: dict[str, HitsMisses]
+
+
+@dataclass(frozen=True)
+class DistRecord:
+    """Distributed compiles (sccache-dist) of this run: asked for, used, and where the compiles ran."""
+
+    scheduler_url: str
+    used: bool  # False: the preflight failed (one warning) and every compile ran locally
+    remote: int = 0  # compiles that ran on a build server
+    local: int = 0  # compiles that ran here: fallbacks and nvcc's driver steps included
+    cache_hits: int = 0
+    fallback: int = 0  # sent to the cluster, failed there, compiled here
+    by_server: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    status: str  # "pass" | "fail" | "skip"
+    message: str
+
+
+@dataclass(frozen=True)
+class Checks:
+    """What the post-build check found (``skipped`` with ``--skip-checks``)."""
+
+    skipped: bool = False
+    torch: str | None = None
+    cuda: str | None = None
+    torchvision: str | None = None
+    results: dict[str, CheckResult] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WheelRecord:
+    name: str
+    project: str
+    version: str
+    size: int
+    sha256: str
+    files_sha256: str  # wheelfile.record_digest of its RECORD: what an installation must hold
+
+    @classmethod
+    def of(cls, path: Path, project: str) -> WheelRecord:
+        parsed = wheelfile.parse(path.name)
+        version = parsed.version if parsed is not None else ""
+        digest = wheelfile.record_digest(wheelfile.wheel_record(path))
+        return cls(path.name, project, version, path.stat().st_size, file_sha256(path), digest)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    format: int
+    torchkiln: str
+    started: str
+    finished: str
+    recipe: RecipeInfo
+    projects: list[str]
+    jobs: Jobs
+    sources: dict[str, SourceLock]
+    toolchain: Toolchain
+    build_env: dict[str, dict[str, str]]
+    stages: dict[str, float]
+    steps: list[StepRecord]
+    cache: CacheRecord | None
+    checks: Checks
+    wheels: list[WheelRecord]
+    warnings: list[str] = field(default_factory=list)
+    # The pins every pip call of the build was held to (build-env:deps' constraints file).
+    constraints: list[str] = field(default_factory=list)
+    dist: DistRecord | None = None  # None: no distributed compiles were asked for
+
+    def wheel(self, project: str) -> WheelRecord | None:
+        return next((w for w in self.wheels if w.project == project), None)
+
+
+def stages_of(steps: list[StepRecord]) -> dict[str, float]:
+    """Seconds per stage; a compile step's time is split into its phases (configure, compile, wheel)."""
+    stages: dict[str, float] = {}
+    for step in steps:
+        for stage, seconds in (step.phases or {step.stage: step.duration_s}).items():
+            stages[stage] = round(stages.get(stage, 0.0) + seconds, 3)
+    return stages
+
+
+def write_manifest(path: Path, manifest: Manifest) -> None:
+    jsonfile.write(path, manifest)
+
+
+def load_manifest(path: Path) -> Manifest:
+    """Read a manifest; DocumentError (exit 2) naming the file and each bad field otherwise."""
+    return jsonfile.read(path, Manifest, what="manifest", version=MANIFEST_FORMAT)

@@ -1,0 +1,18 @@
+"""The build: a loop over the plan's steps, each with what its kind does around it, then publish.
+
+* :mod:`.loop`: :func:`.loop.run_build`, the step loop (skip what is unchanged, reuse venvs, run, record);
+* :mod:`.kinds`: one :class:`.kinds.StepKind` per kind of step (:data:`.kinds.KINDS`): fingerprint inputs,
+  outputs intact, what to prepare, environment layers, what to check afterwards;
+* :mod:`.context`: :class:`.context.Context`, what a kind may use and leave for later steps;
+* :mod:`.fingerprint`: the records of ``state.json`` that make an unchanged step a no-op;
+* :mod:`.envstore`: venvs kept by their content and cloned into other work directories;
+* :mod:`.workdir`: what a build owns on disk before its first step (its lock, its layout);
+* :mod:`.watch`: CMake's configure output read while it runs, stopping a build that came out wrong;
+* :mod:`.buildreqs`: both projects' build requirements resolved together (``python -m torchkiln.build.buildreqs``);
+* :mod:`.postcheck`: the post-build check, run as a script in a clean venv;
+* :mod:`.publish`: the last step: wheels, lock file and manifest into ``dist/``;
+* :mod:`.progress`, :mod:`.display`: what the user sees.
+
+May import: :mod:`torchkiln.plan` and everything below it, :mod:`torchkiln.verify` (the post-build check
+uses the suite's own comparison). Never the images or the commands.
+"""

@@ -1,0 +1,192 @@
+"""What a step kind may use and leave for the steps after it: the plan, the run's options and state, the
+display, the compiler cache session, and what this run has found so far.
+
+:mod:`torchkiln.build.kinds` (the kinds) and :mod:`torchkiln.build.publish` (the last step) read and write it;
+:mod:`torchkiln.build.loop` makes one per run. Per-build figures a later issue adds (cache statistics per step,
+timings per run) belong here.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from torchkiln.artifacts.manifest import Checks, StepRecord
+from torchkiln.cache import CacheSession, CacheStats, open_session
+from torchkiln.distributed.client import (
+    PreparedDist,
+    default_toolchain_dir,
+    dist_jobs,
+    finish_client,
+    prepare_client,
+)
+from torchkiln.distributed.stats import DistStats
+from torchkiln.errors import TorchkilnError
+from torchkiln.plan.model import Plan, Step
+from torchkiln.process.environ import compose
+from torchkiln.process.logs import log_name, start_run_logs
+
+from .display import Display
+from .envstore import EnvStore
+from .fingerprint import State
+
+
+@dataclass
+class Options:
+    force: bool = False
+    skip_checks: bool = False
+    min_hit_rate: float | None = None
+
+
+@dataclass
+class Published:
+    wheels: list[Path]
+    manifest: Path
+    lock: Path
+
+
+@dataclass
+class Context:
+    """What a step kind may use and leave for later steps: the plan, the run's options and state, the
+    display, and what this run found so far."""
+
+    plan: Plan
+    options: Options
+    environ: dict[str, str]
+    state: State
+    display: Display
+    console: Console
+    started: dt.datetime
+    records: list[StepRecord] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    cache: CacheSession | None = None
+    cache_stats: CacheStats | None = None  # this run's, once the session closed
+    dist: PreparedDist | None = None  # distributed compiles, once the cache session opened
+    dist_env: dict[str, str] = field(default_factory=dict)  # compile steps' run-time layer for them
+    dist_stats: DistStats | None = None  # where this run's compiles ran, once the session closed
+    # The cluster's client token, taken out of ``environ`` so that no step's process sees it; only the
+    # preflight and the client config file read it.
+    dist_token_env: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        name = self.plan.dist.credentials_env if self.plan.dist is not None else None
+        if name and name in self.environ:
+            self.dist_token_env[name] = self.environ.pop(name)
+
+    checks: Checks | None = None
+    published: Published | None = None
+    # What the compile steps saw that makes cache misses likely (a tree outside the basedir, a changed
+    # compiler): named by --min-cache-hit-rate's message when the build misses.
+    cache_causes: list[str] = field(default_factory=list)
+    run_logs: Path | None = None  # this run's log directory, made when its first step runs
+    env_store: EnvStore | None = None  # venvs kept by their content (torchkiln.build.envstore)
+    env_keys: dict[str, str] = field(default_factory=dict)  # step -> its key in the store, this run
+    # venvs that a step made or changed in this run: the later steps on them run (or are reused) again
+    remade_venvs: set[str] = field(default_factory=set)
+    # venv -> steps reused without their clone (the next step's entry replaced it), recorded with that step
+    deferred_records: dict[str, list[tuple[str, dict[str, Any]]]] = field(default_factory=dict)
+    # step -> its inputs, taken early by the step before it (whether its entry replaces that one's venv)
+    lookahead_inputs: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def step_log(self, step: Step) -> Path:
+        """Where a step that runs now writes its log: this run's directory (torchkiln.process.logs.start_run_logs)."""
+        if self.run_logs is None:
+            stamp = self.started.strftime("%Y%m%dT%H%M%SZ")
+            self.run_logs = start_run_logs(self.plan.paths.logs, stamp)
+        return self.run_logs / log_name(step.name)
+
+    def warn(self, text: str) -> None:
+        self.warnings.append(text)
+        self.display.warn(text)
+
+    def redact(self, text: str) -> str:
+        if self.dist is not None:
+            text = self.dist.redact(text)
+        return self.cache.redact(text) if self.cache is not None else text
+
+    def open_cache(self, step: Step) -> CacheSession:
+        """Before the first compile that runs: tool present, remote usable (else one warning), stats zeroed.
+
+        With distributed compiles the scheduler is checked first (unreachable or refusing the token: one
+        warning, compiles run locally) and the sccache server starts with the client config (SCCACHE_CONF),
+        a private file that holds the token and is removed when the server stops."""
+        if self.cache is None:
+            tool_environ = compose(self.environ, step.env, path_prepend=step.path_prepend)
+            self._prepare_dist(tool_environ)
+            self.cache = open_session(self.plan.cache, tool_environ, extra_env=self.dist_env)
+            for warning in self.cache.warnings:
+                self.warn(warning)
+        return self.cache
+
+    def _prepare_dist(self, environ: dict[str, str]) -> None:
+        spec = self.plan.dist
+        if spec is None:
+            return
+        run_dir = Path(tempfile.mkdtemp(prefix="torchkiln-dist-"))  # 0700: the token lands in it
+        self.dist = prepare_client(
+            spec,
+            {**environ, **self.dist_token_env},
+            run_dir=run_dir,
+            toolchain_dir=default_toolchain_dir(self.plan.cache.dir),
+        )
+        for warning in self.dist.warnings:
+            self.warn(self.dist.redact(warning))
+        if self.dist.spec is None:  # the preflight failed: local compiles
+            shutil.rmtree(run_dir, ignore_errors=True)
+            return
+        self.dist_env = dict(self.dist.env)
+        if self.plan.jobs.source == "auto" and self.dist.status is not None:
+            # Remote compiles cost this machine preprocessing only: one job per core of the cluster too.
+            jobs = str(dist_jobs(self.plan.jobs.value, self.dist.status))
+            self.dist_env.update({"MAX_JOBS": jobs, "CMAKE_BUILD_PARALLEL_LEVEL": jobs})
+            self.display.note(
+                f"distributed compiles: {self.dist.status.num_servers} build servers, "
+                f"{self.dist.status.num_cpus} cores at {spec.scheduler_url}; MAX_JOBS={jobs}"
+            )
+
+    def close_cache(self) -> None:
+        """This run's statistics; stops what the cache tool started for the build (its sccache server)."""
+        if self.cache is None or self.cache.closed:
+            return
+        try:
+            stats = self.cache.close()
+        except TorchkilnError as exc:
+            self.warnings.append(f"compiler cache statistics unavailable: {exc}")
+            return
+        finally:
+            if self.dist is not None:
+                self._finish_dist()
+        self.cache_stats = stats
+        if stats is not None:
+            self.console.print(f"  compiler cache: {stats.summary()}")
+        if stats is not None and self.dist is not None and self.dist.spec is not None:
+            self.dist_stats = stats.dist  # read with the cache's counters, before the server stopped
+        if self.dist_stats is not None:
+            self.console.print(f"  {self.dist_stats.summary()}")
+            fallback = self.dist_stats.fallback_warning()
+            if fallback:
+                self.warn(fallback)
+
+    def _finish_dist(self) -> None:
+        """The client config (and the token in it) removed once the server that read it has stopped."""
+        assert self.dist is not None
+        finish_client(self.dist)
+        if self.dist.conf_path is not None:
+            shutil.rmtree(self.dist.conf_path.parent, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class Ran:
+    """A step's command ran to success."""
+
+    seconds: float
+    log: Path | None
+    tail: list[str] = field(default_factory=list)
+    phases: dict[str, float] | None = None
+    status: str = "ran"

@@ -1,0 +1,253 @@
+"""Environments kept by their content, shared between work directories (issue 15).
+
+A fresh work directory used to pay for its environments again: ``python -m venv`` (ensurepip), pip's own
+upgrade, the build requirements, the ~200 MB (CPU) to ~2 GB (CUDA) torch wheel for torchvision, then the
+check venv: 40 s to 80 s around a compile that the compiler cache serves in seconds. The store keeps, after
+each step that makes or changes a venv (``Step.venv``), a copy of that venv under a key that says what is in
+it: the step's command with the work directory and source paths taken out, the content of what it reads
+(requirement files, the constraints, the torch wheel it installs), the interpreter, pip's index settings,
+and the key of the step before it on the same venv. A step whose key is in the store is not run: the stored
+venv is cloned into place instead, and what the step recorded (its outputs) is taken over.
+
+Copies are hard links (one inode per file, whatever the number of work directories), made with the
+filesystem's own ``cp --archive --link``, falling back to a real copy across filesystems. A venv is not
+relocatable: the files that name its own path (``bin/`` scripts' ``#!`` lines, ``activate``,
+``pyvenv.cfg``) are rewritten for the new path, each as a new file, so the store's inode is never changed.
+Nothing runs from the store itself, so removing it (``rm -rf``) at any time between builds is safe; it is
+the next build that pays.
+
+Why not pip's or uv's cache alone: pip's cache saves the download but not the unpacking and install
+(most of the time for torch); a store of finished venvs saves both, and keeps pip and the user's pip
+configuration (index URLs, constraints, certificates) as the only installer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torchkiln.cache.config import default_cache_dir
+from torchkiln.files.digests import digest
+
+__all__ = ["EnvStore", "Restored", "clone_tree", "default_env_store", "relocate_venv"]
+
+META = "meta.json"
+FORMAT = 1
+# pip settings that change what an install resolves to: part of every key (hashed, never stored).
+PIP_SETTINGS = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX", "PIP_CONSTRAINT")
+
+
+def default_env_store(environ: Mapping[str, str] | None = None) -> Path:
+    """``envs`` beside the compiler caches: ``$TORCHKILN_CACHE_DIR/envs`` or ``~/.cache/torchkiln/envs``
+    (``--env-store`` and ``$TORCHKILN_ENV_STORE`` choose another). Hard links need the store on the work
+    directory's filesystem; elsewhere the venvs are copied (slower, still correct)."""
+    return default_cache_dir("envs", environ).absolute()
+
+
+def interpreter_identity(python: str, environ: Mapping[str, str]) -> dict[str, str]:
+    """What a venv made by ``python`` depends on outside the plan: the interpreter file it resolves to (path,
+    size, mtime: a patch upgrade of the host's Python makes new venvs), the machine, and pip's index settings."""
+    found = shutil.which(python, path=environ.get("PATH"))
+    ident: dict[str, str] = {"python": python, "machine": platform.machine()}
+    if found is not None:
+        real = Path(found).resolve()
+        st = real.stat()
+        ident["interpreter"] = f"{real}\0{st.st_size}\0{st.st_mtime_ns}"
+    for name in PIP_SETTINGS:
+        if name in environ:
+            ident[name] = environ[name]
+    return ident
+
+
+def clone_tree(source: Path, target: Path) -> None:
+    """``target`` becomes a copy of ``source`` whose files are hard links to ``source``'s (symlinks kept as
+    symlinks); across filesystems, or where links are refused, a real copy. ``target`` must not exist."""
+    if target.exists() or target.is_symlink():
+        raise FileExistsError(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    linked = subprocess.run(
+        ["cp", "--archive", "--link", "--no-target-directory", "--", str(source), str(target)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        check=False,
+    )
+    if linked.returncode == 0:
+        return
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(source, target, symlinks=True)
+
+
+def _is_text_script(path: Path) -> bool:
+    if path.is_symlink() or not path.is_file():
+        return False
+    with path.open("rb") as handle:
+        head = handle.read(4096)
+    return b"\0" not in head
+
+
+def relocate_venv(venv: Path, old: str, new: str) -> list[Path]:
+    """Rewrite the files of a cloned venv that name the venv it was copied from (``old``): ``bin/`` scripts
+    (``#!`` lines, ``activate*``) and ``pyvenv.cfg``. Each is written as a new file and renamed over the link,
+    so the file it was linked to (the store's) keeps its content. Returns the files rewritten."""
+    if old == new:
+        return []
+    candidates = [venv / "pyvenv.cfg"]
+    bindir = venv / "bin"
+    if bindir.is_dir():
+        candidates += sorted(bindir.iterdir())
+    old_bytes, new_bytes = old.encode(), new.encode()
+    rewritten = []
+    for path in candidates:
+        if not _is_text_script(path):
+            continue
+        data = path.read_bytes()
+        if old_bytes not in data:
+            continue
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data.replace(old_bytes, new_bytes))
+            os.chmod(tmp, path.stat().st_mode & 0o7777)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        rewritten.append(path)
+    return rewritten
+
+
+@dataclass(frozen=True)
+class Restored:
+    """A venv taken from the store: the outputs its step recorded, and how long the clone took."""
+
+    outputs: dict[str, Any]
+    seconds: float
+    entry: Path
+    kept_from: str  # the venv's path when it was kept: what relocation rewrites
+    cloned: bool = True  # False: the venv is left for the next step's entry (only its files were copied)
+
+
+def _remove(path: Path) -> None:
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.is_dir():
+        shutil.rmtree(path)
+
+
+class EnvStore:
+    """``<root>/<key>/``: ``venv/`` (the venv after the step), ``files/`` (what the step left outside the venv,
+    e.g. the constraints file), ``meta.json`` (the venv's path when it was kept, the step, its outputs).
+
+    Entries are written under a temporary name and renamed into place: a reader sees a whole entry or none,
+    and two builds keeping the same key leave one entry."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def key(self, parts: Mapping[str, Any]) -> str:
+        return digest({"format": FORMAT, **parts})
+
+    def entry(self, key: str) -> Path | None:
+        path = self.root / key
+        return path if (path / META).is_file() and (path / "venv").is_dir() else None
+
+    def lookup(self, key: str, files: Collection[str] = ()) -> tuple[Path, dict[str, Any]] | None:
+        """The entry for ``key`` and its metadata, when it is whole (and holds ``files``); else None."""
+        entry = self.entry(key)
+        if entry is None:
+            return None
+        try:
+            meta = json.loads((entry / META).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if not (
+            isinstance(meta, dict)
+            and isinstance(meta.get("venv"), str)
+            and isinstance(meta.get("outputs", {}), dict)
+        ):
+            return None
+        if not all((entry / "files" / name).is_file() for name in files):
+            return None
+        return entry, meta
+
+    def restore(
+        self, key: str, venv: Path, files: Mapping[str, Path], *, clone: bool = True
+    ) -> Restored | None:
+        """Clone the entry for ``key`` into ``venv`` (replacing what is there) and its kept files to their
+        paths (``files``: name -> path). None when the store has no such entry or it is damaged.
+        ``clone=False``: the files only, for a venv the next step's entry replaces at once."""
+        found = self.lookup(key, files)
+        if found is None:
+            return None
+        entry, meta = found
+        started = time.monotonic()
+        for name, path in files.items():
+            _remove(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(entry / "files" / name, path)
+        with contextlib.suppress(OSError):
+            os.utime(entry / META)  # last used: what a pruner would read
+        restored = Restored(
+            dict(meta.get("outputs", {})), time.monotonic() - started, entry, meta["venv"], cloned=False
+        )
+        return self.clone(restored, venv) if clone else restored
+
+    def clone(self, restored: Restored, venv: Path) -> Restored:
+        """The venv of an entry whose files ``restore`` put in place, cloned into ``venv`` (replacing what is
+        there) and relocated to it."""
+        started = time.monotonic()
+        _remove(venv)
+        clone_tree(restored.entry / "venv", venv)
+        relocate_venv(venv, restored.kept_from, str(venv))
+        seconds = restored.seconds + time.monotonic() - started
+        return dataclasses.replace(restored, seconds=seconds, cloned=True)
+
+    def keep(
+        self, key: str, venv: Path, files: Mapping[str, Path], step: str, outputs: Mapping[str, Any]
+    ) -> Path | None:
+        """Keep ``venv`` (and ``files``) under ``key`` unless the store has it already. Returns the entry, or
+        None when there was nothing to keep."""
+        existing = self.entry(key)
+        if existing is not None:
+            return existing
+        if not venv.is_dir():
+            return None
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{key[:16]}.", dir=self.root))
+        try:
+            clone_tree(venv, tmp / "venv")
+            (tmp / "files").mkdir()
+            for name, path in files.items():
+                shutil.copy2(path, tmp / "files" / name)
+            meta = {
+                "format": FORMAT,
+                "venv": str(venv),
+                "step": step,
+                "outputs": dict(outputs),
+                "kept": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            }
+            (tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+            try:
+                os.rename(tmp, self.root / key)
+            except OSError:
+                if self.entry(key) is None:  # not another build's entry: a real failure
+                    raise
+                shutil.rmtree(tmp, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return self.root / key

@@ -1,0 +1,609 @@
+"""What the builder does around each kind of step: one class per kind, chosen by ``Step.kind``.
+
+The plan (:mod:`torchkiln.plan.make`) says what runs and declares what each step leaves behind and reads; a
+:class:`StepKind` turns that into behaviour, and :data:`KINDS` maps each kind to its class. The builder
+(:mod:`torchkiln.build.loop`) is a loop that asks the step's kind, never the step's name:
+
+=========  =====================================================================================================
+kind       behaviour around the command
+=========  =====================================================================================================
+fetch      the first step of a checkout starts from an empty directory; the steps are a chain, done only while
+           the checkout is intact (a damaged one starts over);
+           the step that leaves it at its ref checks HEAD against the recipe's pin (also when skipped)
+env        venvs and requirements: requirement files' contents are inputs; a venv that vanished is remade
+compile    the source tree's identity (without the files the build writes into it) is an input;
+           ``SOURCE_DATE_EPOCH`` comes from the source; ``--force`` removes its in-tree build directories
+           (``scratch``); the compiler cache session (opened before the first compile
+           that runs) adds its layers to the environment; live progress, phases and the configure watcher
+           read the output; the tools it used are recorded; it must leave a wheel
+package    rewrites wheels an earlier step made (the torchvision bundling): the wheels it reads are an input; its
+           own wheel directory then holds the project's final wheels (what the checks install, publish copies)
+checks     skipped with ``--skip-checks``; a step whose output ends with the wheels' build facts is compared
+           with the recipe (also when skipped: the recipe may have changed)
+publish    in-process, every run: closes the cache session, applies ``--min-cache-hit-rate``, copies the wheels
+           into dist/ atomically, writes the lock file and the manifest
+=========  =====================================================================================================
+
+Behaviour that belongs to a step's *data* is shared by every kind (:class:`StepKind`): ``fresh`` is emptied
+before it runs, ``creates`` must still exist for it to count as done, ``reads`` are hashed into its
+fingerprint, ``wheels`` is emptied before and must hold a wheel after. A new kind is a subclass and a row
+in :data:`KINDS` (and the kind's name in :data:`torchkiln.plan.model.Kind`).
+
+Seams for later work: :class:`~torchkiln.build.context.Context` is what a kind may use; a host preflight (issue 11)
+reads the plan before the loop; per-run cache statistics come from ``Context.cache`` (issue 14).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+from torchkiln.artifacts import dist, jsonfile
+from torchkiln.artifacts.manifest import CheckResult, Checks
+from torchkiln.errors import BuildFailed, ConfigureMismatch
+from torchkiln.host.toolchain import collect
+from torchkiln.plan.model import Source, Step
+from torchkiln.process import runner
+from torchkiln.process.environ import compose
+from torchkiln.process.logs import first_error, tail
+from torchkiln.source.git import check_pin, checkout_intact, git_output, head_commit, is_git_checkout
+from torchkiln.verify.buildconfig import postbuild_checks
+from torchkiln.verify.facts import BuildFacts
+
+from .context import Context, Ran
+from .display import Display
+from .envstore import Restored, interpreter_identity
+from .fingerprint import (
+    Snapshot,
+    digest,
+    file_sha256,
+    snapshot_identity,
+    tree_identity,
+    tree_sha256,
+    tree_snapshot,
+    written_by_build,
+)
+from .progress import CompileProgress, PhaseTracker, format_duration
+from .publish import publish
+from .watch import Contradiction, Expectations, SummaryWatcher
+
+TAIL_LINES = 25
+ZIP_EPOCH_MIN = 315532800  # 1980-01-01: a zip file cannot carry an earlier time
+
+
+# --------------------------------------------------------------------------------------------------
+# The kinds.
+# --------------------------------------------------------------------------------------------------
+
+
+class StepKind:
+    """A kind of step. The defaults implement what a step's declared data asks for."""
+
+    name: ClassVar[str] = ""
+    optional: ClassVar[bool] = False  # skipped altogether by --skip-checks
+    always_runs: ClassVar[bool] = False  # no fingerprint: runs on every build
+    # ``--force`` runs it again although unchanged: what builds the wheels. Checkouts and environments are
+    # keyed by their content (a fetch's pin, a venv's requirements) and reused: forcing them only costs.
+    forced: ClassVar[bool] = True
+
+    def inputs(self, step: Step, ctx: Context) -> dict[str, str]:
+        """What the step's result depends on besides its argv, env, cwd and the steps before it: the content
+        of what it reads (a file's sha256; a directory's wheels, each by name and sha256)."""
+        found: dict[str, str] = {}
+        for name in step.reads:
+            path = Path(name)
+            if "*" in path.name:  # a pattern: the files it matches, each by name and sha256
+                found[name] = _files_digest(path.parent.glob(path.name))
+            elif path.is_file():
+                found[name] = file_sha256(path)
+            elif path.is_dir():
+                found[name] = _files_digest(dist.wheels_in(path))
+        return found
+
+    def intact(self, step: Step, entry: Mapping[str, Any], ctx: Context) -> bool:
+        """Whether what the step left last time is still there (else it runs again)."""
+        if step.creates is not None and not Path(step.creates).exists():
+            return False
+        if step.wheels is not None:
+            recorded = entry.get("outputs", {}).get("wheels", {})
+            return bool(recorded) and all(
+                (Path(step.wheels) / name).is_file() and file_sha256(Path(step.wheels) / name) == sha
+                for name, sha in recorded.items()
+            )
+        return True
+
+    def prepare(self, step: Step, ctx: Context) -> None:
+        """Before the command: what the step makes starts from nothing (a fresh checkout is for the command to
+        create; a wheel directory exists, empty)."""
+        for directory in (step.fresh, step.wheels):
+            if directory is not None:
+                path = Path(directory)
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                elif path.is_symlink() or path.exists():  # a file where the directory belongs
+                    path.unlink()
+                path.parent.mkdir(parents=True, exist_ok=True)
+        if step.wheels is not None:
+            Path(step.wheels).mkdir()
+
+    def layers(self, step: Step, ctx: Context) -> tuple[Mapping[str, str], ...]:
+        """The environment layers over the base environment (see torchkiln.process.environ)."""
+        return (step.env,)
+
+    def observer(self, step: Step, ctx: Context) -> LineObserver | None:
+        """What reads the step's output as it arrives."""
+        return None
+
+    def execute(self, step: Step, ctx: Context) -> Ran:
+        """Run the command, streaming its output to its log; a failure is BuildFailed with the first error,
+        the log's tail and the log's path."""
+        log = ctx.step_log(step)
+        env = compose(ctx.environ, *self.layers(step, ctx), path_prepend=step.path_prepend)
+        observer = self.observer(step, ctx)
+        try:
+            done = runner.stream(
+                step.argv,
+                log=log,
+                env=env,
+                cwd=step.cwd,
+                observe=observer,
+                redact=ctx.redact,
+                header=f"# {step.name}: {' '.join(step.argv)}",
+            )
+        except runner.ProcessError as exc:
+            raise BuildFailed(f"{step.name}: {exc}", step=step.name) from None
+        mismatch = observer.verdict() if observer is not None else None
+        if mismatch:
+            with log.open("a", encoding="utf-8") as handle:
+                handle.write("# torchkiln: configure contradicts the recipe; build stopped\n")
+            lines = "\n".join(f"  - {c}" for c in mismatch)
+            raise ConfigureMismatch(
+                f"{step.name}: stopped right after configure, CMake's summary contradicts the recipe:\n{lines}\n"
+                f"full log: {log}",
+                step=step.name,
+                log=log,
+            )
+        if done.returncode != 0:
+            raise BuildFailed(
+                _failure_message(step, done.returncode, done.seconds, log), step=step.name, log=log
+            )
+        phases = observer.phases() if observer is not None else None
+        return Ran(done.seconds, log, done.tail, phases)
+
+    def outputs(self, step: Step, ran: Ran, ctx: Context) -> dict[str, Any]:
+        """What to record of a successful run (read back by :meth:`intact` and later steps)."""
+        out: dict[str, Any] = {}
+        if step.wheels is not None:
+            built = dist.wheels_in(Path(step.wheels))
+            if not built:
+                raise BuildFailed(
+                    f"{step.name} finished but wrote no wheel into {step.wheels} (full log: {ran.log})",
+                    step=step.name,
+                    log=ran.log,
+                )
+            out["wheels"] = {p.name: file_sha256(p) for p in built}
+        return out
+
+    def settled_inputs(self, step: Step, ctx: Context, outputs: Mapping[str, Any]) -> dict[str, str] | None:
+        """After a successful run, the inputs the step's fingerprint is recorded with when they differ from
+        those taken before it (a compile whose tree outputs are known only afterwards); None: unchanged."""
+        return None
+
+    def verify(self, step: Step, entry: Mapping[str, Any], ctx: Context) -> None:
+        """After the step ran (and was recorded) or was skipped: what must hold of its result."""
+
+    # The environment store (torchkiln.build.envstore): steps that make or change a venv (``Step.venv``).
+
+    def store_key(self, step: Step, ctx: Context, inputs: Mapping[str, str]) -> str | None:
+        """The step's key in the environment store: what is in its venv after it, without this work
+        directory's paths (so another work directory finds it). None: not kept (no venv, no store, or the
+        step before it on the venv has no key)."""
+        if step.venv is None or ctx.env_store is None:
+            return None
+        chain = ctx.plan.venv_steps(step.venv)
+        position = chain.index(step.name)
+        previous = ctx.env_keys.get(chain[position - 1]) if position else ""
+        if previous is None:
+            return None
+        local = _localizer(ctx)
+        return ctx.env_store.key(
+            {
+                "step": step.name,
+                "argv": [local(a) for a in step.argv],
+                "env": {k: local(v) for k, v in step.shown_env.items()},
+                "cwd": local(step.cwd) if step.cwd else None,
+                "inputs": {local(k): v for k, v in inputs.items()},
+                "previous": previous,
+                "host": interpreter_identity(f"python{ctx.plan.recipe.python}", ctx.environ),
+            }
+        )
+
+    def reuse(
+        self, step: Step, ctx: Context, key: str | None, replaced: Callable[[], bool] = lambda: False
+    ) -> Restored | None:
+        """Instead of running the step: its venv cloned from the store, when the store has its key. When
+        ``replaced()`` says the next step's entry replaces the venv at once (asked after this entry's files,
+        which the next step may read, are in place), only the files are copied."""
+        if key is None or ctx.env_store is None or step.venv is None:
+            return None
+        try:
+            found = ctx.env_store.restore(key, Path(step.venv), kept_files(step), clone=False)
+            if found is None or replaced():
+                return found
+            return ctx.env_store.clone(found, Path(step.venv))
+        except OSError as exc:
+            # The venv may be half cloned: every step on it runs again next time.
+            for name in ctx.plan.venv_steps(step.venv):
+                ctx.state.forget(name)
+            raise BuildFailed(
+                f"{step.name}: could not clone {step.venv} from the environment store "
+                f"({ctx.env_store.root / key}): {exc}\nremove that entry, or build with --env-store off",
+                step=step.name,
+            ) from None
+
+    def keep(self, step: Step, ctx: Context, key: str | None, outputs: Mapping[str, Any]) -> None:
+        """After the step ran: its venv kept in the store, unless a later step on the same venv has run
+        before in this work directory (the venv then holds more than this step's key says). A store that
+        cannot be written costs the next work directory a rebuild, never this build: one note."""
+        if key is None or ctx.env_store is None or step.venv is None:
+            return
+        later = ctx.plan.venv_steps(step.venv)
+        if any(ctx.state.get(name) is not None for name in later[later.index(step.name) + 1 :]):
+            return
+        try:
+            ctx.env_store.keep(key, Path(step.venv), kept_files(step), step.name, outputs)
+        except OSError as exc:
+            ctx.display.note(f"environment store {ctx.env_store.root}: could not keep {step.venv}: {exc}")
+
+
+class FetchKind(StepKind):
+    name = "fetch"
+    forced = False
+
+    def inputs(self, step: Step, ctx: Context) -> dict[str, str]:
+        # One identity for all fetch steps of a checkout: a changed URL, ref or pin fetches it from scratch
+        # (git remote add would fail on the old checkout); a resumed fetch continues.
+        source = ctx.plan.source(step.project)
+        group = [s.argv for s in ctx.plan.steps if s.kind == "fetch" and s.project == step.project]
+        return {"commit": source.commit or "", "fetch": digest(group)}
+
+    def intact(self, step: Step, entry: Mapping[str, Any], ctx: Context) -> bool:
+        """A checkout's fetch steps are one chain: a step counts as done only while the checkout is still
+        what the chain left (:func:`~torchkiln.source.git.checkout_intact`: a removed ``.git``, an emptied
+        directory, a file in its place, a HEAD or object store that is gone), no earlier step of the chain
+        ran again in this build, and no earlier step's record is missing while a later one's is there.
+        Otherwise the chain starts over from its first step, which empties the directory."""
+        chain = [s for s in ctx.plan.steps if s.kind == "fetch" and s.project == step.project]
+        ran = {r.name for r in ctx.records if r.status == "ran"}
+        if any(s.name in ran for s in chain):
+            return False
+        recorded = [ctx.state.get(s.name) is not None for s in chain]
+        if False in recorded and any(recorded[recorded.index(False) :]):
+            return False
+        pinned = next((ctx.state.get(s.name) for s in chain if s.pins), None)
+        head = (pinned or {}).get("outputs", {}).get("head")
+        return checkout_intact(ctx.plan.source(step.project).path, head)
+
+    def execute(self, step: Step, ctx: Context) -> Ran:
+        """As every kind, and a failed fetch also names the ways out (issue 11)."""
+        try:
+            return super().execute(step, ctx)
+        except BuildFailed as exc:
+            ways = (
+                f"\nways out: a mirror you can reach as the recipe's {step.project}.repo (a URL or a local "
+                f"clone's path), or an existing checkout with --source-dir {step.project}=PATH"
+            )
+            raise BuildFailed(f"{exc}{ways}", step=exc.step, log=exc.log) from None
+
+    def outputs(self, step: Step, ran: Ran, ctx: Context) -> dict[str, Any]:
+        return {"head": head_commit(ctx.plan.source(step.project).path)} if step.pins else {}
+
+    def verify(self, step: Step, entry: Mapping[str, Any], ctx: Context) -> None:
+        if step.pins:
+            check_pin(ctx.plan.recipe.spec(step.project), ctx.plan.source(step.project).path)
+
+
+class EnvKind(StepKind):
+    name = "env"
+    forced = False
+
+
+class CompileKind(StepKind):
+    """A wheel build in a source tree. For a tree that is not a git checkout, the files the build itself writes
+    into the tree (torchvision's version.py: found by comparing snapshots taken before and after it) are its
+    in-tree outputs, recorded and left out of the tree's identity, so a rerun with nothing changed is a
+    no-op; the tree's ``scratch`` directories (its in-tree build/) are kept for incremental builds and
+    removed by ``--force``."""
+
+    name = "compile"
+
+    def __init__(self) -> None:
+        self._recorded: dict[str, list[str]] = {}  # step -> in-tree outputs its last successful run wrote
+        self._before: dict[str, Snapshot] = {}  # step -> its tree before this run
+        self._compilers: dict[str, dict[str, str]] = {}  # step -> compiler versions of its last run
+
+    def inputs(self, step: Step, ctx: Context) -> dict[str, str]:
+        source = _source_of(step, ctx)
+        if source is None:
+            return {}
+        entry = ctx.state.get(step.name) or {}
+        self._recorded[step.name] = list(entry.get("outputs", {}).get("tree_outputs", []))
+        self._compilers[step.name] = _compilers(entry.get("outputs", {}).get("toolchain"))
+        return {"tree": tree_identity(source.path, self._recorded[step.name])}
+
+    def prepare(self, step: Step, ctx: Context) -> None:
+        super().prepare(step, ctx)
+        if ctx.options.force:
+            for directory in step.scratch:
+                if Path(directory).is_dir():
+                    shutil.rmtree(directory)
+        source = _source_of(step, ctx)
+        if source is not None and not is_git_checkout(source.path):
+            self._before[step.name] = tree_snapshot(source.path)
+        ctx.open_cache(step)
+
+    def layers(self, step: Step, ctx: Context) -> tuple[Mapping[str, str], ...]:
+        session = ctx.open_cache(step)
+        return (step.env, self._reproducible(step, ctx), session.public_env, ctx.dist_env, session.secret_env)
+
+    def _reproducible(self, step: Step, ctx: Context) -> dict[str, str]:
+        """``SOURCE_DATE_EPOCH`` from the source (its commit's time, else its newest file but the build's own
+        outputs): the wheel's zip timestamps, so a rebuild of unchanged sources is bit-identical."""
+        source = _source_of(step, ctx)
+        if source is None:
+            return {}
+        before = self._before.get(step.name)
+        if before is None:
+            epoch = int(git_output(source.path, "log", "-1", "--format=%ct").strip() or 0)
+        else:
+            recorded = set(self._recorded.get(step.name, ()))
+            epoch = max((m // 10**9 for n, (_, m) in before.items() if n not in recorded), default=0)
+        return {"SOURCE_DATE_EPOCH": str(max(epoch, ZIP_EPOCH_MIN))}
+
+    def observer(self, step: Step, ctx: Context) -> LineObserver:
+        ctx.display.live_bar(step)
+        return CompileObserver(ctx.display, SummaryWatcher(Expectations.for_step(step.env, ctx.plan.recipe)))
+
+    def outputs(self, step: Step, ran: Ran, ctx: Context) -> dict[str, Any]:
+        out = super().outputs(step, ran, ctx)
+        session = ctx.open_cache(step)
+        env = compose(ctx.environ, step.env, session.public_env, path_prepend=step.path_prepend)
+        toolchain = collect(
+            env,
+            ctx.plan.paths.venv_python,
+            cuda=ctx.plan.recipe.accelerator.is_cuda,
+            cache_tool=session.config.kind if session.config.enabled else None,
+        )
+        out["toolchain"] = jsonfile.to_data(toolchain)
+        ctx.cache_causes += _miss_causes(step, ctx, self._compilers.get(step.name, {}), out["toolchain"])
+        # what it ran with: the cache's effective variables, and the wheel's SOURCE_DATE_EPOCH
+        out["env"] = {**step.env, **self._reproducible(step, ctx), **session.public_env}
+        source = _source_of(step, ctx)
+        before = self._before.get(step.name)
+        if source is not None and before is not None:
+            written = written_by_build(before, tree_snapshot(source.path))
+            out["tree_outputs"] = written
+            # no commit names this tree: its contents do (without what the build wrote into it)
+            out["tree_sha256"] = tree_sha256(source.path, written)
+        return out
+
+    def settled_inputs(self, step: Step, ctx: Context, outputs: Mapping[str, Any]) -> dict[str, str] | None:
+        before = self._before.pop(step.name, None)
+        if before is None:
+            return None
+        return {"tree": snapshot_identity(before, outputs.get("tree_outputs", ()))}
+
+
+class PackageKind(StepKind):
+    """Rewrites wheels another step made (torchvision's bundling): its input is their content (``reads``),
+    its output a wheel directory of its own, which then holds the project's final wheels."""
+
+    name = "package"
+
+
+class ChecksKind(StepKind):
+    name = "checks"
+    optional = True
+
+    def outputs(self, step: Step, ran: Ran, ctx: Context) -> dict[str, Any]:
+        out = super().outputs(step, ran, ctx)
+        if step.facts:
+            out["facts"] = _last_json(ran.tail)
+        return out
+
+    def verify(self, step: Step, entry: Mapping[str, Any], ctx: Context) -> None:
+        if step.facts:
+            # Also when skipped: the wheels are unchanged, the recipe may not be.
+            ctx.checks = _compare_with_recipe(
+                ctx, step, entry.get("outputs", {}).get("facts"), entry.get("log")
+            )
+
+
+class PublishKind(StepKind):
+    name = "publish"
+    always_runs = True
+
+    def execute(self, step: Step, ctx: Context) -> Ran:
+        """The end of a build that succeeded (torchkiln.build.publish): wheels, lock file, manifest."""
+        changed = publish(ctx)
+        return Ran(0.0, None, status="ran" if changed else "skipped")
+
+
+KINDS: dict[str, StepKind] = {
+    kind.name: kind
+    for kind in (FetchKind(), EnvKind(), CompileKind(), PackageKind(), ChecksKind(), PublishKind())
+}
+
+
+# --------------------------------------------------------------------------------------------------
+# Reading a compile step's output.
+# --------------------------------------------------------------------------------------------------
+
+
+class LineObserver:
+    """Reads a step's output line by line (runner.stream); True from ``__call__`` stops the step."""
+
+    def __call__(self, line: str) -> bool:
+        return False
+
+    def verdict(self) -> list[Contradiction] | None:
+        """Contradictions that stopped (or, at the end of the output, would stop) the step."""
+        return None
+
+    def phases(self) -> dict[str, float] | None:
+        return None
+
+
+class CompileObserver(LineObserver):
+    """ninja's progress to the display, the wheel step's phases, and the configure watcher."""
+
+    def __init__(self, display: Display, watcher: SummaryWatcher) -> None:
+        self.display = display
+        self.watcher = watcher
+        self.progress = CompileProgress()
+        self.tracker = PhaseTracker()
+        self.mismatch: list[Contradiction] | None = None
+
+    def __call__(self, line: str) -> bool:
+        entered = self.tracker.feed(line)
+        if entered is not None:
+            self.display.phase(entered)
+        p = self.progress.feed(line)
+        if p is not None:
+            self.display.compile_progress(p)
+        verdict = self.watcher.feed(line)
+        if verdict:
+            self.mismatch = verdict
+            return True
+        return False
+
+    def verdict(self) -> list[Contradiction] | None:
+        if self.mismatch is None:
+            self.mismatch = self.watcher.close() or None
+        return self.mismatch
+
+    def phases(self) -> dict[str, float] | None:
+        return self.tracker.finish()
+
+
+# --------------------------------------------------------------------------------------------------
+# Helpers of the kinds.
+# --------------------------------------------------------------------------------------------------
+
+
+COMPILERS = ("gcc", "g++", "clang", "clang++", "nvcc")
+
+
+def _compilers(toolchain: Any) -> dict[str, str]:
+    """Compiler -> version of a recorded toolchain (its ``tools`` table)."""
+    tools = toolchain.get("tools", {}) if isinstance(toolchain, dict) else {}
+    return {n: str(t.get("version")) for n, t in tools.items() if n in COMPILERS and isinstance(t, dict)}
+
+
+def _miss_causes(step: Step, ctx: Context, before: Mapping[str, str], toolchain: Any) -> list[str]:
+    """What this compile makes likely to miss in the cache: a tree or the build venv outside the cache's
+    basedir (its absolute path is hashed: builders at other paths miss), a compiler changed since the last
+    build of the step (objects made by the old one do not match)."""
+    causes = []
+    basedir = ctx.plan.cache.basedir
+    source = _source_of(step, ctx)
+    if basedir is not None and ctx.plan.cache.enabled:
+        for what, path in (
+            ("source tree", source.path if source else None),
+            ("build venv", ctx.plan.paths.venv),
+        ):
+            if path is not None and not path.is_relative_to(basedir):
+                causes.append(
+                    f"paths differ between builders: the {what} {path} is outside the cache's basedir "
+                    f"{basedir}, so its absolute path is hashed"
+                )
+    now = _compilers(toolchain)
+    for name, version in sorted(before.items()):
+        if now.get(name) not in (None, version):
+            causes.append(f"compiler changed: {name} {version} built this step last time, now {now[name]}")
+    return causes
+
+
+def _files_digest(files: Iterable[Path]) -> str:
+    """Files by name and sha256, in name order: what a step reads from a directory or a pattern."""
+    return digest({p.name: file_sha256(p) for p in sorted(files)})
+
+
+def kept_files(step: Step) -> dict[str, Path]:
+    """What an env step leaves outside its venv (the constraints file), kept with it in the store."""
+    if step.creates is None or step.venv is None or Path(step.creates).is_relative_to(step.venv):
+        return {}
+    return {Path(step.creates).name: Path(step.creates)}
+
+
+def _localizer(ctx: Context) -> Callable[[str], str]:
+    """Takes this build's own paths (work directory, dist/, source trees) out of a string, so the same
+    environment at another path has the same store key."""
+    paths = ctx.plan.paths
+    names = {str(paths.workdir): "{workdir}", str(paths.dist): "{dist}"}
+    names.update({str(s.path): f"{{source:{s.name}}}" for s in ctx.plan.sources})
+    ordered = sorted(names.items(), key=lambda item: len(item[0]), reverse=True)
+
+    def local(text: str) -> str:
+        for path, name in ordered:
+            text = text.replace(path, name)
+        return text
+
+    return local
+
+
+def _source_of(step: Step, ctx: Context) -> Source | None:
+    return next((s for s in ctx.plan.sources if s.name == step.project), None)
+
+
+def _failure_message(step: Step, code: int | None, seconds: float, log: Path) -> str:
+    error = first_error(log)
+    lines = [f"{step.name} failed (exit {code}) after {format_duration(seconds)}"]
+    if error:
+        lines.append(f"first error: {error}")
+    lines.append("last lines of the log:")
+    lines += [f"  {line}" for line in tail(log, TAIL_LINES)]
+    lines.append(f"full log: {log}")
+    return "\n".join(lines)
+
+
+def _last_json(lines: list[str]) -> dict[str, Any] | None:
+    for line in reversed(lines):
+        text = line.strip()
+        if text.startswith("{"):
+            with contextlib.suppress(ValueError):
+                data = json.loads(text)
+                if isinstance(data, dict):
+                    return data
+    return None
+
+
+def _compare_with_recipe(
+    ctx: Context, step: Step, facts_doc: dict[str, Any] | None, log: str | None
+) -> Checks:
+    """The post-build check's verdict: the built wheels' facts against the recipe, with the comparison the
+    verification suite uses, and each torch/torchvision commit against the checkout it was built from. Any
+    mismatch stops the build before anything is published."""
+    if facts_doc is None:
+        raise BuildFailed(f"{step.name} printed no build facts (full log: {log})", step=step.name)
+    facts = BuildFacts.from_dict(facts_doc)
+    # The commit each project was built from (its checkout's HEAD), for a recipe that pins none.
+    commits = {s.name: head_commit(s.path) for s in ctx.plan.sources if is_git_checkout(s.path)}
+    results = postbuild_checks(ctx.plan.recipe, facts, ctx.plan.projects, commits=commits)
+    failed = [c.message for c in results.values() if c.status == "fail"]
+    if failed:
+        lines = "\n".join(f"  - {message}" for message in failed)
+        raise BuildFailed(
+            f"{step.name}: the built wheels are not what the recipe asked for:\n{lines}\nfull log: {log}",
+            step=step.name,
+        )
+    return Checks(
+        torch=facts.torch_version,
+        cuda=facts.cuda_version,
+        torchvision=facts.torchvision.version if facts.torchvision else None,
+        results={k: CheckResult(c.status, c.message) for k, c in results.items()},
+    )

@@ -1,0 +1,189 @@
+"""The publish step: the end of a build whose every step succeeded.
+
+The compiler cache session is closed (its statistics, and ``--min-cache-hit-rate`` on them), each
+project's wheels are copied into dist/ atomically (those of its last step that makes wheels), superseded
+wheels of the same projects leave dist/, then the lock file and the manifest are written. What the manifest
+says comes from what the steps recorded when they ran (:mod:`torchkiln.build.kinds`), so a run that changed
+nothing still describes the wheels it publishes truly.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import replace
+from pathlib import Path
+
+from torchkiln import __version__
+from torchkiln.artifacts import dist, jsonfile
+from torchkiln.artifacts.lockfile import SourceLock, write_lock
+from torchkiln.artifacts.manifest import (
+    MANIFEST_FORMAT,
+    CacheRecord,
+    Checks,
+    DistRecord,
+    HitsMisses,
+    Jobs,
+    Manifest,
+    RecipeInfo,
+    WheelRecord,
+    stages_of,
+    write_manifest,
+)
+from torchkiln.cache import CacheStats, enforce_min_hit_rate
+from torchkiln.host.toolchain import Tool, Toolchain, tool_version
+from torchkiln.source.git import lock_source
+
+from .buildreqs import read_constraints
+from .context import Context, Published
+from .fingerprint import file_sha256
+
+
+def publish(ctx: Context) -> bool:
+    """Publish the build; whether dist/ changed (a wheel copied in or a superseded one removed)."""
+    ctx.close_cache()
+    if ctx.cache is not None:
+        enforce_min_hit_rate(ctx.cache_stats, ctx.options.min_hit_rate, ctx.cache_causes)
+    paths = ctx.plan.paths
+    wheels, changed = _publish_wheels(ctx)
+    for stale in dist.remove_superseded(paths.dist, [w for w, _ in wheels]):
+        ctx.display.note(f"removed superseded wheel {stale}")
+        changed = True
+    locks = _locks(ctx)
+    recipe = ctx.plan.recipe
+    lock_path = paths.dist / f"{recipe.name}.lock.json"
+    write_lock(lock_path, recipe.name, recipe.sha256, locks)
+    manifest_path = paths.dist / dist.MANIFEST_NAME
+    write_manifest(manifest_path, _manifest(ctx, locks, [WheelRecord.of(w, p) for w, p in wheels]))
+    ctx.published = Published([w for w, _ in wheels], manifest_path, lock_path)
+    return changed
+
+
+def _publish_wheels(ctx: Context) -> tuple[list[tuple[Path, str]], bool]:
+    """Each project's wheels (of its last step that makes wheels) into dist/, those not already there.
+    Returns ((path in dist, project), ...) and whether dist/ changed."""
+    published: list[tuple[Path, str]] = []
+    changed = False
+    for project, step in ctx.plan.wheel_steps().items():
+        assert step.wheels is not None
+        recorded = (ctx.state.get(step.name) or {}).get("outputs", {}).get("wheels", {})
+        for name in sorted(recorded):
+            target = ctx.plan.paths.dist / name
+            if not (target.is_file() and file_sha256(target) == recorded[name]):
+                dist.publish(Path(step.wheels) / name, ctx.plan.paths.dist)
+                changed = True
+            published.append((target, project))
+    return published, changed
+
+
+def _locks(ctx: Context) -> list[SourceLock]:
+    locks = []
+    for source in ctx.plan.sources:
+        step = ctx.plan.wheel_steps().get(source.name)
+        entry = (ctx.state.get(step.name) or {}) if step is not None else {}
+        locks.append(
+            lock_source(
+                source.name,
+                source.path,
+                repo=None if source.provided else source.repo,
+                ref=None if source.provided else source.ref,
+                provided=source.provided,
+                tree_digest=entry.get("outputs", {}).get("tree_sha256"),
+            )
+        )
+    return locks
+
+
+def _toolchain(ctx: Context, locks: list[SourceLock]) -> Toolchain:
+    """The compile steps' recorded toolchains (the first of each tool wins; a tool two projects used at
+    different versions is a warning), plus git when the build read a git checkout."""
+    merged: Toolchain | None = None
+    for step in ctx.plan.steps:
+        if step.kind != "compile":
+            continue
+        raw = (ctx.state.get(step.name) or {}).get("outputs", {}).get("toolchain")
+        if raw is None:
+            continue
+        found = jsonfile.from_data(Toolchain, raw, file=str(ctx.state.path))
+        if merged is None:
+            merged = found
+            continue
+        for name, tool in found.tools.items():
+            known = merged.tools.get(name)
+            if known is None:
+                merged.tools[name] = tool
+            elif known.version != tool.version:
+                ctx.warn(
+                    f"{step.project} was compiled with {name} {tool.version}, another project with {known.version}"
+                )
+    merged = merged or Toolchain()
+    if any(lock.commit is not None for lock in locks):
+        git: Tool | None = tool_version("git", ctx.environ)
+        if git is not None:
+            merged.tools["git"] = git
+    return merged
+
+
+def _manifest(ctx: Context, locks: list[SourceLock], wheels: list[WheelRecord]) -> Manifest:
+    plan, recipe = ctx.plan, ctx.plan.recipe
+    steps = [replace(r, last_run_s=_last_run(ctx, r.name)) for r in ctx.records if r.stage != "publish"]
+    build_env = {
+        step.project: (ctx.state.get(step.name) or {}).get("outputs", {}).get("env", step.shown_env)
+        for step in plan.steps
+        if step.kind == "compile"
+    }
+    checks = Checks(skipped=True) if ctx.options.skip_checks else (ctx.checks or Checks())
+    return Manifest(
+        format=MANIFEST_FORMAT,
+        torchkiln=__version__,
+        started=ctx.started.isoformat(timespec="seconds"),
+        finished=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        recipe=RecipeInfo.of(recipe),
+        projects=list(plan.projects),
+        jobs=Jobs(plan.jobs.value, plan.jobs.source, plan.jobs.reason),
+        sources={lock.name: lock for lock in locks},
+        toolchain=_toolchain(ctx, locks),
+        build_env=build_env,
+        stages=stages_of(steps),
+        steps=steps,
+        cache=_cache_record(ctx.cache_stats) if ctx.cache_stats is not None else None,
+        checks=checks,
+        wheels=wheels,
+        warnings=list(ctx.warnings),
+        constraints=read_constraints(plan.paths.constraints),
+        dist=_dist_record(ctx),
+    )
+
+
+def _dist_record(ctx: Context) -> DistRecord | None:
+    """None when no distributed compiles were asked for; ``used`` False when the preflight turned them off
+    (or when this run compiled nothing: a no-op run asks no scheduler)."""
+    if ctx.plan.dist is None:
+        return None
+    url = ctx.plan.dist.scheduler_url
+    used = ctx.dist is not None and ctx.dist.spec is not None
+    stats = ctx.dist_stats
+    if stats is None:
+        return DistRecord(url, used)
+    return DistRecord(
+        url, used, stats.remote, stats.local, stats.cache_hits, stats.fallback, dict(stats.by_server)
+    )
+
+
+def _cache_record(stats: CacheStats) -> CacheRecord:
+    rate = stats.hit_rate
+    return CacheRecord(
+        stats.tool,
+        stats.hits,
+        stats.misses,
+        stats.uncacheable,
+        None if rate is None else round(rate, 4),
+        HitsMisses(stats.local_hits, stats.local_misses),
+        HitsMisses(stats.remote_hits, stats.remote_misses),
+        stats.errors,
+        {k: HitsMisses(h, m) for k, (h, m) in sorted(stats.by_language.items())},
+    )
+
+
+def _last_run(ctx: Context, name: str) -> float | None:
+    entry = ctx.state.get(name)
+    return round(entry["duration_s"], 3) if entry and "duration_s" in entry else None

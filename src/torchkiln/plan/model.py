@@ -1,0 +1,222 @@
+"""What a build plan is: its steps, sources and paths, as plain frozen data.
+
+:func:`torchkiln.plan.make.make_plan` fills it; ``torchkiln plan`` prints it; the build loop
+(:mod:`torchkiln.build.loop`) executes exactly it. Each :class:`Step` has a **kind** (fetch, env, compile,
+package, checks, publish), which decides what the builder does around it (:mod:`torchkiln.build.kinds`), and
+declares as plain data what it leaves behind and reads: nothing downstream looks at a step's name.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from torchkiln.cache import CacheConfig
+from torchkiln.distributed.spec import DistSpec
+from torchkiln.recipe.model import Recipe
+
+from .jobs import JobsDecision, Resources
+
+PROJECTS = ("torch", "torchvision")
+CHECKOUT_DIRS = {"torch": "pytorch", "torchvision": "vision"}
+# project -> the projects whose steps it builds on (a changed torch rebuilds torchvision, not the reverse).
+DEPENDS: dict[str, tuple[str, ...]] = {"torch": (), "torchvision": ("torch",)}
+
+Kind = Literal["fetch", "env", "compile", "package", "checks", "publish"]
+
+
+@dataclass(frozen=True)
+class Paths:
+    workdir: Path
+    dist: Path
+
+    @property
+    def src(self) -> Path:
+        return self.workdir / "src"
+
+    @property
+    def venv(self) -> Path:
+        return self.workdir / "venv"
+
+    @property
+    def venv_python(self) -> Path:
+        return self.venv / "bin" / "python"
+
+    @property
+    def logs(self) -> Path:
+        return self.workdir / "logs"
+
+    @property
+    def wheelhouse(self) -> Path:
+        """Where wheels are built before they are moved atomically into dist/."""
+        return self.workdir / "wheelhouse"
+
+    @property
+    def constraints(self) -> Path:
+        """The build env's resolution as pip constraints: written by build-env:deps, read by every later
+        pip call (torchkiln.build.buildreqs)."""
+        return self.workdir / "constraints.txt"
+
+    @property
+    def check_venv(self) -> Path:
+        return self.workdir / "check-venv"
+
+
+@dataclass(frozen=True)
+class Source:
+    name: str
+    repo: str
+    ref: str
+    commit: str | None
+    path: Path
+    provided: bool  # an existing checkout given with --source-dir: not fetched
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step: what runs (argv, env, cwd), what kind of step it is, and what it leaves behind and reads.
+
+    ``kind`` decides the behaviour around the command (:data:`torchkiln.build.kinds.KINDS`); the fields after
+    ``path_prepend`` are the data that behaviour reads, empty where they do not apply.
+    """
+
+    name: str
+    kind: Kind
+    project: str  # torch | torchvision | "" (shared)
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)  # what torchkiln sets; never a secret
+    cwd: str | None = None
+    # Directories put in front of the inherited PATH (the build venv's bin/ for compile steps, so its
+    # cmake and ninja are the ones used).
+    path_prepend: tuple[str, ...] = ()
+    # compile: the compiler cache's public variables as planned (at run time the cache session's).
+    cache_env: Mapping[str, str] = field(default_factory=dict)
+    fresh: str | None = None  # removed before the step runs: it starts from nothing (a fetch's checkout)
+    creates: str | None = None  # a file it leaves; when missing the step runs again (a venv's python)
+    reads: tuple[str, ...] = ()  # files (or directories of wheels) whose content is an input
+    wheels: str | None = None  # the directory it leaves wheels in (emptied before it runs)
+    pins: bool = False  # fetch: leaves the checkout at its ref, so HEAD is checked against the recipe's pin
+    facts: bool = False  # checks: its last output line is the built wheels' build facts (JSON)
+    # In-tree build directories the step owns (setuptools' and CMake's build/ inside the source tree): kept
+    # between runs, so a rebuild is incremental; ``--force`` removes them, so it really rebuilds.
+    scratch: tuple[str, ...] = ()
+    # The venv the step makes or changes: its result is kept in the environment store (torchkiln.build.envstore)
+    # by its content, and a later step on the same venv runs again whenever this one ran.
+    venv: str | None = None
+    note: str = ""  # what an in-process step (no argv) does, for the plan
+
+    @property
+    def shown_env(self) -> dict[str, str]:
+        """Every variable the plan shows for the step: its own, then the compiler cache's."""
+        return {**self.env, **self.cache_env}
+
+    def command(self) -> str:
+        return shlex.join(self.argv) if self.argv else f"(torchkiln) {self.note}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "stage": self.kind,
+            "project": self.project,
+            "argv": list(self.argv),
+            "env": self.shown_env,
+            "path_prepend": list(self.path_prepend),
+            "cwd": self.cwd,
+            **({"note": self.note} if self.note else {}),
+        }
+
+
+@dataclass(frozen=True)
+class Plan:
+    recipe: Recipe
+    paths: Paths
+    sources: list[Source]
+    steps: list[Step]
+    jobs: JobsDecision
+    resources: Resources
+    frontend: str
+    cache: CacheConfig
+    projects: tuple[str, ...]
+    dist: DistSpec | None = None  # distributed compiles (sccache-dist); the token is read at run time
+    # What the user chose to differ from the recipe (--accept-source-version, --torch): the build records
+    # each in the manifest's warnings.
+    notes: tuple[str, ...] = ()
+    # Where venvs are kept by their content and shared between work directories (None: not kept).
+    env_store: Path | None = None
+
+    def env_for(self, project: str) -> dict[str, str]:
+        """The env of the project's compile step (what its build reads, without the secrets)."""
+        return next(s.shown_env for s in self.steps if s.kind == "compile" and s.project == project)
+
+    def source(self, project: str) -> Source:
+        return next(s for s in self.sources if s.name == project)
+
+    def dependencies(self, index: int) -> list[int]:
+        """The earlier steps whose results step ``index`` builds on: a shared step ("" project) on all of
+        them, a project's step on the shared steps, its own and those of the projects in DEPENDS."""
+        step = self.steps[index]
+        if step.project == "":
+            return list(range(index))
+        related = {"", step.project, *DEPENDS.get(step.project, ())}
+        return [i for i in range(index) if self.steps[i].project in related]
+
+    def venv_steps(self, venv: str) -> list[str]:
+        """The steps that make or change ``venv``, in order (what the environment store chains)."""
+        return [s.name for s in self.steps if s.venv == venv]
+
+    def wheel_steps(self) -> dict[str, Step]:
+        """Per project, the step whose wheels are published: the last one of the project that makes wheels."""
+        found: dict[str, Step] = {}
+        for step in self.steps:
+            if step.wheels is not None:
+                found[step.project] = step
+        return found
+
+    def to_dict(self) -> dict[str, Any]:
+        r = self.recipe
+        return {
+            "recipe": {
+                "name": r.name,
+                "path": str(r.path) if r.path else None,
+                "sha256": r.sha256,
+                "torch_version": r.torch_wheel_version,
+                "torchvision_version": r.torchvision_wheel_version,
+                "python": r.python,
+                "accelerator": r.accelerator.kind,
+                "cuda": str(r.accelerator.cuda) if r.accelerator.cuda else None,
+                "arch_list": list(r.accelerator.arch_list),
+            },
+            "projects": list(self.projects),
+            "notes": list(self.notes),
+            "frontend": {"torch": self.frontend, "torchvision": "setup.py"},
+            "jobs": {"value": self.jobs.value, "source": self.jobs.source, "reason": self.jobs.reason},
+            "resources": {"cpus": self.resources.cpus, "memory_bytes": self.resources.memory_bytes},
+            "cache": {"kind": self.cache.kind, "dir": str(self.cache.dir)},
+            "env_store": str(self.env_store) if self.env_store else None,
+            "dist": self.dist.to_dict() if self.dist else None,
+            "paths": {
+                "workdir": str(self.paths.workdir),
+                "dist": str(self.paths.dist),
+                "venv": str(self.paths.venv),
+                "logs": str(self.paths.logs),
+            },
+            "sources": [
+                {
+                    "name": s.name,
+                    "repo": s.repo,
+                    "ref": s.ref,
+                    "commit": s.commit,
+                    "path": str(s.path),
+                    "provided": s.provided,
+                }
+                for s in self.sources
+            ],
+            "steps": [s.to_dict() for s in self.steps],
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=False)

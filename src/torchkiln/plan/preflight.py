@@ -1,0 +1,475 @@
+"""Preflight: a build that cannot succeed is refused before the first byte is fetched, with every reason at once.
+
+``torchkiln check RECIPE`` runs it, and so do ``build`` (before its first step). The recipe itself has been
+checked completely by then (:mod:`torchkiln.recipe.loader`: every field, every rule, in one pass); this module checks
+the **host** against the resolved plan, every check run, every problem collected:
+
+======== ==========================================================================================
+python   ``pythonX.Y`` of the recipe runs (a pyenv shim that cannot is "not installed"), with venv/ensurepip
+compiler ``$CC`` (else ``gcc``): the recipe's ``build.gcc`` major, the torch release's minimum
+         (data/host_tools.toml ``gcc_min``), the newest the recipe's nvcc accepts (``gcc_max``)
+nvcc     ``$CUDA_HOME/bin/nvcc`` of the plan reports the recipe's CUDA version
+cudnn    ``cudnn_version.h`` under ``$CUDA_HOME/include`` equals the recipe's pin (major.minor.patch)
+nccl     ``nccl.h`` under ``$NCCL_INCLUDE_DIR`` equals the recipe's pin
+magma    ``$MAGMA_HOME`` holds MAGMA's headers and library, at the recipe's version
+blas     OpenBLAS: its library and ``cblas.h`` on the system (MKL comes from pip, into the build venv)
+git      new enough (``git_min``) when a source is fetched
+disk     free space under the work directory: :data:`DISK_GIB` (estimates; see there)
+memory   enough for the compile jobs asked for: :data:`torchkiln.plan.jobs.PER_JOB_GIB` per job + reserve
+source   a ``--source-dir`` tree's ``version.txt`` is the recipe's release (:func:`source_versions`)
+======== ==========================================================================================
+
+cmake and ninja are not checked on the host: the build venv gets them from pip (``cmake>=3.27``, ``ninja``,
+the release minimums of data/host_tools.toml) and its ``bin/`` comes first on the compile steps' PATH.
+
+Each problem names what was found, what the recipe wants and the fix (:class:`Finding`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shutil
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from torchkiln.errors import EXIT_USAGE, Problem, TorchkilnError
+from torchkiln.host.toolchain import compiler, cudnn_version
+from torchkiln.process import runner
+from torchkiln.recipe import cmake_options
+from torchkiln.recipe.compat import minor
+from torchkiln.recipe.model import Recipe
+from torchkiln.recipe.rules import check_rules
+
+from .jobs import GIB, PER_JOB_GIB, RESERVE_GIB
+from .model import Plan
+
+PROBE_TIMEOUT_S = 20.0
+
+# Free disk a build needs under its work directory, by accelerator kind (GiB). Estimates, not measured on
+# this host (no full torch build was run here): a torch checkout with its submodules at depth 1 (about
+# 2 GiB), its CMake build tree (CPU: about 10 GiB; CUDA with six arch targets: several times that, the
+# fatbins of every kernel per arch), the wheels twice (wheelhouse, then dist/) and the two venvs.
+# Conservative on purpose: running out at link time costs the whole compile.
+DISK_GIB: dict[str, float] = {"cpu": 20.0, "cuda": 60.0}
+
+# OpenBLAS as Debian/Ubuntu (libopenblas-dev) and RHEL (openblas-devel) install it.
+OPENBLAS_LIBS = ("libopenblas.so", "libopenblas.a")
+LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib", "/opt/OpenBLAS/lib")
+CBLAS_HEADERS = (
+    "/usr/include/cblas.h",
+    "/usr/include/x86_64-linux-gnu/cblas.h",
+    "/usr/include/openblas/cblas.h",
+    "/usr/local/include/cblas.h",
+    "/opt/OpenBLAS/include/cblas.h",
+)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem of the host: what was checked, what was found, what the recipe wants, how to fix it."""
+
+    check: str
+    found: str
+    wanted: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"host: {self.check}: found {self.found}; needs {self.wanted} (fix: {self.fix})"
+
+
+class PreflightError(TorchkilnError):
+    """The host cannot build the plan: every reason, one line each (exit status 2)."""
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, findings: list[Finding], problems: list[Problem] | None = None) -> None:
+        self.findings = list(findings)
+        self.problems = list(problems or [])
+        lines = [str(p) for p in self.problems] + [str(f) for f in self.findings]
+        count = len(lines)
+        lines.append(f"preflight: {count} problem(s); nothing was fetched or built")
+        super().__init__("\n".join(lines))
+
+
+@dataclass(frozen=True)
+class Host:
+    """What the checks read: the caller's environment (PATH, CC) and the file system, nothing else."""
+
+    environ: Mapping[str, str]
+
+
+Check = Callable[[Plan, Host], Iterator[Finding]]
+
+
+def _env(plan: Plan) -> dict[str, str]:
+    """The variables torchkiln sets for the first project's compile (CUDA_HOME, MAGMA_HOME, ...)."""
+    return plan.env_for(plan.projects[0])
+
+
+def _run(argv: list[str], host: Host) -> runner.Completed | str:
+    """The completed probe, or a one-line reason it could not run."""
+    try:
+        return runner.run(argv, env=dict(host.environ), timeout=PROBE_TIMEOUT_S)
+    except (runner.ProcessError, OSError) as exc:
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+_PYTHON_PROBE = "import sys, venv, ensurepip; print('%d.%d' % sys.version_info[:2])"
+
+
+def _python(plan: Plan, host: Host) -> Iterator[Finding]:
+    want = plan.recipe.python
+    exe = f"python{want}"
+    fix = (
+        f"install Python {want} with venv (apt install python{want}-venv, or pyenv install {want} and "
+        f"put it on PATH), or use a recipe for a Python this host has"
+    )
+    path = shutil.which(exe, path=host.environ.get("PATH", os.defpath))
+    if path is None:
+        yield Finding("python", f"no {exe} on PATH", f"Python {want} (python.version)", fix)
+        return
+    done = _run([path, "-c", _PYTHON_PROBE], host)
+    if isinstance(done, str) or not done.ok:
+        lines = [] if isinstance(done, str) else [x for x in done.output.splitlines() if x.strip()]
+        detail = done if isinstance(done, str) else (lines[0] if lines else f"exit {done.returncode}")
+        yield Finding(
+            "python", f"{path} does not run ({detail[:200]})", f"Python {want} (python.version)", fix
+        )
+        return
+    got = done.stdout.strip().splitlines()[-1:] or [""]
+    if got[0] != want:
+        yield Finding("python", f"{path} is Python {got[0]}", f"Python {want} (python.version)", fix)
+
+
+def _version_of(text: str | None) -> Version | None:
+    try:
+        return Version(text) if text else None
+    except InvalidVersion:
+        return None
+
+
+def _compiler(plan: Plan, host: Host) -> Iterator[Finding]:
+    r = plan.recipe
+    found = compiler("CC", "gcc", host.environ)
+    setting = f"$CC={host.environ['CC']}" if host.environ.get("CC") else "gcc"
+    if found is None:
+        yield Finding(
+            "compiler",
+            f"no {setting} on PATH",
+            "a C/C++ compiler (gcc)",
+            "apt install gcc g++ (or set CC/CXX)",
+        )
+        return
+    family, tool = found
+    version = _version_of(tool.version)
+    if version is None:
+        yield Finding("compiler", f"{setting}: {tool.error or 'no version'}", "gcc", "set CC/CXX to gcc")
+        return
+    shown = f"{family} {version} ({tool.path})"
+    if family == "gcc":
+        if r.build.gcc is not None and version.major != r.build.gcc:
+            yield Finding(
+                "compiler",
+                shown,
+                f"gcc {r.build.gcc} (build.gcc)",
+                f"install gcc-{r.build.gcc} g++-{r.build.gcc} and set CC=gcc-{r.build.gcc} "
+                f"CXX=g++-{r.build.gcc}, or set build.gcc = {version.major} in the recipe",
+            )
+        tools = cmake_options.host_tools(str(r.torch.version))
+        low = _version_of(tools.get("gcc_min"))
+        if low is not None and version < low:
+            yield Finding(
+                "compiler",
+                shown,
+                f"gcc >= {low} for torch {minor(r.torch.version)} (data/host_tools.toml, "
+                f"{tools.get('gcc_confidence', '')})",
+                f"install gcc {low} or newer and set CC/CXX",
+            )
+    if r.accelerator.cuda is not None:
+        try:
+            limits = cmake_options.nvcc_host_compilers(str(r.accelerator.cuda))
+        except KeyError:
+            return
+        high = limits.get(f"{family}_max")
+        if isinstance(high, int) and version.major > high:
+            yield Finding(
+                "compiler",
+                shown,
+                f"{family} <= {high}, the newest CUDA {r.accelerator.cuda}'s nvcc accepts (crt/host_config.h)",
+                f"install {family} {high} or older and set CC/CXX",
+            )
+
+
+def _nvcc(plan: Plan, host: Host) -> Iterator[Finding]:
+    r = plan.recipe
+    if r.accelerator.cuda is None:
+        return
+    env = _env(plan)
+    home = env.get("CUDA_HOME", "")
+    nvcc = env.get("CUDACXX") or f"{home}/bin/nvcc"
+    want = f"nvcc {r.accelerator.cuda} at {nvcc} (accelerator.cuda; the plan's CUDA_HOME)"
+    fix = f"install the CUDA {r.accelerator.cuda} toolkit into {home}"
+    if not Path(nvcc).is_file():
+        yield Finding("nvcc", f"no {nvcc}", want, fix)
+        return
+    done = _run([nvcc, "--version"], host)
+    text = done if isinstance(done, str) else done.output
+    match = re.search(r"release (\d+\.\d+)", text)
+    if match is None:
+        yield Finding("nvcc", f"{nvcc} --version says no release ({text.strip()[:120]})", want, fix)
+    elif Version(match.group(1)) != r.accelerator.cuda:
+        yield Finding("nvcc", f"CUDA {match.group(1)} at {nvcc}", want, fix)
+
+
+def header_version(path: Path, prefix: str, parts: tuple[str, ...]) -> str | None:
+    """``#define <prefix>_<part> N`` for each part, joined with dots; None when the header lacks one."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    found = [re.search(rf"#define\s+{prefix}_{part}\s+(\d+)", text) for part in parts]
+    return ".".join(m.group(1) for m in found if m) if all(found) else None
+
+
+def _release_of(pin: Version, parts: int = 3) -> str:
+    return ".".join(str(n) for n in (pin.release + (0, 0, 0))[:parts])
+
+
+def _cudnn(plan: Plan, host: Host) -> Iterator[Finding]:
+    pin = plan.recipe.accelerator.cudnn
+    if pin is None:
+        return
+    home = _env(plan).get("CUDA_HOME", "")
+    want = f"cuDNN {_release_of(pin)} (accelerator.cudnn = {pin})"
+    fix = f"install cuDNN {pin} for CUDA {plan.recipe.accelerator.cuda} under {home} (include/, lib64/)"
+    got = cudnn_version(home)
+    if got is None:
+        yield Finding("cudnn", f"no cudnn_version.h under {home}/include", want, fix)
+    elif got != _release_of(pin):
+        yield Finding("cudnn", f"cuDNN {got} ({home}/include/cudnn_version.h)", want, fix)
+
+
+def _nccl(plan: Plan, host: Host) -> Iterator[Finding]:
+    pin = plan.recipe.accelerator.nccl
+    if pin is None:
+        return
+    include = Path(_env(plan).get("NCCL_INCLUDE_DIR", ""))
+    want = f"NCCL {_release_of(pin)} (accelerator.nccl)"
+    fix = f"install NCCL {pin} for CUDA {plan.recipe.accelerator.cuda} (nccl.h into {include})"
+    got = header_version(include / "nccl.h", "NCCL", ("MAJOR", "MINOR", "PATCH"))
+    if got is None:
+        yield Finding("nccl", f"no nccl.h in {include}", want, fix)
+    elif got != _release_of(pin):
+        yield Finding("nccl", f"NCCL {got} ({include}/nccl.h)", want, fix)
+
+
+def _magma(plan: Plan, host: Host) -> Iterator[Finding]:
+    magma = plan.recipe.magma
+    if magma is None or "torch" not in plan.projects:
+        return
+    home = Path(_env(plan).get("MAGMA_HOME", "/usr/local/magma"))
+    want = f"MAGMA {magma.version} in {home} (the [magma] table; the plan's MAGMA_HOME)"
+    fix = f"install MAGMA {magma.version} into {home} (scripts/install_magma.sh), or drop [magma]"
+    libs = [home / "lib" / name for name in ("libmagma.so", "libmagma.a")]
+    if not (home / "include" / "magma_v2.h").is_file() or not any(p.is_file() for p in libs):
+        yield Finding("magma", f"no include/magma_v2.h and lib/libmagma.* under {home}", want, fix)
+        return
+    got = header_version(home / "include" / "magma_types.h", "MAGMA_VERSION", ("MAJOR", "MINOR", "MICRO"))
+    if got is not None and Version(got) != magma.version:
+        yield Finding("magma", f"MAGMA {got} in {home}", want, fix)
+
+
+def _blas(plan: Plan, host: Host) -> Iterator[Finding]:
+    if plan.recipe.blas.kind != "openblas" or "torch" not in plan.projects:
+        return  # MKL: mkl-static/mkl-include are pip-installed into the build venv by the env steps
+    have_lib = any(Path(d, n).exists() for d in LIB_DIRS for n in OPENBLAS_LIBS)
+    have_header = any(Path(h).is_file() for h in CBLAS_HEADERS)
+    if not (have_lib and have_header):
+        missing = [w for w, ok in (("libopenblas", have_lib), ("cblas.h", have_header)) if not ok]
+        yield Finding(
+            "blas",
+            f"no {' and no '.join(missing)} in the system's directories",
+            'OpenBLAS (blas.kind = "openblas")',
+            'apt install libopenblas-dev, or blas.kind = "mkl"',
+        )
+
+
+def _git(plan: Plan, host: Host) -> Iterator[Finding]:
+    if all(s.provided for s in plan.sources):
+        return
+    low = Version(cmake_options.host_tools(str(plan.recipe.torch.version))["git_min"])
+    path = shutil.which("git", path=host.environ.get("PATH", os.defpath))
+    want = f"git >= {low} (submodule update --jobs; data/host_tools.toml)"
+    if path is None:
+        yield Finding("git", "no git on PATH", want, "apt install git, or give --source-dir checkouts")
+        return
+    done = _run([path, "--version"], host)
+    text = done if isinstance(done, str) else done.stdout
+    match = re.search(r"git version (\d+(?:\.\d+)+)", text)
+    if match is None or Version(match.group(1)) < low:
+        shown = f"git {match.group(1)}" if match else f"{path} ({text.strip()[:80]})"
+        yield Finding("git", shown, want, "install a newer git")
+
+
+def _existing(path: Path) -> Path:
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            return candidate
+    return Path("/")
+
+
+def _disk(plan: Plan, host: Host) -> Iterator[Finding]:
+    need = DISK_GIB[plan.recipe.accelerator.kind]
+    where = _existing(plan.paths.workdir)
+    try:
+        stats = os.statvfs(where)
+    except OSError as exc:
+        yield Finding(
+            "disk", f"cannot read free space of {where}: {exc.strerror}", f"{need:g} GiB", "check it"
+        )
+        return
+    free = stats.f_bavail * stats.f_frsize / GIB
+    if free < need:
+        yield Finding(
+            "disk",
+            f"{free:.1f} GiB free under {where}",
+            f"{need:g} GiB for a {plan.recipe.accelerator.kind} build (checkout, build tree, wheels; "
+            "torchkiln.plan.preflight.DISK_GIB)",
+            "free space, or use --workdir on a larger disk",
+        )
+
+
+def _memory(plan: Plan, host: Host) -> Iterator[Finding]:
+    kind = plan.recipe.accelerator.kind
+    per_job = PER_JOB_GIB[kind]
+    need = RESERVE_GIB + per_job * plan.jobs.value
+    have = plan.resources.memory_gib
+    if have < need:
+        fewest = max(1, int((have - RESERVE_GIB) // per_job))
+        yield Finding(
+            "memory",
+            f"{have:.1f} GiB (after cgroup limits)",
+            f"{need:g} GiB for MAX_JOBS={plan.jobs.value} ({plan.jobs.source}): {per_job:g} GiB per {kind} "
+            f"compile job + {RESERVE_GIB:g} GiB reserve (torchkiln.plan.jobs)",
+            f"--jobs {fewest}" if have >= RESERVE_GIB + per_job else "a machine with more memory",
+        )
+
+
+# ------------------------------------------------------------------------------------------------------
+# --source-dir trees: their version must be the recipe's.
+# ------------------------------------------------------------------------------------------------------
+
+# Where each project's tree states its version (torch and torchvision: version.txt at the top, e.g.
+# "2.13.0a0"; their build scripts add the git sha and read BUILD_VERSION/PYTORCH_BUILD_VERSION instead).
+VERSION_FILES: dict[str, str] = {"torch": "version.txt", "torchvision": "version.txt"}
+
+
+@dataclass(frozen=True)
+class TreeVersion:
+    project: str
+    path: Path  # the version file
+    text: str | None  # what it says, None when absent or unreadable
+    release: Version | None  # its release (2.12.0 of 2.12.0a0)
+
+
+def tree_version(project: str, source: Path) -> TreeVersion:
+    path = source / VERSION_FILES[project]
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")[:100].strip()
+    except OSError:
+        return TreeVersion(project, path, None, None)
+    found = _version_of(text.split()[0] if text else None)
+    return TreeVersion(project, path, text, Version(found.base_version) if found else None)
+
+
+def source_versions(recipe: Recipe, source_dirs: Mapping[str, Path]) -> dict[str, TreeVersion]:
+    """Per given tree whose version file disagrees with the recipe's release (or has none): what it says."""
+    out: dict[str, TreeVersion] = {}
+    for project, source in source_dirs.items():
+        found = tree_version(project, Path(source))
+        if found.release != recipe.spec(project).version:
+            out[project] = found
+    return out
+
+
+def adopt_source_versions(
+    recipe: Recipe, source_dirs: Mapping[str, Path], accepted: frozenset[str]
+) -> tuple[Recipe, tuple[str, ...]]:
+    """The recipe whose versions are those of the given trees, for the projects in ``accepted`` (the user's
+    explicit ``--accept-source-version``): a wheel is never stamped with a version its source does not
+    have. Returns the recipe and the notes the manifest records. A mismatch not accepted is left for
+    :func:`preflight` to report with everything else."""
+    notes: list[str] = []
+    for project, found in source_versions(recipe, source_dirs).items():
+        if project not in accepted or found.release is None:
+            continue
+        want = recipe.spec(project).version
+        spec = dataclasses.replace(recipe.spec(project), version=found.release)
+        if project == "torch":
+            recipe = dataclasses.replace(recipe, torch=spec)
+        else:
+            recipe = dataclasses.replace(recipe, torchvision=spec)
+        notes.append(
+            f"--accept-source-version {project}: built the tree's version {found.release} ({found.path} says "
+            f"{found.text!r}), not the recipe's {want}"
+        )
+    return recipe, tuple(notes)
+
+
+def _sources(plan: Plan, host: Host) -> Iterator[Finding]:
+    r = plan.recipe
+    given = {s.name: s.path for s in plan.sources if s.provided}
+    for project, found in source_versions(r, given).items():
+        shown = f"{found.text!r} in {found.path}" if found.text is not None else f"no {found.path}"
+        yield Finding(
+            f"source:{project}",
+            shown,
+            f"{project} {r.spec(project).version} ({project}.version)",
+            f"check out {r.spec(project).ref} in that tree, or build the tree's own version with "
+            f"--accept-source-version {project} (recorded in the manifest)",
+        )
+
+
+def _rules_after_adoption(plan: Plan) -> list[Problem]:
+    """The compatibility rules again when a tree's version replaced the recipe's (a torchvision 0.21 tree
+    does not pair with torch 2.13 however it is accepted)."""
+    if not plan.notes:
+        return []
+    return check_rules(plan.recipe, plan.recipe.source)
+
+
+CHECKS: tuple[tuple[str, Check], ...] = (
+    ("python", _python),
+    ("compiler", _compiler),
+    ("nvcc", _nvcc),
+    ("cudnn", _cudnn),
+    ("nccl", _nccl),
+    ("magma", _magma),
+    ("blas", _blas),
+    ("git", _git),
+    ("disk", _disk),
+    ("memory", _memory),
+    ("source", _sources),
+)
+
+
+def preflight(plan: Plan, environ: Mapping[str, str] | None = None) -> list[Finding]:
+    """Every host problem of ``plan``: every check runs, whatever the others found."""
+    host = Host(dict(os.environ if environ is None else environ))
+    findings: list[Finding] = []
+    for _, check in CHECKS:
+        findings += check(plan, host)
+    return findings
+
+
+def require(plan: Plan, environ: Mapping[str, str] | None = None) -> None:
+    """Raise :class:`PreflightError` with every problem when the host cannot build ``plan``."""
+    problems = _rules_after_adoption(plan)
+    findings = preflight(plan, environ)
+    if problems or findings:
+        raise PreflightError(findings, problems)

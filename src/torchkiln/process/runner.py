@@ -1,0 +1,373 @@
+"""The one way torchkiln runs a process: argv lists, a process group each, timeouts, redaction, first error.
+
+Every command torchkiln starts goes through here (the build's steps, git, the compiler-cache tools, pip, tool
+version probes, the verification suite's helpers), so all of them behave alike:
+
+* argv lists only, never a shell: recipe strings stay single arguments, never code;
+* each process leads its own session and process group, so stopping it stops what it started (ninja and
+  the compilers, torchrun's workers): :func:`stop_group` sends SIGTERM to the group, waits, then SIGKILL;
+* a timeout stops the whole group and says so;
+* text that is shown or logged passes through the caller's ``redact`` first (compiler-cache secrets);
+* a failure names the command, its exit status and the *first* error line of its output
+  (:func:`torchkiln.process.logs.first_error`), not the last line of noise;
+* :func:`stream` writes each line to a log file as it arrives and hands it to an observer (progress, the
+  configure watcher), which may stop the run.
+
+Standard library only (with :mod:`torchkiln.errors` and :mod:`torchkiln.process.logs`, which are too): the
+verification suite runs it inside slim runtime images.
+
+* within :func:`supervised` (a build), every process carries the run's mark and a watchdog
+  (:mod:`torchkiln.process.supervisor`) kills all of them once torchkiln is gone, SIGKILL of torchkiln included.
+
+:func:`spawn` is the one place a process is created; :class:`Completed` / :class:`Streamed` carry the
+seconds each run took.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from torchkiln.errors import TorchkilnError, name_path
+
+from .logs import first_error
+from .supervisor import MARK
+
+KILL_GRACE_S = 10.0
+TAIL_KEEP = 200
+
+Redact = Callable[[str], str]
+# An observer sees each (redacted) output line of a streamed run; returning True stops the run.
+Observer = Callable[[str], bool]
+
+
+def _same(text: str) -> str:
+    return text
+
+
+class ProcessError(TorchkilnError):
+    """A process could not start, timed out or failed; the message says which and why."""
+
+    def __init__(self, message: str, result: Completed | None = None) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+@dataclass(frozen=True)
+class Completed:
+    """A finished run with captured output (already redacted)."""
+
+    argv: tuple[str, ...]
+    returncode: int | None  # None: stopped after its timeout
+    stdout: str
+    stderr: str
+    seconds: float
+
+    @property
+    def timed_out(self) -> bool:
+        return self.returncode is None
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+    @property
+    def command(self) -> str:
+        return " ".join(self.argv)
+
+    def first_error(self) -> str | None:
+        """The first error line of the output, else its last non-empty line, else None."""
+        lines = self.output.splitlines()
+        found = first_error(lines)
+        if found:
+            return found.strip()
+        rest = [line.strip() for line in lines if line.strip()]
+        return rest[-1] if rest else None
+
+    def failure(self) -> str:
+        """One line: what ran and how it failed."""
+        if self.timed_out:
+            return f"{self.command} did not finish within {self.seconds:.0f} s"
+        detail = self.first_error()
+        return f"{self.command} failed (exit {self.returncode})" + (f": {detail}" if detail else "")
+
+    def describe(self, tail: int = 4000) -> str:
+        """What ran, how it ended, and the end of its output (for test failures and reports)."""
+        state = "timed out" if self.timed_out else f"exited {self.returncode}"
+        return f"{self.command} {state}\n--- output (tail) ---\n{self.output[-tail:]}"
+
+
+@dataclass(frozen=True)
+class Streamed:
+    """A finished streamed run: its output is in ``log``, the last lines in ``tail``."""
+
+    argv: tuple[str, ...]
+    returncode: int | None  # None: stopped because the observer asked
+    seconds: float
+    log: Path
+    tail: list[str] = field(default_factory=list)
+
+    @property
+    def stopped(self) -> bool:
+        return self.returncode is None
+
+
+# --------------------------------------------------------------------------------------------------
+# Supervision: what a run started dies with it, also when torchkiln is SIGKILLed (torchkiln.process.supervisor).
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Watch:
+    run_id: str
+    watchdog: subprocess.Popen[str]
+
+
+_WATCH: _Watch | None = None
+
+
+@contextlib.contextmanager
+def supervised() -> Iterator[str]:
+    """Within the block every process :func:`spawn` starts carries this run's mark, and a watchdog
+    (:mod:`torchkiln.process.supervisor`) SIGKILLs whatever carries it once torchkiln is gone: at the block's end,
+    or when torchkiln dies in any way, SIGKILL included. Yields the run's id. Nested blocks share one."""
+    global _WATCH
+    if _WATCH is not None:
+        yield _WATCH.run_id
+        return
+    run_id = uuid.uuid4().hex
+    env = {k: v for k, v in os.environ.items() if k != MARK}
+    package_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+    watchdog = subprocess.Popen(  # noqa: S603 - this Python, this package's module
+        [sys.executable, "-m", "torchkiln.process.supervisor", run_id],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+        start_new_session=True,  # Ctrl-C in the terminal is torchkiln's to handle, not the watchdog's
+    )
+    _WATCH = _Watch(run_id, watchdog)
+    try:
+        yield run_id
+    finally:
+        _WATCH = None
+        assert watchdog.stdin is not None
+        with contextlib.suppress(OSError):
+            watchdog.stdin.close()  # the watchdog sweeps now, as it would if torchkiln had died
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            watchdog.wait(timeout=30)
+
+
+def remove_at_exit(path: Path) -> None:
+    """Have the watchdog remove ``path`` when this run ends, however it ends (a server's socket)."""
+    if _WATCH is not None and _WATCH.watchdog.stdin is not None:
+        with contextlib.suppress(OSError):
+            _WATCH.watchdog.stdin.write(f"file {path}\n")
+            _WATCH.watchdog.stdin.flush()
+
+
+def _marked(env: Mapping[str, str] | None) -> dict[str, str] | None:
+    if _WATCH is None:
+        return dict(env) if env is not None else None
+    return {**(env if env is not None else os.environ), MARK: _WATCH.run_id}
+
+
+# --------------------------------------------------------------------------------------------------
+# Starting and stopping.
+# --------------------------------------------------------------------------------------------------
+
+
+def spawn(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | Path | None = None,
+    stdout: int | IO[bytes] | None = subprocess.PIPE,
+    stderr: int | IO[bytes] | None = subprocess.PIPE,
+    text: bool = True,
+    errors: str = "replace",
+    stdin: int | None = subprocess.DEVNULL,
+) -> subprocess.Popen[Any]:
+    """Start ``argv`` in a new session (it leads its own process group), stdin closed unless given.
+
+    The one place torchkiln creates a process. A missing working directory or executable is a
+    :class:`ProcessError` that names it.
+    """
+    if cwd is not None and not Path(cwd).is_dir():
+        raise ProcessError(f"working directory {cwd} does not exist")
+    try:
+        return subprocess.Popen(  # noqa: S603 - an argv list, never a shell
+            list(argv),
+            env=_marked(env),
+            cwd=cwd,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            text=text,
+            errors=errors if text else None,
+            start_new_session=True,
+        )
+    except FileNotFoundError:
+        raise ProcessError(f"{argv[0]} not found (is it installed and on PATH?)") from None
+    except PermissionError:
+        raise ProcessError(f"{argv[0]} cannot be executed (permission denied)") from None
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def kill_group(proc: subprocess.Popen[Any]) -> None:
+    """SIGKILL whatever is left of ``proc``'s process group (stragglers after the leader exited)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def stop_group(proc: subprocess.Popen[Any], *, grace: float = KILL_GRACE_S) -> None:
+    """Stop ``proc``'s whole process group: SIGTERM, then SIGKILL after ``grace`` seconds. Returns once the
+    leader and every other member are gone, so nothing keeps compiling."""
+    pgid = proc.pid  # start_new_session: the process leads its own group
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace)
+    while _group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _group_alive(pgid):
+        kill_group(proc)
+        proc.wait()
+        while _group_alive(pgid) and time.monotonic() < deadline + grace:
+            time.sleep(0.05)
+
+
+# --------------------------------------------------------------------------------------------------
+# Running to completion with captured output.
+# --------------------------------------------------------------------------------------------------
+
+
+def finish(
+    proc: subprocess.Popen[Any],
+    *,
+    timeout: float | None = None,
+    redact: Redact = _same,
+    reap: bool = False,
+) -> Completed:
+    """Wait for ``proc`` (started by :func:`spawn`) up to ``timeout`` seconds; past it, stop its group and
+    report ``returncode=None``. ``reap`` also kills members of its group still running after it exited
+    (workers a crashed launcher left behind). An interrupt stops the group and propagates."""
+    start = time.monotonic()
+    argv = tuple(str(a) for a in proc.args) if isinstance(proc.args, list | tuple) else (str(proc.args),)
+    try:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+            code: int | None = proc.returncode
+        except subprocess.TimeoutExpired:
+            kill_group(proc)
+            out, err = proc.communicate()
+            code = None
+    except BaseException:
+        stop_group(proc)
+        raise
+    finally:
+        if reap:
+            kill_group(proc)
+    return Completed(argv, code, redact(out or ""), redact(err or ""), time.monotonic() - start)
+
+
+def run(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | Path | None = None,
+    timeout: float | None = None,
+    check: bool = False,
+    capture: bool = True,
+    redact: Redact = _same,
+    reap: bool = False,
+    errors: str = "replace",
+) -> Completed:
+    """Run ``argv`` to completion (or ``timeout``). With ``check`` a non-zero exit or a timeout raises
+    :class:`ProcessError` naming the command and its first error line; otherwise the caller reads
+    :class:`Completed`. ``capture=False`` lets the output go to this process's stdout/stderr; ``errors`` is
+    how bytes that are not UTF-8 are decoded (``surrogateescape`` keeps them)."""
+    pipe = subprocess.PIPE if capture else None
+    stdin = subprocess.DEVNULL if capture else None  # an interactive child (pytest --pdb) keeps the terminal
+    proc = spawn(argv, env=env, cwd=cwd, stdout=pipe, stderr=pipe, errors=errors, stdin=stdin)
+    result = finish(proc, timeout=timeout, redact=redact, reap=reap)
+    if check and not result.ok:
+        raise ProcessError(result.failure(), result)
+    return result
+
+
+# --------------------------------------------------------------------------------------------------
+# Streaming into a log, line by line.
+# --------------------------------------------------------------------------------------------------
+
+
+def stream(
+    argv: Sequence[str],
+    *,
+    log: Path,
+    env: Mapping[str, str] | None = None,
+    cwd: str | Path | None = None,
+    observe: Observer | None = None,
+    redact: Redact = _same,
+    header: str | None = None,
+) -> Streamed:
+    """Run ``argv`` with stdout and stderr merged, each line redacted, written to ``log`` (flushed, so a
+    reader sees progress) and passed to ``observe``; ``observe`` returning True stops the run (its whole
+    group) with ``returncode=None``. An interrupt (Ctrl-C, or SIGTERM turned into an exception) stops the
+    group before it propagates."""
+    start = time.monotonic()
+    proc = spawn(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=False)
+    assert proc.stdout is not None
+    tail: list[str] = []
+    stopped = False
+    finished = False
+    try:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("w", encoding="utf-8") as handle:
+            if header is not None:
+                handle.write(redact(header) + "\n")
+            for raw in proc.stdout:
+                line = redact(raw.decode("utf-8", errors="replace"))
+                handle.write(line)
+                handle.flush()
+                tail.append(line.rstrip("\n"))
+                if len(tail) > TAIL_KEEP:
+                    del tail[: TAIL_KEEP // 2]
+                if observe is not None and observe(line):
+                    stopped = True
+                    break
+        if not stopped:
+            proc.wait()
+            finished = True
+    except OSError as exc:  # the log's disk is full or gone: say which file
+        raise name_path(exc, log) from None
+    finally:
+        if not finished:  # stopped by the observer, Ctrl-C or SIGTERM
+            stop_group(proc)
+        proc.stdout.close()
+    return Streamed(tuple(argv), None if stopped else proc.returncode, time.monotonic() - start, log, tail)

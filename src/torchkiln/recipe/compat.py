@@ -1,0 +1,44 @@
+"""The compatibility data: what each torch release and CUDA version accepts (``data/compat.toml``).
+
+The numbers live in the data file, each with the upstream source it was read from. Two sides read them: the
+recipe rules (:mod:`torchkiln.recipe.rules`), which refuse a recipe before any work starts, and the
+verification suite (:mod:`torchkiln.verify`), which runs on a GPU host that has only the wheels, the manifest
+and the recipe. So this module needs nothing but the recipe model.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from packaging.version import Version
+
+from .model import Recipe
+
+
+@cache
+def compat() -> dict[str, Any]:
+    """The compatibility data shipped with torchkiln."""
+    return tomllib.loads(resources.files("torchkiln").joinpath("data/compat.toml").read_text("utf-8"))
+
+
+def minor(version: Version) -> str:
+    return f"{version.major}.{version.minor}"
+
+
+def torch_release(recipe: Recipe) -> dict[str, Any] | None:
+    release: dict[str, Any] | None = compat()["torch"].get(minor(recipe.torch.version))
+    return release
+
+
+def cuda_release(recipe: Recipe) -> dict[str, Any] | None:
+    cuda = recipe.accelerator.cuda
+    return compat()["cuda"].get(minor(cuda)) if cuda is not None else None
+
+
+def frontend(recipe: Recipe) -> str:
+    """'setup.py' or 'scikit-build-core': how this torch release builds its wheel."""
+    release = torch_release(recipe)
+    return release["frontend"] if release else "scikit-build-core"

@@ -1,0 +1,146 @@
+"""Source checkouts: the git commands that fetch a pinned ref, and reading a checkout with git.
+
+Everything runs real ``git`` with argv lists through :mod:`torchkiln.process.runner` (never a shell): recipe strings
+such as a ref or a URL are always one argv item, and a git that fails says so (never an empty answer taken
+for a result). :func:`lock_source` reads what a checkout is at into the lock file's entry
+(:mod:`torchkiln.artifacts.lockfile`): the resolved SHA of the repository and of every submodule, or for a tree that is
+no git checkout the sha256 of its contents.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from torchkiln.artifacts.lockfile import SourceLock, Submodule
+from torchkiln.errors import TorchkilnError
+from torchkiln.files.digests import tree_sha256
+from torchkiln.process import runner
+from torchkiln.recipe.model import SourceSpec
+
+
+def _is_local_url(url: str) -> bool:
+    return url.startswith("file://") or url.startswith("/")
+
+
+def fetch_commands(spec: SourceSpec, dest: Path, *, jobs: int = 4) -> list[tuple[str, ...]]:
+    """argv of each git command that fetches ``spec`` into ``dest`` (shallow, submodules recursive).
+
+    Every recipe string is one argv item: nothing here goes through a shell. A repository on a local path
+    or ``file://`` URL (a mirror on an air-gapped cluster) usually has its submodules mirrored locally as
+    well; git >= 2.38 refuses the ``file`` transport for submodules unless asked, so for such a repository
+    the submodule update allows it (the user chose the local mirror in the recipe).
+    """
+    git = ("git", "-C", str(dest))
+    submodule_git = (*git, "-c", "protocol.file.allow=always") if _is_local_url(spec.repo) else git
+    return [
+        ("git", "init", "--quiet", str(dest)),
+        (*git, "remote", "add", "origin", spec.repo),
+        (*git, "fetch", "--depth", "1", "--no-tags", "origin", spec.ref),
+        (*git, "checkout", "--quiet", "--detach", "FETCH_HEAD"),
+        (*submodule_git, "submodule", "update", "--init", "--recursive", "--depth", "1", "--jobs", str(jobs)),
+    ]
+
+
+def git_output(repo: Path, *args: str, errors: str = "replace") -> str:
+    """stdout of ``git -C repo args...``; a failure raises TorchkilnError with git's own message.
+    ``errors="surrogateescape"`` keeps bytes that are not UTF-8 (``str.encode`` gives them back)."""
+    try:
+        done = runner.run(["git", "-C", str(repo), *args], errors=errors)
+    except runner.ProcessError:
+        raise TorchkilnError("git is not installed (needed to fetch and pin sources)") from None
+    if not done.ok:
+        message = (done.stderr or done.stdout).strip().splitlines()
+        raise TorchkilnError(
+            f"git {' '.join(args)} in {repo} failed: {message[-1] if message else done.returncode}"
+        )
+    return done.stdout
+
+
+def is_git_checkout(path: Path) -> bool:
+    """Whether ``path`` is the top of a git work tree (not merely inside one)."""
+    if not path.is_dir():
+        return False
+    try:
+        done = runner.run(["git", "-C", str(path), "rev-parse", "--show-toplevel"])
+    except runner.ProcessError:
+        return False
+    return done.ok and Path(done.stdout.strip()).resolve() == path.resolve()
+
+
+def checkout_intact(path: Path, head: str | None) -> bool:
+    """Whether ``path`` is still the checkout a fetch left: the top of a git work tree (not an empty
+    directory, a file, or a tree whose ``.git`` or object store was removed) and, when the fetch recorded
+    its ``head``, at that commit with its tree readable."""
+    if not is_git_checkout(path):
+        return False
+    if head is None:
+        return True
+    found = runner.run(["git", "-C", str(path), "rev-parse", "--verify", "--quiet", "HEAD^{commit}"])
+    if not found.ok or found.stdout.strip() != head:
+        return False
+    return runner.run(["git", "-C", str(path), "cat-file", "-e", "HEAD^{tree}"]).ok
+
+
+def head_commit(repo: Path) -> str:
+    return git_output(repo, "rev-parse", "HEAD").strip()
+
+
+def check_pin(spec: SourceSpec, repo: Path) -> str:
+    """HEAD of ``repo``; raises when the recipe pins an exact commit and HEAD is another one.
+
+    A ref (branch or tag) can move; the commit pin is what makes a recipe reproducible, so a mismatch is
+    refused before anything is built from the wrong tree.
+    """
+    head = head_commit(repo)
+    if spec.commit is not None and head != spec.commit:
+        raise TorchkilnError(
+            f"{spec.name}: pin mismatch in {repo}: HEAD is {head} but the recipe's {spec.name}.commit is "
+            f"{spec.commit} (ref {spec.ref!r} of {spec.repo} points elsewhere now, or the source dir is "
+            f"checked out at another commit). Fix {spec.name}.commit or {spec.name}.ref in the recipe, or "
+            "check out the pinned commit."
+        )
+    return head
+
+
+_STATE = {" ": "ok", "+": "modified", "-": "uninitialized", "U": "conflict"}
+
+
+def submodules(repo: Path) -> list[Submodule]:
+    """Every submodule, recursively, with the commit checked out (``git submodule status --recursive``)."""
+    if not (repo / ".gitmodules").exists():
+        return []
+    result: list[Submodule] = []
+    for line in git_output(repo, "submodule", "status", "--recursive").splitlines():
+        if len(line) < 43:
+            continue
+        state, sha, rest = line[0], line[1:41], line[42:]
+        path = rest.split(" (", 1)[0]
+        url: str | None = None
+        if state != "-":
+            try:
+                url = git_output(repo / path, "config", "--get", "remote.origin.url").strip() or None
+            except TorchkilnError:
+                url = None
+        result.append(Submodule(path, sha, url, _STATE.get(state, "unknown")))
+    return result
+
+
+def lock_source(
+    name: str,
+    path: Path,
+    *,
+    repo: str | None,
+    ref: str | None,
+    provided: bool,
+    tree_digest: str | None = None,
+) -> SourceLock:
+    """Resolve the SHAs of a checkout. A tree that is not a git checkout has no commit: its contents are
+    hashed instead (``tree_digest``: given when the build hashed the tree before compiling it)."""
+    if not is_git_checkout(path):
+        digest = tree_digest if tree_digest is not None else (tree_sha256(path) if path.is_dir() else None)
+        return SourceLock(
+            name, repo, ref, None, dirty=True, provided=provided, path=str(path), tree_sha256=digest
+        )
+    head = head_commit(path)
+    dirty = bool(git_output(path, "status", "--porcelain", "--untracked-files=no").strip())
+    return SourceLock(name, repo, ref, head, dirty, provided, str(path), None, submodules(path))

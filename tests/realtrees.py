@@ -1,0 +1,99 @@
+"""Upstream's real release sources, as test fixtures: PyTorch 2.6.0 and torchvision 0.21.0.
+
+Debian's source packages carry upstream's release tarballs as their ``.orig`` tarballs (PyTorch's is a
+``+dfsg`` repack: Debian strips some vendored files; neither has git submodules, like any source archive of a
+GitHub release). They are fetched from Debian's pool, checked against the sha256 of Debian's Sources index
+(trixie: ``pytorch 2.6.0+dfsg-7``, ``pytorch-vision 0.21.0-3``), kept in a cache directory between runs and
+extracted once per test session. Nothing of them is committed.
+
+Where the archive cannot be reached the tests that need them skip; under ``CI=true`` they fail instead
+(CI reaches Debian's archive, so a skip there would hide a broken test).
+
+The cache: ``$TORCHKILN_TEST_CACHE`` or ``~/.cache/torchkiln/test-data``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tarfile
+import tempfile
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from imagekit import require
+
+ARCHIVE = os.environ.get("TORCHKILN_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+
+
+@dataclass(frozen=True)
+class Tarball:
+    """One orig tarball of Debian's pool: its path there, sha256 (Debian's Sources index) and the directory
+    it extracts to."""
+
+    pool_path: str
+    sha256: str
+    top: str
+
+    @property
+    def name(self) -> str:
+        return self.pool_path.rsplit("/", 1)[1]
+
+
+PYTORCH_2_6_0 = Tarball(
+    "pool/main/p/pytorch/pytorch_2.6.0+dfsg.orig.tar.xz",
+    "099a9601bc40d67656e75735c44abedb0fbe92d08817852ab7472eebb7e6ddff",
+    "pytorch-v2.6.0",
+)
+VISION_0_21_0 = Tarball(
+    "pool/main/p/pytorch-vision/pytorch-vision_0.21.0.orig.tar.gz",
+    "0a4a967bbb7f9810f792cd0289a07fb98c8fb5d1303fae8b63e3a6b05d720058",
+    "vision-0.21.0",
+)
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("TORCHKILN_TEST_CACHE", Path.home() / ".cache" / "torchkiln" / "test-data"))
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fetch(tarball: Tarball) -> Path:
+    """The tarball in the cache, downloaded (and checked) when it is not there yet."""
+    target = cache_dir() / "debian" / tarball.name
+    if target.is_file() and _sha256(target) == tarball.sha256:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    url = f"{ARCHIVE}/{tarball.pool_path}"
+    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{tarball.name}.")
+    tmp = Path(tmp_name)
+    try:
+        try:
+            with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=120) as response:  # noqa: S310 - fixed https/http URL of Debian's archive
+                shutil.copyfileobj(response, out)
+        except (urllib.error.URLError, OSError) as exc:
+            require(False, f"Debian's archive is not reachable ({url}: {exc})")
+        got = _sha256(tmp)
+        assert got == tarball.sha256, f"{url}: sha256 {got}, Debian's Sources index says {tarball.sha256}"
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target
+
+
+def extract(tarball: Tarball, into: Path) -> Path:
+    """The tarball extracted under ``into`` (its top directory)."""
+    with tarfile.open(fetch(tarball)) as tar:
+        tar.extractall(into, filter="data")
+    tree = into / tarball.top
+    assert (tree / "setup.py").is_file(), f"{tarball.name}: no {tarball.top}/setup.py"
+    return tree
