@@ -190,7 +190,12 @@ def plan_from_args(args: argparse.Namespace, command: str = "plan") -> Plan:
     for project in sorted(accepted - set(source_dirs)):
         raise UsageError(f"--accept-source-version {project}: needs --source-dir {project}=PATH")
     recipe, notes = adopt_source_versions(recipe, source_dirs, accepted)
-    torch = resolve_given_torch(args.given_torch, recipe, args.only) if args.given_torch else None
+    torch = None
+    if args.given_torch:
+        # install-torch's pip looks in these too (plan.make._install_torch_step): so does the resolution
+        wheelhouse = Path(args.workdir).absolute() / "wheelhouse" / "torch"
+        find_links = (wheelhouse, Path(args.dist).absolute())
+        torch = resolve_given_torch(args.given_torch, recipe, args.only, find_links)
     return make_plan(
         recipe,
         workdir=args.workdir,
