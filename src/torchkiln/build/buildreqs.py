@@ -148,7 +148,7 @@ def involved(error: str, reqs: list[Req]) -> list[Req]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m torchkiln.build.buildreqs", description=__doc__.split("\n")[0]
+        allow_abbrev=False, prog="python -m torchkiln.build.buildreqs", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--python", required=True, help="the build venv's python")
     parser.add_argument("--source", action="append", default=[], metavar="PROJECT=DIR")

@@ -153,8 +153,14 @@ def recipe_from_args(args: argparse.Namespace, command: str) -> Recipe:
     """The recipe named by RECIPE or --recipe (a file, or a shipped recipe's name), loaded and checked."""
     name = args.recipe_opt or args.recipe
     if not name:
+        nox = (
+            "; through nox: nox -s build-wheel -- --recipe RECIPE (nox hands what follows -- to torchkiln "
+            "build; without the -- nox reads --recipe itself and refuses it)"
+            if command == "build"
+            else ""
+        )
         raise UsageError(
-            f"a recipe is required: torchkiln {command} RECIPE (a .toml file or a shipped recipe name)"
+            f"a recipe is required: torchkiln {command} RECIPE (a .toml file or a shipped recipe name){nox}"
         )
     if args.recipe_opt and args.recipe and args.recipe_opt != args.recipe:
         raise UsageError("give the recipe once: either RECIPE or --recipe RECIPE")

@@ -21,6 +21,7 @@ cache    the compiler cache's tool (ccache, sccache) is on PATH, unless the cach
 disk     free space under the work directory: :data:`DISK_GIB` (estimates; see there)
 memory   enough for the compile jobs asked for: :data:`torchkiln.plan.jobs.PER_JOB_GIB` per job + reserve
 source   a ``--source-dir`` tree's ``version.txt`` is the recipe's release (:func:`source_versions`)
+torch-wheel ``--only torchvision`` without ``--torch``: the recipe's torch wheel is in dist/ (or the wheelhouse)
 submods  a ``--source-dir`` tree carries the submodules it declares (:mod:`torchkiln.source.submodules`;
          a fetched checkout is checked right after its fetch steps)
 ======== ==========================================================================================
@@ -45,6 +46,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from torchkiln.artifacts.wheelfile import parse
 from torchkiln.cache import tool_for
 from torchkiln.errors import EXIT_USAGE, Problem, TorchkilnError
 from torchkiln.host.toolchain import compiler, cudnn_version
@@ -136,10 +138,7 @@ _PYTHON_PROBE = "import sys, venv, ensurepip; print('%d.%d' % sys.version_info[:
 def _python(plan: Plan, host: Host) -> Iterator[Finding]:
     want = plan.recipe.python
     exe = f"python{want}"
-    fix = (
-        f"install Python {want} with venv (apt install python{want}-venv, or pyenv install {want} and "
-        f"put it on PATH), or use a recipe for a Python this host has"
-    )
+    fix = _python_fix(plan)
     path = shutil.which(exe, path=host.environ.get("PATH", os.defpath))
     if path is None:
         yield Finding("python", f"no {exe} on PATH", f"Python {want} (python.version)", fix)
@@ -155,6 +154,32 @@ def _python(plan: Plan, host: Host) -> Iterator[Finding]:
     got = done.stdout.strip().splitlines()[-1:] or [""]
     if got[0] != want:
         yield Finding("python", f"{path} is Python {got[0]}", f"Python {want} (python.version)", fix)
+
+
+def _devel_image(plan: Plan) -> str:
+    return f"torchkiln images --recipe {plan.recipe.name} --target devel"
+
+
+def _python_fix(plan: Plan) -> str:
+    """Where a Python the distribution may not package comes from. (Debian 12 packages 3.11 only, Ubuntu
+    24.04 3.12: the bases of torchkiln.images.spec.DISTROS; the devel image installs the recipe's.)"""
+    want = plan.recipe.python
+    return (
+        f"apt-get install python{want}-venv python{want}-dev where the distribution packages Python {want} "
+        f"(Debian 12 packages 3.11 only); else pyenv install {want} and put it on PATH (or, on Ubuntu, the "
+        f"deadsnakes PPA); or build in the devel image, which has it: {_devel_image(plan)}; or use a "
+        "recipe for a Python this host has"
+    )
+
+
+def _gcc_fix(plan: Plan, major: int, found: int) -> str:
+    """Where a gcc the distribution may not package comes from. (Debian 12 packages gcc 12 only, Ubuntu
+    24.04 gcc 12 to 14: torchkiln.images.spec.DISTROS.)"""
+    return (
+        f"install gcc-{major} g++-{major} and set CC=gcc-{major} CXX=g++-{major} (a distribution that "
+        f"packages gcc {major}, e.g. Ubuntu 24.04 for gcc 13 and 14; Debian 12 has gcc 12 only), or build "
+        f"in the devel image, which has it: {_devel_image(plan)}; or set build.gcc = {found} in the recipe"
+    )
 
 
 def _version_of(text: str | None) -> Version | None:
@@ -193,8 +218,7 @@ def _compiler(plan: Plan, host: Host) -> Iterator[Finding]:
                 "compiler",
                 shown,
                 f"gcc {r.build.gcc} (build.gcc)",
-                f"install gcc-{r.build.gcc} g++-{r.build.gcc} and set CC=gcc-{r.build.gcc} "
-                f"CXX=g++-{r.build.gcc}, or set build.gcc = {version.major} in the recipe",
+                _gcc_fix(plan, r.build.gcc, version.major),
             )
         tools = cmake_options.host_tools(str(r.torch.version))
         low = _version_of(tools.get("gcc_min"))
@@ -594,7 +618,7 @@ def adopt_source_versions(
         else:
             recipe = dataclasses.replace(recipe, torchvision=spec)
         notes.append(
-            f"--accept-source-version {project}: built the tree's version {found.release} ({found.path} says "
+            f"{ADOPTED.format(project=project)} built the tree's version {found.release} ({found.path} says "
             f"{found.text!r}), not the recipe's {want}"
         )
     return recipe, tuple(notes)
@@ -639,12 +663,60 @@ def _truthy(value: str | None) -> bool:
     return value is not None and value.strip().upper() not in ("", "0", "OFF", "FALSE", "NO", "N")
 
 
+def _torch_wheel(plan: Plan, host: Host) -> Iterator[Finding]:
+    """``--only torchvision`` without ``--torch`` installs the recipe's own torch build, which only an
+    earlier torchkiln build leaves (in dist/, or the work directory's wheelhouse): without it the build would
+    stop in pip at install-torch, after the env steps."""
+    r = plan.recipe
+    wanted = f"torch=={r.torch_wheel_version}"
+    install = next((s for s in plan.steps if s.name == "torchvision:install-torch"), None)
+    if "torch" in plan.projects or install is None or install.argv[-1] != wanted:
+        return
+    places = (plan.paths.dist, plan.paths.wheelhouse / "torch")
+    for place in places:
+        for wheel in place.glob("torch-*.whl") if place.is_dir() else ():
+            name = parse(wheel.name)
+            if name is not None and name.project == "torch" and name.version == r.torch_wheel_version:
+                return
+    yield Finding(
+        "torch-wheel",
+        f"no torch {r.torch_wheel_version} wheel in {places[0]} or {places[1]}",
+        f"the recipe's own torch build ({wanted}), which --only torchvision builds against",
+        f"build torch first (torchkiln build {r.name} --only torch, with the same --dist), or build against "
+        "a torch you have: --torch WHEEL, or --torch torch==X.Y.Z",
+    )
+
+
+ADOPTED = "--accept-source-version {project}:"  # how adopt_source_versions' note starts
+
+
+def _adoption(plan: Plan) -> str:
+    """Which versions are the trees' rather than the recipe file's, for the problems they cause: the rules
+    then speak of a field whose value the recipe file does not hold (its torchvision.version says 0.28.0,
+    the problem is the adopted tree's 0.21.0)."""
+    parts = []
+    for source in plan.sources:
+        if source.provided and any(n.startswith(ADOPTED.format(project=source.name)) for n in plan.notes):
+            found = tree_version(source.name, source.path)
+            parts.append(
+                f"{source.name} {found.release} is the version of the tree {source.path} (its "
+                f"{found.path.name} says {found.text!r}), adopted with --accept-source-version {source.name} "
+                "instead of the recipe file's version"
+            )
+    return "; ".join(parts)
+
+
 def _rules_after_adoption(plan: Plan) -> list[Problem]:
     """The compatibility rules again when a tree's version replaced the recipe's (a torchvision 0.21 tree
-    does not pair with torch 2.13 however it is accepted)."""
+    does not pair with torch 2.13 however it is accepted). Each problem names the adopted tree, not the
+    recipe file, as its source."""
     if not plan.notes:
         return []
-    return check_rules(plan.recipe, plan.recipe.source)
+    problems = check_rules(plan.recipe, plan.recipe.source)
+    where = _adoption(plan)
+    if not where:
+        return problems
+    return [dataclasses.replace(p, file=where) for p in problems]
 
 
 CHECKS: tuple[tuple[str, Check], ...] = (
@@ -663,6 +735,7 @@ CHECKS: tuple[tuple[str, Check], ...] = (
     ("memory", _memory),
     ("source", _sources),
     ("submodules", _submodules),
+    ("torch-wheel", _torch_wheel),
 )
 
 
