@@ -219,6 +219,8 @@ def resolve_requirement(text: str, python: str, find_links: Sequence[Path] = ())
         report = Path(tmp) / "report.json"
         argv = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-deps"]
         argv += ["--quiet", "--only-binary=:all:", "--python-version", python, "--report", str(report)]
+        # pip before 23.1 takes --python-version only with --target; a dry run writes nothing there
+        argv += ["--target", str(Path(tmp) / "target")]
         for directory in find_links:
             argv += ["--find-links", str(directory)] if Path(directory).is_dir() else []
         try:
