@@ -365,7 +365,7 @@ def print_model(work: Workload, overhead_s: float, client_cpu_s: float) -> dict[
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3, help="compiles per unit and mode (default 3)")
     parser.add_argument("--results", type=Path, default=None, help="results JSON (default bench/results/...)")
     parser.add_argument("--model-cpu-hours", type=float, default=26.0, help="W (default: PyTorch PR #49773)")

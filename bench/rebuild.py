@@ -165,7 +165,7 @@ def fresh_builder(path: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2, help="MAX_JOBS for every build (2)")
     parser.add_argument("--scratch", type=Path, default=None, help="where the trees and caches go")
     parser.add_argument("--results", type=Path, default=None, help="results JSON (bench/results/...)")

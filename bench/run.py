@@ -251,7 +251,7 @@ def run_verify_bench(repeat: int, extra: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3, help="runs per scenario (default 3)")
     parser.add_argument("--jobs", type=int, default=2, help="MAX_JOBS of each build (default 2)")
     parser.add_argument(

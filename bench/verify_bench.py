@@ -54,7 +54,7 @@ def run_once(extra: list[str]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3, help="runs (default 3)")
     parser.add_argument("--results", type=Path, default=None, help="results JSON (default bench/results/...)")
     parser.add_argument("verify_args", nargs="*", help="arguments for torchkiln verify (after --)")

@@ -78,7 +78,9 @@ def main() -> int:
         import torchvision
 
         if installed("torchvision") != want_vision:
-            problems.append(f"torchvision {installed('torchvision')} is installed, the build args name {want_vision}")
+            problems.append(
+                f"torchvision {installed('torchvision')} is installed, the build args name {want_vision}"
+            )
         boxes = torch.tensor([[0.0, 0.0, 10.0, 10.0], [1.0, 1.0, 11.0, 11.0]])
         try:
             keep = torchvision.ops.nms(boxes, torch.tensor([0.9, 0.8]), 0.5)

@@ -152,7 +152,7 @@ def apply(version: str, source: Path) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--versions", action="store_true", help="print the MAGMA releases known here")
     parser.add_argument("--version", help="the MAGMA release the source is")
     parser.add_argument("source", nargs="?", type=Path, help="the unpacked release")

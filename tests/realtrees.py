@@ -9,6 +9,9 @@ extracted once per test session. Nothing of them is committed.
 Where the archive cannot be reached the tests that need them skip; under ``CI=true`` they fail instead
 (CI reaches Debian's archive, so a skip there would hide a broken test).
 
+Upstream's wheels from the package index (:func:`pypi_wheel`: torch's CUDA build, setuptools releases) are
+kept in the same cache, under ``pypi/``.
+
 The cache: ``$TORCHKILN_TEST_CACHE`` or ``~/.cache/torchkiln/test-data``.
 """
 
@@ -17,6 +20,8 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import subprocess
+import sys
 import tarfile
 import tempfile
 import urllib.error
@@ -97,3 +102,32 @@ def extract(tarball: Tarball, into: Path) -> Path:
     tree = into / tarball.top
     assert (tree / "setup.py").is_file(), f"{tarball.name}: no {tarball.top}/setup.py"
     return tree
+
+
+def pypi_wheel(requirement: str, *, python_version: str | None = None) -> Path:
+    """Upstream's wheel for ``requirement`` (pinned with ``==`` or ``===``) as the package index gives it
+    (``pip download --no-deps``), kept in the cache under ``pypi/``. Skips where no index answers (fails
+    under CI=true). ``python_version``: the Python the wheel is for (default: this one's)."""
+    key = "".join(c if c.isalnum() or c in ".-" else "_" for c in requirement) + (
+        f"-py{python_version}" if python_version else ""
+    )
+    target = cache_dir() / "pypi" / key
+    found = sorted(target.glob("*.whl")) if target.is_dir() else []
+    if found:
+        return found[0]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{key}."))
+    try:
+        argv = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:"]
+        argv += ["--python-version", python_version] if python_version else []
+        done = subprocess.run(
+            [*argv, "-d", str(tmp), requirement], capture_output=True, text=True, check=False
+        )
+        wheels = sorted(tmp.glob("*.whl"))
+        require(
+            done.returncode == 0 and len(wheels) == 1, f"pip download {requirement}: {done.stderr[-500:]}"
+        )
+        os.replace(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return next(target.glob("*.whl"))

@@ -8,12 +8,14 @@ PIP_FIND_LINKS), so what resolves and what conflicts is decided by pip, not by t
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import venv
 from pathlib import Path
 
 import pytest
+import realtrees
 from dists import tiny_wheel
 
 from torchkiln.build.buildreqs import collect, read_constraints
@@ -135,3 +137,53 @@ def test_the_resolution_holds_for_every_later_pip_call(index: Path, tmp_path: Pa
     # Without the constraints the same install undoes the resolution: what the file prevents.
     subprocess.run([*pip, "kilnup"], env=env, check=True)
     assert installed(python, "kilnpkg") == "2.0"
+
+
+def test_a_derived_constraint_is_written_and_holds_when_the_venv_already_satisfies_it(
+    vision_0_21_tree: Path, tmp_path: Path
+) -> None:
+    """Issue 20 item 5, with real pip, upstream's real setuptools wheels and torchvision 0.21.0's real setup.py
+    (it imports pkg_resources: ``setuptools<81``). The venv already holds a setuptools that satisfies the
+    bound (65.5.0, what Python 3.11's venv bundles), so a dry run that looks at the venv reports nothing to
+    install; the constraint must still be written, and a later install that wants ``setuptools>=77.0.3``
+    (torch 2.13.0's requirement, from its METADATA) must stay below 81 instead of taking 84."""
+    index = tmp_path / "index"
+    index.mkdir()
+    for version in ("65.5.0", "80.9.0", "84.0.0"):
+        shutil.copy(realtrees.pypi_wheel(f"setuptools=={version}"), index)
+    shutil.copy(realtrees.pypi_wheel("wheel==0.45.1"), index)  # torchvision's [build-system].requires
+    tiny_wheel(index, "kilntorch", "2.13.0", requires=("setuptools>=77.0.3",))
+    env = {**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(index), "PIP_CONFIG_FILE": os.devnull}
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    python = env_dir / "bin" / "python"
+    pip = [str(python), "-m", "pip", "install", "--quiet"]
+    subprocess.run([*pip, "setuptools==65.5.0"], env=env, check=True)
+    assert ("setuptools<81", "torchvision: setup.py imports pkg_resources") in {
+        (str(r.requirement), r.origin) for r in collect("torchvision", vision_0_21_tree)
+    }
+    constraints = tmp_path / "work" / "constraints.txt"
+    done = buildreqs(
+        python, index, "--source", f"torchvision={vision_0_21_tree}", "--constraints", str(constraints)
+    )
+    assert done.returncode == 0, done.stderr
+    pins = read_constraints(constraints)
+    assert "setuptools<81" in pins and "setuptools==80.9.0" in pins, constraints.read_text()
+    assert "setuptools<81  # torchvision: setup.py imports pkg_resources" in constraints.read_text()
+    assert installed(python, "setuptools") == "80.9.0"  # what was resolved is what is installed
+    # install-torch's pip call, held to the constraints: torch's setuptools>=77.0.3 is met below 81.
+    subprocess.run([*pip, "--constraint", str(constraints), "kilntorch"], env=env, check=True)
+    assert installed(python, "setuptools") == "80.9.0" and installed(python, "kilntorch") == "2.13.0"
+    # The derived range alone (no pin) holds too: a fresh venv at 65.5.0 gets 80.9.0, not 84.0.0.
+    only_range = tmp_path / "range.txt"
+    only_range.write_text("setuptools<81\n")
+    other = tmp_path / "venv2"
+    venv.create(other, with_pip=True)
+    pip2 = [str(other / "bin" / "python"), "-m", "pip", "install", "--quiet"]
+    subprocess.run([*pip2, "setuptools==65.5.0"], env=env, check=True)
+    subprocess.run([*pip2, "--constraint", str(only_range), "kilntorch"], env=env, check=True)
+    assert installed(other / "bin" / "python", "setuptools") == "80.9.0"
+    # Without any constraint, the same install takes 84.0.0: what the file prevents.
+    subprocess.run([*pip2, "--force-reinstall", "--no-deps", "setuptools==65.5.0"], env=env, check=True)
+    subprocess.run([*pip2, "--upgrade", "kilntorch"], env=env, check=True)
+    assert installed(other / "bin" / "python", "setuptools") == "84.0.0"

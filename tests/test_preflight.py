@@ -5,9 +5,12 @@ fake toolkit tree (nvcc, cuDNN and NCCL headers, MAGMA) for the rest."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import stat
 import subprocess
+import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -261,3 +264,114 @@ def test_an_accepted_tree_version_is_stamped_and_noted(tmp_path: Path) -> None:
 def test_accept_source_version_needs_a_source_dir(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", str(CPU), "--accept-source-version", "torch"]) == 2
     assert "needs --source-dir torch=PATH" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------------------
+# What a compile needs from the host (issue 20 item 1): the compilers the build invokes, the Python headers
+# of the recipe's Python, the compiler cache's tool. Real compilers and interpreters, on PATHs made of
+# symlinks to the real tools.
+# --------------------------------------------------------------------------------------------------------
+
+
+def this_python_recipe_plan(tmp_path: Path, **options: object) -> Plan:
+    """The CPU recipe's plan for the Python this test runs on (the checks read python.version only)."""
+    recipe = load_recipe(CPU)
+    recipe = dataclasses.replace(recipe, python=f"{sys.version_info.major}.{sys.version_info.minor}")
+    return make_plan(recipe, workdir=tmp_path / "w", dist=tmp_path / "d", resources=BIG, **options)  # type: ignore[arg-type]
+
+
+def base_python() -> Path:
+    """The real interpreter this venv was made from (not a pyenv shim)."""
+    return Path(getattr(sys, "_base_executable", sys.executable)).resolve()
+
+
+def host_tools(tmp_path: Path, *tools: str) -> dict[str, str]:
+    """A PATH of the named real tools plus this test's Python as pythonX.Y (the recipe's)."""
+    path = bin_dir(tmp_path, *tools)
+    (path / f"python{sys.version_info.major}.{sys.version_info.minor}").symlink_to(base_python())
+    return {"PATH": str(path), "HOME": str(tmp_path)}
+
+
+def test_a_path_without_a_cxx_compiler_is_refused_naming_it(tmp_path: Path) -> None:
+    """A host with a C compiler and no C++ one (Debian's gcc without g++): cxx names what is missing, the C
+    compiler passes, and nothing else is blamed."""
+    env = host_tools(tmp_path, "cc", "as", "ld", "git", "ccache")  # gcc runs as and ld from PATH
+    found = preflight.preflight(this_python_recipe_plan(tmp_path), env)
+    by_check = {f.check: f for f in found}
+    assert "cxx" in by_check and "cc" not in by_check, [str(f) for f in found]
+    assert by_check["cxx"].found == "no c++ on PATH"
+    assert "apt-get install g++" in by_check["cxx"].fix
+    assert "python-headers" not in by_check and "cache" not in by_check
+
+
+def test_cxx_pointing_at_nothing_or_at_a_c_compiler_is_refused(tmp_path: Path) -> None:
+    env = host_tools(tmp_path, "c++", "cc", "gcc", "as", "ld", "git", "ccache")
+    plan = this_python_recipe_plan(tmp_path)
+    [nothing] = [f for f in preflight.preflight(plan, {**env, "CXX": "/nonexistent/g++"}) if f.check == "cxx"]
+    assert nothing.found == "$CXX=/nonexistent/g++, and there is no executable /nonexistent/g++"
+    assert "$CXX=/nonexistent/g++" in nothing.wanted
+    # gcc as the C++ compiler compiles C++ but does not link libstdc++: it runs, and cannot build.
+    [c_only] = [f for f in preflight.preflight(plan, {**env, "CXX": "gcc"}) if f.check == "cxx"]
+    assert c_only.found.startswith("$CXX=gcc (") and "cannot build a trivial C++ program" in c_only.found
+    assert "undefined reference" in c_only.found, c_only.found
+    assert not [f for f in preflight.preflight(plan, env) if f.check in ("cxx", "cc")]
+
+
+def interpreter_without_headers(root: Path) -> Path:
+    """A real CPython whose installation has no include/ directory, as Debian's python3.X is without
+    python3.X-dev: this test's interpreter copied to ROOT/bin, its standard library linked at ROOT/lib, so
+    its prefix (and ``sysconfig.get_path('include')``) is ROOT, where there are no headers."""
+    real = base_python()
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    (root / "bin").mkdir(parents=True)
+    (root / "lib").mkdir()
+    shutil.copy2(real, root / "bin" / version)
+    (root / "lib" / version).symlink_to(sysconfig.get_path("stdlib"))
+    libdir = Path(sysconfig.get_config_var("LIBDIR") or "/nonexistent")
+    for shared in libdir.glob("libpython*.so*"):  # a shared-library build loads it from its prefix
+        (root / "lib" / shared.name).symlink_to(shared)
+    return root / "bin" / version
+
+
+def test_an_interpreter_without_its_headers_is_refused(tmp_path: Path) -> None:
+    python = interpreter_without_headers(tmp_path / "python")
+    include = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('include'))"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    assert include == str(tmp_path / "python" / "include" / python.name), include
+    env = host_tools(tmp_path, "c++", "cc", "as", "ld", "git", "ccache")
+    env["PATH"] = f"{python.parent}{os.pathsep}{env['PATH']}"  # the recipe's pythonX.Y is this one now
+    found = preflight.preflight(this_python_recipe_plan(tmp_path), env)
+    by_check = {f.check: f for f in found}
+    assert "python" not in by_check, [str(f) for f in found]  # it runs, with venv and ensurepip
+    headers = by_check["python-headers"]
+    assert headers.found == f"no Python.h in {include} (sysconfig.get_path('include') of {python})"
+    assert f"apt-get install {python.name}-dev" in headers.fix
+    # The interpreter it was copied from has its headers: no finding.
+    (tmp_path / "real").mkdir()
+    real = host_tools(tmp_path / "real", "c++", "cc", "as", "ld")
+    assert "python-headers" not in checks(preflight.preflight(this_python_recipe_plan(tmp_path), real))
+
+
+def test_the_compiler_caches_tool_is_checked_unless_there_is_no_cache(tmp_path: Path) -> None:
+    env = host_tools(tmp_path, "c++", "cc", "as", "ld", "git")  # no ccache
+    found = {f.check: f for f in preflight.preflight(this_python_recipe_plan(tmp_path), env)}
+    assert found["cache"].found == "no ccache on PATH" and "--cache none" in found["cache"].fix
+    from torchkiln.cache import resolve_cache
+
+    none = resolve_cache(load_recipe(CPU).cache, kind="none")
+    assert "cache" not in checks(preflight.preflight(this_python_recipe_plan(tmp_path, cache=none), env))
+
+
+def test_check_on_a_bare_host_names_every_missing_tool(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The newcomer's minimal root, as far as PATH goes: git only. Every missing tool, one line each."""
+    monkeypatch.setenv("PATH", str(bin_dir(tmp_path, "git")))
+    assert main(["check", str(CPU), "--workdir", str(tmp_path / "w")]) == 2
+    err = capsys.readouterr().err
+    for line in ("host: python: found no python3.11 on PATH", "host: cxx: found no c++ on PATH",
+                 "host: cc: found no cc on PATH", "host: cache: found no ccache on PATH"):  # fmt: skip
+        assert line in err, err
+    assert "host: compiler:" not in err  # the missing C compiler is named once, by the cc check

@@ -40,6 +40,7 @@ def _command_module(name: str) -> ModuleType:
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
+        allow_abbrev=False,
         prog="torchkiln",
         description="Build PyTorch and torchvision from pinned sources and verify the result.",
     )
@@ -47,9 +48,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_, help_text) in COMMANDS.items():
         if only is not None and name != only:
-            sub.add_parser(name, help=help_text, add_help=False)
+            sub.add_parser(name, allow_abbrev=False, help=help_text, add_help=False)
             continue
-        _command_module(name).register(sub.add_parser(name, help=help_text, description=help_text))
+        _command_module(name).register(
+            sub.add_parser(name, allow_abbrev=False, help=help_text, description=help_text)
+        )
     return parser
 
 

@@ -172,7 +172,7 @@ def bundle_wheel(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m torchkiln.artifacts.bundle", description=__doc__.splitlines()[0]
+        allow_abbrev=False, prog="python -m torchkiln.artifacts.bundle", description=__doc__.splitlines()[0]
     )
     parser.add_argument(
         "wheels", nargs="+", type=Path, metavar="WHEEL", help="wheels, or directories of wheels"

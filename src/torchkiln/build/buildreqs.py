@@ -11,9 +11,11 @@ configured index, then exactly what it resolved is installed (``name==version``,
 installed is what was resolved.
 
 What was resolved is also written as a pip constraints file (``--constraints FILE``, ``name==version`` per
-line): every later pip call of the build (torchvision's torch install, the post-build check) runs with it, so
-nothing a later install pulls in can undo this resolution (torch's ``setuptools>=77.0.3`` upgrading the
-``setuptools<81`` an older torchvision needs), and the manifest keeps it.
+line, then each requirement torchkiln derived itself, e.g. ``setuptools<81`` with its reason): every later
+pip call of the build (torchvision's torch install, the post-build check) runs with it, so nothing a later
+install pulls in can undo this resolution (torch's ``setuptools>=77.0.3`` upgrading the ``setuptools<81`` an
+older torchvision needs), and the manifest keeps it. The resolution ignores what the venv already holds, so
+every requirement is pinned, also one the venv's own packages happened to satisfy.
 
 Run as ``python -m torchkiln.build.buildreqs --python VENV_PYTHON --source torch=DIR [--source torchvision=DIR]
 [--extra REQ ...] [--constraints FILE]`` (the plan's ``build-env:deps`` step).
@@ -47,6 +49,7 @@ PKG_RESOURCES_SETUPTOOLS = "setuptools<81"  # setuptools 81 removed pkg_resource
 class Req:
     requirement: Requirement
     origin: str  # "torchvision: setup.py imports pkg_resources", "torch: requirements.txt", ...
+    derived: bool = False  # torchkiln's own rule, not a file of the project: written as a constraint too
 
 
 def _read_requirement_file(path: Path, origin: str, seen: set[Path]) -> list[Req]:
@@ -89,7 +92,13 @@ def collect(project: str, source: Path) -> list[Req]:
                 continue
     setup_py = source / "setup.py"
     if setup_py.is_file() and _PKG_RESOURCES.search(setup_py.read_text(encoding="utf-8", errors="replace")):
-        reqs.append(Req(Requirement(PKG_RESOURCES_SETUPTOOLS), f"{project}: setup.py imports pkg_resources"))
+        reqs.append(
+            Req(
+                Requirement(PKG_RESOURCES_SETUPTOOLS),
+                f"{project}: setup.py imports pkg_resources",
+                derived=True,
+            )
+        )
     # The projects themselves are built here, never installed from an index.
     return [r for r in reqs if canonicalize_name(r.requirement.name) not in {"torch", "torchvision"}]
 
@@ -109,10 +118,16 @@ _CONFLICT = re.compile(
 
 
 def resolve(python: str, reqs: list[Req]) -> Resolution:
-    """Resolve ``reqs`` with the build venv's pip (``--dry-run --report``): nothing is installed."""
+    """Resolve ``reqs`` with the build venv's pip (``--dry-run --report``): nothing is installed.
+
+    ``--ignore-installed``: the resolution is of the requirements alone, not of what the venv happens to
+    hold. Without it pip reports only what it would change, so a requirement the venv's own packages already
+    satisfy (a Python 3.11 venv's setuptools 65.5 for ``setuptools<81``) got no pin, and a later install
+    (torch's ``setuptools>=77.0.3``) upgraded it past the bound (issue 20 item 5)."""
     with tempfile.TemporaryDirectory(prefix="torchkiln-buildreqs-") as tmp:
         report = Path(tmp) / "report.json"
-        argv = [python, "-m", "pip", "install", "--dry-run", "--quiet", "--report", str(report)]
+        argv = [python, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet"]
+        argv += ["--report", str(report)]
         try:
             done = runner.run([*argv, *(str(r.requirement) for r in reqs)])
         except runner.ProcessError as exc:
@@ -133,7 +148,7 @@ def involved(error: str, reqs: list[Req]) -> list[Req]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m torchkiln.build.buildreqs", description=__doc__.split("\n")[0]
+        allow_abbrev=False, prog="python -m torchkiln.build.buildreqs", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--python", required=True, help="the build venv's python")
     parser.add_argument("--source", action="append", default=[], metavar="PROJECT=DIR")
@@ -193,9 +208,21 @@ def main(argv: list[str] | None = None) -> int:
             sys.stderr.write(done.stderr)
             return done.returncode or 1
     if args.constraints is not None:
-        write_constraints(args.constraints, pins)
+        write_constraints(args.constraints, pins, derived_constraints(reqs))
         print(f"  constraints for every later pip call: {args.constraints}")
     return 0
+
+
+def derived_constraints(reqs: list[Req]) -> list[str]:
+    """torchkiln's own requirements (a ``setuptools<81`` for a setup.py importing pkg_resources) as
+    constraint lines with their reason: written whatever pip resolved, so they hold for every later pip call
+    even where no pin names the package. A constraint is a name and a version range (pip refuses extras)."""
+    out = []
+    for r in reqs:
+        if r.derived and r.requirement.specifier and not r.requirement.extras:
+            marker = f"; {r.requirement.marker}" if r.requirement.marker else ""
+            out.append(f"{r.requirement.name}{r.requirement.specifier}{marker}  # {r.origin}")
+    return sorted(set(out))
 
 
 CONSTRAINTS_HEADER = (
@@ -203,19 +230,22 @@ CONSTRAINTS_HEADER = (
 )
 
 
-def write_constraints(path: Path, pins: list[str]) -> None:
-    """The pins as a pip constraints file, complete or absent (temp + rename)."""
+def write_constraints(path: Path, pins: list[str], derived: list[str] | None = None) -> None:
+    """The pins, then the derived constraints, as a pip constraints file, complete or absent (temp + rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic.write_text(path, CONSTRAINTS_HEADER + "".join(f"{pin}\n" for pin in sorted(pins, key=str.lower)))
+    lines = sorted(pins, key=str.lower) + list(derived or [])
+    atomic.write_text(path, CONSTRAINTS_HEADER + "".join(f"{line}\n" for line in lines))
 
 
 def read_constraints(path: Path) -> list[str]:
-    """The pins of a constraints file written by :func:`write_constraints` ([] when there is none)."""
+    """The constraints of a file written by :func:`write_constraints`, without comments ([] when there is
+    none): the pins, then the derived ranges."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError:
         return []
-    return [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    lines = (line.split(" #", 1)[0].strip() for line in text.splitlines() if not line.startswith("#"))
+    return [line for line in lines if line]
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -51,6 +51,8 @@ from torchkiln.process import runner
 from torchkiln.process.environ import compose
 from torchkiln.process.logs import first_error, tail
 from torchkiln.source.git import check_pin, checkout_intact, git_output, head_commit, is_git_checkout
+from torchkiln.source.submodules import FIX as SUBMODULE_FIX
+from torchkiln.source.submodules import missing_submodules
 from torchkiln.verify.buildconfig import postbuild_checks
 from torchkiln.verify.facts import BuildFacts
 
@@ -303,8 +305,21 @@ class FetchKind(StepKind):
         return {"head": head_commit(ctx.plan.source(step.project).path)} if step.pins else {}
 
     def verify(self, step: Step, entry: Mapping[str, Any], ctx: Context) -> None:
+        """The checkout the chain left (also when skipped): at the recipe's pin, with its submodules (a
+        repository whose ``.gitmodules`` lists one that ``submodule update`` does not check out, e.g. with
+        ``update = none``, would otherwise fail in the compile, after the env steps)."""
         if step.pins:
-            check_pin(ctx.plan.recipe.spec(step.project), ctx.plan.source(step.project).path)
+            source = ctx.plan.source(step.project)
+            check_pin(ctx.plan.recipe.spec(step.project), source.path)
+            missing = missing_submodules(source.path)
+            if missing is not None:
+                raise BuildFailed(
+                    f"{step.name}: the fetched checkout lacks its submodules: {missing.found()}; "
+                    f"`{SUBMODULE_FIX}` did not check them out (nothing was built)\nways out: a repository "
+                    f"(the recipe's {step.project}.repo) whose submodules all check out, or a complete "
+                    f"checkout with --source-dir {step.project}=PATH",
+                    step=step.name,
+                )
 
 
 class EnvKind(StepKind):

@@ -46,7 +46,9 @@ def built_wheel(project: str, version: str, wheelhouses: list[str]) -> Path | No
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="install freshly built wheels and report their build facts")
+    parser = argparse.ArgumentParser(
+        allow_abbrev=False, description="install freshly built wheels and report their build facts"
+    )
     parser.add_argument("--expect", action="append", default=[], metavar="PROJECT==VERSION")
     parser.add_argument("--wheelhouse", action="append", default=[], metavar="DIR")
     parser.add_argument(

@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import time
 
+from torchkiln.plan.model import Plan
 from torchkiln.plan.preflight import preflight, require
-from torchkiln.recipe.model import Recipe
 
 from .plan import add_plan_arguments, plan_from_args
 
@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     plan = plan_from_args(args, "check")
     require(plan)  # raises PreflightError (exit 2) listing every problem
     r = plan.recipe
-    checks = ", ".join(sorted({"python", "compiler", "git", "disk", "memory", "source"} | _asked(r)))
+    checks = ", ".join(sorted(ALWAYS | _asked(plan)))
     print(
         f"{r.source}: ok: this host can build {', '.join(plan.projects)} of {r.name} "
         f"(torch {r.torch_wheel_version}, torchvision {r.torchvision_wheel_version}; checked {checks}; "
@@ -37,8 +37,17 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _asked(recipe: Recipe) -> set[str]:
+# The checks every plan gets (torchkiln.plan.preflight.CHECKS); _asked adds those a plan's choices ask for.
+ALWAYS = frozenset({"python", "python-headers", "cxx", "cc", "compiler", "git", "disk", "memory", "source"})
+
+
+def _asked(plan: Plan) -> set[str]:
+    recipe = plan.recipe
     out = {"nvcc", "cudnn", "nccl"} if recipe.accelerator.is_cuda else set()
+    if plan.cache.enabled:
+        out.add("cache")
+    if any(s.provided for s in plan.sources):
+        out.add("submodules")
     if recipe.magma is not None:
         out.add("magma")
     if recipe.blas.kind == "openblas":

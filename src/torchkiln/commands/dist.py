@@ -46,7 +46,9 @@ def _secret_options(parser: argparse.ArgumentParser, name: str, default_env: str
 def register(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="dist_command", metavar="ACTION", required=True)
 
-    sched = sub.add_parser("scheduler", help="run an sccache-dist scheduler in the foreground")
+    sched = sub.add_parser(
+        "scheduler", allow_abbrev=False, help="run an sccache-dist scheduler in the foreground"
+    )
     sched.add_argument(
         "--listen", default=cluster.SCHEDULER_LISTEN, help="IP:PORT to listen on (default %(default)s)"
     )
@@ -68,7 +70,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
 
     server = sub.add_parser(
-        "server", help="run an sccache-dist build server in the foreground (root, bubblewrap)"
+        "server",
+        allow_abbrev=False,
+        help="run an sccache-dist build server in the foreground (root, bubblewrap)",
     )
     server.add_argument("--scheduler-url", required=True, help="the scheduler, http(s)://HOST[:PORT]")
     server.add_argument(
@@ -90,16 +94,22 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--print-config", action="store_true", help="print the config (secrets masked) and exit"
     )
 
-    status = sub.add_parser("status", help="check a scheduler the way a build does before it starts")
+    status = sub.add_parser(
+        "status", allow_abbrev=False, help="check a scheduler the way a build does before it starts"
+    )
     status.add_argument("--scheduler-url", required=True, help="the scheduler, http(s)://HOST[:PORT]")
     _secret_options(status, "credentials", CLIENT_TOKEN_ENV, "the client token")
     status.add_argument("--json", action="store_true", help="print one JSON object")
 
-    mint = sub.add_parser("server-token", help="mint a build server's JWT from the scheduler's key")
+    mint = sub.add_parser(
+        "server-token", allow_abbrev=False, help="mint a build server's JWT from the scheduler's key"
+    )
     mint.add_argument("--server", required=True, metavar="IP:PORT", help="the server's public address")
     _secret_options(mint, "server-secret", SERVER_SECRET_ENV, "the scheduler's JWT key")
 
-    sub.add_parser("new-key", help="print a new random key or token (32 bytes, URL-safe base64)")
+    sub.add_parser(
+        "new-key", allow_abbrev=False, help="print a new random key or token (32 bytes, URL-safe base64)"
+    )
 
 
 def _secret(args: argparse.Namespace, name: str, default_env: str) -> str:

@@ -153,8 +153,14 @@ def recipe_from_args(args: argparse.Namespace, command: str) -> Recipe:
     """The recipe named by RECIPE or --recipe (a file, or a shipped recipe's name), loaded and checked."""
     name = args.recipe_opt or args.recipe
     if not name:
+        nox = (
+            "; through nox: nox -s build-wheel -- --recipe RECIPE (nox hands what follows -- to torchkiln "
+            "build; without the -- nox reads --recipe itself and refuses it)"
+            if command == "build"
+            else ""
+        )
         raise UsageError(
-            f"a recipe is required: torchkiln {command} RECIPE (a .toml file or a shipped recipe name)"
+            f"a recipe is required: torchkiln {command} RECIPE (a .toml file or a shipped recipe name){nox}"
         )
     if args.recipe_opt and args.recipe and args.recipe_opt != args.recipe:
         raise UsageError("give the recipe once: either RECIPE or --recipe RECIPE")
@@ -190,7 +196,12 @@ def plan_from_args(args: argparse.Namespace, command: str = "plan") -> Plan:
     for project in sorted(accepted - set(source_dirs)):
         raise UsageError(f"--accept-source-version {project}: needs --source-dir {project}=PATH")
     recipe, notes = adopt_source_versions(recipe, source_dirs, accepted)
-    torch = resolve_given_torch(args.given_torch, recipe, args.only) if args.given_torch else None
+    torch = None
+    if args.given_torch:
+        # install-torch's pip looks in these too (plan.make._install_torch_step): so does the resolution
+        wheelhouse = Path(args.workdir).absolute() / "wheelhouse" / "torch"
+        find_links = (wheelhouse, Path(args.dist).absolute())
+        torch = resolve_given_torch(args.given_torch, recipe, args.only, find_links)
     return make_plan(
         recipe,
         workdir=args.workdir,

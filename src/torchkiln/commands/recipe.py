@@ -16,10 +16,12 @@ from torchkiln.recipe.model import Recipe
 def register(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="recipe_command", metavar="ACTION", required=True)
     check = sub.add_parser(
-        "check", help="validate recipes: exit 0 when all are valid, else 2 with one line per problem"
+        "check",
+        allow_abbrev=False,
+        help="validate recipes: exit 0 when all are valid, else 2 with one line per problem",
     )
     check.add_argument("files", nargs="+", metavar="RECIPE", help="recipe files, or names of shipped recipes")
-    lst = sub.add_parser("list", help="show the shipped recipes as a table")
+    lst = sub.add_parser("list", allow_abbrev=False, help="show the shipped recipes as a table")
     lst.add_argument("--dir", default=None, help="directory of recipes (default: the shipped recipes/)")
 
 

@@ -6,13 +6,30 @@ file, or a requirement pinned with ``==``), after a check that it pairs with the
 (torch 2.N <-> torchvision 0.(N+15), data/compat.toml) and suits its accelerator; torchvision's
 ``PYTORCH_VERSION`` (its wheel's torch requirement) is that torch's version, and the manifest records what
 was used (the wheel's sha256).
+
+What a given torch *is* is found out before any step, not assumed from how it was written: the same
+``torch==2.13.0`` is upstream's CUDA 13.0 build on PyPI (version ``2.13.0``, 9.6 GB of NVIDIA wheels with
+it) and a CPU build where the configured index or find-links offer ``2.13.0+cpu``. A wheel file is read
+(its ``torch/version.py``, else its METADATA); a requirement is handed to pip as install-torch will hand
+it (``pip install --dry-run --report``, the recipe's Python, the same find-links: pip reads the index's
+metadata, nothing is installed or, where the index serves metadata, downloaded). A torch whose accelerator
+does not suit the recipe (a CUDA build for a CPU recipe, a CPU build for a CUDA one, another CUDA minor) is
+refused, naming ``--torch`` and what would do.
 """
 
 from __future__ import annotations
 
+import json
+import re
+import sys
+import tempfile
+import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
+from packaging.markers import UndefinedEnvironmentName
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
@@ -20,10 +37,20 @@ from packaging.version import InvalidVersion, Version
 from torchkiln.artifacts.wheelfile import parse
 from torchkiln.errors import UsageError
 from torchkiln.files.digests import file_sha256
-from torchkiln.recipe.compat import compat, minor
+from torchkiln.process import runner
+from torchkiln.recipe.compat import compat, minor, torch_release_range
 from torchkiln.recipe.model import Recipe
 
 VALID = "a torch wheel file, or a requirement such as torch==2.13.0"
+RESOLVE_TIMEOUT_S = 300.0
+
+# How a torch wheel's METADATA names its CUDA (when its version has no +cuXYZ label, as upstream's PyPI
+# wheels): the runtime it requires, pinned to the toolkit release it was built with.
+#   cuda-toolkit[...]==13.0.3            torch 2.12.0 and 2.13.0 (cuda-toolkit ...==13.0.2 / ==13.0.3)
+#   nvidia-cuda-runtime-cu12==12.8.90    torch 2.9.0 (2.6.0: nvidia-cuda-runtime-cu12 (==12.4.127))
+CUDA_RUNTIME = re.compile(r"^(cuda-toolkit|nvidia-cuda-runtime(-cu\d+)?)$")
+# torch/version.py of every torch wheel: ``cuda: Optional[str] = '13.0'`` (None for a CPU build).
+VERSION_PY_CUDA = re.compile(r"^cuda\s*(?::[^=]*)?=\s*(?:'([^']*)'|\"([^\"]*)\"|None)\s*$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -38,6 +65,16 @@ class GivenTorch:
     def find_links(self) -> str | None:
         """The wheel's directory, for the post-build check's pip (None for a requirement: the index)."""
         return str(Path(self.install).parent) if self.install.endswith(".whl") else None
+
+
+@dataclass(frozen=True)
+class Found:
+    """What a given torch really is: its version, its CUDA (None: a CPU build), and how that was learnt."""
+
+    version: Version
+    cuda: str | None
+    how: str  # "its torch/version.py says cuda = '13.0'", ...
+    wheel: str  # the wheel's file name
 
 
 def _version(text: str) -> tuple[str, Version, str]:
@@ -66,25 +103,174 @@ def _version(text: str) -> tuple[str, Version, str]:
     return str(req), Version(pins[0].version), f"requirement {req} (from the configured index)"
 
 
-def resolve_given_torch(text: str, recipe: Recipe, only: str | None) -> GivenTorch:
-    """Check ``--torch TEXT`` against the recipe (it pairs with its torchvision, suits its accelerator)."""
-    if only != "torchvision":
-        raise UsageError("--torch: only with --only torchvision (a build of torch makes its own)")
-    install, version, given = _version(text)
+def _check_pairing(text: str, version: Version, recipe: Recipe) -> None:
+    """torch 2.N pairs with the recipe's torchvision 0.(N+15); a release without data is said to be one."""
     release = compat()["torch"].get(minor(version))
-    pairs = release["torchvision"] if release else None
-    if pairs != minor(recipe.torchvision.version):
+    if release is None:
+        raise UsageError(
+            f"--torch {text!r}: there is no compatibility data for torch {minor(version)}, so torchkiln "
+            f"cannot tell what it pairs with (data/compat.toml has {torch_release_range()}) (valid: a torch "
+            f"{minor(recipe.torch.version)}.x, which pairs with the recipe's torchvision "
+            f"{recipe.torchvision.version})"
+        )
+    if release["torchvision"] != minor(recipe.torchvision.version):
         wanted = f"torch {minor(recipe.torch.version)}.x (torchvision 0.(N+15) pairs with torch 2.N)"
         raise UsageError(
             f"--torch {text!r}: torch {version} does not pair with the recipe's torchvision "
             f"{recipe.torchvision.version} (valid: {wanted})"
         )
-    local = version.local or ""
-    is_cuda = recipe.accelerator.is_cuda
-    if local.startswith("cu") and not is_cuda or local.startswith("cpu") and is_cuda:
-        raise UsageError(
-            f"--torch {text!r}: a {local} build of torch for a {recipe.accelerator.kind} recipe "
-            f"(valid: a torch built for {recipe.accelerator.kind})"
+
+
+def _label(cuda: str | None) -> str:
+    """A build's accelerator as PyTorch labels its wheels: ``cpu``, ``cu130`` (CUDA 13.0)."""
+    return "cpu" if cuda is None else "cu" + cuda.replace(".", "")
+
+
+def _label_cuda(local: str) -> tuple[bool, str | None]:
+    """(whether a local version label names the accelerator, its CUDA): ``cpu`` -> (True, None),
+    ``cu126`` -> (True, "12.6"), anything else -> (False, None)."""
+    if local.startswith("cpu"):
+        return True, None
+    match = re.match(r"^cu(\d+)(\d)(?:\.|$)", local)
+    return (True, f"{match.group(1)}.{match.group(2)}") if match else (False, None)
+
+
+def _valid(recipe: Recipe, version: Version) -> str:
+    release = version.base_version
+    cuda = recipe.accelerator.cuda
+    if cuda is None:
+        return (
+            f"a CPU build of torch {release}: torch==={release}+cpu from PyTorch's CPU index (pip "
+            "--extra-index-url https://download.pytorch.org/whl/cpu), or a CPU torch wheel file"
         )
-    note = f"--torch: torchvision built against torch {version}, {given}, not the recipe's own torch build"
+    label = _label(f"{cuda.major}.{cuda.minor}")
+    return (
+        f"a CUDA {cuda} build of torch {release}: torch==={release}+{label} from PyTorch's index "
+        f"https://download.pytorch.org/whl/{label}, or such a torch wheel file"
+    )
+
+
+def _check_accelerator(text: str, subject: str, found: Found, recipe: Recipe) -> None:
+    cuda = recipe.accelerator.cuda
+    want = None if cuda is None else f"{cuda.major}.{cuda.minor}"
+    if found.cuda == want:
+        return
+    recipe_label = _label(want)
+    raise UsageError(
+        f"--torch {text!r}: {subject}: a {_label(found.cuda)} build of torch for a {recipe_label} recipe "
+        f"({found.how}) (valid: {_valid(recipe, found.version)})"
+    )
+
+
+def _metadata_cuda(version: Version, requires: Sequence[str]) -> tuple[str | None, str]:
+    """A torch's CUDA from its version and METADATA requirements (None: a CPU build), and how it was read."""
+    named, cuda = _label_cuda(version.local or "")
+    if named:
+        return cuda, f"its version's local label +{version.local}"
+    for line in requires:
+        try:
+            req = Requirement(line)
+            applies = req.marker is None or req.marker.evaluate({"extra": ""})
+        except (InvalidRequirement, UndefinedEnvironmentName):
+            continue
+        pins = [s.version for s in req.specifier if s.operator == "=="]
+        if applies and CUDA_RUNTIME.match(canonicalize_name(req.name)) and pins:
+            runtime = Version(pins[0])
+            return f"{runtime.major}.{runtime.minor}", f"its METADATA requires {req.name}=={pins[0]}"
+    return None, "its METADATA requires no CUDA runtime and its version has no +cuXYZ label"
+
+
+def read_wheel(path: Path) -> Found:
+    """What a torch wheel file is: its METADATA version, and its CUDA from ``torch/version.py`` (what
+    ``torch.version.cuda`` will say), else from its METADATA."""
+    try:
+        with zipfile.ZipFile(path) as wheel:
+            names = wheel.namelist()
+            metadata = next(
+                (n for n in names if n.endswith(".dist-info/METADATA") and n.count("/") == 1), None
+            )
+            if metadata is None:
+                raise UsageError(
+                    f"--torch {str(path)!r}: no .dist-info/METADATA in the wheel (valid: {VALID})"
+                )
+            text = wheel.read(metadata).decode("utf-8", "replace")
+            version_py = (
+                wheel.read("torch/version.py").decode("utf-8", "replace")
+                if "torch/version.py" in names
+                else None
+            )
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise UsageError(f"--torch {str(path)!r}: not a readable wheel ({exc}) (valid: {VALID})") from None
+    fields = [line.split(":", 1) for line in text.split("\n\n", 1)[0].splitlines() if ":" in line]
+    version = Version(next((v.strip() for k, v in fields if k == "Version"), "0"))
+    match = VERSION_PY_CUDA.search(version_py or "")
+    if match is not None:
+        cuda = match.group(1) or match.group(2)
+        return Found(version, cuda or None, f"its torch/version.py says cuda = {cuda!r}", path.name)
+    cuda, how = _metadata_cuda(version, [v.strip() for k, v in fields if k == "Requires-Dist"])
+    return Found(version, cuda, how, path.name)
+
+
+def resolve_requirement(text: str, python: str, find_links: Sequence[Path] = ()) -> Found:
+    """What pip would install for ``text`` with the configured index, the recipe's Python and ``find_links``
+    (what install-torch passes), without installing it: ``pip install --dry-run --report``. A wheel pip
+    would take from a directory is read itself; one from an index is known by its metadata."""
+    with tempfile.TemporaryDirectory(prefix="torchkiln-torch-") as tmp:
+        report = Path(tmp) / "report.json"
+        argv = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-deps"]
+        argv += ["--quiet", "--only-binary=:all:", "--python-version", python, "--report", str(report)]
+        # pip before 23.1 takes --python-version only with --target; a dry run writes nothing there
+        argv += ["--target", str(Path(tmp) / "target")]
+        for directory in find_links:
+            argv += ["--find-links", str(directory)] if Path(directory).is_dir() else []
+        try:
+            done = runner.run([*argv, text], timeout=RESOLVE_TIMEOUT_S)
+        except runner.ProcessError as exc:
+            raise UsageError(
+                f"--torch {text!r}: cannot ask pip what it would install ({exc}) (valid: {VALID})"
+            ) from None
+        if not done.ok or not report.is_file():
+            said = [x for x in done.stderr.splitlines() if x.strip() and not x.startswith("WARNING:")]
+            reason = said[-1] if said else done.failure()
+            raise UsageError(
+                f"--torch {text!r}: pip cannot install it for Python {python} ({reason}) (valid: {VALID} the "
+                "configured index has)"
+            )
+        item = json.loads(report.read_text(encoding="utf-8"))["install"][0]
+    url = item.get("download_info", {}).get("url", "")
+    wheel = unquote(urlparse(url).path.rsplit("/", 1)[-1])
+    if url.startswith("file://") and wheel.endswith(".whl"):
+        return read_wheel(Path(unquote(urlparse(url).path)))
+    metadata = item.get("metadata", {})
+    version = Version(metadata.get("version", "0"))
+    cuda, how = _metadata_cuda(version, metadata.get("requires_dist", []))
+    return Found(version, cuda, how, wheel)
+
+
+def resolve_given_torch(
+    text: str, recipe: Recipe, only: str | None, find_links: Sequence[Path] = ()
+) -> GivenTorch:
+    """Check ``--torch TEXT`` against the recipe: it pairs with its torchvision, and what it really is (the
+    wheel read, or what pip would install for the requirement, ``find_links`` as install-torch passes
+    them) suits its accelerator."""
+    if only != "torchvision":
+        raise UsageError("--torch: only with --only torchvision (a build of torch makes its own)")
+    install, version, given = _version(text)
+    _check_pairing(text, version, recipe)
+    named, cuda = _label_cuda(version.local or "")
+    if named:  # torch==2.13.0+cu130 says what it is: no need to ask anyone
+        asked = Found(version, cuda, f"its local version label +{version.local}", "")
+        _check_accelerator(text, "the version asked for", asked, recipe)
+    if install.endswith(".whl"):
+        found = read_wheel(Path(install))
+        subject = f"the wheel {found.wheel} (torch {found.version})"
+    else:
+        found = resolve_requirement(install, recipe.python, find_links)
+        subject = f"pip would install torch {found.version} ({found.wheel})"
+    _check_accelerator(text, subject, found, recipe)
+    if install.endswith(".whl"):
+        chosen = f"a {_label(found.cuda)} build ({found.how})"
+    else:
+        chosen = f"pip chose torch {found.version} ({found.wheel}), a {_label(found.cuda)} build"
+    note = f"--torch: torchvision built against torch {version}, {given}: {chosen}; not the recipe's own torch build"
     return GivenTorch(install, version, note)

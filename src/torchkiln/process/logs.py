@@ -5,7 +5,8 @@ points ``<workdir>/logs/latest`` at it: a rebuild never overwrites the log of th
 
 A failed PyTorch build prints tens of thousands of lines; the cause is almost always the *first* compiler
 error, far above the tail (ninja keeps going for the jobs already running). So a failure report is: the
-first compiler error line, the last lines of the log, and the path of the full log.
+first compiler or tool error line (:func:`first_error`: a cause outranks a generic failure line, which
+outranks git's noise), the last lines of the log, and the path of the full log.
 """
 
 from __future__ import annotations
@@ -16,8 +17,12 @@ import shutil
 from collections import deque
 from pathlib import Path
 
-# Most specific first; the first line (in log order) that matches any of them is the first error.
-ERROR_PATTERNS = (
+# What a failed step's log says first, by rank: the first rank with a matching line wins, and within a rank
+# the first line in log order. A compiler's or a tool's own error names the cause; a generic failure line
+# (ninja's ``FAILED:`` edge, pip's ``error:``, a Python exception) only says that something failed; git's
+# complaints about a tree that is no git checkout are noise (setup.py files ask git for a version and carry
+# on without one) and are shown only when nothing else failed.
+CAUSE_PATTERNS = (
     re.compile(r"^\S.*?:\d+(:\d+)?:\s+(fatal )?error\b"),  # gcc/clang/nvcc: file:line:col: error: ...
     re.compile(r"^\S.*?\(\d+\): (catastrophic )?error\b"),  # nvcc/EDG front end: file(line): error ...
     re.compile(r"\bnvcc fatal\b"),
@@ -26,13 +31,27 @@ ERROR_PATTERNS = (
     re.compile(r"^collect2: error\b"),
     re.compile(r"^(c\+\+|g\+\+|gcc|cc|clang\+\+?): (fatal )?error\b"),
     re.compile(r"^\S+\.(c|cc|cpp|cu|h|hpp): .*error\b"),
+    # The compiler cache's own failure, which ninja's FAILED line of the same command only points at:
+    # ccache 4.x ``ccache: error: Could not find compiler "c++" in PATH``, ``ccache: error: CCACHE_MAXSIZE:
+    # invalid size``; sccache's src/main.rs ``sccache: error: {}`` (and ``sccache: encountered fatal error``).
+    re.compile(r"^s?ccache: (error|encountered fatal error)\b"),
+    re.compile(r"^ninja: (error|fatal):"),  # ninja itself (a missing build.ninja, a bad rule)
+    re.compile(r"^/bin/sh: \d+: .+: not found$"),  # a tool a build command names is not installed
+    # PyTorch's setup.py check_submodules() (v2.6.0 setup.py, lines 399-440): a tree without submodules.
+    re.compile(r"^\s*--- Submodule initi?alization failed"),
+    re.compile(r"^Could not find any of .+ in \S"),
 )
-FALLBACK_PATTERNS = (
+FAILURE_PATTERNS = (
     re.compile(r"^FAILED: "),
     re.compile(r"^(ERROR|error|fatal):"),  # pip, setuptools, git
     re.compile(r"^[A-Za-z_.]*(Error|Exception): "),  # a Python exception ending a traceback
     re.compile(r"Error \d+$"),
 )
+# git run by a build script outside a checkout (a source archive): torchvision's setup.py ``git rev-parse
+# HEAD``, PyTorch's ``git submodule update``; it prints this and the script goes on (or fails later, for
+# another reason, named by a line of a higher rank).
+NOISE_PATTERNS = (re.compile(r"^fatal: not a git repository\b"),)
+RANKS = (CAUSE_PATTERNS, FAILURE_PATTERNS, NOISE_PATTERNS)
 
 
 KEEP_RUNS = 20  # run directories kept under <workdir>/logs (the newest; ``latest`` links the last one)
@@ -65,17 +84,31 @@ def log_name(step_name: str) -> str:
 
 
 def first_error(lines: list[str] | Path) -> str | None:
-    """The first compiler error in a log (a file or its lines), else the first generic failure line."""
+    """The line of a log that names why it failed (a file or its lines): the first compiler or tool error
+    (the compiler cache's own included), else the first generic failure line, else git's noise; None when
+    nothing in the log looks like a failure."""
     if isinstance(lines, Path):
         lines = lines.read_text(encoding="utf-8", errors="replace").splitlines()
-    fallback = None
+    found: list[str | None] = [None] * len(RANKS)
     for line in lines:
         text = line.rstrip("\n")
-        if any(p.search(text) for p in ERROR_PATTERNS):
+        rank = _rank(text)
+        if rank == 0:
             return text
-        if fallback is None and any(p.search(text) for p in FALLBACK_PATTERNS):
-            fallback = text
-    return fallback
+        if rank is not None and found[rank] is None:
+            found[rank] = text
+    return next((text for text in found if text is not None), None)
+
+
+def _rank(text: str) -> int | None:
+    """The rank of a log line (an index of RANKS), None for an ordinary line. Noise is recognised first:
+    git's ``fatal: not a git repository`` would otherwise be a generic failure (``fatal:``)."""
+    if any(p.search(text) for p in NOISE_PATTERNS):
+        return RANKS.index(NOISE_PATTERNS)
+    for rank, patterns in enumerate(RANKS):
+        if any(p.search(text) for p in patterns):
+            return rank
+    return None
 
 
 def tail(path: Path, count: int = 30) -> list[str]:

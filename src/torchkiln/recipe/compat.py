@@ -42,3 +42,19 @@ def frontend(recipe: Recipe) -> str:
     """'setup.py' or 'scikit-build-core': how this torch release builds its wheel."""
     release = torch_release(recipe)
     return release["frontend"] if release else "scikit-build-core"
+
+
+def torch_releases() -> list[str]:
+    """The torch releases (``2.13``) there is compatibility data for, oldest first."""
+    return sorted(compat()["torch"], key=Version)
+
+
+def torch_release_range() -> str:
+    """Those releases in words, from the data: ``torch 2.10 to 2.15`` when they run without a gap, else
+    each one (``torch 2.6, 2.8, 2.10``)."""
+    releases = torch_releases()
+    minors = [Version(r).minor for r in releases]
+    same_major = len({Version(r).major for r in releases}) == 1
+    if len(releases) > 1 and same_major and minors == list(range(minors[0], minors[0] + len(minors))):
+        return f"torch {releases[0]} to {releases[-1]}"
+    return "torch " + ", ".join(releases)

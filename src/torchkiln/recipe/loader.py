@@ -16,6 +16,7 @@ Any problem raises :class:`~torchkiln.errors.RecipeError` with one line per prob
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import json
 import os
@@ -716,10 +717,29 @@ def recipes_dir() -> Path:
     return Path.cwd() / "recipes"
 
 
+def shipped_names() -> list[str]:
+    """The names of the shipped recipes (their file names without ``.toml``), sorted."""
+    return sorted(p.stem for p in recipes_dir().glob("*.toml"))
+
+
 def resolve_recipe_path(name_or_path: str) -> Path:
-    """A recipe given as a path, or as the name of a shipped recipe (with or without .toml)."""
+    """A recipe given as a path, or as the name of a shipped recipe (with or without .toml). A bare name
+    that is neither is refused listing the shipped recipes, the closest to it first (a misspelt name)."""
     path = Path(name_or_path)
     if path.exists() or path.suffix == ".toml" and "/" in name_or_path:
         return path
     shipped = recipes_dir() / (name_or_path if name_or_path.endswith(".toml") else f"{name_or_path}.toml")
-    return shipped if shipped.exists() else path
+    if shipped.exists() or "/" in name_or_path:
+        return shipped if shipped.exists() else path
+    names = shipped_names()
+    closest = difflib.get_close_matches(name_or_path.removesuffix(".toml"), names, n=len(names), cutoff=0.0)
+    raise RecipeError(
+        [
+            Problem(
+                name_or_path,
+                "<file>",
+                f"no such file, and no shipped recipe of that name (in {recipes_dir()})",
+                f"a path to a recipe .toml, or a shipped recipe, closest first: {', '.join(closest) or 'none'}",
+            )
+        ]
+    )

@@ -1,0 +1,151 @@
+"""Messages that point the right way (issue 20 item 6): each names what is really wrong and the way out."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from dists import tiny_wheel
+
+from torchkiln.cli import COMMANDS, build_parser, main
+from torchkiln.plan import preflight
+from torchkiln.plan.jobs import GIB, Resources
+from torchkiln.plan.make import make_plan
+from torchkiln.recipe.compat import compat, torch_release_range, torch_releases
+from torchkiln.recipe.loader import load_recipe, shipped_names
+
+ROOT = Path(__file__).resolve().parent.parent
+CPU = ROOT / "recipes" / "torch-2.13-cpu-py311.toml"
+CU130 = ROOT / "recipes" / "torch-2.13-cu130-py312.toml"
+VISION_LIKE = ROOT / "tests" / "data" / "vision_like"
+BIG = Resources(cpus=4, memory_bytes=64 * GIB)
+
+
+def test_readme_states_the_supported_releases_the_data_has() -> None:
+    """The range in README.md is the one data/compat.toml covers (the data grows: this says when README
+    must follow)."""
+    text = (ROOT / "README.md").read_text()
+    match = re.search(
+        r"\*\*Supported releases: (torch [0-9.]+ to [0-9.]+), with (torchvision [0-9.]+ to [0-9.]+)\*\*", text
+    )
+    assert match, "README.md states no supported range"
+    visions = [compat()["torch"][r]["torchvision"] for r in torch_releases()]
+    assert match.group(1) == torch_release_range()
+    assert match.group(2) == f"torchvision {visions[0]} to {visions[-1]}"
+
+
+def parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """A parser and every subparser under it."""
+    found = [parser]
+    for action in parser._actions:  # noqa: SLF001 - argparse keeps subparsers nowhere public
+        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+            for sub in action.choices.values():
+                found += parsers(sub)
+    return found
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_no_parser_takes_an_abbreviated_option(command: str) -> None:
+    assert all(not p.allow_abbrev for p in parsers(build_parser(only=command)))
+
+
+def test_an_abbreviated_option_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--job 4`` was silently taken as ``--jobs 4``."""
+    with pytest.raises(SystemExit) as info:
+        main(["plan", str(CPU), "--job", "4"])
+    assert info.value.code == 2
+    assert "unrecognized arguments: --job 4" in capsys.readouterr().err
+
+
+def test_a_misspelt_shipped_recipe_lists_the_shipped_names_closest_first(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["plan", "torch-2.13-cpu-py31"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("torch-2.13-cpu-py31: <file>: no such file, and no shipped recipe of that name")
+    names = err.split("closest first: ", 1)[1].rstrip(")\n").split(", ")
+    assert sorted(names) == shipped_names() and names[0] == "torch-2.13-cpu-py311", names
+    # A path is a path: no list of names.
+    assert main(["plan", "/nonexistent/recipe.toml"]) == 2
+    assert "closest first" not in capsys.readouterr().err
+
+
+def test_build_without_a_recipe_shows_the_nox_form(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["build"]) == 2
+    err = capsys.readouterr().err
+    assert "a recipe is required: torchkiln build RECIPE" in err
+    assert "nox -s build-wheel -- --recipe RECIPE" in err
+
+
+def test_an_adopted_tree_is_named_as_the_source_of_its_version(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A torchvision 0.21 tree built with --accept-source-version does not pair with the recipe's torch:
+    the problem is the tree's version, not the recipe file's torchvision.version (which says 0.28.0)."""
+    tree = tmp_path / "vision-0.21.0"
+    shutil.copytree(VISION_LIKE, tree)
+    (tree / "version.txt").write_text("0.21.0\n")
+    args = [
+        str(CPU),
+        "--only",
+        "torchvision",
+        "--source-dir",
+        f"torchvision={tree}",
+        "--workdir",
+        str(tmp_path),
+    ]
+    assert main(["check", *args, "--accept-source-version", "torchvision"]) == 2
+    line = next(x for x in capsys.readouterr().err.splitlines() if "does not pair" in x)
+    assert line.startswith(
+        f"torchvision 0.21.0 is the version of the tree {tree} (its version.txt says '0.21.0'), adopted with "
+        "--accept-source-version torchvision instead of the recipe file's version: torchvision.version: "
+        "torchvision 0.21.0 does not pair with torch 2.13.0"
+    ), line
+    assert not line.startswith(str(CPU))
+
+
+def test_only_torchvision_without_a_torch_wheel_is_refused_at_preflight(tmp_path: Path) -> None:
+    plan = make_plan(
+        load_recipe(CPU), workdir=tmp_path / "w", dist=tmp_path / "d", only="torchvision", resources=BIG
+    )
+    [finding] = [f for f in preflight.preflight(plan, {"PATH": ""}) if f.check == "torch-wheel"]
+    assert (
+        finding.found
+        == f"no torch 2.13.0+cpu.kiln1 wheel in {tmp_path / 'd'} or {tmp_path / 'w' / 'wheelhouse' / 'torch'}"
+    )
+    assert (
+        "torchkiln build torch-2.13-cpu-py311 --only torch" in finding.fix and "--torch WHEEL" in finding.fix
+    )
+    # The recipe's torch wheel in dist/ (an earlier --only torch build): no finding.
+    (tmp_path / "d").mkdir()
+    tiny_wheel(tmp_path / "d", "torch", "2.13.0+cpu.kiln1")
+    assert "torch-wheel" not in {f.check for f in preflight.preflight(plan, {"PATH": ""})}
+
+
+def test_fix_hints_say_where_a_python_or_gcc_the_distribution_lacks_comes_from(tmp_path: Path) -> None:
+    """CUDA recipes want Python 3.12 and gcc 13, which Debian 12 does not package: the hints say where they
+    come from (pyenv, deadsnakes, a distribution that has them, the devel image)."""
+    plan = make_plan(load_recipe(CU130), workdir=tmp_path / "w", dist=tmp_path / "d", resources=BIG)
+    gcc12 = tmp_path / "bin" / "gcc"
+    gcc12.parent.mkdir()
+    gcc12.write_text('#!/bin/sh\ncase "$1" in -dumpfullversion) echo 12.2.0;; *) echo "gcc (Debian 12.2.0-14) 12.2.0"; '
+                     'echo "Free Software Foundation";; esac\n')  # fmt: skip
+    gcc12.chmod(0o755)
+    found = {f.check: f for f in preflight.preflight(plan, {"PATH": str(gcc12.parent), "CC": str(gcc12)})}
+    devel = "torchkiln images --recipe torch-2.13-cu130-py312 --target devel"
+    python_fix = found["python"].fix
+    assert "pyenv install 3.12" in python_fix and "deadsnakes" in python_fix and devel in python_fix
+    assert "Debian 12 packages 3.11 only" in python_fix and "python3.12-dev" in python_fix
+    compiler = next(
+        f
+        for f in preflight.preflight(plan, {"PATH": str(gcc12.parent), "CC": str(gcc12)})
+        if "build.gcc" in f.wanted
+    )
+    assert (
+        "Ubuntu 24.04" in compiler.fix
+        and "Debian 12 has gcc 12 only" in compiler.fix
+        and devel in compiler.fix
+    )
