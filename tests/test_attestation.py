@@ -8,7 +8,6 @@ the keyid computed here from the public key's DER), SBOMs by cyclonedx-python-li
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import os
@@ -23,7 +22,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
-from dists import manifest_of, tiny_wheel
+from dists import manifest_of, tampered_copy, tiny_wheel
 from securesystemslib.dsse import Envelope as SslibEnvelope
 from securesystemslib.exceptions import VerificationError
 from securesystemslib.signer import SSlibKey
@@ -194,7 +193,7 @@ def test_installed_subjects_pass_and_a_tampered_install_fails_by_name(built: dic
 
     tampered = tmp_path / "tampered" / built["wheel"].name
     tampered.parent.mkdir()
-    _rewrite(built["wheel"], tampered, "kiln_tiny.py", b"VERSION = 'evil'\n")
+    tampered_copy(built["wheel"], tampered, "kiln_tiny.py", b"VERSION = 'evil'\n")
     bad = tmp_path / "bad"
     _pip_target(tampered, bad)
     results = _checks_in(bad, envelope, key, built["dist"])
@@ -248,21 +247,6 @@ def _checks_in(site: Path, envelope: signing.Envelope, key: signing.PrivateKey, 
     )
     raw = json.loads(done.stdout.splitlines()[-1])
     return {k: attestation.Check(k, status, message) for k, (status, message) in raw.items()}
-
-
-def _rewrite(source: Path, target: Path, member: str, data: bytes) -> None:
-    """``source`` with ``member`` replaced and RECORD made to match (a careful tamperer)."""
-    with zipfile.ZipFile(source) as zin, zipfile.ZipFile(target, "w") as zout:
-        for info in zin.infolist():
-            content = data if info.filename == member else zin.read(info)
-            if info.filename.endswith("RECORD"):
-                digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode().rstrip("=")
-                lines = [
-                    f"{member},sha256={digest},{len(data)}" if line.startswith(f"{member},") else line
-                    for line in content.decode().splitlines()
-                ]
-                content = ("\n".join(lines) + "\n").encode()
-            zout.writestr(info, content)
 
 
 def test_the_wheel_sbom_is_valid_cyclonedx_and_holds_what_the_build_knows(built: dict) -> None:

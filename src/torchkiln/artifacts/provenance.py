@@ -39,9 +39,11 @@ from .signing import Envelope, PrivateKey, sign
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
-# URIs of torchkiln's own: what a build of wheels means (docs/supply-chain.md), and who built it.
-BUILD_TYPE = "urn:torchkiln:build-type:wheels:v1"
-BUILDER_ID = "urn:torchkiln:builder:local"
+# torchkiln's own URIs, each a section of docs/supply-chain.md: what a build of wheels means (how to read
+# the parameters), and the builder (torchkiln run by whoever holds the signing key, on their host).
+DOCS = "https://github.com/torchkiln/torchkiln/blob/main/docs/supply-chain.md"
+BUILD_TYPE = f"{DOCS}#build-type-wheels-v1"
+BUILDER_ID = f"{DOCS}#builder-local"
 SUFFIX = ".intoto.jsonl"
 
 
