@@ -73,7 +73,12 @@ def built(tmp_path: Path) -> dict:
         dist,
         "kiln_tiny",
         "2.13.0",
-        requires=("nvidia-cudnn-cu13==9.20.0.48", "numpy", "triton==3.7.1; extra == 'triton'"),
+        requires=(
+            "nvidia-cudnn-cu13==9.20.0.48",
+            "numpy",
+            "numpy<3; python_version >= '3.12'",  # a project twice, under another marker
+            "triton==3.7.1; extra == 'triton'",
+        ),
         files={"kiln_tiny_pkg/version.py": f"git_version = '{COMMIT}'\n"},
     )
     lock = SourceLock(
@@ -262,6 +267,11 @@ def test_the_wheel_sbom_is_valid_cyclonedx_and_holds_what_the_build_knows(built:
     assert by_name["nvidia-cudnn-cu13"]["version"] == "9.20.0.48"
     assert by_name["nvidia-cudnn-cu13"]["purl"] == "pkg:pypi/nvidia-cudnn-cu13@9.20.0.48"
     assert by_name["triton"]["scope"] == "optional" and "version" not in by_name["numpy"]
+    assert len([c for c in doc["components"] if c["name"] == "numpy"]) == 1  # once, with both lines
+    assert sorted(p["value"] for p in by_name["numpy"]["properties"]) == [
+        "numpy",
+        "numpy<3; python_version >= '3.12'",
+    ]
     # found by the build (toolchain) or pinned by the recipe (torch-2.13-cu130-py312)
     found = {
         n: (by_name[n]["version"], _props(by_name[n])["torchkiln:from"])

@@ -38,6 +38,7 @@ import re
 import struct
 import sys
 import uuid
+import warnings
 import zipfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -305,23 +306,32 @@ def wheel_metadata(wheel: Path) -> email.message.Message:
 
 
 def requirement_components(requires: Iterable[str], owner: str) -> Iterator[Component]:
-    """A component per ``Requires-Dist`` (the pinned version where ``==`` pins one)."""
+    """A component per ``Requires-Dist`` (the pinned version where ``==`` pins one); a project listed twice
+    (under different markers) once, with every line that names it."""
+    parsed: dict[str, list[tuple[str, Requirement]]] = {}
     for text in requires:
         try:
             req = Requirement(text)
         except InvalidRequirement:
             continue
-        pinned = [s.version for s in req.specifier if s.operator in ("==", "===") and "*" not in s.version]
-        version = pinned[0] if len(pinned) == 1 else None
-        optional = req.marker is not None and "extra" in str(req.marker)
+        parsed.setdefault(wheelfile.project_key(req.name), []).append((text, req))
+    for key, lines in parsed.items():
+        pins = {
+            s.version
+            for _, r in lines
+            for s in r.specifier
+            if s.operator in ("==", "===") and "*" not in s.version
+        }
+        version = pins.pop() if len(pins) == 1 else None
+        optional = all(r.marker is not None and "extra" in str(r.marker) for _, r in lines)
         yield Component(
             type=ComponentType.LIBRARY,
-            name=req.name,
+            name=lines[0][1].name,
             version=version,
-            bom_ref=_ref("requires", owner, wheelfile.project_key(req.name)),
-            purl=PackageURL("pypi", name=wheelfile.project_key(req.name), version=version),
+            bom_ref=_ref("requires", owner, key),
+            purl=PackageURL("pypi", name=key, version=version),
             scope=ComponentScope.OPTIONAL if optional else ComponentScope.REQUIRED,
-            properties=[_prop("requirement", text)],
+            properties=[_prop("requirement", text) for text, _ in lines],
         )
 
 
@@ -468,7 +478,13 @@ def wheel_sbom(
 
 
 def to_json(bom: Bom) -> str:
-    return JsonV1Dot6(bom).output_as_string(indent=2) + "\n"
+    with warnings.catch_warnings():
+        # A wheel without dependencies (a stand-in, a pure wheel) has a complete graph: its root depends on
+        # nothing. cyclonedx-python-lib warns that the graph is "incomplete" then; nothing is missing.
+        warnings.filterwarnings(
+            "ignore", message="The Component this BOM is describing", category=UserWarning
+        )
+        return JsonV1Dot6(bom).output_as_string(indent=2) + "\n"
 
 
 def write_sbom(path: Path, bom: Bom) -> Path:
