@@ -8,6 +8,7 @@ the keyid computed here from the public key's DER), SBOMs by cyclonedx-python-li
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -471,3 +472,29 @@ def test_a_statement_that_is_not_torchkilns_is_named_by_field() -> None:
         provenance.read_statement(
             signing.Envelope(signing.PAYLOAD_TYPE, json.dumps(no_subject).encode(), ()), "s"
         )
+
+
+def test_the_runtime_image_build_args_carry_the_statement_and_refuse_a_wrong_key_before_building(
+    built: dict,
+) -> None:
+    from torchkiln.errors import TorchkilnError
+    from torchkiln.images.spec import provenance_args
+
+    dist, manifest = built["dist"], built["manifest"]
+    key = ed25519.Ed25519PrivateKey.generate()
+    assert set(provenance_args(dist, manifest, None).values()) == {""}  # no statement: nothing to keep
+    with pytest.raises(UsageError, match=r"--provenance-key: .*r.intoto.jsonl: no such file"):
+        provenance_args(dist, manifest, key.public_key())
+    data = provenance.statement(manifest, parameters={}, byproducts=built["paths"])
+    path = dist / provenance.statement_name(manifest.recipe.name)
+    provenance.write_signed(path, data, key)
+    args = provenance_args(dist, manifest, key.public_key())
+    assert args["KILN_PROVENANCE"] == path.name
+    assert args["KILN_PROVENANCE_SHA256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert args["KILN_PROVENANCE_KEYID"] == signing.keyid(key.public_key())
+    assert base64.b64decode(args["KILN_PROVENANCE_KEY"]) == key.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    other = ed25519.Ed25519PrivateKey.generate().public_key()
+    with pytest.raises(TorchkilnError, match="not signed by the given key"):
+        provenance_args(dist, manifest, other)
