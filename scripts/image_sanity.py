@@ -7,8 +7,14 @@ registered (the "operator torchvision::nms does not exist" mismatch), tensor mat
 nvcc is on PATH, and the build args agree with the manifest of the build the wheels come from
 (/opt/torchkiln/manifest.json, when the image has one: the bake file's runtime targets take their versions
 from the recipe, so this is where a wheels stage that built something else is caught). Reads the build args
-KILN_TORCH_VERSION, KILN_TORCHVISION_VERSION, KILN_TORCH_COMMIT, KILN_TORCHVISION_COMMIT, KILN_CUDA and
-KILN_CUDNN. Runs with the image's Python (no torchkiln import: it checks the wheels, not torchkiln).
+KILN_TORCH_VERSION, KILN_TORCHVISION_VERSION, KILN_TORCH_COMMIT, KILN_TORCHVISION_COMMIT, KILN_CUDA,
+KILN_CUDNN and KILN_PROVENANCE. Runs with the image's Python.
+
+The supply chain (docs/supply-chain.md): the image's own SBOM lists the installed torch at its version, and
+the build's signed provenance statement, when the image carries one with its key, is signed by that key,
+names exactly the installed wheels (sha256, version, commit, files) and binds the SBOMs and manifest kept
+beside it. That one check is torchkiln's own (``torchkiln.verify.attestation``, what ``torchkiln verify
+--provenance`` runs); everything else here imports no torchkiln: it checks the wheels, not torchkiln.
 """
 
 from __future__ import annotations
@@ -20,7 +26,10 @@ import sys
 from importlib.metadata import version as installed
 from pathlib import Path
 
-MANIFEST = Path("/opt/torchkiln/manifest.json")
+KEPT = Path("/opt/torchkiln")
+MANIFEST = KEPT / "manifest.json"
+IMAGE_SBOM = KEPT / "image.cdx.json"
+PROVENANCE_KEY = KEPT / "provenance-key.pub"
 
 
 def manifest_problems(path: Path) -> list[str]:
@@ -42,6 +51,38 @@ def manifest_problems(path: Path) -> list[str]:
         recorded = (sources.get(project) or {}).get("commit") or ""
         if want and commit and recorded and commit != recorded:
             problems.append(f"the build args name {project} commit {commit}, the manifest records {recorded}")
+    return problems
+
+
+def sbom_problems(path: Path, want_torch: str) -> list[str]:
+    """The image's SBOM is there and lists the installed torch at its version."""
+    if not path.is_file():
+        return [f"{path}: no SBOM of the image"]
+    components = json.loads(path.read_text(encoding="utf-8")).get("components", [])
+    listed = {c.get("name"): c.get("version") for c in components}
+    if listed.get("torch") != want_torch:
+        return [f"{path}: lists torch {listed.get('torch')}, {want_torch} is installed"]
+    return []
+
+
+def provenance_problems(statement_name: str) -> list[str]:
+    """The signed statement kept in the image: its signature by the kept key, its subjects installed, its
+    byproducts (SBOMs, manifest, lock file) unchanged beside it. Without a key: a note, not a problem."""
+    if not statement_name:
+        return []
+    statement = KEPT / statement_name
+    if not PROVENANCE_KEY.is_file():
+        print(f"image sanity: {statement} not checked: no --provenance-key was given", file=sys.stderr)
+        return []
+    from torchkiln.artifacts.signing import load_envelope, load_public_key
+    from torchkiln.verify.attestation import attestation_checks
+
+    checks = attestation_checks(
+        load_envelope(statement), load_public_key(PROVENANCE_KEY), str(statement), directory=KEPT
+    )
+    problems = [c.message for c in checks.values() if c.status == "fail"]
+    if checks["byproducts"].status != "pass":
+        problems.append(checks["byproducts"].message)
     return problems
 
 
@@ -91,6 +132,8 @@ def main() -> int:
                 problems.append(f"torchvision.ops.nms kept {keep.tolist()}, expected [0]")
 
     problems += manifest_problems(MANIFEST)
+    problems += sbom_problems(IMAGE_SBOM, want_torch)
+    problems += provenance_problems(os.environ.get("KILN_PROVENANCE", ""))
 
     for tool in ("gcc", "g++", "cc", "c++", "nvcc"):
         if shutil.which(tool):

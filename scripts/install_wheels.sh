@@ -4,7 +4,9 @@
 # Reads KILN_TORCH_VERSION, KILN_TORCHVISION_VERSION (empty: no torchvision wheel), KILN_CUDA, KILN_CUDNN,
 # KILN_NCCL and RECIPE_FILE (the recipe, from the `recipe` context at /mnt/recipe, kept as
 # /opt/torchkiln/recipe.toml); the build's manifest.json in the `dist` context is kept as
-# /opt/torchkiln/manifest.json.
+# /opt/torchkiln/manifest.json, with the build's supply-chain documents: each wheel's SBOM, the lock file, the
+# signed provenance statement KILN_PROVENANCE names and the public key KILN_PROVENANCE_KEY (base64 DER) it is
+# checked with; then the image's own SBOM (its Debian and Python packages) is written.
 set -euo pipefail
 
 : "${KILN_TORCH_VERSION:?KILN_TORCH_VERSION must be set (the exact version of the torch wheel in dist/)}"
@@ -44,6 +46,28 @@ fi
 if [[ -f "$dist/manifest.json" ]]; then
   cp "$dist/manifest.json" /opt/torchkiln/manifest.json
 fi
+# Supply chain (docs/supply-chain.md): the SBOM of each wheel and the lock file of the build, and the signed
+# provenance statement that binds them, kept beside the manifest (the statement names them as byproducts);
+# the public key (never a private one: the image build has none) as PEM.
+for wheel in "$dist"/*.whl; do
+  sbom="${wheel%.whl}.cdx.json"
+  if [[ -f "$sbom" ]]; then cp "$sbom" /opt/torchkiln/; fi
+done
+if [[ -n "${RECIPE_NAME:-}" && -f "$dist/${RECIPE_NAME}.lock.json" ]]; then
+  cp "$dist/${RECIPE_NAME}.lock.json" /opt/torchkiln/
+fi
+if [[ -n "${KILN_PROVENANCE:-}" ]]; then
+  cp "$dist/${KILN_PROVENANCE}" /opt/torchkiln/
+fi
+if [[ -n "${KILN_PROVENANCE_KEY:-}" ]]; then
+  { echo "-----BEGIN PUBLIC KEY-----"; fold -w 64 <<<"$KILN_PROVENANCE_KEY"; echo "-----END PUBLIC KEY-----"; } \
+    > /opt/torchkiln/provenance-key.pub
+fi
+# The image's own SBOM, last, when everything is installed: dpkg's status and the venv's distributions.
+venv_python="${VIRTUAL_ENV:-/opt/venv}/bin/python"
+"$venv_python" -m torchkiln.artifacts.sbom image --root / \
+  --site-packages "$("$venv_python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+  --name "torchkiln runtime ${RECIPE_NAME:-}" --version "$KILN_TORCH_VERSION" --out /opt/torchkiln/image.cdx.json
 find /opt/torchkiln/verify -name __pycache__ -prune -exec rm -rf {} +
 chmod -R a+rX /opt/torchkiln
 

@@ -148,3 +148,20 @@ def manifest_for_upstream(recipe: Recipe, dist: Path, origin: str) -> Path:
     path = dist / "manifest.json"
     write_manifest(path, manifest)
     return path
+
+
+def tampered_copy(source: Path, target: Path, member: str, data: bytes) -> Path:
+    """``source`` with ``member`` replaced by ``data`` and RECORD made to match (a careful tamperer: pip
+    installs it without complaint), written to ``target``."""
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode().rstrip("=")
+    with zipfile.ZipFile(source) as zin, zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zout:
+        for info in zin.infolist():
+            content = data if info.filename == member else zin.read(info)
+            if info.filename.endswith(".dist-info/RECORD"):
+                lines = [
+                    f"{member},sha256={digest},{len(data)}" if line.startswith(f"{member},") else line
+                    for line in content.decode().splitlines()
+                ]
+                content = ("\n".join(lines) + "\n").encode()
+            zout.writestr(info, content)
+    return target

@@ -15,6 +15,8 @@ one broken source, one interrupted build per signal.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import io
 import json
 import os
@@ -159,8 +161,9 @@ def cold(world):
 def test_cold_build_produces_the_wheel_manifest_and_lock(cold) -> None:
     s, result = cold["s"], cold["first"]
     assert [p.name for p in result.wheels] == [WHEEL]
+    # no signing key: the SBOM beside the wheel, no provenance statement
     assert sorted(p.name for p in s["dist"].iterdir()) == sorted(
-        [WHEEL, "manifest.json", "ext-cpu-test.lock.json"]
+        [WHEEL, "manifest.json", "ext-cpu-test.lock.json", WHEEL.replace(".whl", ".cdx.json")]
     )
     with zipfile.ZipFile(s["dist"] / WHEEL) as wheel:
         names = wheel.namelist()
@@ -898,3 +901,147 @@ def test_a_second_work_directory_builds_in_the_venvs_the_first_kept(world) -> No
     cmake = (plan.paths.venv / "bin" / "cmake").read_text()
     assert cmake.startswith(f"#!{plan.paths.venv}/bin/python"), "B's scripts name B's venv"
     assert plan.paths.constraints.is_file(), "the constraints the later pip calls read came along"
+
+
+# --- supply chain: SBOM and signed provenance of a real build (issue 24) --------------------------------
+
+
+def _verify_provenance(
+    statement: Path, key: Path, site: Path, report: Path
+) -> tuple[int, str, dict[str, str]]:
+    """``torchkiln verify --provenance --key`` (its provenance tests only) in an interpreter that sees the
+    wheel installed in ``site``; the exit status, the output and each test's outcome."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT / "src")])}
+    argv = [sys.executable, "-m", "torchkiln", "verify", "--area", "build_config"]
+    argv += [
+        "--provenance",
+        str(statement),
+        "--key",
+        str(key),
+        "--report",
+        str(report),
+        "--",
+        "-k",
+        "provenance",
+    ]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, check=False)
+    summary = json.loads((report / "summary.json").read_text()) if (report / "summary.json").is_file() else {}
+    outcomes = {c["nodeid"].split("::")[-1]: c["outcome"] for c in summary.get("checks", [])}
+    return done.returncode, done.stdout + done.stderr, outcomes
+
+
+def test_a_signed_build_has_valid_sboms_and_a_provenance_that_catches_tampering(
+    world, cold, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``torchkiln build --sign-key-env`` on the real pipeline (the extension stands in for torch): the SBOM
+    validates against CycloneDX 1.6 and lists the toolchain the manifest records, securesystemslib verifies
+    the statement, the key is nowhere in dist/ or the logs, and ``torchkiln verify --provenance`` passes the
+    installed wheel and fails a wrong key, a changed statement and a tampered wheel, each by name."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+    from cyclonedx.schema import SchemaVersion
+    from cyclonedx.validation.json import JsonStrictValidator
+    from dists import tampered_copy
+    from securesystemslib.dsse import Envelope
+    from securesystemslib.signer import SSlibKey
+
+    from torchkiln import cli
+    from torchkiln.artifacts.signing import public_pem
+
+    s = scenario(world, "signed")
+    key = ed25519.Ed25519PrivateKey.generate()
+    secret = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+    monkeypatch.setenv("KILN_TEST_SIGNING_KEY", secret)
+    args = ["build", str(world["recipe"]), "--workdir", str(s["work"]), "--dist", str(s["dist"])]
+    # the cold build's compiler cache: this build's compile is served from it (the time goes to the checks)
+    args += ["--source-dir", f"torch={s['src']}", "--only", "torch", "--cache-dir", str(cold["s"]["ccache"])]
+    args += ["--jobs", "2", "--skip-checks", "--no-preflight", "--sign-key-env", "KILN_TEST_SIGNING_KEY"]
+    assert cli.main(args) == 0
+    dist = s["dist"]
+    statement = dist / "ext-cpu-test.intoto.jsonl"
+    sbom_file = dist / WHEEL.replace(".whl", ".cdx.json")
+    assert sorted(p.name for p in dist.iterdir()) == sorted(
+        [WHEEL, "manifest.json", "ext-cpu-test.lock.json", sbom_file.name, statement.name]
+    )
+
+    # the SBOM: valid CycloneDX, the wheel by its sha256, the toolchain the manifest records, build-time
+    text = sbom_file.read_text()
+    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(text) is None
+    doc, manifest = json.loads(text), json.loads((dist / "manifest.json").read_text())
+    assert doc["metadata"]["component"]["hashes"][0]["content"] == manifest["wheels"][0]["sha256"]
+    tools = {c["name"]: c for c in doc["components"] if c.get("scope") == "excluded"}
+    for name, tool in manifest["toolchain"]["tools"].items():
+        assert tools[name]["version"] == tool["version"], name
+    assert {"g++", "cmake", "ninja", "ccache"} <= set(tools)
+
+    # the statement: securesystemslib verifies it with the public key (keyid: sha256 of the DER key)
+    pub = tmp_path / "key.pub"
+    pub.write_bytes(public_pem(key))
+    der = key.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    sslib = SSlibKey.from_crypto(key.public_key(), keyid=hashlib.sha256(der).hexdigest())
+    envelope = json.loads(statement.read_text())
+    Envelope.from_dict(json.loads(statement.read_text())).verify([sslib], 1)
+    payload = json.loads(base64.b64decode(envelope["payload"]))
+    assert payload["subject"][0]["digest"]["sha256"] == manifest["wheels"][0]["sha256"]
+    options = payload["predicate"]["buildDefinition"]["externalParameters"]["options"]
+    assert options["source_dirs"] == {"torch": str(s["src"])} and options["cache"]["kind"] == "ccache"
+
+    # the key is in no file the build left
+    body = "".join(secret.splitlines()[1:-1])
+    left = [*dist.iterdir(), *(s["work"] / "logs").rglob("*"), s["work"] / "state.json"]
+    for path in left:
+        if path.is_file():
+            data = path.read_bytes()
+            assert body[:40].encode() not in data and b"PRIVATE KEY" not in data, path
+
+    site = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(dist / WHEEL)],
+        check=True,
+    )
+    code, out, outcomes = _verify_provenance(statement, pub, site, tmp_path / "r-good")
+    assert code == 0, out
+    assert outcomes["test_provenance_signature"] == "passed"
+    assert (
+        outcomes["test_provenance_subjects[wheel_sha256]"]
+        == outcomes["test_provenance_subjects[files]"]
+        == "passed"
+    )
+    assert outcomes["test_provenance_byproducts"] == "passed"
+
+    other = tmp_path / "other.pub"
+    other.write_bytes(public_pem(ed25519.Ed25519PrivateKey.generate()))
+    code, out, outcomes = _verify_provenance(statement, other, site, tmp_path / "r-key")
+    assert code == 1 and outcomes["test_provenance_signature"] == "failed", out
+    assert "not signed by the given key" in out
+
+    changed = dict(payload, subject=[dict(payload["subject"][0], name="evil.whl")])
+    forged = tmp_path / "forged.intoto.jsonl"
+    forged.write_text(
+        json.dumps(dict(envelope, payload=base64.b64encode(json.dumps(changed).encode()).decode()))
+    )
+    code, out, outcomes = _verify_provenance(forged, pub, site, tmp_path / "r-forged")
+    assert code == 1 and outcomes["test_provenance_signature"] == "failed", out
+    assert "changed after it was signed" in out
+
+    tampered = tmp_path / "tampered" / WHEEL
+    tampered.parent.mkdir()
+    tampered_copy(dist / WHEEL, tampered, "kiln_ext/__init__.py", b"import os  # tampered\n")
+    bad_site = tmp_path / "bad-site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(bad_site), str(tampered)],
+        check=True,
+    )
+    code, out, outcomes = _verify_provenance(statement, pub, bad_site, tmp_path / "r-wheel")
+    assert code == 1, out
+    assert outcomes["test_provenance_signature"] == "passed"
+    assert (
+        outcomes["test_provenance_subjects[wheel_sha256]"]
+        == outcomes["test_provenance_subjects[files]"]
+        == "failed"
+    )
+    assert f"subject {WHEEL}: installed from a wheel with sha256" in out

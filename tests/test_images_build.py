@@ -3,8 +3,11 @@ base made here with debootstrap (no registry is reachable):
 
 * the devel image of the CPU recipe (real apt and pip steps: compilers, cmake, MKL, torchkiln);
 * the runtime image from a dist/ holding the torch 2.13.0 CPU wheel (upstream's: its manifest is written by
-  tests/dists.manifest_for_upstream, which says so); the verification suite runs inside it against that
-  manifest and passes, as the non-root user, with no compiler or nvcc in the image;
+  tests/dists.manifest_for_upstream, which says so, with the wheel's SBOM and a provenance statement signed
+  here with an ECDSA P-256 key); the verification suite runs inside it against that manifest and that
+  statement and passes, as the non-root user, with no compiler or nvcc in the image; the image carries its
+  own SBOM (valid CycloneDX: its Debian and Python packages), the statement and its key (labelled with the
+  statement's digest), and the private key is in none of its layers, its config or its history;
 * a build given a dummy cache password as a secret: the password is nowhere in the layers, the config or
   the history, while the step that used it saw it.
 
@@ -16,16 +19,25 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import json
 import os
 import shutil
+import tarfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cyclonedx.schema import SchemaVersion
+from cyclonedx.validation.json import JsonStrictValidator
 from dists import manifest_for_upstream, wheel_commit
 from imagekit import ROOT, cli_build, report, require, say, stored_size
 
+from torchkiln.artifacts import provenance, sbom
+from torchkiln.artifacts.manifest import load_manifest
+from torchkiln.artifacts.signing import public_pem
 from torchkiln.images.engines import Buildah, BuildRequest
 from torchkiln.images.spec import image_tag
 from torchkiln.process import runner
@@ -81,6 +93,7 @@ def test_devel_image_for_the_cpu_recipe(
     )
 
 
+@pytest.mark.timeout(1500)  # a loaded 2-core machine: the build, the suite inside, a 1.2 GB push and scan
 def test_runtime_image_passes_the_verify_suite_as_a_non_root_user(
     engine: Buildah, storage_root: Path, base_image: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -95,8 +108,14 @@ def test_runtime_image_passes_the_verify_suite_as_a_non_root_user(
     for vision in sorted((ROOT / "dist").glob("torchvision-0.28.0*-cp311-*.whl")):
         shutil.copy(vision, dist / vision.name)
     manifest = manifest_for_upstream(load_recipe(CPU_RECIPE), dist, f"{wheel.parent} (upstream's CPU wheel)")
+    key, pub = _sign(dist, manifest, tmp_path)
     start = time.monotonic()
-    assert _cli_build(storage_root, "--target", "runtime", "--dist", str(dist), "--verify") == 0
+    assert (
+        _cli_build(
+            storage_root, "--target", "runtime", "--dist", str(dist), "--provenance-key", str(pub), "--verify"
+        )
+        == 0
+    )
     seconds = time.monotonic() - start
     image = image_tag(load_recipe(CPU_RECIPE), "runtime")
 
@@ -129,6 +148,10 @@ def test_runtime_image_passes_the_verify_suite_as_a_non_root_user(
     assert labels["io.torchkiln.torch-version"] == "2.13.0+cpu"
     assert labels["org.opencontainers.image.version"] == "2.13.0+cpu"  # the wheel's, not the recipe's
 
+    supply_start = time.monotonic()
+    _check_supply_chain(engine, image, dist, key, tmp_path)
+    supply_seconds = time.monotonic() - supply_start
+
     size, base = stored_size(engine, image), stored_size(engine, base_image)
     # Close to base + installed packages: Python and its venv from apt are the only other thing in it.
     assert size <= base + venv_bytes + 150e6, (size, base, venv_bytes)
@@ -139,6 +162,7 @@ def test_runtime_image_passes_the_verify_suite_as_a_non_root_user(
             "bytes": size,
             "base_bytes": base,
             "venv_bytes": venv_bytes,
+            "supply_chain_check_seconds": round(supply_seconds, 1),
         },
     )
     say(
@@ -146,6 +170,95 @@ def test_runtime_image_passes_the_verify_suite_as_a_non_root_user(
         f"runtime image {image}: {size / 1e6:.0f} MB = base {base / 1e6:.0f} MB + venv "
         f"{venv_bytes / 1e6:.0f} MB + {(size - base - venv_bytes) / 1e6:.0f} MB; build + verify {seconds:.0f} s",
     )
+
+
+def _sign(dist: Path, manifest: Path, tmp_path: Path) -> tuple[ec.EllipticCurvePrivateKey, Path]:
+    """The wheel's SBOM and a statement signed with a fresh ECDSA P-256 key into ``dist`` (as
+    ``torchkiln build --sign-key-file`` leaves them); the key stays outside the build context."""
+    recipe = load_recipe(CPU_RECIPE)
+    loaded = load_manifest(manifest)
+    sboms = sbom.write_wheel_sboms(dist, loaded, recipe)
+    key = ec.generate_private_key(ec.SECP256R1())
+    data = provenance.statement(
+        loaded, parameters={"note": "upstream's wheel"}, byproducts=[manifest, *sboms]
+    )
+    provenance.write_signed(dist / provenance.statement_name(recipe.name), data, key)
+    pub = tmp_path / "provenance.pub"
+    pub.write_bytes(public_pem(key))
+    return key, pub
+
+
+def _check_supply_chain(
+    engine: Buildah, image: str, dist: Path, key: ec.EllipticCurvePrivateKey, tmp_path: Path
+) -> None:
+    """The image keeps the statement (labelled with its digest), the key, the wheels' SBOMs and its own
+    (valid CycloneDX listing its Debian and Python packages); the private key is in no layer, nor the config
+    or history. One push to an OCI layout serves both: its layers are read for the files and scanned for
+    the key (no container is started: each one is a full copy of the root file system on vfs)."""
+    statement = dist / provenance.statement_name(load_recipe(CPU_RECIPE).name)
+    labels = engine.image_config(image).labels
+    assert labels["io.torchkiln.provenance"] == statement.name
+    assert labels["io.torchkiln.provenance-sha256"] == hashlib.sha256(statement.read_bytes()).hexdigest()
+    layout = tmp_path / "runtime-oci"
+    pushed = runner.run(engine.command("push", "--disable-compression", image, f"oci:{layout}"))
+    assert pushed.ok, pushed.describe()
+    sboms = [p.name for p in dist.glob("*.cdx.json")]
+    wanted = {f"opt/torchkiln/{n}" for n in [statement.name, "provenance-key.pub", "image.cdx.json", *sboms]}
+    files = _layer_files(layout, wanted)
+    assert set(files) == wanted
+    assert files[f"opt/torchkiln/{statement.name}"] == statement.read_bytes()
+    assert files["opt/torchkiln/provenance-key.pub"] == public_pem(key)
+    image_sbom = files["opt/torchkiln/image.cdx.json"].decode()
+    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(image_sbom) is None
+    components = json.loads(image_sbom)["components"]
+    debs = {c["name"] for c in components if c["purl"].startswith("pkg:deb/")}
+    pythons = {c["name"]: c["version"] for c in components if c["purl"].startswith("pkg:pypi/")}
+    assert {"python3.11", "libc6", "ca-certificates"} <= debs
+    assert pythons["torch"] == "2.13.0+cpu" and "torchkiln" in pythons and "pytest" in pythons
+
+    plain = serialization.NoEncryption()
+    der = key.private_bytes(serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, plain)
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, plain)
+    scalar = key.private_numbers().private_value.to_bytes(32, "big")
+    needles = [der, pem.splitlines()[1], scalar, public_pem(key).splitlines()[1]]
+    seen = _scan(layout, needles)
+    assert seen[-1], "the scan does not see the public key the image keeps"
+    assert not any(seen[:-1]), "the private key is in a layer or the config"
+    inspect = runner.run(engine.command("inspect", "--type", "image", image))
+    assert inspect.ok and pem.splitlines()[1].decode() not in inspect.stdout
+    shutil.rmtree(layout)
+
+
+def _layer_files(layout: Path, names: set[str]) -> dict[str, bytes]:
+    """The regular files ``names`` (paths without a leading /) found in the layers of an OCI layout."""
+    found: dict[str, bytes] = {}
+    for blob in sorted((layout / "blobs").rglob("*")):
+        if not blob.is_file() or not tarfile.is_tarfile(blob):
+            continue
+        with tarfile.open(blob) as tar:
+            for member in tar:
+                name = member.name.removeprefix("./")
+                handle = tar.extractfile(member) if name in names and member.isfile() else None
+                if handle is not None:
+                    found[name] = handle.read()
+    return found
+
+
+def _scan(layout: Path, needles: list[bytes], block: int = 64 << 20) -> list[bool]:
+    """Whether each needle occurs in any blob of the layout (uncompressed layers, config, manifest), read
+    in blocks that overlap by the longest needle."""
+    seen = [False] * len(needles)
+    overlap = max(len(n) for n in needles)
+    for blob in sorted((layout / "blobs").rglob("*")):
+        if not blob.is_file():
+            continue
+        with blob.open("rb") as handle:
+            tail = b""
+            while chunk := handle.read(block):
+                window = tail + chunk
+                seen = [s or n in window for s, n in zip(seen, needles, strict=True)]
+                tail = window[-overlap:]
+    return seen
 
 
 def _blobs(directory: Path) -> Iterator[bytes]:

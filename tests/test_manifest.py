@@ -117,7 +117,7 @@ def test_manifest_checks_pass_for_the_wheel_and_name_each_difference(
 def test_commits_come_from_the_manifests_sources(real_facts: BuildFacts) -> None:
     """The lock's commit is compared also when the recipe pinned none; a tree without a commit says so."""
     facts = dataclasses.replace(real_facts, git_version=COMMIT)
-    checks = provenance._checks  # one project's checks, with what is installed taken as given
+    checks = provenance.wheel_checks  # one project's checks, with what is installed taken as given
     here = provenance.Installed("torch", "2.13.0", "d", None)
     wheel = WheelRecord("torch-2.13.0-cp311-cp311-linux_x86_64.whl", "torch", "2.13.0", 1, "s", "d")
     assert checks(wheel, here, facts.git_version, COMMIT, None)["commit"].status == "pass"

@@ -163,6 +163,7 @@ def test_plain_pytest_rejects_an_invalid_recipe(tmp_path: Path) -> None:
         "torchkiln.verify.report",
         "torchkiln.verify.proc",
         "torchkiln.verify.provenance",
+        "torchkiln.verify.attestation",
     ],
 )
 def test_suite_support_does_not_import_build_machinery(module: str) -> None:

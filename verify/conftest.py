@@ -7,6 +7,9 @@ Runs against whatever torch is importable. Options:
   is a usage error.
 * ``--manifest FILE``: also check that the installed torch/torchvision are the wheels a build's
   ``manifest.json`` lists (versions, commits, the wheel's sha256, the installed files).
+* ``--provenance FILE --key PUB``: also check the signed provenance statement ``torchkiln build`` wrote
+  (``dist/<recipe>.intoto.jsonl``): its signature by the key, and that the installed wheels are its
+  subjects (versions, commits, sha256, files); ``verify/test_provenance.py``.
 * ``--require-cuda``: a CUDA-only check (marker ``cuda``) that would be skipped fails instead. For a GPU
   machine, where a skipped CUDA check means CUDA is not usable.
 * ``--report DIR``: write ``junit.xml``, ``summary.json`` (per-area pass/fail/skip counts and the
@@ -38,6 +41,7 @@ from torchkiln.verify.proc import worker_environment  # noqa: E402
 HELPERS = Path(__file__).resolve().parent / "helpers"
 RECIPE_KEY = pytest.StashKey[object]()
 MANIFEST_KEY = pytest.StashKey[object]()
+PROVENANCE_KEY = pytest.StashKey[object]()
 STATE_KEY = pytest.StashKey[dict]()
 
 EXTRA_MARKERS = {
@@ -62,6 +66,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="check the installed wheels against this manifest.json of torchkiln build",
     )
     group.addoption(
+        "--provenance",
+        metavar="FILE",
+        default=None,
+        help="check the installed wheels against this signed provenance statement (needs --key)",
+    )
+    group.addoption(
+        "--key",
+        metavar="PUB",
+        default=None,
+        help="the PEM public key the provenance statement is signed with",
+    )
+    group.addoption(
         "--require-cuda",
         action="store_true",
         default=False,
@@ -83,6 +99,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", "timeout(seconds): per-test limit (pytest-timeout)")
     config.stash[RECIPE_KEY] = _load_recipe(config.getoption("recipe"))
     config.stash[MANIFEST_KEY] = _load_manifest(config.getoption("manifest"))
+    config.stash[PROVENANCE_KEY] = _load_provenance(config.getoption("provenance"), config.getoption("key"))
     state: dict = {
         "outcomes": {},
         "durations": {},
@@ -115,6 +132,23 @@ def _load_manifest(value: str | None) -> object:
     from torchkiln.artifacts.manifest import load_manifest
 
     return _load("--manifest", value, "cannot be used", lambda v: load_manifest(Path(v)))
+
+
+def _load_provenance(statement: str | None, key: str | None) -> object:
+    """(path, envelope, public key), or None; either option without the other is a usage error."""
+    if statement is None and key is None:
+        return None
+    if statement is None or key is None:
+        raise pytest.UsageError(
+            "--provenance FILE and --key PUB go together (the statement and its signer's key)"
+        )
+    from torchkiln.artifacts.signing import load_envelope, load_public_key
+    from torchkiln.errors import UsageError
+
+    try:
+        return (Path(statement), load_envelope(Path(statement)), load_public_key(Path(key)))
+    except UsageError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def _load(option: str, value: str | None, what: str, loader: Callable[[str], object]) -> object:
@@ -282,6 +316,12 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def recipe(pytestconfig: pytest.Config) -> object:
     """The recipe given with --recipe, or None."""
     return pytestconfig.stash[RECIPE_KEY]
+
+
+@pytest.fixture(scope="session")
+def provenance(pytestconfig: pytest.Config) -> object:
+    """(path, envelope, public key) given with --provenance and --key, or None."""
+    return pytestconfig.stash[PROVENANCE_KEY]
 
 
 @pytest.fixture(scope="session")

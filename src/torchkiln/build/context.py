@@ -18,6 +18,7 @@ from typing import Any
 from rich.console import Console
 
 from torchkiln.artifacts.manifest import Checks, StepRecord
+from torchkiln.artifacts.signing import PrivateKey
 from torchkiln.cache import CacheSession, CacheStats, open_session
 from torchkiln.distributed.client import (
     PreparedDist,
@@ -42,6 +43,8 @@ class Options:
     force: bool = False
     skip_checks: bool = False
     min_hit_rate: float | None = None
+    # The key the publish step signs the provenance statement with (None: no statement); never shown.
+    sign_key: PrivateKey | None = field(default=None, repr=False)
 
 
 @dataclass
@@ -49,6 +52,8 @@ class Published:
     wheels: list[Path]
     manifest: Path
     lock: Path
+    sboms: list[Path] = field(default_factory=list)
+    provenance: Path | None = None  # the signed statement, when the build was given a key
 
 
 @dataclass

@@ -32,6 +32,7 @@ from typing import Any
 from rich.console import Console
 
 from torchkiln.artifacts.manifest import StepRecord
+from torchkiln.artifacts.signing import PrivateKey
 from torchkiln.errors import BuildFailed, ConfigureMismatch, Interrupted, TorchkilnError, name_path
 from torchkiln.files.atomic import clean_partials
 from torchkiln.plan.model import Plan, Step
@@ -62,6 +63,7 @@ class BuildOptions:
     min_hit_rate: float | None = None
     console: Console | None = None
     environ: Mapping[str, str] | None = None
+    sign_key: PrivateKey | None = field(default=None, repr=False)  # signs dist/<recipe>.intoto.jsonl
 
 
 @dataclass
@@ -70,6 +72,8 @@ class BuildResult:
     manifest: Path
     lock: Path
     steps: list[StepRecord] = field(default_factory=list)
+    sboms: list[Path] = field(default_factory=list)
+    provenance: Path | None = None  # dist/<recipe>.intoto.jsonl, when the build was given a key
 
     @property
     def ran(self) -> list[str]:
@@ -223,7 +227,7 @@ def run_build(plan: Plan, options: BuildOptions | None = None) -> BuildResult:
         repair_layout(paths.workdir, display.note)
         ctx = Context(
             plan=plan,
-            options=Options(options.force, options.skip_checks, options.min_hit_rate),
+            options=Options(options.force, options.skip_checks, options.min_hit_rate, options.sign_key),
             environ=dict(options.environ if options.environ is not None else os.environ),
             state=State(paths.workdir / STATE_NAME),
             display=display,
@@ -250,4 +254,11 @@ def run_build(plan: Plan, options: BuildOptions | None = None) -> BuildResult:
         published = ctx.published
         if published is None:  # a plan without a publish step (a library caller's subset)
             raise TorchkilnError("the plan has no publish step: nothing reached dist/")
-        return BuildResult(published.wheels, published.manifest, published.lock, ctx.records)
+        return BuildResult(
+            published.wheels,
+            published.manifest,
+            published.lock,
+            ctx.records,
+            published.sboms,
+            published.provenance,
+        )

@@ -2,9 +2,12 @@
 
 The compiler cache session is closed (its statistics, and ``--min-cache-hit-rate`` on them), each
 project's wheels are copied into dist/ atomically (those of its last step that makes wheels), superseded
-wheels of the same projects leave dist/, then the lock file and the manifest are written. What the manifest
-says comes from what the steps recorded when they ran (:mod:`torchkiln.build.kinds`), so a run that changed
-nothing still describes the wheels it publishes truly.
+wheels of the same projects leave dist/, then the lock file and the manifest are written, an SBOM beside each
+wheel (:mod:`torchkiln.artifacts.sbom`) and, when the build was given a key, the signed provenance statement
+(:mod:`torchkiln.artifacts.provenance`). What the manifest says comes from what the steps recorded when they
+ran (:mod:`torchkiln.build.kinds`), so a run that changed nothing still describes the wheels it publishes
+truly. Without a key, a statement an earlier build left for this recipe is removed: it binds the manifest
+this run has just rewritten, so it no longer describes dist/.
 """
 
 from __future__ import annotations
@@ -12,9 +15,10 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from torchkiln import __version__
-from torchkiln.artifacts import dist, jsonfile
+from torchkiln.artifacts import dist, jsonfile, provenance, sbom
 from torchkiln.artifacts.lockfile import SourceLock, write_lock
 from torchkiln.artifacts.manifest import (
     MANIFEST_FORMAT,
@@ -47,15 +51,51 @@ def publish(ctx: Context) -> bool:
     wheels, changed = _publish_wheels(ctx)
     for stale in dist.remove_superseded(paths.dist, [w for w, _ in wheels]):
         ctx.display.note(f"removed superseded wheel {stale}")
+        (paths.dist / sbom.sbom_name(stale.name)).unlink(missing_ok=True)
         changed = True
     locks = _locks(ctx)
     recipe = ctx.plan.recipe
     lock_path = paths.dist / f"{recipe.name}.lock.json"
     write_lock(lock_path, recipe.name, recipe.sha256, locks)
     manifest_path = paths.dist / dist.MANIFEST_NAME
-    write_manifest(manifest_path, _manifest(ctx, locks, [WheelRecord.of(w, p) for w, p in wheels]))
-    ctx.published = Published([w for w, _ in wheels], manifest_path, lock_path)
+    manifest = _manifest(ctx, locks, [WheelRecord.of(w, p) for w, p in wheels])
+    write_manifest(manifest_path, manifest)
+    sboms = sbom.write_wheel_sboms(paths.dist, manifest, recipe)
+    statement = _attest(ctx, manifest, [manifest_path, lock_path, *sboms])
+    ctx.published = Published([w for w, _ in wheels], manifest_path, lock_path, sboms, statement)
     return changed
+
+
+def _attest(ctx: Context, manifest: Manifest, byproducts: list[Path]) -> Path | None:
+    """The signed statement of this build (None without a key: an earlier one is removed)."""
+    path = ctx.plan.paths.dist / provenance.statement_name(ctx.plan.recipe.name)
+    if ctx.options.sign_key is None:
+        if path.exists():
+            path.unlink()
+            ctx.display.note(f"removed {path}: no signing key given, and it described an earlier build")
+        return None
+    data = provenance.statement(manifest, parameters=_parameters(ctx), byproducts=byproducts)
+    provenance.write_signed(path, data, ctx.options.sign_key)
+    return path
+
+
+def _parameters(ctx: Context) -> dict[str, Any]:
+    """The command line's choices, as the provenance's externalParameters (no secret: the cache's remote
+    URL without its password, credential sources by name)."""
+    plan, options = ctx.plan, ctx.options
+    return {
+        "projects": list(plan.projects),
+        "jobs": {"value": plan.jobs.value, "source": plan.jobs.source},
+        "cache": plan.cache.to_dict(),
+        "dist_scheduler": plan.dist.scheduler_url if plan.dist is not None else None,
+        "source_dirs": {s.name: str(s.path) for s in plan.sources if s.provided},
+        "notes": list(plan.notes),
+        "force": options.force,
+        "skip_checks": options.skip_checks,
+        "min_cache_hit_rate": options.min_hit_rate,
+        "workdir": str(plan.paths.workdir),
+        "dist": str(plan.paths.dist),
+    }
 
 
 def _publish_wheels(ctx: Context) -> tuple[list[tuple[Path, str]], bool]:

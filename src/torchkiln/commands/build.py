@@ -1,7 +1,9 @@
 """``torchkiln build RECIPE``: fetch the pinned sources and build torch and torchvision wheels into dist/.
 
 Takes the same options as ``torchkiln plan`` (what is planned is what is built) plus ``--force``,
-``--skip-checks`` and ``--min-cache-hit-rate``. Runs the plan with :func:`torchkiln.build.loop.run_build`.
+``--skip-checks``, ``--min-cache-hit-rate`` and the signing key of the provenance statement
+(``--sign-key-file`` / ``--sign-key-env``: a path or a variable's name, never the key). Runs the plan with
+:func:`torchkiln.build.loop.run_build`.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from torchkiln.artifacts.signing import load_signing_key
 from torchkiln.build.loop import BuildOptions, run_build
 from torchkiln.build.progress import format_duration
 from torchkiln.errors import UsageError
@@ -55,6 +58,19 @@ def register(parser: argparse.ArgumentParser) -> None:
         metavar="FRACTION",
         help="fail when the compiler cache's hit rate of this build is below FRACTION (0..1)",
     )
+    parser.add_argument(
+        "--sign-key-file",
+        metavar="FILE",
+        default=None,
+        help="sign the provenance statement dist/<recipe>.intoto.jsonl with this PEM private key (ed25519 or "
+        "ECDSA P-256); without a key no statement is written",
+    )
+    parser.add_argument(
+        "--sign-key-env",
+        metavar="NAME",
+        default=None,
+        help="the same, with the PEM text in the environment variable NAME (the key is never an argument)",
+    )
 
 
 def _absolute(args: argparse.Namespace) -> None:
@@ -72,6 +88,8 @@ def _absolute(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     _absolute(args)
+    # The key first: a build told to sign must not run for hours and then find it cannot.
+    sign_key = load_signing_key(file=args.sign_key_file, env_name=args.sign_key_env)
     plan = plan_from_args(args, "build")
     if plan.paths.dist.resolve() == plan.paths.workdir.resolve():
         raise UsageError("--dist and --workdir must be different directories")
@@ -93,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
             skip_checks=args.skip_checks,
             min_hit_rate=args.min_cache_hit_rate,
             console=console,
+            sign_key=sign_key,
         ),
     )
     total = sum(s.duration_s for s in result.steps)
@@ -106,4 +125,6 @@ def run(args: argparse.Namespace) -> int:
     for wheel in result.wheels:
         console.print(f"  {wheel}")
     console.print(f"  {result.manifest}\n  {result.lock}")
+    for path in [*result.sboms, *([result.provenance] if result.provenance else [])]:
+        console.print(f"  {path}")
     return 0

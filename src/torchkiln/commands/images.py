@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from torchkiln.artifacts.dist import MANIFEST_NAME, read_published
+from torchkiln.artifacts.signing import load_public_key
 from torchkiln.errors import EXIT_FAILURE, EXIT_OK, TorchkilnError, UsageError
 from torchkiln.files import atomic
 from torchkiln.images.bake import BAKE_FILE, bake_text
@@ -32,13 +33,16 @@ from torchkiln.images.spec import (
     devel_args,
     image_labels,
     image_tag,
+    provenance_args,
     runtime_args,
 )
 from torchkiln.recipe.loader import load_recipe, recipes_dir, resolve_recipe_path
 from torchkiln.recipe.model import Recipe
 
 # Where the runtime image keeps the manifest of the wheels it installed (scripts/install_wheels.sh).
-IMAGE_MANIFEST = "/opt/torchkiln/manifest.json"
+IMAGE_DIR = "/opt/torchkiln"
+IMAGE_MANIFEST = f"{IMAGE_DIR}/manifest.json"
+IMAGE_PROVENANCE_KEY = f"{IMAGE_DIR}/provenance-key.pub"  # written by scripts/install_wheels.sh
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -132,6 +136,12 @@ def _secret_arguments(group: argparse._ArgumentGroup) -> None:
         metavar="FILE",
         help="file holding the build cluster's client token (--target wheels, a recipe with [dist]); it "
         f"reaches the build only as a secret mount ({DIST_SECRET_FILE}), never a layer",
+    )
+    group.add_argument(
+        "--provenance-key",
+        metavar="PUB",
+        help="--target runtime: the PEM public key the build's signed provenance statement in --dist is "
+        "checked against, here and by the image's sanity gate (the image keeps it beside the statement)",
     )
     group.add_argument(
         "--pip-config",
@@ -231,6 +241,10 @@ def build_request(args: argparse.Namespace, *, context: Path) -> BuildRequest:
     for option, given in (("--cache-secret", args.cache_secret), ("--dist-secret", args.dist_secret)):
         if given and target != "wheels":
             raise UsageError(f"{option} is only used by --target wheels (the stage that compiles)")
+    if args.provenance_key and target != "runtime":
+        raise UsageError(
+            "--provenance-key is only used by --target runtime (the image that installs the wheels)"
+        )
     if args.verify and target != "runtime":
         raise UsageError("--verify needs --target runtime (the image with the verification suite)")
     dist = Path(args.dist).resolve()
@@ -247,6 +261,8 @@ def build_request(args: argparse.Namespace, *, context: Path) -> BuildRequest:
             base_image=args.base_image,
             cuda_from=args.cuda_from,
         )
+        key = load_public_key(Path(args.provenance_key), "--provenance-key") if args.provenance_key else None
+        build_args.update(provenance_args(dist, manifest, key))
         named["dist"] = dist
     else:
         build_args = devel_args(recipe, base_image=args.base_image, cuda_from=args.cuda_from)
@@ -293,11 +309,15 @@ def _storage(args: argparse.Namespace) -> Storage:
     return Storage(driver=args.storage_driver)
 
 
-def _verify(engine: Engine, image: str) -> None:
-    """The verification suite inside the image, as its user, against the manifest it carries."""
+def _verify(engine: Engine, image: str, statement: str) -> None:
+    """The verification suite inside the image, as its user, against the manifest it carries (and the
+    signed provenance statement, when it carries one with its key)."""
     user = engine.image_user(image)
     print(f"{image}: running the verification suite as user {user or 'root'}", file=sys.stderr, flush=True)
-    result = engine.run(image, ["python", "-m", "torchkiln", "verify", "--manifest", IMAGE_MANIFEST])
+    argv = ["python", "-m", "torchkiln", "verify", "--manifest", IMAGE_MANIFEST]
+    if statement:
+        argv += ["--provenance", f"{IMAGE_DIR}/{statement}", "--key", IMAGE_PROVENANCE_KEY]
+    result = engine.run(image, argv)
     if not result.ok:
         raise TorchkilnError(f"{image}: verification failed (exit {result.returncode})")
     print(f"{image}: verified")
@@ -336,5 +356,6 @@ def _build(args: argparse.Namespace) -> int:
     size = engine.image_size(image)
     print(f"{image}: built with {engine.name}" + (f", {size / 1e6:.0f} MB" if size else ""))
     if args.verify:
-        _verify(engine, image)
+        keyed = req.build_args.get("KILN_PROVENANCE_KEY")
+        _verify(engine, image, req.build_args.get("KILN_PROVENANCE", "") if keyed else "")
     return EXIT_OK

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from torchkiln.artifacts.manifest import load_manifest
+from torchkiln.artifacts.signing import load_envelope, load_public_key
 from torchkiln.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, UsageError
 from torchkiln.process import runner
 from torchkiln.recipe.loader import load_recipe, resolve_recipe_path
@@ -45,6 +46,15 @@ def register(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="also check that the installed wheels are the ones a build's manifest.json lists (versions, "
         "commits, sha256)",
+    )
+    parser.add_argument(
+        "--provenance",
+        metavar="FILE",
+        help="also check the signed provenance statement torchkiln build wrote (dist/<recipe>.intoto.jsonl): "
+        "its signature by --key, and that the installed wheels are its subjects (sha256, versions, commits)",
+    )
+    parser.add_argument(
+        "--key", metavar="PUB", help="with --provenance: the PEM public key the statement must be signed with"
     )
     parser.add_argument(
         "--require-cuda",
@@ -96,6 +106,15 @@ def build_argv(args: argparse.Namespace, suite: Path) -> list[str]:
         manifest = Path(args.manifest)
         load_manifest(manifest)  # DocumentError -> exit 2 naming the file and field, before anything runs
         argv += ["--manifest", str(manifest.resolve())]
+    if args.provenance or args.key:
+        if not (args.provenance and args.key):
+            raise UsageError(
+                "--provenance FILE and --key PUB go together (the statement and its signer's key)"
+            )
+        statement, key = Path(args.provenance), Path(args.key)
+        load_envelope(statement)  # UsageError -> exit 2 naming the file, before anything runs
+        load_public_key(key)
+        argv += ["--provenance", str(statement.resolve()), "--key", str(key.resolve())]
     if args.require_cuda:
         argv.append("--require-cuda")
     if args.report:

@@ -17,13 +17,19 @@ into, whose ``manifest.json`` says which wheels they are, from which commits and
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
+from pathlib import Path
 
+from cryptography.hazmat.primitives import serialization
 from packaging.version import Version
 
 from torchkiln import __version__
 from torchkiln.artifacts.manifest import Manifest
-from torchkiln.errors import DocumentError, Problem, RecipeError, UsageError
+from torchkiln.artifacts.provenance import statement_name
+from torchkiln.artifacts.signing import PublicKey, keyid, load_envelope, verify
+from torchkiln.errors import DocumentError, Problem, RecipeError, TorchkilnError, UsageError
+from torchkiln.files.digests import file_sha256
 from torchkiln.recipe.model import Recipe
 
 FLAVOURS = ("devel", "wheels", "runtime")
@@ -392,6 +398,34 @@ def _built_from_manifest(recipe: Recipe, manifest: Manifest, file: str) -> dict[
         "RECIPE_NAME": built.name,
         "RECIPE_SHA256": built.sha256,
     }
+
+
+def provenance_args(dist: Path, manifest: Manifest, key: PublicKey | None) -> dict[str, str]:
+    """Build args of the runtime image for the signed provenance statement in ``dist`` (``torchkiln build
+    --sign-key-*`` wrote it): its file name and sha256 (the image keeps the file and labels it with its
+    digest) and, with ``key``, the public key (base64 DER: public, a build arg like any other), against
+    which the statement is checked here first and by the image's sanity gate again. Empty without one."""
+    path = dist / statement_name(manifest.recipe.name)
+    args = dict.fromkeys(
+        ("KILN_PROVENANCE", "KILN_PROVENANCE_SHA256", "KILN_PROVENANCE_KEY", "KILN_PROVENANCE_KEYID"), ""
+    )
+    if not path.is_file():
+        if key is not None:
+            raise UsageError(
+                f"--provenance-key: {path}: no such file (valid: a dist/ that torchkiln build --sign-key-file "
+                "or --sign-key-env published into)"
+            )
+        return args
+    args["KILN_PROVENANCE"] = path.name
+    args["KILN_PROVENANCE_SHA256"] = file_sha256(path)
+    if key is not None:
+        verdict = verify(load_envelope(path, "--dist"), key)
+        if not verdict.ok:
+            raise TorchkilnError(f"{path}: {verdict.message} (--provenance-key)")
+        der = key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+        args["KILN_PROVENANCE_KEY"] = base64.b64encode(der).decode("ascii")
+        args["KILN_PROVENANCE_KEYID"] = keyid(key)
+    return args
 
 
 # ------------------------------------------------------------------------------------------------------

@@ -111,10 +111,22 @@ def _verdict(
     return Check(check_id, "pass" if ok else "fail", said if ok else f"{said}, {otherwise}", expected, actual)
 
 
-def _checks(
-    wheel: WheelRecord, found: Installed | None, git_version: str | None, commit: str | None, tree: str | None
+def wheel_checks(
+    wheel: WheelRecord,
+    found: Installed | None,
+    git_version: str | None,
+    commit: str | None,
+    tree: str | None,
+    *,
+    where: str | None = None,
+    document: str = "the manifest",
+    reports_git: bool | None = None,
 ) -> dict[str, Check]:
-    where = f"manifest wheels[{wheel.project}]"
+    """The :data:`MANIFEST_CHECKS` of one wheel against what is installed; ``where`` names the document's
+    entry in every message (the manifest's ``wheels[<project>]`` by default; a provenance statement's
+    subject), ``document`` the document (what it says the wheel is); ``reports_git``: whether the installed
+    package reports the commit it was built from (default: torch and torchvision do)."""
+    where = where or f"manifest wheels[{wheel.project}]"
     if found is None:
         missing = Check("version", "fail", f"{where}: {wheel.project} is not installed", wheel.version, None)
         return {c: Check(c, "fail", missing.message) for c in MANIFEST_CHECKS}
@@ -122,23 +134,21 @@ def _checks(
     out["version"] = _verdict(
         "version",
         f"{where}: installed {wheel.project} {found.version}",
-        f"the manifest's wheel is {wheel.version} ({wheel.name})",
+        f"{document}'s wheel is {wheel.version} ({wheel.name})",
         wheel.version,
         found.version,
         _same_version(found.version, wheel.version),
     )
-    if wheel.project not in GIT_VERSIONED:
+    if not (wheel.project in GIT_VERSIONED if reports_git is None else reports_git):
         out["commit"] = Check("commit", "skip", f"{where}: {wheel.project} reports no git_version")
     elif commit is None:
-        reason = (
-            f"its source had no commit (tree sha256 {tree})" if tree else "the manifest records no commit"
-        )
+        reason = f"its source had no commit (tree sha256 {tree})" if tree else f"{document} records no commit"
         out["commit"] = Check("commit", "skip", f"{where}: {reason}: nothing to compare git_version with")
     else:
         out["commit"] = _verdict(
             "commit",
             f"{where}: git_version {git_version}",
-            f"the manifest's source commit is {commit}",
+            f"{document}'s source commit is {commit}",
             commit,
             git_version,
         )
@@ -153,7 +163,7 @@ def _checks(
         out["wheel_sha256"] = _verdict(
             "wheel_sha256",
             f"{where}: installed from a wheel with sha256 {found.archive_sha256}",
-            f"the manifest's {wheel.name} has {wheel.sha256}",
+            f"{document}'s {wheel.name} has {wheel.sha256}",
             wheel.sha256,
             found.archive_sha256,
         )
@@ -162,7 +172,7 @@ def _checks(
             "files",
             "fail",
             f"{where}: the installed files are not {wheel.name}'s (RECORD digest {found.record_digest}, "
-            f"the manifest's {wheel.files_sha256})",
+            f"{document}'s {wheel.files_sha256})",
             wheel.files_sha256,
             found.record_digest,
         )
@@ -188,6 +198,6 @@ def manifest_checks(manifest: Manifest, facts: BuildFacts, *, check_files: bool 
         commit = source.commit if source is not None else None
         tree = source.tree_sha256 if source is not None else None
         found = installed(wheel.project, check_files=check_files)
-        checks = _checks(wheel, found, git_versions.get(wheel.project), commit, tree)
+        checks = wheel_checks(wheel, found, git_versions.get(wheel.project), commit, tree)
         results.update({f"{wheel.project}.{k}": c for k, c in checks.items()})
     return results
