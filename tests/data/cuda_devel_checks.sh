@@ -90,7 +90,7 @@ import json, os, shutil, subprocess, sys, zipfile
 from dataclasses import replace
 from pathlib import Path
 from torchkiln import cache
-from torchkiln.recipe import CacheSpec
+from torchkiln.recipe.model import CacheSpec
 
 source, root = Path(sys.argv[1]), Path(sys.argv[2])
 config = cache.resolve_cache(CacheSpec(kind="ccache"), dir=root / "ccache")
