@@ -111,11 +111,17 @@ def reference(session: nox.Session, pair: str) -> None:
         vision_req,
     )
     session.install("-e", ".[test]", *sorted(str(w) for w in wheels.glob("*.whl")))
-    session.run("python", str(REFERENCE_DIR / "upstream_manifest.py"), str(recipe), str(wheels))
+    # ... and signed: SBOMs and a provenance statement over them (a key made for this run), so verify's
+    # --provenance checks (signature, subjects, byproducts) run on them too.
+    keys = tmp / f"keys-{pair}"
+    session.run(
+        "python", str(REFERENCE_DIR / "upstream_manifest.py"), str(recipe), str(wheels), "--sign", str(keys)
+    )  # fmt: skip
     report_dir = tmp / f"reference-{pair}"
     session.run(
         "python", "-m", "torchkiln", "verify", "--recipe", str(recipe),
         "--manifest", str(wheels / "manifest.json"), "--report", str(report_dir),
+        "--provenance", str(wheels / f"{recipe.stem}.intoto.jsonl"), "--key", str(keys / "reference.pub"),
     )  # fmt: skip
     session.log((report_dir / "summary.md").read_text().split("\n## Checks per area")[0])
     session.run(
