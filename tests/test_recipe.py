@@ -150,7 +150,7 @@ INVALID: list[tuple[str, str, str, str]] = [
     ("vision-mismatch", mutate(torchvision__version="0.27.0"), "torchvision.version", "does not pair"),
     ("python-too-old", mutate(python__version="3.9"), "python.version", "not supported"),
     ("python-too-new", mutate(python__version="3.16"), "python.version", "not supported"),
-    ("cuda-out-of-range", mutate(accelerator__cuda="12.4"), "accelerator.cuda", "no compatibility data"),
+    ("cuda-out-of-range", mutate(accelerator__cuda="12.5"), "accelerator.cuda", "no compatibility data"),
     (
         "cuda-too-new-for-torch",
         mutate(accelerator__cuda="13.4"),
