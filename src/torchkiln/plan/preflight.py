@@ -690,33 +690,35 @@ def _torch_wheel(plan: Plan, host: Host) -> Iterator[Finding]:
 ADOPTED = "--accept-source-version {project}:"  # how adopt_source_versions' note starts
 
 
-def _adoption(plan: Plan) -> str:
+def _adoption(source_dirs: Mapping[str, Path], notes: tuple[str, ...]) -> str:
     """Which versions are the trees' rather than the recipe file's, for the problems they cause: the rules
     then speak of a field whose value the recipe file does not hold (its torchvision.version says 0.28.0,
     the problem is the adopted tree's 0.21.0)."""
     parts = []
-    for source in plan.sources:
-        if source.provided and any(n.startswith(ADOPTED.format(project=source.name)) for n in plan.notes):
-            found = tree_version(source.name, source.path)
+    for project, source in source_dirs.items():
+        if any(n.startswith(ADOPTED.format(project=project)) for n in notes):
+            found = tree_version(project, Path(source))
             parts.append(
-                f"{source.name} {found.release} is the version of the tree {source.path} (its "
-                f"{found.path.name} says {found.text!r}), adopted with --accept-source-version {source.name} "
+                f"{project} {found.release} is the version of the tree {source} (its "
+                f"{found.path.name} says {found.text!r}), adopted with --accept-source-version {project} "
                 "instead of the recipe file's version"
             )
     return "; ".join(parts)
 
 
-def _rules_after_adoption(plan: Plan) -> list[Problem]:
+def adopted_rule_problems(
+    recipe: Recipe, source_dirs: Mapping[str, Path], notes: tuple[str, ...]
+) -> list[Problem]:
     """The compatibility rules again when a tree's version replaced the recipe's (a torchvision 0.21 tree
-    does not pair with torch 2.13 however it is accepted). Each problem names the adopted tree, not the
-    recipe file, as its source."""
-    if not plan.notes:
-        return []
-    problems = check_rules(plan.recipe, plan.recipe.source)
-    where = _adoption(plan)
+    does not pair with torch 2.13 however it is accepted; a torch 2.99 tree is a release without
+    compatibility data). Each problem names the adopted tree, not the recipe file, as its source. Run for
+    every command right after the adoption (commands.plan.plan_from_args), so neither ``plan`` nor a
+    ``build --no-preflight`` goes on with a version the rules refuse: nothing is planned for a release
+    torchkiln knows nothing of."""
+    where = _adoption(source_dirs, notes)
     if not where:
-        return problems
-    return [dataclasses.replace(p, file=where) for p in problems]
+        return []
+    return [dataclasses.replace(p, file=where) for p in check_rules(recipe, recipe.source)]
 
 
 CHECKS: tuple[tuple[str, Check], ...] = (
@@ -749,8 +751,8 @@ def preflight(plan: Plan, environ: Mapping[str, str] | None = None) -> list[Find
 
 
 def require(plan: Plan, environ: Mapping[str, str] | None = None) -> None:
-    """Raise :class:`PreflightError` with every problem when the host cannot build ``plan``."""
-    problems = _rules_after_adoption(plan)
+    """Raise :class:`PreflightError` with every problem when the host cannot build ``plan``. (An adopted
+    tree's version was rule-checked before the plan was made: :func:`adopted_rule_problems`.)"""
     findings = preflight(plan, environ)
-    if problems or findings:
-        raise PreflightError(findings, problems)
+    if findings:
+        raise PreflightError(findings)

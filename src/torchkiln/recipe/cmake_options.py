@@ -26,6 +26,8 @@ from typing import Any, Literal, cast
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from torchkiln.errors import UsageError
+
 Kind = Literal["bool", "string"]
 
 # Spellings accepted for a boolean flag. CMake itself reads more (YES/NO, Y/N, IGNORE, NOTFOUND, any non-zero
@@ -151,8 +153,15 @@ def options(version: str) -> Mapping[str, CMakeOption]:
 
 
 def host_tools(version: str) -> Mapping[str, Any]:
-    """Host-tool minimums of one release (cmake_min, ninja_min, git_min, gcc_min, ...; sources beside each)."""
-    return cast("Mapping[str, Any]", host_tools_data()["release"][minor(version)])
+    """Host-tool minimums of one release (cmake_min, ninja_min, git_min, gcc_min, ...; sources beside each).
+    A release without a table is refused by name (the rules refuse it earlier; this is the backstop)."""
+    tables = host_tools_data()["release"]
+    if minor(version) not in tables:
+        raise UsageError(
+            f"torch {version}: no host-tool minimums for this release (valid: data/host_tools.toml has "
+            f"{', '.join(tables)})"
+        )
+    return cast("Mapping[str, Any]", tables[minor(version)])
 
 
 def cmake_requirement(version: str) -> str:
