@@ -175,11 +175,19 @@ def _python_fix(plan: Plan) -> str:
 def _gcc_fix(plan: Plan, major: int, found: int) -> str:
     """Where a gcc the distribution may not package comes from. (Debian 12 packages gcc 12 only, Ubuntu
     24.04 gcc 12 to 14: torchkiln.images.spec.DISTROS.)"""
-    return (
-        f"install gcc-{major} g++-{major} and set CC=gcc-{major} CXX=g++-{major} (a distribution that "
-        f"packages gcc {major}, e.g. Ubuntu 24.04 for gcc 13 and 14; Debian 12 has gcc 12 only), or build "
-        f"in the devel image, which has it: {_devel_image(plan)}; or set build.gcc = {found} in the recipe"
+    how = (
+        f"(build.gcc = {major}: the build runs them)"
+        if plan.recipe.build.gcc == major
+        else f"and set CC=gcc-{major} CXX=g++-{major}"
     )
+    return (
+        f"install gcc-{major} g++-{major} {how} ({_packaged(major)}), or build in the devel image, which has "
+        f"it: {_devel_image(plan)}; or set build.gcc = {found} in the recipe"
+    )
+
+
+def _packaged(major: int) -> str:
+    return f"a distribution that packages gcc {major}, e.g. Ubuntu 24.04 for gcc 13 and 14; Debian 12 has gcc 12 only"
 
 
 def _version_of(text: str | None) -> Version | None:
@@ -193,9 +201,11 @@ def _compiler(plan: Plan, host: Host) -> Iterator[Finding]:
     """The version rules (build.gcc, the release's minimum, nvcc's maximum) on ``$CC``, else ``cc`` (what the
     build invokes), else ``gcc`` (a host with gcc but no ``cc`` link)."""
     r = plan.recipe
+    # the plan's CC (build.gcc's gcc-N) over the caller's: what the compile steps run
+    environ = {**host.environ, **{k: v for k, v in _env(plan).items() if k in ("CC", "CXX")}}
     default = "cc" if _which("cc", host) is not None else "gcc"
-    found = compiler("CC", default, host.environ)
-    setting = f"$CC={host.environ['CC']}" if host.environ.get("CC") else default
+    found = compiler("CC", default, environ)
+    setting = f"$CC={environ['CC']}" if environ.get("CC") else default
     if found is None:
         if _which(_compilers(plan, host)["cc"].command, host) is None:
             return  # the build's own C compiler is missing too: the cc check names it, once
@@ -333,6 +343,20 @@ def _compile_failure(compiler: Compiler, command: str, host: Host) -> str | None
     return (first_error(lines) or (lines[0] if lines else f"exit {done.returncode}"))[:200]
 
 
+def _toolchain_fix(plan: Plan, c: Compiler, how: Invoked) -> str:
+    """What to do about a compiler that is missing or broken: build.gcc's is installed (the plan sets it, so
+    setting CC/CXX would not help), any other is installed or replaced."""
+    gcc = plan.recipe.build.gcc
+    if gcc is not None and how.command == f"{c.package}-{gcc}":
+        return (
+            f"install gcc-{gcc} g++-{gcc} (build.gcc = {gcc}: the build runs them; {_packaged(gcc)}), or build in "
+            f"the devel image, which has them: {_devel_image(plan)}; or set build.gcc to a gcc this host has"
+        )
+    if how.command == c.default:
+        return f"apt-get install {c.package}, or set {c.variable} to a {c.language} compiler"
+    return f"apt-get install {c.package}, or set {c.variable} to one that works"
+
+
 def _toolchain(plan: Plan, host: Host) -> Iterator[Finding]:
     """The C++ and C compilers the build invokes exist, run, and compile and link a trivial program."""
     invoked = _compilers(plan, host)
@@ -342,11 +366,7 @@ def _toolchain(plan: Plan, host: Host) -> Iterator[Finding]:
             f"a {c.language} compiler that compiles ({how.shown}: what CMake and torch.utils.cpp_extension "
             "invoke)"
         )
-        fix = f"apt-get install {c.package}" + (
-            f", or set {c.variable} to a {c.language} compiler"
-            if how.command == c.default
-            else f", or set {c.variable} to one that works"
-        )
+        fix = _toolchain_fix(plan, c, how)
         path = _which(how.command, host)
         if path is None:
             yield Finding(c.check, _not_found(how), wanted, fix)
