@@ -40,7 +40,9 @@ def test_every_option_of_every_release_loads(version: str) -> None:
     for name, option in rel.options.items():
         assert name == option.name
         assert option.kind in {"bool", "string"}, name
-        assert option.declared in {"option", "cmake_dependent_option", "cache", "env", "reported"}, name
+        assert option.declared in {"option", "cmake_dependent_option", "cache", "env", "reported", "cmake"}, (
+            name
+        )
         assert option.source and all(s in sources for s in option.source), name
         if option.declared == "cmake_dependent_option":
             assert option.condition and option.forced, name
@@ -169,9 +171,9 @@ def test_every_problem_at_once() -> None:
 
 def test_full_version_and_unknown_release() -> None:
     assert co.check_flags("2.13.0+cu130", {"USE_CUDA": True}) == []
-    [(field, problem, valid)] = co.check_flags("2.9", {"USE_CUDA": True})
-    assert (field, problem) == ("build.flags", "no CMake option table for torch 2.9")
-    assert valid == "2.10, 2.11, 2.12, 2.13, 2.14, 2.15"
+    [(field, problem, valid)] = co.check_flags("2.5", {"USE_CUDA": True})
+    assert (field, problem) == ("build.flags", "no CMake option table for torch 2.5")
+    assert valid == "2.6, 2.7, 2.8, 2.9, 2.10, 2.11, 2.12, 2.13, 2.14, 2.15"
     assert co.check_flags("main", {})[0][1] == "no CMake option table for torch main"
 
 
@@ -197,12 +199,32 @@ def test_host_tools(version: str) -> None:
     for key in ("cmake_min", "ninja_min", "git_min", "gcc_min"):
         Version(tools[key])
     assert tools["gcc_confidence"] in {"exact", "nearest", "inferred"}
-    assert Version(tools["cmake_min"]) >= Version("3.27")
+    # cmake_minimum_required of the release's CMakeLists.txt: 3.18 up to 2.8, 3.27 from 2.9
+    assert Version(tools["cmake_min"]) >= Version("3.18")
+    if "cmake_below" in tools:
+        assert (
+            Version(tools["cmake_min"]) < Version(tools["cmake_known_good"]) < Version(tools["cmake_below"])
+        )
+
+
+def test_release_2_6_is_read_from_its_own_tree() -> None:
+    """2.6's table is exact (release 2.6.0's CMakeLists.txt): what it has that later releases dropped, and
+    what came later, are told apart with the release that has them."""
+    assert co.release("2.6").confidence == "exact"
+    assert co.check_flags("2.6", {"BUILD_EXECUTORCH": False, "USE_FAKELOWP": False}) == []
+    [(_, problem, valid)] = co.check_flags("2.6", {"USE_XCCL": False})
+    assert (problem, valid) == ("not an option of torch 2.6's build", "USE_XCCL exists in torch 2.8-2.15")
+    [(_, _, valid)] = co.check_flags("2.9", {"USE_FAKELOWP": False})
+    assert "dropped before release 2.9.0" in valid
+    [(_, _, valid)] = co.check_flags("2.8", {"USE_NIGHTLY": "2.8.0.dev20250608+cpu"})
+    assert valid == "USE_NIGHTLY exists in torch 2.9-2.13"
+    # CMake 4 cannot configure 2.6 (pytorch#150203 first shipped in 2.7.0)
+    assert co.host_tools("2.6")["cmake_below"] == "4" and "cmake_below" not in co.host_tools("2.7")
 
 
 def test_nvcc_host_compilers_cover_compat_cuda() -> None:
     for cuda in compat()["cuda"]:
         entry = co.nvcc_host_compilers(cuda)
-        assert entry["gcc_max"] >= 13 and entry["clang_max"] >= 18
+        assert entry["gcc_max"] >= 13 and entry["clang_max"] >= 17
         assert entry["read"]
     assert co.nvcc_host_compilers("13.4")["gcc_max"] == 16  # host_config.h of nvidia-cuda-crt 13.4.x

@@ -150,7 +150,7 @@ INVALID: list[tuple[str, str, str, str]] = [
     ("vision-mismatch", mutate(torchvision__version="0.27.0"), "torchvision.version", "does not pair"),
     ("python-too-old", mutate(python__version="3.9"), "python.version", "not supported"),
     ("python-too-new", mutate(python__version="3.16"), "python.version", "not supported"),
-    ("cuda-out-of-range", mutate(accelerator__cuda="12.4"), "accelerator.cuda", "no compatibility data"),
+    ("cuda-out-of-range", mutate(accelerator__cuda="12.5"), "accelerator.cuda", "no compatibility data"),
     (
         "cuda-too-new-for-torch",
         mutate(accelerator__cuda="13.4"),
@@ -202,7 +202,13 @@ INVALID: list[tuple[str, str, str, str]] = [
         "malformed local version",
     ),
     ("managed-flag", mutate(build__flags={"USE_CUDA": False}), "build.flags.USE_CUDA", "set by torchkiln"),
-    ("bad-flag-name", mutate(build__flags={"CFLAGS": "-O0"}), "build.flags", "not a USE_* or BUILD_* flag"),
+    ("bad-flag-name", mutate(build__flags={"CFLAGS": "-O0"}), "build.flags", "not a USE_*/BUILD_* flag"),
+    (
+        "unvetted-cmake-variable",
+        mutate(build__flags={"CMAKE_C_COMPILER_LAUNCHER": "distcc"}),
+        "build.flags.CMAKE_C_COMPILER_LAUNCHER",
+        "not an option of torch 2.13's build",
+    ),
     ("bad-build-type", mutate(build__type="Fast"), "build.type", "not allowed"),
     ("bad-accelerator", mutate(accelerator__kind="rocm"), "accelerator.kind", "not allowed"),
     ("shell-in-ref", mutate(torch__ref="v2.13.0; touch pwned"), "torch.ref", "malformed git ref"),
