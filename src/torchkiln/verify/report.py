@@ -30,6 +30,7 @@ AREAS: dict[str, str] = {
     "reproducibility": "Reproducibility",
     "torchvision": "torchvision",
     "release": "Release checks",
+    "parity": "Parity with upstream",
 }
 OUTCOMES = ("passed", "failed", "skipped", "error")
 SCHEMA_VERSION = 2
@@ -49,6 +50,7 @@ GPU_NOTES: dict[str, str] = {
     "torchvision": "complete without a GPU but for its CUDA ops (nms on a device)",
     "release": "library resolution, oneDNN and torch.compile on the CPU run without a GPU; conv2d per dtype, "
     "the batched SVD, each attention backend and torch.compile with triton need one",
+    "parity": "the battery's CPU cases only; its CUDA cases (float32, float16, bfloat16 on the device) need a GPU",
 }
 
 
