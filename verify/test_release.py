@@ -177,12 +177,14 @@ def test_cuda_batched_svd(library: str, dtype: str) -> None:
     torch.testing.assert_close(((u * s.unsqueeze(-2)) @ vh).double().cpu(), a, rtol=tol, atol=tol)
 
 
-# (the backend, whether this build has it, the lowest compute capability it runs on). Memory-efficient
-# attention is built into every CUDA build unless USE_MEM_EFF_ATTENTION=0, which torch does not report.
+# (the backend, whether this build has it, the compute capabilities it runs on: torch's own ranges,
+# aten/src/ATen/native/transformers/cuda/sdp_utils.cpp check_*_hardware_support: flash and cuDNN
+# [sm80, sm121], memory-efficient [sm50, sm121]). Memory-efficient attention is in every CUDA build unless
+# USE_MEM_EFF_ATTENTION=0, which torch does not report.
 SDPA = {
-    "flash": ("FLASH_ATTENTION", lambda: torch.backends.cuda.is_flash_attention_available(), (8, 0)),
-    "efficient": ("EFFICIENT_ATTENTION", lambda: True, (5, 0)),
-    "cudnn": ("CUDNN_ATTENTION", lambda: torch.backends.cudnn.is_available(), (8, 0)),
+    "flash": ("FLASH_ATTENTION", lambda: torch.backends.cuda.is_flash_attention_available(), (8, 0), (12, 1)),
+    "efficient": ("EFFICIENT_ATTENTION", lambda: True, (5, 0), (12, 1)),
+    "cudnn": ("CUDNN_ATTENTION", lambda: torch.backends.cudnn.is_available(), (8, 0), (12, 1)),
 }
 
 
@@ -193,13 +195,14 @@ def test_cuda_sdpa_backend_matches_math(backend: str) -> None:
     attention against the math backend in float32."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    name, built, minimum = SDPA[backend]
+    name, built, lowest, highest = SDPA[backend]
     capability = torch.cuda.get_device_capability()
     if not built():
         pytest.skip(f"this build has no {backend} attention")
-    if capability < minimum:
+    if not lowest <= capability <= highest:
         pytest.skip(
-            f"{backend} attention runs on sm_{minimum[0]}{minimum[1]} and up; this GPU is sm_{capability[0]}{capability[1]}"
+            f"{backend} attention runs on sm_{lowest[0]}{lowest[1]} to sm_{highest[0]}{highest[1]}; this GPU is "
+            f"sm_{capability[0]}{capability[1]}"
         )
     generator = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 4, 128, 64, generator=generator) for _ in range(3))
