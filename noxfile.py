@@ -32,6 +32,9 @@ REFERENCE_PAIRS = {
     "2.13": ("torch===2.13.0", "torchvision==0.28.0", "upstream-2.13.0-cu130-py311.toml"),
     "2.14": ("torch===2.14.0", "torchvision==0.29.0", "upstream-2.14.0-cu130-py311.toml"),
 }
+# verify --compare-with on real wheels: the pair's CUDA build against upstream's CPU wheel of the same release
+# (`torch==2.13.0` finds 2.13.0+cpu; the venv it is installed into is cached, ~/.cache/torchkiln/compare).
+REFERENCE_COMPARE = {"2.13": "torch==2.13.0"}
 
 
 @nox.session
@@ -118,10 +121,12 @@ def reference(session: nox.Session, pair: str) -> None:
         "python", str(REFERENCE_DIR / "upstream_manifest.py"), str(recipe), str(wheels), "--sign", str(keys)
     )  # fmt: skip
     report_dir = tmp / f"reference-{pair}"
+    compare = ["--compare-with", REFERENCE_COMPARE[pair]] if pair in REFERENCE_COMPARE else []
     session.run(
         "python", "-m", "torchkiln", "verify", "--recipe", str(recipe),
         "--manifest", str(wheels / "manifest.json"), "--report", str(report_dir),
         "--provenance", str(wheels / f"{recipe.stem}.intoto.jsonl"), "--key", str(keys / "reference.pub"),
+        *compare,
     )  # fmt: skip
     session.log((report_dir / "summary.md").read_text().split("\n## Checks per area")[0])
     session.run(
@@ -130,7 +135,11 @@ def reference(session: nox.Session, pair: str) -> None:
         "pytest",
         str(REFERENCE_DIR),
         *session.posargs,
-        env={"TORCHKILN_REFERENCE_RECIPE": str(recipe), "TORCHKILN_REFERENCE_REPORT": str(report_dir)},
+        env={
+            "TORCHKILN_REFERENCE_RECIPE": str(recipe),
+            "TORCHKILN_REFERENCE_REPORT": str(report_dir),
+            "TORCHKILN_REFERENCE_COMPARE": REFERENCE_COMPARE.get(pair, ""),
+        },
     )
 
 

@@ -33,25 +33,27 @@ def tiny_wheel(
     version: str,
     *,
     requires: tuple[str, ...] = (),
-    files: dict[str, str] | None = None,
+    files: dict[str, str | bytes] | None = None,
+    tag: str = "py3-none-any",
 ) -> Path:
-    """A pure-Python wheel ``name-version-py3-none-any.whl`` with one module (and ``files``, paths inside
-    the wheel, e.g. ``name-version.data/scripts/tool``), its METADATA, WHEEL and RECORD."""
+    """A wheel ``name-version-<tag>.whl`` with one module (and ``files``, paths inside the wheel, e.g.
+    ``name-version.data/scripts/tool`` or a compiled ``name/_ext.so``), its METADATA, WHEEL and RECORD."""
     dist_info = f"{name}-{version}.dist-info"
-    contents = {
+    contents: dict[str, str | bytes] = {
         f"{name}.py": f"VERSION = {version!r}\n",
         **(files or {}),
         f"{dist_info}/METADATA": "Metadata-Version: 2.1\n"
         f"Name: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires),
-        f"{dist_info}/WHEEL": "Wheel-Version: 1.0\nGenerator: torchkiln-tests\nRoot-Is-Purelib: true\n"
-        "Tag: py3-none-any\n",
+        f"{dist_info}/WHEEL": "Wheel-Version: 1.0\nGenerator: torchkiln-tests\n"
+        f"Root-Is-Purelib: {'true' if tag.endswith('-any') else 'false'}\nTag: {tag}\n",
     }
     record = []
     for path, text in contents.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).decode().rstrip("=")
-        record.append(f"{path},sha256={digest},{len(text.encode())}")
+        data = text.encode() if isinstance(text, str) else text
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode().rstrip("=")
+        record.append(f"{path},sha256={digest},{len(data)}")
     record.append(f"{dist_info}/RECORD,,")
-    wheel = directory / f"{name}-{version}-py3-none-any.whl"
+    wheel = directory / f"{name}-{version}-{tag}.whl"
     with zipfile.ZipFile(wheel, "w") as archive:
         for path, text in contents.items():
             archive.writestr(path, text)

@@ -176,6 +176,10 @@ def cuda_facts(**changes: object) -> buildconfig.BuildFacts:
         compiler="GCC 13.3",
         mkl_version="2024.2",
         nvidia_dists={"nvidia-cudnn-cu13": "9.20.0.48", "nvidia-nccl-cu13": "2.29.7"},
+        libraries_read=True,  # as upstream's 2.13.0+cu130 wheel links them (torchkiln.verify.linkage)
+        nccl_needed="libnccl.so.2",
+        nccl_path="/venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2",
+        magma_linkage="static in torch/lib/libtorch_cuda_linalg.so",
     )
     return dataclasses.replace(facts, **changes)
 

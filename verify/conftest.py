@@ -14,6 +14,9 @@ Runs against whatever torch is importable. Options:
   machine, where a skipped CUDA check means CUDA is not usable.
 * ``--report DIR``: write ``junit.xml``, ``summary.json`` (per-area pass/fail/skip counts and the
   environment) and ``summary.md`` into DIR, each atomically.
+* ``--parity-reference FILE``: the parity battery's result in upstream's wheel (``torchkiln verify
+  --compare-with REQ`` makes it); the ``parity`` area compares this build with it (``verify/test_parity.py``)
+  and runs only with it.
 
 Every test belongs to exactly one area (a marker named in :data:`torchkiln.verify.report.AREAS`).
 """
@@ -42,6 +45,7 @@ HELPERS = Path(__file__).resolve().parent / "helpers"
 RECIPE_KEY = pytest.StashKey[object]()
 MANIFEST_KEY = pytest.StashKey[object]()
 PROVENANCE_KEY = pytest.StashKey[object]()
+PARITY_KEY = pytest.StashKey[object]()
 STATE_KEY = pytest.StashKey[dict]()
 
 EXTRA_MARKERS = {
@@ -86,6 +90,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--report", metavar="DIR", default=None, help="write junit.xml, summary.json and summary.md into DIR"
     )
+    group.addoption(
+        "--parity-reference",
+        metavar="FILE",
+        default=None,
+        help="compare this build's numerics with this parity battery result (torchkiln verify --compare-with)",
+    )
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -100,6 +110,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[RECIPE_KEY] = _load_recipe(config.getoption("recipe"))
     config.stash[MANIFEST_KEY] = _load_manifest(config.getoption("manifest"))
     config.stash[PROVENANCE_KEY] = _load_provenance(config.getoption("provenance"), config.getoption("key"))
+    config.stash[PARITY_KEY] = _load_parity(config.getoption("parity_reference"))
     state: dict = {
         "outcomes": {},
         "durations": {},
@@ -147,6 +158,19 @@ def _load_provenance(statement: str | None, key: str | None) -> object:
 
     try:
         return (Path(statement), load_envelope(Path(statement)), load_public_key(Path(key)))
+    except UsageError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def _load_parity(value: str | None) -> object:
+    """The reference side's battery result, or None; a file that is not one is a usage error."""
+    if value is None:
+        return None
+    from torchkiln.errors import UsageError
+    from torchkiln.verify import parity
+
+    try:
+        return parity.load(Path(value), "--parity-reference")
     except UsageError as exc:
         raise pytest.UsageError(str(exc)) from None
 
@@ -202,6 +226,11 @@ def _area(item: pytest.Item) -> str:
 
 @pytest.hookimpl(trylast=True)  # after -k/-m deselection: only what runs must be in exactly one area
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.stash[PARITY_KEY] is None:  # the parity area compares with upstream's run: none, no area
+        parity = [item for item in items if item.get_closest_marker("parity") is not None]
+        if parity:
+            config.hook.pytest_deselected(items=parity)
+            items[:] = [item for item in items if item.get_closest_marker("parity") is None]
     for item in items:
         names = {m.name for m in item.iter_markers() if m.name in report.AREAS}
         if len(names) != 1:
@@ -328,6 +357,12 @@ def provenance(pytestconfig: pytest.Config) -> object:
 def manifest(pytestconfig: pytest.Config) -> object:
     """The manifest given with --manifest, or None."""
     return pytestconfig.stash[MANIFEST_KEY]
+
+
+@pytest.fixture(scope="session")
+def parity_reference(pytestconfig: pytest.Config) -> object:
+    """The upstream side's parity battery result given with --parity-reference, or None."""
+    return pytestconfig.stash[PARITY_KEY]
 
 
 @pytest.fixture(scope="session")

@@ -105,6 +105,13 @@ def test_reference_run_passes_every_check_that_can_run_without_a_gpu(reference_s
         "test_compiled_ops_loaded",
         "test_png_round_trip",
         "test_jpeg_round_trip",
+        # the release checks (verify/test_release.py) and the NCCL/MAGMA self-checks, on upstream's wheels
+        "test_libraries_resolve_without_ld_library_path[torch]",
+        "test_libraries_resolve_without_ld_library_path[torchvision]",
+        "test_onednn_runs_cpu_convolution",
+        "test_compiled_module_equals_eager[cpu]",
+        "test_build_is_consistent[nccl_in_cuda_build]",
+        "test_build_is_consistent[magma_linked]",
     ):
         assert test in ran, sorted(ran)
 

@@ -56,6 +56,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from torchkiln.errors import EXIT_OK, TorchkilnError, UsageError
 from torchkiln.files import atomic
 from torchkiln.files.digests import file_sha256
+from torchkiln.host.loader import ldconfig_cache
 from torchkiln.process import runner
 from torchkiln.recipe.model import Recipe
 
@@ -159,7 +160,6 @@ def elf_soname(data: bytes) -> str | None:
 # The names bundle.py gives copies (<stem>.<8 hex of the original's sha256>.<rest>) and auditwheel's
 # (<stem>-<8 hex>.<rest>, upstream's wheels).
 _HASHED = re.compile(r"^(?P<stem>[^.-]+)[.-](?P<hash>[0-9a-f]{8})\.(?P<rest>so.*)$")
-_LDCONFIG = re.compile(r"^\s*(\S+)\s+\(.*\)\s+=>\s+(\S+)\s*$")
 
 
 @dataclass(frozen=True)
@@ -177,20 +177,6 @@ class Origin:
 
     path: str
     package: DebianPackage | None
-
-
-def _ldconfig() -> dict[str, list[str]]:
-    """soname -> paths the dynamic loader's cache knows (``ldconfig -p``); empty where there is none."""
-    try:
-        done = runner.run(["ldconfig", "-p"], timeout=30)
-    except runner.ProcessError:
-        return {}
-    found: dict[str, list[str]] = {}
-    for line in done.stdout.splitlines():
-        match = _LDCONFIG.match(line)
-        if match:
-            found.setdefault(match[1], []).append(match[2])
-    return found
 
 
 def _usr_variants(path: Path) -> list[str]:
@@ -241,7 +227,7 @@ def find_origin(
     ``library_path`` whose sha256 starts with the hash in the copy's name (any, when the name has none)."""
     match = _HASHED.match(bundled_name)
     prefix = match["hash"] if match else None
-    known = _ldconfig() if cache is None else cache
+    known = ldconfig_cache() if cache is None else cache
     candidates = [*(str(Path(d) / soname) for d in library_path), *known.get(soname, [])]
     for candidate in dict.fromkeys(candidates):
         path = Path(candidate)
@@ -274,7 +260,7 @@ def bundled_components(
     wheel: Path, library_path: Sequence[str] = (), *, look_up: bool = True
 ) -> Iterator[Component]:
     """A component per native library in the wheel's ``*.libs/`` (see the module docstring)."""
-    cache = _ldconfig() if look_up else {}
+    cache = ldconfig_cache() if look_up else {}
     with zipfile.ZipFile(wheel) as zf:
         for info in sorted(zf.infolist(), key=lambda i: i.filename):
             top, _, name = info.filename.partition("/")

@@ -14,6 +14,7 @@ import argparse
 import importlib.util
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from torchkiln.artifacts.signing import load_envelope, load_public_key
 from torchkiln.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, UsageError
 from torchkiln.process import runner
 from torchkiln.recipe.loader import load_recipe, resolve_recipe_path
-from torchkiln.verify import report
+from torchkiln.verify import refenv, report
 from torchkiln.verify.proc import worker_environment
 
 ENV_DIR = "TORCHKILN_VERIFY_DIR"
@@ -63,6 +64,12 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--report", metavar="DIR", help="write junit.xml, summary.json and summary.md into DIR"
+    )
+    parser.add_argument(
+        "--compare-with",
+        metavar="REQ",
+        help="also compare this build's numerics with upstream's wheel REQ (a requirement such as torch===2.13.0, "
+        "or a wheel file), installed into a cached venv: the parity area",
     )
     parser.add_argument(
         "--area",
@@ -125,11 +132,27 @@ def build_argv(args: argparse.Namespace, suite: Path) -> list[str]:
             )
         argv += ["--report", str(report.resolve())]
     if args.area:
+        if "parity" in args.area and not args.compare_with:
+            raise UsageError("--area parity needs --compare-with REQ (the upstream wheel to compare with)")
         argv += ["-m", " or ".join(args.area)]
     extra = list(args.pytest_args)
     if extra[:1] == ["--"]:
         extra = extra[1:]
     return argv + extra
+
+
+def _upstream_battery(requirement: str, scratch: Path) -> Path:
+    """The parity battery's result in a (cached) venv holding ``requirement`` (torchkiln.verify.refenv)."""
+    started = time.monotonic()
+    python = refenv.reference_python(requirement)
+    out = scratch / "upstream.json"
+    refenv.run_battery(python, out, isolated=True)
+    print(
+        f"torchkiln verify: --compare-with {requirement}: {python.parent.parent} "
+        f"({time.monotonic() - started:.0f} s with the battery)",
+        file=sys.stderr,
+    )
+    return out
 
 
 def _require_importable(module: str, hint: str) -> None:
@@ -142,10 +165,13 @@ def run(args: argparse.Namespace) -> int:
     argv = build_argv(args, suite)
     _require_importable("pytest", "pip install pytest pytest-timeout")
     _require_importable("torch", "install the torch to verify, e.g. the wheels in dist/ (nox -s verify)")
-    # pytest runs under the suite's environment policy too: a caller's TORCH_DISTRIBUTED_DEBUG=garbage would
-    # otherwise fail the import of torch.distributed before any check ran.
     started = time.time()
-    status = runner.run(argv, env=worker_environment(os.environ), capture=False).returncode
+    with tempfile.TemporaryDirectory(prefix="torchkiln-parity-") as scratch:
+        if args.compare_with:
+            argv += ["--parity-reference", str(_upstream_battery(args.compare_with, Path(scratch)))]
+        # pytest runs under the suite's environment policy too: a caller's TORCH_DISTRIBUTED_DEBUG=garbage
+        # would otherwise fail the import of torch.distributed before any check ran.
+        status = runner.run(argv, env=worker_environment(os.environ), capture=False).returncode
     if args.report:
         summary = Path(args.report).resolve() / "summary.md"
         if summary.is_file() and summary.stat().st_mtime >= started - 1:  # this run's, not an older one

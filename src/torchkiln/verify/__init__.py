@@ -9,9 +9,13 @@ functions that need torch import it when called.
 * :mod:`.provenance`: an installation against a build's manifest (versions, commits, sha256, files).
 * :mod:`.proc`: bounded subprocess runs (a verify check must never hang).
 * :mod:`.report`: the per-area summary (``summary.json``, ``summary.md``) written atomically.
+* :mod:`.linkage`: every NEEDED entry of an installed distribution's libraries, resolved without
+  LD_LIBRARY_PATH (pyelftools); :mod:`.smoke`: upstream's runtime smoke checks as verdicts.
+* :mod:`.battery` (standard library + torch: also run as a script), :mod:`.parity`, :mod:`.refenv`:
+  ``verify --compare-with``, numerical parity with upstream's wheel.
 
 May import: :mod:`torchkiln.recipe.model`, :mod:`torchkiln.recipe.compat`, :mod:`torchkiln.recipe.archs`,
 :mod:`torchkiln.recipe.spelling`, :mod:`torchkiln.artifacts` (the manifest), :mod:`torchkiln.process`,
-:mod:`torchkiln.files`, :mod:`torchkiln.errors`. Never the plan, the build, the images or the commands: the
+:mod:`torchkiln.host` (the dynamic loader), :mod:`torchkiln.files`, :mod:`torchkiln.errors`. Never the plan, the build, the images or the commands: the
 suite runs on a GPU host that has only the wheels, the manifest and the recipe (import-linter checks it).
 """

@@ -13,6 +13,7 @@ Pure Python; nothing here imports torch.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +25,8 @@ from torchkiln.recipe.compat import compat
 from torchkiln.recipe.model import Recipe
 from torchkiln.recipe.spelling import truth
 
-from .facts import BuildFacts, TorchvisionFacts, collect_facts, decode_cudnn, dotted, parse_build_settings
+from . import facts as _facts
+from .facts import BuildFacts, TorchvisionFacts, decode_cudnn, dotted, parse_build_settings
 
 __all__ = [
     "BuildFacts",
@@ -39,6 +41,20 @@ __all__ = [
     "self_checks",
     "torchvision_checks",
 ]
+
+
+def collect_facts() -> BuildFacts:
+    """The importable torch's facts (:func:`torchkiln.verify.facts.collect_facts`, standard library only)
+    and what its ELF files say about NCCL and MAGMA (:mod:`torchkiln.verify.linkage`, with pyelftools)."""
+    from . import linkage  # pyelftools: imported when the suite asks, not by the build's post-build check
+
+    found = _facts.collect_facts()
+    index = linkage.installed()
+    torch_dist = index.get("torch")
+    if torch_dist is None:  # a torch not installed as a distribution (a source tree on sys.path)
+        return found
+    linked = linkage.check_distribution(torch_dist, index, linkage.System.of_this_machine())
+    return dataclasses.replace(found, **linkage.library_facts(torch_dist, linked))  # type: ignore[arg-type]
 
 
 def flag(value: str | None) -> bool | None:
@@ -110,6 +126,8 @@ SELF_CHECKS = (
     "cudnn_settings",
     "cudnn_in_cuda_build",
     "cudnn_runtime",
+    "nccl_in_cuda_build",
+    "magma_linked",
     "nvidia_packages",
     "wheel_tag",
 )
@@ -182,6 +200,8 @@ def self_checks(facts: BuildFacts) -> dict[str, Check]:
     else:
         out["cudnn_in_cuda_build"] = _skip("cudnn_in_cuda_build", "not a CUDA build")
     out["cudnn_runtime"] = cudnn_runtime_check(facts)
+    out["nccl_in_cuda_build"] = nccl_check(facts)
+    out["magma_linked"] = magma_check(facts)
     out["nvidia_packages"] = nvidia_packages_check(facts)
     out["wheel_tag"] = wheel_tag_check(facts)
     return out
@@ -229,6 +249,56 @@ def cudnn_runtime_check(facts: BuildFacts) -> Check:
         "runtime cuDNN (torch.backends.cudnn.version()) vs compiled cuDNN",
         dotted(facts.cudnn_compile),
         dotted(facts.cudnn_runtime),
+    )
+
+
+def nccl_check(facts: BuildFacts) -> Check:
+    """A CUDA build whose Build settings say USE_NCCL=ON has NCCL: ``torch.cuda.nccl.version()`` answers
+    (smoke_test.py prints it for every Linux CUDA build) and libtorch_cuda.so's libnccl resolves without
+    LD_LIBRARY_PATH (or NCCL is linked in statically: no libnccl is NEEDED)."""
+    if facts.cuda_version is None:
+        return _skip("nccl_in_cuda_build", "not a CUDA build")
+    claimed = facts.settings.get("USE_NCCL")
+    if not flag(claimed):
+        return _skip(
+            "nccl_in_cuda_build", f"built without NCCL (Build settings USE_NCCL={claimed or '(absent)'})"
+        )
+    what = "USE_NCCL=ON in Build settings: torch.cuda.nccl.version()"
+    if facts.nccl_version is None:
+        reason = facts.nccl_error or f"torch.distributed.is_nccl_available() is {facts.nccl_available}"
+        return Check("nccl_in_cuda_build", "fail", f"{what} gives no version: {reason}", "a version", None)
+    version = dotted(facts.nccl_version)
+    if not facts.libraries_read:
+        return Check("nccl_in_cuda_build", "pass", f"{what} = {version} (torch's libraries were not read)")
+    if facts.nccl_needed is None:
+        return Check(
+            "nccl_in_cuda_build", "pass", f"{what} = {version}, linked statically (no libnccl NEEDED)"
+        )
+    return _cmp(
+        "nccl_in_cuda_build",
+        f"{what} = {version}; libtorch_cuda.so needs {facts.nccl_needed}, resolved without LD_LIBRARY_PATH",
+        "a path",
+        facts.nccl_path or "not found",
+        ok=facts.nccl_path is not None,
+    )
+
+
+def magma_check(facts: BuildFacts) -> Check:
+    """``torch.cuda.has_magma`` (compiled in) agrees with the library that does CUDA linear algebra: MAGMA's
+    symbols are in it (static, as upstream links it) or it needs a libmagma. check_binary.sh asks for
+    has_magma only; this also catches the flag without the code (or the code without the flag)."""
+    if facts.cuda_version is None:
+        return _skip("magma_linked", "not a CUDA build")
+    if not facts.libraries_read:
+        return _skip(
+            "magma_linked", "torch's libraries were not read (torch is not an installed distribution)"
+        )
+    return _cmp(
+        "magma_linked",
+        f"torch.cuda.has_magma={facts.has_magma} vs the MAGMA linked into torch's CUDA linear algebra",
+        "MAGMA linked" if facts.has_magma else "no MAGMA",
+        f"MAGMA {facts.magma_linkage}" if facts.magma_linkage else "no MAGMA symbols and no libmagma NEEDED",
+        ok=facts.has_magma == (facts.magma_linkage is not None),
     )
 
 

@@ -149,6 +149,15 @@ class BuildFacts:
     nvidia_dists: Mapping[str, str] = field(default_factory=dict)  # installed nvidia-cudnn/nccl-cuXX
     torchvision: TorchvisionFacts | None = None  # None: torchvision is not installed
     extra: Mapping[str, Any] = field(default_factory=dict)
+    nccl_error: str | None = None  # torch.cuda.nccl.version() raised (the library is not usable)
+    # Read from torch's ELF files by torchkiln.verify.linkage (pyelftools: the verification suite fills them,
+    # this script cannot): libtorch_cuda.so's NEEDED libnccl entry (None: none) and where it resolves with
+    # LD_LIBRARY_PATH unset (None: nowhere); how MAGMA is linked into the CUDA linear-algebra library
+    # ("static in torch/lib/libtorch_cuda_linalg.so", "libmagma.so (NEEDED by ...)"; None: not at all).
+    libraries_read: bool = False
+    nccl_needed: str | None = None
+    nccl_path: str | None = None
+    magma_linkage: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -248,8 +257,12 @@ def collect_facts() -> BuildFacts:
             cudnn_error = str(exc).strip().splitlines()[0]
     nccl_available = bool(dist.is_available() and dist.is_nccl_available())
     nccl_version = None
+    nccl_error: str | None = None
     if nccl_available:
-        nccl_version = tuple(int(p) for p in torch.cuda.nccl.version()[:3])
+        try:
+            nccl_version = tuple(int(p) for p in torch.cuda.nccl.version()[:3])
+        except (RuntimeError, AttributeError, OSError) as exc:  # a libnccl without ncclGetVersion, or none
+            nccl_error = f"{type(exc).__name__}: {exc}".strip().splitlines()[0]
     return BuildFacts(
         torch_version=str(torch.__version__),
         git_version=torch.version.git_version,
@@ -274,6 +287,7 @@ def collect_facts() -> BuildFacts:
         mkl_version=parse_mkl_version(show),
         nvidia_dists={n: v for n in NVIDIA_DISTS if (v := _dist_version(n)) is not None},
         torchvision=collect_torchvision(),
+        nccl_error=nccl_error,
     )
 
 

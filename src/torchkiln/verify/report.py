@@ -29,6 +29,8 @@ AREAS: dict[str, str] = {
     "ddp": "DDP launch",
     "reproducibility": "Reproducibility",
     "torchvision": "torchvision",
+    "release": "Release checks",
+    "parity": "Parity with upstream",
 }
 OUTCOMES = ("passed", "failed", "skipped", "error")
 SCHEMA_VERSION = 2
@@ -46,6 +48,9 @@ GPU_NOTES: dict[str, str] = {
     "ddp": "torchrun + gloo on CPU only; NCCL DDP needs GPUs",
     "reproducibility": "CPU RNG only; CUDA RNG streams need a GPU",
     "torchvision": "complete without a GPU but for its CUDA ops (nms on a device)",
+    "release": "library resolution, oneDNN and torch.compile on the CPU run without a GPU; conv2d per dtype, "
+    "the batched SVD, each attention backend and torch.compile with triton need one",
+    "parity": "the battery's CPU cases only; its CUDA cases (float32, float16, bfloat16 on the device) need a GPU",
 }
 
 
