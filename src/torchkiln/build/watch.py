@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from torchkiln.recipe.model import Recipe
 from torchkiln.recipe.spelling import truth
@@ -175,19 +176,30 @@ GENERIC_CAUSE = {
 }
 
 
+class Watcher(Protocol):
+    """What reads a compile step's output for a configuration that contradicts the recipe."""
+
+    what: str  # how a stop is described: "stopped right after configure, CMake's summary contradicts ..."
+
+    def feed(self, line: str) -> list[Contradiction] | None: ...
+
+    def close(self) -> list[Contradiction] | None: ...
+
+
 @dataclass(frozen=True)
 class Contradiction:
     setting: str
     expected: str
     actual: str
     cause: str
-    evidence: str | None = None  # the configure line the cause was read from
+    evidence: str | None = None  # the line the cause was read from
+    source: str = "configure"  # what printed it
 
     def __str__(self) -> str:
         text = f"{self.setting} came out {self.actual or '(empty)'}, the recipe asks for {self.expected}"
         text += f"; likely cause: {self.cause}"
         if self.evidence:
-            text += f" (configure said: {self.evidence.strip()!r})"
+            text += f" ({self.source} said: {self.evidence.strip()!r})"
         return text
 
 
@@ -354,6 +366,8 @@ class SummaryWatcher:
     :meth:`feed` returns None until PyTorch's summary block was read (other projects' blocks are read and set
     aside), then the list of contradictions once (an empty list: configure agrees with the recipe).
     """
+
+    what = "stopped right after configure, CMake's summary contradicts the recipe"
 
     def __init__(self, expect: Expectations, *, keep_before: int = 400) -> None:
         self.expect = expect
