@@ -595,7 +595,7 @@ def test_configure_summary_contradicting_the_recipe_stops_the_build(tmp_path: Pa
         build(replace(plan, steps=[step]), skip_checks=True)
     message = str(info.value)
     assert "USE_CUDA came out OFF, the recipe asks for ON" in message
-    assert "nvcc is not on PATH" in message and "Could NOT find CUDA" in message
+    assert "nvcc is not on PATH" in message and "PyTorch: CUDA cannot be found." in message
     assert "full log: " in message
     log = Path(message.rsplit("full log: ", 1)[1].strip())
     assert log.read_text().splitlines()[-1] == "# torchkiln: configure contradicts the recipe; build stopped"

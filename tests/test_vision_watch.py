@@ -67,6 +67,10 @@ def test_setup_py_without_libpng_stops_the_build_before_it_compiles(
 ) -> None:
     """The real setup.py, run as torchvision's compile step with libpng-config off PATH (and no ffmpeg): the
     build stops at setuptools' first command, naming torchvision.features.png and the line setup.py printed."""
+    if shutil.which("c++") is None and os.environ.get("CI") != "true":
+        pytest.skip(
+            "no C++ compiler"
+        )  # setup.py's extensions are CppExtensions: torch's cpp_extension wants one
     tree = tmp_path / "vision"
     shutil.copytree(vision_0_21_tree, tree)
     tools = tmp_path / "bin"  # PATH: the compilers, nothing of libpng

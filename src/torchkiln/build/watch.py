@@ -311,7 +311,9 @@ def compare(
         actual = truth(summary[name])
         if actual is None or actual == wanted:
             continue
-        cause, evidence = _likely_cause(name, before) if wanted else ("the build enabled it anyway", None)
+        # the message that turned it off may be thousands of lines back: it comes first
+        lines = [off[name], *before] if name in off else before
+        cause, evidence = _likely_cause(name, lines) if wanted else ("the build enabled it anyway", None)
         found.append(Contradiction(name, "ON" if wanted else "OFF", summary[name], cause, evidence))
     found += _versions(summary, expect)
     return found
