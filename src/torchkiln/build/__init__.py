@@ -8,6 +8,8 @@
 * :mod:`.envstore`: venvs kept by their content and cloned into other work directories;
 * :mod:`.workdir`: what a build owns on disk before its first step (its lock, its layout);
 * :mod:`.watch`: CMake's configure output read while it runs, stopping a build that came out wrong;
+* :mod:`.vision_watch`: torchvision's setup.py lines read while it runs, stopping a build that drops a part;
+* :mod:`.reconfigure`: a compile step's CMake cache dropped when its configuration changed;
 * :mod:`.buildreqs`: both projects' build requirements resolved together (``python -m torchkiln.build.buildreqs``);
 * :mod:`.postcheck`: the post-build check, run as a script in a clean venv;
 * :mod:`.publish`: the last step: wheels, lock file and manifest into ``dist/``;

@@ -13,9 +13,11 @@ fetch      the first step of a checkout starts from an empty directory; the step
 env        venvs and requirements: requirement files' contents are inputs; a venv that vanished is remade
 compile    the source tree's identity (without the files the build writes into it) is an input;
            ``SOURCE_DATE_EPOCH`` comes from the source; ``--force`` removes its in-tree build directories
-           (``scratch``); the compiler cache session (opened before the first compile
+           (``scratch``), a changed configuration their CMake cache (torchkiln.build.reconfigure); the
+           compiler cache session (opened before the first compile
            that runs) adds its layers to the environment; live progress, phases and the configure watcher
-           read the output; the tools it used are recorded; it must leave a wheel
+           read the output (torch's CMake summary, torchvision's setup.py lines); the tools it used are recorded;
+           it must leave a wheel
 package    rewrites wheels an earlier step made (the torchvision bundling): the wheels it reads are an input; its
            own wheel directory then holds the project's final wheels (what the checks install, publish copies)
 checks     skipped with ``--skip-checks``; a step whose output ends with the wheels' build facts is compared
@@ -38,7 +40,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -71,7 +73,9 @@ from .fingerprint import (
 )
 from .progress import CompileProgress, PhaseTracker, format_duration
 from .publish import publish
-from .watch import Contradiction, Expectations, SummaryWatcher
+from .reconfigure import reconfigure
+from .vision_watch import VisionWatcher
+from .watch import Contradiction, Expectations, SummaryWatcher, Watcher
 
 TAIL_LINES = 25
 ZIP_EPOCH_MIN = 315532800  # 1980-01-01: a zip file cannot carry an earlier time
@@ -160,12 +164,12 @@ class StepKind:
             raise BuildFailed(f"{step.name}: {exc}", step=step.name) from None
         mismatch = observer.verdict() if observer is not None else None
         if mismatch:
+            assert observer is not None
             with log.open("a", encoding="utf-8") as handle:
                 handle.write("# torchkiln: configure contradicts the recipe; build stopped\n")
             lines = "\n".join(f"  - {c}" for c in mismatch)
             raise ConfigureMismatch(
-                f"{step.name}: stopped right after configure, CMake's summary contradicts the recipe:\n{lines}\n"
-                f"full log: {log}",
+                f"{step.name}: {observer.stopped}:\n{lines}\nfull log: {log}",
                 step=step.name,
                 log=log,
             )
@@ -356,10 +360,16 @@ class CompileKind(StepKind):
             for directory in step.scratch:
                 if Path(directory).is_dir():
                     shutil.rmtree(directory)
+        session = ctx.open_cache(step)
+        for (
+            directory
+        ) in step.scratch:  # a changed configuration must reach CMake (torchkiln.build.reconfigure)
+            done = reconfigure(Path(directory), {**step.env, **session.public_env})
+            if done is not None:
+                ctx.display.note(f"{step.name}: {done}")
         source = _source_of(step, ctx)
         if source is not None and not is_git_checkout(source.path):
             self._before[step.name] = tree_snapshot(source.path)
-        ctx.open_cache(step)
 
     def layers(self, step: Step, ctx: Context) -> tuple[Mapping[str, str], ...]:
         session = ctx.open_cache(step)
@@ -381,7 +391,12 @@ class CompileKind(StepKind):
 
     def observer(self, step: Step, ctx: Context) -> LineObserver:
         ctx.display.live_bar(step)
-        return CompileObserver(ctx.display, SummaryWatcher(Expectations.for_step(step.env, ctx.plan.recipe)))
+        # torch's CMake summary and torchvision's setup.py lines: each watcher is inert on the other's output
+        watchers = (
+            SummaryWatcher(Expectations.for_step(step.env, ctx.plan.recipe)),
+            VisionWatcher.for_step(step.env),
+        )
+        return CompileObserver(ctx.display, watchers)
 
     def outputs(self, step: Step, ran: Ran, ctx: Context) -> dict[str, Any]:
         out = super().outputs(step, ran, ctx)
@@ -462,6 +477,8 @@ KINDS: dict[str, StepKind] = {
 class LineObserver:
     """Reads a step's output line by line (runner.stream); True from ``__call__`` stops the step."""
 
+    stopped = "stopped"  # how a stop on :meth:`verdict` is described
+
     def __call__(self, line: str) -> bool:
         return False
 
@@ -474,11 +491,11 @@ class LineObserver:
 
 
 class CompileObserver(LineObserver):
-    """ninja's progress to the display, the wheel step's phases, and the configure watcher."""
+    """ninja's progress to the display, the wheel step's phases, and the watchers of its configuration."""
 
-    def __init__(self, display: Display, watcher: SummaryWatcher) -> None:
+    def __init__(self, display: Display, watchers: Sequence[Watcher]) -> None:
         self.display = display
-        self.watcher = watcher
+        self.watchers = tuple(watchers)
         self.progress = CompileProgress()
         self.tracker = PhaseTracker()
         self.mismatch: list[Contradiction] | None = None
@@ -490,15 +507,20 @@ class CompileObserver(LineObserver):
         p = self.progress.feed(line)
         if p is not None:
             self.display.compile_progress(p)
-        verdict = self.watcher.feed(line)
-        if verdict:
-            self.mismatch = verdict
-            return True
+        for watcher in self.watchers:
+            verdict = watcher.feed(line)
+            if verdict:
+                self.mismatch, self.stopped = verdict, watcher.what
+                return True
         return False
 
     def verdict(self) -> list[Contradiction] | None:
-        if self.mismatch is None:
-            self.mismatch = self.watcher.close() or None
+        for watcher in self.watchers:
+            if self.mismatch is not None:
+                break
+            verdict = watcher.close()
+            if verdict:
+                self.mismatch, self.stopped = verdict, watcher.what
         return self.mismatch
 
     def phases(self) -> dict[str, float] | None:

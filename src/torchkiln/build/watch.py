@@ -1,18 +1,24 @@
 """The configure watcher: read CMake's configuration summary while the build runs and stop it early.
 
-PyTorch's CMake turns features off silently when it cannot find them (CUDA, cuDNN, NCCL, MKL, MAGMA): the
-build then compiles for hours and produces a wheel without them (pytorch#84162, #30463, #15167, #9063).
-Every configure ends with a ``******** Summary ********`` block (cmake/Summary.cmake). The watcher parses
-that block from the compile step's output and compares it with what the step asked for (its ``USE_*``
-variables and the recipe's CUDA version); on a contradiction the build is stopped right after configure,
-with the setting that came out wrong and the likely cause found in the lines CMake printed before.
+PyTorch's CMake turns features off silently when it cannot find them (CUDA, cuDNN, NCCL, MKL, MAGMA,
+cuSPARSELt, cuDSS): the build then compiles for hours and produces a wheel without them (pytorch#84162,
+#30463, #15167, #9063). PyTorch's configure ends with its ``******** Summary ********`` block
+(cmake/Summary.cmake), but it is not the only one: the bundled ONNX (``add_subdirectory(third_party/onnx)`` in
+cmake/Dependencies.cmake) prints a block with the same title (onnx's cmake/summary.cmake) well before it. The
+watcher therefore reads every block and judges the one only PyTorch's prints (:data:`PYTORCH_KEYS`), and
+reads every message of the whole configure for the ones that say a setting came out off
+(:data:`OFF_MESSAGES`): MAGMA's outcome is printed nowhere else. CMake prints a ``message(WARNING ...)`` as
+an indented block, wrapped and with two spaces after each full stop; :class:`Messages` puts it back together.
+On a contradiction the build is stopped right after configure, naming the setting that came out wrong and the
+likely cause found in what CMake printed.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from torchkiln.recipe.model import Recipe
 from torchkiln.recipe.spelling import truth
@@ -20,6 +26,14 @@ from torchkiln.recipe.spelling import truth
 SUMMARY_START = "******** Summary ********"
 SUMMARY_LINE = re.compile(r"^--\s+(?P<key>[A-Za-z][A-Za-z0-9_ .+()/-]*?)\s*:\s?(?P<value>.*?)\s*$")
 SUMMARY_END = re.compile(r"^-- (Configuring done|Configuring incomplete|Generating done)")
+# Keys only PyTorch's summary prints: cmake/Summary.cmake has `message(STATUS "  TORCH_VERSION         :
+# ${TORCH_VERSION}")` and `message(STATUS "  USE_CUDA              : ${USE_CUDA}")` (2.6.0 tree and the
+# pytorch/pytorch versions the search tool holds); onnx's cmake/summary.cmake prints neither ("ONNX version",
+# "ONNX NAMESPACE", ...).
+PYTORCH_KEYS = ("TORCH_VERSION", "USE_CUDA")
+# How CMake starts a message(WARNING|AUTHOR_WARNING|SEND_ERROR|FATAL_ERROR|DEPRECATION) block; its text
+# follows indented by two spaces, then "Call Stack (most recent call first):" or a blank line.
+BLOCK_START = re.compile(r"^CMake (Warning|Error|Deprecation Warning)( \(dev\))?( at [^ ]+ \(\w+\))?:\s*$")
 
 # Settings the watcher compares when the step sets them. USE_MKL's summary line prints CAFFE2_USE_MKL.
 WATCHED = (
@@ -43,12 +57,60 @@ WATCHED = (
     "USE_MPI",
 )
 
-# setting -> ((regex over the configure output, likely cause), ...), most specific first.
+# What configure prints when a setting comes out off, matched against whole messages (whitespace collapsed).
+# Each is quoted from upstream with its path; line numbers are the 2.6.0 tree's, "2.13:" those of torch
+# 2.13.0's wheel (torch/share/cmake/Caffe2/public/cuda.cmake).
+OFF_MESSAGES: dict[str, tuple[re.Pattern[str], ...]] = {
+    "USE_CUDA": (
+        # cmake/public/cuda.cmake:31: message(WARNING "PyTorch: CUDA cannot be found. Depending on whether you
+        # are building " "PyTorch or a PyTorch dependent library, the next warning / error will " ...)
+        re.compile(r"PyTorch: CUDA cannot be found\."),
+        # 2.13: cmake/public/cuda.cmake:33: message(FATAL_ERROR "PyTorch: CUDA was explicitly requested
+        # (USE_CUDA=1) but cannot be found. " ...)
+        re.compile(r"PyTorch: CUDA was explicitly requested \(USE_CUDA=1\) but cannot be found"),
+    ),
+    "USE_CUDNN": (
+        # cmake/public/cuda.cmake:218 (2.13: 202): message(WARNING "Cannot find cuDNN library. Turning the
+        # option off")
+        re.compile(r"Cannot find cuDNN library\. Turning the option off"),
+    ),
+    "USE_CUSPARSELT": (
+        # cmake/public/cuda.cmake:243 (2.13: 227): message(WARNING "Cannot find cuSPARSELt library. Turning the
+        # option off")
+        re.compile(r"Cannot find cuSPARSELt library\. Turning the option off"),
+    ),
+    "USE_CUDSS": (
+        # cmake/public/cuda.cmake:259 (2.13: 243): message(WARNING "Cannot find CUDSS library. Turning the
+        # option off")
+        re.compile(r"Cannot find CUDSS library\. Turning the option off"),
+    ),
+    "USE_NCCL": (
+        # cmake/Dependencies.cmake:1103: message(WARNING "Not using CUDA/ROCM, so disabling USE_NCCL. Suppress
+        # this warning with " "-DUSE_NCCL=OFF.")
+        re.compile(r"Not using CUDA/ROCM, so disabling USE_NCCL\."),
+        # cmake/Dependencies.cmake:1108: message(WARNING "NCCL is currently only supported under Linux.")
+        re.compile(r"NCCL is currently only supported under Linux\."),
+    ),
+    "USE_MKL": (
+        # cmake/Dependencies.cmake:207: message(WARNING "MKL could not be found. Defaulting to Eigen")
+        re.compile(r"MKL could not be found\. Defaulting to Eigen"),
+    ),
+    "USE_MAGMA": (
+        # cmake/Dependencies.cmake:1402: message(STATUS "MAGMA not found. Compiling without MAGMA support")
+        re.compile(r"MAGMA not found\. Compiling without MAGMA support"),
+        # cmake/Dependencies.cmake:1407: message(WARNING "Not compiling with MAGMA. Suppress this warning with "
+        # "-DUSE_MAGMA=OFF.") (USE_MAGMA on without CUDA/ROCm)
+        re.compile(r"Not compiling with MAGMA\. Suppress this warning"),
+    ),
+}
+
+# setting -> ((pattern over configure's messages, likely cause), ...), most specific first.
 CAUSES: dict[str, tuple[tuple[re.Pattern[str], str], ...]] = {
     "USE_CUDA": (
         (
             re.compile(
-                r"Could NOT find CUDA|CUDA cannot be found|Not compiling with CUDA|No CMAKE_CUDA_COMPILER"
+                r"Could NOT find CUDA|CUDA cannot be found|CUDA was explicitly requested|Not compiling with CUDA"
+                r"|No CMAKE_CUDA_COMPILER"
             ),
             "CMake found no CUDA toolkit: nvcc is not on PATH, or CUDA_HOME/CUDACXX point to a directory without "
             "it (is the CUDA toolkit installed in the build image?)",
@@ -56,40 +118,51 @@ CAUSES: dict[str, tuple[tuple[re.Pattern[str], str], ...]] = {
     ),
     "USE_CUDNN": (
         (
-            re.compile(r"Could NOT find CUDNN|Cannot find cuDNN|cuDNN.*not found", re.IGNORECASE),
+            re.compile(r"Could NOT find CUDNN|Cannot find cuDNN", re.IGNORECASE),
             "cuDNN was not found: its headers and libraries must be under CUDA_HOME, or set CUDNN_INCLUDE_DIR "
             "and CUDNN_LIBRARY (pytorch#15167)",
         ),
     ),
+    "USE_CUSPARSELT": (
+        (
+            re.compile(r"Cannot find cuSPARSELt", re.IGNORECASE),
+            "cuSPARSELt was not found: install it into the CUDA toolkit directory, or set CUSPARSELT_ROOT",
+        ),
+    ),
+    "USE_CUDSS": (
+        (
+            re.compile(r"Cannot find CUDSS", re.IGNORECASE),
+            "cuDSS was not found: install it into the CUDA toolkit directory, or set CUDSS_ROOT",
+        ),
+    ),
     "USE_NCCL": (
         (
+            re.compile(r"Not using CUDA/ROCM, so disabling USE_NCCL"),
+            "NCCL needs CUDA, and CUDA came out off",
+        ),
+        (
             re.compile(r"Could NOT find NCCL|NCCL.*not found", re.IGNORECASE),
-            "NCCL was not found under NCCL_ROOT_DIR / NCCL_INCLUDE_DIR / NCCL_LIB_DIR (install the pinned NCCL "
+            "NCCL was not found under NCCL_ROOT / NCCL_INCLUDE_DIR / NCCL_LIB_DIR (install the pinned NCCL "
             "into the CUDA toolkit directory)",
         ),
     ),
     "USE_MKL": (
         (
-            re.compile(r"MKL.*not found|Could NOT find MKL", re.IGNORECASE),
+            re.compile(r"MKL could not be found|MKL library not found|Could NOT find MKL", re.IGNORECASE),
             "MKL was not found: mkl-static and mkl-include must be installed in the build venv and "
             "CMAKE_INCLUDE_PATH / CMAKE_LIBRARY_PATH point to them",
         ),
     ),
     "USE_MAGMA": (
         (
+            re.compile(r"Not compiling with MAGMA"),
+            "MAGMA needs CUDA (or ROCm), and CUDA came out off",
+        ),
+        (
             re.compile(r"MAGMA not found|Could NOT find MAGMA", re.IGNORECASE),
             "MAGMA was not found under MAGMA_HOME (pytorch#9063): install the pinned MAGMA there",
         ),
     ),
-}
-
-# Settings whose outcome the summary does not print, and the configure line that says they came out off.
-# cmake/Summary.cmake has no USE_MAGMA line; cmake/Dependencies.cmake prints "MAGMA not found. Compiling
-# without MAGMA support" (and turns USE_MAGMA off) when find_package(MAGMA) fails, or warns "Not compiling
-# with MAGMA" when USE_MAGMA is on without CUDA/ROCm. Such a line, anywhere before the summary, is a
-# contradiction when the step asked for the setting.
-OFF_LINES: dict[str, re.Pattern[str]] = {
-    "USE_MAGMA": re.compile(r"MAGMA not found\. Compiling without MAGMA support|Not compiling with MAGMA"),
 }
 
 GENERIC_CAUSE = {
@@ -98,7 +171,19 @@ GENERIC_CAUSE = {
     "USE_NCCL": "NCCL not found (NCCL_ROOT_DIR), or USE_CUDA / USE_DISTRIBUTED is off",
     "USE_MKL": "MKL not found (mkl-static/mkl-include in the build venv, CMAKE_INCLUDE_PATH/CMAKE_LIBRARY_PATH)",
     "USE_MAGMA": "MAGMA not found under MAGMA_HOME, or USE_CUDA is off",
+    "USE_CUSPARSELT": "cuSPARSELt not found (CUSPARSELT_ROOT), or USE_CUDA is off",
+    "USE_CUDSS": "cuDSS not found (CUDSS_ROOT), or USE_CUDA is off",
 }
+
+
+class Watcher(Protocol):
+    """What reads a compile step's output for a configuration that contradicts the recipe."""
+
+    what: str  # how a stop is described: "stopped right after configure, CMake's summary contradicts ..."
+
+    def feed(self, line: str) -> list[Contradiction] | None: ...
+
+    def close(self) -> list[Contradiction] | None: ...
 
 
 @dataclass(frozen=True)
@@ -107,13 +192,14 @@ class Contradiction:
     expected: str
     actual: str
     cause: str
-    evidence: str | None = None  # the configure line the cause was read from
+    evidence: str | None = None  # the line the cause was read from
+    source: str = "configure"  # what printed it
 
     def __str__(self) -> str:
         text = f"{self.setting} came out {self.actual or '(empty)'}, the recipe asks for {self.expected}"
         text += f"; likely cause: {self.cause}"
         if self.evidence:
-            text += f" (configure said: {self.evidence.strip()!r})"
+            text += f" ({self.source} said: {self.evidence.strip()!r})"
         return text
 
 
@@ -153,14 +239,55 @@ def parse_summary(lines: list[str]) -> dict[str, str]:
     return out
 
 
-def off_lines(lines: list[str]) -> dict[str, str]:
-    """setting -> the first of ``lines`` that says it came out off (:data:`OFF_LINES`)."""
+def is_pytorch_summary(summary: Mapping[str, str]) -> bool:
+    """Whether a summary block is PyTorch's own (not ONNX's, nor another bundled project's)."""
+    return any(key in summary for key in PYTORCH_KEYS)
+
+
+def off_messages(messages: list[str]) -> dict[str, str]:
+    """setting -> the first of ``messages`` that says it came out off (:data:`OFF_MESSAGES`)."""
     found: dict[str, str] = {}
-    for line in lines:
-        for name, pattern in OFF_LINES.items():
-            if name not in found and pattern.search(line):
-                found[name] = line
+    for message in messages:
+        for name, patterns in OFF_MESSAGES.items():
+            if name not in found and any(p.search(message) for p in patterns):
+                found[name] = message
     return found
+
+
+class Messages:
+    """Configure output, line by line, back into CMake's messages: ``-- text`` is one message (STATUS);
+    a ``CMake Warning at FILE:LINE (message):`` block is one message made of its indented lines (CMake wraps
+    them and puts two spaces after a full stop: whitespace is collapsed); any other line is a message of its
+    own (``message("...")`` without a mode prints the bare text)."""
+
+    def __init__(self) -> None:
+        self._block: list[str] | None = None
+        self._stack = False  # inside a block's "Call Stack (most recent call first):" lines
+
+    def feed(self, line: str) -> Iterator[str]:
+        """The messages ``line`` completes (a warning block completes at the first line not in it)."""
+        indented = line.startswith("  ") and bool(line.strip())
+        if self._stack and indented:
+            return
+        self._stack = False
+        if self._block is not None:
+            if indented:
+                self._block.append(line.strip())
+                return
+            yield from self.close()
+        if BLOCK_START.match(line):
+            self._block = []
+        elif line.startswith("Call Stack"):
+            self._stack = True
+        elif line.startswith("-- "):
+            yield " ".join(line[3:].split())
+        elif line.strip():
+            yield " ".join(line.split())
+
+    def close(self) -> Iterator[str]:
+        if self._block:
+            yield " ".join(" ".join(self._block).split())
+        self._block = None
 
 
 def compare(
@@ -169,10 +296,11 @@ def compare(
     before: list[str],
     off: Mapping[str, str] | None = None,
 ) -> list[Contradiction]:
-    """Every setting the summary (or an :data:`OFF_LINES` line) contradicts; ``before`` are the configure
-    lines printed before the summary, ``off`` the off-lines seen in all of them (default: found in
-    ``before``)."""
-    off = off_lines(before) if off is None else off
+    """Every setting PyTorch's summary (or an :data:`OFF_MESSAGES` message) contradicts; ``before`` are the
+    configure's messages before the summary, ``off`` the off-messages seen in the whole configure (default:
+    found in ``before``). A setting the summary prints is judged by the summary; one it does not print (MAGMA
+    never, the CUDA libraries not under USE_CUDA=OFF) by the off-messages."""
+    off = off_messages(before) if off is None else off
     found: list[Contradiction] = []
     for name, wanted in expect.flags.items():
         if name not in summary:
@@ -183,8 +311,17 @@ def compare(
         actual = truth(summary[name])
         if actual is None or actual == wanted:
             continue
-        cause, evidence = _likely_cause(name, before) if wanted else ("the build enabled it anyway", None)
+        # the message that turned it off may be thousands of lines back: it comes first
+        lines = [off[name], *before] if name in off else before
+        cause, evidence = _likely_cause(name, lines) if wanted else ("the build enabled it anyway", None)
         found.append(Contradiction(name, "ON" if wanted else "OFF", summary[name], cause, evidence))
+    found += _versions(summary, expect)
+    return found
+
+
+def _versions(summary: Mapping[str, str], expect: Expectations) -> list[Contradiction]:
+    """The CUDA release and the BLAS the summary names, against the recipe's."""
+    found = []
     if expect.cuda_version and truth(summary.get("USE_CUDA", "ON")) is not False:
         got = summary.get("CUDA version")
         if got is not None and not _same_release(got, expect.cuda_version):
@@ -228,46 +365,66 @@ def _likely_cause(setting: str, before: list[str]) -> tuple[str, str | None]:
 class SummaryWatcher:
     """Feed it the compile step's output line by line.
 
-    :meth:`feed` returns None until a complete summary was read, then the list of contradictions once (an
-    empty list: configure agrees with the recipe).
+    :meth:`feed` returns None until PyTorch's summary block was read (other projects' blocks are read and set
+    aside), then the list of contradictions once (an empty list: configure agrees with the recipe).
     """
+
+    what = "stopped right after configure, CMake's summary contradicts the recipe"
 
     def __init__(self, expect: Expectations, *, keep_before: int = 400) -> None:
         self.expect = expect
-        self._before: list[str] = []
+        self._messages = Messages()
+        self._before: list[str] = []  # the last messages, for the likely cause
         self._keep = keep_before
         self._block: list[str] | None = None
-        self._off: dict[str, str] = {}  # OFF_LINES seen anywhere before the summary, not only the last lines
+        self._off: dict[str, str] = {}  # OFF_MESSAGES seen anywhere in the configure, not only the last ones
         self.summary: dict[str, str] | None = None
+        self.other_summaries: list[dict[str, str]] = []  # blocks that were not PyTorch's (ONNX's)
         self.contradictions: list[Contradiction] | None = None
 
     def feed(self, line: str) -> list[Contradiction] | None:
         if self.contradictions is not None:
             return None
         text = line.rstrip("\n")
-        if self._block is None:
-            if SUMMARY_START in text:
-                self._block = []
-            else:
-                for name, line in off_lines([text]).items():
-                    self._off.setdefault(name, line)
-                self._before.append(text)
-                if len(self._before) > self._keep:
-                    del self._before[: len(self._before) - self._keep]
-            return None
-        if SUMMARY_END.match(text) or not text.startswith("--"):
-            return self._finish()
-        self._block.append(text)
+        for message in self._messages.feed(text):
+            self._note(message)
+        if SUMMARY_START in text:
+            verdict = self._end_block()  # a block that ran straight into the next one
+            self._block = []
+            return verdict
+        if self._block is not None:
+            if SUMMARY_END.match(text) or not text.startswith("--"):
+                return self._end_block()
+            self._block.append(text)
         return None
 
     def close(self) -> list[Contradiction] | None:
-        """End of output: evaluate a summary that was still open (output ended right after it)."""
-        if self._block is not None and self.contradictions is None:
-            return self._finish()
-        return None
+        """End of output: judge a summary that was still open, or, when PyTorch's summary never came, what
+        the off-messages say (a configure that stopped early still said what it turned off)."""
+        if self.contradictions is not None:
+            return None
+        for message in self._messages.close():
+            self._note(message)
+        verdict = self._end_block()
+        if verdict is None and self._off:
+            verdict = self.contradictions = compare({}, self.expect, self._before, self._off)
+        return verdict
 
-    def _finish(self) -> list[Contradiction]:
-        assert self._block is not None
-        self.summary = parse_summary(self._block)
-        self.contradictions = compare(self.summary, self.expect, self._before, self._off)
+    def _note(self, message: str) -> None:
+        for name, found in off_messages([message]).items():
+            self._off.setdefault(name, found)
+        self._before.append(message)
+        if len(self._before) > self._keep:
+            del self._before[: len(self._before) - self._keep]
+
+    def _end_block(self) -> list[Contradiction] | None:
+        block, self._block = self._block, None
+        if block is None:
+            return None
+        summary = parse_summary(block)
+        if not is_pytorch_summary(summary):
+            self.other_summaries.append(summary)
+            return None
+        self.summary = summary
+        self.contradictions = compare(summary, self.expect, self._before, self._off)
         return self.contradictions

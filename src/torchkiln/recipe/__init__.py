@@ -7,7 +7,8 @@
 * :mod:`.compat`: ``data/compat.toml``, the facts per torch release and CUDA version, each with its source;
 * :mod:`.cmake_options`: the CMake options and environment knobs each torch release reads, host-tool minimums;
 * :mod:`.archs`: CUDA arch list entries and what they compile to; :mod:`.spelling`: how build settings spell
-  true and false.
+  true and false;
+* :mod:`.vision_setup`: ``data/vision_setup.toml``, what torchvision's setup.py prints when it drops a part.
 
 May import: :mod:`torchkiln.cache` and :mod:`torchkiln.distributed` (a recipe's ``[cache]`` and ``[dist]``
 are resolved by the same code the build uses), :mod:`torchkiln.process`, :mod:`torchkiln.errors`.
