@@ -168,7 +168,7 @@ CAUSES: dict[str, tuple[tuple[re.Pattern[str], str], ...]] = {
 GENERIC_CAUSE = {
     "USE_CUDA": "CUDA was not detected: nvcc not on PATH, or CUDA_HOME/CUDACXX wrong",
     "USE_CUDNN": "cuDNN headers/libraries not found (CUDNN_INCLUDE_DIR / CUDNN_LIBRARY), or USE_CUDA is off",
-    "USE_NCCL": "NCCL not found (NCCL_ROOT_DIR), or USE_CUDA / USE_DISTRIBUTED is off",
+    "USE_NCCL": "NCCL not found (NCCL_ROOT), or USE_CUDA / USE_DISTRIBUTED is off",
     "USE_MKL": "MKL not found (mkl-static/mkl-include in the build venv, CMAKE_INCLUDE_PATH/CMAKE_LIBRARY_PATH)",
     "USE_MAGMA": "MAGMA not found under MAGMA_HOME, or USE_CUDA is off",
     "USE_CUSPARSELT": "cuSPARSELt not found (CUSPARSELT_ROOT), or USE_CUDA is off",
