@@ -54,6 +54,32 @@ def test_parse_build_settings_of_the_installed_torch() -> None:
     assert buildconfig.flag(settings["USE_CUDA"]) is (torch.version.cuda is not None)
 
 
+SHOWN = ROOT / "tests" / "data" / "torch_config_show"  # whole show() outputs of real wheels (README.md)
+
+
+def test_gencode_archs_are_the_builds_own_arch_list() -> None:
+    """upstream's 2.12.1+cu130: the -gencode flags of CUDA_FLAGS name exactly what its
+    torch._C._cuda_getArchFlags() reports ('sm_75 ... sm_120'), while get_arch_list() is [] without a GPU."""
+    settings = buildconfig.parse_build_settings((SHOWN / "2.12.1+cu130.txt").read_text())
+    assert facts_mod.gencode_archs(settings["CUDA_FLAGS"]) == tuple(
+        "sm_75 sm_80 sm_86 sm_90 sm_100 sm_120".split()
+    )
+    cpu = buildconfig.parse_build_settings((SHOWN / "2.13.0+cpu.txt").read_text())
+    assert facts_mod.gencode_archs(cpu["CUDA_FLAGS"]) == ()
+
+
+def test_compiled_arch_list_of_the_installed_torch() -> None:
+    """No device is asked: a CUDA build gives its recorded list, a CPU build (no _cuda_getArchFlags, no
+    -gencode) an empty one."""
+    settings = buildconfig.parse_build_settings(torch.__config__.show())
+    archs_found, source = facts_mod.compiled_arch_list(torch, settings)
+    if torch.version.cuda is None:
+        assert (archs_found, source) == ((), "the -gencode flags of Build settings CUDA_FLAGS")
+    else:
+        assert source == "torch._C._cuda_getArchFlags()"
+        assert archs_found and set(archs_found) >= set(facts_mod.gencode_archs(settings["CUDA_FLAGS"]))
+
+
 def test_parse_build_settings_rejects_other_text() -> None:
     with pytest.raises(ValueError, match="no '- Build settings:' line"):
         buildconfig.parse_build_settings("PyTorch built with:\n  - GCC 13.3\n")
@@ -200,7 +226,7 @@ def test_matching_cuda_build_passes_every_check() -> None:
         (
             {"arch_list": ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100")},
             "arch_list",
-            "accelerator.arch_list: torch.cuda.get_arch_list() vs TORCH_CUDA_ARCH_LIST (missing ['sm_120']",
+            "accelerator.arch_list: torch._C._cuda_getArchFlags() vs TORCH_CUDA_ARCH_LIST (missing ['sm_120']",
         ),
         (
             {"arch_list": ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120")},

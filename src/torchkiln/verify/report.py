@@ -18,7 +18,7 @@ from typing import Any
 
 from torchkiln.files import atomic
 
-from .facts import decode_cudnn
+from .facts import compiled_arch_list, decode_cudnn, parse_build_settings
 
 # The areas of the suite; each is a pytest marker and every test carries exactly one.
 AREAS: dict[str, str] = {
@@ -256,7 +256,10 @@ def environment() -> dict[str, Any]:
             if torch.distributed.is_available() and torch.distributed.is_nccl_available()
             else None
         ),
-        "arch_list": lambda: torch.cuda.get_arch_list(),
+        # the build's record, not get_arch_list() (empty without a device through 2.12)
+        "arch_list": lambda: list(
+            compiled_arch_list(torch, parse_build_settings(torch.__config__.show()))[0]
+        ),
         "devices": lambda: (
             [
                 f"{torch.cuda.get_device_name(i)} (sm_{''.join(map(str, torch.cuda.get_device_capability(i)))})"
