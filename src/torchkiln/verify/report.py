@@ -132,6 +132,7 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
         f"torch {env.get('torch_version')} ({env.get('torch_git_version')}), CUDA {env.get('cuda_version')}, "
         f"cuDNN {env.get('cudnn_version')}, NCCL {env.get('nccl_version')}, devices: "
         f"{', '.join(env.get('devices') or []) or 'none'}; Python {env.get('python')} on {env.get('platform')}.",
+        *_required_line(summary["options"]),
         "",
         "| Area | Passed | Failed | Errors | Skipped: no GPU | Skipped: not this kind of build "
         "| Skipped: other | Seconds |",
@@ -166,6 +167,14 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
             kind = s.get("kind") or skip_kind(s["message"])
             lines.append(f"| `{_cell(s['nodeid'])}` | {s['area']} | {kind} | {_cell(s['message'])[:200]} |")
     return "\n".join(lines) + "\n"
+
+
+def _required_line(options: Mapping[str, Any]) -> list[str]:
+    """Whether a CUDA check that could not run failed, and why (the suite decides: verify/conftest.py)."""
+    if "require_cuda_reason" not in options:
+        return []
+    required = "yes" if options.get("require_cuda") else "no"
+    return ["", f"CUDA required: {required} ({_cell(options['require_cuda_reason'])})."]
 
 
 def _checks_section(summary: Mapping[str, Any]) -> list[str]:
