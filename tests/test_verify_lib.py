@@ -537,6 +537,26 @@ def test_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
     assert not _alive(grandchild), "the helper's own child survived the timeout"
 
 
+def test_timeout_kills_children_in_sessions_of_their_own(tmp_path: Path) -> None:
+    """torchrun starts each worker with start_new_session=True, out of reach of a process-group kill, and
+    the worker holds the launcher's output pipes: the run must still end at its timeout, the worker dead."""
+    pid_file = tmp_path / "worker.pid"
+    script = (
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True)\n"
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+        "print('started', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    result = proc.run([sys.executable, "-c", script], timeout=3)
+    assert result.timed_out and "started" in result.stdout
+    worker = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(worker):
+        time.sleep(0.1)
+    assert not _alive(worker), "the worker in its own session survived the timeout"
+
+
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
