@@ -3,7 +3,10 @@ resolver: the deadline's variable, the interface choices that name nothing, the 
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 
 import pytest
 
@@ -50,3 +53,19 @@ def test_report_names_cause_and_last_distinct_lines() -> None:
         "  rank 1: sleeping",
     ]
     assert "no cause found here" in hang.report("x", "", "", 10, [])
+
+
+def test_a_bad_deadline_is_a_usage_error_before_anything_runs() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "torchkiln", "verify", "--area", "ddp"],
+        env={**os.environ, "TORCHKILN_VERIFY_DDP_TIMEOUT": "soon"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert (done.returncode, done.stdout) == (2, "")
+    assert (
+        done.stderr
+        == "TORCHKILN_VERIFY_DDP_TIMEOUT='soon': not a positive number of seconds (valid: e.g. 120)\n"
+    )

@@ -38,7 +38,7 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from torchkiln.verify import gpuhost, report  # noqa: E402
+from torchkiln.verify import gpuhost, hang, report  # noqa: E402
 from torchkiln.verify.proc import worker_environment  # noqa: E402
 
 HELPERS = Path(__file__).resolve().parent / "helpers"
@@ -113,6 +113,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[RECIPE_KEY] = _load_recipe(config.getoption("recipe"))
     config.stash[MANIFEST_KEY] = _load_manifest(config.getoption("manifest"))
     config.stash[PROVENANCE_KEY] = _load_provenance(config.getoption("provenance"), config.getoption("key"))
+    try:
+        hang.launch_deadline(os.environ)  # read by test_ddp.py at import: a bad value is named here, once
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
     config.stash[REQUIRE_KEY] = gpuhost.require_cuda(
         config.getoption("require_cuda"), cuda_build=torch.version.cuda is not None, host=gpuhost.detect()
     )

@@ -22,10 +22,7 @@ import torch
 
 from torchkiln.verify import hang, proc
 
-try:
-    DEADLINE_S = hang.launch_deadline(os.environ)
-except ValueError as exc:
-    raise pytest.UsageError(str(exc)) from None
+DEADLINE_S = hang.launch_deadline(os.environ)  # a bad value is a usage error before collection (conftest.py)
 # pytest-timeout is the last resort only: the deadline, the kill, and the diagnosis fit well inside it.
 pytestmark = [pytest.mark.ddp, pytest.mark.timeout(DEADLINE_S + 180)]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]

@@ -22,7 +22,7 @@ from torchkiln.artifacts.signing import load_envelope, load_public_key
 from torchkiln.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, UsageError
 from torchkiln.process import runner
 from torchkiln.recipe.loader import load_recipe, resolve_recipe_path
-from torchkiln.verify import report
+from torchkiln.verify import hang, report
 from torchkiln.verify.proc import worker_environment
 
 ENV_DIR = "TORCHKILN_VERIFY_DIR"
@@ -149,6 +149,10 @@ def _require_importable(module: str, hint: str) -> None:
 def run(args: argparse.Namespace) -> int:
     suite = find_suite()
     argv = build_argv(args, suite)
+    try:
+        hang.launch_deadline(os.environ)  # the DDP launches' deadline: named before anything runs
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     _require_importable("pytest", "pip install pytest pytest-timeout")
     _require_importable("torch", "install the torch to verify, e.g. the wheels in dist/ (nox -s verify)")
     # pytest runs under the suite's environment policy too: a caller's TORCH_DISTRIBUTED_DEBUG=garbage would
