@@ -28,13 +28,17 @@ TORCH_REQUIREMENT = os.environ.get("TORCHKILN_TORCH", "torch==2.13.0")
 # `torch===2.13.0` (three '='): an exact match, so pip takes upstream's 2.13.0 (+cu130 inside), not a
 # local 2.13.0+cpu wheel that `==` would also accept.
 REFERENCE_DIR = ROOT / "tests" / "reference"
+# 2.12.1 and 2.13.0 are setup.py builds, 2.14.x scikit-build-core builds (data/compat.toml's frontend); 2.12's
+# torch.cuda.get_arch_list() is [] without a GPU (2.13+ gate on _is_compiled()).
 REFERENCE_PAIRS = {
-    "2.13": ("torch===2.13.0", "torchvision==0.28.0", "upstream-2.13.0-cu130-py311.toml"),
-    "2.14": ("torch===2.14.0", "torchvision==0.29.0", "upstream-2.14.0-cu130-py311.toml"),
+    "2.12.1": ("torch===2.12.1", "torchvision==0.27.1", "upstream-2.12.1-cu130-py311.toml"),
+    "2.13.0": ("torch===2.13.0", "torchvision==0.28.0", "upstream-2.13.0-cu130-py311.toml"),
+    "2.14.0": ("torch===2.14.0", "torchvision==0.29.0", "upstream-2.14.0-cu130-py311.toml"),
+    "2.14.1": ("torch===2.14.1", "torchvision==0.29.1", "upstream-2.14.1-cu130-py311.toml"),
 }
 # verify --compare-with on real wheels: the pair's CUDA build against upstream's CPU wheel of the same release
 # (`torch==2.13.0` finds 2.13.0+cpu; the venv it is installed into is cached, ~/.cache/torchkiln/compare).
-REFERENCE_COMPARE = {"2.13": "torch==2.13.0"}
+REFERENCE_COMPARE = {"2.13.0": "torch==2.13.0"}
 
 
 @nox.session

@@ -10,7 +10,8 @@ Where the archive cannot be reached the tests that need them skip; under ``CI=tr
 (CI reaches Debian's archive, so a skip there would hide a broken test).
 
 Upstream's wheels from the package index (:func:`pypi_wheel`: torch's CUDA build, setuptools releases) are
-kept in the same cache, under ``pypi/``.
+kept in the same cache, under ``pypi/``; a CUDA toolkit made from NVIDIA's PyPI wheels
+(:func:`cuda_toolkit`, for the tests that compile CUDA on the host), under ``cuda/``.
 
 The cache: ``$TORCHKILN_TEST_CACHE`` or ``~/.cache/torchkiln/test-data``.
 """
@@ -159,3 +160,57 @@ def pypi_venv(requirement: str, *, extra: tuple[str, ...] = ()) -> Path:
         require(False, f"pip install {wheel.name} {' '.join(extra)}: {done.stderr[-500:]}")
     whole.write_text(requirement + "\n")
     return python
+
+
+# The CUDA toolkit the host-side CUDA tests compile with (tests/test_cache_cuda.py: nvcc; the host MAGMA build
+# in tests/test_images.py: nvcc, cuBLAS, cuSPARSE). No GPU is needed: they only compile and link. From
+# NVIDIA's PyPI wheels, laid out by scripts/install_cuda_toolkit.sh as the devel image lays them out, at the
+# devel image's pins (images.spec.PYPI_TOOLKITS): CI has no other toolkit, so these tests run there too.
+CUDA_TOOLKIT_EXTRAS = ("cccl", "crt", "cublas", "cudart", "culibos", "cusparse", "nvcc", "nvvm", "profiler")
+
+
+def _has_toolkit(root: Path) -> bool:
+    return (root / "bin" / "nvcc").is_file() and bool(list(root.glob("lib*/libcublas.so")))
+
+
+def cuda_toolkit() -> Path:
+    """A CUDA toolkit with nvcc, cuBLAS and cuSPARSE: ``$CUDA_HOME``, /usr/local/cuda or /usr/local/cuda-*
+    when one has them, else CUDA 13.0 from NVIDIA's PyPI wheels (about 1.3 GB, made once and kept in the
+    cache under ``cuda/``). Skips where no index answers (fails under CI=true)."""
+    import glob
+
+    from torchkiln.images.spec import PYPI_TOOLKITS
+
+    candidates = [os.environ.get("CUDA_HOME", ""), "/usr/local/cuda", *sorted(glob.glob("/usr/local/cuda-*"))]
+    for candidate in filter(None, candidates):
+        if _has_toolkit(Path(candidate)):
+            return Path(candidate)
+    pypi = PYPI_TOOLKITS["13.0"]
+    wheels = [f"cuda-toolkit[{','.join(CUDA_TOOLKIT_EXTRAS)}]=={pypi.meta}"]
+    wheels += [pin for pin in pypi.pins if pin.startswith("nvidia-nvjitlink==")]  # cuBLAS's, pinned
+    key = hashlib.sha256(" ".join(wheels).encode()).hexdigest()[:16]
+    target = cache_dir() / "cuda" / f"13.0-{key}"
+    if _has_toolkit(target):
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
+    try:
+        env = {
+            "PATH": os.environ["PATH"],
+            "HOME": os.environ.get("HOME", str(tmp)),
+            "KILN_CUDA_FROM": "pypi",
+            "KILN_CUDA": "13.0",
+            "KILN_CUDA_WHEELS": " ".join(wheels),
+            "CUDA_PREFIX": str(tmp / "cuda"),
+            "VIRTUAL_ENV": sys.prefix,
+        }
+        script = Path(__file__).resolve().parents[1] / "scripts" / "install_cuda_toolkit.sh"
+        done = subprocess.run(
+            ["bash", str(script)], env=env, capture_output=True, text=True, check=False, timeout=1800
+        )
+        require(done.returncode == 0, f"no CUDA toolkit from NVIDIA's PyPI wheels: {done.stderr[-800:]}")
+        shutil.rmtree(target, ignore_errors=True)  # an incomplete one from an interrupted run
+        os.replace(tmp / "cuda", target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target

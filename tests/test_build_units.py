@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from imagekit import require
 
 from torchkiln.artifacts.dist import PARTIAL_MARK, clean_partials, publish
 from torchkiln.build.fingerprint import State, file_sha256, step_fingerprint, tree_identity, tree_sha256
@@ -156,8 +157,7 @@ def test_toolchain_versions_come_from_the_tools_on_the_build_path(tmp_path: Path
     from torchkiln.host.toolchain import collect, cudnn_version, probe, tool_version
 
     env = {"PATH": os.environ["PATH"]}
-    if shutil.which("c++") is None:
-        pytest.skip("no C++ compiler")
+    require(shutil.which("c++") is not None, "no C++ compiler")
     dumped = subprocess.run(
         ["c++", "-dumpfullversion"], capture_output=True, text=True, check=True
     ).stdout.strip()

@@ -2,8 +2,8 @@
 variables of :mod:`torchkiln.cache` (the way PyTorch's CMake build gets them), twice in different build
 trees. The second build must be served entirely from the cache, CUDA included.
 
-Needs nvcc (it only compiles; no GPU is used). CI does not install the CUDA toolkit, so this skips
-there too when nvcc is absent.
+Needs nvcc (it only compiles; no GPU is used): the host's, else CUDA 13.0 from NVIDIA's PyPI wheels
+(:func:`realtrees.cuda_toolkit`), so it runs in CI too; without either it skips, and fails under CI=true.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from imagekit import require
+from realtrees import cuda_toolkit
 
 from torchkiln import cache
 from torchkiln.process.environ import base_environment
@@ -23,7 +25,16 @@ from torchkiln.recipe.model import CacheSpec
 
 pytestmark = pytest.mark.integration
 
-NVCC = os.environ.get("CUDACXX") or shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+
+@pytest.fixture(scope="module")
+def nvcc() -> str:
+    """The host's nvcc ($CUDACXX, PATH, /usr/local/cuda), else the one of a toolkit from NVIDIA's wheels."""
+    found = os.environ.get("CUDACXX") or shutil.which("nvcc")
+    if found is None and Path("/usr/local/cuda/bin/nvcc").exists():
+        found = "/usr/local/cuda/bin/nvcc"
+    return found or str(cuda_toolkit() / "bin" / "nvcc")
+
+
 KERNEL = """\
 __global__ void kiln_add(float* x, float v, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -44,14 +55,9 @@ def tool_path() -> str:
 
 
 @pytest.mark.parametrize("kind", ["ccache", "sccache"])
-def test_cuda_objects_come_from_the_cache(kind: str, tmp_path: Path) -> None:
-    if not Path(NVCC).exists():
-        pytest.skip("nvcc is not installed (the CUDA toolkit is not part of CI)")
+def test_cuda_objects_come_from_the_cache(kind: str, nvcc: str, tmp_path: Path) -> None:
     for tool in (kind, "cmake", "ninja"):
-        if shutil.which(tool, path=tool_path()) is None:
-            if os.environ.get("CI") == "true":
-                pytest.fail(f"{tool} is not installed (CI installs it)")
-            pytest.skip(f"{tool} is not installed")
+        require(shutil.which(tool, path=tool_path()) is not None, f"{tool} is not installed (CI installs it)")
     config = cache.resolve_cache(CacheSpec(kind=kind), dir=tmp_path / "cache")
     environ = {**base_environment(os.environ), "PATH": tool_path()}
     results = []
@@ -73,7 +79,7 @@ def test_cuda_objects_come_from_the_cache(kind: str, tmp_path: Path) -> None:
             f"-D{k}={v}" for k, v in session.public_env.items() if k.startswith("CMAKE_CUDA_USE_RESPONSE")
         ]
         configure = ["cmake", "-S", str(src), "-B", str(src / "build"), "-G", "Ninja"]
-        configure += ["-DCMAKE_CUDA_ARCHITECTURES=75", f"-DCMAKE_CUDA_COMPILER={NVCC}", *forwarded]
+        configure += ["-DCMAKE_CUDA_ARCHITECTURES=75", f"-DCMAKE_CUDA_COMPILER={nvcc}", *forwarded]
         subprocess.run(configure, env=env, check=True, capture_output=True)
         session.zero_stats()  # count the build, not CMake's compiler checks
         try:
@@ -83,7 +89,7 @@ def test_cuda_objects_come_from_the_cache(kind: str, tmp_path: Path) -> None:
         finally:
             stats = session.close()
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-        assert f"{kind} {NVCC}" in done.stdout, "the CUDA compile ran through the launcher"
+        assert f"{kind} {nvcc}" in done.stdout, "the CUDA compile ran through the launcher"
         results.append(stats)
     first, second = results
     assert first.hits == 0 and first.misses >= 2

@@ -20,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from imagekit import require
 from rich.console import Console
 from test_build_fetch import fetch_recipe_text, git
 
@@ -65,15 +66,13 @@ def mount(tmp_path: Path) -> Iterator[object]:
     mounted: list[Path] = []
 
     def make(name: str, options: str) -> Path:
-        if os.geteuid() != 0:
-            pytest.skip("a real full or read-only filesystem needs root to mount a tmpfs")
+        require(os.geteuid() == 0, "a real full or read-only filesystem needs root to mount a tmpfs")
         point = tmp_path / name
         point.mkdir()
         done = subprocess.run(
             ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)], capture_output=True, text=True
         )
-        if done.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+        require(done.returncode == 0, f"cannot mount a tmpfs here: {done.stderr.strip()}")
         mounted.append(point)
         return point
 
@@ -358,8 +357,7 @@ def test_dist_this_user_cannot_write_is_refused_before_the_first_step() -> None:
     """Mode 555 means nothing to root: run torchkiln as nobody (setpriv), through the CLI."""
     import shutil
 
-    if os.geteuid() != 0 or shutil.which("setpriv") is None:
-        pytest.skip("needs root and setpriv to run torchkiln as another user")
+    require(os.geteuid() == 0 and shutil.which("setpriv") is not None, "needs root and setpriv (util-linux)")
     import tempfile
 
     base = Path(tempfile.mkdtemp(prefix="kiln-as-nobody-"))  # pytest's own tmp root is root's alone (0700)

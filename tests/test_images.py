@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import glob
 import hashlib
 import importlib.util
 import os
@@ -22,6 +21,8 @@ from pathlib import Path
 
 import pytest
 from dists import manifest_of, source_lock, tiny_wheel
+from imagekit import require
+from realtrees import cuda_toolkit
 
 from torchkiln import cli
 from torchkiln.artifacts.dist import read_published
@@ -463,16 +464,6 @@ def magma_tarball(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def cuda_toolkit() -> Path | None:
-    """A CUDA toolkit with nvcc and cuBLAS (what MAGMA needs): CUDA_HOME, /usr/local/cuda, /usr/local/cuda-*."""
-    candidates = [os.environ.get("CUDA_HOME", ""), "/usr/local/cuda", *sorted(glob.glob("/usr/local/cuda-*"))]
-    for candidate in filter(None, candidates):
-        root = Path(candidate)
-        if (root / "bin" / "nvcc").is_file() and list(root.glob("lib*/libcublas.so")):
-            return root
-    return None
-
-
 def magma_env(tmp_path: Path, tarball: Path, digest: str) -> dict[str, str]:
     return {
         "KILN_MAGMA_VERSION": "2.6.1",
@@ -485,8 +476,8 @@ def magma_env(tmp_path: Path, tarball: Path, digest: str) -> dict[str, str]:
     }
 
 
-@pytest.mark.skipif(not shutil.which("curl"), reason="needs curl")
 def test_install_magma_checks_the_sha256_before_anything_else(tmp_path: Path) -> None:
+    require(shutil.which("curl") is not None, "curl is not installed (CI installs it)")
     tarball = tmp_path / "magma-2.6.1.tar.gz"
     digest = magma_tarball(tarball)
     env = magma_env(tmp_path, tarball, "0" * 64)
@@ -497,16 +488,13 @@ def test_install_magma_checks_the_sha256_before_anything_else(tmp_path: Path) ->
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    not (shutil.which("cmake") and shutil.which("ninja") and shutil.which("curl") and cuda_toolkit()),
-    reason="needs cmake, ninja, curl and a CUDA toolkit with nvcc and cuBLAS (the CUDA devel image test "
-    "builds this in CI)",
-)
 def test_install_magma_builds_a_magma_shaped_tree_as_pytorch_builds_magma(tmp_path: Path) -> None:
     """On tests/data/magma_shape (see its README): unedited it cannot build; install_magma.sh edits it,
-    compiles it for the explicit -gencode list and installs a static libmagma.a with PyTorch's settings."""
+    compiles it for the explicit -gencode list and installs a static libmagma.a with PyTorch's settings.
+    The toolkit: the host's, else CUDA 13.0 from NVIDIA's PyPI wheels (realtrees.cuda_toolkit)."""
+    for tool in ("cmake", "ninja", "curl"):
+        require(shutil.which(tool) is not None, f"{tool} is not installed (CI installs it)")
     toolkit = cuda_toolkit()
-    assert toolkit is not None
     tarball = tmp_path / "magma-2.6.1.tar.gz"
     env = magma_env(tmp_path, tarball, magma_tarball(tarball))
     env["PATH"] = f"{toolkit / 'bin'}{os.pathsep}{os.environ['PATH']}"

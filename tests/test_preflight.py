@@ -14,6 +14,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+from imagekit import require
 
 from torchkiln.cli import main
 from torchkiln.plan import preflight
@@ -43,8 +44,7 @@ def bin_dir(tmp_path: Path, *tools: str) -> Path:
     out.mkdir(exist_ok=True)
     for tool in tools:
         real = shutil.which(tool)
-        if real is None:
-            pytest.skip(f"{tool} is not installed")
+        require(real is not None, f"{tool} is not installed")
         (out / tool).symlink_to(real)
     return out
 
@@ -189,8 +189,10 @@ def test_memory_and_disk_figures_are_stated(tmp_path: Path, monkeypatch: pytest.
 
 
 def test_cpu_recipe_passes_here() -> None:
-    if shutil.which("python3.11") is None or shutil.which("gcc") is None:
-        pytest.skip("python3.11 and gcc are needed")
+    require(
+        shutil.which("python3.11") is not None and shutil.which("gcc") is not None,
+        "python3.11 and gcc are needed",
+    )
     assert main(["check", str(CPU), "--workdir", "/tmp/torchkiln-preflight-test"]) == 0
 
 

@@ -105,7 +105,10 @@ def test_require_cuda_turns_cuda_skips_into_failures(tmp_path: Path) -> None:
     assert summary["areas"]["amp"]["passed"] == 1 and summary["areas"]["amp"]["failed"] == 1
     (failure,) = summary["failures"]
     assert failure["nodeid"].endswith("test_state_machine[cuda]")
-    assert "--require-cuda: this CUDA check could not run: needs CUDA" in failure["message"]
+    assert (
+        "CUDA is required (--require-cuda was given): this CUDA check could not run: needs CUDA"
+        in (failure["message"])
+    )
     # A failure in pytest's own summary and in junit.xml as well, not an error (issue 11).
     assert "1 failed" in text and "error" not in text.split("short test summary")[-1], text
     suite = ET.parse(out / "junit.xml").getroot().find("testsuite")
@@ -164,6 +167,8 @@ def test_plain_pytest_rejects_an_invalid_recipe(tmp_path: Path) -> None:
         "torchkiln.verify.proc",
         "torchkiln.verify.provenance",
         "torchkiln.verify.attestation",
+        "torchkiln.verify.gpuhost",
+        "torchkiln.verify.hang",
     ],
 )
 def test_suite_support_does_not_import_build_machinery(module: str) -> None:

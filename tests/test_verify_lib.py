@@ -54,6 +54,32 @@ def test_parse_build_settings_of_the_installed_torch() -> None:
     assert buildconfig.flag(settings["USE_CUDA"]) is (torch.version.cuda is not None)
 
 
+SHOWN = ROOT / "tests" / "data" / "torch_config_show"  # whole show() outputs of real wheels (README.md)
+
+
+def test_gencode_archs_are_the_builds_own_arch_list() -> None:
+    """upstream's 2.12.1+cu130: the -gencode flags of CUDA_FLAGS name exactly what its
+    torch._C._cuda_getArchFlags() reports ('sm_75 ... sm_120'), while get_arch_list() is [] without a GPU."""
+    settings = buildconfig.parse_build_settings((SHOWN / "2.12.1+cu130.txt").read_text())
+    assert facts_mod.gencode_archs(settings["CUDA_FLAGS"]) == tuple(
+        "sm_75 sm_80 sm_86 sm_90 sm_100 sm_120".split()
+    )
+    cpu = buildconfig.parse_build_settings((SHOWN / "2.13.0+cpu.txt").read_text())
+    assert facts_mod.gencode_archs(cpu["CUDA_FLAGS"]) == ()
+
+
+def test_compiled_arch_list_of_the_installed_torch() -> None:
+    """No device is asked: a CUDA build gives its recorded list, a CPU build (no _cuda_getArchFlags, no
+    -gencode) an empty one."""
+    settings = buildconfig.parse_build_settings(torch.__config__.show())
+    archs_found, source = facts_mod.compiled_arch_list(torch, settings)
+    if torch.version.cuda is None:
+        assert (archs_found, source) == ((), "the -gencode flags of Build settings CUDA_FLAGS")
+    else:
+        assert source == "torch._C._cuda_getArchFlags()"
+        assert archs_found and set(archs_found) >= set(facts_mod.gencode_archs(settings["CUDA_FLAGS"]))
+
+
 def test_parse_build_settings_rejects_other_text() -> None:
     with pytest.raises(ValueError, match="no '- Build settings:' line"):
         buildconfig.parse_build_settings("PyTorch built with:\n  - GCC 13.3\n")
@@ -204,7 +230,7 @@ def test_matching_cuda_build_passes_every_check() -> None:
         (
             {"arch_list": ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100")},
             "arch_list",
-            "accelerator.arch_list: torch.cuda.get_arch_list() vs TORCH_CUDA_ARCH_LIST (missing ['sm_120']",
+            "accelerator.arch_list: torch._C._cuda_getArchFlags() vs TORCH_CUDA_ARCH_LIST (missing ['sm_120']",
         ),
         (
             {"arch_list": ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120")},
@@ -473,7 +499,8 @@ def test_install_for_verify_uses_dist_wheels_then_fallback(tmp_path: Path) -> No
         ("install", "--force-reinstall", "--no-deps", str(torch_whl), str(vision_whl)),
     ]
     assert ("install", "-e", str(ROOT)) in session.calls
-    assert any(c[:2] == ("install", "pytest>=8") for c in session.calls)
+    # NumPy too, whatever torch needs: without it the suite's NumPy interop check can only skip
+    assert ("install", "pytest>=8", "pytest-timeout>=2.3", "numpy") in session.calls
     again = RecordingSession(venv)  # same bits: no forced reinstall of a multi-GB wheel
     install_for_verify(again, dist, "torch==2.13.0")
     assert ("install", "--no-deps", str(torch_whl), str(vision_whl)) in again.calls
@@ -513,6 +540,26 @@ def test_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
     while time.monotonic() < deadline and _alive(grandchild):
         time.sleep(0.1)
     assert not _alive(grandchild), "the helper's own child survived the timeout"
+
+
+def test_timeout_kills_children_in_sessions_of_their_own(tmp_path: Path) -> None:
+    """torchrun starts each worker with start_new_session=True, out of reach of a process-group kill, and
+    the worker holds the launcher's output pipes: the run must still end at its timeout, the worker dead."""
+    pid_file = tmp_path / "worker.pid"
+    script = (
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True)\n"
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+        "print('started', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    result = proc.run([sys.executable, "-c", script], timeout=3)
+    assert result.timed_out and "started" in result.stdout
+    worker = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(worker):
+        time.sleep(0.1)
+    assert not _alive(worker), "the worker in its own session survived the timeout"
 
 
 def _alive(pid: int) -> bool:

@@ -4,6 +4,7 @@ setup/call/teardown, skip reasons, --require-cuda, area markers enforced, junit.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -78,7 +79,7 @@ def suite(tmp_path: Path) -> Path:
     return directory
 
 
-def run(suite: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def run(suite: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "pytest", str(suite), *args],
         capture_output=True,
@@ -86,6 +87,7 @@ def run(suite: Path, *args: str) -> subprocess.CompletedProcess[str]:
         timeout=300,
         check=False,
         cwd=suite.parent,
+        env=env,
     )
 
 
@@ -135,4 +137,39 @@ def test_require_cuda_fails_the_cuda_test_only(suite: Path, tmp_path: Path) -> N
     }
     (failure,) = summary["failures"]
     assert failure["nodeid"].endswith("test_needs_cuda")
-    assert failure["message"].startswith("--require-cuda: this CUDA check could not run: needs CUDA")
+    assert failure["message"].startswith(
+        "CUDA is required (--require-cuda was given): this CUDA check could not run: needs CUDA"
+    )
+    assert summary["options"]["require_cuda_reason"] == "--require-cuda was given"
+
+
+GPU_HOST = ROOT / "tests" / "data" / "gpu_host"  # an nvidia-smi that lists one H100 (its header says why)
+
+
+def test_a_gpu_host_requires_cuda_of_a_cuda_build_only(suite: Path, tmp_path: Path) -> None:
+    """On a machine with an NVIDIA GPU (here: nvidia-smi on PATH lists one), CUDA is required exactly when
+    torch is a CUDA build, and the header and the report say why. With a CPU build (this venv's) the CUDA
+    check is not applicable; with a CUDA build whose CUDA cannot start, it fails naming torch's reason."""
+    out = tmp_path / "report"
+    env = {**os.environ, "PATH": f"{GPU_HOST}{os.pathsep}{os.environ['PATH']}"}
+    result = run(suite, "--report", str(out), "-k", "needs_cuda", env=env)
+    summary = json.loads((out / "summary.json").read_text())
+    if torch.version.cuda is None:
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "require-cuda: no (torch is not a CUDA build)" in result.stdout
+        assert summary["options"]["require_cuda"] is False
+        (skip,) = summary["skips"]
+        assert skip["kind"] == "not_applicable"
+        return
+    reason = "this machine has an NVIDIA GPU (nvidia-smi -L lists GPU 0: NVIDIA H100 80GB HBM3)"
+    assert f"require-cuda: yes ({reason}" in result.stdout
+    assert summary["options"]["require_cuda"] is True and summary["options"][
+        "require_cuda_reason"
+    ].startswith(reason)
+    if not torch.cuda.is_available():
+        assert result.returncode == 1, result.stdout + result.stderr
+        (failure,) = summary["failures"]
+        assert (
+            failure["message"].startswith(f"CUDA is required ({reason}")
+            and "torch.cuda.init(): " in failure["message"]
+        )

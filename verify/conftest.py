@@ -10,8 +10,10 @@ Runs against whatever torch is importable. Options:
 * ``--provenance FILE --key PUB``: also check the signed provenance statement ``torchkiln build`` wrote
   (``dist/<recipe>.intoto.jsonl``): its signature by the key, and that the installed wheels are its
   subjects (versions, commits, sha256, files); ``verify/test_provenance.py``.
-* ``--require-cuda``: a CUDA-only check (marker ``cuda``) that would be skipped fails instead. For a GPU
-  machine, where a skipped CUDA check means CUDA is not usable.
+* ``--require-cuda`` / ``--no-require-cuda``: whether a CUDA-only check (marker ``cuda``) that would be
+  skipped fails instead. Neither given: required exactly when torch is a CUDA build and this machine has an
+  NVIDIA GPU (:mod:`torchkiln.verify.gpuhost`: device nodes, the driver's /proc entries, nvidia-smi), where
+  a skipped CUDA check means CUDA is broken. The decision and its reason are in the header and the report.
 * ``--report DIR``: write ``junit.xml``, ``summary.json`` (per-area pass/fail/skip counts and the
   environment) and ``summary.md`` into DIR, each atomically.
 * ``--parity-reference FILE``: the parity battery's result in upstream's wheel (``torchkiln verify
@@ -30,6 +32,7 @@ import os
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 import dataclasses  # noqa: E402
+import functools  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
@@ -38,7 +41,7 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from torchkiln.verify import report  # noqa: E402
+from torchkiln.verify import gpuhost, hang, report  # noqa: E402
 from torchkiln.verify.proc import worker_environment  # noqa: E402
 
 HELPERS = Path(__file__).resolve().parent / "helpers"
@@ -47,6 +50,8 @@ MANIFEST_KEY = pytest.StashKey[object]()
 PROVENANCE_KEY = pytest.StashKey[object]()
 PARITY_KEY = pytest.StashKey[object]()
 STATE_KEY = pytest.StashKey[dict]()
+REQUIRE_KEY = pytest.StashKey[tuple[bool, str]]()  # (CUDA required, why): gpuhost.require_cuda
+REQUIRED = "CUDA is required"  # how a required CUDA check that could not run starts its failure
 
 EXTRA_MARKERS = {
     "cuda": "needs a CUDA device: skipped without one, a failure under --require-cuda",
@@ -84,8 +89,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--require-cuda",
         action="store_true",
-        default=False,
-        help="fail, instead of skipping, every CUDA-only check that cannot run",
+        default=None,
+        help="fail, instead of skipping, every CUDA-only check that cannot run (default: when torch is a "
+        "CUDA build and this machine has an NVIDIA GPU)",
+    )
+    group.addoption(
+        "--no-require-cuda",
+        action="store_false",
+        dest="require_cuda",
+        default=None,
+        help="let CUDA-only checks that cannot run skip, even on a machine with an NVIDIA GPU",
     )
     group.addoption(
         "--report", metavar="DIR", default=None, help="write junit.xml, summary.json and summary.md into DIR"
@@ -111,6 +124,13 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[MANIFEST_KEY] = _load_manifest(config.getoption("manifest"))
     config.stash[PROVENANCE_KEY] = _load_provenance(config.getoption("provenance"), config.getoption("key"))
     config.stash[PARITY_KEY] = _load_parity(config.getoption("parity_reference"))
+    try:
+        hang.launch_deadline(os.environ)  # read by test_ddp.py at import: a bad value is named here, once
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.stash[REQUIRE_KEY] = gpuhost.require_cuda(
+        config.getoption("require_cuda"), cuda_build=torch.version.cuda is not None, host=gpuhost.detect()
+    )
     state: dict = {
         "outcomes": {},
         "durations": {},
@@ -192,22 +212,43 @@ def _load(option: str, value: str | None, what: str, loader: Callable[[str], obj
 # ------------------------------------------------------------------------------------------------------
 
 
-def cuda_unavailable_reason() -> str | None:
+def cuda_unavailable_reason(required: bool = False) -> str | None:
+    """Why a CUDA check cannot run here. ``required``: CUDA must work (a GPU host, or --require-cuda), so
+    the reason is a failure's and says what torch reports of CUDA's initialisation."""
     if torch.version.cuda is None:
         return f"needs CUDA: torch {torch.__version__} is built without CUDA"
-    if not torch.cuda.is_available():
-        return (
-            f"needs CUDA: torch is built with CUDA {torch.version.cuda} but no device is usable "
-            "(torch.cuda.is_available() is False); without a GPU this check cannot tell a working CUDA "
-            "build from a broken one"
-        )
+    if torch.cuda.is_available():
+        return None
+    unusable = (
+        f"needs CUDA: torch is built with CUDA {torch.version.cuda} but no device is usable "
+        "(torch.cuda.is_available() is False)"
+    )
+    if required:
+        cause = cuda_init_error()
+        return unusable + (f"; torch.cuda.init(): {cause}" if cause else "")
+    return unusable + "; without a GPU this check cannot tell a working CUDA build from a broken one"
+
+
+@functools.cache
+def cuda_init_error() -> str | None:
+    """Why CUDA does not initialise, in torch's words (``torch.cuda.init()``: "Found no NVIDIA driver on
+    your system ...", "The NVIDIA driver on your system is too old ..."); None when it does."""
+    try:
+        torch.cuda.init()
+    except Exception as exc:  # noqa: BLE001 - RuntimeError or AssertionError, by torch version
+        return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     return None
+
+
+def cuda_required(config: pytest.Config) -> tuple[bool, str]:
+    """(whether a CUDA check that cannot run is a failure, why): decided once in pytest_configure."""
+    return config.stash.get(REQUIRE_KEY, (bool(config.getoption("require_cuda")), "--require-cuda"))
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("cuda") is not None:
-        reason = cuda_unavailable_reason()
+        reason = cuda_unavailable_reason(required=cuda_required(item.config)[0])
         if reason:
             pytest.skip(reason)
     if item.get_closest_marker("multi_gpu") is not None and torch.cuda.device_count() < 2:
@@ -244,13 +285,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):  # noqa
     outcome = yield
     rep = outcome.get_result()
     config = item.config
-    if rep.skipped and item.get_closest_marker("cuda") is not None and config.getoption("require_cuda"):
+    required, why = cuda_required(config)
+    if rep.skipped and item.get_closest_marker("cuda") is not None and required:
         reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
         reason = reason.removeprefix("Skipped: ")
         multi_gpu_only = item.get_closest_marker("multi_gpu") is not None and torch.cuda.is_available()
         if not multi_gpu_only:  # one GPU cannot run a two-GPU check; that is not CUDA being broken
             rep.outcome = "failed"
-            rep.longrepr = f"--require-cuda: this CUDA check could not run: {reason}"
+            rep.longrepr = f"{REQUIRED} ({why}): this CUDA check could not run: {reason}"
     if rep.when == "setup" and rep.failed and (_required(rep) or _verdict(call)):
         # A check's verdict given before its body runs (--require-cuda, a fixture's pytest.fail such as
         # "torchvision is not installed, but the recipe builds it"): a failure, not an error, in pytest's
@@ -260,7 +302,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):  # noqa
 
 
 def _required(rep: pytest.TestReport) -> bool:
-    return isinstance(rep.longrepr, str) and rep.longrepr.startswith("--require-cuda")
+    return isinstance(rep.longrepr, str) and rep.longrepr.startswith(f"{REQUIRED} (")
 
 
 def _verdict(call: pytest.CallInfo) -> bool:  # type: ignore[type-arg]
@@ -318,7 +360,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         "recipe": str(getattr(recipe, "path", "")) or None,
         "manifest": str(Path(manifest).resolve()) if manifest else None,
         "recipe_sha256": getattr(recipe, "sha256", None),
-        "require_cuda": bool(config.getoption("require_cuda")),
+        "require_cuda": cuda_required(config)[0],
+        "require_cuda_reason": cuda_required(config)[1],
         "args": list(config.invocation_params.args),
     }
     exit_status = state["exit_status"] if state["exit_status"] is not None else 1
@@ -413,8 +456,10 @@ def _restore_torch_state():  # noqa: ANN202 - generator fixture
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     recipe = config.stash.get(RECIPE_KEY, None)
+    required, why = cuda_required(config)
     return [
         f"torchkiln verify: torch {torch.__version__} ({torch.version.git_version}) from "
         f"{Path(torch.__file__).parent}, CUDA {torch.version.cuda}, python {sys.version.split()[0]}",
-        f"recipe: {getattr(recipe, 'path', None) or 'none'}; require-cuda: {config.getoption('require_cuda')}",
+        f"recipe: {getattr(recipe, 'path', None) or 'none'}",
+        f"require-cuda: {'yes' if required else 'no'} ({why})",
     ]

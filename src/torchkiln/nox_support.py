@@ -6,7 +6,9 @@ dependencies (a source build declares no CUDA wheels), torchvision with ``--no-d
 pin must not pull a torch from the index) plus its other requirements read from the wheel's metadata.
 A reused virtualenv is re-installed when the wheels' sha256 changed (a rebuild keeps the version) or when
 it goes back to the fallback requirement. Without wheels, the fallback requirement (e.g.
-``torch==2.13.0``) is installed. Then pytest, pytest-timeout and torchkiln itself (editable).
+``torch==2.13.0``) is installed. Then pytest, pytest-timeout, NumPy (torch does not require it, so
+without it the suite's NumPy interop check, smoke_test.py's test_numpy, could only skip) and torchkiln
+itself (editable).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from .artifacts import wheelfile
 
 ROOT = Path(__file__).resolve().parents[2]
 MARKER = "torchkiln-verify-wheels.json"
-SUITE_REQUIREMENTS = ("pytest>=8", "pytest-timeout>=2.3")
+SUITE_REQUIREMENTS = ("pytest>=8", "pytest-timeout>=2.3", "numpy")
 _NAME_RE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 _EXTRA_RE = re.compile(r";.*\bextra\s*==")
 

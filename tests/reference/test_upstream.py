@@ -2,9 +2,11 @@
 
 The reference recipe (tests/reference/recipes/) describes exactly what upstream built; the reference run
 must pass every check that can run without a GPU, and skip the others saying so. Each negative control is
-the reference recipe with ONE field changed: the same run must then fail, and the failure must name that
+the reference recipe with ONE field changed: the comparison must then fail, and the failure must name that
 field with the expected and the actual value. A control that does not fail is a check that cannot tell a
-wrong build from the right one.
+wrong build from the right one. The controls are compared in this process against facts collected once
+(the comparison ``torchkiln verify`` and the build's post-build check run); one of them also goes through
+the whole of ``torchkiln verify``, whose report must list exactly the same failures.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import subprocess
 import sys
 import tomllib
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,8 @@ import pytest
 import tomli_w
 
 from torchkiln.recipe.loader import load_recipe
-from torchkiln.verify import report
+from torchkiln.verify import buildconfig, report
+from torchkiln.verify.facts import BuildFacts
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = "TORCHKILN_REFERENCE_RECIPE"  # set by `nox -s reference` (see conftest.py)
@@ -41,7 +43,7 @@ def reference_doc() -> Doc:
     return tomllib.loads(reference_path().read_text())
 
 
-def verify(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def verify(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "torchkiln", "verify", *args],
         capture_output=True,
@@ -49,6 +51,7 @@ def verify(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         timeout=TIMEOUT,
         check=False,
         cwd=cwd,
+        env=env,
     )
 
 
@@ -128,6 +131,40 @@ def test_reference_run_skips_only_for_lack_of_a_gpu(reference_summary: dict) -> 
             ].startswith("needs at least 2 visible CUDA devices"), skip
 
 
+# --- a GPU host whose CUDA cannot initialise --------------------------------------------------------------
+
+GPU_HOST = ROOT / "tests" / "data" / "gpu_host"  # an nvidia-smi that lists one H100, as `nvidia-smi -L` does
+
+
+def test_a_gpu_host_whose_cuda_cannot_initialise_fails(tmp_path: Path) -> None:
+    """This machine made a GPU host at its boundary only (an nvidia-smi on PATH that lists a GPU); torch,
+    its CUDA runtime and the checks are upstream's and the suite's, and CUDA cannot initialise (no driver).
+    verify must fail every CUDA check, saying why in the header, the report and each failure; with
+    --no-require-cuda the same checks skip."""
+    if os.environ.get("TORCHKILN_REFERENCE_GPU") == "1":
+        pytest.skip("a real GPU machine: its CUDA initialises")  # the GPU run uses the real nvidia-smi
+    env = {**os.environ, "PATH": f"{GPU_HOST}{os.pathsep}{os.environ['PATH']}"}
+    out = tmp_path / "report"
+    args = ("--area", "torchvision", "--report", str(out), "--", "-k", "nms")
+    result = verify(*args, cwd=tmp_path, env=env)
+    assert result.returncode == 1, result.stdout[-6000:] + result.stderr[-3000:]
+    why = "this machine has an NVIDIA GPU (nvidia-smi -L lists GPU 0: NVIDIA H100 80GB HBM3) and torch is a CUDA build"
+    assert f"require-cuda: yes ({why}" in result.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["options"]["require_cuda"] is True and summary["options"][
+        "require_cuda_reason"
+    ].startswith(why)
+    assert f"CUDA required: yes ({why}" in (out / "summary.md").read_text()
+    (failure,) = summary["failures"]
+    assert failure["nodeid"].endswith("test_nms_runs[cuda]"), failure
+    assert failure["message"].startswith(f"CUDA is required ({why}"), failure
+    assert "torch.cuda.init(): Found no NVIDIA driver on your system" in failure["message"], failure
+    skipped = verify("--no-require-cuda", *args, cwd=tmp_path, env=env)
+    assert skipped.returncode == 0, skipped.stdout[-6000:] + skipped.stderr[-3000:]
+    assert "require-cuda: no (--no-require-cuda was given)" in skipped.stdout
+    assert [s["kind"] for s in json.loads((out / "summary.json").read_text())["skips"]] == ["no_gpu"]
+
+
 # --- negative controls: one field changed, the run fails naming it ----------------------------------------
 
 
@@ -158,6 +195,17 @@ def _cpu(doc: Doc) -> Doc:
         doc, "torchvision.features.nvjpeg", False
     )  # a CPU recipe that kept it is refused before verify
     return _set(doc, "build.local_version", "+cpu")
+
+
+def _installed_setting(key: str) -> str:
+    import torch
+
+    return buildconfig.parse_build_settings(torch.__config__.show())[key]
+
+
+def _next_patch(version: str) -> str:
+    major, minor, patch = version.split(".")
+    return f"{major}.{minor}.{int(patch) + 1}"
 
 
 def _three(value: str) -> str:
@@ -212,7 +260,7 @@ CONTROLS: list[tuple[str, Callable[[Doc], Doc], str, Callable[[Doc], str]]] = [
     ),
     (
         "torchvision-release",
-        lambda d: _set(d, "torchvision.version", f"0.{int(d['torchvision']['version'].split('.')[1])}.1"),
+        lambda d: _set(d, "torchvision.version", _next_patch(d["torchvision"]["version"])),
         "torchvision.version",
         lambda r: f"actual {r['torchvision']['version']}+cu130",
     ),
@@ -220,7 +268,8 @@ CONTROLS: list[tuple[str, Callable[[Doc], Doc], str, Callable[[Doc], str]]] = [
         "cpu-recipe",
         _cpu,
         "accelerator.kind",
-        lambda r: "expected USE_CUDA=OFF (CPU recipe), actual USE_CUDA=1",
+        # spelled as the wheel's Build settings do: USE_CUDA=ON (2.12.1), USE_CUDA=1 (2.13.0, 2.14.x)
+        lambda r: f"expected USE_CUDA=OFF (CPU recipe), actual USE_CUDA={_installed_setting('USE_CUDA')}",
     ),
     (
         "mkl-version",
@@ -252,56 +301,70 @@ CONTROLS: list[tuple[str, Callable[[Doc], Doc], str, Callable[[Doc], str]]] = [
 ]
 
 
-def _run_control(case: tuple[str, Callable[[Doc], Doc], str, Callable[[Doc], str]], root: Path) -> dict:
-    case_id, change, _, _ = case
+def _control_recipe(case_id: str, change: Callable[[Doc], Doc], root: Path) -> Path:
     directory = root / case_id
     directory.mkdir()
     recipe = directory / "recipe.toml"
     recipe.write_text(tomli_w.dumps(change(reference_doc())))
-    out = directory / "report"
-    result = verify(
-        "--recipe",
-        str(recipe),
-        "--area",
-        "build_config",
-        "--area",
-        "torchvision",
-        "--report",
-        str(out),
-        "--",
-        "-q",
-        "-k",
-        "matches_recipe or torchvision",
-        cwd=directory,
-    )
-    summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").is_file() else None
-    return {
-        "returncode": result.returncode,
-        "output": result.stdout[-4000:] + result.stderr[-2000:],
-        "summary": summary,
-    }
+    return recipe
 
 
 @pytest.fixture(scope="module")
-def control_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
-    """Every control run once, two at a time (each run is mostly importing torch)."""
+def installed_facts() -> BuildFacts:
+    """What the installed upstream pair reports about itself: collected once, by the code the suite's
+    build_config and torchvision areas collect it with."""
+    return buildconfig.collect_facts()
+
+
+@pytest.fixture(scope="module")
+def control_verdicts(
+    tmp_path_factory: pytest.TempPathFactory, installed_facts: BuildFacts
+) -> dict[str, list]:
+    """Every control's failing checks: its recipe read by the loader ``verify --recipe`` uses, compared with
+    the installed pair by the functions the suite's ``test_build_matches_recipe`` and torchvision checks
+    call (``postbuild_checks``: ``recipe_checks`` + ``torchvision_checks``). One process, facts collected
+    once: all controls cost about one torch import (a ``verify`` run per control cost 13 imports of torch).
+    ``test_a_control_fails_the_same_through_torchkiln_verify`` proves that ``torchkiln verify`` reports
+    exactly these failures."""
     root = tmp_path_factory.mktemp("controls")
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        results = pool.map(lambda case: (case[0], _run_control(case, root)), CONTROLS)
-        return dict(results)
+    verdicts = {}
+    for case_id, change, _, _ in CONTROLS:
+        recipe = load_recipe(_control_recipe(case_id, change, root))
+        checks = buildconfig.postbuild_checks(recipe, installed_facts, ("torch", "torchvision"))
+        verdicts[case_id] = [c for c in checks.values() if c.status == "fail"]
+    return verdicts
 
 
 @pytest.mark.parametrize("case", CONTROLS, ids=[c[0] for c in CONTROLS])
-def test_negative_control_fails_naming_its_field(case: tuple, control_runs: dict[str, dict]) -> None:
+def test_negative_control_fails_naming_its_field(case: tuple, control_verdicts: dict[str, list]) -> None:
     case_id, _, field, needle = case
-    run = control_runs[case_id]
-    assert run["returncode"] == 1, run["output"]
-    failures = run["summary"]["failures"]
-    naming = [f["message"] for f in failures if f["message"].startswith(f"{field}: ")]
-    assert naming, (field, [f["message"] for f in failures])
+    failures = [c.message for c in control_verdicts[case_id]]
+    naming = [m for m in failures if m.startswith(f"{field}: ")]
+    assert naming, (field, failures)
     assert any(needle(reference_doc()) in m for m in naming), (needle(reference_doc()), naming)
-    # the change is the cause: nothing but checks of that field (and what follows from it) failed
-    assert all(f["area"] in ("build_config", "torchvision") for f in failures)
+
+
+# The control run through the whole of `torchkiln verify` (suite, report): the arch list, read without a GPU.
+E2E_CONTROL = "arch-list-without-12.0"
+
+
+def test_a_control_fails_the_same_through_torchkiln_verify(
+    tmp_path: Path, control_verdicts: dict[str, list]
+) -> None:
+    """`torchkiln verify --recipe <control>` exits 1 and its report lists exactly the failures the
+    in-process comparison found, each naming its field; nothing outside the two areas fails."""
+    change = next(c[1] for c in CONTROLS if c[0] == E2E_CONTROL)
+    recipe = _control_recipe(E2E_CONTROL, change, tmp_path)
+    out = tmp_path / "report"
+    result = verify(
+        "--recipe", str(recipe), "--area", "build_config", "--area", "torchvision", "--report", str(out),
+        "--", "-q", "-k", "matches_recipe or torchvision",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stdout[-6000:] + result.stderr[-3000:]
+    failures = json.loads((out / "summary.json").read_text())["failures"]
+    assert all(f["area"] in ("build_config", "torchvision") for f in failures), failures
+    assert sorted(f["message"] for f in failures) == sorted(c.message for c in control_verdicts[E2E_CONTROL])
 
 
 def test_an_impossible_pairing_is_refused_before_anything_runs(tmp_path: Path) -> None:

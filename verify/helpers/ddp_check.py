@@ -4,7 +4,9 @@ Each rank seeds *differently* on purpose, so only DDP's initial broadcast makes 
 feeds different data for a few SGD steps; then the flattened parameters are all-gathered and compared
 bitwise. Each rank writes ``rank<N>.json`` into DDP_OUT_DIR with the launcher's environment contract
 and a hash of the parameters. ``FAIL_RANK=<n>`` makes that rank raise (the failure-reporting check);
-``@record`` writes the error file torchrun reads the root cause from.
+``@record`` writes the error file torchrun reads the root cause from. ``TORCHKILN_VERIFY_HANG_RANK=<n>``
+makes that rank sleep instead of joining (torchkiln's tests inject a hung worker with it, so the DDP
+launches' deadline and hang report are proven on a real torchrun).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import hashlib
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -47,6 +50,9 @@ def main() -> None:
     world = int(os.environ["WORLD_SIZE"])
     if os.environ.get("FAIL_RANK") == str(rank):
         raise RuntimeError(f"injected failure on rank {rank}")
+    if os.environ.get("TORCHKILN_VERIFY_HANG_RANK") == str(rank):
+        print(f"rank {rank}: sleeping instead of joining (TORCHKILN_VERIFY_HANG_RANK)", flush=True)
+        time.sleep(24 * 3600)
     use_cuda = os.environ.get("DDP_BACKEND") == "nccl"
     if use_cuda:
         torch.cuda.set_device(local_rank)

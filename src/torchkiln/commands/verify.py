@@ -23,7 +23,7 @@ from torchkiln.artifacts.signing import load_envelope, load_public_key
 from torchkiln.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, UsageError
 from torchkiln.process import runner
 from torchkiln.recipe.loader import load_recipe, resolve_recipe_path
-from torchkiln.verify import refenv, report
+from torchkiln.verify import hang, refenv, report
 from torchkiln.verify.proc import worker_environment
 
 ENV_DIR = "TORCHKILN_VERIFY_DIR"
@@ -57,10 +57,19 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--key", metavar="PUB", help="with --provenance: the PEM public key the statement must be signed with"
     )
-    parser.add_argument(
+    cuda = parser.add_mutually_exclusive_group()
+    cuda.add_argument(
         "--require-cuda",
         action="store_true",
-        help="fail every CUDA-only check that would be skipped (use on GPU machines)",
+        default=None,
+        help="fail every CUDA-only check that would be skipped (default: when torch is a CUDA build and this "
+        "machine has an NVIDIA GPU: /dev/nvidia<N>, /proc/driver/nvidia/gpus or nvidia-smi -L)",
+    )
+    cuda.add_argument(
+        "--no-require-cuda",
+        action="store_false",
+        dest="require_cuda",
+        help="let CUDA-only checks that cannot run skip, even on a machine with an NVIDIA GPU",
     )
     parser.add_argument(
         "--report", metavar="DIR", help="write junit.xml, summary.json and summary.md into DIR"
@@ -122,8 +131,8 @@ def build_argv(args: argparse.Namespace, suite: Path) -> list[str]:
         load_envelope(statement)  # UsageError -> exit 2 naming the file, before anything runs
         load_public_key(key)
         argv += ["--provenance", str(statement.resolve()), "--key", str(key.resolve())]
-    if args.require_cuda:
-        argv.append("--require-cuda")
+    if args.require_cuda is not None:
+        argv.append("--require-cuda" if args.require_cuda else "--no-require-cuda")
     if args.report:
         report = Path(args.report)
         if report.exists() and not report.is_dir():
@@ -163,6 +172,10 @@ def _require_importable(module: str, hint: str) -> None:
 def run(args: argparse.Namespace) -> int:
     suite = find_suite()
     argv = build_argv(args, suite)
+    try:
+        hang.launch_deadline(os.environ)  # the DDP launches' deadline: named before anything runs
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     _require_importable("pytest", "pip install pytest pytest-timeout")
     _require_importable("torch", "install the torch to verify, e.g. the wheels in dist/ (nox -s verify)")
     started = time.time()

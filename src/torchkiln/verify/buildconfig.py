@@ -478,7 +478,7 @@ def _arch_list_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
     detail = f" (missing {missing}, unexpected {extra})" if missing or extra else ""
     return _cmp(
         "arch_list",
-        f"torch.cuda.get_arch_list() vs TORCH_CUDA_ARCH_LIST{detail}",
+        f"{facts.arch_source} vs TORCH_CUDA_ARCH_LIST{detail}",
         sorted(want_archs),
         sorted(got_archs),
         ok=want_archs == got_archs,

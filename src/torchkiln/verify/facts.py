@@ -10,8 +10,9 @@ What torch reports, and where (checked on upstream's 2.13.0+cu130 / 2.14.0+cu130
 
 * ``torch.__config__.show()``: ``GCC 13.3``, ``Intel(R) oneAPI Math Kernel Library Version 2024.2-Product
   Build ...``, and the ``Build settings:`` line (``KEY=VALUE, `` pairs in key order, empty values left out);
-* ``torch.version.cuda`` (``'13.0'``), ``torch.version.git_version``, ``torch.cuda.get_arch_list()``
-  (``sm_75`` ... ``sm_120``; ``compute_XY`` only when PTX was built), ``torch.cuda.has_magma``;
+* ``torch.version.cuda`` (``'13.0'``), ``torch.version.git_version``, ``torch.cuda.has_magma``;
+* the arch list the build compiled for: ``torch._C._cuda_getArchFlags()`` (``'sm_75 sm_80 ... sm_120'``;
+  ``compute_XY`` only when PTX was built), not ``torch.cuda.get_arch_list()`` (see :func:`compiled_arch_list`);
 * cuDNN: ``torch._C._cudnn.getCompileVersion()`` and ``torch.backends.cudnn.version()`` (``92000`` for
   9.20.0), NCCL: ``torch.cuda.nccl.version()`` -- all readable without a GPU;
 * torchvision: ``torchvision.version.cuda`` is an **int** (``13000`` for CUDA 13.0, set only for CUDA
@@ -35,6 +36,8 @@ SETTINGS_PREFIX = "- Build settings: "
 _SPLIT_RE = re.compile(r", (?=[A-Z][A-Z0-9_]*=)")
 _COMPILER_RE = re.compile(r"^- (GCC|clang) (\d+(?:\.\d+)*)", re.ASCII)
 _MKL_RE = re.compile(r"Math Kernel Library Version (\d+(?:\.\d+)*)", re.ASCII)
+# nvcc's "-gencode arch=compute_75,code=sm_75" (a cubin) / "code=compute_120" (PTX), as CUDA_FLAGS spells them
+_GENCODE_RE = re.compile(r"-gencode[= ]arch=compute_\w+,code=((?:sm|compute)_\w+)", re.ASCII)
 # The NVIDIA PyPI distributions whose versions smoke_test.py's --pypi-pkg-check compares with torch's own.
 NVIDIA_DISTS = ("nvidia-cudnn-cu12", "nvidia-cudnn-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu13")
 
@@ -76,6 +79,30 @@ def parse_mkl_version(show: str) -> str | None:
     """``2024.2`` from show()'s ``Intel(R) oneAPI Math Kernel Library Version 2024.2-Product Build``."""
     match = _MKL_RE.search(show)
     return match[1] if match else None
+
+
+def gencode_archs(cuda_flags: str) -> tuple[str, ...]:
+    """``('sm_75', ..., 'compute_120')`` from the ``-gencode`` flags of Build settings' ``CUDA_FLAGS``, in
+    their order, each once. Empty for a CPU build (its CUDA_FLAGS carry no ``-gencode``)."""
+    return tuple(dict.fromkeys(_GENCODE_RE.findall(cuda_flags)))
+
+
+def compiled_arch_list(torch: Any, settings: Mapping[str, str]) -> tuple[tuple[str, ...], str]:
+    """The CUDA arch list the build recorded, and where it was read. Needs no device.
+
+    Not ``torch.cuda.get_arch_list()``: through 2.12 it starts with ``if not is_available(): return []``
+    (upstream's 2.6.0 source and 2.12.1+cu130 wheel; 2.13.0 and 2.14.x gate on ``_is_compiled()``), so
+    on a machine without a usable GPU a correct CUDA build would lack every arch. Both read
+    ``torch._C._cuda_getArchFlags()``: the readable form of the flags torch/CMakeLists.txt compiles into
+    torch/csrc/cuda/Module.cpp as ``CUDA_ARCH_FLAGS`` (``torch_cuda_get_nvcc_gencode_flag``, the same macro
+    that appends the ``-gencode`` flags to ``CUDA_FLAGS``). A CUDA build always has it; should it not, the
+    ``-gencode`` flags of Build settings are the same record. A CPU build has neither: ``()``.
+    """
+    read = getattr(torch._C, "_cuda_getArchFlags", None)
+    flags = read() if read is not None else None
+    if flags is not None:
+        return tuple(str(flags).split()), "torch._C._cuda_getArchFlags()"
+    return gencode_archs(settings.get("CUDA_FLAGS", "")), "the -gencode flags of Build settings CUDA_FLAGS"
 
 
 def decode_cudnn(version: int | None) -> tuple[int, int, int] | None:
@@ -139,7 +166,7 @@ class BuildFacts:
     mkl_available: bool
     openmp_available: bool
     has_magma: bool
-    arch_list: tuple[str, ...]
+    arch_list: tuple[str, ...]  # what the build compiled for (compiled_arch_list), with or without a device
     cxx11_abi: bool
     python_version: str = ""  # "3.12": the interpreter running the build under test
     machine: str = ""  # platform.machine()
@@ -147,6 +174,7 @@ class BuildFacts:
     compiler: str | None = None  # "GCC 13.3" from torch.__config__.show()
     mkl_version: str | None = None  # "2024.2" from torch.__config__.show()
     nvidia_dists: Mapping[str, str] = field(default_factory=dict)  # installed nvidia-cudnn/nccl-cuXX
+    arch_source: str = "torch._C._cuda_getArchFlags()"  # where arch_list was read (compiled_arch_list)
     torchvision: TorchvisionFacts | None = None  # None: torchvision is not installed
     extra: Mapping[str, Any] = field(default_factory=dict)
     nccl_error: str | None = None  # torch.cuda.nccl.version() raised (the library is not usable)
@@ -256,6 +284,7 @@ def collect_facts() -> BuildFacts:
         except RuntimeError as exc:  # "cuDNN version incompatibility: PyTorch was compiled against ..."
             cudnn_error = str(exc).strip().splitlines()[0]
     nccl_available = bool(dist.is_available() and dist.is_nccl_available())
+    arch_list, arch_source = compiled_arch_list(torch, settings)
     nccl_version = None
     nccl_error: str | None = None
     if nccl_available:
@@ -278,7 +307,8 @@ def collect_facts() -> BuildFacts:
         mkl_available=bool(torch.backends.mkl.is_available()),
         openmp_available=bool(torch.backends.openmp.is_available()),
         has_magma=bool(torch.cuda.has_magma),
-        arch_list=tuple(torch.cuda.get_arch_list()),
+        arch_list=arch_list,
+        arch_source=arch_source,
         cxx11_abi=bool(torch.compiled_with_cxx11_abi()),
         python_version=f"{sys.version_info.major}.{sys.version_info.minor}",
         machine=platform.machine(),

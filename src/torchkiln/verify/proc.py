@@ -2,15 +2,20 @@
 
 Every check that starts a process (a fresh interpreter for CUDA_VISIBLE_DEVICES, torchrun with its
 workers, a DataLoader with worker processes) goes through here, so none can hang the suite: each run has a
-timeout, lives in its own session, and on timeout its whole process group is killed, grandchildren
-(torchrun's workers) included; stragglers are killed after a run ends too.
+timeout, lives in its own session, and on timeout it and every descendant are killed by process id
+(torchrun's workers live in sessions of their own, out of reach of a process-group kill); stragglers of
+its group are killed after a run ends too.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +25,7 @@ from torchkiln.process import runner
 # What a run returns: argv, returncode (None: killed after the timeout), stdout, stderr, timed_out,
 # output, describe().
 Result = runner.Completed
+KILL_MARGIN_S = 10.0  # after the kill at the timeout: time for the pipes to reach end-of-file
 
 
 # What the suite controls in the environment of its processes (pytest itself and every helper: the DDP
@@ -76,9 +82,71 @@ def start(
     return runner.spawn(argv, env=env, cwd=cwd)
 
 
+def descendants(pid: int, proc_dir: Path = Path("/proc")) -> list[int]:
+    """Every live descendant of ``pid``, read from ``/proc/<pid>/stat`` (Linux), parents before children.
+
+    Needed because torchrun starts each worker in a session of its own (torch.distributed.elastic's
+    SubprocessHandler: ``start_new_session=True``): killing torchrun's process group leaves the workers
+    running and holding its output pipes, so reading that output never ends."""
+    children: dict[int, list[int]] = {}
+    for stat in proc_dir.glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # gone since the listing
+            continue
+        fields = text[text.rfind(")") + 2 :].split()  # after "pid (comm) ": state, ppid, ...
+        if len(fields) > 1:
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        kids = children.get(todo.pop(0), [])
+        found += kids
+        todo += kids
+    return found
+
+
+def kill_tree(proc: subprocess.Popen[Any]) -> None:
+    """SIGKILL ``proc``'s process group and every descendant, by process id, in whatever session it is."""
+    tree = descendants(proc.pid)
+    runner.kill_group(proc)
+    for pid in tree:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
 def wait(proc: subprocess.Popen[Any], timeout: float) -> Result:
-    """Wait up to ``timeout`` seconds; past it kill the whole process group and report timed_out."""
-    return runner.finish(proc, timeout=timeout, reap=True)
+    """Wait up to ``timeout`` seconds, reading the output; past it kill the process and every descendant
+    (torchrun's workers included) and report timed_out. Bounded even when something this cannot find
+    still holds the output pipes: then the output read so far is returned."""
+    started = time.monotonic()
+    argv = tuple(str(a) for a in proc.args) if isinstance(proc.args, list | tuple) else (str(proc.args),)
+    code: int | None = None
+    try:
+        try:
+            out, err = proc.communicate(timeout=max(0.0, timeout))
+            code = proc.returncode
+        except subprocess.TimeoutExpired:
+            kill_tree(proc)
+            out, err = _drain(proc)
+    except BaseException:
+        kill_tree(proc)
+        raise
+    finally:
+        runner.kill_group(proc)  # stragglers of its group after it exited
+    return Result(argv, code, out or "", err or "", time.monotonic() - started)
+
+
+def _drain(proc: subprocess.Popen[Any]) -> tuple[str, str]:
+    """The rest of a killed process's output, waiting at most :data:`KILL_MARGIN_S` for end-of-file."""
+    try:
+        return proc.communicate(timeout=KILL_MARGIN_S)
+    except subprocess.TimeoutExpired as exc:  # an orphan (its parent died earlier) still holds the pipes
+        return _text(exc.stdout), _text(exc.stderr)
+
+
+def _text(data: bytes | str | None) -> str:
+    return data.decode("utf-8", "replace") if isinstance(data, bytes) else (data or "")
 
 
 def run(

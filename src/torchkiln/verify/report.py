@@ -18,7 +18,7 @@ from typing import Any
 
 from torchkiln.files import atomic
 
-from .facts import decode_cudnn
+from .facts import compiled_arch_list, decode_cudnn, parse_build_settings
 
 # The areas of the suite; each is a pytest marker and every test carries exactly one.
 AREAS: dict[str, str] = {
@@ -137,6 +137,7 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
         f"torch {env.get('torch_version')} ({env.get('torch_git_version')}), CUDA {env.get('cuda_version')}, "
         f"cuDNN {env.get('cudnn_version')}, NCCL {env.get('nccl_version')}, devices: "
         f"{', '.join(env.get('devices') or []) or 'none'}; Python {env.get('python')} on {env.get('platform')}.",
+        *_required_line(summary["options"]),
         "",
         "| Area | Passed | Failed | Errors | Skipped: no GPU | Skipped: not this kind of build "
         "| Skipped: other | Seconds |",
@@ -171,6 +172,14 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
             kind = s.get("kind") or skip_kind(s["message"])
             lines.append(f"| `{_cell(s['nodeid'])}` | {s['area']} | {kind} | {_cell(s['message'])[:200]} |")
     return "\n".join(lines) + "\n"
+
+
+def _required_line(options: Mapping[str, Any]) -> list[str]:
+    """Whether a CUDA check that could not run failed, and why (the suite decides: verify/conftest.py)."""
+    if "require_cuda_reason" not in options:
+        return []
+    required = "yes" if options.get("require_cuda") else "no"
+    return ["", f"CUDA required: {required} ({_cell(options['require_cuda_reason'])})."]
 
 
 def _checks_section(summary: Mapping[str, Any]) -> list[str]:
@@ -261,7 +270,10 @@ def environment() -> dict[str, Any]:
             if torch.distributed.is_available() and torch.distributed.is_nccl_available()
             else None
         ),
-        "arch_list": lambda: torch.cuda.get_arch_list(),
+        # the build's record, not get_arch_list() (empty without a device through 2.12)
+        "arch_list": lambda: list(
+            compiled_arch_list(torch, parse_build_settings(torch.__config__.show()))[0]
+        ),
         "devices": lambda: (
             [
                 f"{torch.cuda.get_device_name(i)} (sm_{''.join(map(str, torch.cuda.get_device_capability(i)))})"
