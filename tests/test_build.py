@@ -1134,3 +1134,17 @@ def test_a_unit_killed_even_alone_stops_the_build_naming_it(world, compile_cgrou
     assert "killed again when compiled alone (ninja -j1), after reaching" in line
     assert "give the build more memory" in message
     assert not s["dist"].exists() or not any(s["dist"].iterdir()), "nothing reaches dist/"
+
+
+def test_without_retries_a_compile_killed_for_memory_stops_the_build_naming_it(world, compile_cgroup) -> None:
+    _, environ = compile_cgroup
+    s = oom_scenario(world, "oom-no-retry")
+    plan = replace(plan_for(world, s, cache_kind="none"), memory_retries=0)
+    with pytest.raises(BuildFailed) as info:
+        build(plan, skip_checks=True, environ=environ)
+    lines = str(info.value).splitlines()
+    assert lines[0] == "torch:wheel: compiles kept dying for memory after 0 retries (MAX_JOBS 2)", lines
+    named = [x for x in lines if x.startswith(("  csrc/heavy_a.cpp:", "  csrc/heavy_b.cpp:"))]
+    assert named and all("not rebuilt alone; first: c++: fatal error: Killed signal" in x for x in named)
+    assert "what to do: build with --jobs 1, give the build more memory" in str(info.value)
+    assert Path(info.value.log).name == "torch-wheel.killed-1.log" and Path(info.value.log).exists()

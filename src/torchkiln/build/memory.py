@@ -180,13 +180,12 @@ class Resume:
     def _give_up(self, death: Death, units: list[KilledUnit], log: Path, *, spent: bool) -> BuildFailed:
         """The build stops: which units keep dying, what they reached, how much memory there was, what to do."""
         resources = self.ctx.plan.resources
-        history = " -> ".join(str(j) for j in [r.jobs_before for r in self.retries] + [self.jobs])
         if spent:
-            head = f"compiles kept dying for memory after {len(self.retries)} retr(ies) (MAX_JOBS {history})"
-            fix = (
-                f"build with --jobs {max(1, self.jobs // 2)} or fewer, give the build more memory, or allow "
-                "more retries (--memory-retries, build.memory_retries)"
-            )
+            count = len(self.retries)
+            history = " -> ".join(str(j) for j in [r.jobs_before for r in self.retries] + [self.jobs])
+            head = f"compiles kept dying for memory after {count} retr{'y' if count == 1 else 'ies'} (MAX_JOBS {history})"
+            fewer = f"build with --jobs {self.jobs // 2}, " if self.jobs > 1 else ""
+            fix = f"{fewer}give the build more memory, or allow more retries (--memory-retries, build.memory_retries)"
         else:
             head = "a unit was killed for memory even when compiled alone: fewer jobs cannot help"
             fix = (

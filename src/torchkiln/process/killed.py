@@ -101,7 +101,7 @@ def read_kills(lines: Iterable[str]) -> Kills:
     evidence: list[str] = []
     block: tuple[str, ...] | None = None  # the outputs of the failed edge whose output is being read
     for raw in lines:
-        line = raw.rstrip("\n")
+        line = raw.rstrip()
         failed = NINJA_FAILED.match(line)
         if failed is not None or any(end.match(line) for end in BLOCK_END):
             block = None
