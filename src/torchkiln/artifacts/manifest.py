@@ -9,6 +9,8 @@ one the build observed, not one it assumed:
   (:mod:`torchkiln.host.toolchain`), recorded when they compiled;
 * ``build_env``: the variables each project's compile step ran with (the compiler cache's effective ones,
   never a secret);
+* ``steps``: each step of this run, and for a compile step each time it resumed with fewer jobs after
+  compiles died for memory (``memory_retries``: jobs before and after, the units killed, their peak alone);
 * ``cache``: this run's compiler-cache statistics, None when this run compiled nothing;
 * ``dist``: distributed compiles, when asked for: whether the cluster was used and how many compiles ran on
   its servers, here, from the cache, and fell back to here;

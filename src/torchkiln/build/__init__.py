@@ -8,6 +8,7 @@
 * :mod:`.envstore`: venvs kept by their content and cloned into other work directories;
 * :mod:`.workdir`: what a build owns on disk before its first step (its lock, its layout);
 * :mod:`.watch`: CMake's configure output read while it runs, stopping a build that came out wrong;
+* :mod:`.memory`: a compile step whose compiles the kernel killed for memory resumes with fewer jobs;
 * :mod:`.buildreqs`: both projects' build requirements resolved together (``python -m torchkiln.build.buildreqs``);
 * :mod:`.postcheck`: the post-build check, run as a script in a clean venv;
 * :mod:`.publish`: the last step: wheels, lock file and manifest into ``dist/``;
