@@ -144,6 +144,8 @@ KILLED = "g++: fatal error: Killed signal terminated program cc1plus"
             ],
             ["c++: fatal error: Killed signal terminated program cc1plus"],
         ),
+        ("exec-1.13-ninja.log", [("a.o", "FAILED: [code=137] a.o")], ["FAILED: [code=137] a.o"]),
+        ("exec-1.11-ninja.log", [], []),  # nothing in the log says so: the cgroup's counter must
         ("collect2-ld.log", [], ["collect2: fatal error: ld terminated with signal 9 [Killed]"]),
         (
             "nvcc-ccbin.log",

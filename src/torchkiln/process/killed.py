@@ -13,8 +13,11 @@ those outputs whole):
 * nvcc 13.0 runs cicc, ptxas and the host compiler through ``sh -c``: their death is the shell's ``Killed``
   and nvcc exits 137, printing nothing of its own; a tool it runs directly (the host compiler's probe) is
   ``nvcc error   : 'gcc' died due to signal 9 (Kill signal)``;
-* ninja 1.12+ puts the exit status in its failure line: ``FAILED: [code=137] obj.o`` (128 + SIGKILL);
-  ninja 1.11 prints ``FAILED: obj.o`` and the command's output (the shell's ``Killed``) below it;
+* ninja 1.13 (PyPI's, the build venv's) puts the exit status in its failure line: ``FAILED: [code=137]
+  obj.o`` (128 + SIGKILL), also for a command the shell exec'd, which leaves no shell to say ``Killed``;
+  ninja 1.11 (Debian 12's) prints ``FAILED: obj.o`` and the command's output below it (the shell's
+  ``Killed`` where a shell was left; nothing at all for an exec'd command: then only the cgroup's
+  counter tells);
 * not a kill but the same cause, a compiler that could not allocate (an address-space limit, overcommit
   off): gcc's ``cc1plus: out of memory allocating 6000 bytes after a total of 55029760 bytes``.
 
@@ -60,7 +63,8 @@ KILL_SIGNATURES: tuple[Signature, ...] = (
         "gcc (libiberty's xmalloc): the compiler could not allocate memory",
     ),
 )
-# ninja's failure line; ``[code=N]`` since ninja 1.12. 137 = 128 + SIGKILL (the shell's status for it).
+# ninja's failure line; ``[code=N]`` in ninja 1.13 (not 1.11). 137 = 128 + SIGKILL, for a command the shell
+# ran and for one it exec'd alike.
 NINJA_FAILED = re.compile(r"^FAILED: (?:\[code=(?P<code>-?\d+)\] )?(?P<outputs>.*?)\s*$")
 KILLED_CODES = frozenset({137})
 # What ends a failed edge's output: ninja's next progress line (``[3/12] c++ ...``), its own messages.
