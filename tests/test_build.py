@@ -27,10 +27,12 @@ import sys
 import tempfile
 import time
 import zipfile
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from memcg import MemCgroup, memory_cgroup
 from rich.console import Console
 
 from torchkiln.artifacts.dist import PARTIAL_MARK
@@ -1038,3 +1040,104 @@ def test_a_signed_build_has_valid_sboms_and_a_provenance_that_catches_tampering(
         == "failed"
     )
     assert f"subject {WHEEL}: installed from a wheel with sha256" in out
+
+
+# --------------------------------------------------------------------------------------------------
+# Compiles killed for memory (torchkiln.build.memory): a real kernel OOM kill in a real memory cgroup.
+# --------------------------------------------------------------------------------------------------
+
+OOM = HERE / "data" / "oom_project"
+OOM_WHEEL = "kiln_oom-2.13.0+cpu-cp311-cp311-linux_x86_64.whl"
+# Each table unit's cc1plus peaks near 160 MiB (gcc 12.2, -O1): one fits under the limit, two side by side do
+# not, so at MAX_JOBS=2 the kernel kills one of them.
+COMPILE_LIMIT = 220 * 2**20
+
+
+@pytest.fixture
+def compile_cgroup(tmp_path: Path) -> Iterator[tuple[MemCgroup, dict[str, str]]]:
+    """A memory cgroup of COMPILE_LIMIT bytes, and the environment whose ``c++`` (what torch.utils.cpp_extension
+    compiles with) first moves itself into it and then is the real compiler: the compiles, and only they,
+    run under the limit."""
+    with memory_cgroup(COMPILE_LIMIT) as group:
+        if isinstance(group, str):
+            if os.environ.get("CI") == "true":
+                pytest.fail(f"CI must allow a memory cgroup: {group}")
+            pytest.skip(group)
+        real = shutil.which("c++")
+        assert real is not None
+        wrappers = tmp_path / "compilers"
+        wrappers.mkdir()
+        wrapper = wrappers / "c++"
+        wrapper.write_text(f'#!/bin/sh\necho $$ > {group.procs}\nexec {real} "$@"\n')
+        wrapper.chmod(0o755)
+        yield group, {**os.environ, "PATH": f"{wrappers}{os.pathsep}{os.environ['PATH']}"}
+
+
+def oom_scenario(world: dict[str, Path], name: str, heavy_b: str | None = None) -> dict[str, Path]:
+    s = scenario(world, name)
+    shutil.rmtree(s["src"])
+    shutil.copytree(OOM, s["src"])
+    if heavy_b is not None:
+        (s["src"] / "csrc" / "heavy_b.cpp").write_text(heavy_b)
+    return s
+
+
+def test_a_compile_killed_for_memory_resumes_with_fewer_jobs_and_builds_the_wheel(
+    world, compile_cgroup, tmp_path: Path
+) -> None:
+    group, environ = compile_cgroup
+    s = oom_scenario(world, "oom")
+    result, out, _ = build(plan_for(world, s, cache_kind="none"), skip_checks=True, environ=environ)
+
+    killed_at_first = group.dir / "memory.oom_control" if group.version == 1 else group.dir / "memory.events"
+    assert "oom_kill 0" not in killed_at_first.read_text(), "the kernel killed a compile"
+    manifest = load_manifest(s["dist"] / "manifest.json")
+    step = next(r for r in manifest.steps if r.name == "torch:wheel")
+    assert step.status == "ran" and step.memory_retries, out
+    first = step.memory_retries[0]
+    assert (first.attempt, first.jobs_before, first.jobs_after) == (1, 2, 1)
+    assert first.killed and {u.unit for u in first.killed} <= {"csrc/heavy_a.cpp", "csrc/heavy_b.cpp"}
+    for unit in first.killed:
+        assert unit.target.endswith(".o") and unit.alone == "built", unit
+        assert "Killed signal terminated program cc1plus" in unit.evidence
+        assert unit.peak_rss is not None and 100 * 2**20 < unit.peak_rss < COMPILE_LIMIT, unit
+    assert first.log is not None and Path(first.log).name == "torch-wheel.killed-1.log"
+    assert "Killed signal terminated program cc1plus" in Path(first.log).read_text()
+    assert "retry 1/3" in out and "MAX_JOBS=1" in out, out
+
+    # the wheel is whole: both tables compiled as written
+    site = tmp_path / "site"
+    with zipfile.ZipFile(s["dist"] / OOM_WHEEL) as wheel:
+        wheel.extractall(site)
+    python = s["work"] / "venv" / "bin" / "python"
+    probe = "import kiln_oom; print(kiln_oom.table_sums())"
+    done = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, cwd=site, check=True)
+    assert done.stdout.strip() == "(3500000, 3500000)"
+
+
+def test_a_unit_killed_even_alone_stops_the_build_naming_it(world, compile_cgroup) -> None:
+    _, environ = compile_cgroup
+    huge = '#include "table.h"\n\nKILN_TABLE_SUM(kiln_sum_b, KILN_ROWS5() KILN_ROWS5() KILN_ROWS5())\n'
+    s = oom_scenario(world, "oom-huge", heavy_b=huge)
+    with pytest.raises(BuildFailed) as info:
+        build(plan_for(world, s, cache_kind="none"), skip_checks=True, environ=environ)
+    message = str(info.value)
+    assert "killed for memory even when compiled alone: fewer jobs cannot help" in message, message
+    line = next(x for x in message.splitlines() if x.strip().startswith("csrc/heavy_b.cpp:"))
+    assert "killed again when compiled alone (ninja -j1), after reaching" in line
+    assert "give the build more memory" in message
+    assert not s["dist"].exists() or not any(s["dist"].iterdir()), "nothing reaches dist/"
+
+
+def test_without_retries_a_compile_killed_for_memory_stops_the_build_naming_it(world, compile_cgroup) -> None:
+    _, environ = compile_cgroup
+    s = oom_scenario(world, "oom-no-retry")
+    plan = replace(plan_for(world, s, cache_kind="none"), memory_retries=0)
+    with pytest.raises(BuildFailed) as info:
+        build(plan, skip_checks=True, environ=environ)
+    lines = str(info.value).splitlines()
+    assert lines[0] == "torch:wheel: compiles kept dying for memory after 0 retries (MAX_JOBS 2)", lines
+    named = [x for x in lines if x.startswith(("  csrc/heavy_a.cpp:", "  csrc/heavy_b.cpp:"))]
+    assert named and all("not rebuilt alone; first: c++: fatal error: Killed signal" in x for x in named)
+    assert "what to do: build with --jobs 1, give the build more memory" in str(info.value)
+    assert Path(info.value.log).name == "torch-wheel.killed-1.log" and Path(info.value.log).exists()

@@ -11,7 +11,7 @@ import tomli_w
 
 from torchkiln.cli import main
 from torchkiln.plan.environment import ENV_TABLE
-from torchkiln.plan.jobs import GIB, PER_JOB_GIB, RESERVE_GIB, Resources, decide_jobs, detect_resources
+from torchkiln.plan.jobs import GIB, PER_JOB_GIB, RESERVE_GIB, Resources, decide_jobs
 from torchkiln.plan.make import make_plan
 from torchkiln.process.environ import base_environment
 from torchkiln.recipe.loader import load_recipe, parse_recipe
@@ -171,23 +171,16 @@ def test_jobs_cli_beats_recipe_beats_auto() -> None:
     assert make_plan(recipe, resources=BIG, jobs=5).env_for("torch")["MAX_JOBS"] == "5"
 
 
-def test_detect_resources_reads_cgroup_limits(tmp_path: Path) -> None:
-    (tmp_path / "cpu.max").write_text("150000 100000\n")
-    (tmp_path / "memory.max").write_text(str(6 * GIB) + "\n")
-    meminfo = tmp_path / "meminfo"
-    meminfo.write_text("MemTotal:       263000000 kB\nMemFree: 1 kB\n")
-    resources = detect_resources(cgroup_root=tmp_path, meminfo=meminfo)
-    assert resources.cpus == 1
-    assert resources.memory_bytes == 6 * GIB
-
-
-def test_detect_resources_without_cgroup_limits(tmp_path: Path) -> None:
-    (tmp_path / "cpu.max").write_text("max 100000\n")
-    (tmp_path / "memory.max").write_text("max\n")
-    meminfo = tmp_path / "meminfo"
-    meminfo.write_text("MemTotal:       1048576 kB\n")
-    resources = detect_resources(cgroup_root=tmp_path, meminfo=meminfo)
-    assert resources.memory_bytes == GIB and resources.cpus >= 1
+def test_memory_retries_cli_beats_recipe_beats_the_default(capsys: pytest.CaptureFixture[str]) -> None:
+    doc = tomllib.loads(CU130.read_text())
+    assert make_plan(parse_recipe(tomli_w.dumps(doc).encode(), "r.toml"), resources=BIG).memory_retries == 3
+    doc["build"]["memory_retries"] = 5
+    recipe = parse_recipe(tomli_w.dumps(doc).encode(), "r.toml")
+    assert make_plan(recipe, resources=BIG).memory_retries == 5
+    assert make_plan(recipe, resources=BIG, memory_retries=0).memory_retries == 0
+    assert plan_json(capsys, str(CPU), "--memory-retries", "1")["memory_retries"] == 1
+    assert main(["plan", str(CPU), "--memory-retries", "13"]) == 2
+    assert capsys.readouterr().err.strip().endswith("--memory-retries 13: must be 0 to 12")
 
 
 def test_source_dir_skips_fetch_and_only_builds_one(tmp_path: Path) -> None:

@@ -222,6 +222,7 @@ INVALID: list[tuple[str, str, str, str]] = [
     ("ccache-s3", mutate(cache__remote="s3://bucket/prefix"), "cache.remote", "is not a ccache remote store"),
     ("bad-cache-kind", mutate(cache__kind="distcc"), "cache.kind", "not allowed"),
     ("jobs-zero", mutate(build__jobs=0), "build.jobs", "outside 1..4096"),
+    ("memory-retries-negative", mutate(build__memory_retries=-1), "build.memory_retries", "outside 0..12"),
     (
         "cudnn-before-first-cu13-wheel",
         mutate(accelerator__cudnn="9.11.0.98"),

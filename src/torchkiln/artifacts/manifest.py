@@ -9,6 +9,8 @@ one the build observed, not one it assumed:
   (:mod:`torchkiln.host.toolchain`), recorded when they compiled;
 * ``build_env``: the variables each project's compile step ran with (the compiler cache's effective ones,
   never a secret);
+* ``steps``: each step of this run, and for a compile step each time it resumed with fewer jobs after
+  compiles died for memory (``memory_retries``: jobs before and after, the units killed, their peak alone);
 * ``cache``: this run's compiler-cache statistics, None when this run compiled nothing;
 * ``dist``: distributed compiles, when asked for: whether the cluster was used and how many compiles ran on
   its servers, here, from the cache, and fell back to here;
@@ -71,6 +73,32 @@ class Jobs:
 
 
 @dataclass(frozen=True)
+class KilledUnit:
+    """A compile the kernel killed for memory (torchkiln.build.memory): the unit, and how it went alone."""
+
+    unit: str  # its source file, as the build names it (else ninja's output)
+    target: str  # ninja's output (the object file)
+    evidence: str  # the log line that said it died
+    # Rebuilt alone (ninja -j1) before the step resumed: "built", "killed" (which stops the build) or None
+    # (not rebuilt alone: no ninja build directory named it; the resumed step built it)
+    alone: str | None = None
+    peak_rss: int | None = None  # bytes its compile's largest process reached when rebuilt alone
+
+
+@dataclass(frozen=True)
+class MemoryRetry:
+    """One resumption of a compile step after compiles died for memory: why, and with how many jobs."""
+
+    attempt: int  # 1, 2, ...: the retry's number
+    jobs_before: int  # MAX_JOBS of the run that died
+    jobs_after: int  # MAX_JOBS the step resumed with
+    killed: list[KilledUnit] = field(default_factory=list)
+    evidence: list[str] = field(default_factory=list)  # what said so (log lines, the cgroup's counter)
+    oom_kills: int | None = None  # the cgroup's oom_kill counter rose by this much; None: no counter
+    log: str | None = None  # the log of the run that died
+
+
+@dataclass(frozen=True)
 class StepRecord:
     """One step of this run: ran, skipped (unchanged) or reused (from the environment store), how long, its log."""
 
@@ -82,6 +110,8 @@ class StepRecord:
     log: str | None
     phases: dict[str, float] | None = None  # compile steps: configure / compile / wheel seconds
     last_run_s: float | None = None  # seconds of the step's last real run (this one, or an earlier)
+    # compile steps: each time this run resumed the step with fewer jobs after compiles died for memory
+    memory_retries: list[MemoryRetry] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@
 * :mod:`.watch`: CMake's configure output read while it runs, stopping a build that came out wrong;
 * :mod:`.vision_watch`: torchvision's setup.py lines read while it runs, stopping a build that drops a part;
 * :mod:`.reconfigure`: a compile step's CMake cache dropped when its configuration changed;
+* :mod:`.memory`: a compile step whose compiles the kernel killed for memory resumes with fewer jobs;
 * :mod:`.buildreqs`: both projects' build requirements resolved together (``python -m torchkiln.build.buildreqs``);
 * :mod:`.postcheck`: the post-build check, run as a script in a clean venv;
 * :mod:`.publish`: the last step: wheels, lock file and manifest into ``dist/``;

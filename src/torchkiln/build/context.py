@@ -17,7 +17,7 @@ from typing import Any
 
 from rich.console import Console
 
-from torchkiln.artifacts.manifest import Checks, StepRecord
+from torchkiln.artifacts.manifest import Checks, MemoryRetry, StepRecord
 from torchkiln.artifacts.signing import PrivateKey
 from torchkiln.cache import CacheSession, CacheStats, open_session
 from torchkiln.distributed.client import (
@@ -31,11 +31,14 @@ from torchkiln.distributed.stats import DistStats
 from torchkiln.errors import TorchkilnError
 from torchkiln.plan.model import Plan, Step
 from torchkiln.process.environ import compose
-from torchkiln.process.logs import log_name, start_run_logs
+from torchkiln.process.logs import first_error, log_name, start_run_logs, tail
 
 from .display import Display
 from .envstore import EnvStore
 from .fingerprint import State
+from .progress import format_duration
+
+TAIL_LINES = 25
 
 
 @dataclass
@@ -195,3 +198,17 @@ class Ran:
     tail: list[str] = field(default_factory=list)
     phases: dict[str, float] | None = None
     status: str = "ran"
+    # compile steps: each resumption after compiles died for memory (torchkiln.build.memory)
+    memory_retries: list[MemoryRetry] = field(default_factory=list)
+
+
+def failure_message(name: str, code: int | None, seconds: float, log: Path) -> str:
+    """What a failed run shows: how it ended, its first error, the last lines of its log, the log's path."""
+    error = first_error(log)
+    lines = [f"{name} failed (exit {code}) after {format_duration(seconds)}"]
+    if error:
+        lines.append(f"first error: {error}")
+    lines.append("last lines of the log:")
+    lines += [f"  {line}" for line in tail(log, TAIL_LINES)]
+    lines.append(f"full log: {log}")
+    return "\n".join(lines)

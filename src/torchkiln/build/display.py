@@ -6,6 +6,7 @@ elsewhere (CI logs) a progress line is printed every 10 %. Once the build's fina
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn
 
 from torchkiln.plan.model import Step
@@ -21,10 +22,12 @@ class Display:
         self._task: TaskID | None = None
         self._last_decile = -1
         self._closed = False
+        self._label = ""  # what a resumed compile step's progress says of it: "retry 1/3, MAX_JOBS=1"
 
     def start_step(self, index: int, count: int, step: Step) -> None:
         self.console.print(f"[bold]{index}/{count}[/bold] [cyan]{step.kind}[/cyan] {step.name}")
         self._last_decile = -1
+        self._label = ""
 
     def live_bar(self, step: Step) -> None:
         """A compile runs: a live bar on a terminal (elsewhere progress lines)."""
@@ -37,7 +40,8 @@ class Display:
                 console=self.console,
                 transient=True,
             )
-            self._task = self._progress.add_task(step.name, total=None, detail="starting")
+            name = f"{step.name} ({self._label})" if self._label else step.name
+            self._task = self._progress.add_task(escape(name), total=None, detail="starting")
             self._progress.start()
 
     def compile_progress(self, p: CompileCounts) -> None:
@@ -49,7 +53,8 @@ class Display:
         decile = int(p.percent // 10)
         if decile > self._last_decile:
             self._last_decile = decile
-            self.console.print(f"  compile {p.describe()}")
+            label = f" ({self._label})" if self._label else ""
+            self.console.print(f"  compile{label} {p.describe()}")
 
     def phase(self, name: str) -> None:
         """A wheel step entered a new phase (configure, compile, wheel)."""
@@ -65,6 +70,15 @@ class Display:
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
+
+    def resume(self, lines: list[str], label: str) -> None:
+        """A compile step resumes after compiles died for memory: say why and how, and label its progress
+        from now on (``label``: the retry and its jobs)."""
+        self.stop_live()
+        for line in lines:
+            self.console.print(f"  [yellow]{escape(line)}[/yellow]")
+        self._label = label
+        self._last_decile = -1
 
     def close(self) -> None:
         """The build's final message comes next: stop the live bar for good."""

@@ -41,6 +41,7 @@ import contextlib
 import json
 import shutil
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -51,14 +52,13 @@ from torchkiln.host.toolchain import collect
 from torchkiln.plan.model import Source, Step
 from torchkiln.process import runner
 from torchkiln.process.environ import compose
-from torchkiln.process.logs import first_error, tail
 from torchkiln.source.git import check_pin, checkout_intact, git_output, head_commit, is_git_checkout
 from torchkiln.source.submodules import FIX as SUBMODULE_FIX
 from torchkiln.source.submodules import missing_submodules
 from torchkiln.verify.buildconfig import postbuild_checks
 from torchkiln.verify.facts import BuildFacts
 
-from .context import Context, Ran
+from .context import Context, Ran, failure_message
 from .display import Display
 from .envstore import Restored, interpreter_identity
 from .fingerprint import (
@@ -71,13 +71,13 @@ from .fingerprint import (
     tree_snapshot,
     written_by_build,
 )
-from .progress import CompileProgress, PhaseTracker, format_duration
+from .memory import Resume
+from .progress import CompileProgress, PhaseTracker
 from .publish import publish
 from .reconfigure import reconfigure
 from .vision_watch import VisionWatcher
 from .watch import Contradiction, Expectations, SummaryWatcher, Watcher
 
-TAIL_LINES = 25
 ZIP_EPOCH_MIN = 315532800  # 1980-01-01: a zip file cannot carry an earlier time
 
 
@@ -144,17 +144,27 @@ class StepKind:
         """What reads the step's output as it arrives."""
         return None
 
+    def environment(self, step: Step, ctx: Context, layer: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The command's process environment: the base, the kind's layers, then ``layer`` (a retry's jobs)."""
+        layers = (*self.layers(step, ctx), *((layer,) if layer else ()))
+        return compose(ctx.environ, *layers, path_prepend=step.path_prepend)
+
     def execute(self, step: Step, ctx: Context) -> Ran:
         """Run the command, streaming its output to its log; a failure is BuildFailed with the first error,
         the log's tail and the log's path."""
-        log = ctx.step_log(step)
-        env = compose(ctx.environ, *self.layers(step, ctx), path_prepend=step.path_prepend)
+        done, observer = self.stream(step, ctx)
+        return self.result(step, done, observer)
+
+    def stream(
+        self, step: Step, ctx: Context, layer: Mapping[str, str] | None = None
+    ) -> tuple[runner.Streamed, LineObserver | None]:
+        """Run the command once (``layer`` over its environment), its output into its log and its observer."""
         observer = self.observer(step, ctx)
         try:
             done = runner.stream(
                 step.argv,
-                log=log,
-                env=env,
+                log=ctx.step_log(step),
+                env=self.environment(step, ctx, layer),
                 cwd=step.cwd,
                 observe=observer,
                 redact=ctx.redact,
@@ -162,6 +172,11 @@ class StepKind:
             )
         except runner.ProcessError as exc:
             raise BuildFailed(f"{step.name}: {exc}", step=step.name) from None
+        return done, observer
+
+    def result(self, step: Step, done: runner.Streamed, observer: LineObserver | None) -> Ran:
+        """A finished run as a success, or the BuildFailed (ConfigureMismatch) that says how it failed."""
+        log = done.log
         mismatch = observer.verdict() if observer is not None else None
         if mismatch:
             assert observer is not None
@@ -175,7 +190,7 @@ class StepKind:
             )
         if done.returncode != 0:
             raise BuildFailed(
-                _failure_message(step, done.returncode, done.seconds, log), step=step.name, log=log
+                failure_message(step.name, done.returncode, done.seconds, log), step=step.name, log=log
             )
         phases = observer.phases() if observer is not None else None
         return Ran(done.seconds, log, done.tail, phases)
@@ -398,6 +413,20 @@ class CompileKind(StepKind):
         )
         return CompileObserver(ctx.display, watchers)
 
+    def execute(self, step: Step, ctx: Context) -> Ran:
+        """As every kind; a run whose compiles died for memory resumes with fewer jobs, the killed units
+        first, each alone (torchkiln.build.memory), until it succeeds or the retries are spent."""
+        resume = Resume.start(step, ctx, lambda layer: self.environment(step, ctx, layer))
+        while True:
+            before = resume.counter()
+            done, observer = self.stream(step, ctx, resume.layer())
+            failed = done.returncode not in (0, None) and not (observer and observer.verdict())
+            death = resume.death(done, before) if failed else None
+            if death is None:
+                ran = self.result(step, done, observer)
+                return replace(ran, seconds=ran.seconds + resume.spent, memory_retries=list(resume.retries))
+            resume.recover(done, death)
+
     def outputs(self, step: Step, ran: Ran, ctx: Context) -> dict[str, Any]:
         out = super().outputs(step, ran, ctx)
         session = ctx.open_cache(step)
@@ -595,17 +624,6 @@ def _localizer(ctx: Context) -> Callable[[str], str]:
 
 def _source_of(step: Step, ctx: Context) -> Source | None:
     return next((s for s in ctx.plan.sources if s.name == step.project), None)
-
-
-def _failure_message(step: Step, code: int | None, seconds: float, log: Path) -> str:
-    error = first_error(log)
-    lines = [f"{step.name} failed (exit {code}) after {format_duration(seconds)}"]
-    if error:
-        lines.append(f"first error: {error}")
-    lines.append("last lines of the log:")
-    lines += [f"  {line}" for line in tail(log, TAIL_LINES)]
-    lines.append(f"full log: {log}")
-    return "\n".join(lines)
 
 
 def _last_json(lines: list[str]) -> dict[str, Any] | None:

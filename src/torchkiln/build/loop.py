@@ -177,7 +177,16 @@ def _run_steps(ctx: Context) -> None:
         # After recording: what was found stays valid when the check fails, and a fixed recipe only checks again.
         kind.verify(step, entry, ctx)
         ctx.records.append(
-            StepRecord(step.name, step.kind, step.project, "ran", ran.seconds, log, ran.phases)
+            StepRecord(
+                step.name,
+                step.kind,
+                step.project,
+                "ran",
+                ran.seconds,
+                log,
+                ran.phases,
+                memory_retries=ran.memory_retries,
+            )
         )
         ctx.display.end_step(step, "ran", ran.seconds)
 

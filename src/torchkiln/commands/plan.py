@@ -33,6 +33,14 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
         "--jobs", "-j", type=int, default=None, help="MAX_JOBS (default: from cores and memory)"
     )
     parser.add_argument(
+        "--memory-retries",
+        type=int,
+        default=None,
+        metavar="N",
+        help="how often a compile step whose compiles the kernel killed for memory resumes with half the jobs "
+        "(default: the recipe's build.memory_retries, else 3; 0: never)",
+    )
+    parser.add_argument(
         "--workdir", type=Path, default=Path(".torchkiln"), help="sources, venv, logs (.torchkiln)"
     )
     parser.add_argument(
@@ -218,6 +226,7 @@ def plan_from_args(args: argparse.Namespace, command: str = "plan") -> Plan:
         torch=torch,
         dist_spec=dist_from_args(args, recipe, cache.kind),
         env_store=env_store_from_args(args),
+        memory_retries=args.memory_retries,
     )
 
 
@@ -253,7 +262,8 @@ def print_plan(plan: Plan, console: Console | None = None) -> None:
     )
     console.print(
         f"torch front-end: {plan.frontend}; MAX_JOBS={plan.jobs.value} ({plan.jobs.source}: "
-        f"{plan.jobs.reason})"
+        f"{escape(plan.jobs.reason)}); a compile killed for memory resumes with half the jobs, up to "
+        f"{plan.memory_retries} time(s)"
     )
     if plan.dist is not None:
         console.print(

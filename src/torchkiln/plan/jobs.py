@@ -3,6 +3,11 @@
 PyTorch's heaviest translation units (flash-attention CUDA kernels) need 3-5 GB each (pytorch#124018,
 flash-attention PR #2079); plain C++ units up to about 2 GB. ``MAX_JOBS = min(cores, (memory - reserve) /
 per-job)``, at least 1. An explicit value (``--jobs`` first, then the recipe's ``build.jobs``) wins.
+
+Memory is the lower of ``/proc/meminfo``'s MemTotal and the limit of this process's own cgroup (v2 or v1, its
+ancestors included: :mod:`torchkiln.host.cgroup`), and the plan says which of them it was. The estimates
+are only estimates: a compile the kernel kills for memory anyway is resumed with fewer jobs
+(:mod:`torchkiln.build.memory`).
 """
 
 from __future__ import annotations
@@ -10,6 +15,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from torchkiln.host import cgroup
 
 GIB = 1024**3
 
@@ -25,6 +32,7 @@ class Resources:
 
     cpus: int
     memory_bytes: int
+    memory_source: str = "/proc/meminfo MemTotal"  # what set memory_bytes: MemTotal or a cgroup's limit
 
     @property
     def memory_gib(self) -> float:
@@ -38,24 +46,6 @@ class JobsDecision:
     reason: str
 
 
-def _cgroup_cpus(root: Path) -> float | None:
-    try:
-        quota, period = (root / "cpu.max").read_text().split()[:2]
-    except (OSError, ValueError):
-        return None
-    if quota == "max":
-        return None
-    return int(quota) / int(period)
-
-
-def _cgroup_memory(root: Path) -> int | None:
-    try:
-        raw = (root / "memory.max").read_text().strip()
-    except OSError:
-        return None
-    return None if raw == "max" else int(raw)
-
-
 def _meminfo_total(meminfo: Path) -> int:
     for line in meminfo.read_text().splitlines():
         if line.startswith("MemTotal:"):
@@ -63,19 +53,20 @@ def _meminfo_total(meminfo: Path) -> int:
     raise OSError(f"no MemTotal in {meminfo}")
 
 
-def detect_resources(
-    cgroup_root: Path = Path("/sys/fs/cgroup"), meminfo: Path = Path("/proc/meminfo")
-) -> Resources:
-    """CPUs (affinity, capped by the cgroup quota) and memory (MemTotal, capped by the cgroup limit)."""
+def detect_resources(sysroot: Path = Path("/")) -> Resources:
+    """CPUs (affinity, capped by the cgroup's CPU quota) and memory (MemTotal, capped by the cgroup's memory
+    limit), the cgroup being this process's own (``sysroot``: where /proc and /sys are, for the tests)."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    quota = _cgroup_cpus(cgroup_root)
+    group = cgroup.find("cpu", sysroot=sysroot)
+    quota = group.limit() if group is not None else None
     if quota is not None:
-        cpus = max(1, min(cpus, int(quota)))
-    memory = _meminfo_total(meminfo)
-    limit = _cgroup_memory(cgroup_root)
-    if limit is not None:
-        memory = min(memory, limit)
-    return Resources(cpus=cpus, memory_bytes=memory)
+        cpus = max(1, min(cpus, int(quota.value)))
+    memory = _meminfo_total(sysroot / "proc/meminfo")
+    group = cgroup.find("memory", sysroot=sysroot)
+    limit = group.limit() if group is not None else None
+    if limit is not None and limit.value < memory:
+        return Resources(cpus, int(limit.value), limit.file)
+    return Resources(cpus, memory)
 
 
 def decide_jobs(
@@ -93,6 +84,7 @@ def decide_jobs(
     return JobsDecision(
         value,
         "auto",
-        f"min({resources.cpus} cores, ({resources.memory_gib:.1f} GiB - {RESERVE_GIB:g} GiB reserve) / "
+        f"min({resources.cpus} cores, ({resources.memory_gib:.1f} GiB by {resources.memory_source} - "
+        f"{RESERVE_GIB:g} GiB reserve) / "
         f"{per_job:g} GiB per {kind} job = {max(by_memory, 0)}); limited by {limit}",
     )

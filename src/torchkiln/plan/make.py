@@ -22,13 +22,14 @@ from torchkiln.cache import CacheConfig, masquerade, resolve_cache, tool_for
 from torchkiln.distributed.spec import DistSpec, resolve_dist
 from torchkiln.errors import UsageError
 from torchkiln.recipe import cmake_options, compat
+from torchkiln.recipe.loader import MAX_MEMORY_RETRIES
 from torchkiln.recipe.model import Recipe, SourceSpec
 from torchkiln.source.git import fetch_commands
 
 from .environment import EnvInputs, project_env
 from .given_torch import GivenTorch
 from .jobs import Resources, decide_jobs, detect_resources
-from .model import CHECKOUT_DIRS, PROJECTS, Paths, Plan, Source, Step
+from .model import CHECKOUT_DIRS, MEMORY_RETRIES, PROJECTS, Paths, Plan, Source, Step
 
 # The post-build check runs as a script in the clean check venv (no torchkiln installed there), with the
 # verification suite's fact reader beside it: files, not imports.
@@ -156,14 +157,16 @@ def make_plan(
     notes: tuple[str, ...] = (),
     torch: GivenTorch | None = None,
     env_store: Path | None = None,
+    memory_retries: int | None = None,
 ) -> Plan:
     """Resolve ``recipe`` into the full plan. Runs nothing; reads only /proc and the cgroup limits.
 
     ``dist_spec``: the distributed-compile settings as the command line resolved them (None: off); by
     default the recipe's ``[dist]``, which needs the plan's cache to be sccache. ``env_store``: where venvs
-    are kept by their content between work directories (torchkiln.build.envstore); None keeps none."""
+    are kept by their content between work directories (torchkiln.build.envstore); None keeps none.
+    ``memory_retries``: --memory-retries (None: the recipe's, else :data:`MEMORY_RETRIES`)."""
     source_dirs = dict(source_dirs or {})
-    _check_arguments(source_dirs, only, jobs)
+    _check_arguments(source_dirs, only, jobs, memory_retries)
     projects = (only,) if only else PROJECTS
     # Absolute: steps run in different working directories (the wheel steps in their source tree).
     paths = Paths(workdir=Path(workdir).absolute(), dist=Path(dist).absolute())
@@ -211,10 +214,15 @@ def make_plan(
         dist=dist_spec,
         notes=notes,
         env_store=Path(env_store).absolute() if env_store is not None else None,
+        memory_retries=next(
+            n for n in (memory_retries, recipe.build.memory_retries, MEMORY_RETRIES) if n is not None
+        ),
     )
 
 
-def _check_arguments(source_dirs: Mapping[str, Path], only: str | None, jobs: int | None) -> None:
+def _check_arguments(
+    source_dirs: Mapping[str, Path], only: str | None, jobs: int | None, memory_retries: int | None
+) -> None:
     for name in source_dirs:
         if name not in PROJECTS:
             raise UsageError(f"--source-dir {name}=...: unknown project (valid: {', '.join(PROJECTS)})")
@@ -222,6 +230,8 @@ def _check_arguments(source_dirs: Mapping[str, Path], only: str | None, jobs: in
         raise UsageError(f"--only {only}: unknown project (valid: {', '.join(PROJECTS)})")
     if jobs is not None and jobs < 1:
         raise UsageError(f"--jobs {jobs}: must be >= 1")
+    if memory_retries is not None and not 0 <= memory_retries <= MAX_MEMORY_RETRIES:
+        raise UsageError(f"--memory-retries {memory_retries}: must be 0 to {MAX_MEMORY_RETRIES}")
 
 
 def _spec(recipe: Recipe, project: str) -> SourceSpec:

@@ -26,6 +26,10 @@ CHECKOUT_DIRS = {"torch": "pytorch", "torchvision": "vision"}
 # project -> the projects whose steps it builds on (a changed torch rebuilds torchvision, not the reverse).
 DEPENDS: dict[str, tuple[str, ...]] = {"torch": (), "torchvision": ("torch",)}
 
+# How often a compile step resumes with fewer jobs after compiles died for memory, unless told: halving
+# MAX_JOBS three times takes 16 jobs to 2, and a unit that dies when compiled alone stops the build sooner.
+MEMORY_RETRIES = 3
+
 Kind = Literal["fetch", "env", "compile", "package", "checks", "publish"]
 
 
@@ -153,6 +157,9 @@ class Plan:
     notes: tuple[str, ...] = ()
     # Where venvs are kept by their content and shared between work directories (None: not kept).
     env_store: Path | None = None
+    # How often a compile step resumes with fewer jobs after compiles died for memory (torchkiln.build.memory):
+    # --memory-retries, else the recipe's build.memory_retries, else MEMORY_RETRIES.
+    memory_retries: int = MEMORY_RETRIES
 
     def env_for(self, project: str) -> dict[str, str]:
         """The env of the project's compile step (what its build reads, without the secrets)."""
@@ -200,7 +207,12 @@ class Plan:
             "notes": list(self.notes),
             "frontend": {"torch": self.frontend, "torchvision": "setup.py"},
             "jobs": {"value": self.jobs.value, "source": self.jobs.source, "reason": self.jobs.reason},
-            "resources": {"cpus": self.resources.cpus, "memory_bytes": self.resources.memory_bytes},
+            "memory_retries": self.memory_retries,
+            "resources": {
+                "cpus": self.resources.cpus,
+                "memory_bytes": self.resources.memory_bytes,
+                "memory_source": self.resources.memory_source,
+            },
             "cache": {"kind": self.cache.kind, "dir": str(self.cache.dir)},
             "env_store": str(self.env_store) if self.env_store else None,
             "dist": self.dist.to_dict() if self.dist else None,

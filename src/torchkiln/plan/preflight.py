@@ -576,7 +576,7 @@ def _memory(plan: Plan, host: Host) -> Iterator[Finding]:
         fewest = max(1, int((have - RESERVE_GIB) // per_job))
         yield Finding(
             "memory",
-            f"{have:.1f} GiB (after cgroup limits)",
+            f"{have:.1f} GiB ({plan.resources.memory_source})",
             f"{need:g} GiB for MAX_JOBS={plan.jobs.value} ({plan.jobs.source}): {per_job:g} GiB per {kind} "
             f"compile job + {RESERVE_GIB:g} GiB reserve (torchkiln.plan.jobs)",
             f"--jobs {fewest}" if have >= RESERVE_GIB + per_job else "a machine with more memory",

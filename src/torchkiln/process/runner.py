@@ -119,6 +119,10 @@ class Streamed:
     seconds: float
     log: Path
     tail: list[str] = field(default_factory=list)
+    # The peak resident memory (bytes) of the largest process of the run's tree that was waited for: the
+    # command's own, a compiler's that ninja reaped (the kernel's ru_maxrss over reaped children); None when
+    # the run was stopped. A compile killed for memory counts with what it had reached.
+    peak_rss: int | None = None
 
     @property
     def stopped(self) -> bool:
@@ -346,6 +350,7 @@ def stream(
     tail: list[str] = []
     stopped = False
     finished = False
+    peak: int | None = None
     try:
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("w", encoding="utf-8") as handle:
@@ -362,7 +367,7 @@ def stream(
                     stopped = True
                     break
         if not stopped:
-            proc.wait()
+            peak = _wait_measured(proc)
             finished = True
     except OSError as exc:  # the log's disk is full or gone: say which file
         raise name_path(exc, log) from None
@@ -370,4 +375,19 @@ def stream(
         if not finished:  # stopped by the observer, Ctrl-C or SIGTERM
             stop_group(proc)
         proc.stdout.close()
-    return Streamed(tuple(argv), None if stopped else proc.returncode, time.monotonic() - start, log, tail)
+    return Streamed(
+        tuple(argv), None if stopped else proc.returncode, time.monotonic() - start, log, tail, peak
+    )
+
+
+def _wait_measured(proc: subprocess.Popen[Any]) -> int | None:
+    """Wait for ``proc`` with wait4, which also says the peak resident memory of the largest process of its
+    tree (ru_maxrss: its own, and what its reaped descendants reached, in KiB on Linux); the exit status
+    is set on ``proc`` as Popen would set it."""
+    try:
+        _, status, usage = os.wait4(proc.pid, 0)
+    except ChildProcessError:  # reaped already
+        proc.wait()
+        return None
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return usage.ru_maxrss * 1024

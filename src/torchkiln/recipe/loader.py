@@ -63,6 +63,7 @@ __all__ = [
 
 MAX_ARCHS = 32
 MAX_JOBS = 4096  # beyond any machine's cores; a larger MAX_JOBS is a typo, not a plan
+MAX_MEMORY_RETRIES = 12  # halving MAX_JOBS 12 times takes 4096 jobs to 1
 MAX_FLAGS = 64
 
 # --------------------------------------------------------------------------------------------------
@@ -387,6 +388,12 @@ SCHEMA: tuple[Field, ...] = (
         int,
         check=_int_range(1, MAX_JOBS),
         doc="MAX_JOBS; derived from cores and memory when absent",
+    ),
+    Field(
+        "build.memory_retries",
+        int,
+        check=_int_range(0, MAX_MEMORY_RETRIES),
+        doc="how often a compile killed for memory resumes with fewer jobs (default 3; 0: never)",
     ),
     Field("build.gcc", int, check=_int_range(1, 99), doc="host gcc major version the build uses"),
     Field("build.pytorch_build_version", str, check=_pep440, doc="PYTORCH_BUILD_VERSION override"),

@@ -85,6 +85,8 @@ class Build:
     type: str = "Release"
     local_version: str = ""
     jobs: int | None = None
+    # How often a compile step resumes with fewer jobs after compiles died for memory (None: the default).
+    memory_retries: int | None = None
     gcc: int | None = None
     pytorch_build_version: str | None = None
     pytorch_build_number: int | None = None
