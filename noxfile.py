@@ -28,6 +28,8 @@ TORCH_REQUIREMENT = os.environ.get("TORCHKILN_TORCH", "torch==2.13.0")
 # `torch===2.13.0` (three '='): an exact match, so pip takes upstream's 2.13.0 (+cu130 inside), not a
 # local 2.13.0+cpu wheel that `==` would also accept.
 REFERENCE_DIR = ROOT / "tests" / "reference"
+# README.md's whole path in a fresh debootstrap root: `nox -s newcomer` only (not a default session).
+NEWCOMER_DIR = ROOT / "tests" / "newcomer"
 # Every session's first install: a venv's own pip is whatever the Python's ensurepip bundles (Debian 12's venv
 # pip is 23.0.1), and the tests need pip >= 23.1: it records the sha256 of a local wheel it installs in
 # direct_url.json (verify's wheel_sha256 check reads it; tests/test_manifest.py) and takes --python-version
@@ -63,7 +65,17 @@ def tests(session: nox.Session) -> None:
     if session.posargs:
         session.run("python", "-m", "pytest", *session.posargs)
         return
-    base = ["python", "-m", "pytest", "tests", "--ignore", str(REFERENCE_DIR), DURATIONS]
+    base = [
+        "python",
+        "-m",
+        "pytest",
+        "tests",
+        "--ignore",
+        str(REFERENCE_DIR),
+        "--ignore",
+        str(NEWCOMER_DIR),
+        DURATIONS,
+    ]
     session.run(*base, "-m", f"not ({INTEGRATION})")
     session.run(*base, "-m", INTEGRATION)
 
@@ -74,7 +86,8 @@ def unit(session: nox.Session) -> None:
     session.install(PIP)
     session.install("-e", ".[test]", TORCH_REQUIREMENT)
     session.run(
-        "python", "-m", "pytest", "tests", "--ignore", str(REFERENCE_DIR), DURATIONS, "-m", f"not ({INTEGRATION})",
+        "python", "-m", "pytest", "tests", "--ignore", str(REFERENCE_DIR), "--ignore", str(NEWCOMER_DIR), DURATIONS,
+        "-m", f"not ({INTEGRATION})",
         *session.posargs,
     )  # fmt: skip
 
@@ -140,6 +153,20 @@ def reference(session: nox.Session, pair: str) -> None:
         str(REFERENCE_DIR),
         *session.posargs,
         env={"TORCHKILN_REFERENCE_RECIPE": str(recipe), "TORCHKILN_REFERENCE_REPORT": str(report_dir)},
+    )
+
+
+@nox.session
+def newcomer(session: nox.Session) -> None:
+    """README.md's way through on a fresh minimal Debian, as a newcomer (tests/newcomer): debootstrap, then only
+    the README's marked commands in a chroot, as root and as a user with sudo: set-up, `torchkiln check`, the
+    first build from a local tree, `nox -s unit`. Needs root, debootstrap, unshare and chroot, PyPI and
+    Debian's archive; heavy (apt, a 4.7 GB torch, a compile, the unit tests, twice), so not a default
+    session. Transcripts in .torchkiln/newcomer/."""
+    session.install(PIP)
+    session.install("-e", ".[test]")
+    session.run(
+        "python", "-m", "pytest", str(NEWCOMER_DIR), DURATIONS, "-p", "no:cacheprovider", *session.posargs
     )
 
 
