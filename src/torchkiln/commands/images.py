@@ -1,12 +1,14 @@
 """``torchkiln images``: build a recipe's devel / wheels / runtime image, or write docker-bake.json.
 
     torchkiln images --recipe FILE [--target devel|wheels|runtime] [--engine E] [--print] [--verify]
+                     [--base-image IMAGE | --base-from debootstrap | --base-rootfs DIR|TAR]
     torchkiln images --bake [--output docker-bake.json | --check]
 
 The build uses ``docker buildx`` when a Docker engine answers, else buildah, else podman (``--engine``
 chooses; :mod:`torchkiln.images.engines` hides how each spells things). ``--print`` shows the exact command and
 runs nothing. The runtime image installs the wheels of ``--dist`` as that directory's ``manifest.json``
-describes them (:func:`torchkiln.artifacts.dist.read_published`).
+describes them (:func:`torchkiln.artifacts.dist.read_published`). Where no registry is reachable, the base
+is made on this host (``--base-from debootstrap``, ``--base-rootfs``: :mod:`torchkiln.images.rootfs`).
 """
 
 from __future__ import annotations
