@@ -28,6 +28,13 @@ TORCH_REQUIREMENT = os.environ.get("TORCHKILN_TORCH", "torch==2.13.0")
 # `torch===2.13.0` (three '='): an exact match, so pip takes upstream's 2.13.0 (+cu130 inside), not a
 # local 2.13.0+cpu wheel that `==` would also accept.
 REFERENCE_DIR = ROOT / "tests" / "reference"
+# README.md's whole path in a fresh debootstrap root: `nox -s newcomer` only (not a default session).
+NEWCOMER_DIR = ROOT / "tests" / "newcomer"
+# Every session's first install: a venv's own pip is whatever the Python's ensurepip bundles (Debian 12's venv
+# pip is 23.0.1), and the tests need pip >= 23.1: it records the sha256 of a local wheel it installs in
+# direct_url.json (verify's wheel_sha256 check reads it; tests/test_manifest.py) and takes --python-version
+# without --target (--torch's dry run). 24 is what the reference tier already asked for.
+PIP = "pip>=24"
 # 2.12.1 and 2.13.0 are setup.py builds, 2.14.x scikit-build-core builds (data/compat.toml's frontend); 2.12's
 # torch.cuda.get_arch_list() is [] without a GPU (2.13+ gate on _is_compiled()).
 REFERENCE_PAIRS = {
@@ -45,6 +52,7 @@ REFERENCE_COMPARE = {"2.13.0": "torch==2.13.0"}
 def lint(session: nox.Session) -> None:
     """ruff over the code, mypy (strict) over src/torchkiln, the layers of src/torchkiln (import-linter's
     contracts in pyproject.toml), hadolint over the Dockerfiles."""
+    session.install(PIP)
     session.install("-e", ".[lint]")
     session.run("ruff", "check", "src", "tests", "verify", "bench", "noxfile.py")
     session.run("ruff", "format", "--check", "src", "tests", "verify", "bench", "noxfile.py")
@@ -59,11 +67,22 @@ def lint(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """torchkiln's own tests: the unit part, then the integration part (git, compilers, Redis, buildah where
     present), each with its slowest tests listed. Arguments after ``--`` replace both (one pytest run)."""
+    session.install(PIP)
     session.install("-e", ".[test]", TORCH_REQUIREMENT)
     if session.posargs:
         session.run("python", "-m", "pytest", *session.posargs)
         return
-    base = ["python", "-m", "pytest", "tests", "--ignore", str(REFERENCE_DIR), DURATIONS]
+    base = [
+        "python",
+        "-m",
+        "pytest",
+        "tests",
+        "--ignore",
+        str(REFERENCE_DIR),
+        "--ignore",
+        str(NEWCOMER_DIR),
+        DURATIONS,
+    ]
     session.run(*base, "-m", f"not ({INTEGRATION})")
     session.run(*base, "-m", INTEGRATION)
 
@@ -71,9 +90,11 @@ def tests(session: nox.Session) -> None:
 @nox.session
 def unit(session: nox.Session) -> None:
     """The unit part of the tests alone (under 2 minutes): ``nox -s unit``."""
+    session.install(PIP)
     session.install("-e", ".[test]", TORCH_REQUIREMENT)
     session.run(
-        "python", "-m", "pytest", "tests", "--ignore", str(REFERENCE_DIR), DURATIONS, "-m", f"not ({INTEGRATION})",
+        "python", "-m", "pytest", "tests", "--ignore", str(REFERENCE_DIR), "--ignore", str(NEWCOMER_DIR), DURATIONS,
+        "-m", f"not ({INTEGRATION})",
         *session.posargs,
     )  # fmt: skip
 
@@ -88,6 +109,7 @@ def verify(session: nox.Session) -> None:
     from torchkiln.nox_support import install_for_verify, verify_args  # noqa: PLC0415 - needs torchkiln importable
 
     dist = ROOT / "dist"
+    session.install(PIP)
     installed = install_for_verify(session, dist=dist, fallback=TORCH_REQUIREMENT)
     session.run("python", "-m", "torchkiln", "verify", *verify_args(dist, installed, list(session.posargs)))
 
@@ -104,7 +126,7 @@ def reference(session: nox.Session, pair: str) -> None:
     # Upstream's wheel files, installed from here and described by a manifest, so verify's provenance checks
     # (--manifest: versions, commits, sha256, installed files) run on them too.
     wheels = tmp / f"wheels-{pair}"
-    session.install("pip>=24")
+    session.install(PIP)
     session.run(
         "python",
         "-m",
@@ -147,9 +169,24 @@ def reference(session: nox.Session, pair: str) -> None:
     )
 
 
+@nox.session
+def newcomer(session: nox.Session) -> None:
+    """README.md's way through on a fresh minimal Debian, as a newcomer (tests/newcomer): debootstrap, then only
+    the README's marked commands in a chroot, as root and as a user with sudo: set-up, `torchkiln check`, the
+    first build from a local tree, `nox -s unit`. Needs root, debootstrap, unshare and chroot, PyPI and
+    Debian's archive; heavy (apt, a 4.7 GB torch, a compile, the unit tests, twice), so not a default
+    session. Transcripts in .torchkiln/newcomer/."""
+    session.install(PIP)
+    session.install("-e", ".[test]")
+    session.run(
+        "python", "-m", "pytest", str(NEWCOMER_DIR), DURATIONS, "-p", "no:cacheprovider", *session.posargs
+    )
+
+
 @nox.session(name="build-wheel")
 def build_wheel(session: nox.Session) -> None:
     """Build torch then torchvision wheels for a recipe: ``nox -s build-wheel -- --recipe recipes/x.toml``."""
+    session.install(PIP)
     session.install("-e", ".")
     session.run("torchkiln", "build", *session.posargs)
 
@@ -157,6 +194,7 @@ def build_wheel(session: nox.Session) -> None:
 @nox.session
 def images(session: nox.Session) -> None:
     """Build the devel/runtime images of a recipe: ``nox -s images -- --recipe recipes/x.toml``."""
+    session.install(PIP)
     session.install("-e", ".")
     session.run("torchkiln", "images", *session.posargs)
 
@@ -164,5 +202,6 @@ def images(session: nox.Session) -> None:
 @nox.session
 def bench(session: nox.Session) -> None:
     """Benchmarks (compiler cache, no-op rebuild, verify suite time); results under bench/results/."""
+    session.install(PIP)
     session.install("-e", ".[test]", TORCH_REQUIREMENT)
     session.run("python", "bench/run.py", *session.posargs)

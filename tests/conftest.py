@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import tarfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import realtrees
-from imagekit import BASE, report, require
+from imagekit import BASE, BASE_SPEC, report, require
 
-from torchkiln.images.engines import Buildah, BuildRequest, Storage
+from torchkiln.images import rootfs
+from torchkiln.images.engines import Buildah, Storage
 from torchkiln.process import runner
 
 
@@ -55,34 +54,32 @@ def engine(storage_root: Path) -> Buildah:
 
 
 @pytest.fixture(scope="session")
-def base_image(engine: Buildah, storage_root: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
-    """Debian bookworm (minbase) imported as an image. The host's CA bundle goes in as a local CA, so
-    TLS through this machine's egress proxy works in RUN steps (as a corporate CA would)."""
-    work = tmp_path_factory.mktemp("base")
-    rootfs = work / "rootfs"
-    start = time.monotonic()
-    done = subprocess.run(
-        ["debootstrap", "--variant=minbase", "bookworm", str(rootfs), "http://deb.debian.org/debian"],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=900,
+def debootstrap_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Debian bookworm (minbase), made once per session by the step `torchkiln images --base-from
+    debootstrap` runs (torchkiln.images.rootfs.make_root). Shared by the session: the image tests import it
+    as their base, tests/newcomer copies it (copy it before changing anything in it)."""
+    require(os.geteuid() == 0, "debootstrap needs root")
+    require(
+        shutil.which("debootstrap") is not None, "debootstrap is not installed (apt-get install debootstrap)"
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    host_ca = Path("/etc/ssl/certs/ca-certificates.crt")
-    if host_ca.is_file():
-        local = rootfs / "usr/local/share/ca-certificates"
-        local.mkdir(parents=True, exist_ok=True)
-        shutil.copy(host_ca, local / "host-ca.crt")
-    context = work / "context"
-    context.mkdir()
-    with tarfile.open(context / "rootfs.tar", "w") as tar:
-        tar.add(rootfs, arcname=".")
-    shutil.rmtree(rootfs)
-    (context / "Containerfile").write_text('FROM scratch\nADD rootfs.tar /\nCMD ["/bin/bash"]\n')
-    engine.build(BuildRequest(context / "Containerfile", context, "", (BASE,), {}, pull=False))
+    assert BASE_SPEC.debootstrap is not None
+    root = tmp_path_factory.mktemp("debootstrap") / "rootfs"
+    start = time.monotonic()
+    try:
+        rootfs.make_root(BASE_SPEC.debootstrap, root)
+    finally:
+        rootfs.unmount_leftovers(root)
+    report("debootstrap_seconds", round(time.monotonic() - start, 1))
+    return root
+
+
+@pytest.fixture(scope="session")
+def base_image(engine: Buildah, debootstrap_root: Path) -> str:
+    """The debootstrapped root imported as an image, as `torchkiln images --base-from debootstrap --base-ca
+    HOST_CA` imports it (torchkiln.images.rootfs.import_root, the same tag), so the CLI reuses it."""
+    start = time.monotonic()
+    rootfs.import_root(engine, debootstrap_root, BASE, BASE_SPEC.cas)
     assert engine.image_exists(BASE)
-    shutil.rmtree(context)
     report("base_seconds", round(time.monotonic() - start, 1))
     return BASE
 

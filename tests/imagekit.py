@@ -11,9 +11,18 @@ import pytest
 
 from torchkiln import cli
 from torchkiln.images.engines import Engine
+from torchkiln.images.rootfs import plan_debootstrap
+from torchkiln.images.spec import DISTROS
 
 ROOT = Path(__file__).resolve().parents[1]
-BASE = "localhost/torchkiln-test-base:bookworm"
+# The host's CA bundle goes into the base as local CAs, so TLS through this machine's egress proxy works in
+# RUN steps (as a corporate CA would): `torchkiln images --base-ca`.
+HOST_CAS = tuple(str(p) for p in (Path("/etc/ssl/certs/ca-certificates.crt"),) if p.is_file())
+# The base every real image build here uses: Debian bookworm made by debootstrap (no registry is reachable),
+# exactly what `torchkiln images --base-from debootstrap --base-ca HOST_CA` makes and tags for the CPU recipe
+# (tests/conftest.py makes it once per session through the same code; the CLI then finds it and reuses it).
+BASE_SPEC = plan_debootstrap("debian12", DISTROS["debian12"], archive=None, cas=HOST_CAS)
+BASE = BASE_SPEC.tag
 REPORT = ROOT / ".torchkiln" / "images-report.json"
 
 
@@ -48,7 +57,9 @@ def stored_size(engine: Engine, image: str) -> int:
 
 
 def cli_build(storage_root: Path, recipe: Path, *args: str) -> int:
-    """``torchkiln images`` with buildah on the private storage and the debootstrapped base."""
+    """``torchkiln images`` with buildah on the private storage and the debootstrapped base (which the
+    ``base_image`` fixture has made: the CLI reuses it)."""
+    cas = [arg for ca in HOST_CAS for arg in ("--base-ca", ca)]
     return cli.main(
         [
             "images",
@@ -56,9 +67,9 @@ def cli_build(storage_root: Path, recipe: Path, *args: str) -> int:
             str(recipe),
             "--engine",
             "buildah",
-            "--base-image",
-            BASE,
-            "--no-pull",
+            "--base-from",
+            "debootstrap",
+            *cas,
             "--storage-root",
             str(storage_root),
             "--storage-driver",

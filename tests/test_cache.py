@@ -195,6 +195,7 @@ def test_cpp_extension_uses_the_configured_launcher(
 
     need("ccache")
     need("sccache")
+    need("gcc")  # what the wrapped command compiles with
     config = cache.resolve_cache(CacheSpec(kind=kind), dir=tmp_path / "cache")
     base = {**base_environment(os.environ), "PATH": tool_path()}
     session = cache.open_session(config, base)
@@ -308,6 +309,7 @@ def _compile(env: dict[str, str], launcher: str, *args: str, cwd: Path) -> None:
 
 def test_ccache_stats_count_hits_misses_and_uncacheable(tmp_path: Path) -> None:
     need("ccache")
+    need("gcc")  # what _compile runs behind the cache tool
     config = cache.resolve_cache(CacheSpec(kind="ccache"), dir=tmp_path / "cc")
     environ = {**base_environment(os.environ), "PATH": tool_path()}
     session = cache.open_session(replace(config, basedir=tmp_path), environ)
@@ -334,6 +336,7 @@ def test_two_concurrent_builds_on_one_cache_dir_each_count_their_own(kind: str, 
     """Issue 14 item 6: a warm rebuild (one miss, then hits) and a cold build (misses) share the default
     cache dir at the same time; each build's statistics and gate are its own."""
     need(kind)
+    need("gcc")  # what _compile runs behind the cache tool
     config = cache.resolve_cache(CacheSpec(kind=kind), dir=tmp_path / "shared")
     environ = {**base_environment(os.environ), "PATH": tool_path()}
     warm = cache.open_session(replace(config, basedir=tmp_path), environ)
@@ -356,6 +359,7 @@ def test_two_concurrent_builds_on_one_cache_dir_each_count_their_own(kind: str, 
 
 def test_sccache_stats_by_language(tmp_path: Path) -> None:
     need("sccache")
+    need("gcc")  # what _compile runs behind the cache tool
     config = cache.resolve_cache(CacheSpec(kind="sccache"), dir=tmp_path / "sc")
     environ = {**base_environment(os.environ), "PATH": tool_path()}
     session = cache.open_session(config, environ)
@@ -473,6 +477,7 @@ def test_ccache_http_store_shares_objects_with_basic_auth(
     """Builder B (empty local cache) gets builder A's object from the HTTP store; the credential comes
     from the environment into ccache's URL at run time only."""
     need("ccache")
+    need("gcc")  # what _compile runs behind the cache tool
     url = f"http://127.0.0.1:{http_store}/cache"
     environ = {
         **base_environment(os.environ),
@@ -558,6 +563,7 @@ def test_cache_stats_cli_reads_the_real_counters(
     from torchkiln.cli import main
 
     need("ccache")
+    need("gcc")  # what _compile runs behind the cache tool
     monkeypatch.setenv("PATH", tool_path())
     cache_dir = tmp_path / "cc"
     assert main(["cache", "zero", "--cache-dir", str(cache_dir)]) == 0
@@ -585,6 +591,7 @@ def test_sccache_socket_fits_a_deep_cache_dir(tmp_path: Path) -> None:
 def test_two_sccache_builds_on_one_cache_dir_keep_their_own_servers(tmp_path: Path) -> None:
     """A second build on the same cache must not stop or reuse the first build's sccache server."""
     need("sccache")
+    need("gcc")  # what _compile runs behind the cache tool
     config = cache.resolve_cache(CacheSpec(kind="sccache"), dir=tmp_path / "shared")
     environ = {**base_environment(os.environ), "PATH": tool_path()}
     first = cache.open_session(config, environ)

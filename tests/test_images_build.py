@@ -38,6 +38,7 @@ from imagekit import ROOT, cli_build, report, require, say, stored_size
 from torchkiln.artifacts import provenance, sbom
 from torchkiln.artifacts.manifest import load_manifest
 from torchkiln.artifacts.signing import public_pem
+from torchkiln.images import rootfs
 from torchkiln.images.engines import Buildah, BuildRequest
 from torchkiln.images.spec import image_tag
 from torchkiln.process import runner
@@ -337,3 +338,32 @@ def test_pip_config_reaches_the_pip_steps_but_not_the_image(
     blobs = list(_blobs(layout))
     assert any(b"kiln-layer-canary-3d9a" in blob for blob in blobs), "the scan does not see layer contents"
     assert not [i for i, blob in enumerate(blobs) if password.encode() in blob]
+
+
+def test_a_root_given_as_a_tar_is_imported_as_the_base_with_its_ca(
+    engine: Buildah, storage_root: Path, tmp_path: Path
+) -> None:
+    """--base-rootfs TAR (compressed, as ADD unpacks it): the tar's files are the image's, and each --base-ca
+    certificate lands where ca-certificates reads local CAs. A tiny root: the import is what is tested (the
+    whole debootstrapped root goes the same way in the base_image fixture)."""
+    tree = tmp_path / "root"
+    (tree / "etc").mkdir(parents=True)
+    (tree / "etc" / "os-release").write_text("ID=kilntest\n")
+    tar = tmp_path / "root.tar.gz"
+    with tarfile.open(tar, "w:gz") as archive:
+        archive.add(tree, arcname=".")
+    ca = tmp_path / "proxy.crt"
+    ca.write_text("-----BEGIN CERTIFICATE-----\nMIIBkilntest\n-----END CERTIFICATE-----\n")
+    base = rootfs.plan_rootfs(str(tar), cas=[str(ca)])
+    assert rootfs.ensure(engine, base) == base.tag and engine.image_exists(base.tag)
+    created = runner.run(engine.command("from", "--pull=false", base.tag), check=True)
+    container = created.stdout.strip().splitlines()[-1]
+    try:
+        mounted = Path(runner.run(engine.command("mount", container), check=True).stdout.strip())
+        assert (mounted / "etc" / "os-release").read_text() == "ID=kilntest\n"
+        assert (
+            mounted / "usr/local/share/ca-certificates/torchkiln-base-ca-0.crt"
+        ).read_text() == ca.read_text()
+    finally:
+        runner.run(engine.command("rm", container))
+        engine.remove_image(base.tag)

@@ -7,6 +7,7 @@ and its own files, ``direct_url.json``, scripts moved out of ``.data``) is what 
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from dists import manifest_of, source_lock, tiny_wheel
+from packaging.version import Version
 
 from torchkiln.artifacts.manifest import WheelRecord, load_manifest, write_manifest
 from torchkiln.artifacts.wheelfile import record_digest, wheel_record
@@ -26,9 +28,18 @@ from torchkiln.verify import provenance
 from torchkiln.verify.facts import BuildFacts, collect_facts
 
 COMMIT = "a" * 40
+# pip records the sha256 of a local wheel it installs (direct_url.json's archive_info) from 23.1 on; verify's
+# wheel_sha256 check reads it. Debian 12's venv pip is 23.0.1: nox's sessions upgrade pip first.
+PIP_RECORDING_HASHES = Version("23.1")
 
 
 def pip_install(wheel: Path, target: Path) -> None:
+    pip = Version(importlib.metadata.version("pip"))
+    if pip < PIP_RECORDING_HASHES:
+        pytest.fail(
+            f"pip {pip} records no sha256 of the wheel it installs (direct_url.json), which these tests read; "
+            f"pip >= {PIP_RECORDING_HASHES} does: upgrade this venv's pip (nox's sessions do)"
+        )
     subprocess.run(
         [
             sys.executable,

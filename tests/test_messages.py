@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from dists import tiny_wheel
+from readmekit import readme_blocks
 
 from torchkiln.cli import COMMANDS, build_parser, main
 from torchkiln.plan import preflight
@@ -22,6 +23,28 @@ CPU = ROOT / "recipes" / "torch-2.13-cpu-py311.toml"
 CU130 = ROOT / "recipes" / "torch-2.13-cu130-py312.toml"
 VISION_LIKE = ROOT / "tests" / "data" / "vision_like"
 BIG = Resources(cpus=4, memory_bytes=64 * GIB)
+
+
+def test_readmes_newcomer_path_is_marked_and_quotes_a_whole_check() -> None:
+    """The blocks `nox -s newcomer` runs (tests/newcomer) are in README.md in their order; the check it quotes is
+    a whole preflight report (a line per problem and the count), one line per missing tool, each with its fix;
+    the first build's --torch is the wheel the block before it downloads; the apt-get lines a user with sudo
+    prefixes start their lines."""
+    blocks = {b.name: b for b in readme_blocks()}
+    quoted = blocks["check-missing"].quoted
+    problems = quoted[:-1]
+    assert quoted[-1] == f"preflight: {len(problems)} problem(s); nothing was fetched or built"
+    named = [re.match(r"host: ([a-z-]+): found ", line) for line in problems]
+    assert all(named) and all("(fix: apt-get install " in line for line in problems), quoted
+    assert {m.group(1) for m in named if m} == {"cxx", "cc", "python-headers", "cache"}
+    assert (
+        "torch==2.13.0+cpu" in blocks["torch-wheel"].commands
+        and "--dest wheels " in blocks["torch-wheel"].commands
+    )
+    assert "--torch wheels/torch-2.13.0+cpu-*.whl" in blocks["main-job"].commands
+    for name in ("run-deps", "build-deps"):
+        lines = blocks[name].commands.splitlines()
+        assert lines and all(line.startswith("apt-get ") for line in lines), lines
 
 
 def test_readme_states_the_supported_releases_the_data_has() -> None:

@@ -20,12 +20,14 @@ from hypothesis import strategies as st
 from torchkiln.nox_support import find_wheels, install_for_verify, verify_args, wheel_requirements
 from torchkiln.recipe import archs
 from torchkiln.recipe.loader import load_recipe, parse_recipe
+from torchkiln.recipe.model import Recipe
 from torchkiln.verify import buildconfig, proc, report
 from torchkiln.verify import facts as facts_mod
 
 ROOT = Path(__file__).resolve().parents[1]
 CU130 = ROOT / "recipes" / "torch-2.13-cu130-py312.toml"
 CPU = ROOT / "recipes" / "torch-2.13-cpu-py311.toml"
+REFERENCE_RECIPES = ROOT / "tests" / "reference" / "recipes"
 
 # --- Build settings parsing ----------------------------------------------------------------------------
 
@@ -341,12 +343,34 @@ def test_recipe_flags_compared_when_reported() -> None:
     assert result.status == "fail" and "USE_MKLDNN: expected 1, actual OFF" in result.message
 
 
-def test_installed_cpu_torch_against_its_own_recipe() -> None:
-    """The real facts of the CPU wheel against a recipe describing it: every recipe check passes."""
-    # The wheel says "GCC 13.3": a recipe describing it pins gcc 13 (the shipped one leaves gcc to the host).
-    data = CPU.read_bytes().replace(b'local_version = "+cpu.kiln1"', b'local_version = "+cpu"\ngcc = 13')
-    recipe = parse_recipe(data, "cpu-wheel.toml")
-    results = buildconfig.recipe_checks(recipe, buildconfig.collect_facts())
+def describing_recipe(local_version: str | None = None) -> Recipe:
+    """A recipe that describes the torch this Python imports, which is whatever the index gave for the pinned
+    torch==2.13.0: a CPU build where a CPU index or find-links offer 2.13.0+cpu, else upstream's 2.13.0
+    (CUDA 13.0). For the CPU build, the shipped CPU recipe with its local label (+cpu) and gcc 13 (the wheel
+    says "GCC 13.3"; the shipped recipe leaves gcc to the host); for a CUDA build, the reference tier's recipe
+    of that upstream wheel (tests/reference/recipes, which `nox -s reference` proves on it). ``local_version``
+    replaces the recipe's label."""
+    release = torch.__version__.split("+")[0]
+    if torch.version.cuda is None:
+        data = CPU.read_text().replace('local_version = "+cpu.kiln1"', 'local_version = "+cpu"\ngcc = 13')
+        name = "cpu-wheel.toml"
+    else:
+        label = "cu" + torch.version.cuda.replace(".", "")
+        path = REFERENCE_RECIPES / f"upstream-{release}-{label}-py311.toml"
+        assert path.is_file(), (
+            f"no recipe describes the installed torch {torch.__version__} ({path} is absent)"
+        )
+        data, name = path.read_text(), path.name
+    if local_version is not None:
+        data = re.sub(r'(?m)^local_version = "[^"]*"', f"local_version = {local_version!r}", data)
+    return parse_recipe(data.encode(), name)
+
+
+def test_installed_torch_against_the_recipe_that_describes_it() -> None:
+    """The real facts of the installed wheel (CPU or CUDA) against a recipe describing it: every recipe check
+    passes."""
+    results = buildconfig.recipe_checks(describing_recipe(), buildconfig.collect_facts())
+    assert results
     assert {k: c.message for k, c in results.items() if c.status != "pass"} == {}
 
 
@@ -652,15 +676,18 @@ def test_torchvision_mismatches_are_named(changes: dict, check: str, needle: str
 def test_postbuild_checks_are_the_recipe_checks_of_each_built_project() -> None:
     """What `torchkiln build` compares after installing its wheels (tests/test_build.py runs it for real)."""
     facts = buildconfig.collect_facts()
-    checks = buildconfig.postbuild_checks(load_recipe(CPU), facts, ("torch",))
+    # a recipe describing the installed wheel but for its label, as a torchkiln build's (+cpu.kiln1 for
+    # upstream's +cpu, +cu130.kiln1 for upstream's 2.13.0 whose torch.version.cuda is 13.0)
+    label = "cpu" if torch.version.cuda is None else "cu" + torch.version.cuda.replace(".", "")
+    recipe = describing_recipe(local_version=f"+{label}.kiln1")
+    checks = buildconfig.postbuild_checks(recipe, facts, ("torch",))
     assert set(checks) == {f"torch.{k}" for k in buildconfig.RECIPE_CHECKS}
     failed = {k: c.message for k, c in checks.items() if c.status == "fail"}
-    # the shipped CPU recipe wants +cpu.kiln1; the installed wheel is upstream's +cpu
     assert list(failed) == ["torch.local_label"]
     assert failed["torch.local_label"].startswith(
-        "build.local_version: torch local version label: expected +cpu.kiln1"
+        f"build.local_version: torch local version label: expected +{label}.kiln1"
     )
-    both = buildconfig.postbuild_checks(load_recipe(CPU), facts, ("torch", "torchvision"))
+    both = buildconfig.postbuild_checks(recipe, facts, ("torch", "torchvision"))
     assert {k for k in both if k.startswith("torchvision.")} == {
         f"torchvision.{k}" for k in buildconfig.TORCHVISION_CHECKS
     }

@@ -1,12 +1,14 @@
 """``torchkiln images``: build a recipe's devel / wheels / runtime image, or write docker-bake.json.
 
     torchkiln images --recipe FILE [--target devel|wheels|runtime] [--engine E] [--print] [--verify]
+                     [--base-image IMAGE | --base-from debootstrap | --base-rootfs DIR|TAR]
     torchkiln images --bake [--output docker-bake.json | --check]
 
 The build uses ``docker buildx`` when a Docker engine answers, else buildah, else podman (``--engine``
 chooses; :mod:`torchkiln.images.engines` hides how each spells things). ``--print`` shows the exact command and
 runs nothing. The runtime image installs the wheels of ``--dist`` as that directory's ``manifest.json``
-describes them (:func:`torchkiln.artifacts.dist.read_published`).
+describes them (:func:`torchkiln.artifacts.dist.read_published`). Where no registry is reachable, the base
+is made on this host (``--base-from debootstrap``, ``--base-rootfs``: :mod:`torchkiln.images.rootfs`).
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from torchkiln.artifacts.dist import MANIFEST_NAME, read_published
 from torchkiln.artifacts.signing import load_public_key
 from torchkiln.errors import EXIT_FAILURE, EXIT_OK, TorchkilnError, UsageError
 from torchkiln.files import atomic
+from torchkiln.images import rootfs
 from torchkiln.images.bake import BAKE_FILE, bake_text
 from torchkiln.images.engines import ENGINES, BuildRequest, Engine, Storage, select_engine
+from torchkiln.images.rootfs import LocalBase, plan_debootstrap, plan_rootfs
 from torchkiln.images.spec import (
     CACHE_SECRET_ID,
     DIST_SECRET_FILE,
@@ -33,6 +37,7 @@ from torchkiln.images.spec import (
     devel_args,
     image_labels,
     image_tag,
+    plain_distro,
     provenance_args,
     runtime_args,
 )
@@ -43,6 +48,9 @@ from torchkiln.recipe.model import Recipe
 IMAGE_DIR = "/opt/torchkiln"
 IMAGE_MANIFEST = f"{IMAGE_DIR}/manifest.json"
 IMAGE_PROVENANCE_KEY = f"{IMAGE_DIR}/provenance-key.pub"  # written by scripts/install_wheels.sh
+# Where the base image comes from: a registry (the table's image, or --base-image), or debootstrap on this
+# host (torchkiln.images.rootfs; --base-rootfs imports a root made elsewhere).
+BASE_SOURCES = ("registry", "debootstrap")
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -89,12 +97,44 @@ def _image_arguments(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
         "--base-image", metavar="IMAGE", help="override the base image torchkiln's table picks for the recipe"
     )
+    _local_base_arguments(group)
     group.add_argument(
         "--dist",
         default="dist",
         metavar="DIR",
         help="wheels directory: read by --target runtime (with the manifest.json the build wrote there), "
         "written by --target wheels (default dist)",
+    )
+
+
+def _local_base_arguments(group: argparse._ArgumentGroup) -> None:
+    """Where the base comes from when no registry is reachable (torchkiln.images.rootfs)."""
+    group.add_argument(
+        "--base-from",
+        choices=BASE_SOURCES,
+        default="registry",
+        help="registry: pull the distribution image the table picks (or --base-image); debootstrap: make "
+        "that distribution's root with debootstrap from its apt archive and import it as the base, so no "
+        "registry is needed (root; made once per engine storage, then reused)",
+    )
+    group.add_argument(
+        "--base-rootfs",
+        metavar="DIR|TAR",
+        help="import this root filesystem as the base (e.g. one made by debootstrap); no registry is needed",
+    )
+    group.add_argument(
+        "--debootstrap-mirror",
+        metavar="URL",
+        help="--base-from debootstrap: the apt archive to fetch from (default: the distribution's, e.g. "
+        "http://deb.debian.org/debian)",
+    )
+    group.add_argument(
+        "--base-ca",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="with --base-from debootstrap or --base-rootfs: a PEM CA certificate the image trusts (a TLS-"
+        "intercepting proxy's), added to the base's /usr/local/share/ca-certificates (repeatable)",
     )
 
 
@@ -233,11 +273,35 @@ def _dist_secret(recipe: Recipe, given: str | None) -> Path | None:
     return _secret_file("--dist-secret", given, "a file holding the client token")
 
 
-def build_request(args: argparse.Namespace, *, context: Path) -> BuildRequest:
+def local_base(args: argparse.Namespace) -> LocalBase | None:
+    """The base made on this host that the command line asks for (None: a registry's, as the table or
+    --base-image say); nothing is made yet."""
+    debootstrap = args.base_from == "debootstrap"
+    if not (debootstrap or args.base_rootfs):
+        for option, given in (("--debootstrap-mirror", args.debootstrap_mirror), ("--base-ca", args.base_ca)):
+            if given:
+                raise UsageError(f"{option} is only used with --base-from debootstrap or --base-rootfs")
+        return None
+    chosen = "--base-from debootstrap" if debootstrap else "--base-rootfs"
+    if args.base_image:
+        raise UsageError(f"--base-image and {chosen} both name the base (valid: one of them)")
+    if debootstrap and args.base_rootfs:
+        raise UsageError("--base-from debootstrap and --base-rootfs both name the base (valid: one of them)")
+    if args.base_rootfs:
+        if args.debootstrap_mirror:
+            raise UsageError("--debootstrap-mirror is only used with --base-from debootstrap")
+        return plan_rootfs(args.base_rootfs, cas=args.base_ca)
+    recipe = load_recipe(resolve_recipe_path(args.recipe))
+    key, distro = plain_distro(recipe, args.target, args.cuda_from)
+    return plan_debootstrap(key, distro, archive=args.debootstrap_mirror, cas=args.base_ca)
+
+
+def build_request(args: argparse.Namespace, *, context: Path, base: LocalBase | None = None) -> BuildRequest:
     """What to build, from the command line, the recipe and (runtime) the manifest in --dist; no engine is
-    needed (--print uses it too)."""
+    needed (--print uses it too). With a ``base`` made here, the build uses it and pulls nothing."""
     recipe = load_recipe(resolve_recipe_path(args.recipe))
     target = args.target
+    base_image = base.tag if base is not None else args.base_image
     for option, given in (("--cache-secret", args.cache_secret), ("--dist-secret", args.dist_secret)):
         if given and target != "wheels":
             raise UsageError(f"{option} is only used by --target wheels (the stage that compiles)")
@@ -258,14 +322,14 @@ def build_request(args: argparse.Namespace, *, context: Path) -> BuildRequest:
             recipe,
             manifest,
             manifest_file=str(dist / MANIFEST_NAME),
-            base_image=args.base_image,
+            base_image=base_image,
             cuda_from=args.cuda_from,
         )
         key = load_public_key(Path(args.provenance_key), "--provenance-key") if args.provenance_key else None
         build_args.update(provenance_args(dist, manifest, key))
         named["dist"] = dist
     else:
-        build_args = devel_args(recipe, base_image=args.base_image, cuda_from=args.cuda_from)
+        build_args = devel_args(recipe, base_image=base_image, cuda_from=args.cuda_from)
     if target == "wheels":
         output = dist  # the stage's files (wheels, manifest, lock file), not an image
         if recipe.cache.credentials_file and not recipe.cache.credentials_env:
@@ -297,7 +361,7 @@ def build_request(args: argparse.Namespace, *, context: Path) -> BuildRequest:
         named_contexts=named,
         secrets=secrets,
         labels=image_labels(recipe, target),
-        pull=not args.no_pull,
+        pull=not args.no_pull and base is None,
         output=output,
     )
 
@@ -329,10 +393,13 @@ def _build(args: argparse.Namespace) -> int:
         raise UsageError(
             f"--context {context}: no {DOCKERFILES[args.target]} there (valid: a torchkiln checkout)"
         )
-    req = build_request(args, context=context)
+    base = local_base(args)
+    req = build_request(args, context=context, base=base)
     engine = select_engine(args.engine, storage=_storage(args), for_print=args.print_only)
     argv = engine.build_argv(req)
     if args.print_only:
+        if base is not None:
+            print(base.describe())
         print(shlex.join(argv))
         return EXIT_OK
     if args.engine != "auto" and not type(engine).usable(engine.executable):
@@ -341,7 +408,9 @@ def _build(args: argparse.Namespace) -> int:
         raise TorchkilnError(
             f"--engine {args.engine}: {engine.executable} cannot build here ({type(engine).install_hint})"
         )
-    if not req.pull and not engine.image_exists(req.build_args["BASE_IMAGE"]):
+    if base is not None:
+        rootfs.ensure(engine, base)
+    elif not req.pull and not engine.image_exists(req.build_args["BASE_IMAGE"]):
         raise UsageError(
             f"--no-pull: the base image {req.build_args['BASE_IMAGE']} is not in {engine.name}'s local "
             "storage (valid: pull it first, or drop --no-pull)"

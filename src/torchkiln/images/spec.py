@@ -55,20 +55,36 @@ DOCKERFILES = {
 
 @dataclass(frozen=True)
 class Distro:
-    """A base distribution: its Python (what ``python3.X`` apt installs) and the gcc majors it packages."""
+    """A base distribution: its Python (what ``python3.X`` apt installs) and the gcc majors it packages, its
+    image on a registry, and what ``debootstrap`` makes the same root from where no registry is reachable
+    (``torchkiln images --base-from debootstrap``): the suite, the archive and the keyring that checks it."""
 
     python: str
     gcc: tuple[int, ...]
     image: str  # the plain distribution image: CPU recipes, and CUDA recipes with the toolkit from PyPI
     cuda_suffix: str | None  # the nvidia/cuda tag suffix built on it, if NVIDIA publishes one
+    suite: str  # debootstrap's SUITE: the codename
+    archive: str  # debootstrap's MIRROR (--debootstrap-mirror overrides it)
+    keyring: str  # the archive's signing keys on the build host (debian-archive-keyring, ubuntu-keyring)
 
+
+DEBIAN_ARCHIVE = "http://deb.debian.org/debian"
+DEBIAN_KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
+UBUNTU_ARCHIVE = "http://archive.ubuntu.com/ubuntu"
+UBUNTU_KEYRING = "/usr/share/keyrings/ubuntu-archive-keyring.gpg"
 
 # Keyed by the distribution; the Python each one ships is what decides which a recipe gets.
 DISTROS: dict[str, Distro] = {
-    "ubuntu22.04": Distro("3.10", (10, 11, 12), "ubuntu:22.04", "ubuntu22.04"),
-    "debian12": Distro("3.11", (12,), "debian:bookworm-slim", None),
-    "ubuntu24.04": Distro("3.12", (12, 13, 14), "ubuntu:24.04", "ubuntu24.04"),
-    "debian13": Distro("3.13", (14,), "debian:trixie-slim", None),
+    "ubuntu22.04": Distro(
+        "3.10", (10, 11, 12), "ubuntu:22.04", "ubuntu22.04", "jammy", UBUNTU_ARCHIVE, UBUNTU_KEYRING
+    ),
+    "debian12": Distro(
+        "3.11", (12,), "debian:bookworm-slim", None, "bookworm", DEBIAN_ARCHIVE, DEBIAN_KEYRING
+    ),
+    "ubuntu24.04": Distro(
+        "3.12", (12, 13, 14), "ubuntu:24.04", "ubuntu24.04", "noble", UBUNTU_ARCHIVE, UBUNTU_KEYRING
+    ),
+    "debian13": Distro("3.13", (14,), "debian:trixie-slim", None, "trixie", DEBIAN_ARCHIVE, DEBIAN_KEYRING),
 }
 
 # CUDA minor -> the toolkit release of NVIDIA's images (the same toolkit upstream installs:
@@ -264,6 +280,19 @@ def runtime_base(recipe: Recipe, cuda_from: str = "auto") -> str:
     if source != "nvidia":
         return distro.image
     return f"nvidia/cuda:{_nvidia_toolkit(recipe)}-runtime-{distro.cuda_suffix}"
+
+
+def plain_distro(recipe: Recipe, target: str, cuda_from: str = "auto") -> tuple[str, Distro]:
+    """The distribution (key, row) whose plain image is ``target``'s base, for making that base locally
+    (``--base-from debootstrap``); UsageError when the base is NVIDIA's image, which no archive makes."""
+    source = toolkit_source(recipe, cuda_from)
+    if source == "nvidia":
+        raise UsageError(
+            "--base-from debootstrap: this build's base is NVIDIA's CUDA image (--cuda-from nvidia), which "
+            "debootstrap cannot make (valid: --cuda-from pypi, where torchkiln knows the recipe's CUDA on PyPI: "
+            f"{', '.join(PYPI_TOOLKITS)}; or --base-rootfs with a root that has the toolkit)"
+        )
+    return distro_for(recipe, source, check_gcc=target != "runtime")
 
 
 def base_images(recipe: Recipe, cuda_from: str = "auto") -> tuple[str, str]:
