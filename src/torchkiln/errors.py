@@ -8,12 +8,22 @@ from a recipe ever surfaces as a traceback.
 from __future__ import annotations
 
 import errno
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 EXIT_OK = 0
+SHOWN = 5  # items a message built from a list names; the rest are counted (few)
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+
+
+def few(items: Sequence[object], shown: int = SHOWN) -> str:
+    """The first ``shown`` items of a list and a count of the rest (``a, b, c and 26456 more``): a message
+    built from per-file failures stays one readable line, whatever the number of files."""
+    head = ", ".join(str(item) for item in items[:shown])
+    more = len(items) - shown
+    return head + (f" and {more} more" if more > 0 else "")
 
 
 @dataclass(frozen=True)

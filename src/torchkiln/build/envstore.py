@@ -41,7 +41,14 @@ from typing import Any
 from torchkiln.cache.config import default_cache_dir
 from torchkiln.files.digests import digest
 
-__all__ = ["EnvStore", "Restored", "clone_tree", "default_env_store", "relocate_venv"]
+__all__ = [
+    "EnvStore",
+    "Restored",
+    "clone_tree",
+    "default_env_store",
+    "relocate_venv",
+    "venv_distributions",
+]
 
 META = "meta.json"
 FORMAT = 1
@@ -69,6 +76,24 @@ def interpreter_identity(python: str, environ: Mapping[str, str]) -> dict[str, s
         if name in environ:
             ident[name] = environ[name]
     return ident
+
+
+# What pip and the interpreter read as installed in a site-packages directory: a distribution's metadata
+# directory, a legacy egg link, a .pth file (editable installs, setuptools' distutils-precedence.pth).
+_INSTALLED = (".dist-info", ".egg-info", ".egg-link", ".pth")
+
+
+def venv_distributions(venv: Path) -> list[str]:
+    """What is installed in ``venv``, as its site-packages directories list it (``six-1.17.0.dist-info``,
+    ...; sorted): what ``pip freeze`` reads. Each step on a venv records it; a venv whose list differs from
+    the last record was changed outside the build (a ``pip install`` by hand, a venv the build did not
+    make), so the build makes it again instead of taking it, or keeping it, as its own."""
+    found: set[str] = set()
+    for lib in ("lib", "lib64"):
+        for site in sorted((venv / lib).glob("python*/site-packages")):
+            with contextlib.suppress(OSError):
+                found.update(p.name for p in site.iterdir() if p.name.endswith(_INSTALLED))
+    return sorted(found)
 
 
 def clone_tree(source: Path, target: Path) -> None:

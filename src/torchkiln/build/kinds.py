@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -44,7 +45,7 @@ from typing import Any, ClassVar
 
 from torchkiln.artifacts import dist, jsonfile
 from torchkiln.artifacts.manifest import CheckResult, Checks
-from torchkiln.errors import BuildFailed, ConfigureMismatch
+from torchkiln.errors import BuildFailed, ConfigureMismatch, few
 from torchkiln.host.toolchain import collect
 from torchkiln.plan.model import Source, Step
 from torchkiln.process import runner
@@ -58,7 +59,7 @@ from torchkiln.verify.facts import BuildFacts
 
 from .context import Context, Ran
 from .display import Display
-from .envstore import Restored, interpreter_identity
+from .envstore import Restored, interpreter_identity, venv_distributions
 from .fingerprint import (
     Snapshot,
     digest,
@@ -107,8 +108,11 @@ class StepKind:
         return found
 
     def intact(self, step: Step, entry: Mapping[str, Any], ctx: Context) -> bool:
-        """Whether what the step left last time is still there (else it runs again)."""
+        """Whether what the step left last time is still there (else it runs again). A venv must still hold
+        what the build installed in it (:func:`_venv_as_recorded`)."""
         if step.creates is not None and not Path(step.creates).exists():
+            return False
+        if step.venv is not None and not _venv_as_recorded(step, ctx):
             return False
         if step.wheels is not None:
             recorded = entry.get("outputs", {}).get("wheels", {})
@@ -124,6 +128,8 @@ class StepKind:
         for directory in (step.fresh, step.wheels):
             if directory is not None:
                 path = Path(directory)
+                if directory == step.venv and os.path.lexists(path) and not _venv_recorded(step, ctx):
+                    ctx.display.note(f"removed {path}: a venv this build did not make (made afresh)")
                 if path.is_dir() and not path.is_symlink():
                     shutil.rmtree(path)
                 elif path.is_symlink() or path.exists():  # a file where the directory belongs
@@ -179,6 +185,8 @@ class StepKind:
     def outputs(self, step: Step, ran: Ran, ctx: Context) -> dict[str, Any]:
         """What to record of a successful run (read back by :meth:`intact` and later steps)."""
         out: dict[str, Any] = {}
+        if step.venv is not None:  # what the venv holds now: read back by intact() (_venv_as_recorded)
+            out["venv"] = venv_distributions(Path(step.venv))
         if step.wheels is not None:
             built = dist.wheels_in(Path(step.wheels))
             if not built:
@@ -248,13 +256,20 @@ class StepKind:
             ) from None
 
     def keep(self, step: Step, ctx: Context, key: str | None, outputs: Mapping[str, Any]) -> None:
-        """After the step ran: its venv kept in the store, unless a later step on the same venv has run
-        before in this work directory (the venv then holds more than this step's key says). A store that
+        """After the step ran: its venv kept in the store, only when this run made that venv from nothing
+        (the venv step ran, or the venv was cloned from the store, in this run: a venv an earlier run left
+        may hold what no key says, a hand-made ``pip install``), and no later step on the same venv has run
+        before in this work directory (the venv would hold more than this step's key says). A store that
         cannot be written costs the next work directory a rebuild, never this build: one note."""
         if key is None or ctx.env_store is None or step.venv is None:
             return
-        later = ctx.plan.venv_steps(step.venv)
-        if any(ctx.state.get(name) is not None for name in later[later.index(step.name) + 1 :]):
+        chain = ctx.plan.venv_steps(step.venv)
+        made_now = step.name == chain[0] or any(
+            r.name == chain[0] and r.status in ("ran", "reused") for r in ctx.records
+        )
+        if not made_now:
+            return
+        if any(ctx.state.get(name) is not None for name in chain[chain.index(step.name) + 1 :]):
             return
         try:
             ctx.env_store.keep(key, Path(step.venv), kept_files(step), step.name, outputs)
@@ -546,6 +561,38 @@ def _miss_causes(step: Step, ctx: Context, before: Mapping[str, str], toolchain:
 def _files_digest(files: Iterable[Path]) -> str:
     """Files by name and sha256, in name order: what a step reads from a directory or a pattern."""
     return digest({p.name: file_sha256(p) for p in sorted(files)})
+
+
+def _venv_recorded(step: Step, ctx: Context) -> bool:
+    """Whether a step on ``step``'s venv has a record in this work directory (the build made that venv)."""
+    assert step.venv is not None
+    return any(ctx.state.get(name) is not None for name in ctx.plan.venv_steps(step.venv))
+
+
+def _venv_as_recorded(step: Step, ctx: Context) -> bool:
+    """Whether ``step``'s venv holds what the last recorded step on it left (its distributions): a venv changed
+    outside the build (a ``pip install`` by hand) is made again, never built in or kept as the build's own.
+    A record from before the venv was recorded (no ``venv`` output) cannot tell: made again too."""
+    assert step.venv is not None
+    recorded = None
+    for name in reversed(ctx.plan.venv_steps(step.venv)):
+        entry = ctx.state.get(name)
+        if entry is not None:
+            recorded = entry.get("outputs", {}).get("venv")
+            break
+    found = venv_distributions(Path(step.venv))
+    if recorded == found:
+        return True
+    if isinstance(recorded, list):
+        added = sorted(set(found) - set(recorded))
+        gone = sorted(set(recorded) - set(found))
+        change = "; ".join(
+            part
+            for part in (f"added {few(added)}" if added else "", f"removed {few(gone)}" if gone else "")
+            if part
+        )
+        ctx.display.note(f"{step.venv} changed since this build made it ({change}): made again")
+    return False
 
 
 def kept_files(step: Step) -> dict[str, Path]:

