@@ -43,6 +43,8 @@ class Options:
     force: bool = False
     skip_checks: bool = False
     min_hit_rate: float | None = None
+    # Build and publish a fetched checkout that differs from its pinned ref (a warning, recorded).
+    allow_dirty: bool = False
     # The key the publish step signs the provenance statement with (None: no statement); never shown.
     sign_key: PrivateKey | None = field(default=None, repr=False)
 

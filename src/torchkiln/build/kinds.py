@@ -51,7 +51,15 @@ from torchkiln.plan.model import Source, Step
 from torchkiln.process import runner
 from torchkiln.process.environ import compose
 from torchkiln.process.logs import first_error, tail
-from torchkiln.source.git import check_pin, checkout_intact, git_output, head_commit, is_git_checkout
+from torchkiln.source.git import (
+    changed_files,
+    check_pin,
+    checkout_intact,
+    dirty_checkout,
+    git_output,
+    head_commit,
+    is_git_checkout,
+)
 from torchkiln.source.submodules import FIX as SUBMODULE_FIX
 from torchkiln.source.submodules import missing_submodules
 from torchkiln.verify.buildconfig import postbuild_checks
@@ -326,6 +334,12 @@ class FetchKind(StepKind):
         if step.pins:
             source = ctx.plan.source(step.project)
             check_pin(ctx.plan.recipe.spec(step.project), source.path)
+            changed = changed_files(source.path)
+            if changed and not ctx.options.allow_dirty:
+                spec = ctx.plan.recipe.spec(step.project)
+                raise BuildFailed(
+                    dirty_checkout(spec, source.path, changed, "nothing was built"), step=step.name
+                )
             missing = missing_submodules(source.path)
             if missing is not None:
                 raise BuildFailed(
