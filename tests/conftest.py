@@ -6,6 +6,7 @@ torchvision 0.21.0 release sources (tests/realtrees.py), extracted once per sess
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
@@ -98,3 +99,42 @@ def pytorch_2_6_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def vision_0_21_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Upstream's torchvision 0.21.0 release source. Shared by the session: copy it before changing it."""
     return realtrees.extract(realtrees.VISION_0_21_0, tmp_path_factory.mktemp("vision-0.21.0"))
+
+
+# Real small filesystems (issue 14 item 8, issue 27 item 5): a full disk is a full tmpfs, not a mock.
+
+
+@pytest.fixture
+def mount(tmp_path: Path) -> Iterator[object]:
+    """``mount(name, options)``: a real tmpfs at tmp_path/name (root only), unmounted afterwards."""
+    mounted: list[Path] = []
+
+    def make(name: str, options: str) -> Path:
+        if os.geteuid() != 0:
+            pytest.skip("a real full or read-only filesystem needs root to mount a tmpfs")
+        point = tmp_path / name
+        point.mkdir()
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)], capture_output=True, text=True
+        )
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+        mounted.append(point)
+        return point
+
+    yield make
+    for point in reversed(mounted):
+        subprocess.run(["umount", "-l", str(point)], check=False)
+
+
+def fill(directory: Path) -> Path:
+    """Fill ``directory``'s filesystem up: the next write there is a real ENOSPC."""
+    filler = directory / "filler"
+    with filler.open("wb") as handle:
+        try:
+            while True:
+                handle.write(b"\0" * 65536)
+                handle.flush()
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+    return filler

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
+import errno
 import json
 import os
 import platform
@@ -39,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from torchkiln.cache.config import default_cache_dir
+from torchkiln.errors import name_path, remember_space
 from torchkiln.files.digests import digest
 
 __all__ = [
@@ -46,6 +48,7 @@ __all__ = [
     "Restored",
     "clone_tree",
     "default_env_store",
+    "tree_bytes",
     "relocate_venv",
     "venv_distributions",
 ]
@@ -96,9 +99,43 @@ def venv_distributions(venv: Path) -> list[str]:
     return sorted(found)
 
 
+def tree_bytes(root: Path) -> int:
+    """The space a copy of ``root`` takes: its files' and directories' allocated blocks (what ``du`` counts)."""
+    total = 0
+    for directory, dirs, files in os.walk(root):
+        for name in (*dirs, *files):
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(directory, name)).st_blocks * 512
+    return total
+
+
+def _copy_tree(source: Path, target: Path) -> None:
+    """A real copy of ``source`` at ``target`` (symlinks as symlinks, modes and times kept) that stops at the
+    first file it cannot make, raising that OSError naming the file: ``shutil.copytree`` goes on past a
+    full disk and raises one error per file (26,459 of them for a venv)."""
+    target.mkdir()
+    with os.scandir(source) as entries:
+        for entry in entries:
+            destination = target / entry.name
+            try:
+                if entry.is_symlink():
+                    os.symlink(os.readlink(entry.path), destination)
+                elif entry.is_dir():
+                    _copy_tree(Path(entry.path), destination)
+                else:
+                    shutil.copy2(entry.path, destination)
+            except OSError as exc:
+                raise name_path(exc, destination) from None
+    shutil.copystat(source, target)
+
+
 def clone_tree(source: Path, target: Path) -> None:
     """``target`` becomes a copy of ``source`` whose files are hard links to ``source``'s (symlinks kept as
-    symlinks); across filesystems, or where links are refused, a real copy. ``target`` must not exist."""
+    symlinks); across filesystems, or where links are refused, a real copy. ``target`` must not exist.
+
+    A real copy that cannot fit is refused before it starts (ENOSPC naming ``target``; the caller says how
+    much was needed, :func:`tree_bytes`), and one that runs out of space anyway stops at the first file;
+    either way nothing of ``target`` is left."""
     if target.exists() or target.is_symlink():
         raise FileExistsError(target)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -106,13 +143,24 @@ def clone_tree(source: Path, target: Path) -> None:
         ["cp", "--archive", "--link", "--no-target-directory", "--", str(source), str(target)],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
         check=False,
     )
     if linked.returncode == 0:
         return
     shutil.rmtree(target, ignore_errors=True)
-    shutil.copytree(source, target, symlinks=True)
+    stat = os.statvfs(target.parent)
+    if tree_bytes(source) > stat.f_bavail * stat.f_frsize:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(target))
+    try:
+        _copy_tree(source, target)
+    except OSError as exc:
+        remember_space(exc, target)
+        shutil.rmtree(target, ignore_errors=True)
+        raise
+    except BaseException:
+        shutil.rmtree(target, ignore_errors=True)
+        raise
 
 
 def _is_text_script(path: Path) -> bool:

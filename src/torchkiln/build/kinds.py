@@ -36,8 +36,10 @@ reads the plan before the loop; per-run cache statistics come from ``Context.cac
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import re
 import shutil
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -45,7 +47,14 @@ from typing import Any, ClassVar
 
 from torchkiln.artifacts import dist, jsonfile
 from torchkiln.artifacts.manifest import CheckResult, Checks
-from torchkiln.errors import BuildFailed, ConfigureMismatch, few
+from torchkiln.errors import (
+    SPACE_ERRORS,
+    BuildFailed,
+    ConfigureMismatch,
+    describe_os_error,
+    few,
+    space_on,
+)
 from torchkiln.host.toolchain import collect
 from torchkiln.plan.model import Source, Step
 from torchkiln.process import runner
@@ -67,7 +76,7 @@ from torchkiln.verify.facts import BuildFacts
 
 from .context import Context, Ran
 from .display import Display
-from .envstore import Restored, interpreter_identity, venv_distributions
+from .envstore import Restored, interpreter_identity, tree_bytes, venv_distributions
 from .fingerprint import (
     Snapshot,
     digest,
@@ -257,9 +266,19 @@ class StepKind:
             # The venv may be half cloned: every step on it runs again next time.
             for name in ctx.plan.venv_steps(step.venv):
                 ctx.state.forget(name)
+            entry = ctx.env_store.root / key
+            if (
+                errno.errorcode.get(exc.errno or 0) in SPACE_ERRORS
+            ):  # the work directory's disk, not the store
+                needed = tree_bytes(entry / "venv")
+                raise BuildFailed(
+                    f"{step.name}: cloning {step.venv} from the environment store: "
+                    f"{describe_os_error(exc, path=step.venv, needed=needed)}",
+                    step=step.name,
+                ) from None
             raise BuildFailed(
-                f"{step.name}: could not clone {step.venv} from the environment store "
-                f"({ctx.env_store.root / key}): {exc}\nremove that entry, or build with --env-store off",
+                f"{step.name}: could not clone {step.venv} from the environment store ({entry}): "
+                f"{describe_os_error(exc)}; or remove that entry, or build with --env-store off",
                 step=step.name,
             ) from None
 
@@ -282,7 +301,10 @@ class StepKind:
         try:
             ctx.env_store.keep(key, Path(step.venv), kept_files(step), step.name, outputs)
         except OSError as exc:
-            ctx.display.note(f"environment store {ctx.env_store.root}: could not keep {step.venv}: {exc}")
+            ctx.display.note(
+                f"environment store {ctx.env_store.root}: could not keep {step.venv} (this build goes on; "
+                f"the next work directory makes it again): {describe_os_error(exc)}"
+            )
 
 
 class FetchKind(StepKind):
@@ -636,9 +658,25 @@ def _source_of(step: Step, ctx: Context) -> Source | None:
     return next((s for s in ctx.plan.sources if s.name == step.project), None)
 
 
+_OUT_OF_SPACE = re.compile(r"No space left on device|Disk quota exceeded")
+_ABSOLUTE = re.compile(r"(/[^\s'\":]+)")
+
+
+def _out_of_space(step: Step, error: str | None) -> str:
+    """``: out of space: the filesystem at ... has ... free ...`` when the step's first error is a full disk
+    (on the path the error names, else where the step writes): the failure's first line says which
+    filesystem and that a rerun continues, as every other out-of-space path does."""
+    if not error or not _OUT_OF_SPACE.search(error):
+        return ""
+    named = _ABSOLUTE.search(error)
+    where = named.group(1) if named else (step.fresh or step.wheels or step.venv or step.creates or step.cwd)
+    space = space_on(Path(where)) if where else "a filesystem is full"
+    return f": out of space: {space}; free space there (df -h) and run again: completed steps are kept, a rerun continues"
+
+
 def _failure_message(step: Step, code: int | None, seconds: float, log: Path) -> str:
     error = first_error(log)
-    lines = [f"{step.name} failed (exit {code}) after {format_duration(seconds)}"]
+    lines = [f"{step.name} failed (exit {code}) after {format_duration(seconds)}{_out_of_space(step, error)}"]
     if error:
         lines.append(f"first error: {error}")
     lines.append("last lines of the log:")

@@ -40,6 +40,9 @@ CAUSE_PATTERNS = (
     # PyTorch's setup.py check_submodules() (v2.6.0 setup.py, lines 399-440): a tree without submodules.
     re.compile(r"^\s*--- Submodule initi?alization failed"),
     re.compile(r"^Could not find any of .+ in \S"),
+    # A full disk or quota (strerror of ENOSPC / EDQUOT, as every tool prints it): whatever failed after it
+    # (a compiler, pip, git, ninja's FAILED line) failed because of it.
+    re.compile(r"No space left on device|Disk quota exceeded"),
 )
 FAILURE_PATTERNS = (
     re.compile(r"^FAILED: "),
