@@ -6,7 +6,6 @@ torchvision 0.21.0 release sources (tests/realtrees.py), extracted once per sess
 
 from __future__ import annotations
 
-import errno
 import os
 import shutil
 import subprocess
@@ -125,16 +124,3 @@ def mount(tmp_path: Path) -> Iterator[object]:
     yield make
     for point in reversed(mounted):
         subprocess.run(["umount", "-l", str(point)], check=False)
-
-
-def fill(directory: Path) -> Path:
-    """Fill ``directory``'s filesystem up: the next write there is a real ENOSPC."""
-    filler = directory / "filler"
-    with filler.open("wb") as handle:
-        try:
-            while True:
-                handle.write(b"\0" * 65536)
-                handle.flush()
-        except OSError as exc:
-            assert exc.errno == errno.ENOSPC
-    return filler

@@ -20,9 +20,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import fill
 from dists import tiny_wheel
 from rich.console import Console
+from smallfs import fill
 
 from torchkiln.build.loop import BuildOptions, BuildResult, run_build
 from torchkiln.cache import resolve_cache

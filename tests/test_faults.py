@@ -19,8 +19,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import fill
 from rich.console import Console
+from smallfs import fill
 from test_build_fetch import fetch_recipe_text, git
 
 from torchkiln import cli

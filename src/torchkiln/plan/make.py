@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Literal
 
 from torchkiln.cache import CacheConfig, resolve_cache, tool_for
+from torchkiln.cache.syntax import basedir_problem
 from torchkiln.distributed.spec import DistSpec, resolve_dist
 from torchkiln.errors import UsageError
 from torchkiln.recipe import compat
@@ -112,10 +113,11 @@ def _bundle_step(paths: Paths, ctx: EnvInputs) -> Step:
     Its wheel (``wheels``) is torchvision's final one: what the checks install and publish copies."""
     built = paths.wheelhouse / "torchvision"
     bundled = paths.wheelhouse / "torchvision.bundled"
-    argv = [sys.executable, "-m", "torchkiln.artifacts.bundle", str(built), "--out", str(bundled)]
+    argv = [sys.executable, "-m", "torchkiln.artifacts.bundle", "--out", str(bundled)]
     argv += ["--package", "torchvision"]
     if ctx.cuda:
         argv += ["--library-path", f"{ctx.cuda_home}/lib64"]
+    argv += ["--", str(built)]
     return Step(
         "torchvision:bundle",
         "package",
@@ -165,6 +167,7 @@ def make_plan(
     projects = (only,) if only else PROJECTS
     # Absolute: steps run in different working directories (the wheel steps in their source tree).
     paths = Paths(workdir=Path(workdir).absolute(), dist=Path(dist).absolute())
+    _check_workdir(paths.workdir)
     resources = resources or detect_resources()
     decision = decide_jobs(recipe.accelerator.kind, resources, cli=jobs, recipe=recipe.build.jobs)
     frontend = compat.frontend(recipe)
@@ -222,6 +225,16 @@ def _check_arguments(source_dirs: Mapping[str, Path], only: str | None, jobs: in
         raise UsageError(f"--jobs {jobs}: must be >= 1")
 
 
+def _check_workdir(workdir: Path) -> None:
+    """The work directory's venv/bin goes on PATH, its venv's include/ and lib/ into CMake's
+    CMAKE_INCLUDE_PATH/CMAKE_LIBRARY_PATH: lists that ':' splits, so such a path would be two."""
+    if ":" in str(workdir):
+        raise UsageError(
+            f"--workdir {workdir}: holds ':', which splits PATH and CMake's path lists (its venv/bin would be "
+            "cut in two) (valid: a path without ':')"
+        )
+
+
 def _spec(recipe: Recipe, project: str) -> SourceSpec:
     return recipe.torch if project == "torch" else recipe.torchvision
 
@@ -246,10 +259,15 @@ def _cache_for(
     """The compiler cache as the command line or the recipe resolved it, with its basedir: paths under it
     are hashed relative to the compile's directory, so builders at other paths share cached objects (set
     here, once, for the plan and the build)."""
-    return replace(
-        cache or resolve_cache(recipe.cache),
-        basedir=cache_basedir(paths.workdir, [s.path for s in sources.values()]),
-    )
+    config = cache or resolve_cache(recipe.cache)
+    basedir = cache_basedir(paths.workdir, [s.path for s in sources.values()])
+    problem = basedir_problem(str(basedir), config.kind)
+    if problem:
+        raise UsageError(
+            f"--workdir/--source-dir: the compiler cache's basedir (the directory holding the work directory "
+            f"and every source tree) {problem} (valid: paths without '$' or ':')"
+        )
+    return replace(config, basedir=basedir)
 
 
 def _build_steps(
@@ -280,6 +298,7 @@ def _build_steps(
                     "--no-isolation",
                     "--outdir",
                     str(paths.wheelhouse / project),
+                    "--",
                     str(src),
                 ),
                 {"VIRTUAL_ENV": str(paths.venv), **project_env(project, ctx)},
@@ -308,6 +327,7 @@ def _install_torch_step(recipe: Recipe, paths: Paths, builds_torch: bool, torch:
         str(paths.dist),
         "--constraint",
         str(paths.constraints),
+        "--",  # --torch's value is pip's argument, never one of its options
         torch.install if torch else f"torch=={recipe.torch_wheel_version}",
     )
     # the torch wheels pip picks from: their content, not only their version, is an input (this build's
