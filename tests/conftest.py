@@ -124,3 +124,19 @@ def mount(tmp_path: Path) -> Iterator[object]:
     yield make
     for point in reversed(mounted):
         subprocess.run(["umount", "-l", str(point)], check=False)
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> dict[str, str]:
+    """A local repository standing in for PyTorch's (its VERSION file at tag v1): ``url`` (file://), ``v1``
+    (the commit). Real git, what the fetch steps fetch from."""
+    from test_build_fetch import git
+
+    path = tmp_path / "up" / "pytorch"
+    path.mkdir(parents=True)
+    git(path, "init", "-q")
+    (path / "VERSION").write_text("v1")
+    git(path, "add", "VERSION")
+    git(path, "commit", "-qm", "v1")
+    git(path, "tag", "v1")
+    return {"url": f"file://{path}", "v1": git(path, "rev-parse", "HEAD")}

@@ -35,18 +35,6 @@ ROOT = Path(__file__).resolve().parent.parent
 FETCH_CHAIN = [f"torch:fetch:{n}" for n in ("init", "remote", "fetch-ref", "checkout", "submodule")]
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> dict[str, str]:
-    path = tmp_path / "up" / "pytorch"
-    path.mkdir(parents=True)
-    git(path, "init", "-q")
-    (path / "VERSION").write_text("v1")
-    git(path, "add", "VERSION")
-    git(path, "commit", "-qm", "v1")
-    git(path, "tag", "v1")
-    return {"url": f"file://{path}", "v1": git(path, "rev-parse", "HEAD")}
-
-
 def fetch_build(work: Path, dist: Path, url: str, *, force: bool = False) -> tuple[BuildResult, str]:
     """The real plan's fetch steps and publish, run by the real builder; (result, what it printed)."""
     recipe = parse_recipe(fetch_recipe_text(url, "v1").encode(), "fetch-test.toml")

@@ -163,6 +163,7 @@ def mount_point(path: Path) -> Path:
     path = Path(os.path.abspath(path))
     while not path.exists() and path.parent != path:
         path = path.parent
+    path = path.resolve()  # through symlinks: the filesystem the data really goes to
     device = path.stat().st_dev
     while path.parent != path and path.parent.stat().st_dev == device:
         path = path.parent

@@ -132,10 +132,14 @@ class StepKind:
         if step.venv is not None and not _venv_as_recorded(step, ctx):
             return False
         if step.wheels is not None:
+            # exactly the wheels it made: a wheel dropped in beside them (pip would pick from them, the
+            # checks would install it) makes the step run again, from an empty directory
             recorded = entry.get("outputs", {}).get("wheels", {})
-            return bool(recorded) and all(
-                (Path(step.wheels) / name).is_file() and file_sha256(Path(step.wheels) / name) == sha
-                for name, sha in recorded.items()
+            present = {p.name for p in dist.wheels_in(Path(step.wheels))}
+            return (
+                bool(recorded)
+                and present == set(recorded)
+                and all(file_sha256(Path(step.wheels) / name) == sha for name, sha in recorded.items())
             )
         return True
 
@@ -403,10 +407,22 @@ class CompileKind(StepKind):
 
     def prepare(self, step: Step, ctx: Context) -> None:
         super().prepare(step, ctx)
-        if ctx.options.force:
-            for directory in step.scratch:
-                if Path(directory).is_dir():
-                    shutil.rmtree(directory)
+        configured = _configuration(step)
+        for directory in map(Path, step.scratch):
+            marker = directory / SCRATCH_MARK
+            if ctx.options.force and directory.is_dir():
+                shutil.rmtree(directory)
+            elif os.path.lexists(directory) and _read_mark(marker) != configured:
+                # setup.py reuses a configured build/ without running CMake again (tools/setup_helpers/
+                # cmake.py: "Everything's in place. Do not rerun."): one this step did not configure, or
+                # configured for other settings, would build without the recipe's flags
+                _remove_tree(directory)
+                ctx.display.note(
+                    f"removed {directory}: an in-tree build directory this build did not configure with these "
+                    "settings (CMake would not run again in it; made afresh)"
+                )
+            directory.mkdir(parents=True, exist_ok=True)
+            marker.write_text(configured + "\n", encoding="utf-8")
         source = _source_of(step, ctx)
         if source is not None and not is_git_checkout(source.path):
             self._before[step.name] = tree_snapshot(source.path)
@@ -599,6 +615,30 @@ def _files_digest(files: Iterable[Path]) -> str:
     return digest({p.name: file_sha256(p) for p in sorted(files)})
 
 
+SCRATCH_MARK = ".torchkiln-configured"  # in an in-tree build/: the settings the compile configured it with
+
+
+def _configuration(step: Step) -> str:
+    """What an in-tree build directory is configured from: the compile's command, directory, variables
+    and compiler launcher, without MAX_JOBS (ninja's -j, not CMake's)."""
+    env = {k: v for k, v in step.env.items() if k != "MAX_JOBS"}
+    return digest({"argv": list(step.argv), "cwd": step.cwd, "env": env, "cache": dict(step.cache_env)})
+
+
+def _read_mark(marker: Path) -> str | None:
+    try:
+        return marker.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _remove_tree(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
+
+
 def _venv_recorded(step: Step, ctx: Context) -> bool:
     """Whether a step on ``step``'s venv has a record in this work directory (the build made that venv)."""
     assert step.venv is not None
@@ -668,8 +708,8 @@ def _out_of_space(step: Step, error: str | None) -> str:
     filesystem and that a rerun continues, as every other out-of-space path does."""
     if not error or not _OUT_OF_SPACE.search(error):
         return ""
-    named = _ABSOLUTE.search(error)
-    where = named.group(1) if named else (step.fresh or step.wheels or step.venv or step.creates or step.cwd)
+    named = _ABSOLUTE.findall(error)  # the last path: a copy's target ("source -> target")
+    where = named[-1] if named else (step.fresh or step.wheels or step.venv or step.creates or step.cwd)
     space = space_on(Path(where)) if where else "a filesystem is full"
     return f": out of space: {space}; free space there (df -h) and run again: completed steps are kept, a rerun continues"
 

@@ -58,6 +58,7 @@ RANKS = (CAUSE_PATTERNS, FAILURE_PATTERNS, NOISE_PATTERNS)
 
 
 KEEP_RUNS = 20  # run directories kept under <workdir>/logs (the newest; ``latest`` links the last one)
+RUN_NAME = re.compile(r"\d{8}T\d{6}Z(-\d+)?")  # a run directory's name: its UTC start, then -2, -3, ...
 LATEST = "latest"
 
 
@@ -74,8 +75,14 @@ def start_run_logs(logs: Path, stamp: str) -> Path:
     link = logs / f".{LATEST}.{os.getpid()}"
     link.unlink(missing_ok=True)
     link.symlink_to(run.name)
-    link.replace(logs / LATEST)  # atomic: the link is the old run's or this one's, never missing
-    runs = sorted(p for p in logs.iterdir() if p.is_dir() and not p.is_symlink())
+    latest = logs / LATEST
+    if latest.is_dir() and not latest.is_symlink():  # not torchkiln's link: a rename cannot replace it
+        shutil.rmtree(latest)
+    link.replace(latest)  # atomic: the link is the old run's or this one's, never missing
+    # only the run directories torchkiln made (<stamp>[-N]); anything else in logs/ is left alone
+    runs = sorted(
+        p for p in logs.iterdir() if p.is_dir() and not p.is_symlink() and RUN_NAME.fullmatch(p.name)
+    )
     for old in runs[:-KEEP_RUNS]:
         shutil.rmtree(old, ignore_errors=True)
     return run
