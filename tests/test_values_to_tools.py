@@ -458,6 +458,23 @@ def test_image_names_after_double_dash(tmp_path: Path) -> None:
     assert engine.image_exists("--help") is False
 
 
+def test_paths_inside_engine_option_fields(tmp_path: Path) -> None:
+    from torchkiln.commands.images import _secret_file
+    from torchkiln.images.engines import _run_options
+
+    odd = tmp_path / "a,b"
+    odd.mkdir()
+    (odd / "pip.conf").write_text("[global]\n")
+    with pytest.raises(UsageError, match=r"^--pip-config .*a,b/pip.conf: holds ','"):
+        _secret_file("--pip-config", str(odd / "pip.conf"), "a pip configuration file")
+    plain = tmp_path / "pip.conf"
+    plain.write_text("[global]\n")
+    assert _secret_file("--pip-config", str(plain), "x") == plain
+    with pytest.raises(UsageError, match=r"cannot be mounted with --volume"):
+        _run_options(None, None, {tmp_path / "x:y": "/data"})
+    assert _run_options(None, None, {plain: "/data"}) == ["--volume", f"{plain}:/data:ro"]
+
+
 def test_build_args_are_single_items(tmp_path: Path) -> None:
     from torchkiln.images.engines import BuildRequest
     from torchkiln.images.spec import devel_args

@@ -9,13 +9,16 @@ kind       behaviour around the command
 =========  =====================================================================================================
 fetch      the first step of a checkout starts from an empty directory; the steps are a chain, done only while
            the checkout is intact (a damaged one starts over);
-           the step that leaves it at its ref checks HEAD against the recipe's pin (also when skipped)
-env        venvs and requirements: requirement files' contents are inputs; a venv that vanished is remade
+           the step that leaves it at its ref checks HEAD against the recipe's pin and refuses a checkout
+           whose tracked files changed since (also when skipped; ``--allow-dirty`` lets it through)
+env        venvs and requirements: requirement files' contents are inputs; a venv that vanished, or holds other
+           distributions than the last step on it left, is made again
 compile    the source tree's identity (without the files the build writes into it) is an input;
            ``SOURCE_DATE_EPOCH`` comes from the source; ``--force`` removes its in-tree build directories
-           (``scratch``); the compiler cache session (opened before the first compile
-           that runs) adds its layers to the environment; live progress, phases and the configure watcher
-           read the output; the tools it used are recorded; it must leave a wheel
+           (``scratch``), as does a configuration other than the one that made them; the compiler cache
+           session (opened before the first compile that runs) adds its layers to the environment; live
+           progress, phases and the configure watcher read the output; the tools it used are recorded; it
+           must leave a wheel
 package    rewrites wheels an earlier step made (the torchvision bundling): the wheels it reads are an input; its
            own wheel directory then holds the project's final wheels (what the checks install, publish copies)
 checks     skipped with ``--skip-checks``; a step whose output ends with the wheels' build facts is compared

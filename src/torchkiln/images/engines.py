@@ -124,7 +124,10 @@ def _run_options(
     for key, value in (env or {}).items():
         argv += ["--env", f"{key}={value}"]
     for host, target in (mounts or {}).items():
-        argv += ["--volume", f"{Path(host).resolve()}:{target}:ro"]
+        source = str(Path(host).resolve())
+        if ":" in source or ":" in target or "," in source:  # --volume SOURCE:TARGET:OPTIONS
+            raise UsageError(f"{source}: cannot be mounted with --volume, which splits at ':' and ','")
+        argv += ["--volume", f"{source}:{target}:ro"]
     return argv
 
 
