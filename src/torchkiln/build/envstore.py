@@ -54,7 +54,8 @@ __all__ = [
 ]
 
 META = "meta.json"
-FORMAT = 1
+# 2: entries hold only what a run made from nothing (issue 27); those kept before may hold a hand-made venv
+FORMAT = 2
 # pip settings that change what an install resolves to: part of every key (hashed, never stored).
 PIP_SETTINGS = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX", "PIP_CONSTRAINT")
 
