@@ -89,7 +89,10 @@ SIZE_RE = re.compile(r"[0-9]{1,6}(\.[0-9]{1,3})?[KMGT]i?", re.ASCII)
 ENV_NAME_RE = re.compile(r"[A-Z_][A-Z0-9_]{0,63}", re.ASCII)
 # A git ref name as git check-ref-format accepts it, restricted further: no whitespace, no shell
 # metacharacters are *needed* (we never use a shell), but refusing them catches copy-paste accidents.
-REF_RE = re.compile(r"(?!-)(?!.*\.\.)(?!.*//)(?!.*@\{)[A-Za-z0-9._/+-]{1,200}(?<!\.lock)(?<![./])", re.ASCII)
+# A leading '-' is an option of git fetch, a leading '+' a forced refspec (git fetch takes the ref as one).
+REF_RE = re.compile(
+    r"(?![-+])(?!.*\.\.)(?!.*//)(?!.*@\{)[A-Za-z0-9._/+-]{1,200}(?<!\.lock)(?<![./])", re.ASCII
+)
 URL_RE = re.compile(r"(https?|ssh|git|file)://[!-~]+|[\w.-]+@[\w.-]+:[!-~]+|/[!-~]+", re.ASCII)
 
 # The string grammar every string field obeys before its own check: printable ASCII (no control
@@ -128,6 +131,36 @@ def _match(regex: re.Pattern[str], valid: str, what: str = "malformed value") ->
         return None if regex.fullmatch(value) else (f"{what} {shown(value)}", valid)
 
     return check
+
+
+REPO_VALID = "an https://, ssh://, git://, file:// URL or a path"
+# Where a repository URL names a host (and user, port): scheme://[user@]host[:port]/..., or scp-like
+# user@host:path.
+_AUTHORITY = re.compile(r"^[a-z]+://([^/]*)|^([^/:]*@[^/:]*):", re.ASCII)
+
+
+def repo_problem(value: Any) -> tuple[str, str] | None:
+    """A repository URL or path as git takes it, and nothing git or ssh would read as an option: the value
+    is the argument of ``git remote add`` (a leading ``-`` is an option there, ``--upload-pack@x:y``), and
+    its host and user reach ssh as an argument (``ssh://-oProxyCommand=x/p``: ssh's option). git refuses
+    both itself today; torchkiln does not rely on that."""
+    if value.startswith("-"):
+        return (f"{shown(value)} begins with '-', which git reads as an option", REPO_VALID)
+    if not URL_RE.fullmatch(value):
+        return (f"malformed value {shown(value)}", REPO_VALID)
+    found = _AUTHORITY.match(value)
+    if found is not None:
+        userinfo, _, hostport = (found.group(1) or found.group(2) or "").rpartition("@")
+        host, _, port = hostport.partition(":") if not hostport.startswith("[") else (hostport, "", "")
+        if userinfo.startswith("-") or host.startswith("-"):
+            what = "host" if host.startswith("-") else "user"
+            return (
+                f"{shown(value)}: its {what} begins with '-', which ssh and git read as an option",
+                REPO_VALID,
+            )
+        if port and not port.isdigit():
+            return (f"{shown(value)}: its port {port!r} is not a number", REPO_VALID)
+    return None
 
 
 def path_problem(value: Any) -> tuple[str, str] | None:
@@ -257,7 +290,7 @@ SCHEMA: tuple[Field, ...] = (
     Field(
         "torch.repo",
         str,
-        check=_match(URL_RE, "an https://, ssh://, git://, file:// URL or a path"),
+        check=repo_problem,
         doc="git URL (default: upstream GitHub)",
         default=UPSTREAM_TORCH_REPO,
     ),
@@ -285,7 +318,7 @@ SCHEMA: tuple[Field, ...] = (
     Field(
         "torchvision.repo",
         str,
-        check=_match(URL_RE, "an https://, ssh://, git://, file:// URL or a path"),
+        check=repo_problem,
         default=UPSTREAM_TORCHVISION_REPO,
     ),
     Field(
