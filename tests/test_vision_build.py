@@ -19,18 +19,27 @@ compile is most of the time; warm, it is a few link steps.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
 import subprocess
 import sys
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import cudakit
 import pytest
 import realtrees
 from imagekit import require
+from rich.console import Console
+
+from torchkiln.build.loop import BuildFailed, BuildOptions, run_build
+from torchkiln.plan.given_torch import resolve_given_torch
+from torchkiln.plan.make import make_plan
+from torchkiln.plan.model import Plan
+from torchkiln.recipe.loader import load_recipe
 
 pytestmark = pytest.mark.integration
 
@@ -49,7 +58,19 @@ def sandbox(toolkit: Path, *, hide_libpng: bool = False) -> list[str]:
     """bubblewrap: the host as it is, with /usr/local a fresh tmpfs holding the host's own entries and the
     toolkit at /usr/local/cuda-12.4; with ``hide_libpng``, libpng-config not executable and no png.h."""
     need("bwrap")
-    argv = ["bwrap", "--bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/usr/local"]
+    argv = [
+        "bwrap",
+        "--unshare-pid",
+        "--die-with-parent",
+        "--bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+    ]
+    argv += ["--tmpfs", "/usr/local"]  # nothing of the build outlives the test (a timeout kills it all)
     for entry in sorted(Path("/usr/local").iterdir()):
         if entry == CUDA_HOME:
             continue
@@ -130,6 +151,30 @@ def test_with_libpng_hidden_the_build_stops_before_anything_naming_the_png_featu
     assert control.stdout.strip().splitlines()[-1] == "False", control.stderr
 
 
+CHECKS_AGAIN = BuildOptions(console=Console(file=io.StringIO()), force=True)
+
+
+def checks_against(root: Path, tree: Path, torch: Path, features: str) -> Plan:
+    """The checks steps of a plan (the built wheel, the same work directory) for the test recipe with its
+    ``nvjpeg = true`` replaced by ``features``."""
+    text = RECIPE.read_text()
+    assert "nvjpeg = true" in text
+    path = root / "other.toml"
+    path.write_text(text.replace("nvjpeg = true", features))
+    recipe = load_recipe(path)
+    plan = make_plan(
+        recipe,
+        workdir=root / "work",
+        dist=root / "dist-other",
+        source_dirs={"torchvision": tree},
+        only="torchvision",
+        torch=resolve_given_torch(str(torch), recipe, "torchvision"),
+        jobs=2,
+        env_store=realtrees.cache_dir() / "envs",
+    )
+    return replace(plan, steps=[step for step in plan.steps if step.kind in ("checks", "publish")])
+
+
 # find_libpng() taken whole from the given setup.py and run: what upstream's build would decide.
 FIND_LIBPNG = """
 import ast, shutil, subprocess, sys, warnings
@@ -142,6 +187,7 @@ print(find_libpng()[0])
 """
 
 
+@pytest.mark.timeout(3600)  # cold (no compiler cache, no stored venvs) on 2 busy cores: most of an hour
 def test_the_real_tree_builds_a_wheel_with_its_codecs_against_torch_2_6(
     inputs: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -175,8 +221,13 @@ def test_the_real_tree_builds_a_wheel_with_its_codecs_against_torch_2_6(
         assert "torchvision/_C.so" in names and "torchvision/image.so" in names
         bundled = {n.split("/")[1].split(".")[0] for n in names if n.startswith("torchvision.libs/")}
         assert {"libpng16", "libjpeg", "libwebp", "libnvjpeg"} <= bundled, bundled
-        assert (
-            "Requires-Dist: torch==2.6.0" in metadata.splitlines()
-        )  # the wheel's own version (its file name)
+        # the wheel's own version (its file name) is what torchvision's requirement pins
+        assert "Requires-Dist: torch==2.6.0" in metadata.splitlines()
+        # The same wheel against a recipe without nvJPEG: the post-build check stops it, naming the field.
+        with pytest.raises(BuildFailed) as stopped:
+            run_build(checks_against(tmp_path, tree, inputs["torch"], "nvjpeg = false"), CHECKS_AGAIN)
+        message = str(stopped.value)
+        assert "the built wheels are not what the recipe asked for" in message, message
+        assert "  - torchvision.features.nvjpeg: expected false, built with it" in message, message
     finally:
         shutil.rmtree(tmp_path / "work", ignore_errors=True)  # 11 GiB of venvs (hard links into the store)
