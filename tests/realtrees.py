@@ -131,3 +131,31 @@ def pypi_wheel(requirement: str, *, python_version: str | None = None) -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return next(target.glob("*.whl"))
+
+
+def pypi_venv(requirement: str, *, extra: tuple[str, ...] = ()) -> Path:
+    """A venv (this Python) with upstream's wheel for ``requirement`` and its dependencies installed, plus
+    ``extra``, kept in the cache under ``venvs/`` (built once: torch 2.6.0's CUDA libraries are gigabytes;
+    pip's own cache makes a rebuild quicker). Returns its python. Skips where no index answers (fails under
+    CI=true)."""
+    wheel = pypi_wheel(requirement, python_version=f"{sys.version_info.major}.{sys.version_info.minor}")
+    key = "-".join("".join(c if c.isalnum() or c in ".-" else "_" for c in r) for r in (requirement, *extra))
+    target = cache_dir() / "venvs" / key
+    python, whole = target / "bin" / "python", target / ".installed"
+    if whole.is_file():
+        return python
+    shutil.rmtree(target, ignore_errors=True)  # a venv an interrupted run left half installed
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # a venv cannot be moved once made: built at its place, marked whole only at the end
+    subprocess.run([sys.executable, "-m", "venv", str(target)], check=True)
+    done = subprocess.run(
+        [python, "-m", "pip", "install", "--quiet", str(wheel), *extra],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        shutil.rmtree(target, ignore_errors=True)
+        require(False, f"pip install {wheel.name} {' '.join(extra)}: {done.stderr[-500:]}")
+    whole.write_text(requirement + "\n")
+    return python

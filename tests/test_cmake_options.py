@@ -40,7 +40,9 @@ def test_every_option_of_every_release_loads(version: str) -> None:
     for name, option in rel.options.items():
         assert name == option.name
         assert option.kind in {"bool", "string"}, name
-        assert option.declared in {"option", "cmake_dependent_option", "cache", "env", "reported"}, name
+        assert option.declared in {"option", "cmake_dependent_option", "cache", "env", "reported", "cmake"}, (
+            name
+        )
         assert option.source and all(s in sources for s in option.source), name
         if option.declared == "cmake_dependent_option":
             assert option.condition and option.forced, name

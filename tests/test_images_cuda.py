@@ -45,7 +45,7 @@ UPSTREAM = ("torch===2.13.0", "torchvision===0.28.0")
 PLAN_ENV = (
     "CUDA_HOME",
     "CUDACXX",
-    "NCCL_ROOT_DIR",
+    "NCCL_ROOT",
     "NCCL_INCLUDE_DIR",
     "NCCL_LIB_DIR",
     "TORCH_CUDA_ARCH_LIST",

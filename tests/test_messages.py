@@ -139,11 +139,11 @@ def test_fix_hints_say_where_a_python_or_gcc_the_distribution_lacks_comes_from(t
     python_fix = found["python"].fix
     assert "pyenv install 3.12" in python_fix and "deadsnakes" in python_fix and devel in python_fix
     assert "Debian 12 packages 3.11 only" in python_fix and "python3.12-dev" in python_fix
+    # build.gcc = 13 is what the build runs (CC=gcc-13): this host has no gcc-13
     compiler = next(
-        f
-        for f in preflight.preflight(plan, {"PATH": str(gcc12.parent), "CC": str(gcc12)})
-        if "build.gcc" in f.wanted
+        f for f in preflight.preflight(plan, {"PATH": str(gcc12.parent), "CC": str(gcc12)}) if f.check == "cc"
     )
+    assert compiler.found == "$CC=gcc-13, and no gcc-13 on PATH" and "install gcc-13 g++-13" in compiler.fix
     assert (
         "Ubuntu 24.04" in compiler.fix
         and "Debian 12 has gcc 12 only" in compiler.fix

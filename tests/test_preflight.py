@@ -92,14 +92,15 @@ def cu130_plan(tmp_path: Path) -> Plan:
 
 
 def test_cu130_on_a_bare_host_lists_every_missing_piece(tmp_path: Path) -> None:
-    path = bin_dir(tmp_path, "gcc", "git")  # gcc here is 12 (the recipe asks for 13); no python3.12
-    done = subprocess.run([path / "gcc", "-dumpversion"], capture_output=True, text=True, check=True)
-    gcc_major = int(done.stdout.split(".")[0])
+    path = bin_dir(tmp_path, "gcc", "git")  # no gcc-13 (the recipe's build.gcc), no python3.12
     found = preflight.preflight(cu130_plan(tmp_path), {"PATH": str(path)})
     lines = [str(f) for f in found]
-    assert {"python", "cudnn", "nccl", "magma"} <= checks(found), lines
-    if gcc_major != 13:
-        assert "compiler" in checks(found), lines
+    assert {"python", "cudnn", "nccl", "magma", "cc", "cxx"} <= checks(found), lines
+    # build.gcc = 13 is what the build runs (CC=gcc-13, CXX=g++-13): their absence is named
+    assert [f.found for f in found if f.check in ("cc", "cxx")] == [
+        "$CXX=g++-13, and no g++-13 on PATH",
+        "$CC=gcc-13, and no gcc-13 on PATH",
+    ], lines
     python = next(f for f in found if f.check == "python")
     assert "python3.12" in python.found and "3.12" in python.wanted and python.fix
     for f in found:  # each names what was found, what is wanted and the fix
@@ -150,11 +151,15 @@ def test_magma_of_another_version_is_named(tmp_path: Path) -> None:
 
 
 def test_compiler_too_new_for_nvcc_and_other_than_the_recipe(tmp_path: Path) -> None:
-    gcc = script(tmp_path / "fake" / "gcc-16", 'case "$1" in -dumpfullversion) echo 16.1.0;; '
+    """build.gcc = 13 makes the build run gcc-13 (the caller's CC does not count): a gcc-13 on PATH that is
+    really gcc 16 is named as both other than the recipe's and newer than nvcc 13.0 accepts."""
+    gcc = script(tmp_path / "fake" / "gcc-13", 'case "$1" in -dumpfullversion) echo 16.1.0;; '
                  '*) echo "gcc (GCC) 16.1.0"; echo "Free Software Foundation";; esac\n')  # fmt: skip
+    plan = cu130_plan(tmp_path)
+    assert (plan.env_for("torch")["CC"], plan.env_for("torch")["CUDAHOSTCXX"]) == ("gcc-13", "g++-13")
     found = [
         f
-        for f in preflight.preflight(cu130_plan(tmp_path), {"PATH": str(gcc.parent), "CC": str(gcc)})
+        for f in preflight.preflight(plan, {"PATH": str(gcc.parent), "CC": "/usr/bin/cc"})
         if f.check == "compiler"
     ]
     wanted = " | ".join(f.wanted for f in found)

@@ -38,6 +38,7 @@ LAYOUT: dict[str, Literal["file", "dir"]] = {
     "logs": "dir",
     "wheelhouse": "dir",
     "src": "dir",
+    "launchers": "dir",
 }
 
 Note = Callable[[str], None]

@@ -14,12 +14,12 @@ from rich.table import Table
 from torchkiln.build.envstore import default_env_store
 from torchkiln.cache import resolve_cache
 from torchkiln.distributed.spec import DistSpec, resolve_dist
-from torchkiln.errors import UsageError
+from torchkiln.errors import RecipeError, UsageError
 from torchkiln.plan.environment import ENV_TABLE
 from torchkiln.plan.given_torch import resolve_given_torch
 from torchkiln.plan.make import make_plan
 from torchkiln.plan.model import PROJECTS, Plan
-from torchkiln.plan.preflight import adopt_source_versions
+from torchkiln.plan.preflight import adopt_source_versions, adopted_rule_problems
 from torchkiln.recipe.loader import load_recipe, path_problem, plain_string, resolve_recipe_path
 from torchkiln.recipe.model import Recipe
 from torchkiln.recipe.rules import remote_secret
@@ -196,6 +196,10 @@ def plan_from_args(args: argparse.Namespace, command: str = "plan") -> Plan:
     for project in sorted(accepted - set(source_dirs)):
         raise UsageError(f"--accept-source-version {project}: needs --source-dir {project}=PATH")
     recipe, notes = adopt_source_versions(recipe, source_dirs, accepted)
+    # The rules see the adopted version here, for plan, check and build alike (--no-preflight too).
+    adopted_problems = adopted_rule_problems(recipe, source_dirs, notes)
+    if adopted_problems:
+        raise RecipeError(adopted_problems)
     torch = None
     if args.given_torch:
         # install-torch's pip looks in these too (plan.make._install_torch_step): so does the resolution

@@ -74,6 +74,7 @@ DISTROS: dict[str, Distro] = {
 # CUDA minor -> the toolkit release of NVIDIA's images (the same toolkit upstream installs:
 # .ci/docker/common/install_cuda.sh install_126 ... install_132). 13.4 has no runfile/image yet.
 CUDA_IMAGES: dict[str, str] = {
+    "12.4": "12.4.1",  # torch 2.6's CUDA 12 build (install_124; Ubuntu 22.04 images)
     "12.6": "12.6.3",
     "12.8": "12.8.1",
     "12.9": "12.9.1",

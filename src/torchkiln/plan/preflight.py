@@ -30,8 +30,8 @@ vision   each part of ``[torchvision.features]`` asked for is where torchvision'
          the directories of ``torchvision.include_dirs`` / ``library_dirs`` exist
 ======== ==========================================================================================
 
-cmake and ninja are not checked on the host: the build venv gets them from pip (``cmake>=3.27``, ``ninja``,
-the release minimums of data/host_tools.toml) and its ``bin/`` comes first on the compile steps' PATH.
+cmake and ninja are not checked on the host: the build venv gets them from pip (``cmake>=3.27``, ``ninja``;
+the CMake range of the release in data/host_tools.toml: ``cmake>=3.18,<4`` for 2.6) and its ``bin/`` comes first on the compile steps' PATH.
 
 Each problem names what was found, what the recipe wants and the fix (:class:`Finding`).
 """
@@ -185,11 +185,19 @@ def _python_fix(plan: Plan) -> str:
 def _gcc_fix(plan: Plan, major: int, found: int) -> str:
     """Where a gcc the distribution may not package comes from. (Debian 12 packages gcc 12 only, Ubuntu
     24.04 gcc 12 to 14: torchkiln.images.spec.DISTROS.)"""
-    return (
-        f"install gcc-{major} g++-{major} and set CC=gcc-{major} CXX=g++-{major} (a distribution that "
-        f"packages gcc {major}, e.g. Ubuntu 24.04 for gcc 13 and 14; Debian 12 has gcc 12 only), or build "
-        f"in the devel image, which has it: {_devel_image(plan)}; or set build.gcc = {found} in the recipe"
+    how = (
+        f"(build.gcc = {major}: the build runs them)"
+        if plan.recipe.build.gcc == major
+        else f"and set CC=gcc-{major} CXX=g++-{major}"
     )
+    return (
+        f"install gcc-{major} g++-{major} {how} ({_packaged(major)}), or build in the devel image, which has "
+        f"it: {_devel_image(plan)}; or set build.gcc = {found} in the recipe"
+    )
+
+
+def _packaged(major: int) -> str:
+    return f"a distribution that packages gcc {major}, e.g. Ubuntu 24.04 for gcc 13 and 14; Debian 12 has gcc 12 only"
 
 
 def _version_of(text: str | None) -> Version | None:
@@ -203,9 +211,11 @@ def _compiler(plan: Plan, host: Host) -> Iterator[Finding]:
     """The version rules (build.gcc, the release's minimum, nvcc's maximum) on ``$CC``, else ``cc`` (what the
     build invokes), else ``gcc`` (a host with gcc but no ``cc`` link)."""
     r = plan.recipe
+    # the plan's CC (build.gcc's gcc-N) over the caller's: what the compile steps run
+    environ = {**host.environ, **{k: v for k, v in _env(plan).items() if k in ("CC", "CXX")}}
     default = "cc" if _which("cc", host) is not None else "gcc"
-    found = compiler("CC", default, host.environ)
-    setting = f"$CC={host.environ['CC']}" if host.environ.get("CC") else default
+    found = compiler("CC", default, environ)
+    setting = f"$CC={environ['CC']}" if environ.get("CC") else default
     if found is None:
         if _which(_compilers(plan, host)["cc"].command, host) is None:
             return  # the build's own C compiler is missing too: the cc check names it, once
@@ -343,6 +353,20 @@ def _compile_failure(compiler: Compiler, command: str, host: Host) -> str | None
     return (first_error(lines) or (lines[0] if lines else f"exit {done.returncode}"))[:200]
 
 
+def _toolchain_fix(plan: Plan, c: Compiler, how: Invoked) -> str:
+    """What to do about a compiler that is missing or broken: build.gcc's is installed (the plan sets it, so
+    setting CC/CXX would not help), any other is installed or replaced."""
+    gcc = plan.recipe.build.gcc
+    if gcc is not None and how.command == f"{c.package}-{gcc}":
+        return (
+            f"install gcc-{gcc} g++-{gcc} (build.gcc = {gcc}: the build runs them; {_packaged(gcc)}), or build in "
+            f"the devel image, which has them: {_devel_image(plan)}; or set build.gcc to a gcc this host has"
+        )
+    if how.command == c.default:
+        return f"apt-get install {c.package}, or set {c.variable} to a {c.language} compiler"
+    return f"apt-get install {c.package}, or set {c.variable} to one that works"
+
+
 def _toolchain(plan: Plan, host: Host) -> Iterator[Finding]:
     """The C++ and C compilers the build invokes exist, run, and compile and link a trivial program."""
     invoked = _compilers(plan, host)
@@ -352,11 +376,7 @@ def _toolchain(plan: Plan, host: Host) -> Iterator[Finding]:
             f"a {c.language} compiler that compiles ({how.shown}: what CMake and torch.utils.cpp_extension "
             "invoke)"
         )
-        fix = f"apt-get install {c.package}" + (
-            f", or set {c.variable} to a {c.language} compiler"
-            if how.command == c.default
-            else f", or set {c.variable} to one that works"
-        )
+        fix = _toolchain_fix(plan, c, how)
         path = _which(how.command, host)
         if path is None:
             yield Finding(c.check, _not_found(how), wanted, fix)
@@ -740,33 +760,35 @@ def _torch_wheel(plan: Plan, host: Host) -> Iterator[Finding]:
 ADOPTED = "--accept-source-version {project}:"  # how adopt_source_versions' note starts
 
 
-def _adoption(plan: Plan) -> str:
+def _adoption(source_dirs: Mapping[str, Path], notes: tuple[str, ...]) -> str:
     """Which versions are the trees' rather than the recipe file's, for the problems they cause: the rules
     then speak of a field whose value the recipe file does not hold (its torchvision.version says 0.28.0,
     the problem is the adopted tree's 0.21.0)."""
     parts = []
-    for source in plan.sources:
-        if source.provided and any(n.startswith(ADOPTED.format(project=source.name)) for n in plan.notes):
-            found = tree_version(source.name, source.path)
+    for project, source in source_dirs.items():
+        if any(n.startswith(ADOPTED.format(project=project)) for n in notes):
+            found = tree_version(project, Path(source))
             parts.append(
-                f"{source.name} {found.release} is the version of the tree {source.path} (its "
-                f"{found.path.name} says {found.text!r}), adopted with --accept-source-version {source.name} "
+                f"{project} {found.release} is the version of the tree {source} (its "
+                f"{found.path.name} says {found.text!r}), adopted with --accept-source-version {project} "
                 "instead of the recipe file's version"
             )
     return "; ".join(parts)
 
 
-def _rules_after_adoption(plan: Plan) -> list[Problem]:
+def adopted_rule_problems(
+    recipe: Recipe, source_dirs: Mapping[str, Path], notes: tuple[str, ...]
+) -> list[Problem]:
     """The compatibility rules again when a tree's version replaced the recipe's (a torchvision 0.21 tree
-    does not pair with torch 2.13 however it is accepted). Each problem names the adopted tree, not the
-    recipe file, as its source."""
-    if not plan.notes:
-        return []
-    problems = check_rules(plan.recipe, plan.recipe.source)
-    where = _adoption(plan)
+    does not pair with torch 2.13 however it is accepted; a torch 2.99 tree is a release without
+    compatibility data). Each problem names the adopted tree, not the recipe file, as its source. Run for
+    every command right after the adoption (commands.plan.plan_from_args), so neither ``plan`` nor a
+    ``build --no-preflight`` goes on with a version the rules refuse: nothing is planned for a release
+    torchkiln knows nothing of."""
+    where = _adoption(source_dirs, notes)
     if not where:
-        return problems
-    return [dataclasses.replace(p, file=where) for p in problems]
+        return []
+    return [dataclasses.replace(p, file=where) for p in check_rules(recipe, recipe.source)]
 
 
 CHECKS: tuple[tuple[str, Check], ...] = (
@@ -800,8 +822,8 @@ def preflight(plan: Plan, environ: Mapping[str, str] | None = None) -> list[Find
 
 
 def require(plan: Plan, environ: Mapping[str, str] | None = None) -> None:
-    """Raise :class:`PreflightError` with every problem when the host cannot build ``plan``."""
-    problems = _rules_after_adoption(plan)
+    """Raise :class:`PreflightError` with every problem when the host cannot build ``plan``. (An adopted
+    tree's version was rule-checked before the plan was made: :func:`adopted_rule_problems`.)"""
     findings = preflight(plan, environ)
-    if problems or findings:
-        raise PreflightError(findings, problems)
+    if findings:
+        raise PreflightError(findings)

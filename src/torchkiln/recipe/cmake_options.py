@@ -27,6 +27,8 @@ from typing import Any, Literal, cast
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from torchkiln.errors import UsageError
+
 Kind = Literal["bool", "string"]
 
 # Spellings accepted for a boolean flag. CMake itself reads more (YES/NO, Y/N, IGNORE, NOTFOUND, any non-zero
@@ -152,8 +154,24 @@ def options(version: str) -> Mapping[str, CMakeOption]:
 
 
 def host_tools(version: str) -> Mapping[str, Any]:
-    """Host-tool minimums of one release (cmake_min, ninja_min, git_min, gcc_min, ...; sources beside each)."""
-    return cast("Mapping[str, Any]", host_tools_data()["release"][minor(version)])
+    """Host-tool minimums of one release (cmake_min, ninja_min, git_min, gcc_min, ...; sources beside each).
+    A release without a table is refused by name (the rules refuse it earlier; this is the backstop)."""
+    tables = host_tools_data()["release"]
+    if minor(version) not in tables:
+        raise UsageError(
+            f"torch {version}: no host-tool minimums for this release (valid: data/host_tools.toml has "
+            f"{', '.join(tables)})"
+        )
+    return cast("Mapping[str, Any]", tables[minor(version)])
+
+
+def cmake_requirement(version: str) -> str:
+    """The pip requirement for a CMake that configures torch ``version``: ``cmake>=3.18,<4`` for 2.6 (its
+    third_party declares cmake_minimum_required below 3.5, which CMake 4 refuses; pytorch#150203 first
+    shipped in 2.7.0), ``cmake>=3.27`` from 2.9. ``data/host_tools.toml``: ``cmake_min``, ``cmake_below``."""
+    tools = host_tools(version)
+    below = tools.get("cmake_below")
+    return f"cmake>={tools['cmake_min']}" + (f",<{below}" if below else "")
 
 
 def nvcc_host_compilers(cuda: str) -> Mapping[str, Any]:

@@ -15,6 +15,8 @@ from typing import Any
 
 from packaging.version import Version
 
+from torchkiln.errors import UsageError
+
 from .model import Recipe
 
 
@@ -39,9 +41,17 @@ def cuda_release(recipe: Recipe) -> dict[str, Any] | None:
 
 
 def frontend(recipe: Recipe) -> str:
-    """'setup.py' or 'scikit-build-core': how this torch release builds its wheel."""
+    """'setup.py' or 'scikit-build-core': how this torch release builds its wheel (data/compat.toml: setup.py
+    up to 2.13, scikit-build-core from 2.14). A release without data has no front end to guess: the rules
+    refuse it before anything is planned, and this refuses it by name if it gets here anyway."""
     release = torch_release(recipe)
-    return release["frontend"] if release else "scikit-build-core"
+    if release is None:
+        raise UsageError(
+            f"torch {recipe.torch.version}: no compatibility data, so how it builds its wheel (setup.py or "
+            f"scikit-build-core) is not known (valid: data/compat.toml has {torch_release_range()})"
+        )
+    frontend: str = release["frontend"]
+    return frontend
 
 
 def torch_releases() -> list[str]:

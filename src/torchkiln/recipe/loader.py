@@ -80,7 +80,9 @@ RELEASE_RE = re.compile(r"[0-9]{1,4}\.[0-9]{1,4}\.[0-9]{1,4}", re.ASCII)
 MAJOR_MINOR_RE = re.compile(r"[0-9]{1,4}\.[0-9]{1,4}", re.ASCII)
 DOTTED_RE = re.compile(r"[0-9]{1,6}(\.[0-9]{1,6}){1,3}", re.ASCII)
 LOCAL_LABEL_RE = re.compile(r"\+[a-z0-9]+(\.[a-z0-9]+)*", re.ASCII)
-FLAG_RE = re.compile(r"(USE|BUILD)_[A-Z0-9_]{1,60}", re.ASCII)
+# USE_*/BUILD_* flags, and CMAKE_* variables; which names each release reads (CMAKE_* ones only when vetted,
+# e.g. CMAKE_POLICY_VERSION_MINIMUM) is data/cmake_options.toml's, checked by the rules.
+FLAG_RE = re.compile(r"(USE|BUILD|CMAKE)_[A-Z0-9_]{1,60}", re.ASCII)
 FLAG_VALUE_RE = re.compile(r"[A-Za-z0-9._/:+-]{0,200}", re.ASCII)
 SIZE_RE = re.compile(r"[0-9]{1,6}(\.[0-9]{1,3})?[KMGT]i?", re.ASCII)
 ENV_NAME_RE = re.compile(r"[A-Z_][A-Z0-9_]{0,63}", re.ASCII)
@@ -221,8 +223,8 @@ def _flags(value: Any) -> tuple[str, str] | None:
     for key, value_of_flag in value.items():
         if not FLAG_RE.fullmatch(key):
             return (
-                f"flag name {shown(key)} is not a USE_* or BUILD_* flag",
-                "names like USE_FLASH_ATTENTION",
+                f"flag name {shown(key)} is not a USE_*/BUILD_* flag or a CMAKE_* variable",
+                "names like USE_FLASH_ATTENTION or CMAKE_POLICY_VERSION_MINIMUM",
             )
         if (
             not isinstance(value_of_flag, bool | int | str)
@@ -431,7 +433,13 @@ SCHEMA: tuple[Field, ...] = (
     Field("build.gcc", int, check=_int_range(1, 99), doc="host gcc major version the build uses"),
     Field("build.pytorch_build_version", str, check=_pep440, doc="PYTORCH_BUILD_VERSION override"),
     Field("build.pytorch_build_number", int, check=_int_range(0, 9999), doc="PYTORCH_BUILD_NUMBER"),
-    Field("build.flags", dict, check=_flags, doc="extra USE_*/BUILD_* flags", convert=_flags_value),
+    Field(
+        "build.flags",
+        dict,
+        check=_flags,
+        doc="extra USE_*/BUILD_* flags and vetted CMAKE_* variables",
+        convert=_flags_value,
+    ),
     Field("cache.kind", str, check=_one_of("none", "ccache", "sccache")),
     Field("cache.dir", str, check=path_problem, doc="local cache directory"),
     Field("cache.max_size", str, check=_match(SIZE_RE, "a size such as 20G or 500M")),
