@@ -14,7 +14,8 @@ The build runs the command a user types, in a subprocess. Kept between runs (the
 (realtrees.pypi_wheel), the toolkit, the compiler cache (ccache: torch 2.6's cpp_extension puts none in front
 of the compiler, the plan's torchvision:launchers step does; nvcc's device passes stay uncached) and the
 environment store (the venvs with torch 2.6.0 and its NVIDIA wheels, 5.3 GiB each, hard links). Cold, the
-compile is most of the time; warm, it is a few link steps.
+compile (43 C++ objects, 6 CUDA files) is most of the time; warm, what is left is nvcc's device passes of the
+6 CUDA files and the check venv's install of the new wheel with torch (measured: about 3 minutes on 2 cores).
 """
 
 from __future__ import annotations
@@ -57,19 +58,9 @@ def sandbox(toolkit: Path, *, hide_libpng: bool = False) -> list[str]:
     """bubblewrap: the host as it is, with /usr/local a fresh tmpfs holding the host's own entries and the
     toolkit at /usr/local/cuda-12.4; with ``hide_libpng``, libpng-config not executable and no png.h."""
     need("bwrap")
-    argv = [
-        "bwrap",
-        "--unshare-pid",
-        "--die-with-parent",
-        "--bind",
-        "/",
-        "/",
-        "--dev",
-        "/dev",
-        "--proc",
-        "/proc",
-    ]
-    argv += ["--tmpfs", "/usr/local"]  # nothing of the build outlives the test (a timeout kills it all)
+    # --unshare-pid, --die-with-parent: nothing of the build outlives the test (a timeout kills it all)
+    argv = ["bwrap", "--unshare-pid", "--die-with-parent", "--bind", "/", "/", "--dev", "/dev"]
+    argv += ["--proc", "/proc", "--tmpfs", "/usr/local"]
     for entry in sorted(Path("/usr/local").iterdir()):
         if entry == CUDA_HOME:
             continue
