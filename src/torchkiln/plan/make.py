@@ -114,7 +114,8 @@ def _bundles(recipe: Recipe, projects: tuple[str, ...]) -> bool:
 
 def _bundle_step(paths: Paths, ctx: EnvInputs) -> Step:
     """torchkiln.artifacts.bundle on the torchvision wheel, as upstream's packaging/post_build_script.sh runs
-    relocate.py: the CUDA toolkit's lib64 is searched first, so libnvjpeg (and libcudart) are found there.
+    relocate.py: the CUDA toolkit's lib64 is searched first, so libnvjpeg (and libcudart) are found there,
+    then the recipe's ``torchvision.library_dirs``.
     Its wheel (``wheels``) is torchvision's final one: what the checks install and publish copies."""
     built = paths.wheelhouse / "torchvision"
     bundled = paths.wheelhouse / "torchvision.bundled"
@@ -122,6 +123,8 @@ def _bundle_step(paths: Paths, ctx: EnvInputs) -> Step:
     argv += ["--package", "torchvision"]
     if ctx.cuda:
         argv += ["--library-path", f"{ctx.cuda_home}/lib64"]
+    for directory in ctx.recipe.vision.library_dirs:  # where the build linked them from (TORCHVISION_LIBRARY)
+        argv += ["--library-path", directory]
     argv += ["--", str(built)]
     return Step(
         "torchvision:bundle",

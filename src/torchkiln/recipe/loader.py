@@ -225,6 +225,32 @@ def _arch_list(value: Any) -> tuple[str, str] | None:
     return None
 
 
+# torchvision's TORCHVISION_INCLUDE / TORCHVISION_LIBRARY (torchvision.include_dirs, .library_dirs): its
+# setup.py splits each at os.pathsep (":") and hands the directories to the compiler and linker, whose
+# commands torch.utils.cpp_extension writes into a ninja file (run by a shell; "$" is ninja's own escape).
+# Nothing expands them (no shell, no "~" or "$VAR"), so only absolute paths of plain characters.
+SEARCH_DIR_RE = re.compile(r"/[A-Za-z0-9._/+-]{0,254}", re.ASCII)
+MAX_SEARCH_DIRS = 16
+
+
+def _search_dirs(value: Any) -> tuple[str, str] | None:
+    valid = (
+        "absolute directory paths of letters, digits, '.', '_', '+', '-' and '/' (no ':', spaces, '~' or "
+        "'$': nothing expands them)"
+    )
+    if len(value) > MAX_SEARCH_DIRS:
+        return (
+            f"{len(value)} entries, more than {MAX_SEARCH_DIRS}",
+            f"at most {MAX_SEARCH_DIRS} directories",
+        )
+    bad = [shown(d) for d in value if not isinstance(d, str) or not SEARCH_DIR_RE.fullmatch(d)]
+    if bad:
+        return (f"not an absolute directory path: {', '.join(bad[:4])}", valid)
+    if len(set(value)) != len(value):
+        return ("a directory is listed twice", "each directory once")
+    return None
+
+
 def _flags(value: Any) -> tuple[str, str] | None:
     if len(value) > MAX_FLAGS:
         return (f"{len(value)} flags, more than {MAX_FLAGS}", f"at most {MAX_FLAGS}")
@@ -328,6 +354,22 @@ SCHEMA: tuple[Field, ...] = (
         _match(REF_RE, "a branch or tag name such as v0.28.0", "malformed git ref"),
     ),
     Field("torchvision.commit", str, check=_match(SHA1_RE, "a full 40-character lowercase hex SHA-1")),
+    Field(
+        "torchvision.include_dirs",
+        list,
+        check=_search_dirs,
+        doc="TORCHVISION_INCLUDE: directories searched first for the parts' headers",
+        to="vision.include_dirs",
+        convert=tuple,
+    ),
+    Field(
+        "torchvision.library_dirs",
+        list,
+        check=_search_dirs,
+        doc="TORCHVISION_LIBRARY: directories the parts' libraries are linked from",
+        to="vision.library_dirs",
+        convert=tuple,
+    ),
     Field(
         "torchvision.version",
         str,
