@@ -4,13 +4,18 @@ The integration build (two Pythons, one manifest, cache hits) is tests/test_buil
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import tomllib
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import tomli_w
+from dists import manifest_of, tiny_wheel
 
+from torchkiln.artifacts.manifest import WheelRecord
 from torchkiln.build.pythons import MARK, bring_in
 from torchkiln.cli import main
 from torchkiln.errors import RecipeError
@@ -18,6 +23,9 @@ from torchkiln.plan.jobs import GIB, Resources
 from torchkiln.plan.make import make_plan
 from torchkiln.plan.model import Step
 from torchkiln.recipe.loader import parse_recipe
+from torchkiln.verify import provenance
+from torchkiln.verify.buildconfig import recipe_checks
+from torchkiln.verify.facts import BuildFacts, collect_facts
 
 ROOT = Path(__file__).resolve().parent.parent
 CPU_RECIPE = ROOT / "recipes" / "torch-2.13-cpu-py311.toml"
@@ -175,3 +183,57 @@ def test_each_python_gets_its_own_build_dir_back_at_the_same_path(tmp_path: Path
     # already in place: nothing moves
     assert bring_in(_compile_step(tree, work, "3.11")) == []
     assert (build / "py311.o").read_text() == "311"
+
+
+@pytest.fixture(scope="module")
+def real_facts() -> BuildFacts:
+    """The facts of the installed torch (the suite's torch 2.13.0 CPU wheel), its Python's among them."""
+    return collect_facts()
+
+
+def test_verify_compares_the_wheel_of_the_python_running_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, real_facts: BuildFacts
+) -> None:
+    """A manifest of a build for 3.11 and 3.12 lists two wheels of the project: an installation is checked
+    against the one of its own Python, whichever is listed first."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    mine = tiny_wheel(wheels, "kilnpy", "1.0")
+    site = tmp_path / "site"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            "--target",
+            str(site),
+            str(mine),
+        ],
+        check=True,
+        env={**os.environ, "PIP_CONFIG_FILE": os.devnull},
+    )
+    monkeypatch.syspath_prepend(str(site))
+    running = f"{sys.version_info.major}.{sys.version_info.minor}"
+    record = WheelRecord.of(mine, "kilnpy", running)
+    other = replace(
+        record, name="kilnpy-1.0-cp399-cp399-linux_x86_64.whl", sha256="0" * 64, files_sha256="1" * 64
+    )
+    facts = replace(real_facts, python_version=running)
+    for listed in ([replace(other, python="3.99"), record], [record, replace(other, python="3.99")]):
+        results = provenance.manifest_checks(manifest_of(listed, {}), facts)
+        assert (results["kilnpy.files"].status, results["kilnpy.wheel_sha256"].status) == ("pass", "pass")
+    # the other Python's wheel alone: compared, and it is not what is installed
+    results = provenance.manifest_checks(manifest_of([replace(other, python=running)], {}), facts)
+    assert results["kilnpy.files"].status == "fail"
+
+
+def test_the_recipe_check_accepts_each_of_its_pythons_and_names_them(real_facts: BuildFacts) -> None:
+    recipe = parse_recipe(recipe_text({"versions": ["3.11", "3.12", "3.14t"]}).encode(), "x.toml")
+    for running, status in (("3.11", "pass"), ("3.14", "pass"), ("3.13", "fail")):
+        check = recipe_checks(recipe, replace(real_facts, python_version=running))["python"]
+        assert (check.status, check.field) == (status, "python.versions")
+    assert "expected 3.11 or 3.12 or 3.14t, actual 3.13" in check.message

@@ -652,7 +652,7 @@ def _compare_with_recipe(
     # The commit each project was built from (its checkout's HEAD), for a recipe that pins none.
     commits = {s.name: head_commit(s.path) for s in ctx.plan.sources if is_git_checkout(s.path)}
     # the wheels of the step's Python, in a build for several (python.versions)
-    recipe = replace(ctx.plan.recipe, python=step.python) if step.python else ctx.plan.recipe
+    recipe = replace(ctx.plan.recipe, python=step.python, pythons=()) if step.python else ctx.plan.recipe
     results = postbuild_checks(recipe, facts, ctx.plan.projects, commits=commits)
     failed = [c.message for c in results.values() if c.status == "fail"]
     if failed:
