@@ -120,9 +120,8 @@ class Recipe:
     description: str
     torch: SourceSpec
     torchvision: SourceSpec
-    python: (
-        str  # the first of python_versions: the Python whose paths and step names are a one-Python build's
-    )
+    # the first of python_versions: the Python whose paths and step names are a one-Python build's
+    python: str
     accelerator: Accelerator
     blas: Blas
     magma: Magma | None
