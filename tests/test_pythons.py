@@ -237,3 +237,21 @@ def test_the_recipe_check_accepts_each_of_its_pythons_and_names_them(real_facts:
         check = recipe_checks(recipe, replace(real_facts, python_version=running))["python"]
         assert (check.status, check.field) == (status, "python.versions")
     assert "expected 3.11 or 3.12 or 3.14t, actual 3.13" in check.message
+
+
+def test_a_pythons_steps_build_on_its_own_steps_and_the_shared_fetches(tmp_path: Path) -> None:
+    recipe = parse_recipe(recipe_text({"versions": ["3.11", "3.12"]}).encode(), "x.toml")
+    plan = make_plan(recipe, workdir=tmp_path / "w", resources=BIG)
+    names = [s.name for s in plan.steps]
+
+    def deps(name: str) -> set[str]:
+        return {names[i] for i in plan.dependencies(names.index(name))}
+
+    torch_fetch = {n for n in names if n.startswith("torch:fetch")}
+    env = ("build-env:venv", "build-env:pip", "build-env:deps")
+    assert deps("torch:wheel") == torch_fetch | set(env)
+    # the second Python's compile: the shared checkout and its own venv, none of the first Python's steps
+    assert deps("torch:wheel@3.12") == torch_fetch | {f"{n}@3.12" for n in env}
+    checks = deps("checks:import@3.12")
+    assert {n for n in checks if "@" not in n} == {n for n in names if ":fetch:" in n}
+    assert "torchvision:wheel@3.12" in checks and "torchvision:wheel" not in checks

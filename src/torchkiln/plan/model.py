@@ -193,12 +193,17 @@ class Plan:
 
     def dependencies(self, index: int) -> list[int]:
         """The earlier steps whose results step ``index`` builds on: a shared step ("" project) on all of
-        them, a project's step on the shared steps, its own and those of the projects in DEPENDS."""
+        them, a project's step on the shared steps, its own and those of the projects in DEPENDS. In a build
+        for several Pythons, only those of its own Python and those of none (the fetches): another Python's
+        rebuild does not make this Python's steps run again."""
         step = self.steps[index]
-        if step.project == "":
-            return list(range(index))
         related = {"", step.project, *DEPENDS.get(step.project, ())}
-        return [i for i in range(index) if self.steps[i].project in related]
+        return [
+            i
+            for i in range(index)
+            if (step.project == "" or self.steps[i].project in related)
+            and self.steps[i].python in ("", step.python)
+        ]
 
     def venv_steps(self, venv: str) -> list[str]:
         """The steps that make or change ``venv``, in order (what the environment store chains)."""
