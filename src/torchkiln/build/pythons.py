@@ -13,6 +13,7 @@ keeps its incremental build.
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -31,6 +32,8 @@ def bring_in(step: Step) -> list[str]:
         return []
     moved: list[str] = []
     for directory in map(Path, step.scratch):
+        if os.path.lexists(directory) and not directory.is_dir():
+            continue  # a file where the build directory belongs: the compile kind removes it
         home = Path(step.parked) / directory.name
         owner = _owner(directory)
         if owner == home:
