@@ -37,7 +37,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "src"))
 
-from run import RedisServer, console, require, tool_path, wheel_by_hand  # noqa: E402 - after the path set-up
+from run import RedisServer, console, require, tool_path, torchkiln_build, wheel_by_hand  # noqa: E402 - after the path set-up
 
 from torchkiln import cache  # noqa: E402
 from torchkiln.process.environ import base_environment  # noqa: E402
@@ -125,18 +124,13 @@ class Torchkiln:
         env_store: str = "envs",
     ) -> dict[str, Any]:
         recipe = self.remote if remote else self.local
-        argv = [sys.executable, "-m", "torchkiln", "build", str(recipe), "--only", "torchvision"]
+        argv = [str(recipe), "--only", "torchvision"]
         argv += ["--source-dir", f"torchvision={builder / 'vision'}", "--workdir", str(builder / "work")]
         argv += ["--dist", str(builder / "dist"), "--jobs", str(self.jobs), "--cache", "ccache"]
         argv += ["--cache-dir", str(cache_dir), "--skip-checks", *(["--force"] if force else [])]
         argv += ["--env-store", str(self.scratch / env_store)]
         env = {**os.environ, "PATH": tool_path()}
-        start = time.perf_counter()
-        done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
-        seconds = time.perf_counter() - start
-        if done.returncode != 0:
-            raise SystemExit(f"bench: {name} failed:\n{(done.stdout + done.stderr)[-4000:]}")
-        manifest = json.loads((builder / "dist" / "manifest.json").read_text())
+        seconds, manifest = torchkiln_build(name, argv, env, builder / "dist")
         steps = {s["name"]: s for s in manifest["steps"]}
         ran = [n for n, s in steps.items() if s["status"] == "ran"]
         reused = [n for n, s in steps.items() if s["status"] == "reused"]

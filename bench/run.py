@@ -62,6 +62,25 @@ def require(*tools: str) -> None:
         raise SystemExit(f"bench: {', '.join(missing)} not installed (apt-get install ccache redis-server)")
 
 
+def torchkiln_build(
+    name: str, argv: list[str], env: dict[str, str], dist: Path
+) -> tuple[float, dict[str, Any]]:
+    """``python -m torchkiln build <argv>``: its wall time and the manifest it published in ``dist``; a failed
+    build stops the benchmark with the end of its output."""
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "torchkiln", "build", *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"bench: {name} failed:\n{(done.stdout + done.stderr)[-4000:]}")
+    return seconds, json.loads((dist / "manifest.json").read_text())
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

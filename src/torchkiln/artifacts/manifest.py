@@ -48,6 +48,8 @@ class RecipeInfo:
     accelerator: str
     cuda: str | None
     arch_list: list[str]
+    # every Python the build made wheels for (python.versions; python is the first); empty before issue 23
+    pythons: list[str] = field(default_factory=list)
 
     @classmethod
     def of(cls, recipe: Recipe) -> RecipeInfo:
@@ -62,6 +64,7 @@ class RecipeInfo:
             accelerator=recipe.accelerator.kind,
             cuda=str(recipe.accelerator.cuda) if recipe.accelerator.cuda else None,
             arch_list=list(recipe.accelerator.arch_list),
+            pythons=list(recipe.python_versions),
         )
 
 
@@ -171,13 +174,14 @@ class WheelRecord:
     size: int
     sha256: str
     files_sha256: str  # wheelfile.record_digest of its RECORD: what an installation must hold
+    python: str = ""  # the Python it was built for ("3.12", "3.13t"); "" in manifests from before issue 23
 
     @classmethod
-    def of(cls, path: Path, project: str) -> WheelRecord:
+    def of(cls, path: Path, project: str, python: str = "") -> WheelRecord:
         parsed = wheelfile.parse(path.name)
         version = parsed.version if parsed is not None else ""
         digest = wheelfile.record_digest(wheelfile.wheel_record(path))
-        return cls(path.name, project, version, path.stat().st_size, file_sha256(path), digest)
+        return cls(path.name, project, version, path.stat().st_size, file_sha256(path), digest, python)
 
 
 @dataclass(frozen=True)

@@ -92,6 +92,7 @@ from .fingerprint import (
 from .memory import Resume
 from .progress import CompileProgress, PhaseTracker
 from .publish import publish
+from .pythons import bring_in
 from .reconfigure import reconfigure
 from .vision_watch import VisionWatcher
 from .watch import Contradiction, Expectations, SummaryWatcher, Watcher
@@ -270,7 +271,7 @@ class StepKind:
                 "cwd": local(step.cwd) if step.cwd else None,
                 "inputs": {local(k): v for k, v in inputs.items()},
                 "previous": previous,
-                "host": interpreter_identity(f"python{ctx.plan.recipe.python}", ctx.environ),
+                "host": interpreter_identity(f"python{step.python or ctx.plan.recipe.python}", ctx.environ),
             }
         )
 
@@ -428,6 +429,8 @@ class CompileKind(StepKind):
 
     def prepare(self, step: Step, ctx: Context) -> None:
         super().prepare(step, ctx)
+        for moved in bring_in(step):  # a build for several Pythons: this Python's build/ into the tree
+            ctx.display.note(f"{step.name}: {moved}")
         session = ctx.open_cache(step)
         for directory in map(Path, step.scratch):
             if ctx.options.force and directory.is_dir() and not directory.is_symlink():
@@ -490,7 +493,7 @@ class CompileKind(StepKind):
         env = compose(ctx.environ, step.env, session.public_env, path_prepend=step.path_prepend)
         toolchain = collect(
             env,
-            ctx.plan.paths.venv_python,
+            Path(step.argv[0]),  # the build venv's python: the step's own Python's
             cuda=ctx.plan.recipe.accelerator.is_cuda,
             cache_tool=session.config.kind if session.config.enabled else None,
         )
@@ -742,7 +745,9 @@ def _compare_with_recipe(
     facts = BuildFacts.from_dict(facts_doc)
     # The commit each project was built from (its checkout's HEAD), for a recipe that pins none.
     commits = {s.name: head_commit(s.path) for s in ctx.plan.sources if is_git_checkout(s.path)}
-    results = postbuild_checks(ctx.plan.recipe, facts, ctx.plan.projects, commits=commits)
+    # the wheels of the step's Python, in a build for several (python.versions)
+    recipe = replace(ctx.plan.recipe, python=step.python, pythons=()) if step.python else ctx.plan.recipe
+    results = postbuild_checks(recipe, facts, ctx.plan.projects, commits=commits)
     failed = [c.message for c in results.values() if c.status == "fail"]
     if failed:
         lines = "\n".join(f"  - {message}" for message in failed)

@@ -50,7 +50,7 @@ def publish(ctx: Context) -> bool:
         enforce_min_hit_rate(ctx.cache_stats, ctx.options.min_hit_rate, ctx.cache_causes)
     paths = ctx.plan.paths
     wheels, changed = _publish_wheels(ctx)
-    for stale in dist.remove_superseded(paths.dist, [w for w, _ in wheels]):
+    for stale in dist.remove_superseded(paths.dist, [w for w, _, _ in wheels]):
         ctx.display.note(f"removed superseded wheel {stale}")
         (paths.dist / sbom.sbom_name(stale.name)).unlink(missing_ok=True)
         changed = True
@@ -60,11 +60,11 @@ def publish(ctx: Context) -> bool:
     lock_path = paths.dist / f"{recipe.name}.lock.json"
     write_lock(lock_path, recipe.name, recipe.sha256, locks)
     manifest_path = paths.dist / dist.MANIFEST_NAME
-    manifest = _manifest(ctx, locks, [WheelRecord.of(w, p) for w, p in wheels])
+    manifest = _manifest(ctx, locks, [WheelRecord.of(w, p, python) for w, p, python in wheels])
     write_manifest(manifest_path, manifest)
     sboms = sbom.write_wheel_sboms(paths.dist, manifest, recipe)
     statement = _attest(ctx, manifest, [manifest_path, lock_path, *sboms])
-    ctx.published = Published([w for w, _ in wheels], manifest_path, lock_path, sboms, statement)
+    ctx.published = Published([w for w, _, _ in wheels], manifest_path, lock_path, sboms, statement)
     return changed
 
 
@@ -101,12 +101,12 @@ def _parameters(ctx: Context) -> dict[str, Any]:
     }
 
 
-def _publish_wheels(ctx: Context) -> tuple[list[tuple[Path, str]], bool]:
-    """Each project's wheels (of its last step that makes wheels) into dist/, those not already there.
-    Returns ((path in dist, project), ...) and whether dist/ changed."""
-    published: list[tuple[Path, str]] = []
+def _publish_wheels(ctx: Context) -> tuple[list[tuple[Path, str, str]], bool]:
+    """Each project's wheels (of its last step that makes wheels, per Python) into dist/, those not already
+    there. Returns ((path in dist, project, Python), ...) and whether dist/ changed."""
+    published: list[tuple[Path, str, str]] = []
     changed = False
-    for project, step in ctx.plan.wheel_steps().items():
+    for (project, python), step in ctx.plan.published_steps().items():
         assert step.wheels is not None
         recorded = (ctx.state.get(step.name) or {}).get("outputs", {}).get("wheels", {})
         for name in sorted(recorded):
@@ -114,7 +114,7 @@ def _publish_wheels(ctx: Context) -> tuple[list[tuple[Path, str]], bool]:
             if not (target.is_file() and file_sha256(target) == recorded[name]):
                 dist.publish(Path(step.wheels) / name, ctx.plan.paths.dist)
                 changed = True
-            published.append((target, project))
+            published.append((target, project, python or ctx.plan.recipe.python))
     return published, changed
 
 

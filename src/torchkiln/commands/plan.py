@@ -258,7 +258,7 @@ def print_plan(plan: Plan, console: Console | None = None) -> None:
     r = plan.recipe
     console.print(
         f"[bold]{r.name}[/bold]  torch {r.torch_wheel_version} + torchvision {r.torchvision_wheel_version}"
-        f"  (Python {r.python}, {r.accelerator.kind})"
+        f"  (Python {', '.join(r.python_versions)}, {r.accelerator.kind})"
     )
     console.print(
         f"torch front-end: {plan.frontend}; MAX_JOBS={plan.jobs.value} ({plan.jobs.source}: "

@@ -80,7 +80,7 @@ def list_recipes(directory: str | None) -> int:
             r.name,
             r.torch_wheel_version,
             r.torchvision_wheel_version,
-            r.python,
+            ", ".join(r.python_versions),
             _accelerator(r),
             r.accelerator.arch_list_env or "-",
             f"{r.blas.kind} {r.blas.mkl or ''}".strip(),

@@ -67,9 +67,9 @@ def _fetch_steps(source: Source, spec: SourceSpec) -> list[Step]:
 
 
 def _env_steps(
-    recipe: Recipe, paths: Paths, projects: tuple[str, ...], sources: dict[str, Source]
+    recipe: Recipe, paths: Paths, projects: tuple[str, ...], sources: dict[str, Source], python_version: str
 ) -> list[Step]:
-    python = f"python{recipe.python}"
+    python = f"python{python_version}"
     py = str(paths.venv_python)
     # `--`: the path is never read as an option of venv's; ``fresh``: a venv the build did not make (one
     # left in the work directory by hand, with packages in it) is removed first, never built in or kept.
@@ -195,11 +195,8 @@ def make_plan(
     for project in projects:
         if not sources[project].provided:
             steps += _fetch_steps(sources[project], _spec(recipe, project))
-    steps += _env_steps(recipe, paths, projects, sources)
-    steps += _build_steps(recipe, paths, sources, ctx, cache, torch)
-    if _bundles(recipe, projects):
-        steps.append(_bundle_step(paths, ctx))
-    steps += _check_steps(recipe, paths, projects, steps, torch)
+    for python in recipe.python_versions:
+        steps += _python_steps(recipe, python, sources, ctx, cache, torch)
     steps.append(
         Step(
             "publish",
@@ -226,6 +223,44 @@ def make_plan(
             n for n in (memory_retries, recipe.build.memory_retries, MEMORY_RETRIES) if n is not None
         ),
     )
+
+
+def _python_steps(
+    recipe: Recipe,
+    python: str,
+    sources: Mapping[str, Source],
+    ctx: EnvInputs,
+    cache: CacheConfig,
+    torch: GivenTorch | None,
+) -> list[Step]:
+    """Everything a build does for one of its Pythons: the build venv, the wheels, the checks. In a build for
+    several (python.versions) the first Python's steps and paths are a one-Python build's and each later
+    one's carry its Python (``torch:wheel@3.12``, ``venv-3.12``); the sources are shared, and each compile
+    step parks the in-tree build directories of the Python not building (torchkiln.build.pythons), so every
+    Python builds at the same paths with the same command lines: a translation unit that does not include
+    Python.h is a compiler-cache hit for the second and later Pythons."""
+    pythons = recipe.python_versions
+    several = len(pythons) > 1
+    paths = ctx.paths.for_python("" if python == pythons[0] else python)
+    ctx = replace(ctx, paths=paths)
+    projects = tuple(sources)
+    steps = _env_steps(recipe, paths, projects, dict(sources), python)
+    steps += _build_steps(recipe, paths, sources, ctx, cache, torch)
+    if _bundles(recipe, projects):
+        steps.append(_bundle_step(paths, ctx))
+    steps += _check_steps(recipe, paths, projects, steps, torch, python)
+    if not several:
+        return steps
+    suffix = "" if python == pythons[0] else f"@{python}"
+    return [
+        replace(
+            step,
+            name=step.name + suffix,
+            python=python,
+            parked=str(ctx.paths.parked(python, step.project)) if step.kind == "compile" else "",
+        )
+        for step in steps
+    ]
 
 
 def _check_arguments(
@@ -381,7 +416,12 @@ def _install_torch_step(recipe: Recipe, paths: Paths, builds_torch: bool, torch:
 
 
 def _check_steps(
-    recipe: Recipe, paths: Paths, projects: tuple[str, ...], steps: list[Step], torch: GivenTorch | None
+    recipe: Recipe,
+    paths: Paths,
+    projects: tuple[str, ...],
+    steps: list[Step],
+    torch: GivenTorch | None,
+    python: str,
 ) -> list[Step]:
     """A clean venv, then the post-build check: it installs the wheels and prints their build facts; the
     builder compares them with the recipe (torchkiln.verify.buildconfig, the same comparison as
@@ -391,7 +431,7 @@ def _check_steps(
         "checks:venv",
         "checks",
         "",
-        (f"python{recipe.python}", "-m", "venv", "--clear", "--", str(paths.check_venv)),
+        (f"python{python}", "-m", "venv", "--clear", "--", str(paths.check_venv)),
         fresh=str(paths.check_venv),
         creates=str(check_python),
         venv=str(paths.check_venv),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -37,6 +37,18 @@ Kind = Literal["fetch", "env", "compile", "package", "checks", "publish"]
 class Paths:
     workdir: Path
     dist: Path
+    # The Python these paths are for in a build for several Pythons (python.versions): "" for the first
+    # Python, whose paths are a one-Python build's, else the Python ("3.12"): its venvs, constraints and
+    # wheelhouse sit beside the first's with "-3.12" after their names. The sources and logs are shared.
+    python: str = ""
+
+    def for_python(self, python: str) -> Paths:
+        """The paths of one Python of a several-Python build (``""``: the first's)."""
+        return replace(self, python=python)
+
+    @property
+    def _tag(self) -> str:
+        return f"-{self.python}" if self.python else ""
 
     @property
     def src(self) -> Path:
@@ -44,7 +56,7 @@ class Paths:
 
     @property
     def venv(self) -> Path:
-        return self.workdir / "venv"
+        return self.workdir / f"venv{self._tag}"
 
     @property
     def venv_python(self) -> Path:
@@ -57,23 +69,29 @@ class Paths:
     @property
     def wheelhouse(self) -> Path:
         """Where wheels are built before they are moved atomically into dist/."""
-        return self.workdir / "wheelhouse"
+        return self.workdir / f"wheelhouse{self._tag}"
 
     @property
     def launchers(self) -> Path:
         """Compiler names that run the cache tool (torchkiln.cache.masquerade), for torchvision's compiles
         against a torch whose cpp_extension puts no launcher in front by itself."""
-        return self.workdir / "launchers"
+        return self.workdir / f"launchers{self._tag}"
 
     @property
     def constraints(self) -> Path:
         """The build env's resolution as pip constraints: written by build-env:deps, read by every later
         pip call (torchkiln.build.buildreqs)."""
-        return self.workdir / "constraints.txt"
+        return self.workdir / f"constraints{self._tag}.txt"
 
     @property
     def check_venv(self) -> Path:
-        return self.workdir / "check-venv"
+        return self.workdir / f"check-venv{self._tag}"
+
+    def parked(self, python: str, project: str) -> Path:
+        """Where a several-Python build keeps ``project``'s in-tree build directory of ``python`` while another
+        Python's is in the tree (torchkiln.build.pythons): under the work directory, so under the cache's
+        basedir."""
+        return self.workdir / "builds" / python / project
 
 
 @dataclass(frozen=True)
@@ -118,6 +136,11 @@ class Step:
     # by its content, and a later step on the same venv runs again whenever this one ran.
     venv: str | None = None
     note: str = ""  # what an in-process step (no argv) does, for the plan
+    # A build for several Pythons (python.versions): the Python this step is for ("" in a one-Python build),
+    # and, for a compile step, where each Python's in-tree build directories are parked while another
+    # Python's are in the tree (torchkiln.build.pythons; "" when not parked).
+    python: str = ""
+    parked: str = ""
 
     @property
     def shown_env(self) -> dict[str, str]:
@@ -170,23 +193,37 @@ class Plan:
 
     def dependencies(self, index: int) -> list[int]:
         """The earlier steps whose results step ``index`` builds on: a shared step ("" project) on all of
-        them, a project's step on the shared steps, its own and those of the projects in DEPENDS."""
+        them, a project's step on the shared steps, its own and those of the projects in DEPENDS. In a build
+        for several Pythons, only those of its own Python and those of none (the fetches): another Python's
+        rebuild does not make this Python's steps run again."""
         step = self.steps[index]
-        if step.project == "":
-            return list(range(index))
         related = {"", step.project, *DEPENDS.get(step.project, ())}
-        return [i for i in range(index) if self.steps[i].project in related]
+        return [
+            i
+            for i in range(index)
+            if (step.project == "" or self.steps[i].project in related)
+            and self.steps[i].python in ("", step.python)
+        ]
 
     def venv_steps(self, venv: str) -> list[str]:
         """The steps that make or change ``venv``, in order (what the environment store chains)."""
         return [s.name for s in self.steps if s.venv == venv]
 
     def wheel_steps(self) -> dict[str, Step]:
-        """Per project, the step whose wheels are published: the last one of the project that makes wheels."""
-        found: dict[str, Step] = {}
+        """Per project, the step whose wheels are published: the last one of the project that makes wheels
+        (of the first Python, in a build for several: :meth:`published_steps` has every Python's)."""
+        first = ("", self.recipe.python)
+        return {
+            project: step for (project, python), step in self.published_steps().items() if python in first
+        }
+
+    def published_steps(self) -> dict[tuple[str, str], Step]:
+        """Per project and Python (the step's, ``""`` in a one-Python build), the step whose wheels are
+        published: the last one of them that makes wheels."""
+        found: dict[tuple[str, str], Step] = {}
         for step in self.steps:
             if step.wheels is not None:
-                found[step.project] = step
+                found[(step.project, step.python)] = step
         return found
 
     def to_dict(self) -> dict[str, Any]:
@@ -199,6 +236,7 @@ class Plan:
                 "torch_version": r.torch_wheel_version,
                 "torchvision_version": r.torchvision_wheel_version,
                 "python": r.python,
+                "pythons": list(r.python_versions),
                 "accelerator": r.accelerator.kind,
                 "cuda": str(r.accelerator.cuda) if r.accelerator.cuda else None,
                 "arch_list": list(r.accelerator.arch_list),

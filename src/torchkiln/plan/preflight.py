@@ -142,13 +142,22 @@ def _run(argv: list[str], host: Host) -> runner.Completed | str:
         return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
-_PYTHON_PROBE = "import sys, venv, ensurepip; print('%d.%d' % sys.version_info[:2])"
+# MAJOR.MINOR, with a "t" for a free-threaded build (PEP 703: its sysconfig has Py_GIL_DISABLED = 1)
+_PYTHON_PROBE = (
+    "import sys, sysconfig, venv, ensurepip; "
+    "print('%d.%d' % sys.version_info[:2] + ('t' if sysconfig.get_config_var('Py_GIL_DISABLED') else ''))"
+)
 
 
 def _python(plan: Plan, host: Host) -> Iterator[Finding]:
-    want = plan.recipe.python
+    """Every Python the recipe builds for (python.version, or each of python.versions)."""
+    for want in plan.recipe.python_versions:
+        yield from _one_python(plan, host, want)
+
+
+def _one_python(plan: Plan, host: Host, want: str) -> Iterator[Finding]:
     exe = f"python{want}"
-    fix = _python_fix(plan)
+    fix = _python_fix(plan, want)
     path = shutil.which(exe, path=host.environ.get("PATH", os.defpath))
     if path is None:
         yield Finding("python", f"no {exe} on PATH", f"Python {want} (python.version)", fix)
@@ -170,10 +179,9 @@ def _devel_image(plan: Plan) -> str:
     return f"torchkiln images --recipe {plan.recipe.name} --target devel"
 
 
-def _python_fix(plan: Plan) -> str:
+def _python_fix(plan: Plan, want: str) -> str:
     """Where a Python the distribution may not package comes from. (Debian 12 packages 3.11 only, Ubuntu
     24.04 3.12: the bases of torchkiln.images.spec.DISTROS; the devel image installs the recipe's.)"""
-    want = plan.recipe.python
     return (
         f"apt-get install python{want}-venv python{want}-dev where the distribution packages Python {want} "
         f"(Debian 12 packages 3.11 only); else pyenv install {want} and put it on PATH (or, on Ubuntu, the "
@@ -399,7 +407,11 @@ def _python_headers(plan: Plan, host: Host) -> Iterator[Finding]:
     ``sysconfig.get_path("include")`` to CMake (v2.6.0 setup.py, cmake_python_include_dir) and
     torch.utils.cpp_extension compiles torchvision against the same directory. A Python without them
     (Debian's python3.X without python3.X-dev) runs, makes venvs, and fails the first compile."""
-    want = plan.recipe.python
+    for want in plan.recipe.python_versions:
+        yield from _one_python_headers(host, want)
+
+
+def _one_python_headers(host: Host, want: str) -> Iterator[Finding]:
     path = shutil.which(f"python{want}", path=host.environ.get("PATH", os.defpath))
     if path is None:
         return  # the python check names it

@@ -79,6 +79,9 @@ SHA1_RE = re.compile(r"[0-9a-f]{40}", re.ASCII)
 SHA256_RE = re.compile(r"[0-9a-f]{64}", re.ASCII)
 RELEASE_RE = re.compile(r"[0-9]{1,4}\.[0-9]{1,4}\.[0-9]{1,4}", re.ASCII)
 MAJOR_MINOR_RE = re.compile(r"[0-9]{1,4}\.[0-9]{1,4}", re.ASCII)
+# A Python: MAJOR.MINOR, ``t`` after it for the free-threaded build (PEP 703: ``python3.13t``, wheels ``cp313t``).
+PYTHON_RE = re.compile(r"[0-9]{1,2}\.[0-9]{1,3}t?", re.ASCII)
+MAX_PYTHONS = 8  # every CPython 3 minor upstream builds at once, free-threaded ones included
 DOTTED_RE = re.compile(r"[0-9]{1,6}(\.[0-9]{1,6}){1,3}", re.ASCII)
 LOCAL_LABEL_RE = re.compile(r"\+[a-z0-9]+(\.[a-z0-9]+)*", re.ASCII)
 # USE_*/BUILD_* flags, and CMAKE_* variables; which names each release reads (CMAKE_* ones only when vetted,
@@ -225,6 +228,22 @@ def _arch_list(value: Any) -> tuple[str, str] | None:
     return None
 
 
+def _python_versions(value: Any) -> tuple[str, str] | None:
+    """``python.versions``: one to :data:`MAX_PYTHONS` Pythons, each MAJOR.MINOR[t], each once."""
+    valid = 'Pythons such as ["3.11", "3.12", "3.13t"], each once'
+    if not value:
+        return ("empty list", valid)
+    if len(value) > MAX_PYTHONS:
+        return (f"{len(value)} Pythons, more than {MAX_PYTHONS}", valid)
+    bad = [shown(v) for v in value if not isinstance(v, str) or not v.isascii() or not PYTHON_RE.fullmatch(v)]
+    if bad:
+        return (f"malformed Python {', '.join(bad[:4])}", valid)
+    twice = sorted({v for v in value if value.count(v) > 1})
+    if twice:
+        return (f"{', '.join(twice)} listed more than once", valid)
+    return None
+
+
 # torchvision's TORCHVISION_INCLUDE / TORCHVISION_LIBRARY (torchvision.include_dirs, .library_dirs): its
 # setup.py splits each at os.pathsep (":") and hands the directories to the compiler and linker, whose
 # commands torch.utils.cpp_extension writes into a ninja file (run by a shell; "$" is ninja's own escape).
@@ -286,7 +305,8 @@ class Field:
     is checked, and where the typed :class:`Recipe` keeps it (``to``: ``"table.attribute"`` of a section in
     :data:`SECTIONS`, or a plain attribute of Recipe; default: the path itself), converted by ``convert``,
     ``default`` when absent (else the dataclass's own default), or ``default_from`` the flattened document
-    when the default follows from another field (nvJPEG is on by default for CUDA recipes)."""
+    when the default follows from another field (nvJPEG is on by default for CUDA recipes). ``either``: the
+    field that may stand in for this required one (python.versions for python.version); never both."""
 
     path: str
     type: type
@@ -297,6 +317,7 @@ class Field:
     convert: Callable[[Any], Any] | None = None
     default: Any = None
     default_from: Callable[[Mapping[str, Any]], Any] | None = None
+    either: str | None = None
 
 
 def _flags_value(value: Any) -> dict[str, str]:
@@ -410,8 +431,19 @@ SCHEMA: tuple[Field, ...] = (
         "python.version",
         str,
         True,
-        _match(MAJOR_MINOR_RE, "MAJOR.MINOR such as 3.12", "malformed version"),
+        _match(PYTHON_RE, "MAJOR.MINOR such as 3.12 (3.13t: free-threaded)", "malformed version"),
+        "the Python the wheels are built for (or python.versions)",
         to="python",
+        default_from=lambda flat: (flat.get("python.versions") or [None])[0],
+        either="python.versions",
+    ),
+    Field(
+        "python.versions",
+        list,
+        check=_python_versions,
+        doc="several Pythons: one wheel per Python, one manifest, the build shared (docs/build.md)",
+        to="pythons",
+        convert=tuple,
     ),
     Field("accelerator.kind", str, True, _one_of("cpu", "cuda")),
     Field(
@@ -639,7 +671,16 @@ def schema_problems(doc: Mapping[str, Any], file: str) -> tuple[list[Problem], s
             bad.add(path)
     for spec in SCHEMA:
         table = spec.path.split(".")[0]
-        if spec.required and isinstance(doc.get(table), dict) and spec.path not in flat:
+        if not isinstance(doc.get(table), dict):
+            continue
+        if spec.either is not None and spec.path in flat and spec.either in flat:
+            problems.append(
+                Problem(
+                    file, spec.either, f"given with {spec.path}", f"{spec.path} or {spec.either}, not both"
+                )
+            )
+            bad.add(spec.either)
+        elif spec.required and spec.path not in flat and spec.either not in flat:
             problems.append(
                 Problem(file, spec.path, "missing required key", spec.doc or TYPE_NAMES[spec.type])
             )

@@ -125,6 +125,7 @@ class Recipe:
     description: str
     torch: SourceSpec
     torchvision: SourceSpec
+    # the first of python_versions: the Python whose paths and step names are a one-Python build's
     python: str
     accelerator: Accelerator
     blas: Blas
@@ -136,6 +137,14 @@ class Recipe:
     document: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
     vision: VisionFeatures = field(default_factory=VisionFeatures)
     dist: DistSection | None = None
+    # ``python.versions``: every Python the build makes wheels for, in order (empty: ``python.version`` alone)
+    pythons: tuple[str, ...] = ()
+
+    @property
+    def python_versions(self) -> tuple[str, ...]:
+        """The Pythons the build makes wheels for: ``python.versions``, else ``(python.version,)``. A free-threaded
+        one ends in ``t`` (``3.13t``), as its interpreter's name does (``python3.13t``)."""
+        return self.pythons or (self.python,)
 
     @property
     def torch_build_version(self) -> str:

@@ -72,17 +72,46 @@ def _vision_pairs_torch(r: Recipe) -> Iterator[Finding]:
         )
 
 
+def _python_field(r: Recipe) -> str:
+    """The field that names the recipe's Pythons: what a finding about one of them reports on."""
+    return "python.versions" if r.pythons else "python.version"
+
+
 def _python_range(r: Recipe) -> Iterator[Finding]:
     release = torch_release(r)
     if release is None:
         return
     spec = SpecifierSet(release["python"])
-    if Version(r.python) not in spec:
-        yield (
-            "python.version",
-            f"Python {r.python} is not supported by torch {minor(r.torch.version)}",
-            _describe(spec),
-        )
+    for python in r.python_versions:
+        if Version(python.removesuffix("t")) not in spec:
+            yield (
+                _python_field(r),
+                f"Python {python} is not supported by torch {minor(r.torch.version)}",
+                _describe(spec),
+            )
+
+
+def _free_threaded(r: Recipe) -> Iterator[Finding]:
+    """A free-threaded Python (``3.13t``) only for a release that ships wheels for it (data/compat.toml
+    ``free_threaded``): its C API differs, and a release that never built for it is not known to."""
+    release = torch_release(r)
+    if release is None:
+        return
+    shipped = release["free_threaded"]
+    for python in r.python_versions:
+        base = python.removesuffix("t")
+        if (
+            python.endswith("t")
+            and python not in shipped
+            and Version(base) in SpecifierSet(release["python"])
+        ):
+            yield (
+                _python_field(r),
+                f"Python {python} (free-threaded): torch {minor(r.torch.version)} ships no cp{base.replace('.', '')}t "
+                "wheels",
+                f"the free-threaded Pythons of torch {minor(r.torch.version)}: {', '.join(shipped) or 'none'}"
+                f"; or Python {base}",
+            )
 
 
 def _cuda_fields(r: Recipe) -> Iterator[Finding]:
@@ -425,7 +454,13 @@ RULES: tuple[Rule, ...] = (
         "python-range",
         "Python is within the torch release's supported range",
         _python_range,
-        ("torch.version", "python.version"),
+        ("torch.version", "python"),
+    ),
+    Rule(
+        "python-free-threaded",
+        "a free-threaded Python (3.13t) only where the torch release ships wheels for it",
+        _free_threaded,
+        ("torch.version", "python"),
     ),
     Rule(
         "cuda-fields",

@@ -500,15 +500,14 @@ def _commit_vs_recipe(recipe: Recipe, facts: BuildFacts, commit: str | None) -> 
 
 
 def _python_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
+    """The interpreter against the recipe's Python, or any of its python.versions (a free-threaded "3.13t"
+    runs as 3.13: facts.python_version is MAJOR.MINOR)."""
+    field = "python.versions" if len(recipe.python_versions) > 1 else "python.version"
     if not facts.python_version:
-        return _skip("python", "the Python version was not collected", field="python.version")
-    return _cmp(
-        "python",
-        "Python version running the build",
-        recipe.python,
-        facts.python_version,
-        field="python.version",
-    )
+        return _skip("python", "the Python version was not collected", field=field)
+    wanted = " or ".join(recipe.python_versions)
+    ok = facts.python_version in {p.removesuffix("t") for p in recipe.python_versions}
+    return _cmp("python", "Python version running the build", wanted, facts.python_version, ok, field=field)
 
 
 def _pinned_commit(

@@ -187,13 +187,17 @@ def wheel_checks(
 
 
 def manifest_checks(manifest: Manifest, facts: BuildFacts, *, check_files: bool = True) -> dict[str, Check]:
-    """``<project>.<check>`` for each project the manifest has a wheel of (keys of :data:`MANIFEST_CHECKS`)."""
+    """``<project>.<check>`` for each project the manifest has a wheel of (keys of :data:`MANIFEST_CHECKS`).
+    A build for several Pythons lists a wheel of each project per Python: the one of the Python running
+    here is compared (``facts.python_version``; a manifest from before issue 23 records no Python)."""
     results: dict[str, Check] = {}
     git_versions = {
         "torch": facts.git_version,
         "torchvision": facts.torchvision.git_version if facts.torchvision else None,
     }
     for wheel in manifest.wheels:
+        if wheel.python and facts.python_version and wheel.python.removesuffix("t") != facts.python_version:
+            continue
         source = manifest.sources.get(wheel.project)
         commit = source.commit if source is not None else None
         tree = source.tree_sha256 if source is not None else None

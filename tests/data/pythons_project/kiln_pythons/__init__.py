@@ -1,0 +1,1 @@
+from kiln_pythons._C import checksum, python  # noqa: F401
