@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from torchkiln.recipe.compat import blas_kind
 from torchkiln.recipe.model import Recipe
 
 from .model import PROJECTS, Paths
@@ -176,7 +177,7 @@ ENV_TABLE: tuple[EnvVar, ...] = (
     EnvVar(
         "BLAS",
         TORCH,
-        lambda c: {"mkl": "MKL", "openblas": "OpenBLAS"}[c.recipe.blas.kind],
+        lambda c: blas_kind(c.recipe.blas.kind)["cmake"],
         "BLAS library; the configure summary reports USE_MKL from it (USE_MKL is not an option)",
     ),
     EnvVar(

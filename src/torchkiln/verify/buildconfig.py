@@ -21,7 +21,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from torchkiln.recipe.archs import expected_arch_list
-from torchkiln.recipe.compat import compat
+from torchkiln.recipe.compat import blas_kind, compat
 from torchkiln.recipe.model import Recipe
 from torchkiln.recipe.spelling import truth
 
@@ -447,13 +447,14 @@ def _blas_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
             ok=s.get("BLAS_INFO") == "mkl" and facts.mkl_available,
             field="blas.kind",
         )
-    # OpenBLAS reports BLAS_INFO=open (cmake/Modules/FindBLAS.cmake).
+    # OpenBLAS reports BLAS_INFO=open (cmake/Modules/FindBLAS.cmake), NVPL nvpl (compat.toml [blas.*]).
+    kind = blas_kind(recipe.blas.kind)
     return _cmp(
         "blas",
         "BLAS (Build settings BLAS_INFO)",
-        "BLAS_INFO=open (OpenBLAS)",
+        f"BLAS_INFO={kind['info']} ({kind['name']})",
         f"BLAS_INFO={s.get('BLAS_INFO')}",
-        ok=s.get("BLAS_INFO", "").startswith("open"),
+        ok=s.get("BLAS_INFO", "").startswith(kind["info"]),
         field="blas.kind",
     )
 

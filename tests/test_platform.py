@@ -1,0 +1,142 @@
+"""Recipes name their platform (build.platform: x86_64 by default, aarch64 for SBSA hosts such as GH200), and a
+recipe that mixes up the platforms is refused at `torchkiln recipe check`, naming the field: MKL on aarch64,
+NVPL on x86_64, an arch upstream's aarch64 wheels do not build, a CUDA without aarch64 toolkit wheels or
+upstream aarch64 wheels. The shipped aarch64 recipe is what upstream's aarch64 2.13.0 wheel reports
+(tests/aarch64/ reads that wheel itself; data/compat.toml names it)."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+import tomli_w
+
+from torchkiln.cli import main
+from torchkiln.recipe.compat import compat
+from torchkiln.recipe.loader import load_recipe
+
+ROOT = Path(__file__).resolve().parent.parent
+AARCH64 = ROOT / "recipes" / "torch-2.13-cu130-py312-aarch64.toml"
+X86_64 = ROOT / "recipes" / "torch-2.13-cu130-py312.toml"
+
+
+def _write(tmp_path: Path, base: Path, **changes: object) -> Path:
+    """``base`` with ``table__key=value`` changes (None deletes the key or table)."""
+    doc = tomllib.loads(base.read_text())
+    for dotted, value in changes.items():
+        *tables, key = dotted.split("__")
+        node = doc
+        for t in tables:
+            node = node.setdefault(t, {})
+        if value is None:
+            node.pop(key, None)
+        else:
+            node[key] = value
+    path = tmp_path / "recipe.toml"
+    path.write_text(tomli_w.dumps(doc))
+    return path
+
+
+def _refused(path: Path, capsys: pytest.CaptureFixture[str]) -> list[str]:
+    assert main(["recipe", "check", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    return [line for line in captured.err.splitlines() if line.startswith(str(path))]
+
+
+def test_shipped_aarch64_recipe_is_upstreams_aarch64_build() -> None:
+    """The fields that differ from x86_64's 2.13 cu130 recipe are exactly the ones upstream's aarch64 wheel
+    differs in: platform, NVPL for MKL, no MAGMA, sm_80 ... sm_120 with 11.0 (Thor) and without 7.5/8.6."""
+    arm, x86 = load_recipe(AARCH64), load_recipe(X86_64)
+    assert arm.build.platform == "aarch64" and x86.build.platform == "x86_64"
+    assert arm.blas.kind == "nvpl" and arm.blas.mkl is None and arm.magma is None
+    assert arm.accelerator.arch_list == ("8.0", "9.0", "10.0", "11.0", "12.0")
+    assert list(arm.accelerator.arch_list) == compat()["cuda"]["13.0"]["aarch64_arch"]
+    same = ("cuda", "cudnn", "nccl")  # the aarch64 wheel's Requires-Dist pins are x86_64's
+    assert [getattr(arm.accelerator, f) for f in same] == [getattr(x86.accelerator, f) for f in same]
+    assert (arm.torch.version, arm.torchvision.version, arm.python) == (
+        x86.torch.version,
+        x86.torchvision.version,
+        x86.python,
+    )
+
+
+def test_platform_defaults_to_x86_64_for_every_other_shipped_recipe() -> None:
+    for path in sorted((ROOT / "recipes").glob("*.toml")):
+        if path != AARCH64:
+            assert load_recipe(path).build.platform == "x86_64", path.name
+
+
+@pytest.mark.parametrize(
+    ("base", "changes", "field", "words"),
+    [
+        pytest.param(
+            AARCH64,
+            {"blas__kind": "mkl", "blas__mkl": "2024.2.0"},
+            "blas.kind",
+            "'mkl' has no build for aarch64",
+            id="mkl-on-aarch64",
+        ),
+        pytest.param(
+            X86_64, {"blas__kind": "nvpl", "blas__mkl": None}, "blas.kind", "'nvpl'", id="nvpl-on-x86"
+        ),
+        pytest.param(
+            AARCH64,
+            {"accelerator__arch_list": ["7.5", "8.0", "8.6", "9.0"]},
+            "accelerator.arch_list",
+            "do not build 7.5, 8.6",
+            id="x86-arch-on-aarch64",
+        ),
+        pytest.param(
+            AARCH64,
+            {"accelerator__cuda": "12.8", "accelerator__arch_list": ["8.0", "9.0"]},
+            "accelerator.cuda",
+            "no aarch64 wheel for CUDA 12.8",
+            id="cuda-without-aarch64-wheels",
+        ),
+        pytest.param(
+            AARCH64, {"build__platform": "arm64"}, "build.platform", "'arm64'", id="unknown-platform"
+        ),
+        pytest.param(
+            X86_64,
+            {"build__platform": "aarch64"},
+            "blas.kind",
+            "'mkl' has no build for aarch64",
+            id="x86-as-arm",
+        ),
+    ],
+)
+def test_mixed_up_platform_is_refused_by_field(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    base: Path,
+    changes: dict[str, object],
+    field: str,
+    words: str,
+) -> None:
+    lines = _refused(_write(tmp_path, base, **changes), capsys)
+    assert any(f": {field}: " in line and words in line and "(valid: " in line for line in lines), lines
+
+
+def test_x86_64_recipe_turned_aarch64_names_every_field_that_does_not_fit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Upstream's x86_64 recipe with only build.platform changed: MKL and the x86_64 arch list are both
+    reported at once (one pass), the valid values from the aarch64 data."""
+    lines = _refused(_write(tmp_path, X86_64, build__platform="aarch64"), capsys)
+    fields = sorted(line.split(": ")[1] for line in lines)
+    assert fields == ["accelerator.arch_list", "blas.kind"], lines
+    assert any("valid: on aarch64: nvpl, openblas" in line for line in lines)
+    assert any("7.5, 8.6" in line and "8.0, 9.0, 10.0, 11.0, 12.0" in line for line in lines)
+
+
+def test_every_cuda_of_the_compat_data_has_an_aarch64_toolkit_wheel_named() -> None:
+    """sbsa_nvcc names NVIDIA's aarch64 nvcc wheel of that CUDA; an aarch64 arch list is only given where
+    upstream's aarch64 wheels were read, and it names capabilities the CUDA can target."""
+    for version, data in compat()["cuda"].items():
+        name, _, digest = data["sbsa_nvcc"].partition(" sha256:")
+        assert name.endswith(".whl") and "aarch64" in name and f"-{version}." in name, version
+        assert len(digest) == 64, version
+        for entry in data.get("aarch64_arch", []):
+            assert entry in compat()["arch"], (version, entry)
