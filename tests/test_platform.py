@@ -6,6 +6,9 @@ upstream aarch64 wheels. The shipped aarch64 recipe is what upstream's aarch64 2
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import platform
 import tomllib
 from pathlib import Path
 
@@ -13,6 +16,10 @@ import pytest
 import tomli_w
 
 from torchkiln.cli import main
+from torchkiln.plan import preflight
+from torchkiln.plan.jobs import GIB, Resources
+from torchkiln.plan.make import make_plan
+from torchkiln.plan.model import Plan
 from torchkiln.recipe.compat import compat
 from torchkiln.recipe.loader import load_recipe
 
@@ -140,3 +147,82 @@ def test_every_cuda_of_the_compat_data_has_an_aarch64_toolkit_wheel_named() -> N
         assert len(digest) == 64, version
         for entry in data.get("aarch64_arch", []):
             assert entry in compat()["arch"], (version, entry)
+
+
+# -- plan and preflight: what differs on aarch64 is data (compat.toml [platform.*]), and no cross-compiling --
+
+
+def _plan(recipe: Path, tmp_path: Path) -> Plan:
+    return make_plan(
+        load_recipe(recipe),
+        workdir=tmp_path / "w",
+        dist=tmp_path / "d",
+        resources=Resources(cpus=4, memory_bytes=64 * GIB),
+    )
+
+
+def test_aarch64_plan_sets_upstreams_aarch64_variables_and_x86_64_does_not(tmp_path: Path) -> None:
+    arm, x86 = _plan(AARCH64, tmp_path).env_for("torch"), _plan(X86_64, tmp_path).env_for("torch")
+    assert arm["BLAS"] == "NVPL" and x86["BLAS"] == "MKL"
+    assert arm["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0;10.0;11.0;12.0"
+    assert arm["CMAKE_SHARED_LINKER_FLAGS"] == "-Wl,-z,max-page-size=0x10000"
+    assert arm["USE_PRIORITIZED_TEXT_FOR_LD"] == "1"
+    assert "CMAKE_SHARED_LINKER_FLAGS" not in x86 and "USE_PRIORITIZED_TEXT_FOR_LD" not in x86
+    assert "USE_MAGMA" in arm and arm["USE_MAGMA"] == "0"  # the aarch64 recipe has no [magma], as upstream
+
+
+def test_aarch64_recipe_on_this_x86_64_machine_is_refused_as_cross_compiling(tmp_path: Path) -> None:
+    """This machine (platform.machine(), not a stand-in) against the aarch64 recipe: the platform finding
+    names build.platform and says why; an x86_64 recipe gets no such finding here."""
+    machine = platform.machine()
+    if machine != "x86_64":
+        pytest.skip(f"this machine is {machine}: the x86_64 case is the next test's")
+    here = preflight.Host(dict(os.environ))  # its machine: platform.machine()
+    [found] = list(preflight._platform(_plan(AARCH64, tmp_path), here))
+    assert "this machine is x86_64" in found.found
+    assert "build.platform = 'aarch64'" in found.wanted and "does not cross-compile" in found.wanted
+    assert not list(preflight._platform(_plan(X86_64, tmp_path), here))
+    # and `torchkiln check` runs that check: the whole preflight names it among its findings
+    assert "platform" in {f.check for f in preflight.preflight(_plan(AARCH64, tmp_path))}
+
+
+def test_x86_64_recipe_on_an_aarch64_machine_is_refused_by_name(tmp_path: Path) -> None:
+    """The other way round, with the machine given as `uname -m` says it on a GH200 (Host.machine: the
+    preflight's one input about the machine); under emulation tests/aarch64/ runs it for real."""
+    host = preflight.Host(dict(os.environ), machine="aarch64")
+    [found] = [f for f in preflight._platform(_plan(X86_64, tmp_path), host)]
+    assert "this machine is aarch64" in found.found and "build.platform = 'x86_64'" in found.wanted
+    assert "a recipe for aarch64" in found.fix
+    assert not list(preflight._platform(_plan(AARCH64, tmp_path), host))
+
+
+def test_a_toolkit_of_the_other_platform_is_named(tmp_path: Path) -> None:
+    """An aarch64 plan whose CUDA_HOME has targets/x86_64-linux (an x86_64 toolkit) is told it needs
+    targets/sbsa-linux. The toolkit is a directory tree as NVIDIA's installers lay it out, nvcc a script."""
+    home = tmp_path / "cuda"
+    (home / "targets" / "x86_64-linux" / "include").mkdir(parents=True)
+    (home / "bin").mkdir()
+    nvcc = home / "bin" / "nvcc"
+    nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 13.0, V13.0.88'\n")
+    nvcc.chmod(0o755)
+    plan = _plan(AARCH64, tmp_path)
+    steps = [
+        dataclasses.replace(s, env={**s.env, "CUDA_HOME": str(home), "CUDACXX": str(nvcc)})
+        if s.kind == "compile"
+        else s
+        for s in plan.steps
+    ]
+    plan = dataclasses.replace(plan, steps=steps)
+    found = [f for f in preflight._nvcc(plan, preflight.Host(dict(os.environ))) if f.check == "nvcc"]
+    assert len(found) == 1 and "holds x86_64-linux" in found[0].found
+    assert found[0].wanted.endswith("targets/sbsa-linux (build.platform)")
+    (home / "targets" / "sbsa-linux").mkdir()
+    assert not list(preflight._nvcc(plan, preflight.Host(dict(os.environ))))
+
+
+def test_nvpl_is_looked_for_where_upstream_installs_it(tmp_path: Path) -> None:
+    """No NVPL on this machine: the blas finding names the library, the header and /opt/nvpl."""
+    found = [f for f in preflight._blas(_plan(AARCH64, tmp_path), preflight.Host(dict(os.environ)))]
+    if Path("/opt/nvpl/include/nvpl_blas.h").is_file():
+        pytest.skip("NVPL is installed in /opt/nvpl here")
+    assert len(found) == 1 and "libnvpl_blas_lp64_gomp.so" in found[0].found and "/opt/nvpl" in found[0].found
