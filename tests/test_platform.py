@@ -226,3 +226,17 @@ def test_nvpl_is_looked_for_where_upstream_installs_it(tmp_path: Path) -> None:
     if Path("/opt/nvpl/include/nvpl_blas.h").is_file():
         pytest.skip("NVPL is installed in /opt/nvpl here")
     assert len(found) == 1 and "libnvpl_blas_lp64_gomp.so" in found[0].found and "/opt/nvpl" in found[0].found
+
+
+def test_verify_names_build_platform_when_the_installed_torch_runs_on_another_machine() -> None:
+    """The installed torch's own facts (this machine's): the aarch64 recipe fails on build.platform, the x86_64
+    recipe passes it. Under emulation tests/aarch64/ runs the same check the other way round."""
+    from torchkiln.verify import buildconfig  # noqa: PLC0415 - imports torch's facts lazily, as verify does
+
+    facts = buildconfig.collect_facts()
+    arm = buildconfig.recipe_checks(load_recipe(AARCH64), facts)["platform"]
+    x86 = buildconfig.recipe_checks(load_recipe(X86_64), facts)["platform"]
+    if facts.machine != "x86_64":
+        pytest.skip(f"this machine is {facts.machine}")
+    assert (arm.status, arm.field, x86.status) == ("fail", "build.platform", "pass")
+    assert "expected aarch64, actual x86_64" in arm.message

@@ -38,7 +38,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 # The checks every plan gets (torchkiln.plan.preflight.CHECKS); _asked adds those a plan's choices ask for.
-ALWAYS = frozenset({"python", "python-headers", "cxx", "cc", "compiler", "git", "disk", "memory", "source"})
+ALWAYS = frozenset(
+    {"platform", "python", "python-headers", "cxx", "cc", "compiler", "git", "disk", "memory", "source"}
+)
 
 
 def _asked(plan: Plan) -> set[str]:
@@ -50,7 +52,7 @@ def _asked(plan: Plan) -> set[str]:
         out.add("submodules")
     if recipe.magma is not None:
         out.add("magma")
-    if recipe.blas.kind == "openblas":
+    if recipe.blas.kind in ("openblas", "nvpl"):
         out.add("blas")
     return out
 
