@@ -240,3 +240,48 @@ def test_verify_names_build_platform_when_the_installed_torch_runs_on_another_ma
         pytest.skip(f"this machine is {facts.machine}")
     assert (arm.status, arm.field, x86.status) == ("fail", "build.platform", "pass")
     assert "expected aarch64, actual x86_64" in arm.message
+
+
+def test_upstreams_aarch64_build_settings_match_the_aarch64_reference_recipe_not_the_x86_64_one() -> None:
+    """torch.__config__.show() of upstream's aarch64 2.13.0 wheel, whole as it printed it under qemu
+    (tests/data/torch_config_show/), with what that run reported besides (MKL and MAGMA absent, the machine):
+    the aarch64 reference recipe's BLAS, arch list, MAGMA and platform pass; upstream's x86_64 recipe of the
+    same release fails each by its field."""
+    from torchkiln.verify import buildconfig, facts  # noqa: PLC0415
+
+    shown = ROOT / "tests" / "data" / "torch_config_show" / "2.13.0+cu130-aarch64.txt"
+    settings = buildconfig.parse_build_settings(shown.read_text())
+    assert settings["BLAS_INFO"] == "nvpl" and settings["LAPACK_INFO"] == "nvpl"
+    arm_facts = facts.BuildFacts(
+        torch_version="2.13.0+cu130",
+        git_version=settings["COMMIT_SHA"],
+        settings=settings,
+        cuda_version=settings["CUDA_VERSION"],
+        mkl_available=False,
+        has_magma=False,
+        arch_list=facts.gencode_archs(settings["CUDA_FLAGS"]),
+        machine="aarch64",
+        # not read by the four checks compared here:
+        cuda_built=True,
+        cudnn_available=False,
+        cudnn_compile=(9, 20, 0),
+        cudnn_runtime=None,
+        cudnn_error=None,
+        nccl_available=True,
+        nccl_version=(2, 29, 7),
+        openmp_available=True,
+        cxx11_abi=True,
+    )
+    reference = ROOT / "tests" / "reference" / "recipes"
+    fields = ("blas", "arch_list", "magma", "platform")
+    arm = buildconfig.recipe_checks(
+        load_recipe(reference / "upstream-2.13.0-cu130-py311-aarch64.toml"), arm_facts
+    )
+    assert {k: arm[k].status for k in fields} == dict.fromkeys(fields, "pass")
+    x86 = buildconfig.recipe_checks(load_recipe(reference / "upstream-2.13.0-cu130-py311.toml"), arm_facts)
+    assert {x86[k].field for k in fields if x86[k].status == "fail"} == {
+        "blas.kind",
+        "accelerator.arch_list",
+        "magma",
+        "build.platform",
+    }
