@@ -285,3 +285,11 @@ def test_upstreams_aarch64_build_settings_match_the_aarch64_reference_recipe_not
         "magma",
         "build.platform",
     }
+
+
+def test_images_refuse_an_aarch64_recipe_by_build_platform(capsys: pytest.CaptureFixture[str]) -> None:
+    """No linux/arm64 images yet: `torchkiln images` says so for an aarch64 recipe (exit 2, one line naming
+    build.platform), instead of making an x86_64 image from it."""
+    assert main(["images", "--recipe", str(AARCH64), "--target", "devel", "--print"]) == 2
+    err = capsys.readouterr().err
+    assert "build.platform: torchkiln makes x86_64 images only" in err and "Traceback" not in err

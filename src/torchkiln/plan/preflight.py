@@ -531,8 +531,8 @@ def _platform(plan: Plan, host: Host) -> Iterator[Finding]:
         "platform",
         f"this machine is {host.machine}",
         f"an {wanted} machine (build.platform = {wanted!r}; torchkiln does not cross-compile)",
-        f"build on an {wanted} host, or in an {wanted} root under emulation (docs/aarch64.md)"
-        + (f"; or a recipe for {native}" if native else ""),
+        f"build on an {wanted} machine (an {wanted} root under qemu-user is one too, but far too slow for "
+        f"torch's compile: docs/aarch64.md)" + (f"; or use a recipe for {native}" if native else ""),
     )
 
 
