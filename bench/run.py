@@ -48,6 +48,7 @@ from torchkiln.recipe.model import CacheSpec  # noqa: E402
 CACHE_EXT = ROOT / "tests" / "data" / "cache_ext"
 NOOP_EXT = ROOT / "tests" / "data" / "ext_project"
 NOOP_RECIPE = ROOT / "tests" / "data" / "ext-cpu-test.toml"  # the test extension stands in for torch
+KILN_WITH_TORCH = ROOT / "tests" / "kiln_with_torch.py"  # the CLI with the build venv's torch step
 console = Console(highlight=False)
 
 
@@ -174,17 +175,19 @@ def noop_bench(repeat: int, jobs: int, scratch: Path) -> dict[str, list[dict[str
         raise SystemExit("bench: python3.11 is required for the no-op rebuild benchmark")
     root = scratch / "noop"
     work = root / "work"
-    subprocess.run([python, "-m", "venv", str(work / "venv")], check=True)
-    console.print("[bold]no-op rebuild[/bold]: preparing the build venv (torch 2.13.0) ...")
-    subprocess.run(
-        [str(work / "venv" / "bin" / "python"), "-m", "pip", "install", "--quiet", "torch==2.13.0", "build",
-         "wheel", "setuptools>=77.0.3", "cmake>=3.27", "ninja", "numpy"],
-        check=True,
-    )  # fmt: skip
     shutil.copytree(NOOP_EXT, root / "src")
     recipe = root / "bench-noop.toml"
     recipe.write_text(NOOP_RECIPE.read_text())
-    argv = [sys.executable, "-m", "torchkiln", "build", str(recipe), "--source-dir", f"torch={root / 'src'}"]
+    # the stand-in extension builds against an installed torch: the plan gets it through a step of its own
+    # (tests/kiln_with_torch.py); a venv made by hand would be removed, never built in (issue 27)
+    argv = [
+        sys.executable,
+        str(KILN_WITH_TORCH),
+        "build",
+        str(recipe),
+        "--source-dir",
+        f"torch={root / 'src'}",
+    ]
     argv += ["--only", "torch", "--workdir", str(work), "--dist", str(root / "dist"), "--jobs", str(jobs)]
     argv += ["--cache", "ccache", "--cache-dir", str(root / "ccache"), "--env-store", str(root / "envs")]
     argv += ["--no-preflight"]  # the stand-in extension is no torch tree (no version.txt, no OpenBLAS)

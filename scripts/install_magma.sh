@@ -37,7 +37,9 @@ arch_list=$(IFS=';'; echo "${gencode[*]}")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 tarball="$work/magma-${KILN_MAGMA_VERSION}.tar.gz"
-curl --fail --location --silent --show-error --retry 3 --output "$tarball" "$KILN_MAGMA_URL"
+# --globoff: curl reads [1-3] and {a,b} in a URL as a list of URLs; --url: the recipe's value is the URL,
+# never one of curl's options.
+curl --fail --location --silent --show-error --retry 3 --globoff --output "$tarball" --url "$KILN_MAGMA_URL"
 got=$(sha256sum "$tarball" | cut -d' ' -f1)
 if [[ "$got" != "$KILN_MAGMA_SHA256" ]]; then
   echo "install_magma: sha256 mismatch for $KILN_MAGMA_URL: expected $KILN_MAGMA_SHA256, got $got" >&2

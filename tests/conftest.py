@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -95,3 +96,43 @@ def pytorch_2_6_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def vision_0_21_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Upstream's torchvision 0.21.0 release source. Shared by the session: copy it before changing it."""
     return realtrees.extract(realtrees.VISION_0_21_0, tmp_path_factory.mktemp("vision-0.21.0"))
+
+
+# Real small filesystems (issue 14 item 8, issue 27 item 5): a full disk is a full tmpfs, not a mock.
+
+
+@pytest.fixture
+def mount(tmp_path: Path) -> Iterator[object]:
+    """``mount(name, options)``: a real tmpfs at tmp_path/name (root only), unmounted afterwards."""
+    mounted: list[Path] = []
+
+    def make(name: str, options: str) -> Path:
+        require(os.geteuid() == 0, "a real full or read-only filesystem needs root to mount a tmpfs")
+        point = tmp_path / name
+        point.mkdir()
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)], capture_output=True, text=True
+        )
+        require(done.returncode == 0, f"cannot mount a tmpfs here: {done.stderr.strip()}")
+        mounted.append(point)
+        return point
+
+    yield make
+    for point in reversed(mounted):
+        subprocess.run(["umount", "-l", str(point)], check=False)
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> dict[str, str]:
+    """A local repository standing in for PyTorch's (its VERSION file at tag v1): ``url`` (file://), ``v1``
+    (the commit). Real git, what the fetch steps fetch from."""
+    from test_build_fetch import git
+
+    path = tmp_path / "up" / "pytorch"
+    path.mkdir(parents=True)
+    git(path, "init", "-q")
+    (path / "VERSION").write_text("v1")
+    git(path, "add", "VERSION")
+    git(path, "commit", "-qm", "v1")
+    git(path, "tag", "v1")
+    return {"url": f"file://{path}", "v1": git(path, "rev-parse", "HEAD")}

@@ -32,6 +32,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from kiln_with_torch import with_torch
 from memcg import MemCgroup, memory_cgroup
 from rich.console import Console
 
@@ -78,25 +79,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     for tool in ("ccache", "ninja", "c++", PYTHON):
         need(tool)
     root = tmp_path_factory.mktemp("build")
-    venv = root / "work" / "venv"
-    subprocess.run([PYTHON, "-m", "venv", str(venv)], check=True)
-    subprocess.run(
-        [
-            str(venv / "bin" / "python"),
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "torch==2.13.0",
-            "build",
-            "wheel",
-            "setuptools>=77.0.3",
-            "cmake>=3.27",
-            "ninja",
-            "numpy",
-        ],
-        check=True,
-    )
+    # no build venv made here: the plans get torch through a step of their own (kiln_with_torch)
     recipe = root / "ext-cpu-test.toml"
     recipe.write_text(recipe_text())
     return {"root": root, "work": root / "work", "recipe": recipe}
@@ -119,7 +102,7 @@ def plan_for(
 ):
     r = load_recipe(recipe or world["recipe"])
     cache = resolve_cache(r.cache, kind=cache_kind, dir=s["ccache"])
-    return make_plan(
+    plan = make_plan(
         r,
         workdir=s["work"],
         dist=s["dist"],
@@ -128,6 +111,7 @@ def plan_for(
         cache=cache,
         jobs=2,
     )
+    return with_torch(plan)
 
 
 def build(plan, **options):
@@ -170,7 +154,9 @@ def test_cold_build_produces_the_wheel_manifest_and_lock(cold) -> None:
     with zipfile.ZipFile(s["dist"] / WHEEL) as wheel:
         names = wheel.namelist()
     assert any(n.startswith("kiln_ext/_C") and n.endswith(".so") for n in names)
-    assert result.ran == ["build-env:venv", "build-env:pip", "build-env:deps", "torch:wheel", "publish"]
+    assert result.ran == [
+        "build-env:venv", "build-env:pip", "build-env:deps", "build-env:torch", "torch:wheel", "publish"
+    ]  # fmt: skip
 
     m = cold["manifest_first"]
     assert m["recipe"]["name"] == "ext-cpu-test" and len(m["recipe"]["sha256"]) == 64
@@ -217,7 +203,7 @@ def test_cold_build_shows_live_compile_progress_and_keeps_logs(cold) -> None:
     out = cold["first_out"]
     assert "compile 1/2 (50%" in out and "compile 2/2 (100%" in out
     assert out.index("\n  compile\n") < out.index("compile 1/2") < out.index("\n  wheel\n"), "phases in order"
-    log = Path(cold["first"].steps[3].log)
+    log = Path(next(step.log for step in cold["first"].steps if step.name == "torch:wheel"))
     logs = cold["s"]["work"] / "logs"
     assert log.name == "torch-wheel.log" and log.parent.parent == logs, "one directory per run"
     assert (logs / "latest").resolve() == log.parent.resolve(), "latest links the last run that ran a step"
@@ -257,7 +243,7 @@ def test_the_built_extension_works(cold, tmp_path: Path) -> None:
 def test_rerun_with_nothing_changed_skips_everything(cold) -> None:
     second = cold["second"]
     assert second.ran == []
-    assert [s.status for s in second.steps] == ["skipped"] * 5, "publish too: dist/ needed no change"
+    assert [s.status for s in second.steps] == ["skipped"] * 6, "publish too: dist/ needed no change"
     assert (cold["s"]["dist"] / WHEEL).stat().st_mtime_ns == cold["wheel_mtime"], "dist/ wheel left alone"
     m = json.loads((cold["s"]["dist"] / "manifest.json").read_text())
     first = cold["manifest_first"]
@@ -408,7 +394,7 @@ def test_fetched_pinned_source_builds_and_is_locked(world, upstream) -> None:
     r = load_recipe(recipe)
     dist = world["root"] / "fetched-dist"
     cache = resolve_cache(r.cache, kind="ccache", dir=world["root"] / "fetched-ccache")
-    plan = make_plan(r, workdir=world["work"], dist=dist, only="torch", cache=cache, jobs=2)
+    plan = with_torch(make_plan(r, workdir=world["work"], dist=dist, only="torch", cache=cache, jobs=2))
     result, _, _ = build(plan, skip_checks=True)
     assert [n for n in result.ran if n.startswith("torch:fetch")] == [
         "torch:fetch:init", "torch:fetch:remote", "torch:fetch:fetch-ref", "torch:fetch:checkout",
@@ -471,7 +457,7 @@ def test_interrupted_build_leaves_dist_clean(world, signum: int) -> None:
     s["dist"].mkdir()
     (s["dist"] / "older.txt").write_text("an unrelated file in dist/ stays\n")
     argv = [
-        sys.executable, "-m", "torchkiln", "build", str(world["recipe"]),
+        sys.executable, str(HERE / "kiln_with_torch.py"), "build", str(world["recipe"]),
         "--source-dir", f"torch={s['src']}", "--only", "torch", "--workdir", str(s["work"]),
         "--dist", str(s["dist"]), "--cache-dir", str(s["ccache"]), "--jobs", "2", "--skip-checks",
         "--no-preflight",  # the stand-in extension is no torch tree (no version.txt; no OpenBLAS needed)
@@ -533,7 +519,7 @@ def test_nothing_of_a_sigkilled_build_survives_and_the_rerun_recovers(world) -> 
     unique = f"// sigkill {time.time_ns()}: a cache miss, so the compile takes a while\n"
     s = scenario(world, "sigkill", source_edit=unique + (EXT / "csrc" / "ops.cpp").read_text())
     argv = [
-        sys.executable, "-m", "torchkiln", "build", str(world["recipe"]),
+        sys.executable, str(HERE / "kiln_with_torch.py"), "build", str(world["recipe"]),
         "--source-dir", f"torch={s['src']}", "--only", "torch", "--workdir", str(s["work"]),
         "--dist", str(s["dist"]), "--cache", "sccache", "--cache-dir", str(s["ccache"]), "--jobs", "2",
         "--skip-checks", "--no-preflight",
@@ -649,13 +635,15 @@ def test_torchvision_builds_after_torch_against_it(world, cold) -> None:
     shutil.copytree(VISION, vision)
     dist = world["root"] / "pair-dist"
     recipe = load_recipe(world["recipe"])
-    plan = make_plan(
-        recipe,
-        workdir=s["work"],
-        dist=dist,
-        source_dirs={"torch": s["src"], "torchvision": vision},
-        cache=resolve_cache(recipe.cache, kind="ccache", dir=s["ccache"]),
-        jobs=2,
+    plan = with_torch(
+        make_plan(
+            recipe,
+            workdir=s["work"],
+            dist=dist,
+            source_dirs={"torch": s["src"], "torchvision": vision},
+            cache=resolve_cache(recipe.cache, kind="ccache", dir=s["ccache"]),
+            jobs=2,
+        )
     )
     # The post-build import check would install the real torch (the extension is not torch): skipped here,
     # it has its own test above.
@@ -820,21 +808,12 @@ def test_post_build_check_tests_the_built_wheel_never_an_index_one(wheel_world) 
 
 
 def _builder(world: dict[str, Path], root: Path) -> dict[str, Path]:
-    """A builder at ``root``: its source copy and work directory side by side, the build venv of the shared
-    world (torch installed) copied in with hard links (its small files copied, so nothing is shared that the
-    plan's env steps rewrite)."""
+    """A builder at ``root``: its source copy and work directory side by side (its build venv comes from the
+    session's environment store, relocated to its path)."""
     work, src = root / "work", root / "src"
     root.mkdir(parents=True)
     shutil.copytree(EXT, src)
     work.mkdir()
-    subprocess.run(["cp", "-al", str(world["work"] / "venv"), str(work / "venv")], check=True)
-    for path in [*(work / "venv" / "bin").iterdir(), work / "venv" / "pyvenv.cfg"]:
-        if path.is_file() and not path.is_symlink():
-            data = path.read_bytes()
-            mode = path.stat().st_mode
-            path.unlink()
-            path.write_bytes(data)
-            path.chmod(mode)
     return {"work": work, "src": src, "dist": root / "dist", "ccache": world["root"] / "shared-ccache"}
 
 
@@ -942,6 +921,7 @@ def test_a_signed_build_has_valid_sboms_and_a_provenance_that_catches_tampering(
 
     from torchkiln import cli
     from torchkiln.artifacts.signing import public_pem
+    from torchkiln.commands import build as build_command
 
     s = scenario(world, "signed")
     key = ed25519.Ed25519PrivateKey.generate()
@@ -953,6 +933,8 @@ def test_a_signed_build_has_valid_sboms_and_a_provenance_that_catches_tampering(
     # the cold build's compiler cache: this build's compile is served from it (the time goes to the checks)
     args += ["--source-dir", f"torch={s['src']}", "--only", "torch", "--cache-dir", str(cold["s"]["ccache"])]
     args += ["--jobs", "2", "--skip-checks", "--no-preflight", "--sign-key-env", "KILN_TEST_SIGNING_KEY"]
+    planned = build_command.plan_from_args
+    monkeypatch.setattr(build_command, "plan_from_args", lambda a, c="plan": with_torch(planned(a, c)))
     assert cli.main(args) == 0
     dist = s["dist"]
     statement = dist / "ext-cpu-test.intoto.jsonl"

@@ -121,3 +121,135 @@ def test_an_unreachable_remote_names_the_ways_out(tmp_path: Path) -> None:
         fetch(tmp_path, f"file://{tmp_path}/no-such-remote", "v1")
     text = str(info.value)
     assert "ways out:" in text and "torch.repo" in text and "--source-dir torch=PATH" in text
+
+
+# --------------------------------------------------------------------------------------------------
+# Issue 27 item 4: a fetched checkout changed after its fetch is not published silently (as cargo publish
+# refuses a dirty tree). Real git, local repositories.
+# --------------------------------------------------------------------------------------------------
+
+
+def fetch_publish(work: Path, dist: Path, url: str, *, allow_dirty: bool = False, extra=(), sign_key=None):
+    """The real plan's fetch steps and publish (``extra`` steps before publish); (result, what it printed)."""
+    recipe = parse_recipe(fetch_recipe_text(url, "v1").encode(), "fetch-test.toml")
+    plan = make_plan(
+        recipe, workdir=work, dist=dist, only="torch", cache=resolve_cache(recipe.cache, kind="none")
+    )
+    steps = [s for s in plan.steps if s.kind == "fetch"] + list(extra) + [plan.steps[-1]]
+    out = io.StringIO()
+    options = BuildOptions(
+        console=Console(file=out, width=400), skip_checks=True, allow_dirty=allow_dirty, sign_key=sign_key
+    )
+    return run_build(replace(plan, steps=steps), options), out.getvalue()
+
+
+def dist_bytes(dist: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(dist.iterdir())}
+
+
+def test_a_checkout_changed_after_the_fetch_is_refused_naming_the_changed_files(
+    upstream, tmp_path: Path
+) -> None:
+    from torchkiln.errors import BuildFailed
+
+    work, dist = tmp_path / "work", tmp_path / "dist"
+    url = f"file://{upstream['repo']}"
+    fetch_publish(work, dist, url)
+    before = dist_bytes(dist)
+    checkout = work / "src" / "pytorch"
+    (checkout / "VERSION").write_text("edited by hand\n")
+    with pytest.raises(BuildFailed) as refused:
+        fetch_publish(work, dist, url)
+    message = str(refused.value)
+    assert message.startswith(f"torch: the fetched checkout {checkout} differs from v1 of {url}: ")
+    assert "1 changed file(s): VERSION; nothing was built" in message
+    assert "--allow-dirty" in message and "--source-dir torch=PATH" in message
+    assert dist_bytes(dist) == before, "nothing was published"
+    git(checkout, "checkout", "--", ".")
+    again, _ = fetch_publish(work, dist, url)
+    assert (
+        again.ran == []
+        and json.loads((dist / "manifest.json").read_text())["sources"]["torch"]["dirty"] is False
+    )
+
+
+def test_allow_dirty_publishes_with_a_warning_the_manifest_and_provenance_record(
+    upstream, tmp_path: Path
+) -> None:
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
+    from torchkiln.artifacts.signing import load_envelope
+
+    work, dist = tmp_path / "work", tmp_path / "dist"
+    url = f"file://{upstream['repo']}"
+    fetch_publish(work, dist, url)
+    (work / "src" / "pytorch" / "VERSION").write_text("edited by hand\n")
+    key = ed25519.Ed25519PrivateKey.generate()
+    result, said = fetch_publish(work, dist, url, allow_dirty=True, sign_key=key)
+    warning = (
+        f"--allow-dirty: torch was built from {work / 'src' / 'pytorch'}, which differs from v1 of {url}"
+    )
+    assert warning in said
+    manifest = json.loads(result.manifest.read_text())
+    assert manifest["sources"]["torch"]["dirty"] is True and manifest["sources"]["torch"]["changed"] == [
+        "VERSION"
+    ]
+    assert any(w.startswith(warning) for w in manifest["warnings"])
+    assert result.provenance is not None
+    statement = json.loads(load_envelope(result.provenance).payload)
+    build = statement["predicate"]["buildDefinition"]
+    assert build["externalParameters"]["options"]["allow_dirty"] is True
+    torch = next(d for d in build["resolvedDependencies"] if d["name"] == "torch")
+    assert torch["annotations"]["dirty"] is True and torch["annotations"]["changed"] == ["VERSION"]
+
+
+def test_a_checkout_changed_during_the_build_is_not_published(upstream, tmp_path: Path) -> None:
+    """Changed after the fetch steps checked it (a step between edits a file): publish refuses it."""
+    import sys
+
+    from torchkiln.errors import BuildFailed
+    from torchkiln.plan.model import Step
+
+    work, dist = tmp_path / "work", tmp_path / "dist"
+    url = f"file://{upstream['repo']}"
+    target = work / "src" / "pytorch" / "VERSION"
+    edit = Step("edit", "env", "", (sys.executable, "-c", f"open({str(target)!r}, 'w').write('x')"))
+    with pytest.raises(
+        BuildFailed, match=r"1 changed file\(s\): VERSION; nothing was published \(dist/ is unchanged\)"
+    ):
+        fetch_publish(work, dist, url, extra=[edit])
+    assert not dist.exists() or not any(dist.iterdir())
+
+
+def test_a_source_dir_tree_the_user_changes_is_built_and_recorded(upstream, tmp_path: Path) -> None:
+    tree = tmp_path / "mine"
+    subprocess.run(["git", "clone", "-q", str(upstream["repo"]), str(tree)], check=True, env=ENV)
+    (tree / "VERSION").write_text("mine\n")
+    recipe = parse_recipe(fetch_recipe_text(f"file://{upstream['repo']}", "v1").encode(), "fetch-test.toml")
+    plan = make_plan(
+        recipe, workdir=tmp_path / "work", dist=tmp_path / "dist", only="torch", source_dirs={"torch": tree},
+        cache=resolve_cache(recipe.cache, kind="none"),
+    )  # fmt: skip
+    plan = replace(plan, steps=[plan.steps[-1]])
+    result = run_build(plan, BuildOptions(console=Console(file=io.StringIO()), skip_checks=True))
+    torch = json.loads(result.manifest.read_text())["sources"]["torch"]
+    assert torch["provided"] is True and torch["dirty"] is True and torch["changed"] == ["VERSION"]
+
+
+def test_cli_refuses_a_changed_checkout_in_one_message_without_a_traceback(upstream, tmp_path: Path) -> None:
+    import sys
+
+    work, dist = tmp_path / "work", tmp_path / "dist"
+    url = f"file://{upstream['repo']}"
+    fetch_publish(work, dist, url)
+    (work / "src" / "pytorch" / "VERSION").write_text("edited\n")
+    recipe = tmp_path / "fetch-test.toml"
+    recipe.write_text(fetch_recipe_text(url, "v1"))
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        [sys.executable, "-m", "torchkiln", "build", str(recipe), "--only", "torch", "--workdir", str(work),
+         "--dist", str(dist), "--cache", "none", "--no-preflight", "--env-store", "off"],
+        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(root / "src")}, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "differs from v1" in done.stderr and "1 changed file(s): VERSION" in done.stderr

@@ -111,20 +111,20 @@ DAEMONLESS = ["--format", "docker", "--isolation", "chroot", "--network", "host"
 @pytest.mark.parametrize(
     ("engine", "pull", "expected"),
     [
-        (Docker("docker"), True, ["docker", "buildx", "build", *COMMON, "--pull", "--load", "/ctx"]),
-        (Docker("docker"), False, ["docker", "buildx", "build", *COMMON, "--load", "/ctx"]),
+        (Docker("docker"), True, ["docker", "buildx", "build", *COMMON, "--pull", "--load", "--", "/ctx"]),
+        (Docker("docker"), False, ["docker", "buildx", "build", *COMMON, "--load", "--", "/ctx"]),
         (
             Podman("podman", STORAGE),
             True,
-            ["podman", *STORAGE_ARGS, "build", *DAEMONLESS, *COMMON, "--pull=always", "/ctx"],
+            ["podman", *STORAGE_ARGS, "build", *DAEMONLESS, *COMMON, "--pull=always", "--", "/ctx"],
         ),
-        (Podman("podman"), False, ["podman", "build", *DAEMONLESS, *COMMON, "--pull=never", "/ctx"]),
+        (Podman("podman"), False, ["podman", "build", *DAEMONLESS, *COMMON, "--pull=never", "--", "/ctx"]),
         (
             Buildah("buildah", STORAGE),
             True,
-            ["buildah", *STORAGE_ARGS, "bud", *DAEMONLESS, *COMMON, "--pull=true", "/ctx"],
+            ["buildah", *STORAGE_ARGS, "bud", *DAEMONLESS, *COMMON, "--pull=true", "--", "/ctx"],
         ),
-        (Buildah("buildah"), False, ["buildah", "bud", *DAEMONLESS, *COMMON, "--pull=never", "/ctx"]),
+        (Buildah("buildah"), False, ["buildah", "bud", *DAEMONLESS, *COMMON, "--pull=never", "--", "/ctx"]),
     ],
     ids=["docker", "docker-no-pull", "podman", "podman-no-pull", "buildah", "buildah-no-pull"],
 )
@@ -189,7 +189,7 @@ def test_docker_and_podman_run_a_removed_container(engines: Path, tmp_path: Path
         engines.unlink(missing_ok=True)
         data = run_in(engine, tmp_path)
         options = [o.replace("/data", data, 1) if o.startswith("/data") else o for o in RUN_OPTIONS]
-        assert calls(engines) == [[*prefix, "run", "--rm", *options, "img:1", "sh", "-c", "echo hi"]]
+        assert calls(engines) == [[*prefix, "run", "--rm", *options, "--", "img:1", "sh", "-c", "echo hi"]]
 
 
 def test_buildah_runs_in_a_working_container_it_removes(engines: Path, tmp_path: Path) -> None:
@@ -197,11 +197,11 @@ def test_buildah_runs_in_a_working_container_it_removes(engines: Path, tmp_path:
     data = run_in(engine, tmp_path)
     options = [o.replace("/data", data, 1) if o.startswith("/data") else o for o in RUN_OPTIONS]
     assert calls(engines) == [
-        ["buildah", *STORAGE_ARGS, "from", "--pull=false", "img:1"],
+        ["buildah", *STORAGE_ARGS, "from", "--pull=false", "--", "img:1"],
         # a hostname that resolves: chroot isolation adds none to /etc/hosts (torchrun resolves its own)
         ["buildah", *STORAGE_ARGS, "run", "--isolation", "chroot", "--hostname", "localhost", *options,
          "kiln-working-container", "--", "sh", "-c", "echo hi"],
-        ["buildah", *STORAGE_ARGS, "rm", "kiln-working-container"],
+        ["buildah", *STORAGE_ARGS, "rm", "--", "kiln-working-container"],
     ]  # fmt: skip
 
 
@@ -210,24 +210,24 @@ def test_buildah_runs_in_a_working_container_it_removes(engines: Path, tmp_path:
     [
         (
             "docker",
-            ["image", "inspect", "img:1"],
-            ["image", "inspect", "img:1"],
-            ["image", "inspect", "img:1"],
-            ["image", "rm", "--force", "img:1"],
+            ["image", "inspect", "--", "img:1"],
+            ["image", "inspect", "--", "img:1"],
+            ["image", "inspect", "--", "img:1"],
+            ["image", "rm", "--force", "--", "img:1"],
         ),
         (
             "podman",
-            ["image", "inspect", "img:1"],
-            ["image", "inspect", "img:1"],
-            ["image", "exists", "img:1"],
-            ["rmi", "--force", "img:1"],
+            ["image", "inspect", "--", "img:1"],
+            ["image", "inspect", "--", "img:1"],
+            ["image", "exists", "--", "img:1"],
+            ["rmi", "--force", "--", "img:1"],
         ),
         (
             "buildah",
-            ["inspect", "--type", "image", "img:1"],
-            ["images", "--json", "img:1"],
-            ["inspect", "--type", "image", "img:1"],
-            ["rmi", "--force", "img:1"],
+            ["inspect", "--type", "image", "--", "img:1"],
+            ["images", "--json", "--", "img:1"],
+            ["inspect", "--type", "image", "--", "img:1"],
+            ["rmi", "--force", "--", "img:1"],
         ),
     ],
 )

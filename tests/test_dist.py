@@ -557,15 +557,9 @@ EXT_UNITS = 2  # csrc/bind.cpp, csrc/ops.cpp
 
 @pytest.fixture(scope="module")
 def build_world(host: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A work directory whose build venv has torch (as tests/test_build.py's), shared by the builds below."""
+    """A work directory shared by the builds below (their plans install torch into the build venv: a step of
+    their own, tests/kiln_with_torch.py)."""
     root = tmp_path_factory.mktemp("distbuild")
-    venv = root / "work" / "venv"
-    subprocess.run(["python3.11", "-m", "venv", str(venv)], check=True)
-    subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "torch==2.13.0", "build", "wheel",
-         "setuptools>=77.0.3", "cmake>=3.27", "ninja", "numpy"],
-        check=True,
-    )  # fmt: skip
     return {"root": root, "work": root / "work"}
 
 
@@ -573,6 +567,7 @@ def kiln_build(world: dict[str, Path], name: str, dist_spec_: spec.DistSpec | No
     """``torchkiln build`` of the test extension with sccache (a fresh cache) and ``dist_spec_``."""
     import io
 
+    from kiln_with_torch import with_torch
     from rich.console import Console
 
     from torchkiln.build.loop import BuildOptions, run_build
@@ -583,10 +578,10 @@ def kiln_build(world: dict[str, Path], name: str, dist_spec_: spec.DistSpec | No
     shutil.copytree(EXT_PROJECT, base / "src")
     recipe = load_recipe(EXT_RECIPE)
     config = cache.resolve_cache(recipe.cache, kind="sccache", dir=base / "sccache")
-    plan = make_plan(
+    plan = with_torch(make_plan(
         recipe, workdir=world["work"], dist=base / "dist", source_dirs={"torch": base / "src"}, only="torch",
         cache=config, dist_spec=dist_spec_,
-    )  # fmt: skip
+    ))  # fmt: skip
     out = io.StringIO()
     console = Console(file=out, width=200, force_terminal=False, highlight=False)
     run_build(plan, BuildOptions(console=console, skip_checks=True, environ=environ))

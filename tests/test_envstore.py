@@ -215,15 +215,29 @@ def test_a_vanished_venv_runs_every_step_on_it_again(tmp_path: Path) -> None:
     assert runs_of(runs) == ["venv", "deps", "script"] * 2
 
 
-def test_a_rerun_step_is_kept_only_when_its_venv_holds_nothing_later(tmp_path: Path) -> None:
-    """A step that runs again in a venv where later steps ran before leaves a venv holding more than its
-    key says: not kept. The last step after it is."""
+def test_only_a_venv_made_in_this_run_is_kept(tmp_path: Path) -> None:
+    """A step that runs again on a venv an earlier run made is not kept (that venv may hold what no key says:
+    the store keeps only what this run made from nothing, issue 27). A work directory whose venv is made in
+    the run (here: cloned from the store) keeps the steps after it; a step that runs where later steps ran
+    before is never kept (its venv would hold more than its key says)."""
     store, runs = tmp_path / "store", tmp_path / "runs.txt"
     build(builder_plan(tmp_path / "a", store, runs))
     assert len(entries(store)) == 3
     build(builder_plan(tmp_path / "a", store, runs, requirement="numpy==2.3.1\n"))
+    assert len(entries(store)) == 3, "the venv was made by the run before: nothing kept"
+    second, _ = build(builder_plan(tmp_path / "b", store, runs, requirement="numpy==2.3.1\n"))
+    assert statuses(second)["build-env:venv"] == "reused" and second.ran[:2] == [
+        "build-env:deps",
+        "build-env:script",
+    ]
     kept = [json.loads((e / "meta.json").read_text())["step"] for e in entries(store)]
-    assert sorted(kept) == ["build-env:deps", "build-env:script", "build-env:script", "build-env:venv"]
+    assert sorted(kept) == [
+        "build-env:deps",
+        "build-env:deps",
+        "build-env:script",
+        "build-env:script",
+        "build-env:venv",
+    ]
 
 
 def test_a_damaged_entry_is_not_used(tmp_path: Path) -> None:
@@ -329,3 +343,136 @@ def test_only_the_last_reused_venv_is_cloned_and_all_are_recorded(tmp_path: Path
     assert (plan.paths.venv / "marker.txt").read_text() == "numpy==2.3.0\n", "deps' venv was cloned"
     state = json.loads((plan.paths.workdir / "state.json").read_text())["steps"]
     assert {"build-env:venv", "build-env:deps", "build-env:script"} <= set(state)
+
+
+# --------------------------------------------------------------------------------------------------
+# Issue 27 item 1: a store entry holds exactly what its key's inputs produce. Real venvs, real pip (the
+# installs are local wheels: offline), the plan's own venv step (made without ensurepip, for time).
+# --------------------------------------------------------------------------------------------------
+
+
+def pip(venv: Path, *args: str) -> list[str]:
+    """Real pip on ``venv`` (``pip --python``: the venv needs no pip of its own); its output lines."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), *args],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.split()
+
+
+def freeze(venv: Path) -> list[str]:
+    return sorted(pip(venv, "freeze"))
+
+
+def pip_plan(root: Path, store: Path | None, wheels: Path) -> Plan:
+    """The real plan's venv step (its data: ``fresh``, ``creates``; the venv made without pip), a real pip
+    install into the venv, a compile that copies a wheel, publish."""
+    src = root / "src"
+    src.mkdir(parents=True, exist_ok=True)
+    (src / "setup.py").write_text("# stands in for torch\n")
+    plan = make_plan(
+        load_recipe(RECIPE),
+        workdir=root / "work",
+        dist=root / "dist",
+        source_dirs={"torch": src},
+        only="torch",
+        cache=resolve_cache(None, kind="none"),
+        jobs=1,
+        env_store=store,
+    )
+    venv = plan.paths.venv
+    made = next(s for s in plan.steps if s.name == "build-env:venv")
+    assert made.fresh == str(venv) and made.argv[-2:] == ("--", str(venv))
+    wheelhouse = plan.paths.wheelhouse / "torch"
+    python = str(venv / "bin" / "python")
+    steps = [
+        replace(made, argv=(sys.executable, "-m", "venv", "--without-pip", "--", str(venv))),
+        Step(
+            "build-env:deps",
+            "env",
+            "",
+            (
+                sys.executable,
+                "-m",
+                "pip",
+                "--python",
+                python,
+                "install",
+                "--no-index",
+                "--find-links",
+                str(wheels),
+                "--",
+                "tinydep",
+            ),
+            venv=str(venv),
+        ),  # fmt: skip
+        Step(
+            "torch:wheel",
+            "compile",
+            "torch",
+            (
+                python,
+                "-c",
+                "import shutil, sys; shutil.copy(sys.argv[1], sys.argv[2])",
+                str(wheels / "torch-2.13.0+cpu-py3-none-any.whl"),
+                str(wheelhouse),
+            ),
+            wheels=str(wheelhouse),
+        ),  # fmt: skip
+        next(s for s in plan.steps if s.kind == "publish"),
+    ]
+    return replace(plan, steps=steps)
+
+
+def stored_distributions(store: Path) -> set[str]:
+    from torchkiln.build.envstore import venv_distributions
+
+    return {name for entry in entries(store) for name in venv_distributions(entry / "venv")}
+
+
+def test_a_venv_the_build_did_not_make_never_reaches_the_store(tmp_path: Path) -> None:
+    """The issue's steps: WORK/venv made by hand with six pip-installed, then a build with the store on, and
+    the same build with it off: both leave the same venv (without six), and no entry of the store holds six;
+    a later work directory gets from the store exactly what the build makes."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    for name, version in (("six", "1.17.0"), ("tinydep", "1.0"), ("torch", "2.13.0+cpu")):
+        tiny_wheel(wheels, name, version)
+    store = tmp_path / "store"
+    on, off = pip_plan(tmp_path / "on", store, wheels), pip_plan(tmp_path / "off", None, wheels)
+    for plan in (on, off):
+        make_venv(plan.paths.venv)
+        pip(plan.paths.venv, "install", "--no-index", "--find-links", str(wheels), "six")
+        assert "six==1.17.0" in freeze(plan.paths.venv)
+
+    _, said = build(on)
+    build(off)
+    assert freeze(on.paths.venv) == freeze(off.paths.venv) == ["tinydep==1.0"], "the store changes nothing"
+    assert f"removed {on.paths.venv}: a venv this build did not make (made afresh)" in said
+    assert stored_distributions(store) == {"tinydep-1.0.dist-info"}, "the hand-made venv never reached it"
+
+    third = pip_plan(tmp_path / "third", store, wheels)
+    reused, _ = build(third)
+    assert statuses(reused)["build-env:deps"] == "reused"
+    assert freeze(third.paths.venv) == ["tinydep==1.0"]
+
+
+def test_a_venv_changed_by_hand_after_the_build_is_made_again_and_not_kept(tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    for name, version in (("six", "1.17.0"), ("tinydep", "1.0"), ("torch", "2.13.0+cpu")):
+        tiny_wheel(wheels, name, version)
+    store = tmp_path / "store"
+    plan = pip_plan(tmp_path / "a", store, wheels)
+    build(plan)
+    kept = entries(store)
+    pip(plan.paths.venv, "install", "--no-index", "--find-links", str(wheels), "six")  # by hand
+    again, said = build(plan)
+    assert f"{plan.paths.venv} changed since this build made it (added six-1.17.0.dist-info" in said
+    assert {statuses(again)[n] for n in ("build-env:venv", "build-env:deps")} <= {"ran", "reused"}
+    assert freeze(plan.paths.venv) == ["tinydep==1.0"]
+    assert entries(store) == kept and stored_distributions(store) == {"tinydep-1.0.dist-info"}
+    third, _ = build(plan)
+    assert third.ran == [], "a venv as the build left it is unchanged: a no-op stays a no-op"

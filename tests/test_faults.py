@@ -15,13 +15,13 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from imagekit import require
 from rich.console import Console
+from smallfs import fill
 from test_build_fetch import fetch_recipe_text, git
 
 from torchkiln import cli
@@ -36,18 +36,6 @@ ROOT = Path(__file__).resolve().parent.parent
 FETCH_CHAIN = [f"torch:fetch:{n}" for n in ("init", "remote", "fetch-ref", "checkout", "submodule")]
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> dict[str, str]:
-    path = tmp_path / "up" / "pytorch"
-    path.mkdir(parents=True)
-    git(path, "init", "-q")
-    (path / "VERSION").write_text("v1")
-    git(path, "add", "VERSION")
-    git(path, "commit", "-qm", "v1")
-    git(path, "tag", "v1")
-    return {"url": f"file://{path}", "v1": git(path, "rev-parse", "HEAD")}
-
-
 def fetch_build(work: Path, dist: Path, url: str, *, force: bool = False) -> tuple[BuildResult, str]:
     """The real plan's fetch steps and publish, run by the real builder; (result, what it printed)."""
     recipe = parse_recipe(fetch_recipe_text(url, "v1").encode(), "fetch-test.toml")
@@ -58,40 +46,6 @@ def fetch_build(work: Path, dist: Path, url: str, *, force: bool = False) -> tup
     console = Console(file=out, width=300, force_terminal=False)
     result = run_build(plan, BuildOptions(console=console, skip_checks=True, force=force))
     return result, out.getvalue()
-
-
-@pytest.fixture
-def mount(tmp_path: Path) -> Iterator[object]:
-    """``mount(name, options)``: a real tmpfs at tmp_path/name (root only), unmounted afterwards."""
-    mounted: list[Path] = []
-
-    def make(name: str, options: str) -> Path:
-        require(os.geteuid() == 0, "a real full or read-only filesystem needs root to mount a tmpfs")
-        point = tmp_path / name
-        point.mkdir()
-        done = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)], capture_output=True, text=True
-        )
-        require(done.returncode == 0, f"cannot mount a tmpfs here: {done.stderr.strip()}")
-        mounted.append(point)
-        return point
-
-    yield make
-    for point in reversed(mounted):
-        subprocess.run(["umount", "-l", str(point)], check=False)
-
-
-def fill(directory: Path) -> Path:
-    """Fill ``directory``'s filesystem up: the next write there is a real ENOSPC."""
-    filler = directory / "filler"
-    with filler.open("wb") as handle:
-        try:
-            while True:
-                handle.write(b"\0" * 65536)
-                handle.flush()
-        except OSError as exc:
-            assert exc.errno == errno.ENOSPC
-    return filler
 
 
 def torchkiln(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -113,7 +67,8 @@ def torchkiln(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 def test_the_error_boundary_names_path_errno_and_what_to_do() -> None:
     line = describe_os_error(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/d/x.whl"))
-    assert line.startswith("/d/x.whl: No space left on device (ENOSPC); free space")
+    assert line.startswith("/d/x.whl: No space left on device (ENOSPC): the filesystem at / has ")
+    assert line.endswith("; completed steps are kept, a rerun continues")
     line = describe_os_error(OSError(errno.EROFS, os.strerror(errno.EROFS)), path="/d")
     assert line.startswith("/d: Read-only file system (EROFS); ") and "writable location" in line
 
@@ -129,7 +84,11 @@ def test_cli_turns_a_full_disk_into_one_line_not_a_traceback(tmp_path: Path, mou
     )  # fmt: skip
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr
-    assert f"{full / 'work' / 'build.lock'}: No space left on device (ENOSPC); free space" in done.stderr
+    assert (
+        f"{full / 'work' / 'build.lock'}: No space left on device (ENOSPC): the filesystem at {full} has "
+        in done.stderr
+    )
+    assert done.stderr.count("\n") == 1 and " free of 256.0 KiB; free space on that filesystem" in done.stderr
 
 
 def test_read_only_dist_is_refused_before_the_first_step(tmp_path: Path, repo, mount) -> None:
@@ -378,3 +337,21 @@ def test_dist_this_user_cannot_write_is_refused_before_the_first_step(tmp_path: 
     assert f"cannot publish into --dist: {locked}: Permission denied (EACCES)" in done.stderr
     assert not (tmp_path / "work" / "src").exists()
     locked.chmod(0o755)
+
+
+def test_a_message_built_from_per_file_failures_names_a_few_and_counts_the_rest(tmp_path: Path) -> None:
+    """shutil.copytree goes on past each failure and raises one error per file: 26,459 of them for a venv on a
+    full disk (issue 27 item 3). Its message is one line: how many, the first few."""
+    import shutil
+
+    from torchkiln.errors import few
+
+    failures = [
+        (f"/s/f{i}", f"/t/f{i}", f"[Errno 28] No space left on device: '/t/f{i}'") for i in range(26459)
+    ]
+    line = describe_os_error(shutil.Error(failures), path="/t")
+    assert line.startswith(
+        "/t: 26459 file(s) could not be copied: [Errno 28] No space left on device: '/t/f0', "
+    )
+    assert "'/t/f2' and 26456 more; " in line and "\n" not in line and len(line) < 400
+    assert few(["a", "b"]) == "a, b" and few(list("abcdefg")) == "a, b, c, d, e and 2 more"

@@ -174,7 +174,18 @@ def test_unknown_ref_fails_in_git_not_silently(upstream, tmp_path: Path) -> None
 def test_fetch_commands_never_splice_recipe_strings() -> None:
     hostile = SourceSpec("torch", "https://example.invalid/x.git", "v1;rm -rf ~", Version("1.0.0"))
     argvs = fetch_commands(hostile, Path("/tmp/x y"))
-    assert ("git", "-C", "/tmp/x y", "fetch", "--depth", "1", "--no-tags", "origin", "v1;rm -rf ~") in argvs
+    assert (
+        "git",
+        "-C",
+        "/tmp/x y",
+        "fetch",
+        "--depth",
+        "1",
+        "--no-tags",
+        "--",
+        "origin",
+        "v1;rm -rf ~",
+    ) in argvs
     # remote (non-local) repositories keep git's default refusal of file:// submodules
     assert not any("protocol.file.allow=always" in a for argv in argvs for a in argv)
 

@@ -313,3 +313,28 @@ def test_missing_torchvision_that_the_recipe_builds_is_a_failure_not_an_error(tm
     assert summary["areas"]["torchvision"]["failed"] >= 1 and summary["areas"]["torchvision"]["error"] == 0
     suite = ET.parse(out / "junit.xml").getroot().find("testsuite")
     assert suite is not None and suite.get("errors") == "0", text
+
+
+def test_a_ddp_launch_that_fails_names_the_workers_cause_in_the_summary(tmp_path: Path) -> None:
+    """Issue 27 item 3: real torch (CPU) and real torchrun, gloo told to use an interface this host lacks.
+    pytest's message starts with ``torch.distributed.run ... exited 1`` and the tail of torchrun's output;
+    the summary row names the failed worker's own cause line, as torchrun's root-cause block gives it."""
+    report = tmp_path / "report"
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "nosuchif0"}
+    done = verify(
+        "--area", "ddp", "--report", str(report), "--", "-k", "test_standalone_params_identical_across_ranks",
+        env=env,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    summary = json.loads((report / "summary.json").read_text())
+    [failure] = summary["failures"]
+    assert failure["message"].startswith("AssertionError: ") and "torch.distributed.run" in failure["message"]
+    assert failure["cause"].startswith("RuntimeError: [enforce fail at ")
+    assert failure["cause"].endswith("Unable to find address for: nosuchif0")
+    row = next(
+        line for line in (report / "summary.md").read_text().splitlines() if "| `test_ddp.py::" in line
+    )
+    assert (
+        "| cause: `RuntimeError: [enforce fail at " in row
+        and "Unable to find address for: nosuchif0`; " in row
+    )

@@ -634,8 +634,21 @@ def vision(**changes: object) -> buildconfig.TorchvisionFacts:
         cuda_raw=13000,
         has_ops=True,
         extensions=("_C", "image"),
+        # what upstream's cu130 wheel has: the three image codecs and nvJPEG, no video decoder
+        parts={
+            "png": True,
+            "jpeg": True,
+            "webp": True,
+            "nvjpeg": True,
+            "ffmpeg": False,
+            "video_codec": False,
+        },
+        part_notes={"nvjpeg": "RuntimeError: Found no NVIDIA driver on your system."},
     )
     return dataclasses.replace(base, **changes)
+
+
+NO_PNG = "RuntimeError: encode_png: torchvision not compiled with libpng support"
 
 
 @pytest.mark.parametrize(
@@ -657,6 +670,21 @@ def vision(**changes: object) -> buildconfig.TorchvisionFacts:
             "does not pair with torch 2.13.0+cu130.kiln1: expected torchvision 0.28.x",
         ),
         ({"has_ops": False, "extensions": ()}, "ops", "ships no .so): expected True, actual False"),
+        (
+            {"parts": {**vision().parts, "png": False}, "part_notes": {"png": NO_PNG}},
+            "features",
+            f"torchvision.features.png: expected true, built without it ({NO_PNG})",
+        ),
+        (
+            {"parts": {**vision().parts, "ffmpeg": True}},
+            "features",
+            "torchvision.features.ffmpeg: expected false, built with it",
+        ),
+        (
+            {"parts": {**vision().parts, "webp": None}, "part_notes": {"webp": "AttributeError: no op"}},
+            "features",
+            "torchvision.features.webp: expected true, could not tell (AttributeError: no op)",
+        ),
     ],
 )
 def test_torchvision_mismatches_are_named(changes: dict, check: str, needle: str) -> None:
@@ -670,7 +698,19 @@ def test_torchvision_mismatches_are_named(changes: dict, check: str, needle: str
         "commit": "skip",
         "cuda": "pass",
         "ops": "pass",
+        "features": "pass",
     }
+
+
+def test_torchvision_parts_without_a_recipe_are_upstreams_and_unprobed_facts_skip() -> None:
+    """No recipe (verify on an installed build): upstream's wheels' parts; facts written by a torchkiln that
+    did not probe the parts say nothing either way."""
+    checks = buildconfig.torchvision_checks(None, cuda_facts(torchvision=vision()))
+    assert checks["features"].status == "pass", checks["features"].message
+    cpu_only = cuda_facts(torchvision=vision(parts={**vision().parts, "nvjpeg": False}), cuda_version=None)
+    assert buildconfig.torchvision_checks(None, cpu_only)["features"].status == "pass"
+    unprobed = buildconfig.torchvision_checks(load_recipe(CU130), cuda_facts(torchvision=vision(parts={})))
+    assert unprobed["features"].status == "skip"
 
 
 def test_postbuild_checks_are_the_recipe_checks_of_each_built_project() -> None:

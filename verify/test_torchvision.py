@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import re
 from collections.abc import Callable
 from types import ModuleType
 
 import pytest
 import torch
 
-from torchkiln.verify import buildconfig
+from torchkiln.verify import buildconfig, facts
 
 pytestmark = pytest.mark.torchvision
 
@@ -92,15 +91,18 @@ def test_nms_runs(tv: ModuleType, device: str) -> None:
 
 # -- optional parts: exactly those the recipe builds ([torchvision.features]) ------------------------------
 # Without a recipe, what upstream's wheels have: PNG, JPEG and WebP always, nvJPEG with CUDA, no video.
-NOT_COMPILED = re.compile(r"not compiled with (lib)?(png|jpeg|webp|nvjpeg) support", re.IGNORECASE)
+NOT_COMPILED = facts.NOT_COMPILED
+
+
+def test_optional_parts_are_the_recipes(vision_checks: dict[str, buildconfig.Check]) -> None:
+    """Each part used once (torchkiln.verify.facts.probe_parts), against [torchvision.features]: the same
+    comparison the build's post-build check makes. The tests below also check what each part does."""
+    _assert_check(vision_checks["features"])
 
 
 def vision_part_expected(recipe: object, part: str) -> bool:
     """Whether torchvision must have ``part`` (png, jpeg, webp, nvjpeg, video_codec, ffmpeg)."""
-    features = getattr(recipe, "vision", None)
-    if features is not None:
-        return bool(getattr(features, part))
-    return part in ("png", "jpeg", "webp") or (part == "nvjpeg" and torch.version.cuda is not None)
+    return buildconfig.expected_parts(recipe, torch.version.cuda is not None)[part]  # type: ignore[arg-type]
 
 
 def check_part(recipe: object, part: str, use: Callable[[], object]) -> object:
@@ -135,10 +137,7 @@ def test_jpeg_round_trip(tv: ModuleType, recipe: object) -> None:
     assert (decoded.int() - image.int()).abs().float().mean().item() < 4.0
 
 
-# A 2x2 lossless WebP: red, green / blue, white (written by Pillow's libwebp encoder).
-WEBP_2X2 = bytes.fromhex(
-    "524946462c000000574542505650384c1f0000002f014000001f201048de1f3a8df9171014fc1fddfc47640fe0060c11fd0f0100"
-)
+WEBP_2X2 = facts.WEBP_2X2  # red, green / blue, white
 
 
 def test_webp_decode(tv: ModuleType, recipe: object) -> None:

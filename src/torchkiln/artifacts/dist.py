@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from torchkiln.errors import DocumentError, Problem, UsageError
+from torchkiln.errors import DocumentError, Problem, UsageError, few
 from torchkiln.files import atomic
 from torchkiln.files.atomic import PARTIAL_MARK, clean_partials
 from torchkiln.files.digests import file_sha256
@@ -68,7 +68,7 @@ def read_published(dist: Path) -> Manifest:
         )
     path = dist / MANIFEST_NAME
     if not path.is_file():
-        present = ", ".join(p.name for p in wheels_in(dist)) or "no wheels"
+        present = few([p.name for p in wheels_in(dist)]) or "no wheels"
         raise UsageError(
             f"{path}: no such file ({dist} holds {present}); the manifest `torchkiln build` writes beside the "
             "wheels it publishes says which wheels they are, from which commits and which recipe"

@@ -42,6 +42,9 @@ class SourceLock:
     # sha256 of the tree's files (paths and contents, build outputs left out): set when there is no commit.
     tree_sha256: str | None = None
     submodules: list[Submodule] = field(default_factory=list)
+    # The tracked files that differ from ``commit`` (``dirty``): a fetched checkout is published with them
+    # only under --allow-dirty; a --source-dir tree is the user's to change.
+    changed: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = jsonfile.to_data(self)

@@ -112,6 +112,8 @@ def _resolved(manifest: Manifest) -> list[dict[str, Any]]:
             entry["uri"] = uri
         entry["digest"] = {"gitCommit": lock.commit} if lock.commit else {"sha256": lock.tree_sha256 or ""}
         entry["annotations"] = {"dirty": lock.dirty, "provided": lock.provided, "path": lock.path}
+        if lock.changed:  # the files that differ from the commit (a fetched checkout: --allow-dirty)
+            entry["annotations"]["changed"] = list(lock.changed)
         out.append(entry)
         for sub in lock.submodules:
             item: dict[str, Any] = {"name": f"{name}/{sub.path}", "digest": {"gitCommit": sub.commit}}

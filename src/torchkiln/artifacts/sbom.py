@@ -190,7 +190,7 @@ def dpkg_package(path: Path, root: Path = Path("/")) -> DebianPackage | None:
     """The Debian package that installed ``path`` (``dpkg -S``), with its version and licences."""
     for candidate in (*_usr_variants(path), *_usr_variants(path.resolve())):
         try:
-            done = runner.run(["dpkg", "-S", candidate], timeout=30)
+            done = runner.run(["dpkg", "-S", "--", candidate], timeout=30)
         except runner.ProcessError:
             return None  # no dpkg here
         if done.ok and ":" in done.stdout:
@@ -202,7 +202,7 @@ def dpkg_package(path: Path, root: Path = Path("/")) -> DebianPackage | None:
 def _query(package: str, root: Path) -> DebianPackage | None:
     fields = "${Package}\t${Version}\t${Architecture}\t${source:Package}\n"
     try:
-        done = runner.run(["dpkg-query", "-W", "-f", fields, package], timeout=30)
+        done = runner.run(["dpkg-query", "-W", "-f", fields, "--", package], timeout=30)
     except runner.ProcessError:
         return None
     parts = done.stdout.splitlines()[0].split("\t") if done.ok and done.stdout.strip() else []

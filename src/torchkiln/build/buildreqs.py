@@ -129,7 +129,7 @@ def resolve(python: str, reqs: list[Req]) -> Resolution:
         argv = [python, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet"]
         argv += ["--report", str(report)]
         try:
-            done = runner.run([*argv, *(str(r.requirement) for r in reqs)])
+            done = runner.run([*argv, "--", *(str(r.requirement) for r in reqs)])
         except runner.ProcessError as exc:
             return Resolution([], f"--python {python}: {exc}")
         if not done.ok:
@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         return 0
     if pins:
-        done = runner.run([args.python, "-m", "pip", "install", "--no-deps", *pins])
+        done = runner.run([args.python, "-m", "pip", "install", "--no-deps", "--", *pins])
         sys.stdout.write(done.stdout)
         if not done.ok:
             sys.stderr.write(done.stderr)

@@ -9,6 +9,7 @@ timings per run) belong here.
 from __future__ import annotations
 
 import datetime as dt
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from torchkiln.distributed.client import (
     prepare_client,
 )
 from torchkiln.distributed.stats import DistStats
-from torchkiln.errors import TorchkilnError
+from torchkiln.errors import TorchkilnError, space_on
 from torchkiln.plan.model import Plan, Step
 from torchkiln.process.environ import compose
 from torchkiln.process.logs import first_error, log_name, start_run_logs, tail
@@ -46,6 +47,8 @@ class Options:
     force: bool = False
     skip_checks: bool = False
     min_hit_rate: float | None = None
+    # Build and publish a fetched checkout that differs from its pinned ref (a warning, recorded).
+    allow_dirty: bool = False
     # The key the publish step signs the provenance statement with (None: no statement); never shown.
     sign_key: PrivateKey | None = field(default=None, repr=False)
 
@@ -202,13 +205,28 @@ class Ran:
     memory_retries: list[MemoryRetry] = field(default_factory=list)
 
 
-def failure_message(name: str, code: int | None, seconds: float, log: Path) -> str:
-    """What a failed run shows: how it ended, its first error, the last lines of its log, the log's path."""
+_OUT_OF_SPACE = re.compile(r"No space left on device|Disk quota exceeded")
+_ABSOLUTE = re.compile(r"(/[^\s'\":]+)")
+
+
+def failure_message(name: str, code: int | None, seconds: float, log: Path, where: str | None = None) -> str:
+    """What a failed run shows: how it ended, its first error, the last lines of its log, the log's path.
+    A full disk says so on the first line, with the filesystem (the path the error names, else ``where``
+    the run writes), its free space, and that a rerun continues, as every other out-of-space path does."""
     error = first_error(log)
-    lines = [f"{name} failed (exit {code}) after {format_duration(seconds)}"]
+    lines = [f"{name} failed (exit {code}) after {format_duration(seconds)}{_out_of_space(error, where)}"]
     if error:
         lines.append(f"first error: {error}")
     lines.append("last lines of the log:")
     lines += [f"  {line}" for line in tail(log, TAIL_LINES)]
     lines.append(f"full log: {log}")
     return "\n".join(lines)
+
+
+def _out_of_space(error: str | None, where: str | None) -> str:
+    if not error or not _OUT_OF_SPACE.search(error):
+        return ""
+    named = _ABSOLUTE.findall(error)  # the last path: a copy's target ("source -> target")
+    place = named[-1] if named else where
+    space = space_on(Path(place)) if place else "a filesystem is full"
+    return f": out of space: {space}; free space there (df -h) and run again: completed steps are kept, a rerun continues"

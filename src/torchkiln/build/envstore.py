@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
+import errno
 import json
 import os
 import platform
@@ -39,12 +40,22 @@ from pathlib import Path
 from typing import Any
 
 from torchkiln.cache.config import default_cache_dir
+from torchkiln.errors import name_path, remember_space
 from torchkiln.files.digests import digest
 
-__all__ = ["EnvStore", "Restored", "clone_tree", "default_env_store", "relocate_venv"]
+__all__ = [
+    "EnvStore",
+    "Restored",
+    "clone_tree",
+    "default_env_store",
+    "tree_bytes",
+    "relocate_venv",
+    "venv_distributions",
+]
 
 META = "meta.json"
-FORMAT = 1
+# 2: entries hold only what a run made from nothing (issue 27); those kept before may hold a hand-made venv
+FORMAT = 2
 # pip settings that change what an install resolves to: part of every key (hashed, never stored).
 PIP_SETTINGS = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX", "PIP_CONSTRAINT")
 
@@ -71,9 +82,61 @@ def interpreter_identity(python: str, environ: Mapping[str, str]) -> dict[str, s
     return ident
 
 
+# What pip and the interpreter read as installed in a site-packages directory: a distribution's metadata
+# directory, a legacy egg link, a .pth file (editable installs, setuptools' distutils-precedence.pth).
+_INSTALLED = (".dist-info", ".egg-info", ".egg-link", ".pth")
+
+
+def venv_distributions(venv: Path) -> list[str]:
+    """What is installed in ``venv``, as its site-packages directories list it (``six-1.17.0.dist-info``,
+    ...; sorted): what ``pip freeze`` reads. Each step on a venv records it; a venv whose list differs from
+    the last record was changed outside the build (a ``pip install`` by hand, a venv the build did not
+    make), so the build makes it again instead of taking it, or keeping it, as its own."""
+    found: set[str] = set()
+    for lib in ("lib", "lib64"):
+        for site in sorted((venv / lib).glob("python*/site-packages")):
+            with contextlib.suppress(OSError):
+                found.update(p.name for p in site.iterdir() if p.name.endswith(_INSTALLED))
+    return sorted(found)
+
+
+def tree_bytes(root: Path) -> int:
+    """The space a copy of ``root`` takes: its files' and directories' allocated blocks (what ``du`` counts)."""
+    total = 0
+    for directory, dirs, files in os.walk(root):
+        for name in (*dirs, *files):
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(directory, name)).st_blocks * 512
+    return total
+
+
+def _copy_tree(source: Path, target: Path) -> None:
+    """A real copy of ``source`` at ``target`` (symlinks as symlinks, modes and times kept) that stops at the
+    first file it cannot make, raising that OSError naming the file: ``shutil.copytree`` goes on past a
+    full disk and raises one error per file (26,459 of them for a venv)."""
+    target.mkdir()
+    with os.scandir(source) as entries:
+        for entry in entries:
+            destination = target / entry.name
+            try:
+                if entry.is_symlink():
+                    os.symlink(os.readlink(entry.path), destination)
+                elif entry.is_dir():
+                    _copy_tree(Path(entry.path), destination)
+                else:
+                    shutil.copy2(entry.path, destination)
+            except OSError as exc:
+                raise name_path(exc, destination) from None
+    shutil.copystat(source, target)
+
+
 def clone_tree(source: Path, target: Path) -> None:
     """``target`` becomes a copy of ``source`` whose files are hard links to ``source``'s (symlinks kept as
-    symlinks); across filesystems, or where links are refused, a real copy. ``target`` must not exist."""
+    symlinks); across filesystems, or where links are refused, a real copy. ``target`` must not exist.
+
+    A real copy that cannot fit is refused before it starts (ENOSPC naming ``target``; the caller says how
+    much was needed, :func:`tree_bytes`), and one that runs out of space anyway stops at the first file;
+    either way nothing of ``target`` is left."""
     if target.exists() or target.is_symlink():
         raise FileExistsError(target)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -81,13 +144,24 @@ def clone_tree(source: Path, target: Path) -> None:
         ["cp", "--archive", "--link", "--no-target-directory", "--", str(source), str(target)],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
         check=False,
     )
     if linked.returncode == 0:
         return
     shutil.rmtree(target, ignore_errors=True)
-    shutil.copytree(source, target, symlinks=True)
+    stat = os.statvfs(target.parent)
+    if tree_bytes(source) > stat.f_bavail * stat.f_frsize:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(target))
+    try:
+        _copy_tree(source, target)
+    except OSError as exc:
+        remember_space(exc, target)
+        shutil.rmtree(target, ignore_errors=True)
+        raise
+    except BaseException:
+        shutil.rmtree(target, ignore_errors=True)
+        raise
 
 
 def _is_text_script(path: Path) -> bool:

@@ -120,6 +120,7 @@ OUTPUT_TYPES: dict[str, tuple[type, ...]] = {
     "env": (dict,),
     "tree_sha256": (str,),
     "facts": (dict, type(None)),
+    "venv": (list,),  # a venv step's installed distributions (torchkiln.build.envstore.venv_distributions)
 }
 
 

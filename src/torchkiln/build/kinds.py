@@ -9,12 +9,14 @@ kind       behaviour around the command
 =========  =====================================================================================================
 fetch      the first step of a checkout starts from an empty directory; the steps are a chain, done only while
            the checkout is intact (a damaged one starts over);
-           the step that leaves it at its ref checks HEAD against the recipe's pin (also when skipped)
-env        venvs and requirements: requirement files' contents are inputs; a venv that vanished is remade
+           the step that leaves it at its ref checks HEAD against the recipe's pin and refuses a checkout
+           whose tracked files changed since (also when skipped; ``--allow-dirty`` lets it through)
+env        venvs and requirements: requirement files' contents are inputs; a venv that vanished, or holds other
+           distributions than the last step on it left, is made again
 compile    the source tree's identity (without the files the build writes into it) is an input;
            ``SOURCE_DATE_EPOCH`` comes from the source; ``--force`` removes its in-tree build directories
-           (``scratch``), a changed configuration their CMake cache (torchkiln.build.reconfigure); the
-           compiler cache session (opened before the first compile
+           (``scratch``), a changed configuration their CMake cache (torchkiln.build.reconfigure), and a file
+           where the build directory belongs; the compiler cache session (opened before the first compile
            that runs) adds its layers to the environment; live progress, phases and the configure watcher
            read the output (torch's CMake summary, torchvision's setup.py lines); the tools it used are recorded;
            it must leave a wheel
@@ -38,7 +40,9 @@ reads the plan before the loop; per-run cache statistics come from ``Context.cac
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
+import os
 import shutil
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -47,12 +51,26 @@ from typing import Any, ClassVar
 
 from torchkiln.artifacts import dist, jsonfile
 from torchkiln.artifacts.manifest import CheckResult, Checks
-from torchkiln.errors import BuildFailed, ConfigureMismatch
+from torchkiln.errors import (
+    SPACE_ERRORS,
+    BuildFailed,
+    ConfigureMismatch,
+    describe_os_error,
+    few,
+)
 from torchkiln.host.toolchain import collect
 from torchkiln.plan.model import Source, Step
 from torchkiln.process import runner
 from torchkiln.process.environ import compose
-from torchkiln.source.git import check_pin, checkout_intact, git_output, head_commit, is_git_checkout
+from torchkiln.source.git import (
+    changed_files,
+    check_pin,
+    checkout_intact,
+    dirty_checkout,
+    git_output,
+    head_commit,
+    is_git_checkout,
+)
 from torchkiln.source.submodules import FIX as SUBMODULE_FIX
 from torchkiln.source.submodules import missing_submodules
 from torchkiln.verify.buildconfig import postbuild_checks
@@ -60,7 +78,7 @@ from torchkiln.verify.facts import BuildFacts
 
 from .context import Context, Ran, failure_message
 from .display import Display
-from .envstore import Restored, interpreter_identity
+from .envstore import Restored, interpreter_identity, tree_bytes, venv_distributions
 from .fingerprint import (
     Snapshot,
     digest,
@@ -111,14 +129,21 @@ class StepKind:
         return found
 
     def intact(self, step: Step, entry: Mapping[str, Any], ctx: Context) -> bool:
-        """Whether what the step left last time is still there (else it runs again)."""
+        """Whether what the step left last time is still there (else it runs again). A venv must still hold
+        what the build installed in it (:func:`_venv_as_recorded`)."""
         if step.creates is not None and not Path(step.creates).exists():
             return False
+        if step.venv is not None and not _venv_as_recorded(step, ctx):
+            return False
         if step.wheels is not None:
+            # exactly the wheels it made: a wheel dropped in beside them (pip would pick from them, the
+            # checks would install it) makes the step run again, from an empty directory
             recorded = entry.get("outputs", {}).get("wheels", {})
-            return bool(recorded) and all(
-                (Path(step.wheels) / name).is_file() and file_sha256(Path(step.wheels) / name) == sha
-                for name, sha in recorded.items()
+            present = {p.name for p in dist.wheels_in(Path(step.wheels))}
+            return (
+                bool(recorded)
+                and present == set(recorded)
+                and all(file_sha256(Path(step.wheels) / name) == sha for name, sha in recorded.items())
             )
         return True
 
@@ -128,6 +153,8 @@ class StepKind:
         for directory in (step.fresh, step.wheels):
             if directory is not None:
                 path = Path(directory)
+                if directory == step.venv and os.path.lexists(path) and not _venv_recorded(step, ctx):
+                    ctx.display.note(f"removed {path}: a venv this build did not make (made afresh)")
                 if path.is_dir() and not path.is_symlink():
                     shutil.rmtree(path)
                 elif path.is_symlink() or path.exists():  # a file where the directory belongs
@@ -190,7 +217,9 @@ class StepKind:
             )
         if done.returncode != 0:
             raise BuildFailed(
-                failure_message(step.name, done.returncode, done.seconds, log), step=step.name, log=log
+                failure_message(step.name, done.returncode, done.seconds, log, where=_writes_to(step)),
+                step=step.name,
+                log=log,
             )
         phases = observer.phases() if observer is not None else None
         return Ran(done.seconds, log, done.tail, phases)
@@ -198,6 +227,8 @@ class StepKind:
     def outputs(self, step: Step, ran: Ran, ctx: Context) -> dict[str, Any]:
         """What to record of a successful run (read back by :meth:`intact` and later steps)."""
         out: dict[str, Any] = {}
+        if step.venv is not None:  # what the venv holds now: read back by intact() (_venv_as_recorded)
+            out["venv"] = venv_distributions(Path(step.venv))
         if step.wheels is not None:
             built = dist.wheels_in(Path(step.wheels))
             if not built:
@@ -260,25 +291,45 @@ class StepKind:
             # The venv may be half cloned: every step on it runs again next time.
             for name in ctx.plan.venv_steps(step.venv):
                 ctx.state.forget(name)
+            entry = ctx.env_store.root / key
+            if (
+                errno.errorcode.get(exc.errno or 0) in SPACE_ERRORS
+            ):  # the work directory's disk, not the store
+                needed = tree_bytes(entry / "venv")
+                raise BuildFailed(
+                    f"{step.name}: cloning {step.venv} from the environment store: "
+                    f"{describe_os_error(exc, path=step.venv, needed=needed)}",
+                    step=step.name,
+                ) from None
             raise BuildFailed(
-                f"{step.name}: could not clone {step.venv} from the environment store "
-                f"({ctx.env_store.root / key}): {exc}\nremove that entry, or build with --env-store off",
+                f"{step.name}: could not clone {step.venv} from the environment store ({entry}): "
+                f"{describe_os_error(exc)}; or remove that entry, or build with --env-store off",
                 step=step.name,
             ) from None
 
     def keep(self, step: Step, ctx: Context, key: str | None, outputs: Mapping[str, Any]) -> None:
-        """After the step ran: its venv kept in the store, unless a later step on the same venv has run
-        before in this work directory (the venv then holds more than this step's key says). A store that
+        """After the step ran: its venv kept in the store, only when this run made that venv from nothing
+        (the venv step ran, or the venv was cloned from the store, in this run: a venv an earlier run left
+        may hold what no key says, a hand-made ``pip install``), and no later step on the same venv has run
+        before in this work directory (the venv would hold more than this step's key says). A store that
         cannot be written costs the next work directory a rebuild, never this build: one note."""
         if key is None or ctx.env_store is None or step.venv is None:
             return
-        later = ctx.plan.venv_steps(step.venv)
-        if any(ctx.state.get(name) is not None for name in later[later.index(step.name) + 1 :]):
+        chain = ctx.plan.venv_steps(step.venv)
+        made_now = step.name == chain[0] or any(
+            r.name == chain[0] and r.status in ("ran", "reused") for r in ctx.records
+        )
+        if not made_now:
+            return
+        if any(ctx.state.get(name) is not None for name in chain[chain.index(step.name) + 1 :]):
             return
         try:
             ctx.env_store.keep(key, Path(step.venv), kept_files(step), step.name, outputs)
         except OSError as exc:
-            ctx.display.note(f"environment store {ctx.env_store.root}: could not keep {step.venv}: {exc}")
+            ctx.display.note(
+                f"environment store {ctx.env_store.root}: could not keep {step.venv} (this build goes on; "
+                f"the next work directory makes it again): {describe_os_error(exc)}"
+            )
 
 
 class FetchKind(StepKind):
@@ -330,6 +381,12 @@ class FetchKind(StepKind):
         if step.pins:
             source = ctx.plan.source(step.project)
             check_pin(ctx.plan.recipe.spec(step.project), source.path)
+            changed = changed_files(source.path)
+            if changed and not ctx.options.allow_dirty:
+                spec = ctx.plan.recipe.spec(step.project)
+                raise BuildFailed(
+                    dirty_checkout(spec, source.path, changed, "nothing was built"), step=step.name
+                )
             missing = missing_submodules(source.path)
             if missing is not None:
                 raise BuildFailed(
@@ -371,15 +428,15 @@ class CompileKind(StepKind):
 
     def prepare(self, step: Step, ctx: Context) -> None:
         super().prepare(step, ctx)
-        if ctx.options.force:
-            for directory in step.scratch:
-                if Path(directory).is_dir():
-                    shutil.rmtree(directory)
         session = ctx.open_cache(step)
-        for (
-            directory
-        ) in step.scratch:  # a changed configuration must reach CMake (torchkiln.build.reconfigure)
-            done = reconfigure(Path(directory), {**step.env, **session.public_env})
+        for directory in map(Path, step.scratch):
+            if ctx.options.force and directory.is_dir() and not directory.is_symlink():
+                shutil.rmtree(directory)
+            elif os.path.lexists(directory) and not directory.is_dir():  # a file where the directory belongs
+                directory.unlink()
+                ctx.display.note(f"removed {directory}: a file where the compile's build directory belongs")
+            # a changed configuration must reach CMake (torchkiln.build.reconfigure)
+            done = reconfigure(directory, {**step.env, **session.public_env})
             if done is not None:
                 ctx.display.note(f"{step.name}: {done}")
         source = _source_of(step, ctx)
@@ -599,6 +656,38 @@ def _files_digest(files: Iterable[Path]) -> str:
     return digest({p.name: file_sha256(p) for p in sorted(files)})
 
 
+def _venv_recorded(step: Step, ctx: Context) -> bool:
+    """Whether a step on ``step``'s venv has a record in this work directory (the build made that venv)."""
+    assert step.venv is not None
+    return any(ctx.state.get(name) is not None for name in ctx.plan.venv_steps(step.venv))
+
+
+def _venv_as_recorded(step: Step, ctx: Context) -> bool:
+    """Whether ``step``'s venv holds what the last recorded step on it left (its distributions): a venv changed
+    outside the build (a ``pip install`` by hand) is made again, never built in or kept as the build's own.
+    A record from before the venv was recorded (no ``venv`` output) cannot tell: made again too."""
+    assert step.venv is not None
+    recorded = None
+    for name in reversed(ctx.plan.venv_steps(step.venv)):
+        entry = ctx.state.get(name)
+        if entry is not None:
+            recorded = entry.get("outputs", {}).get("venv")
+            break
+    found = venv_distributions(Path(step.venv))
+    if recorded == found:
+        return True
+    if isinstance(recorded, list):
+        added = sorted(set(found) - set(recorded))
+        gone = sorted(set(recorded) - set(found))
+        change = "; ".join(
+            part
+            for part in (f"added {few(added)}" if added else "", f"removed {few(gone)}" if gone else "")
+            if part
+        )
+        ctx.display.note(f"{step.venv} changed since this build made it ({change}): made again")
+    return False
+
+
 def kept_files(step: Step) -> dict[str, Path]:
     """What an env step leaves outside its venv (the constraints file), kept with it in the store."""
     if step.creates is None or step.venv is None or Path(step.creates).is_relative_to(step.venv):
@@ -624,6 +713,11 @@ def _localizer(ctx: Context) -> Callable[[str], str]:
 
 def _source_of(step: Step, ctx: Context) -> Source | None:
     return next((s for s in ctx.plan.sources if s.name == step.project), None)
+
+
+def _writes_to(step: Step) -> str | None:
+    """Where a step writes (what a full disk there would stop): its fresh directory, wheels, venv, output."""
+    return step.fresh or step.wheels or step.venv or step.creates or step.cwd
 
 
 def _last_json(lines: list[str]) -> dict[str, Any] | None:

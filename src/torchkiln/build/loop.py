@@ -63,6 +63,7 @@ class BuildOptions:
     min_hit_rate: float | None = None
     console: Console | None = None
     environ: Mapping[str, str] | None = None
+    allow_dirty: bool = False  # a fetched checkout changed after its fetch is built and published (warned)
     sign_key: PrivateKey | None = field(default=None, repr=False)  # signs dist/<recipe>.intoto.jsonl
 
 
@@ -236,7 +237,13 @@ def run_build(plan: Plan, options: BuildOptions | None = None) -> BuildResult:
         repair_layout(paths.workdir, display.note)
         ctx = Context(
             plan=plan,
-            options=Options(options.force, options.skip_checks, options.min_hit_rate, options.sign_key),
+            options=Options(
+                options.force,
+                options.skip_checks,
+                options.min_hit_rate,
+                options.allow_dirty,
+                options.sign_key,
+            ),
             environ=dict(options.environ if options.environ is not None else os.environ),
             state=State(paths.workdir / STATE_NAME),
             display=display,

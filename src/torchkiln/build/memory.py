@@ -144,6 +144,7 @@ class Resume:
             env=self.environment(self.layer()),
             redact=self.ctx.redact,
             header=f"# {' '.join(argv)}",
+            measure=True,
         )
         self.spent += done.seconds
         if done.returncode == 0:

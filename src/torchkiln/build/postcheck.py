@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     # The built wheels by path; their dependencies (and nothing of theirs) from the configured index.
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", *constraint, *wheels, *args.also],
+        [sys.executable, "-m", "pip", "install", "--quiet", *constraint, "--", *wheels, *args.also],
         check=False,
         capture_output=True,
         text=True,

@@ -34,8 +34,9 @@ from torchkiln.artifacts.manifest import (
     write_manifest,
 )
 from torchkiln.cache import CacheStats, enforce_min_hit_rate
+from torchkiln.errors import BuildFailed, few
 from torchkiln.host.toolchain import Tool, Toolchain, tool_version
-from torchkiln.source.git import lock_source
+from torchkiln.source.git import dirty_checkout, lock_source
 
 from .buildreqs import read_constraints
 from .context import Context, Published
@@ -54,6 +55,7 @@ def publish(ctx: Context) -> bool:
         (paths.dist / sbom.sbom_name(stale.name)).unlink(missing_ok=True)
         changed = True
     locks = _locks(ctx)
+    _refuse_dirty(ctx, locks)
     recipe = ctx.plan.recipe
     lock_path = paths.dist / f"{recipe.name}.lock.json"
     write_lock(lock_path, recipe.name, recipe.sha256, locks)
@@ -92,6 +94,7 @@ def _parameters(ctx: Context) -> dict[str, Any]:
         "notes": list(plan.notes),
         "force": options.force,
         "skip_checks": options.skip_checks,
+        "allow_dirty": options.allow_dirty,
         "min_cache_hit_rate": options.min_hit_rate,
         "workdir": str(plan.paths.workdir),
         "dist": str(plan.paths.dist),
@@ -131,6 +134,28 @@ def _locks(ctx: Context) -> list[SourceLock]:
             )
         )
     return locks
+
+
+def _refuse_dirty(ctx: Context, locks: list[SourceLock]) -> None:
+    """A fetched checkout changed after its fetch (during the build: the fetch steps refuse one changed
+    before it) is not published, as ``cargo publish`` refuses a dirty tree; with --allow-dirty it is, with a
+    warning the manifest keeps (its sources name the changed files, the provenance annotates them). A
+    --source-dir tree is the user's to change: recorded, never refused."""
+    for lock in locks:
+        if lock.provided or not lock.changed:
+            continue
+        spec = ctx.plan.recipe.spec(lock.name)
+        if not ctx.options.allow_dirty:
+            raise BuildFailed(
+                dirty_checkout(
+                    spec, Path(lock.path), lock.changed, "nothing was published (dist/ is unchanged)"
+                ),
+                step="publish",
+            )
+        ctx.warn(
+            f"--allow-dirty: {lock.name} was built from {lock.path}, which differs from {spec.ref} of "
+            f"{spec.repo}: {len(lock.changed)} changed file(s): {few(lock.changed)}"
+        )
 
 
 def _toolchain(ctx: Context, locks: list[SourceLock]) -> Toolchain:

@@ -33,6 +33,7 @@ from torchkiln.process.runner import Redact
 from .config import CacheConfig
 from .remote import Remote, login, parse_remote
 from .stats import CacheStats
+from .syntax import path_problem
 from .tool import CacheTool, cmake_launchers
 
 # ccache 4.7 counters (``ccache --print-stats``) that mean "a compile the cache could not handle": counted
@@ -49,7 +50,10 @@ UNCACHEABLE = (
 )
 ERRORS = ("remote_storage_error", "remote_storage_timeout", "internal_error", "missing_cache_file")
 STATSLOG_PREFIX = "torchkiln-ccache-stats-"
-_URL_SAFE = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~!$&'()*+,;=")
+# What a secret may hold to go into CCACHE_REMOTE_STORAGE's URL as written: ccache's redis storage does not
+# percent-decode the user info (v4.7.5 src/storage/remote/RedisStorage.cpp split_user_info), and expands
+# $VAR in the whole value (torchkiln.cache.syntax): no '$', no URL delimiters.
+_URL_SAFE = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~!&'()*+,;=")
 
 
 def storage_url(remote: Remote, user: str | None, password: str | None) -> str:
@@ -58,8 +62,8 @@ def storage_url(remote: Remote, user: str | None, password: str | None) -> str:
     if password is not None:
         if not set(password) <= _URL_SAFE or (user and not set(user) <= _URL_SAFE):
             raise UsageError(
-                "cache.credentials: the secret holds characters ccache cannot take in a URL "
-                "(valid: letters, digits and -._~!$&'()*+,;=)"
+                "cache.credentials: the secret holds characters ccache cannot take in a URL (it expands "
+                "$VAR, and does not decode %XX) (valid: letters, digits and -._~!&'()*+,;=)"
             )
         netloc = f"{user}:{password}@{netloc}" if user else f"{password}@{netloc}"
     return f"{remote.scheme}://{netloc}{remote.path}"
@@ -143,7 +147,11 @@ class Ccache(CacheTool):
         """This build's own statistics log (``CCACHE_STATSLOG``): the cache directory's counters are shared
         by every build using it (the default directory by all of a user's builds), this file is not."""
         name = f"{STATSLOG_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}.log"
-        return {"CCACHE_STATSLOG": str(Path(tempfile.gettempdir()) / name)}
+        log = str(Path(tempfile.gettempdir()) / name)
+        problem = path_problem(log, self.kind)  # TMPDIR is the user's: ccache expands $VAR in stats_log
+        if problem:
+            raise UsageError(f"TMPDIR: {problem} (valid: a temporary directory without '$')")
+        return {"CCACHE_STATSLOG": log}
 
     def start(self, env: Mapping[str, str], redact: Redact) -> str | None:
         log = env.get("CCACHE_STATSLOG")

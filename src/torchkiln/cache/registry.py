@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from .config import KINDS, CacheConfig, CacheFields, default_cache_dir, valid_si
 from .none import NoCache
 from .remote import Remote, parse_remote
 from .sccache import Sccache
+from .syntax import path_problem, remote_problem
 from .tool import CacheTool
 
 TOOLS: dict[str, CacheTool] = {"none": NoCache(), "ccache": Ccache(), "sccache": Sccache()}
@@ -56,9 +58,14 @@ def resolve_cache(
     if chosen not in TOOLS:
         raise UsageError(f"cache.kind: {chosen!r} is not a cache kind (valid: {', '.join(TOOLS)})")
     raw_dir = pick(dir, "dir")
+    cache_dir = (Path(raw_dir).expanduser() if raw_dir else default_cache_dir(chosen, environ)).absolute()
+    # ccache expands $VAR in CCACHE_DIR; refused whichever tool the recipe names (--cache switches it)
+    problem = path_problem(str(cache_dir), "ccache")
+    if problem:
+        raise UsageError(f"{_dir_source(dir, spec, environ)}: {problem} (valid: a path without '$')")
     config = CacheConfig(
         kind=chosen,
-        dir=(Path(raw_dir).expanduser() if raw_dir else default_cache_dir(chosen, environ)).absolute(),
+        dir=cache_dir,
         max_size=pick(max_size, "max_size"),
         remote=pick(remote, "remote") or None,
         credentials_env=pick(credentials_env, "credentials_env"),
@@ -70,6 +77,10 @@ def resolve_cache(
             f"cache.max_size: malformed size {config.max_size!r} (valid: a size such as 20G or 500M)"
         )
     if config.remote is not None:
+        problem = remote_problem(config.remote, chosen)
+        if problem:
+            field = "--cache-remote" if remote else "cache.remote"
+            raise UsageError(f"{field}: {problem} (valid: one store's URL, without '$', spaces or '|')")
         if not config.enabled:
             raise UsageError(
                 "cache.remote: a remote store needs a cache (valid: cache kind ccache or sccache)"
@@ -77,3 +88,15 @@ def resolve_cache(
         remote_of(config)  # validates
         tool_for(config).public_env(config)  # back-end specific checks (a redis database number, ...)
     return config
+
+
+def _dir_source(cli: str | Path | None, spec: CacheFields | None, environ: Mapping[str, str] | None) -> str:
+    """Where the cache directory came from, as the user named it: the option, the field, the variable."""
+    if cli is not None:
+        return "--cache-dir"
+    if getattr(spec, "dir", None):
+        return "cache.dir"
+    environ = os.environ if environ is None else environ
+    return (
+        "TORCHKILN_CACHE_DIR" if environ.get("TORCHKILN_CACHE_DIR") else "HOME (the default cache directory)"
+    )

@@ -7,10 +7,12 @@ open), :meth:`CacheSession.close` reads them a last time and stops what the tool
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from torchkiln.errors import TorchkilnError
+from torchkiln.errors import TorchkilnError, space_on
 from torchkiln.process.environ import compose
 from torchkiln.process.secrets import loose_permissions, redact
 
@@ -73,6 +75,22 @@ def _layers(
     return public, tool.secret_env(config, environ)
 
 
+FULL_BELOW = 1 << 20  # free bytes under which a cache directory's filesystem counts as full
+
+
+def _full(directory: Path) -> str | None:
+    """A cache directory on a full filesystem: the tool still runs every compile (ccache counts a
+    ``preprocessor_error`` and compiles uncached), so the build succeeds with nothing cached, silently but
+    for this one line."""
+    try:
+        stat = os.statvfs(directory)
+    except OSError:
+        return None
+    if stat.f_bavail * stat.f_frsize >= FULL_BELOW and (stat.f_favail or not stat.f_files):
+        return None
+    return f"compiler cache {directory}: {space_on(directory)}: compiles run, but nothing is cached"
+
+
 def open_session(
     config: CacheConfig, environ: Mapping[str, str], extra_env: Mapping[str, str] | None = None
 ) -> CacheSession:
@@ -100,6 +118,9 @@ def open_session(
     if perms:
         warnings.append(perms)
     config.dir.mkdir(parents=True, exist_ok=True)
+    full = _full(config.dir)
+    if full:
+        warnings.append(full)
     problem = check_remote(config, environ)
     if problem is not None:
         warnings.append(f"{redact(problem, secrets)}: {SLOWER}")

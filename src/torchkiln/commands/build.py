@@ -52,6 +52,13 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="do not import the wheels in a clean venv afterwards (e.g. a Python the host cannot run)",
     )
     parser.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="build and publish a fetched checkout that differs from its pinned ref (files changed under "
+        "the work directory's src/ after the fetch): a warning, and the manifest and provenance record the "
+        "changed files; without it such a checkout is refused. A tree you change: --source-dir",
+    )
+    parser.add_argument(
         "--min-cache-hit-rate",
         type=_fraction,
         default=None,
@@ -110,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
             force=args.force,
             skip_checks=args.skip_checks,
             min_hit_rate=args.min_cache_hit_rate,
+            allow_dirty=args.allow_dirty,
             console=console,
             sign_key=sign_key,
         ),

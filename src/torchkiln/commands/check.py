@@ -45,7 +45,9 @@ ALWAYS = frozenset(
 
 def _asked(plan: Plan) -> set[str]:
     recipe = plan.recipe
-    out = {"nvcc", "cudnn", "nccl"} if recipe.accelerator.is_cuda else set()
+    out = {"nvcc"} if recipe.accelerator.is_cuda else set()
+    if recipe.accelerator.is_cuda and "torch" in plan.projects:
+        out |= {"cudnn", "nccl"}  # torch's: torchvision compiles against neither
     if plan.cache.enabled:
         out.add("cache")
     if any(s.provided for s in plan.sources):
@@ -54,6 +56,8 @@ def _asked(plan: Plan) -> set[str]:
         out.add("magma")
     if recipe.blas.kind in ("openblas", "nvpl"):
         out.add("blas")
+    if "torchvision" in plan.projects:  # each part of [torchvision.features] asked for, by its field name
+        out |= {f"torchvision.features.{part}" for part in recipe.vision.enabled}
     return out
 
 

@@ -252,7 +252,18 @@ def _secret_file(option: str, value: str, valid: str) -> Path:
     path = Path(value)
     if not path.is_file():
         raise UsageError(f"{option} {path}: no such file (valid: {valid})")
-    return path.resolve()
+    return _no_comma(option, path.resolve())
+
+
+def _no_comma(option: str, path: Path) -> Path:
+    """A path the engine gets inside a comma-separated option value (``--secret id=ID,src=PATH``,
+    ``--output type=local,dest=PATH``): a ',' in it would start another field there."""
+    if "," in str(path):
+        raise UsageError(
+            f"{option} {path}: holds ',', which the engine reads as the start of another field of "
+            "--secret/--output (valid: a path without ',')"
+        )
+    return path
 
 
 def _dist_secret(recipe: Recipe, given: str | None) -> Path | None:
@@ -334,7 +345,7 @@ def build_request(args: argparse.Namespace, *, context: Path, base: LocalBase | 
     else:
         build_args = devel_args(recipe, base_image=base_image, cuda_from=args.cuda_from)
     if target == "wheels":
-        output = dist  # the stage's files (wheels, manifest, lock file), not an image
+        output = _no_comma("--dist", dist)  # the stage's files (wheels, manifest, lock file), not an image
         if recipe.cache.credentials_file and not recipe.cache.credentials_env:
             raise UsageError(
                 f"{recipe.source}: cache.credentials_file names a host file the image build "

@@ -124,7 +124,10 @@ def _run_options(
     for key, value in (env or {}).items():
         argv += ["--env", f"{key}={value}"]
     for host, target in (mounts or {}).items():
-        argv += ["--volume", f"{Path(host).resolve()}:{target}:ro"]
+        source = str(Path(host).resolve())
+        if ":" in source or ":" in target or "," in source:  # --volume SOURCE:TARGET:OPTIONS
+            raise UsageError(f"{source}: cannot be mounted with --volume, which splits at ':' and ','")
+        argv += ["--volume", f"{source}:{target}:ro"]
     return argv
 
 
@@ -257,6 +260,7 @@ class Docker(Engine):
             *req.args(),
             *self.pull_args(req.pull),
             *self.store_args(req),
+            "--",
             str(req.context),
         ]
 
@@ -271,25 +275,25 @@ class Docker(Engine):
         capture: bool = False,
         timeout: float | None = None,
     ) -> runner.Completed:
-        argv = [*self.command("run", "--rm"), *_run_options(user, env, mounts), image, *command]
+        argv = [*self.command("run", "--rm"), *_run_options(user, env, mounts), "--", image, *command]
         return runner.run(argv, capture=capture, timeout=timeout)
 
     def image_config(self, image: str) -> ImageConfig:
-        config = self._inspect("image", "inspect", image)[0].get("Config") or {}
+        config = self._inspect("image", "inspect", "--", image)[0].get("Config") or {}
         return ImageConfig(config.get("User") or "", dict(config.get("Labels") or {}))
 
     def image_size(self, image: str) -> int | None:
-        done = runner.run(self.command("image", "inspect", image))
+        done = runner.run(self.command("image", "inspect", "--", image))
         if not done.ok:
             return None
         size = json.loads(done.stdout)[0].get("Size")
         return size if isinstance(size, int) else None
 
     def image_exists(self, image: str) -> bool:
-        return runner.run(self.command("image", "inspect", image)).ok
+        return runner.run(self.command("image", "inspect", "--", image)).ok
 
     def remove_image(self, image: str) -> None:
-        runner.run(self.command("image", "rm", "--force", image))
+        runner.run(self.command("image", "rm", "--force", "--", image))
 
 
 @dataclass(frozen=True)
@@ -327,10 +331,10 @@ class Podman(Docker):
         return []  # a build without --output commits the image to local storage
 
     def image_exists(self, image: str) -> bool:
-        return runner.run(self.command("image", "exists", image)).ok
+        return runner.run(self.command("image", "exists", "--", image)).ok
 
     def remove_image(self, image: str) -> None:
-        runner.run(self.command("rmi", "--force", image))
+        runner.run(self.command("rmi", "--force", "--", image))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -383,6 +387,7 @@ class Buildah(Engine):
             *self.command("bud", "--format", "docker", "--isolation", self.isolation, "--network", "host"),
             *req.args(),
             "--pull=true" if req.pull else "--pull=never",
+            "--",
             str(req.context),
         ]
 
@@ -397,7 +402,7 @@ class Buildah(Engine):
         capture: bool = False,
         timeout: float | None = None,
     ) -> runner.Completed:
-        created = runner.run(self.command("from", "--pull=false", image))
+        created = runner.run(self.command("from", "--pull=false", "--", image))
         if not created.ok:
             raise TorchkilnError(f"buildah from {image} failed: {created.first_error() or 'no output'}")
         container = created.stdout.strip().splitlines()[-1]
@@ -408,24 +413,26 @@ class Buildah(Engine):
             argv += [*_run_options(user, env, mounts), container, "--", *command]
             return runner.run(argv, capture=capture, timeout=timeout)
         finally:
-            runner.run(self.command("rm", container))
+            runner.run(self.command("rm", "--", container))
 
     def image_config(self, image: str) -> ImageConfig:
-        config = self._inspect("inspect", "--type", "image", image).get("Docker", {}).get("config") or {}
+        config = (
+            self._inspect("inspect", "--type", "image", "--", image).get("Docker", {}).get("config") or {}
+        )
         return ImageConfig(config.get("User") or "", dict(config.get("Labels") or {}))
 
     def image_size(self, image: str) -> int | None:
-        done = runner.run(self.command("images", "--json", image))
+        done = runner.run(self.command("images", "--json", "--", image))
         if not done.ok:
             return None
         entries = json.loads(done.stdout or "[]")
         return parse_size(str(entries[0].get("size", ""))) if entries else None
 
     def image_exists(self, image: str) -> bool:
-        return runner.run(self.command("inspect", "--type", "image", image)).ok
+        return runner.run(self.command("inspect", "--type", "image", "--", image)).ok
 
     def remove_image(self, image: str) -> None:
-        runner.run(self.command("rmi", "--force", image))
+        runner.run(self.command("rmi", "--force", "--", image))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from torchkiln import __version__
 from torchkiln.artifacts.manifest import Manifest
 from torchkiln.artifacts.provenance import statement_name
 from torchkiln.artifacts.signing import PublicKey, keyid, load_envelope, verify
-from torchkiln.errors import DocumentError, Problem, RecipeError, TorchkilnError, UsageError
+from torchkiln.errors import DocumentError, Problem, RecipeError, TorchkilnError, UsageError, few
 from torchkiln.files.digests import file_sha256
 from torchkiln.recipe.model import Recipe
 
@@ -426,7 +426,7 @@ def _built_from_manifest(recipe: Recipe, manifest: Manifest, file: str) -> dict[
         )
     torch = manifest.wheel("torch")
     if torch is None:
-        listed = ", ".join(w.name for w in manifest.wheels) or "no wheels"
+        listed = few([w.name for w in manifest.wheels]) or "no wheels"
         raise DocumentError(
             [Problem(file, "wheels", f"no torch wheel (it lists: {listed})", "a torch wheel")]
         )

@@ -9,6 +9,7 @@ run time only the cache's secret layer.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -178,6 +179,20 @@ ENV_TABLE: tuple[EnvVar, ...] = (
         VISION,
         lambda c: _bool(c.recipe.vision.ffmpeg),
         "torchvision.features.ffmpeg (CPU video decoder)",
+    ),
+    # setup.py reads these two (split at os.pathsep) where it looks for the parts' headers and libraries;
+    # the caller's are removed with every TORCHVISION_* variable, so only the recipe sets them
+    EnvVar(
+        "TORCHVISION_INCLUDE",
+        VISION,
+        lambda c: os.pathsep.join(c.recipe.vision.include_dirs) or None,
+        "torchvision.include_dirs: searched first for the codecs' headers",
+    ),
+    EnvVar(
+        "TORCHVISION_LIBRARY",
+        VISION,
+        lambda c: os.pathsep.join(c.recipe.vision.library_dirs) or None,
+        "torchvision.library_dirs: the codecs' libraries are linked from there",
     ),
     # -- BLAS and MAGMA -----------------------------------------------------------------------------------
     EnvVar(

@@ -224,7 +224,7 @@ def resolve_requirement(text: str, python: str, find_links: Sequence[Path] = ())
         for directory in find_links:
             argv += ["--find-links", str(directory)] if Path(directory).is_dir() else []
         try:
-            done = runner.run([*argv, text], timeout=RESOLVE_TIMEOUT_S)
+            done = runner.run([*argv, "--", text], timeout=RESOLVE_TIMEOUT_S)
         except runner.ProcessError as exc:
             raise UsageError(
                 f"--torch {text!r}: cannot ask pip what it would install ({exc}) (valid: {VALID})"

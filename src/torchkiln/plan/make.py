@@ -19,6 +19,7 @@ from typing import Literal
 from packaging.version import Version
 
 from torchkiln.cache import CacheConfig, masquerade, resolve_cache, tool_for
+from torchkiln.cache.syntax import basedir_problem
 from torchkiln.distributed.spec import DistSpec, resolve_dist
 from torchkiln.errors import UsageError
 from torchkiln.recipe import cmake_options, compat
@@ -70,7 +71,9 @@ def _env_steps(
 ) -> list[Step]:
     python = f"python{recipe.python}"
     py = str(paths.venv_python)
-    venv_argv: tuple[str, ...] = (python, "-m", "venv", str(paths.venv))
+    # `--`: the path is never read as an option of venv's; ``fresh``: a venv the build did not make (one
+    # left in the work directory by hand, with packages in it) is removed first, never built in or kept.
+    venv_argv: tuple[str, ...] = (python, "-m", "venv", "--", str(paths.venv))
     # The CMake that configures the release (data/host_tools.toml): 2.6 is refused by CMake 4.
     cmake = cmake_options.cmake_requirement(str(recipe.torch.version))
     tools = ["build", "wheel", cmake, "ninja", "numpy"]
@@ -89,7 +92,7 @@ def _env_steps(
     )
     venv = str(paths.venv)
     return [
-        Step("build-env:venv", "env", "", venv_argv, creates=py, venv=venv),
+        Step("build-env:venv", "env", "", venv_argv, fresh=venv, creates=py, venv=venv),
         Step("build-env:pip", "env", "", (py, "-m", "pip", "install", "--upgrade", "pip"), venv=venv),
         # One resolution for both projects' own requirements and the recipe's: conflicts surface here.
         Step(
@@ -111,14 +114,18 @@ def _bundles(recipe: Recipe, projects: tuple[str, ...]) -> bool:
 
 def _bundle_step(paths: Paths, ctx: EnvInputs) -> Step:
     """torchkiln.artifacts.bundle on the torchvision wheel, as upstream's packaging/post_build_script.sh runs
-    relocate.py: the CUDA toolkit's lib64 is searched first, so libnvjpeg (and libcudart) are found there.
+    relocate.py: the CUDA toolkit's lib64 is searched first, so libnvjpeg (and libcudart) are found there,
+    then the recipe's ``torchvision.library_dirs``.
     Its wheel (``wheels``) is torchvision's final one: what the checks install and publish copies."""
     built = paths.wheelhouse / "torchvision"
     bundled = paths.wheelhouse / "torchvision.bundled"
-    argv = [sys.executable, "-m", "torchkiln.artifacts.bundle", str(built), "--out", str(bundled)]
+    argv = [sys.executable, "-m", "torchkiln.artifacts.bundle", "--out", str(bundled)]
     argv += ["--package", "torchvision"]
     if ctx.cuda:
         argv += ["--library-path", f"{ctx.cuda_home}/lib64"]
+    for directory in ctx.recipe.vision.library_dirs:  # where the build linked them from (TORCHVISION_LIBRARY)
+        argv += ["--library-path", directory]
+    argv += ["--", str(built)]
     return Step(
         "torchvision:bundle",
         "package",
@@ -170,6 +177,7 @@ def make_plan(
     projects = (only,) if only else PROJECTS
     # Absolute: steps run in different working directories (the wheel steps in their source tree).
     paths = Paths(workdir=Path(workdir).absolute(), dist=Path(dist).absolute())
+    _check_workdir(paths.workdir)
     resources = resources or detect_resources()
     decision = decide_jobs(recipe.accelerator.kind, resources, cli=jobs, recipe=recipe.build.jobs)
     frontend = compat.frontend(recipe)
@@ -234,6 +242,16 @@ def _check_arguments(
         raise UsageError(f"--memory-retries {memory_retries}: must be 0 to {MAX_MEMORY_RETRIES}")
 
 
+def _check_workdir(workdir: Path) -> None:
+    """The work directory's venv/bin goes on PATH, its venv's include/ and lib/ into CMake's
+    CMAKE_INCLUDE_PATH/CMAKE_LIBRARY_PATH: lists that ':' splits, so such a path would be two."""
+    if ":" in str(workdir):
+        raise UsageError(
+            f"--workdir {workdir}: holds ':', which splits PATH and CMake's path lists (its venv/bin would be "
+            "cut in two) (valid: a path without ':')"
+        )
+
+
 def _spec(recipe: Recipe, project: str) -> SourceSpec:
     return recipe.torch if project == "torch" else recipe.torchvision
 
@@ -258,10 +276,15 @@ def _cache_for(
     """The compiler cache as the command line or the recipe resolved it, with its basedir: paths under it
     are hashed relative to the compile's directory, so builders at other paths share cached objects (set
     here, once, for the plan and the build)."""
-    return replace(
-        cache or resolve_cache(recipe.cache),
-        basedir=cache_basedir(paths.workdir, [s.path for s in sources.values()]),
-    )
+    config = cache or resolve_cache(recipe.cache)
+    basedir = cache_basedir(paths.workdir, [s.path for s in sources.values()])
+    problem = basedir_problem(str(basedir), config.kind)
+    if problem:
+        raise UsageError(
+            f"--workdir/--source-dir: the compiler cache's basedir (the directory holding the work directory "
+            f"and every source tree) {problem} (valid: paths without '$' or ':')"
+        )
+    return replace(config, basedir=basedir)
 
 
 def _build_steps(
@@ -297,6 +320,7 @@ def _build_steps(
                     "--no-isolation",
                     "--outdir",
                     str(paths.wheelhouse / project),
+                    "--",
                     str(src),
                 ),
                 {"VIRTUAL_ENV": str(paths.venv), **project_env(project, ctx)},
@@ -343,6 +367,7 @@ def _install_torch_step(recipe: Recipe, paths: Paths, builds_torch: bool, torch:
         str(paths.dist),
         "--constraint",
         str(paths.constraints),
+        "--",  # --torch's value is pip's argument, never one of its options
         torch.install if torch else f"torch=={recipe.torch_wheel_version}",
     )
     # the torch wheels pip picks from: their content, not only their version, is an input (this build's
@@ -366,7 +391,8 @@ def _check_steps(
         "checks:venv",
         "checks",
         "",
-        (f"python{recipe.python}", "-m", "venv", "--clear", str(paths.check_venv)),
+        (f"python{recipe.python}", "-m", "venv", "--clear", "--", str(paths.check_venv)),
+        fresh=str(paths.check_venv),
         creates=str(check_python),
         venv=str(paths.check_venv),
     )

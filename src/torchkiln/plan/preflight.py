@@ -21,12 +21,16 @@ blas     OpenBLAS: its library and ``cblas.h`` on the system (MKL comes from pip
          (aarch64): its lp64 OpenMP library and ``nvpl_blas.h`` where upstream installs it (/opt/nvpl)
 git      new enough (``git_min``) when a source is fetched
 cache    the compiler cache's tool (ccache, sccache) is on PATH, unless the cache is ``none``
-disk     free space under the work directory: :data:`DISK_GIB` (estimates; see there)
+disk     free space under the work directory: :data:`DISK_GIB` (estimates; see there), :data:`DISK_GIB_VISION`
+         for torchvision alone
 memory   enough for the compile jobs asked for: :data:`torchkiln.plan.jobs.PER_JOB_GIB` per job + reserve
 source   a ``--source-dir`` tree's ``version.txt`` is the recipe's release (:func:`source_versions`)
 torch-wheel ``--only torchvision`` without ``--torch``: the recipe's torch wheel is in dist/ (or the wheelhouse)
 submods  a ``--source-dir`` tree carries the submodules it declares (:mod:`torchkiln.source.submodules`;
          a fetched checkout is checked right after its fetch steps)
+vision   each part of ``[torchvision.features]`` asked for is where torchvision's setup.py will look for it
+         (:mod:`torchkiln.plan.vision_parts`: libpng-config, jpeglib.h, webp/decode.h, nvjpeg.h, FFmpeg);
+         the directories of ``torchvision.include_dirs`` / ``library_dirs`` exist
 ======== ==========================================================================================
 
 cmake and ninja are not checked on the host: the build venv gets them from pip (``cmake>=3.27``, ``ninja``;
@@ -55,6 +59,7 @@ from torchkiln.cache import tool_for
 from torchkiln.errors import EXIT_USAGE, Problem, TorchkilnError
 from torchkiln.host.toolchain import compiler, cudnn_version
 from torchkiln.process import runner
+from torchkiln.process.environ import compose
 from torchkiln.process.logs import first_error
 from torchkiln.recipe import cmake_options
 from torchkiln.recipe.compat import compat, minor, platform_data
@@ -62,6 +67,7 @@ from torchkiln.recipe.model import Recipe
 from torchkiln.recipe.rules import check_rules
 from torchkiln.source import submodules
 
+from . import vision_parts
 from .jobs import GIB, PER_JOB_GIB, RESERVE_GIB
 from .model import Plan
 
@@ -73,6 +79,10 @@ PROBE_TIMEOUT_S = 20.0
 # fatbins of every kernel per arch), the wheels twice (wheelhouse, then dist/) and the two venvs.
 # Conservative on purpose: running out at link time costs the whole compile.
 DISK_GIB: dict[str, float] = {"cpu": 20.0, "cuda": 60.0}
+# torchvision alone (--only torchvision): two venvs with torch (the build's and the check's), the tree and
+# its build/, the wheel. Measured: a venv of upstream's torch 2.6.0+cu124 with its NVIDIA wheels is 5.3 GiB
+# (du -sh), one of torch 2.13.0+cpu 1.2 GiB; the venvs kept by the environment store are hard links.
+DISK_GIB_VISION: dict[str, float] = {"cpu": 5.0, "cuda": 15.0}
 
 # OpenBLAS as Debian/Ubuntu (libopenblas-dev, under the platform's multiarch triplet) and RHEL
 # (openblas-devel) install it.
@@ -477,8 +487,9 @@ def _release_of(pin: Version, parts: int = 3) -> str:
 
 
 def _cudnn(plan: Plan, host: Host) -> Iterator[Finding]:
+    """cuDNN and NCCL are torch's (torchvision compiles against neither): checked when torch is built."""
     pin = plan.recipe.accelerator.cudnn
-    if pin is None:
+    if pin is None or "torch" not in plan.projects:
         return
     home = _env(plan).get("CUDA_HOME", "")
     want = f"cuDNN {_release_of(pin)} (accelerator.cudnn = {pin})"
@@ -492,7 +503,7 @@ def _cudnn(plan: Plan, host: Host) -> Iterator[Finding]:
 
 def _nccl(plan: Plan, host: Host) -> Iterator[Finding]:
     pin = plan.recipe.accelerator.nccl
-    if pin is None:
+    if pin is None or "torch" not in plan.projects:
         return
     include = Path(_env(plan).get("NCCL_INCLUDE_DIR", ""))
     want = f"NCCL {_release_of(pin)} (accelerator.nccl)"
@@ -596,7 +607,8 @@ def _existing(path: Path) -> Path:
 
 
 def _disk(plan: Plan, host: Host) -> Iterator[Finding]:
-    need = DISK_GIB[plan.recipe.accelerator.kind]
+    table = DISK_GIB if "torch" in plan.projects else DISK_GIB_VISION
+    need = table[plan.recipe.accelerator.kind]
     where = _existing(plan.paths.workdir)
     try:
         stats = os.statvfs(where)
@@ -610,8 +622,8 @@ def _disk(plan: Plan, host: Host) -> Iterator[Finding]:
         yield Finding(
             "disk",
             f"{free:.1f} GiB free under {where}",
-            f"{need:g} GiB for a {plan.recipe.accelerator.kind} build (checkout, build tree, wheels; "
-            "torchkiln.plan.preflight.DISK_GIB)",
+            f"{need:g} GiB for a {plan.recipe.accelerator.kind} build of {', '.join(plan.projects)} (checkout, "
+            "build tree, venvs, wheels; torchkiln.plan.preflight.DISK_GIB, DISK_GIB_VISION)",
             "free space, or use --workdir on a larger disk",
         )
 
@@ -691,6 +703,44 @@ def adopt_source_versions(
             f"{found.text!r}), not the recipe's {want}"
         )
     return recipe, tuple(notes)
+
+
+# ------------------------------------------------------------------------------------------------------
+# torchvision's optional parts: setup.py leaves out what it does not find, so each one asked for is looked
+# up here as setup.py will look for it (torchkiln.plan.vision_parts).
+# ------------------------------------------------------------------------------------------------------
+
+
+def _vision_parts(plan: Plan, host: Host) -> Iterator[Finding]:
+    """Each part of [torchvision.features] the recipe asks for, looked for where torchvision's setup.py
+    will look, in the environment of the ``torchvision:wheel`` step (its variables, the venv's bin/ first
+    on PATH, the caller's environment less what torchkiln removes); each directory of
+    ``torchvision.include_dirs`` / ``library_dirs`` must exist."""
+    step = next((s for s in plan.steps if s.name == "torchvision:wheel"), None)
+    source = next((s for s in plan.sources if s.name == "torchvision"), None)
+    if step is None or source is None:
+        return
+    r = plan.recipe
+    for field, dirs in (("include_dirs", r.vision.include_dirs), ("library_dirs", r.vision.library_dirs)):
+        for directory in dirs:
+            if not Path(directory).is_dir():
+                yield Finding(
+                    f"torchvision.{field}",
+                    f"no directory {directory}",
+                    f"the directories torchvision.{field} names",
+                    f"create {directory} with what it should hold, or take it out of torchvision.{field}",
+                )
+    environ = compose(host.environ, step.env, path_prepend=step.path_prepend)
+    setup = vision_parts.Setup(environ, source.path, r.python)
+    for part in r.vision.enabled:
+        miss = vision_parts.missing(part, setup)
+        if miss is not None:
+            yield Finding(
+                f"torchvision.features.{part}",
+                miss.found,
+                f"{miss.wanted}: torchvision's setup.py builds without {part} otherwise",
+                f"{miss.provides}; or {part} = false in [torchvision.features]",
+            )
 
 
 def _sources(plan: Plan, host: Host) -> Iterator[Finding]:
@@ -808,6 +858,7 @@ CHECKS: tuple[tuple[str, Check], ...] = (
     ("source", _sources),
     ("submodules", _submodules),
     ("torch-wheel", _torch_wheel),
+    ("vision-parts", _vision_parts),
 )
 
 

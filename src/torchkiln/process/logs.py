@@ -40,6 +40,9 @@ CAUSE_PATTERNS = (
     # PyTorch's setup.py check_submodules() (v2.6.0 setup.py, lines 399-440): a tree without submodules.
     re.compile(r"^\s*--- Submodule initi?alization failed"),
     re.compile(r"^Could not find any of .+ in \S"),
+    # A full disk or quota (strerror of ENOSPC / EDQUOT, as every tool prints it): whatever failed after it
+    # (a compiler, pip, git, ninja's FAILED line) failed because of it.
+    re.compile(r"No space left on device|Disk quota exceeded"),
 )
 FAILURE_PATTERNS = (
     re.compile(r"^FAILED: "),
@@ -55,6 +58,7 @@ RANKS = (CAUSE_PATTERNS, FAILURE_PATTERNS, NOISE_PATTERNS)
 
 
 KEEP_RUNS = 20  # run directories kept under <workdir>/logs (the newest; ``latest`` links the last one)
+RUN_NAME = re.compile(r"\d{8}T\d{6}Z(-\d+)?")  # a run directory's name: its UTC start, then -2, -3, ...
 LATEST = "latest"
 
 
@@ -71,8 +75,14 @@ def start_run_logs(logs: Path, stamp: str) -> Path:
     link = logs / f".{LATEST}.{os.getpid()}"
     link.unlink(missing_ok=True)
     link.symlink_to(run.name)
-    link.replace(logs / LATEST)  # atomic: the link is the old run's or this one's, never missing
-    runs = sorted(p for p in logs.iterdir() if p.is_dir() and not p.is_symlink())
+    latest = logs / LATEST
+    if latest.is_dir() and not latest.is_symlink():  # not torchkiln's link: a rename cannot replace it
+        shutil.rmtree(latest)
+    link.replace(latest)  # atomic: the link is the old run's or this one's, never missing
+    # only the run directories torchkiln made (<stamp>[-N]); anything else in logs/ is left alone
+    runs = sorted(
+        p for p in logs.iterdir() if p.is_dir() and not p.is_symlink() and RUN_NAME.fullmatch(p.name)
+    )
     for old in runs[:-KEEP_RUNS]:
         shutil.rmtree(old, ignore_errors=True)
     return run

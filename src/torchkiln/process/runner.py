@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from torchkiln.errors import TorchkilnError, name_path
+from torchkiln.process import peak
 
 from .logs import first_error
 from .supervisor import MARK
@@ -119,9 +120,10 @@ class Streamed:
     seconds: float
     log: Path
     tail: list[str] = field(default_factory=list)
-    # The peak resident memory (bytes) of the largest process of the run's tree that was waited for: the
-    # command's own, a compiler's that ninja reaped (the kernel's ru_maxrss over reaped children); None when
-    # the run was stopped. A compile killed for memory counts with what it had reached.
+    # With stream(measure=True): the peak resident memory (bytes) of the largest process of the run's tree
+    # that was waited for: the command's own, a compiler's that ninja reaped (the kernel's ru_maxrss over
+    # reaped children, measured by torchkiln.process.peak); None when not measured or the run was stopped.
+    # A compile killed for memory counts with what it had reached.
     peak_rss: int | None = None
 
     @property
@@ -339,18 +341,21 @@ def stream(
     observe: Observer | None = None,
     redact: Redact = _same,
     header: str | None = None,
+    measure: bool = False,
 ) -> Streamed:
     """Run ``argv`` with stdout and stderr merged, each line redacted, written to ``log`` (flushed, so a
     reader sees progress) and passed to ``observe``; ``observe`` returning True stops the run (its whole
     group) with ``returncode=None``. An interrupt (Ctrl-C, or SIGTERM turned into an exception) stops the
-    group before it propagates."""
+    group before it propagates. ``measure``: the run's peak memory is measured (:mod:`torchkiln.process.peak`)."""
     start = time.monotonic()
-    proc = spawn(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=False)
+    report = log.with_name(log.name + ".peak") if measure else None
+    command = [sys.executable, "-I", "-S", peak.__file__, str(report), *argv] if report else argv
+    proc = spawn(command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=False)
     assert proc.stdout is not None
     tail: list[str] = []
     stopped = False
     finished = False
-    peak: int | None = None
+    measured: int | None = None
     try:
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("w", encoding="utf-8") as handle:
@@ -367,27 +372,25 @@ def stream(
                     stopped = True
                     break
         if not stopped:
-            peak = _wait_measured(proc)
+            proc.wait()
             finished = True
+            measured = _reported_peak(report) if report else None
     except OSError as exc:  # the log's disk is full or gone: say which file
         raise name_path(exc, log) from None
     finally:
         if not finished:  # stopped by the observer, Ctrl-C or SIGTERM
             stop_group(proc)
         proc.stdout.close()
+        if report is not None:
+            report.unlink(missing_ok=True)
     return Streamed(
-        tuple(argv), None if stopped else proc.returncode, time.monotonic() - start, log, tail, peak
+        tuple(argv), None if stopped else proc.returncode, time.monotonic() - start, log, tail, measured
     )
 
 
-def _wait_measured(proc: subprocess.Popen[Any]) -> int | None:
-    """Wait for ``proc`` with wait4, which also says the peak resident memory of the largest process of its
-    tree (ru_maxrss: its own, and what its reaped descendants reached, in KiB on Linux); the exit status
-    is set on ``proc`` as Popen would set it."""
+def _reported_peak(report: Path) -> int | None:
+    """The peak :mod:`torchkiln.process.peak` wrote (bytes); None if it wrote none."""
     try:
-        _, status, usage = os.wait4(proc.pid, 0)
-    except ChildProcessError:  # reaped already
-        proc.wait()
+        return int(report.read_text(encoding="ascii"))
+    except (OSError, ValueError):
         return None
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return usage.ru_maxrss * 1024

@@ -4,7 +4,8 @@ PyTorch forwards every ``USE_*`` / ``BUILD_*`` environment variable to CMake, so
 CMake does not read as intended passes silently. ``data/cmake_options.toml`` lists, per supported torch minor
 release, the options its top-level ``CMakeLists.txt`` declares and the environment-only knobs its build front
 end reads, each with the upstream file and commit it was read from; ``data/host_tools.toml`` holds the
-host-tool minimums and the host compilers each CUDA version's nvcc accepts. How sure each release's table is
+host-tool minimums, the host compilers each CUDA version's nvcc accepts and where torchvision's setup.py
+looks for its optional parts (:func:`vision_part`). How sure each release's table is
 (``confidence``, ``note``) is part of the data: no release branch's own ``CMakeLists.txt`` was available, so
 every table is "nearest" (see the file's header).
 
@@ -176,6 +177,12 @@ def cmake_requirement(version: str) -> str:
 def nvcc_host_compilers(cuda: str) -> Mapping[str, Any]:
     """The newest gcc / clang major (``gcc_max``, ``clang_max``) one CUDA version's nvcc accepts."""
     return cast("Mapping[str, Any]", host_tools_data()["cuda"][minor(cuda)])
+
+
+def vision_part(name: str) -> Mapping[str, Any]:
+    """How torchvision's setup.py finds one optional part (``png``, ``jpeg``, ... of [torchvision.features])
+    and what provides it: ``lookup`` and its arguments, ``provides``, ``source``."""
+    return cast("Mapping[str, Any]", host_tools_data()["vision_part"][name])
 
 
 def _releases_with(name: str) -> list[str]:

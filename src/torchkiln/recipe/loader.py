@@ -90,7 +90,10 @@ SIZE_RE = re.compile(r"[0-9]{1,6}(\.[0-9]{1,3})?[KMGT]i?", re.ASCII)
 ENV_NAME_RE = re.compile(r"[A-Z_][A-Z0-9_]{0,63}", re.ASCII)
 # A git ref name as git check-ref-format accepts it, restricted further: no whitespace, no shell
 # metacharacters are *needed* (we never use a shell), but refusing them catches copy-paste accidents.
-REF_RE = re.compile(r"(?!-)(?!.*\.\.)(?!.*//)(?!.*@\{)[A-Za-z0-9._/+-]{1,200}(?<!\.lock)(?<![./])", re.ASCII)
+# A leading '-' is an option of git fetch, a leading '+' a forced refspec (git fetch takes the ref as one).
+REF_RE = re.compile(
+    r"(?![-+])(?!.*\.\.)(?!.*//)(?!.*@\{)[A-Za-z0-9._/+-]{1,200}(?<!\.lock)(?<![./])", re.ASCII
+)
 URL_RE = re.compile(r"(https?|ssh|git|file)://[!-~]+|[\w.-]+@[\w.-]+:[!-~]+|/[!-~]+", re.ASCII)
 
 # The string grammar every string field obeys before its own check: printable ASCII (no control
@@ -129,6 +132,36 @@ def _match(regex: re.Pattern[str], valid: str, what: str = "malformed value") ->
         return None if regex.fullmatch(value) else (f"{what} {shown(value)}", valid)
 
     return check
+
+
+REPO_VALID = "an https://, ssh://, git://, file:// URL or a path"
+# Where a repository URL names a host (and user, port): scheme://[user@]host[:port]/..., or scp-like
+# user@host:path.
+_AUTHORITY = re.compile(r"^[a-z]+://([^/]*)|^([^/:]*@[^/:]*):", re.ASCII)
+
+
+def repo_problem(value: Any) -> tuple[str, str] | None:
+    """A repository URL or path as git takes it, and nothing git or ssh would read as an option: the value
+    is the argument of ``git remote add`` (a leading ``-`` is an option there, ``--upload-pack@x:y``), and
+    its host and user reach ssh as an argument (``ssh://-oProxyCommand=x/p``: ssh's option). git refuses
+    both itself today; torchkiln does not rely on that."""
+    if value.startswith("-"):
+        return (f"{shown(value)} begins with '-', which git reads as an option", REPO_VALID)
+    if not URL_RE.fullmatch(value):
+        return (f"malformed value {shown(value)}", REPO_VALID)
+    found = _AUTHORITY.match(value)
+    if found is not None:
+        userinfo, _, hostport = (found.group(1) or found.group(2) or "").rpartition("@")
+        host, _, port = hostport.partition(":") if not hostport.startswith("[") else (hostport, "", "")
+        if userinfo.startswith("-") or host.startswith("-"):
+            what = "host" if host.startswith("-") else "user"
+            return (
+                f"{shown(value)}: its {what} begins with '-', which ssh and git read as an option",
+                REPO_VALID,
+            )
+        if port and not port.isdigit():
+            return (f"{shown(value)}: its port {port!r} is not a number", REPO_VALID)
+    return None
 
 
 def path_problem(value: Any) -> tuple[str, str] | None:
@@ -190,6 +223,32 @@ def _arch_list(value: Any) -> tuple[str, str] | None:
         )
     if len(set(value)) != len(value):
         return ("arch list has duplicates", "each compute capability once")
+    return None
+
+
+# torchvision's TORCHVISION_INCLUDE / TORCHVISION_LIBRARY (torchvision.include_dirs, .library_dirs): its
+# setup.py splits each at os.pathsep (":") and hands the directories to the compiler and linker, whose
+# commands torch.utils.cpp_extension writes into a ninja file (run by a shell; "$" is ninja's own escape).
+# Nothing expands them (no shell, no "~" or "$VAR"), so only absolute paths of plain characters.
+SEARCH_DIR_RE = re.compile(r"/[A-Za-z0-9._/+-]{0,254}", re.ASCII)
+MAX_SEARCH_DIRS = 16
+
+
+def _search_dirs(value: Any) -> tuple[str, str] | None:
+    valid = (
+        "absolute directory paths of letters, digits, '.', '_', '+', '-' and '/' (no ':', spaces, '~' or "
+        "'$': nothing expands them)"
+    )
+    if len(value) > MAX_SEARCH_DIRS:
+        return (
+            f"{len(value)} entries, more than {MAX_SEARCH_DIRS}",
+            f"at most {MAX_SEARCH_DIRS} directories",
+        )
+    bad = [shown(d) for d in value if not isinstance(d, str) or not SEARCH_DIR_RE.fullmatch(d)]
+    if bad:
+        return (f"not an absolute directory path: {', '.join(bad[:4])}", valid)
+    if len(set(value)) != len(value):
+        return ("a directory is listed twice", "each directory once")
     return None
 
 
@@ -258,7 +317,7 @@ SCHEMA: tuple[Field, ...] = (
     Field(
         "torch.repo",
         str,
-        check=_match(URL_RE, "an https://, ssh://, git://, file:// URL or a path"),
+        check=repo_problem,
         doc="git URL (default: upstream GitHub)",
         default=UPSTREAM_TORCH_REPO,
     ),
@@ -286,7 +345,7 @@ SCHEMA: tuple[Field, ...] = (
     Field(
         "torchvision.repo",
         str,
-        check=_match(URL_RE, "an https://, ssh://, git://, file:// URL or a path"),
+        check=repo_problem,
         default=UPSTREAM_TORCHVISION_REPO,
     ),
     Field(
@@ -296,6 +355,22 @@ SCHEMA: tuple[Field, ...] = (
         _match(REF_RE, "a branch or tag name such as v0.28.0", "malformed git ref"),
     ),
     Field("torchvision.commit", str, check=_match(SHA1_RE, "a full 40-character lowercase hex SHA-1")),
+    Field(
+        "torchvision.include_dirs",
+        list,
+        check=_search_dirs,
+        doc="TORCHVISION_INCLUDE: directories searched first for the parts' headers",
+        to="vision.include_dirs",
+        convert=tuple,
+    ),
+    Field(
+        "torchvision.library_dirs",
+        list,
+        check=_search_dirs,
+        doc="TORCHVISION_LIBRARY: directories the parts' libraries are linked from",
+        to="vision.library_dirs",
+        convert=tuple,
+    ),
     Field(
         "torchvision.version",
         str,

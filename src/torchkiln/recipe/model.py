@@ -56,7 +56,10 @@ class Blas:
 @dataclass(frozen=True)
 class VisionFeatures:
     """torchvision's optional parts (``[torchvision.features]``, each its setup.py's TORCHVISION_USE_<NAME>):
-    what the wheel is built with. The defaults are what upstream's wheels have (nvJPEG: CUDA recipes)."""
+    what the wheel is built with. The defaults are what upstream's wheels have (nvJPEG: CUDA recipes).
+    ``include_dirs`` / ``library_dirs`` (``torchvision.include_dirs``, ``torchvision.library_dirs``) are
+    setup.py's TORCHVISION_INCLUDE / TORCHVISION_LIBRARY: where it looks first for the parts' headers and
+    libraries (a libjpeg-turbo in /opt, the Video Codec SDK's headers)."""
 
     png: bool = True
     jpeg: bool = True
@@ -64,6 +67,8 @@ class VisionFeatures:
     nvjpeg: bool = False
     video_codec: bool = False
     ffmpeg: bool = False
+    include_dirs: tuple[str, ...] = ()
+    library_dirs: tuple[str, ...] = ()
 
     NAMES: ClassVar[tuple[str, ...]] = ("png", "jpeg", "webp", "nvjpeg", "video_codec", "ffmpeg")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from torchkiln.artifacts.lockfile import SourceLock, Submodule
-from torchkiln.errors import TorchkilnError
+from torchkiln.errors import TorchkilnError, few
 from torchkiln.files.digests import tree_sha256
 from torchkiln.process import runner
 from torchkiln.recipe.model import SourceSpec
@@ -32,10 +32,12 @@ def fetch_commands(spec: SourceSpec, dest: Path, *, jobs: int = 4) -> list[tuple
     """
     git = ("git", "-C", str(dest))
     submodule_git = (*git, "-c", "protocol.file.allow=always") if _is_local_url(spec.repo) else git
+    # `--` before every positional that comes from the recipe or the command line: git never reads one as
+    # an option, whatever it holds (the recipe check refuses such values too: recipe.loader.repo_problem).
     return [
-        ("git", "init", "--quiet", str(dest)),
-        (*git, "remote", "add", "origin", spec.repo),
-        (*git, "fetch", "--depth", "1", "--no-tags", "origin", spec.ref),
+        ("git", "init", "--quiet", "--", str(dest)),
+        (*git, "remote", "add", "--", "origin", spec.repo),
+        (*git, "fetch", "--depth", "1", "--no-tags", "--", "origin", spec.ref),
         (*git, "checkout", "--quiet", "--detach", "FETCH_HEAD"),
         (*submodule_git, "submodule", "update", "--init", "--recursive", "--depth", "1", "--jobs", str(jobs)),
     ]
@@ -79,6 +81,37 @@ def checkout_intact(path: Path, head: str | None) -> bool:
     if not found.ok or found.stdout.strip() != head:
         return False
     return runner.run(["git", "-C", str(path), "cat-file", "-e", "HEAD^{tree}"]).ok
+
+
+def changed_files(repo: Path) -> list[str]:
+    """The tracked files of a checkout that differ from its HEAD (edited, deleted, staged; a submodule whose
+    content or commit changed), as ``git status`` lists them: what makes a tree not the commit it names.
+    Untracked files are left out (a build's outputs are untracked)."""
+    out = git_output(repo, "status", "--porcelain=v1", "-z", "--untracked-files=no")
+    entries = out.split("\0")
+    changed: list[str] = []
+    skip = False
+    for entry in entries:
+        if skip:  # a rename's or copy's original path follows its new one
+            skip = False
+            continue
+        if len(entry) < 4:
+            continue
+        changed.append(entry[3:])
+        skip = "R" in entry[:2] or "C" in entry[:2]
+    return changed
+
+
+def dirty_checkout(spec: SourceSpec, path: Path, changed: list[str], outcome: str) -> str:
+    """Why a fetched checkout that differs from its pinned ref is not built or published (as ``cargo publish``
+    refuses a dirty tree), naming the changed files, and the ways out."""
+    return (
+        f"{spec.name}: the fetched checkout {path} differs from {spec.ref} of {spec.repo}: "
+        f"{len(changed)} changed file(s): {few(changed)}; {outcome}\n"
+        f"ways out: undo the changes (git -C {path} checkout -- .), or --allow-dirty to build and "
+        f"publish them (a warning; the manifest and the provenance record the changed files), or build a "
+        f"tree you change with --source-dir {spec.name}=PATH"
+    )
 
 
 def head_commit(repo: Path) -> str:
@@ -142,5 +175,7 @@ def lock_source(
             name, repo, ref, None, dirty=True, provided=provided, path=str(path), tree_sha256=digest
         )
     head = head_commit(path)
-    dirty = bool(git_output(path, "status", "--porcelain", "--untracked-files=no").strip())
-    return SourceLock(name, repo, ref, head, dirty, provided, str(path), None, submodules(path))
+    changed = changed_files(path)
+    return SourceLock(
+        name, repo, ref, head, bool(changed), provided, str(path), None, submodules(path), changed
+    )

@@ -662,7 +662,43 @@ def _flags_vs_recipe(flags: Mapping[str, str], settings: Mapping[str, str]) -> C
 # torchvision: it pairs with this torch, is the recipe's, and its compiled parts loaded.
 # --------------------------------------------------------------------------------------------------
 
-TORCHVISION_CHECKS = ("pairs_torch", "version", "commit", "cuda", "ops")
+TORCHVISION_CHECKS = ("pairs_torch", "version", "commit", "cuda", "ops", "features")
+VISION_PARTS = ("png", "jpeg", "webp", "nvjpeg", "video_codec", "ffmpeg")  # VisionFeatures.NAMES
+
+
+def expected_parts(recipe: Recipe | None, cuda: bool) -> dict[str, bool]:
+    """The optional parts torchvision must have: the recipe's ``[torchvision.features]``; without a recipe,
+    what upstream's wheels have (PNG, JPEG and WebP always, nvJPEG in CUDA builds, no video decoder)."""
+    if recipe is not None:
+        return {part: bool(getattr(recipe.vision, part)) for part in VISION_PARTS}
+    return {part: part in ("png", "jpeg", "webp") or (part == "nvjpeg" and cuda) for part in VISION_PARTS}
+
+
+def _said(built: bool | None) -> str:
+    return {True: "built with it", False: "built without it", None: "could not tell"}[built]
+
+
+def _parts_vs_recipe(recipe: Recipe | None, facts: BuildFacts, tv: TorchvisionFacts) -> Check:
+    """[torchvision.features] against what the installed torchvision was built with (each codec used once,
+    :func:`torchkiln.verify.facts.probe_parts`): a part asked for and left out, or built in unasked."""
+    field = "torchvision.features" if recipe is not None else ""
+    if not tv.parts:
+        return _skip("features", "these facts do not say which parts torchvision has", field=field)
+    want = expected_parts(recipe, facts.cuda_version is not None)
+    wrong = []
+    for part, wanted in want.items():
+        built = tv.parts.get(part)
+        if built is not wanted:
+            note = tv.part_notes.get(part)
+            wrong.append(
+                f"torchvision.features.{part}: expected {'true' if wanted else 'false'}, "
+                f"{_said(built)}" + (f" ({note})" if note else "")
+            )
+    expected = ", ".join(p for p, w in want.items() if w) or "none"
+    actual = ", ".join(p for p in want if tv.parts.get(p)) or "none"
+    if wrong:
+        return Check("features", "fail", "; ".join(wrong), expected, actual, field)
+    return Check("features", "pass", f"torchvision's optional parts: {actual}", expected, actual, field)
 
 
 def expected_torchvision_minor(torch_version: Version) -> str:
@@ -733,6 +769,7 @@ def torchvision_checks(
             True,
             tv.has_ops,
         )
+    out["features"] = _parts_vs_recipe(recipe, facts, tv)
     return out
 
 

@@ -17,7 +17,11 @@ What torch reports, and where (checked on upstream's 2.13.0+cu130 / 2.14.0+cu130
   9.20.0), NCCL: ``torch.cuda.nccl.version()`` -- all readable without a GPU;
 * torchvision: ``torchvision.version.cuda`` is an **int** (``13000`` for CUDA 13.0, set only for CUDA
   builds), ``torchvision.extension._check_cuda_version()`` the same int (0 or less for CPU builds); its ops
-  live in ``_C.so`` (0.28) or ``_C_stable.so`` (0.29, built on torch's stable ABI).
+  live in ``_C.so`` (0.28) or ``_C_stable.so`` (0.29, built on torch's stable ABI);
+* torchvision's optional parts (:func:`probe_parts`): each codec used once; one built without raises
+  ``encode_png: torchvision not compiled with libpng support`` (torchvision/csrc/io/image/cpu/*.cpp and
+  cuda/*.cpp, 0.21.0 and 0.28.0: libpng, libPNG, libjpeg, libwebp, nvJPEG); the video decoders are
+  ``torchvision.io._HAS_CPU_VIDEO_DECODER`` / ``_HAS_GPU_VIDEO_DECODER`` (up to 0.23).
 """
 
 from __future__ import annotations
@@ -131,6 +135,24 @@ def decode_torchvision_cuda(value: int | str | None) -> str | None:
     return f"{value // 1000}.{value % 1000 // 10}"
 
 
+# What a codec torchvision was built without says when used (see the module's docstring).
+NOT_COMPILED = re.compile(r"not compiled with (lib)?(png|jpeg|webp|nvjpeg) support", re.IGNORECASE)
+# A 2x2 lossless WebP: red, green / blue, white (written by Pillow's libwebp encoder).
+WEBP_2X2 = bytes.fromhex(
+    "524946462c000000574542505650384c1f0000002f014000001f201048de1f3a8df9171014fc1fddfc47640fe0060c11fd0f0100"
+)
+# An 8x8 baseline JPEG of one colour (200, 40, 90), written by Pillow 13.0.0 (quality 50): what the nvJPEG
+# probe hands the GPU decoder, so that it needs no libjpeg to make one.
+JPEG_8X8 = bytes.fromhex(
+    "ffd8ffe000104a46494600010100000100010000ffdb004300100b0c0e0c0a100e0d0e1211101318281a181616183123251d283a"
+    "333d3c3933383740485c4e404457453738506d51575f626768673e4d71797064785c656763ffdb0043011112121815182f1a1a2f"
+    "634238426363636363636363636363636363636363636363636363636363636363636363636363636363636363636363636363"
+    "636363ffc00011080008000803012200021101031101ffc4001500010100000000000000000000000000000005ffc4001410010000"
+    "0000000000000000000000000000ffc4001501010100000000000000000000000000000106ffc4001411010000000000000000000000"
+    "0000000000ffda000c03010002110311003f009c00523fffd9"
+)
+
+
 def dotted(parts: tuple[int, ...] | list[int] | None) -> str | None:
     return ".".join(str(p) for p in parts) if parts is not None else None
 
@@ -146,6 +168,11 @@ class TorchvisionFacts:
     has_ops: bool = False  # its C++ ops library loaded (torchvision.extension._has_ops())
     extensions: tuple[str, ...] = ()  # the ops/codec libraries it ships: _C.so, _C_stable.so, image.so ...
     error: str | None = None
+    # Its optional parts ([torchvision.features] names): True built in, False built without, None could
+    # not tell (e.g. the image extension did not load); ``part_notes`` what the probe said. Empty: facts
+    # from a torchkiln that did not probe them.
+    parts: Mapping[str, bool | None] = field(default_factory=dict)
+    part_notes: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -228,6 +255,55 @@ def _wheel_tags(project: str) -> tuple[str, ...]:
     return tuple(line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Tag:"))
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+def _codec_probes(torchvision: Any) -> dict[str, Any]:
+    """part -> a call that uses it once (``image`` ops; the GPU decoder through its op, as torchvision.io
+    calls it for ``device='cuda'``)."""
+    import torch
+
+    def image(data: bytes) -> Any:
+        return torch.frombuffer(bytearray(data), dtype=torch.uint8)
+
+    def nvjpeg() -> Any:
+        decode = torch.ops.image.decode_jpegs_cuda  # raises when the image extension is not loaded
+        return decode([image(JPEG_8X8)], 0, torch.device("cuda"))
+
+    return {
+        "png": lambda: torchvision.io.encode_png(torch.zeros(1, 2, 2, dtype=torch.uint8)),
+        "jpeg": lambda: torchvision.io.encode_jpeg(torch.zeros(3, 8, 8, dtype=torch.uint8)),
+        "webp": lambda: torchvision.io.decode_webp(image(WEBP_2X2)),
+        "nvjpeg": nvjpeg,
+    }
+
+
+def probe_parts(torchvision: Any) -> tuple[dict[str, bool | None], dict[str, str]]:
+    """Which optional parts the imported torchvision was built with: each codec used once. A codec built
+    without says so (:data:`NOT_COMPILED`); any other failure leaves it unknown, except for nvJPEG, whose
+    op without a GPU fails in CUDA, past the "not compiled" test (so reaching CUDA means it is built in)."""
+    parts: dict[str, bool | None] = {}
+    notes: dict[str, str] = {}
+    for part, use in _codec_probes(torchvision).items():
+        try:
+            use()
+        except (AttributeError, RuntimeError) as exc:
+            notes[part] = _first_line(exc)
+            reached_cuda = part == "nvjpeg" and not isinstance(exc, AttributeError)
+            parts[part] = False if NOT_COMPILED.search(str(exc)) else (True if reached_cuda else None)
+        except Exception as exc:  # noqa: BLE001 - torch.AcceleratorError and the like: the op ran
+            notes[part] = _first_line(exc)
+            parts[part] = True if part == "nvjpeg" else None
+        else:
+            parts[part] = True
+    io = getattr(torchvision, "io", None)
+    parts["ffmpeg"] = bool(getattr(io, "_HAS_CPU_VIDEO_DECODER", False))
+    parts["video_codec"] = bool(getattr(io, "_HAS_GPU_VIDEO_DECODER", False))
+    return parts, notes
+
+
 def collect_torchvision() -> TorchvisionFacts | None:
     """The installed torchvision's facts; None when it is not installed. Never raises: an import or ops
     failure ("operator torchvision::nms does not exist") is recorded in ``error``."""
@@ -255,6 +331,7 @@ def collect_torchvision() -> TorchvisionFacts | None:
             raw = extension._check_cuda_version()
     except Exception as exc:  # noqa: BLE001 - a CUDA mismatch raises here ("compiled with different CUDA")
         error = f"{type(exc).__name__}: {exc}"
+    parts, notes = probe_parts(torchvision)
     return TorchvisionFacts(
         version=str(torchvision.__version__),
         git_version=getattr(version_mod, "git_version", None),
@@ -263,6 +340,8 @@ def collect_torchvision() -> TorchvisionFacts | None:
         has_ops=has_ops,
         extensions=extensions,
         error=error,
+        parts=parts,
+        part_notes=notes,
     )
 
 

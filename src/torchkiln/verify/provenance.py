@@ -29,6 +29,7 @@ from packaging.version import InvalidVersion, Version
 
 from torchkiln.artifacts import wheelfile
 from torchkiln.artifacts.manifest import Manifest, WheelRecord
+from torchkiln.errors import few
 
 from .buildconfig import Check
 from .facts import BuildFacts
@@ -177,10 +178,9 @@ def wheel_checks(
             found.record_digest,
         )
     elif found.changed:
-        shown = ", ".join(found.changed[:5]) + (
-            f" and {len(found.changed) - 5} more" if len(found.changed) > 5 else ""
+        out["files"] = Check(
+            "files", "fail", f"{where}: installed files changed since installation: {few(found.changed)}"
         )
-        out["files"] = Check("files", "fail", f"{where}: installed files changed since installation: {shown}")
     else:
         out["files"] = Check("files", "pass", f"{where}: the installed files are {wheel.name}'s")
     return out

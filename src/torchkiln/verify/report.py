@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from torchkiln.files import atomic
+from torchkiln.process.logs import first_error
 
 from .facts import compiled_arch_list, decode_cudnn, parse_build_settings
 
@@ -76,6 +78,36 @@ class Outcome:
     duration_s: float = 0.0
 
 
+# torchrun's ChildFailedError report ends with the first failed worker: its exception's last line (under
+# ``traceback :``) or, for a worker killed by a signal, the ``traceback : Signal 9 (SIGKILL) ...`` text.
+# torch/distributed/elastic/multiprocessing/errors/__init__.py (ChildFailedError.format_msg) prints it.
+ROOT_CAUSE = "Root Cause (first observed failure):"
+OUTPUT_MARK = (
+    "--- output (tail) ---"  # torchkiln.process.runner.Completed.describe: a process's output follows
+)
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit|Failure)\b[^:\s]*: ?\S")
+
+
+def cause_line(message: str) -> str | None:
+    """The line of a failure message that says why it failed, when the message carries a process's output
+    (a DDP launch that exited 1): torchrun's root cause, the failed worker's own exception (``RuntimeError:
+    ... Unable to find address for: nosuchif0``); else the output's first error line
+    (:func:`torchkiln.process.logs.first_error`). None when the message is its own cause."""
+    lines = [line.strip() for line in message.splitlines()]
+    if ROOT_CAUSE in lines:
+        block = lines[len(lines) - 1 - lines[::-1].index(ROOT_CAUSE) + 1 :]
+        block = block[: next((i for i, line in enumerate(block) if line.startswith("====")), len(block))]
+        raised = [line for line in block if _EXCEPTION_LINE.match(line)]
+        if raised:
+            return raised[-1]
+        said = [line.partition(":")[2].strip() for line in block if line.startswith("traceback")]
+        if said and said[0]:
+            return said[0]
+    if OUTPUT_MARK in lines:
+        return first_error(lines[lines.index(OUTPUT_MARK) + 1 :])
+    return None
+
+
 def area_counts(outcomes: Iterable[Outcome]) -> dict[str, dict[str, int]]:
     keys = (*OUTCOMES, *(f"skipped_{k}" for k in SKIP_KINDS))
     counts = {area: dict.fromkeys(keys, 0) for area in AREAS}
@@ -118,7 +150,9 @@ def summarize(
         "checks": [
             {"nodeid": o.nodeid, "area": o.area, "outcome": o.outcome, "message": o.message} for o in outcomes
         ],
-        "failures": [asdict(o) for o in outcomes if o.outcome in ("failed", "error")],
+        "failures": [
+            asdict(o) | {"cause": cause_line(o.message)} for o in outcomes if o.outcome in ("failed", "error")
+        ],
         "skips": [asdict(o) | {"kind": skip_kind(o.message)} for o in outcomes if o.outcome == "skipped"],
         "environment": dict(environment),
     }
@@ -164,7 +198,9 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
     if summary["failures"]:
         lines += ["", "## Failures", "", "| Test | Area | Message |", "|---|---|---|"]
         for f in summary["failures"]:
-            lines.append(f"| `{_cell(f['nodeid'])}` | {f['area']} | {_cell(f['message'])[:400]} |")
+            cause = f.get("cause")
+            said = f"cause: `{_cell(cause)[:300]}`; " if cause else ""
+            lines.append(f"| `{_cell(f['nodeid'])}` | {f['area']} | {said}{_cell(f['message'])[:400]} |")
     lines += _checks_section(summary)
     if summary["skips"]:
         lines += ["", "## Skipped", "", "| Test | Area | Kind | Reason |", "|---|---|---|---|"]

@@ -1,0 +1,20 @@
+"""Real small filesystems for the fault tests: a full disk is a full tmpfs (the ``mount`` fixture in
+conftest.py makes one), never a mock."""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+
+def fill(directory: Path) -> Path:
+    """Fill ``directory``'s filesystem up: the next write there is a real ENOSPC."""
+    filler = directory / "filler"
+    with filler.open("wb") as handle:
+        try:
+            while True:
+                handle.write(b"\0" * 65536)
+                handle.flush()
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+    return filler

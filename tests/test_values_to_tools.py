@@ -1,0 +1,519 @@
+"""docs/values-to-tools.md, row by row: every recipe or command-line value that reaches another tool, with that
+tool's own option or expansion syntax. Each test shows the refusal (one line naming the field or option and
+why) and, where the tool is on this machine, what the tool itself makes of such a value: real git, real
+ccache, real pip (offline, local wheels), real curl. The test of a row is named in the table's last column;
+test_every_row_has_its_test keeps the two in step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import tomli_w
+from dists import tiny_wheel
+from test_build_fetch import ENV as GIT_ENV
+from test_build_fetch import git
+
+from torchkiln.cache import resolve_cache
+from torchkiln.cache.ccache import Ccache, storage_url
+from torchkiln.cache.remote import parse_remote
+from torchkiln.errors import RecipeError, UsageError
+from torchkiln.plan.make import make_plan
+from torchkiln.recipe.loader import parse_recipe
+from torchkiln.source.git import fetch_commands
+
+ROOT = Path(__file__).resolve().parent.parent
+RECIPE = Path(__file__).parent / "data" / "ext-cpu-test.toml"
+DOC = ROOT / "docs" / "values-to-tools.md"
+CI = os.environ.get("CI") == "true"
+
+
+def recipe_with(**fields: object) -> bytes:
+    """The test recipe with dotted ``fields`` set (``torch__repo="..."`` sets torch.repo)."""
+    doc = tomllib.loads(RECIPE.read_text())
+    for dotted, value in fields.items():
+        *tables, key = dotted.split("__")
+        table = doc
+        for name in tables:
+            table = table.setdefault(name, {})
+        table[key] = value
+    return tomli_w.dumps(doc).encode()
+
+
+def problems(**fields: object) -> str:
+    """What ``recipe check`` says of the test recipe with ``fields`` set ("" when it is valid)."""
+    try:
+        parse_recipe(recipe_with(**fields), "r.toml")
+    except RecipeError as exc:
+        return str(exc)
+    return ""
+
+
+def need(tool: str) -> str:
+    """The tool's path; skipped without it, but never under CI=true (CI installs it)."""
+    found = shutil.which(tool)
+    if found is None:
+        if CI:
+            pytest.fail(f"{tool} is not installed, and CI installs it")
+        pytest.skip(f"{tool} is not installed")
+    return found
+
+
+def ccache_reads(key: str, variable: str, value: str) -> subprocess.CompletedProcess[str]:
+    """What real ccache makes of ``variable=value``: ``ccache -k key`` prints the setting as it reads it."""
+    env = {"PATH": os.environ["PATH"], "HOME": "/home/kiln", variable: value}
+    if variable != "CCACHE_DIR":
+        env["CCACHE_DIR"] = "/tmp/kiln-ccache-probe"
+    return subprocess.run([need("ccache"), "-k", key], env=env, capture_output=True, text=True, check=False)
+
+
+def test_every_row_has_its_test() -> None:
+    named = re.findall(r"\| `(test_\w+)` \|$", DOC.read_text(), re.MULTILINE)
+    defined = {name for name in globals() if name.startswith("test_")}
+    assert len(named) >= 20 and len(set(named)) == len(named)
+    assert set(named) <= defined, sorted(set(named) - defined)
+
+
+# --------------------------------------------------------------------------------------------------
+# Sources: git and ssh.
+# --------------------------------------------------------------------------------------------------
+
+
+def test_repo_git_and_ssh_option_syntax(tmp_path: Path) -> None:
+    for repo, why in (
+        ("--upload-pack@x:y", "begins with '-', which git reads as an option"),
+        ("ssh://-oProxyCommand=x/p", "its host begins with '-', which ssh and git read as an option"),
+        ("ssh://-o@host/p", "its user begins with '-'"),
+        ("git@-oProxy:p", "its host begins with '-'"),
+        ("ssh://host:-p1/p", "its port '-p1' is not a number"),
+        ("ext::sh -c touch% /tmp/pwned", "malformed value"),
+    ):
+        said = problems(torch__repo=repo)
+        assert (
+            f"r.toml: torch.repo: {repo!r}" in said or f"r.toml: torch.repo: malformed value {repo!r}" in said
+        )
+        assert why in said, said
+    for fine in (
+        "https://github.com/pytorch/pytorch.git",
+        "git@github.com:pytorch/pytorch.git",
+        "/srv/pytorch",
+    ):
+        assert problems(torch__repo=fine) == ""
+    # real git: the plan's commands put `--` before the URL and the ref, and fetch a local repository
+    upstream = tmp_path / "up"
+    upstream.mkdir()
+    git(upstream, "init", "-q")
+    (upstream / "f").write_text("x")
+    git(upstream, "add", "f")
+    git(upstream, "commit", "-qm", "c")
+    git(upstream, "tag", "v1")
+    recipe = parse_recipe(recipe_with(torch__repo=f"file://{upstream}", torch__ref="v1"), "r.toml")
+    dest = tmp_path / "checkout"
+    commands = fetch_commands(recipe.torch, dest)
+    assert commands[1][-3:] == ("--", "origin", f"file://{upstream}") and commands[2][-3:] == (
+        "--",
+        "origin",
+        "v1",
+    )
+    for argv in commands[:4]:
+        subprocess.run(argv, check=True, capture_output=True, env=GIT_ENV)
+    assert (dest / "f").read_text() == "x"
+    # what `--` is for: without it, git reads the URL as one of its own options
+    bare = subprocess.run(
+        ["git", "-C", str(dest), "remote", "add", "other", "--upload-pack@x:y"],
+        capture_output=True,
+        text=True,
+    )
+    assert bare.returncode != 0 and "unknown option" in bare.stderr
+
+
+def test_ref_git_option_and_refspec_syntax() -> None:
+    for ref in ("--upload-pack=x", "-x", "+main", "main:refs/heads/x", "release/*", "^main", "a..b"):
+        said = problems(torch__ref=ref)
+        assert "r.toml: torch.ref: malformed git ref" in said, (ref, said)
+    assert problems(torch__ref="release/2.13") == "" and problems(torch__ref="v2.13.0-rc1") == ""
+
+
+def test_commit_reaches_no_tool(tmp_path: Path) -> None:
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    recipe = parse_recipe(recipe_with(torch__commit=commit), "r.toml")
+    plan = make_plan(
+        recipe,
+        workdir=tmp_path / "w",
+        dist=tmp_path / "d",
+        only="torch",
+        cache=resolve_cache(None, kind="none"),
+    )
+    assert not [s.name for s in plan.steps if any(commit in a for a in s.argv) or commit in str(s.env)]
+    assert "r.toml: torch.commit: malformed value '--x'" in problems(torch__commit="--x")
+
+
+# --------------------------------------------------------------------------------------------------
+# The compiler caches: ccache's expansion and remote syntax, sccache's lists.
+# --------------------------------------------------------------------------------------------------
+
+
+def test_cache_dir_ccache_expansion(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # real ccache: $HOME in CCACHE_DIR is the user's home, and an unset variable fails every compile
+    assert ccache_reads("cache_dir", "CCACHE_DIR", "/tmp/c$HOME").stdout.strip() == "/tmp/c/home/kiln"
+    unset = ccache_reads("cache_dir", "CCACHE_DIR", "/tmp/c${IFS}")
+    assert unset.returncode != 0 and 'environment variable "IFS" not set' in unset.stderr
+    said = problems(cache__dir="/tmp/c$HOME")
+    assert "r.toml: cache.dir: '/tmp/c$HOME' holds '$': ccache expands $VAR and ${VAR} in it" in said
+    with pytest.raises(UsageError, match=r"^--cache-dir: '/tmp/c\$\{IFS\}' holds '\$': ccache expands"):
+        resolve_cache(None, kind="ccache", dir="/tmp/c${IFS}")
+    with pytest.raises(UsageError, match=r"^TORCHKILN_CACHE_DIR: '/x\$y/ccache' holds '\$'"):
+        resolve_cache(None, kind="ccache", environ={"TORCHKILN_CACHE_DIR": "/x$y"})
+    monkeypatch.setenv("HOME", "/h$o")
+    monkeypatch.delenv("TORCHKILN_CACHE_DIR", raising=False)
+    with pytest.raises(UsageError, match=r"^HOME \(the default cache directory\): '/h\$o/.cache"):
+        resolve_cache(None, kind="sccache")
+    assert resolve_cache(None, kind="ccache", dir=tmp_path / "c").dir == tmp_path / "c"
+
+
+def test_cache_remote_ccache_storage_syntax() -> None:
+    # real ccache: the remote storage is expanded as a whole
+    said = ccache_reads("remote_storage", "CCACHE_REMOTE_STORAGE", "redis://cache$HOME")
+    assert said.stdout.strip() == "redis://cache/home/kiln"
+    for url, why in (
+        ("redis://cache:6379/$DB", "holds '$': ccache expands"),
+        ("redis://a:6379 redis://b:6379", "holds a space: ccache reads a space in its remote storage"),
+        ("redis://cache:6379|read-only", "holds '|': ccache reads '|' in its remote storage"),
+    ):
+        assert f"r.toml: cache.remote: {why}" in problems(cache__remote=url), url
+        with pytest.raises(UsageError, match=rf"^--cache-remote: {re.escape(why)}"):
+            resolve_cache(None, kind="ccache", remote=url)
+    assert resolve_cache(None, kind="ccache", remote="redis://cache:6379").remote == "redis://cache:6379"
+
+
+def test_cache_remote_sccache_variables() -> None:
+    from torchkiln.cache.sccache import Sccache
+
+    config = resolve_cache(None, kind="sccache", remote="s3://bucket/prefix?region=eu-west-1")
+    env = Sccache().public_env(config)
+    assert (env["SCCACHE_BUCKET"], env["SCCACHE_S3_KEY_PREFIX"], env["SCCACHE_REGION"]) == (
+        "bucket",
+        "prefix",
+        "eu-west-1",
+    )
+    with pytest.raises(UsageError, match=r"unknown URL parameter x for s3://"):
+        resolve_cache(None, kind="sccache", remote="s3://bucket?x=1")
+    with pytest.raises(UsageError, match=r"redis database 'a' is not a number"):
+        resolve_cache(None, kind="sccache", remote="redis://h:6379/a")
+
+
+def test_cache_secret_in_ccache_url() -> None:
+    remote = parse_remote("redis://cache:6379", kind="ccache", schemes=("redis",))
+    assert storage_url(remote, None, "s3cr3t-value") == "redis://s3cr3t-value@cache:6379"
+    for secret in ("pa$word", "pa%41", "a@b", "a/b"):
+        with pytest.raises(
+            UsageError, match=r"^cache.credentials: the secret holds characters ccache cannot take"
+        ):
+            storage_url(remote, None, secret)
+    # real ccache: why '$' cannot be in it
+    said = ccache_reads("remote_storage", "CCACHE_REMOTE_STORAGE", "redis://pa$word@cache")
+    assert said.returncode != 0 and 'environment variable "word" not set' in said.stderr
+
+
+def test_cache_max_size_size_syntax() -> None:
+    assert "r.toml: cache.max_size: malformed value '1G$X'" in problems(cache__max_size="1G$X")
+    assert "r.toml: cache.max_size: malformed value '-1G'" in problems(cache__max_size="-1G")
+    assert problems(cache__max_size="20G") == ""
+    said = ccache_reads("max_size", "CCACHE_MAXSIZE", "20G")
+    assert said.stdout.strip() == "20.0G"
+
+
+def test_basedir_ccache_expansion_and_sccache_list(tmp_path: Path) -> None:
+    recipe = parse_recipe(recipe_with(), "r.toml")
+    # real ccache: CCACHE_BASEDIR is expanded too
+    assert ccache_reads("base_dir", "CCACHE_BASEDIR", "/b$HOME").stdout.strip() == "/b/home/kiln"
+    src = tmp_path / "s$rc"
+    src.mkdir()
+    with pytest.raises(
+        UsageError, match=r"^--workdir/--source-dir: the compiler cache's basedir .* holds '\$'"
+    ):
+        make_plan(recipe, workdir=src / "work", dist=tmp_path / "d", source_dirs={"torch": src}, only="torch",
+                  cache=resolve_cache(None, kind="ccache"))  # fmt: skip
+    # sccache's list: the basedir is a prefix of the work directory, which may hold no ':' (the next row)
+    from torchkiln.cache.syntax import basedir_problem
+
+    assert "holds ':': sccache splits SCCACHE_BASEDIRS at ':'" in str(basedir_problem("/a:b", "sccache"))
+    colon = tmp_path / "a:b"
+    colon.mkdir()
+    with pytest.raises(UsageError, match=r"^--workdir .*: holds ':'"):
+        make_plan(recipe, workdir=colon / "w", dist=tmp_path / "d", only="torch",
+                  cache=resolve_cache(None, kind="sccache"))  # fmt: skip
+    plan = make_plan(recipe, workdir=tmp_path / "w", dist=tmp_path / "d", source_dirs={"torch": colon},
+                     only="torch", cache=resolve_cache(None, kind="sccache"))  # fmt: skip
+    assert plan.cache.basedir == tmp_path, "a source tree's ':' below the basedir never reaches the list"
+
+
+def test_workdir_in_path_lists(tmp_path: Path) -> None:
+    recipe = parse_recipe(recipe_with(blas__kind="mkl", blas__mkl="2024.2.0"), "r.toml")
+    with pytest.raises(UsageError, match=r"^--workdir .*a:b/work: holds ':', which splits PATH"):
+        make_plan(
+            recipe,
+            workdir=tmp_path / "a:b" / "work",
+            dist=tmp_path / "d",
+            cache=resolve_cache(None, kind="none"),
+        )
+    plan = make_plan(
+        recipe, workdir=tmp_path / "w", dist=tmp_path / "d", cache=resolve_cache(None, kind="none")
+    )
+    assert plan.env_for("torch")["CMAKE_INCLUDE_PATH"] == str(tmp_path / "w" / "venv" / "include")
+
+
+def test_tmpdir_ccache_stats_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
+    said = ccache_reads("stats_log", "CCACHE_STATSLOG", "/t$HOME/s.log")
+    assert said.stdout.strip() == "/t/home/kiln/s.log"
+    odd = tmp_path / "t$mp"
+    odd.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(odd))
+    with pytest.raises(UsageError, match=r"^TMPDIR: '.*t\$mp/torchkiln-ccache-stats-.*' holds '\$'"):
+        Ccache().run_env(resolve_cache(None, kind="ccache", dir=tmp_path / "c"))
+
+
+# --------------------------------------------------------------------------------------------------
+# Paths and requirements: git, venv, build, pip.
+# --------------------------------------------------------------------------------------------------
+
+
+def test_paths_are_positionals_after_double_dash(tmp_path: Path) -> None:
+    recipe = parse_recipe(recipe_with(), "r.toml")
+    plan = make_plan(
+        recipe, workdir=Path("rel/work"), dist=Path("rel/dist"), cache=resolve_cache(None, kind="none")
+    )
+    steps = {s.name: s.argv for s in plan.steps}
+    work = str(plan.paths.workdir)
+    assert work.startswith("/"), "every path torchkiln hands over is absolute"
+    assert steps["torch:fetch:init"][-2:] == ("--", str(plan.paths.src / "pytorch"))
+    assert steps["build-env:venv"][-2:] == ("--", str(plan.paths.venv))
+    assert steps["checks:venv"][-2:] == ("--", str(plan.paths.check_venv))
+    assert steps["torch:wheel"][-2:] == ("--", str(plan.paths.src / "pytorch"))
+    assert steps["torchvision:install-torch"][-2] == "--"
+    # real python -m venv and pip take a path after `--` (the forms the plan runs)
+    venv = tmp_path / "-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--", str(venv)], check=True)
+    assert (venv / "bin" / "python").exists()
+    from torchkiln.build.envstore import clone_tree
+
+    clone_tree(venv, tmp_path / "-clone")
+    assert (tmp_path / "-clone" / "pyvenv.cfg").is_file()
+
+
+def test_torch_requirement_pip_syntax(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from torchkiln.plan.given_torch import resolve_given_torch, resolve_requirement
+
+    recipe = parse_recipe(recipe_with(), "r.toml")
+    for given in (
+        "--index-url=http://x.invalid/simple",
+        "-r requirements.txt",
+        "torch @ https://x.invalid/t.whl",
+    ):
+        with pytest.raises(UsageError, match=r"^--torch "):
+            resolve_given_torch(given, recipe, "torchvision")
+    # real pip, offline: the requirement after `--`, from a local wheel
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    tiny_wheel(wheels, "torch", "2.13.0+cpu")
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    found = resolve_requirement("torch==2.13.0+cpu", "3.11", [wheels])
+    assert str(found.version) == "2.13.0+cpu" and found.cuda is None
+    plan = make_plan(recipe, workdir=tmp_path / "w", dist=tmp_path / "d", only="torchvision",
+                     cache=resolve_cache(None, kind="none"))  # fmt: skip
+    install = next(s for s in plan.steps if s.name == "torchvision:install-torch").argv
+    assert install[-2:] == ("--", "torch==2.13.0+cpu")
+
+
+def test_build_requirements_pip_syntax(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "requirements.txt").write_text(
+        "--index-url http://x.invalid/simple\n-e .\ntinydep>=1.0  # the one\n"
+    )
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    tiny_wheel(wheels, "tinydep", "1.0")
+    env = {**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheels), "PYTHONPATH": str(ROOT / "src")}
+    done = subprocess.run(
+        [sys.executable, "-m", "torchkiln.build.buildreqs", "--python", sys.executable, "--source",
+         f"torch={src}", "--extra", "tinydep==1.0", "--dry-run"],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (
+        "tinydep>=1.0  <- torch: requirements.txt" in done.stdout and "resolved tinydep==1.0" in done.stdout
+    )
+    assert "index-url" not in done.stdout and "-e ." not in done.stdout, "option lines are not requirements"
+
+
+# --------------------------------------------------------------------------------------------------
+# Recipe values in the build's environment and names.
+# --------------------------------------------------------------------------------------------------
+
+
+def test_python_version_is_a_program_name() -> None:
+    assert "r.toml: python.version: malformed version '3.12 -c x'" in problems(python__version="3.12 -c x")
+    assert "r.toml: python.version: malformed version '-3.12'" in problems(python__version="-3.12")
+
+
+def test_recipe_name_in_file_names() -> None:
+    for name in ("-x", "../x", "a/b", ".hidden"):
+        assert f"r.toml: recipe.name: malformed value {name!r}" in problems(recipe__name=name), name
+
+
+def test_build_flags_cmake_syntax() -> None:
+    for value in ("ON;-DCMAKE_C_COMPILER=/tmp/x", "${HOME}", "a b"):
+        said = problems(build__flags={"USE_KINETO": value})
+        assert (
+            "r.toml: build.flags: value of USE_KINETO must be a boolean, an integer or a plain string" in said
+        )
+    assert "build.flags.CMAKE_C_FLAGS: not an option of torch 2.13's build" in problems(
+        build__flags={"CMAKE_C_FLAGS": "x"}
+    )
+
+
+def test_arch_list_separators() -> None:
+    said = problems(accelerator__kind="cuda", accelerator__cuda="13.0", accelerator__arch_list=["8.0;9.0"])
+    assert "r.toml: accelerator.arch_list: malformed arch '8.0;9.0'" in said
+    said = problems(accelerator__kind="cuda", accelerator__cuda="13.0", accelerator__arch_list=["8.0 9.0"])
+    assert "malformed arch '8.0 9.0'" in said
+
+
+def test_versions_pep440() -> None:
+    assert "r.toml: torch.version: malformed version" in problems(torch__version="2.13.0;x")
+    assert "r.toml: build.local_version: malformed local version label" in problems(
+        build__local_version="+a b"
+    )
+    assert "r.toml: build.pytorch_build_version: '2.13 x' is not a PEP 440 version" in problems(
+        build__pytorch_build_version="2.13 x"
+    )
+
+
+def test_jobs_is_an_integer() -> None:
+    assert "r.toml: build.jobs: " in problems(build__jobs="4; rm")
+    assert "is outside 1..4096" in problems(build__jobs=0)
+    from torchkiln.commands.plan import add_plan_arguments
+
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    add_plan_arguments(parser)
+    with pytest.raises(argparse.ArgumentError):
+        parser.parse_args(["r.toml", "--jobs", "4x"])
+
+
+def test_dist_scheduler_in_toml(tmp_path: Path) -> None:
+    from torchkiln.distributed.client import client_config
+    from torchkiln.distributed.spec import DistSpec, scheduler_url
+
+    assert scheduler_url("http://sched.example:10600") == "http://sched.example:10600/"
+    for url in ("http://sched/x", "http://u:p@sched", "ftp://sched"):
+        with pytest.raises(UsageError, match=r"^dist.scheduler_url: "):
+            scheduler_url(url)
+    token = 'a"b\\c\nd'
+    text = client_config(DistSpec("http://sched:10600/"), token, tmp_path / "tc")
+    assert tomllib.loads(text)["dist"]["auth"]["token"] == token, "quoted by tomli-w, read back whole"
+
+
+def test_magma_url_curl_globbing(tmp_path: Path) -> None:
+    need("curl")
+    import hashlib
+
+    served = tmp_path / "magma-{2.6.1}.tar.gz"  # curl reads {2.6.1} as a list: it asks for magma-2.6.1.tar.gz
+    served.write_bytes(b"not really a tarball")
+    url = f"file://{served}"
+    env = {"PATH": os.environ["PATH"], "KILN_MAGMA_VERSION": "2.6.1", "KILN_MAGMA_URL": url,
+           "KILN_MAGMA_SHA256": "0" * 64, "KILN_CUDA_ARCH_LIST": "8.0", "MAGMA_PREFIX": str(tmp_path / "m")}  # fmt: skip
+    done = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "install_magma.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    digest = hashlib.sha256(served.read_bytes()).hexdigest()
+    assert done.returncode == 1 and f"expected {'0' * 64}, got {digest}" in done.stderr, done.stderr
+    assert not (tmp_path / "m").exists()
+    globbed = subprocess.run(["curl", "--fail", "--silent", "--output", "/dev/null", url], check=False)
+    assert globbed.returncode != 0, "without --globoff curl fetches another file"
+
+
+def test_image_names_after_double_dash(tmp_path: Path) -> None:
+    from torchkiln.images.engines import Buildah, BuildRequest, Docker, Podman, Storage
+
+    storage = Storage(tmp_path / "s", tmp_path / "r", "vfs")
+    req = BuildRequest(tmp_path / "Dockerfile", tmp_path / "ctx", "", ("-x:1",), {"KILN_PYTHON": "3.11"})
+    for engine in (Docker("docker"), Podman("podman", storage), Buildah("buildah", storage)):
+        argv = engine.build_argv(req)
+        assert argv[-2:] == ["--", str(tmp_path / "ctx")] and argv[argv.index("--tag") + 1] == "-x:1"
+    # real buildah: an image name after `--` is a name, never an option
+    engine = Buildah(need("buildah"), storage)
+    assert engine.image_exists("--help") is False
+
+
+def test_paths_inside_engine_option_fields(tmp_path: Path) -> None:
+    from torchkiln.commands.images import _secret_file
+    from torchkiln.images.engines import _run_options
+
+    odd = tmp_path / "a,b"
+    odd.mkdir()
+    (odd / "pip.conf").write_text("[global]\n")
+    with pytest.raises(UsageError, match=r"^--pip-config .*a,b/pip.conf: holds ','"):
+        _secret_file("--pip-config", str(odd / "pip.conf"), "a pip configuration file")
+    plain = tmp_path / "pip.conf"
+    plain.write_text("[global]\n")
+    assert _secret_file("--pip-config", str(plain), "x") == plain
+    with pytest.raises(UsageError, match=r"cannot be mounted with --volume"):
+        _run_options(None, None, {tmp_path / "x:y": "/data"})
+    assert _run_options(None, None, {plain: "/data"}) == ["--volume", f"{plain}:/data:ro"]
+
+
+def test_build_args_are_single_items(tmp_path: Path) -> None:
+    from torchkiln.images.engines import BuildRequest
+    from torchkiln.images.spec import devel_args
+
+    recipe = parse_recipe(recipe_with(), "r.toml")
+    args = devel_args(recipe)
+    argv = BuildRequest(tmp_path / "D", tmp_path / "c", "devel", (), args).args()
+    items = [argv[i + 1] for i, a in enumerate(argv) if a == "--build-arg"]
+    assert items == [f"{k}={v}" for k, v in args.items()], "one argv item per build arg, never split"
+    for script in (ROOT / "scripts").glob("*.sh"):
+        unquoted = re.findall(r'(?<!")\$\{?KILN_\w+', script.read_text())
+        assert not [u for u in unquoted if not _quoted(script.read_text(), u)], (script.name, unquoted)
+
+
+def _quoted(text: str, use: str) -> bool:
+    """Whether every occurrence of ``use`` in a shell script is inside double quotes (or a [[ ]] test)."""
+    for line in text.splitlines():
+        start = line.find(use)
+        while start != -1:
+            before = line[:start]
+            if before.count('"') % 2 == 0 and "[[" not in before:
+                return False
+            start = line.find(use, start + 1)
+    return True
+
+
+def test_verify_options_are_values(tmp_path: Path) -> None:
+    from torchkiln.commands.verify import build_argv, register
+
+    parser = argparse.ArgumentParser()
+    register(parser)
+    recipe = tmp_path / "r.toml"
+    recipe.write_bytes(recipe_with())
+    args = parser.parse_args(["--recipe", str(recipe), "--report", str(tmp_path / "rep"), "--area", "ddp"])
+    argv = build_argv(args, tmp_path / "suite")
+    assert argv[argv.index("--recipe") + 1] == str(recipe.resolve())
+    assert argv[argv.index("--report") + 1] == str((tmp_path / "rep").resolve())
+    assert argv[len(argv) - 1 - argv[::-1].index("-m") + 1] == "ddp"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--area", "ddp or not x"])

@@ -1,0 +1,221 @@
+"""The real torchvision 0.21.0 tree built into a wheel with its codecs, and stopped before the compile when
+libpng is hidden (issue 19, done-when).
+
+The pairing: torchvision 0.21 pairs with torch 2.6 only, and the package index's torch 2.6.0 for cp311 x86_64
+is upstream's CUDA 12.4 build (``2.6.0+cu124``; no CPU wheel of 2.6.0 is reachable). A CPU recipe refuses a
+CUDA torch (on purpose), so the recipe is a cu124 one (tests/data/vision-0.21-cu124-test.toml, one arch)
+and ``torchkiln build --only torchvision --torch WHEEL`` compiles torchvision's CUDA ops and nvJPEG codec
+with nvcc 12.4.131 (tests/cudakit.py: NVIDIA's binaries from Debian, the rest from NVIDIA's wheels). The
+plan's CUDA_HOME is /usr/local/cuda-12.4: a bubblewrap sandbox binds the toolkit there (nothing is installed
+on the host), and the same sandbox hides libpng for the refusal: /dev/null over libpng-config, an empty
+libpng16/ include directory.
+
+The build runs the command a user types, in a subprocess. Kept between runs (the test cache): the torch wheel
+(realtrees.pypi_wheel), the toolkit, the compiler cache (ccache: torch 2.6's cpp_extension puts none in front
+of the compiler, the plan's torchvision:launchers step does; nvcc's device passes stay uncached) and the
+environment store (the venvs with torch 2.6.0 and its NVIDIA wheels, 5.3 GiB each, hard links). Cold, the
+compile (43 C++ objects, 6 CUDA files) is most of the time; warm, what is left is nvcc's device passes of the
+6 CUDA files and the check venv's install of the new wheel with torch (measured: about 3 minutes on 2 cores).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from dataclasses import replace
+from pathlib import Path
+
+import cudakit
+import pytest
+import realtrees
+from imagekit import require
+from rich.console import Console
+
+from torchkiln.build.loop import BuildFailed, BuildOptions, run_build
+from torchkiln.plan.given_torch import resolve_given_torch
+from torchkiln.plan.make import make_plan
+from torchkiln.plan.model import Plan
+from torchkiln.recipe.loader import load_recipe
+
+pytestmark = pytest.mark.integration
+
+HERE = Path(__file__).resolve().parent
+RECIPE = HERE / "data" / "vision-0.21-cu124-test.toml"
+CUDA_HOME = Path("/usr/local/cuda-12.4")  # the plan's (torchkiln.plan.environment: /usr/local/cuda-X.Y)
+WHEEL = "torchvision-0.21.0+cu124-cp311-cp311-linux_x86_64.whl"
+
+
+def need(tool: str) -> None:
+    require(shutil.which(tool) is not None, f"{tool} is not installed (CI installs it)")
+
+
+def sandbox(toolkit: Path, *, hide_libpng: bool = False) -> list[str]:
+    """bubblewrap: the host as it is, with /usr/local a fresh tmpfs holding the host's own entries and the
+    toolkit at /usr/local/cuda-12.4; with ``hide_libpng``, libpng-config not executable and no png.h."""
+    need("bwrap")
+    # --unshare-pid, --die-with-parent: nothing of the build outlives the test (a timeout kills it all)
+    argv = ["bwrap", "--unshare-pid", "--die-with-parent", "--bind", "/", "/", "--dev", "/dev"]
+    argv += ["--proc", "/proc", "--tmpfs", "/usr/local"]
+    for entry in sorted(Path("/usr/local").iterdir()):
+        if entry == CUDA_HOME:
+            continue
+        if entry.is_symlink():
+            argv += ["--symlink", os.readlink(entry), str(entry)]
+        else:
+            argv += ["--bind", str(entry), str(entry)]
+    argv += ["--ro-bind", str(toolkit), str(CUDA_HOME)]
+    if hide_libpng:
+        config = shutil.which("libpng-config")
+        require(config is not None, "libpng-dev is not installed (CI installs it)")
+        argv += ["--ro-bind", "/dev/null", str(Path(config).resolve())]  # libpng16-config: not executable
+        argv += ["--tmpfs", "/usr/include/libpng16"]  # png.h (and /usr/include/png.h, its link) gone
+    return argv
+
+
+def torchkiln_build(
+    sandbox_argv: list[str], root: Path, tree: Path, torch: Path
+) -> subprocess.CompletedProcess[str]:
+    """``torchkiln build RECIPE --only torchvision --torch WHEEL`` as a user runs it, in the sandbox."""
+    cache = realtrees.cache_dir()
+    env = {**os.environ, "TORCHKILN_ENV_STORE": str(cache / "envs")}
+    argv = [sys.executable, "-m", "torchkiln", "build", str(RECIPE), "--only", "torchvision"]
+    argv += ["--torch", str(torch), "--source-dir", f"torchvision={tree}", "--jobs", "2"]
+    argv += ["--workdir", str(root / "work"), "--dist", str(root / "dist")]
+    argv += ["--cache", "ccache", "--cache-dir", str(cache / "ccache-vision-0.21")]
+    return subprocess.run(
+        [*sandbox_argv, *argv], env=env, capture_output=True, text=True, check=False, timeout=3000
+    )
+
+
+@pytest.fixture(scope="module")
+def inputs(vision_0_21_tree: Path) -> dict[str, Path]:
+    for tool in ("ccache", "c++", "python3.11", "dpkg-deb"):
+        need(tool)
+    return {
+        "tree": vision_0_21_tree,
+        "torch": realtrees.pypi_wheel("torch==2.6.0", python_version="3.11"),
+        "toolkit": cudakit.toolkit(),
+    }
+
+
+def tree_copy(inputs: dict[str, Path], root: Path) -> Path:
+    tree = root / "vision-0.21.0"
+    shutil.copytree(inputs["tree"], tree, symlinks=True)
+    return tree
+
+
+def test_with_libpng_hidden_the_build_stops_before_anything_naming_the_png_feature(
+    inputs: dict[str, Path], tmp_path: Path
+) -> None:
+    """libpng-config gone from PATH, png.h from the include path: preflight names torchvision.features.png
+    and nothing is fetched, installed or compiled. The control: upstream's own find_libpng (the real 0.21.0
+    setup.py's) finds no libpng in that sandbox either, so the setup.py would have built without PNG."""
+    hidden = sandbox(inputs["toolkit"], hide_libpng=True)
+    tree = tree_copy(inputs, tmp_path)
+    done = torchkiln_build(hidden, tmp_path, tree, inputs["torch"])
+    assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = done.stderr.splitlines()
+    [png] = [line for line in lines if line.startswith("host: torchvision.features.png: ")]
+    assert png.startswith(
+        "host: torchvision.features.png: found no libpng-config on PATH; needs libpng-config"
+    )
+    assert "apt-get install libpng-dev" in png and "png = false in [torchvision.features]" in png
+    assert not [line for line in lines if line.startswith("host: ") and line is not png], done.stderr
+    assert lines[-1] == "preflight: 1 problem(s); nothing was fetched or built"
+    assert not (tmp_path / "work" / "venv").exists() and not (tmp_path / "dist").exists()
+    assert not (tree / "build").exists(), "nothing was compiled"
+    control = subprocess.run(
+        [*hidden, sys.executable, "-c", FIND_LIBPNG, str(tree / "setup.py")],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert control.stdout.strip().splitlines()[-1] == "False", control.stderr
+
+
+# Not forced: the checks step is unchanged (same wheel), so it is skipped, and its facts are compared again
+# with the recipe, as after any skip.
+CHECKS_AGAIN = BuildOptions(console=Console(file=io.StringIO()))
+
+
+def checks_against(root: Path, tree: Path, torch: Path, features: str) -> Plan:
+    """The checks steps of a plan (the built wheel, the same work directory) for the test recipe with its
+    ``nvjpeg = true`` replaced by ``features``."""
+    text = RECIPE.read_text()
+    assert "nvjpeg = true" in text
+    path = root / "other.toml"
+    path.write_text(text.replace("nvjpeg = true", features))
+    recipe = load_recipe(path)
+    plan = make_plan(
+        recipe,
+        workdir=root / "work",
+        dist=root / "dist-other",
+        source_dirs={"torchvision": tree},
+        only="torchvision",
+        torch=resolve_given_torch(str(torch), recipe, "torchvision"),
+        jobs=2,
+        env_store=realtrees.cache_dir() / "envs",
+    )
+    return replace(plan, steps=[step for step in plan.steps if step.kind in ("checks", "publish")])
+
+
+# find_libpng() taken whole from the given setup.py and run: what upstream's build would decide.
+FIND_LIBPNG = """
+import ast, shutil, subprocess, sys, warnings
+from pathlib import Path
+from packaging.version import parse as parse_version
+source = Path(sys.argv[1]).read_text()
+[node] = [n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == "find_libpng"]
+exec(ast.get_source_segment(source, node))
+print(find_libpng()[0])
+"""
+
+
+@pytest.mark.realbuild  # `nox -s realbuild`: cold, most of an hour; not in the default sessions
+@pytest.mark.timeout(3600)  # cold (no compiler cache, no stored venvs) on 2 busy cores: most of an hour
+def test_the_real_tree_builds_a_wheel_with_its_codecs_against_torch_2_6(
+    inputs: dict[str, Path], tmp_path: Path
+) -> None:
+    """The wheel is built, bundled and checked in a clean venv with torch 2.6.0+cu124: its ops load and each
+    codec the recipe asks for is in it (the post-build check's torchvision.features), its CUDA is torch's."""
+    tree = tree_copy(inputs, tmp_path)
+    done = torchkiln_build(sandbox(inputs["toolkit"]), tmp_path, tree, inputs["torch"])
+    try:
+        assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+        dist = tmp_path / "dist"
+        manifest = json.loads((dist / "manifest.json").read_text())
+        assert [w["name"] for w in manifest["wheels"]] == [WHEEL]
+        results = manifest["checks"]["results"]
+        statuses = {k: v["status"] for k, v in results.items()}
+        assert statuses == {
+            "torchvision.pairs_torch": "pass",
+            "torchvision.version": "pass",
+            "torchvision.commit": "skip",  # a source archive: no git, no pin
+            "torchvision.cuda": "pass",
+            "torchvision.ops": "pass",
+            "torchvision.features": "pass",
+        }, results
+        assert results["torchvision.features"]["message"].endswith("png, jpeg, webp, nvjpeg")
+        assert manifest["checks"]["torch"] == "2.6.0+cu124" and manifest["checks"]["cuda"] == "12.4"
+        env = manifest["build_env"]["torchvision"]
+        assert env["TORCH_CUDA_ARCH_LIST"] == "8.0" and env["FORCE_CUDA"] == "1"
+        assert [env[f"TORCHVISION_USE_{p}"] for p in ("PNG", "JPEG", "WEBP", "NVJPEG")] == ["1"] * 4
+        with zipfile.ZipFile(dist / WHEEL) as wheel:
+            names = wheel.namelist()
+            metadata = wheel.read("torchvision-0.21.0+cu124.dist-info/METADATA").decode()
+        assert "torchvision/_C.so" in names and "torchvision/image.so" in names
+        bundled = {n.split("/")[1].split(".")[0] for n in names if n.startswith("torchvision.libs/")}
+        assert {"libpng16", "libjpeg", "libwebp", "libnvjpeg"} <= bundled, bundled
+        # the wheel's own version (its file name) is what torchvision's requirement pins
+        assert "Requires-Dist: torch==2.6.0" in metadata.splitlines()
+        # The same wheel against a recipe without nvJPEG: the post-build check stops it, naming the field.
+        with pytest.raises(BuildFailed) as stopped:
+            run_build(checks_against(tmp_path, tree, inputs["torch"], "nvjpeg = false"), CHECKS_AGAIN)
+        message = str(stopped.value)
+        assert "the built wheels are not what the recipe asked for" in message, message
+        assert "  - torchvision.features.nvjpeg: expected false, built with it" in message, message
+    finally:
+        shutil.rmtree(tmp_path / "work", ignore_errors=True)  # 11 GiB of venvs (hard links into the store)
