@@ -227,7 +227,8 @@ def test_include_and_library_dirs_become_setup_pys_variables_and_must_exist(tmp_
     assert env["TORCHVISION_LIBRARY"] == f"{jpeg}/lib"
     assert "TORCHVISION_INCLUDE" not in plan.env_for("torch")
     bundle = next(s for s in plan.steps if s.name == "torchvision:bundle")
-    assert bundle.argv[-2:] == ("--library-path", f"{jpeg}/lib")  # the bundling finds what was linked
+    # the bundling finds what was linked; the wheel it bundles follows `--`
+    assert bundle.argv[-4:-2] == ("--library-path", f"{jpeg}/lib") and bundle.argv[-2] == "--"
     found = {(f.check, f.found) for f in preflight.preflight(plan)}
     assert ("torchvision.include_dirs", "no directory /nonexistent/sdk") in found
     assert ("torchvision.library_dirs", f"no directory {jpeg}/lib") in found
