@@ -105,12 +105,15 @@ def extract(tarball: Tarball, into: Path) -> Path:
     return tree
 
 
-def pypi_wheel(requirement: str, *, python_version: str | None = None) -> Path:
+def pypi_wheel(requirement: str, *, python_version: str | None = None, platform: str | None = None) -> Path:
     """Upstream's wheel for ``requirement`` (pinned with ``==`` or ``===``) as the package index gives it
     (``pip download --no-deps``), kept in the cache under ``pypi/``. Skips where no index answers (fails
-    under CI=true). ``python_version``: the Python the wheel is for (default: this one's)."""
-    key = "".join(c if c.isalnum() or c in ".-" else "_" for c in requirement) + (
-        f"-py{python_version}" if python_version else ""
+    under CI=true). ``python_version``: the Python the wheel is for (default: this one's); ``platform``: the
+    platform tag (default: this machine's), e.g. manylinux_2_28_aarch64."""
+    key = (
+        "".join(c if c.isalnum() or c in ".-" else "_" for c in requirement)
+        + (f"-py{python_version}" if python_version else "")
+        + (f"-{platform}" if platform else "")
     )
     target = cache_dir() / "pypi" / key
     found = sorted(target.glob("*.whl")) if target.is_dir() else []
@@ -121,6 +124,7 @@ def pypi_wheel(requirement: str, *, python_version: str | None = None) -> Path:
     try:
         argv = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:"]
         argv += ["--python-version", python_version] if python_version else []
+        argv += ["--platform", platform] if platform else []
         done = subprocess.run(
             [*argv, "-d", str(tmp), requirement], capture_output=True, text=True, check=False
         )

@@ -33,11 +33,18 @@ def shipped() -> dict[str, Any]:
     return bake_document([load_recipe(p) for p in sorted(RECIPES.glob("*.toml"))])
 
 
+def image_recipes() -> list[Path]:
+    """The shipped recipes images are made for: aarch64 ones get no targets (no linux/arm64 images yet,
+    images.spec.IMAGE_PLATFORMS)."""
+    return [p for p in sorted(RECIPES.glob("*.toml")) if load_recipe(p).build.platform == "x86_64"]
+
+
 def test_a_target_per_recipe_and_flavour_with_the_images_build_args() -> None:
-    recipes = sorted(RECIPES.glob("*.toml"))
+    recipes = image_recipes()
     doc = shipped()
     targets = doc["target"]
     assert len(targets) == 3 * len(recipes)
+    assert not [name for name in targets if "aarch64" in name]
     cu130 = targets["torch-2_14-cu130-py312-devel"]
     assert cu130["tags"] == ["${REGISTRY}/torchkiln:2.14.0-cu130-devel"]
     assert cu130["args"] == devel_args(load_recipe(CU130))  # what `torchkiln images` passes, nothing escaped
@@ -74,7 +81,7 @@ def test_committed_bake_file_matches_the_dockerfiles() -> None:
     """Every target names a stage its Dockerfile has, passes only ARGs that Dockerfile declares, and every
     runtime target's dist context is a wheels target of the same file."""
     targets = json.loads((ROOT / BAKE_FILE).read_text())["target"]
-    assert len(targets) == 3 * len(list(RECIPES.glob("*.toml")))
+    assert len(targets) == 3 * len(image_recipes())
     for name, body in targets.items():
         dockerfile = (ROOT / body["dockerfile"]).read_text()
         declared = set(re.findall(r"^ARG (\w+)", dockerfile, re.M))

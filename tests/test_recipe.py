@@ -53,9 +53,9 @@ def test_cli_check_accepts_all_shipped(capsys: pytest.CaptureFixture[str]) -> No
 @pytest.mark.parametrize("path", [p for p in SHIPPED if "-cu" in p.stem], ids=lambda p: p.stem)
 def test_shipped_cuda_recipes_use_upstreams_arch_list(path: Path) -> None:
     recipe = load_recipe(path)
-    upstream = compat()["cuda"][f"{recipe.accelerator.cuda.major}.{recipe.accelerator.cuda.minor}"][
-        "default_arch"
-    ]
+    # aarch64: what upstream's aarch64 wheels of that CUDA carry (tests/test_platform.py has the rest)
+    key = "aarch64_arch" if recipe.build.platform == "aarch64" else "default_arch"
+    upstream = compat()["cuda"][f"{recipe.accelerator.cuda.major}.{recipe.accelerator.cuda.minor}"][key]
     assert list(recipe.accelerator.arch_list) == upstream
 
 

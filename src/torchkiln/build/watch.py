@@ -20,6 +20,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from torchkiln.recipe.compat import compat
 from torchkiln.recipe.model import Recipe
 from torchkiln.recipe.spelling import truth
 
@@ -209,7 +210,8 @@ class Expectations:
 
     flags: dict[str, bool] = field(default_factory=dict)
     cuda_version: str | None = None  # "13.0"
-    blas: str | None = None  # "mkl" | "open"
+    blas: str | None = None  # BLAS_INFO's prefix: "mkl" | "open" | "nvpl" (compat.toml [blas.*] info)
+    blas_name: str = ""  # "MKL", "OpenBLAS", "NVPL"
 
     @classmethod
     def for_step(cls, env: Mapping[str, str], recipe: Recipe) -> Expectations:
@@ -225,8 +227,9 @@ class Expectations:
         cuda = (
             str(recipe.accelerator.cuda) if recipe.accelerator.is_cuda and recipe.accelerator.cuda else None
         )
-        blas = {"mkl": "mkl", "openblas": "open"}.get(recipe.blas.kind)
-        return cls(flags, cuda, blas)
+        # A kind without a [blas.*] row (none the schema admits) has no summary line to expect.
+        kind = compat()["blas"].get(recipe.blas.kind, {})
+        return cls(flags, cuda, kind.get("info"), kind.get("name", ""))
 
 
 def parse_summary(lines: list[str]) -> dict[str, str]:
@@ -340,9 +343,9 @@ def _versions(summary: Mapping[str, str], expect: Expectations) -> list[Contradi
             found.append(
                 Contradiction(
                     "BLAS",
-                    expect.blas.upper() if expect.blas == "mkl" else "OpenBLAS",
+                    expect.blas_name,
                     got,
-                    GENERIC_CAUSE["USE_MKL"] if expect.blas == "mkl" else "OpenBLAS not found",
+                    GENERIC_CAUSE["USE_MKL"] if expect.blas == "mkl" else f"{expect.blas_name} not found",
                 )
             )
     return found

@@ -38,7 +38,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 # The checks every plan gets (torchkiln.plan.preflight.CHECKS); _asked adds those a plan's choices ask for.
-ALWAYS = frozenset({"python", "python-headers", "cxx", "cc", "compiler", "git", "disk", "memory", "source"})
+ALWAYS = frozenset(
+    {"platform", "python", "python-headers", "cxx", "cc", "compiler", "git", "disk", "memory", "source"}
+)
 
 
 def _asked(plan: Plan) -> set[str]:
@@ -52,7 +54,7 @@ def _asked(plan: Plan) -> set[str]:
         out.add("submodules")
     if recipe.magma is not None:
         out.add("magma")
-    if recipe.blas.kind == "openblas":
+    if recipe.blas.kind in ("openblas", "nvpl"):
         out.add("blas")
     if "torchvision" in plan.projects:  # each part of [torchvision.features] asked for, by its field name
         out |= {f"torchvision.features.{part}" for part in recipe.vision.enabled}

@@ -38,6 +38,7 @@ from torchkiln.images.spec import (
     image_labels,
     image_tag,
     plain_distro,
+    platform_problem,
     provenance_args,
     runtime_args,
 )
@@ -311,6 +312,8 @@ def build_request(args: argparse.Namespace, *, context: Path, base: LocalBase | 
     """What to build, from the command line, the recipe and (runtime) the manifest in --dist; no engine is
     needed (--print uses it too). With a ``base`` made here, the build uses it and pulls nothing."""
     recipe = load_recipe(resolve_recipe_path(args.recipe))
+    if (problem := platform_problem(recipe)) is not None:
+        raise UsageError(problem)
     target = args.target
     base_image = base.tag if base is not None else args.base_image
     for option, given in (("--cache-secret", args.cache_secret), ("--dist-secret", args.dist_secret)):

@@ -64,7 +64,18 @@ def list_recipes(directory: str | None) -> int:
         print(f"{root}: no recipes (*.toml)", file=sys.stderr)
         return EXIT_USAGE
     table = Table(title=f"recipes in {root}")
-    for column in ("recipe", "torch", "torchvision", "python", "accelerator", "arch list", "blas", "magma"):
+    columns = (
+        "recipe",
+        "platform",
+        "torch",
+        "torchvision",
+        "python",
+        "accelerator",
+        "arch list",
+        "blas",
+        "magma",
+    )
+    for column in columns:
         table.add_column(column)
     invalid = 0
     for file in files:
@@ -73,11 +84,20 @@ def list_recipes(directory: str | None) -> int:
         except RecipeError as exc:
             invalid += 1
             table.add_row(
-                file.stem, "[red]invalid[/red]", str(len(exc.problems)) + " problem(s)", "", "", "", "", ""
+                file.stem,
+                "",
+                "[red]invalid[/red]",
+                str(len(exc.problems)) + " problem(s)",
+                "",
+                "",
+                "",
+                "",
+                "",
             )
             continue
         table.add_row(
             r.name,
+            r.build.platform,
             r.torch_wheel_version,
             r.torchvision_wheel_version,
             ", ".join(r.python_versions),

@@ -31,6 +31,7 @@ from .spec import (
     devel_args,
     image_labels,
     image_tag,
+    platform_problem,
     runtime_args,
 )
 
@@ -90,9 +91,10 @@ def bake_document(recipes: Iterable[Recipe], *, recipes_root: str = "recipes") -
     """The bake file as data: a devel, a wheels and a runtime target per recipe, a group per flavour.
 
     Tags must be unique: two recipes that would share one (same torch version and accelerator) are an
-    error naming both files.
+    error naming both files. Recipes of a platform no image is made for (aarch64: spec.IMAGE_PLATFORMS) get no
+    targets.
     """
-    ordered = sorted(recipes, key=lambda r: r.name)
+    ordered = sorted((r for r in recipes if platform_problem(r) is None), key=lambda r: r.name)
     seen: dict[str, Recipe] = {}
     for recipe in ordered:
         tag = image_tag(recipe, "devel")

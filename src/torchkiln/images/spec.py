@@ -171,6 +171,22 @@ def _minor(version: Version) -> str:
     return f"{version.major}.{version.minor}"
 
 
+# The platforms torchkiln makes images for (a recipe's build.platform). linux/arm64 images (for aarch64 recipes)
+# are not made yet: docs/aarch64.md says what is proven for aarch64 instead.
+IMAGE_PLATFORMS = ("x86_64",)
+
+
+def platform_problem(recipe: Recipe) -> str | None:
+    """Why no image is made for ``recipe``'s platform (None: one is)."""
+    if recipe.build.platform in IMAGE_PLATFORMS:
+        return None
+    return (
+        f"{recipe.source}: build.platform: torchkiln makes {', '.join(IMAGE_PLATFORMS)} images only; "
+        f"{recipe.build.platform} (linux/arm64) images are not made yet (valid: a recipe for "
+        f"{', '.join(IMAGE_PLATFORMS)}; docs/aarch64.md)"
+    )
+
+
 def accelerator_tag(recipe: Recipe) -> str:
     """'cpu' or 'cu130': the accelerator part of image tags and wheel local labels."""
     acc = recipe.accelerator

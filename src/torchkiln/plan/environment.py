@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from torchkiln.recipe.compat import blas_kind, platform_data
 from torchkiln.recipe.model import Recipe
 
 from .model import PROJECTS, Paths
@@ -63,6 +64,12 @@ def _nvcc_flags(c: EnvInputs) -> str | None:
     if cuda is not None and cuda.major >= 13:
         flags += " -compress-mode=size"
     return flags
+
+
+def _platform_env(name: str) -> Callable[[EnvInputs], str | None]:
+    """The value data/compat.toml's ``[platform.<build.platform>] build_env`` gives ``name`` (None: not set
+    on that platform): what upstream's build sets on aarch64 and not on x86_64, as data."""
+    return lambda c: platform_data(c.recipe)["build_env"].get(name)
 
 
 @dataclass(frozen=True)
@@ -191,7 +198,7 @@ ENV_TABLE: tuple[EnvVar, ...] = (
     EnvVar(
         "BLAS",
         TORCH,
-        lambda c: {"mkl": "MKL", "openblas": "OpenBLAS"}[c.recipe.blas.kind],
+        lambda c: blas_kind(c.recipe.blas.kind)["cmake"],
         "BLAS library; the configure summary reports USE_MKL from it (USE_MKL is not an option)",
     ),
     EnvVar(
@@ -239,6 +246,19 @@ ENV_TABLE: tuple[EnvVar, ...] = (
         VISION,
         lambda c: c.torch_wheel_version,
         "pins torchvision's torch requirement to the torch built here (or given with --torch)",
+    ),
+    # -- platform (data/compat.toml [platform.*] build_env) ------------------------------------------------
+    EnvVar(
+        "CMAKE_SHARED_LINKER_FLAGS",
+        TORCH,
+        _platform_env("CMAKE_SHARED_LINKER_FLAGS"),
+        "aarch64: 64 KiB max page size, so the libraries load on 64K-page kernels (upstream's aarch64 build)",
+    ),
+    EnvVar(
+        "USE_PRIORITIZED_TEXT_FOR_LD",
+        TORCH,
+        _platform_env("USE_PRIORITIZED_TEXT_FOR_LD"),
+        "aarch64: hot text first through a linker script, as upstream's aarch64 build sets it",
     ),
     # -- build type and parallelism -----------------------------------------------------------------------
     EnvVar("CMAKE_BUILD_TYPE", TORCH, lambda c: c.recipe.build.type, "build type"),

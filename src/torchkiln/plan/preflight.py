@@ -11,11 +11,14 @@ cxx, cc  the C++ and C compilers the build invokes (``$CXX`` else ``c++``, ``$CC
 python-headers ``Python.h`` where the recipe's Python's ``sysconfig.get_path("include")`` says
 compiler ``$CC`` (else ``gcc``): the recipe's ``build.gcc`` major, the torch release's minimum
          (data/host_tools.toml ``gcc_min``), the newest the recipe's nvcc accepts (``gcc_max``)
-nvcc     ``$CUDA_HOME/bin/nvcc`` of the plan reports the recipe's CUDA version
+nvcc     ``$CUDA_HOME/bin/nvcc`` of the plan reports the recipe's CUDA version; a toolkit with a
+         ``targets/`` directory has the platform's (``x86_64-linux``, ``sbsa-linux``)
 cudnn    ``cudnn_version.h`` under ``$CUDA_HOME/include`` equals the recipe's pin (major.minor.patch)
 nccl     ``nccl.h`` under ``$NCCL_INCLUDE_DIR`` equals the recipe's pin
 magma    ``$MAGMA_HOME`` holds MAGMA's headers and library, at the recipe's version
-blas     OpenBLAS: its library and ``cblas.h`` on the system (MKL comes from pip, into the build venv)
+platform this machine is the recipe's ``build.platform`` (``uname -m``): no cross-compiling
+blas     OpenBLAS: its library and ``cblas.h`` on the system (MKL comes from pip, into the build venv); NVPL
+         (aarch64): its lp64 OpenMP library and ``nvpl_blas.h`` where upstream installs it (/opt/nvpl)
 git      new enough (``git_min``) when a source is fetched
 cache    the compiler cache's tool (ccache, sccache) is on PATH, unless the cache is ``none``
 disk     free space under the work directory: :data:`DISK_GIB` (estimates; see there), :data:`DISK_GIB_VISION`
@@ -40,6 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import platform
 import re
 import shlex
 import shutil
@@ -58,7 +62,7 @@ from torchkiln.process import runner
 from torchkiln.process.environ import compose
 from torchkiln.process.logs import first_error
 from torchkiln.recipe import cmake_options
-from torchkiln.recipe.compat import minor
+from torchkiln.recipe.compat import compat, minor, platform_data
 from torchkiln.recipe.model import Recipe
 from torchkiln.recipe.rules import check_rules
 from torchkiln.source import submodules
@@ -80,12 +84,13 @@ DISK_GIB: dict[str, float] = {"cpu": 20.0, "cuda": 60.0}
 # (du -sh), one of torch 2.13.0+cpu 1.2 GiB; the venvs kept by the environment store are hard links.
 DISK_GIB_VISION: dict[str, float] = {"cpu": 5.0, "cuda": 15.0}
 
-# OpenBLAS as Debian/Ubuntu (libopenblas-dev) and RHEL (openblas-devel) install it.
+# OpenBLAS as Debian/Ubuntu (libopenblas-dev, under the platform's multiarch triplet) and RHEL
+# (openblas-devel) install it.
 OPENBLAS_LIBS = ("libopenblas.so", "libopenblas.a")
-LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib", "/opt/OpenBLAS/lib")
+LIB_DIRS = ("/usr/lib/{multiarch}", "/usr/lib64", "/usr/lib", "/usr/local/lib", "/opt/OpenBLAS/lib")
 CBLAS_HEADERS = (
     "/usr/include/cblas.h",
-    "/usr/include/x86_64-linux-gnu/cblas.h",
+    "/usr/include/{multiarch}/cblas.h",
     "/usr/include/openblas/cblas.h",
     "/usr/local/include/cblas.h",
     "/opt/OpenBLAS/include/cblas.h",
@@ -121,9 +126,11 @@ class PreflightError(TorchkilnError):
 
 @dataclass(frozen=True)
 class Host:
-    """What the checks read: the caller's environment (PATH, CC) and the file system, nothing else."""
+    """What the checks read: the caller's environment (PATH, CC), the machine (``uname -m``) and the file
+    system, nothing else."""
 
     environ: Mapping[str, str]
+    machine: str = dataclasses.field(default_factory=platform.machine)
 
 
 Check = Callable[[Plan, Host], Iterator[Finding]]
@@ -462,6 +469,12 @@ def _nvcc(plan: Plan, host: Host) -> Iterator[Finding]:
     if not Path(nvcc).is_file():
         yield Finding("nvcc", f"no {nvcc}", want, fix)
         return
+    target = platform_data(r)["toolkit_target"]
+    targets = Path(home, "targets")
+    if targets.is_dir() and not (targets / target).is_dir():
+        found = ", ".join(sorted(p.name for p in targets.iterdir())) or "nothing"
+        yield Finding("nvcc", f"{targets} holds {found}", f"{targets}/{target} (build.platform)", fix)
+        return
     done = _run([nvcc, "--version"], host)
     text = done if isinstance(done, str) else done.output
     match = re.search(r"release (\d+\.\d+)", text)
@@ -530,11 +543,30 @@ def _magma(plan: Plan, host: Host) -> Iterator[Finding]:
         yield Finding("magma", f"MAGMA {got} in {home}", want, fix)
 
 
+def _platform(plan: Plan, host: Host) -> Iterator[Finding]:
+    """torchkiln does not cross-compile: an aarch64 recipe builds on an aarch64 machine (a GH200, or an arm64
+    root or image run under emulation), an x86_64 recipe on an x86_64 one."""
+    wanted = plan.recipe.build.platform
+    if host.machine in platform_data(plan.recipe)["machines"]:
+        return
+    native = next((p for p, d in compat()["platform"].items() if host.machine in d["machines"]), None)
+    yield Finding(
+        "platform",
+        f"this machine is {host.machine}",
+        f"an {wanted} machine (build.platform = {wanted!r}; torchkiln does not cross-compile)",
+        f"build on an {wanted} machine (an {wanted} root under qemu-user is one too, but far too slow for "
+        f"torch's compile: docs/aarch64.md)" + (f"; or use a recipe for {native}" if native else ""),
+    )
+
+
 def _blas(plan: Plan, host: Host) -> Iterator[Finding]:
+    if plan.recipe.blas.kind == "nvpl" and "torch" in plan.projects:
+        yield from _nvpl(plan)
     if plan.recipe.blas.kind != "openblas" or "torch" not in plan.projects:
         return  # MKL: mkl-static/mkl-include are pip-installed into the build venv by the env steps
-    have_lib = any(Path(d, n).exists() for d in LIB_DIRS for n in OPENBLAS_LIBS)
-    have_header = any(Path(h).is_file() for h in CBLAS_HEADERS)
+    multiarch = platform_data(plan.recipe)["multiarch"]
+    have_lib = any(Path(d.format(multiarch=multiarch), n).exists() for d in LIB_DIRS for n in OPENBLAS_LIBS)
+    have_header = any(Path(h.format(multiarch=multiarch)).is_file() for h in CBLAS_HEADERS)
     if not (have_lib and have_header):
         missing = [w for w, ok in (("libopenblas", have_lib), ("cblas.h", have_header)) if not ok]
         yield Finding(
@@ -543,6 +575,23 @@ def _blas(plan: Plan, host: Host) -> Iterator[Finding]:
             'OpenBLAS (blas.kind = "openblas")',
             'apt install libopenblas-dev, or blas.kind = "mkl"',
         )
+
+
+def _nvpl(plan: Plan) -> Iterator[Finding]:
+    """NVPL's BLAS library and header under one of the platform's NVPL prefixes (compat.toml)."""
+    nvpl = platform_data(plan.recipe)["nvpl"]
+    for prefix in map(Path, nvpl["dirs"]):
+        lib_dir = prefix / "lib"
+        has_lib = lib_dir.is_dir() and any(lib_dir.glob(nvpl["library"] + "*"))
+        if has_lib and (prefix / "include" / nvpl["header"]).is_file():
+            return
+    yield Finding(
+        "blas",
+        f"no {nvpl['library']} with include/{nvpl['header']} under {', '.join(nvpl['dirs'])}",
+        'NVPL (blas.kind = "nvpl")',
+        "unpack NVIDIA's nvpl_blas and nvpl_lapack linux-sbsa archives into /opt/nvpl (as upstream's "
+        'install_nvpl.sh), or blas.kind = "openblas"',
+    )
 
 
 def _git(plan: Plan, host: Host) -> Iterator[Finding]:
@@ -804,6 +853,7 @@ def adopted_rule_problems(
 
 
 CHECKS: tuple[tuple[str, Check], ...] = (
+    ("platform", _platform),
     ("python", _python),
     ("toolchain", _toolchain),
     ("python-headers", _python_headers),

@@ -54,6 +54,24 @@ def frontend(recipe: Recipe) -> str:
     return frontend
 
 
+def platforms() -> list[str]:
+    """The platforms a recipe may name (``build.platform``): data/compat.toml's ``[platform.*]`` tables."""
+    return list(compat()["platform"])
+
+
+def platform_data(recipe: Recipe) -> dict[str, Any]:
+    """The recipe's ``[platform.<build.platform>]`` table (the schema admits only platforms that have one)."""
+    data: dict[str, Any] = compat()["platform"][recipe.build.platform]
+    return data
+
+
+def blas_kind(kind: str) -> dict[str, str]:
+    """``[blas.<kind>]``: the BLAS value PyTorch's CMake is given (``cmake``), the BLAS_INFO it reports
+    (``info``) and the library's name in messages (``name``)."""
+    data: dict[str, str] = compat()["blas"][kind]
+    return data
+
+
 def torch_releases() -> list[str]:
     """The torch releases (``2.13``) there is compatibility data for, oldest first."""
     return sorted(compat()["torch"], key=Version)

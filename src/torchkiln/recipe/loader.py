@@ -35,6 +35,7 @@ from torchkiln.distributed.spec import scheduler_url as normal_scheduler_url
 from torchkiln.errors import Problem, RecipeError, UsageError
 
 from .archs import ENTRY_RE as ARCH_RE
+from .compat import platforms
 from .model import (
     UPSTREAM_TORCH_REPO,
     UPSTREAM_TORCHVISION_REPO,
@@ -465,7 +466,7 @@ SCHEMA: tuple[Field, ...] = (
         check=_match(DOTTED_RE, "a dotted version such as 2.29.7", "malformed version"),
         convert=Version,
     ),
-    Field("blas.kind", str, True, _one_of("mkl", "openblas")),
+    Field("blas.kind", str, True, _one_of("mkl", "openblas", "nvpl")),
     Field(
         "blas.mkl",
         str,
@@ -503,6 +504,12 @@ SCHEMA: tuple[Field, ...] = (
         doc="how often a compile killed for memory resumes with fewer jobs (default 3; 0: never)",
     ),
     Field("build.gcc", int, check=_int_range(1, 99), doc="host gcc major version the build uses"),
+    Field(
+        "build.platform",
+        str,
+        check=_one_of(*platforms()),
+        doc="the machine the wheels are built on and run on (aarch64: SBSA, GH200/GB200); default x86_64",
+    ),
     Field("build.pytorch_build_version", str, check=_pep440, doc="PYTORCH_BUILD_VERSION override"),
     Field("build.pytorch_build_number", int, check=_int_range(0, 9999), doc="PYTORCH_BUILD_NUMBER"),
     Field(

@@ -49,7 +49,7 @@ class Accelerator:
 
 @dataclass(frozen=True)
 class Blas:
-    kind: str  # "mkl" | "openblas"
+    kind: str  # "mkl" | "openblas" | "nvpl"
     mkl: Version | None = None
 
 
@@ -93,6 +93,8 @@ class Build:
     # How often a compile step resumes with fewer jobs after compiles died for memory (None: the default).
     memory_retries: int | None = None
     gcc: int | None = None
+    # The machine the wheels are built on and for (compat.toml [platform.*]); torchkiln does not cross-compile.
+    platform: str = "x86_64"
     pytorch_build_version: str | None = None
     pytorch_build_number: int | None = None
     flags: Mapping[str, str] = field(default_factory=dict)

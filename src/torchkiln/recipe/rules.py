@@ -18,7 +18,7 @@ from torchkiln.errors import Problem, UsageError
 
 from . import cmake_options
 from .archs import ENTRY_RE
-from .compat import compat, cuda_release, minor, torch_release
+from .compat import compat, cuda_release, minor, platform_data, torch_release
 from .model import Recipe
 
 
@@ -280,6 +280,61 @@ def _blas(r: Recipe) -> Iterator[Finding]:
         yield ("blas.mkl", 'only valid with blas.kind = "mkl"', 'remove it, or set blas.kind = "mkl"')
 
 
+def _platform_blas(r: Recipe) -> Iterator[Finding]:
+    """MKL is x86_64 only, NVPL aarch64 only (compat.toml [platform.*] blas)."""
+    kinds = platform_data(r)["blas"]
+    if r.blas.kind not in kinds:
+        yield (
+            "blas.kind",
+            f"{r.blas.kind!r} has no build for {r.build.platform} (build.platform)",
+            f"on {r.build.platform}: {', '.join(kinds)}",
+        )
+
+
+def _aarch64_cuda_versions() -> str:
+    """The CUDA versions an aarch64 recipe may name: those with sbsa nvcc wheels and upstream's arch list."""
+    ok = [v for v, d in compat()["cuda"].items() if "sbsa_nvcc" in d and "aarch64_arch" in d]
+    return ", ".join(ok)
+
+
+def _platform_cuda(r: Recipe) -> Iterator[Finding]:
+    """An aarch64 CUDA build needs NVIDIA's sbsa toolkit wheels of its CUDA and the arch list upstream's
+    aarch64 wheels of that CUDA were read to carry (compat.toml [cuda.*] sbsa_nvcc, aarch64_arch)."""
+    cuda = cuda_release(r)
+    if r.build.platform != "aarch64" or cuda is None:
+        return
+    if "sbsa_nvcc" not in cuda:
+        yield (
+            "accelerator.cuda",
+            f"CUDA {r.accelerator.cuda} has no aarch64 (sbsa) toolkit wheels on PyPI (build.platform = aarch64)",
+            _aarch64_cuda_versions(),
+        )
+    elif "aarch64_arch" not in cuda:
+        yield (
+            "accelerator.cuda",
+            f"upstream builds no aarch64 wheel for CUDA {r.accelerator.cuda}, so no aarch64 arch list is known "
+            "(build.platform = aarch64)",
+            _aarch64_cuda_versions(),
+        )
+
+
+def _platform_arch(r: Recipe) -> Iterator[Finding]:
+    """An aarch64 arch list names only what upstream's aarch64 wheels of that CUDA build (no sm_75, sm_86:
+    no Turing or consumer Ampere on SBSA servers)."""
+    cuda = cuda_release(r)
+    if r.build.platform != "aarch64" or cuda is None or "aarch64_arch" not in cuda:
+        return
+    built = set(cuda["aarch64_arch"])
+    extra = [e for e in r.accelerator.arch_list if arch_capability(e)[0] not in built]
+    if extra:
+        yield (
+            "accelerator.arch_list",
+            f"upstream's aarch64 CUDA {r.accelerator.cuda} wheels do not build {', '.join(extra)} "
+            "(build.platform = aarch64)",
+            f"entries of {', '.join(cuda['aarch64_arch'])}",
+        )
+
+
 def _build_version_pair(r: Recipe) -> Iterator[Finding]:
     have_version = r.build.pytorch_build_version is not None
     have_number = r.build.pytorch_build_number is not None
@@ -511,6 +566,24 @@ RULES: tuple[Rule, ...] = (
         ("magma", "accelerator.kind", "torch.version"),
     ),
     Rule("blas", "MKL builds name the MKL version", _blas, ("blas",)),
+    Rule(
+        "platform-blas",
+        "the BLAS exists on the platform (MKL x86_64 only, NVPL aarch64 only)",
+        _platform_blas,
+        ("blas.kind", "build.platform"),
+    ),
+    Rule(
+        "platform-cuda",
+        "an aarch64 CUDA has sbsa toolkit wheels and upstream aarch64 wheels",
+        _platform_cuda,
+        ("build.platform", "accelerator.cuda"),
+    ),
+    Rule(
+        "platform-arch",
+        "an aarch64 arch list names only what upstream's aarch64 wheels build",
+        _platform_arch,
+        ("build.platform", "accelerator.cuda", "accelerator.arch_list"),
+    ),
     Rule(
         "build-version-pair",
         "PYTORCH_BUILD_VERSION and PYTORCH_BUILD_NUMBER together or not at all",

@@ -21,7 +21,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from torchkiln.recipe.archs import expected_arch_list
-from torchkiln.recipe.compat import compat
+from torchkiln.recipe.compat import blas_kind, compat
 from torchkiln.recipe.model import Recipe
 from torchkiln.recipe.spelling import truth
 
@@ -345,6 +345,7 @@ RECIPE_CHECKS = (
     "flags",
     "python",
     "compiler",
+    "platform",
 )
 
 
@@ -367,6 +368,7 @@ def recipe_checks(recipe: Recipe, facts: BuildFacts, *, commit: str | None = Non
         "flags": _flags_vs_recipe(recipe.build.flags, facts.settings),
         "python": _python_vs_recipe(recipe, facts),
         "compiler": _compiler_vs_recipe(recipe, facts),
+        "platform": _platform_vs_recipe(recipe, facts),
     }
 
 
@@ -447,13 +449,14 @@ def _blas_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
             ok=s.get("BLAS_INFO") == "mkl" and facts.mkl_available,
             field="blas.kind",
         )
-    # OpenBLAS reports BLAS_INFO=open (cmake/Modules/FindBLAS.cmake).
+    # OpenBLAS reports BLAS_INFO=open (cmake/Modules/FindBLAS.cmake), NVPL nvpl (compat.toml [blas.*]).
+    kind = blas_kind(recipe.blas.kind)
     return _cmp(
         "blas",
         "BLAS (Build settings BLAS_INFO)",
-        "BLAS_INFO=open (OpenBLAS)",
+        f"BLAS_INFO={kind['info']} ({kind['name']})",
         f"BLAS_INFO={s.get('BLAS_INFO')}",
-        ok=s.get("BLAS_INFO", "").startswith("open"),
+        ok=s.get("BLAS_INFO", "").startswith(kind["info"]),
         field="blas.kind",
     )
 
@@ -610,6 +613,21 @@ def _compiler_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
         got,
         ok=family == "GCC" and version.split(".")[0] == str(recipe.build.gcc),
         field="build.gcc",
+    )
+
+
+def _platform_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
+    """build.platform vs the machine torch was imported on (platform.machine()): its shared objects loaded
+    here, so they are this machine's. An x86_64 recipe for an aarch64 build, or the other way, fails by name
+    (compat.toml [platform.*] machines: aarch64 is also spelt arm64)."""
+    machines = compat()["platform"][recipe.build.platform]["machines"]
+    return _cmp(
+        "platform",
+        "machine torch runs on (platform.machine())",
+        recipe.build.platform,
+        facts.machine or "(not reported)",
+        ok=facts.machine in machines,
+        field="build.platform",
     )
 
 

@@ -1,0 +1,137 @@
+"""An arm64 Debian root run under qemu-user, with upstream's aarch64 torch 2.13.0 / torchvision 0.28.0 (cp311,
+CUDA 13.0) installed: what `nox -s aarch64` proves torchkiln's aarch64 side on, on an x86_64 machine.
+
+Made once and kept under the test cache (``aarch64/``): qemu-aarch64 registered with binfmt_misc (the
+``qemu-user-static`` and ``binfmt-support`` packages; the kernel then runs arm64 binaries through qemu),
+``debootstrap --arch=arm64 --variant=minbase bookworm`` (Python 3.11, venv), upstream's aarch64 wheels and
+torchkiln's own dependencies downloaded here by pip for ``manylinux_2_*_aarch64`` and installed in the root by
+its own pip. Commands run through ``chroot`` in a private mount namespace (``unshare --mount``): /dev, /proc and
+the checkout (at /src, torchkiln imported from /src/src) are mounted for them and vanish with them.
+
+/sys is *not* mounted: with the host's /sys, PyTorch's cpuinfo reads an x86_64 machine's CPU topology and the
+first tensor operation dies with SIGSEGV under qemu 7.2 (seen here); without it cpuinfo falls back and the
+CPU kernels run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import realtrees
+
+SUITE = "bookworm"
+ARCHIVE = "http://deb.debian.org/debian"
+PATH = "/opt/venv/bin:/usr/local/bin:/usr/bin:/bin"
+# Upstream's aarch64 pair, `===` so that pip takes upstream's +cu130 build, and what torchkiln's verify imports.
+PAIR = ("torch===2.13.0", "torchvision===0.28.0")
+TORCHKILN_DEPS = ("packaging", "rich", "tomli-w", "cyclonedx-python-lib", "cryptography", "pyelftools")
+SUITE_DEPS = ("pytest", "pytest-timeout", "numpy")
+# pip takes a wheel only for a platform tag it is given: the manylinux versions the aarch64 wheels carry.
+PLATFORMS = [f"manylinux_2_{n}_aarch64" for n in range(17, 29)] + ["manylinux2014_aarch64", "linux_aarch64"]
+BINFMT = Path("/proc/sys/fs/binfmt_misc")
+
+
+def cache() -> Path:
+    return realtrees.cache_dir() / "aarch64"
+
+
+def problems() -> list[str]:
+    """Why this machine cannot make or run the root (empty: it can)."""
+    found = []
+    if os.geteuid() != 0:
+        found.append("needs root (debootstrap, chroot, mounts)")
+    for tool in ("debootstrap", "unshare", "chroot", "qemu-aarch64-static", "update-binfmts"):
+        if shutil.which(tool) is None:
+            found.append(f"no {tool} (apt-get install qemu-user-static binfmt-support debootstrap)")
+    return found
+
+
+def register_qemu() -> None:
+    """qemu-aarch64 registered with binfmt_misc: mount the file system where it is not, then binfmt-support's
+    update-binfmts (the entry qemu-user-static ships)."""
+    if not (BINFMT / "register").exists():
+        subprocess.run(["mount", "-t", "binfmt_misc", "binfmt_misc", str(BINFMT)], check=True)
+    if not (BINFMT / "qemu-aarch64").exists():
+        subprocess.run(["update-binfmts", "--enable", "qemu-aarch64"], check=True)
+    assert (BINFMT / "qemu-aarch64").read_text().startswith("enabled"), (
+        "qemu-aarch64 is registered but disabled"
+    )
+
+
+def download_wheels(into: Path) -> None:
+    """The aarch64 wheels the root installs, downloaded on this machine (pip's cache keeps them)."""
+    platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
+    argv = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--only-binary=:all:",
+        "--python-version",
+        "3.11",
+    ]
+    subprocess.run([*argv, *platforms, "-d", str(into), *PAIR, *TORCHKILN_DEPS, *SUITE_DEPS], check=True)
+
+
+def make_root() -> Path:
+    """The root, made once (complete or absent: made under a temporary name, renamed when it works)."""
+    root = cache() / "root"
+    if (root / ".complete").is_file():
+        return root
+    register_qemu()
+    tmp = cache() / "root.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    deb = [
+        "debootstrap",
+        "--arch=arm64",
+        "--variant=minbase",
+        "--include=python3,python3-venv,ca-certificates",
+    ]
+    subprocess.run([*deb, SUITE, str(tmp), ARCHIVE], check=True, stdout=subprocess.DEVNULL)
+    download_wheels(tmp / "wheels")
+    install = "python3 -m venv /opt/venv && /opt/venv/bin/pip install -q --no-index --find-links /wheels "
+    done = run(
+        tmp, install + " ".join(f"'{r}'" for r in (*PAIR, *TORCHKILN_DEPS, *SUITE_DEPS)), checkout=None
+    )
+    assert done.returncode == 0, done.stdout[-3000:]
+    shutil.rmtree(tmp / "wheels")
+    (tmp / ".complete").write_text("")
+    shutil.rmtree(root, ignore_errors=True)
+    os.replace(tmp, root)
+    return root
+
+
+def run(
+    root: Path, script: str, *, checkout: Path | None, timeout: float = 1800
+) -> subprocess.CompletedProcess[str]:
+    """``script`` (sh) in the root as root, in a clean environment, the checkout at /src when given;
+    stdout and stderr together."""
+    (root / "etc" / "hosts").write_text(f"127.0.0.1 localhost\n127.0.1.1 {socket.gethostname()}\n")
+    shutil.copyfile("/etc/resolv.conf", root / "etc" / "resolv.conf")
+    mounts = 'mount --rbind /dev "$1/dev" && mount -t proc proc "$1/proc"'
+    if checkout is not None:
+        (root / "src").mkdir(exist_ok=True)
+        mounts += f' && mount --bind "{checkout}" "$1/src"'
+    env = [
+        "HOME=/root",
+        f"PATH={PATH}",
+        "LANG=C.UTF-8",
+        "PYTHONPATH=/src/src",
+        "CI=" + os.environ.get("CI", ""),
+    ]
+    argv = [
+        "unshare", "--mount", "--propagation", "private", "--", "bash", "-c",
+        f'{mounts} && cd / && exec chroot "$1" /usr/bin/env -i "${{@:2}}"',
+        "chroot-run", str(root), *env, "/bin/sh", "-c", script,
+    ]  # fmt: skip
+    return subprocess.run(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+        timeout=timeout, check=False,
+    )  # fmt: skip
