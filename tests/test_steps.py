@@ -17,12 +17,13 @@ from pathlib import Path
 import pytest
 from dists import tiny_wheel
 from rich.console import Console
+from test_verify_lib import describing_recipe
 
 from torchkiln.artifacts.manifest import load_manifest
 from torchkiln.build.loop import BuildFailed, BuildOptions, BuildResult, run_build
 from torchkiln.cache import resolve_cache
 from torchkiln.files.digests import tree_sha256
-from torchkiln.plan.make import make_plan
+from torchkiln.plan.make import FACTS, make_plan
 from torchkiln.plan.model import Plan, Step
 from torchkiln.recipe.loader import load_recipe
 
@@ -161,3 +162,30 @@ def test_an_identical_rebuilt_wheel_leaves_the_checks_alone(world: dict[str, Pat
     world["wheel"].write_bytes(world["wheel"].read_bytes() + b"\0")  # the compile now makes another wheel
     (world["src"] / "setup.py").write_text("# stands in for torch\n")
     assert run().ran == ["torch:wheel", "checks:venv", "publish"]
+
+
+def test_each_pythons_post_build_check_is_in_the_manifest(world: dict[str, Path]) -> None:
+    """A build for several Pythons (python.versions) checks each Python's wheels: the first Python's verdict is
+    the manifest's ``checks`` (as in a one-Python build), each later one's is under ``python_checks``. Both
+    check steps run the script the real post-build check runs, with the one interpreter that has torch here:
+    the later step is labelled as a later Python of this interpreter's version (its own step and record)."""
+    plan = plan_of(world)
+    facts = (sys.executable, str(FACTS))
+    later = f"{sys.version_info.major}.{sys.version_info.minor}"
+    first, publish = plan.steps[2], plan.steps[3]
+    steps = [
+        *plan.steps[:2],
+        replace(first, argv=facts),
+        replace(first, name=f"checks:import@{later}", argv=facts, python=later),
+        publish,
+    ]
+    out = io.StringIO()
+    described = replace(
+        plan, recipe=describing_recipe(), steps=steps
+    )  # the recipe of the torch installed here
+    result = run_build(described, BuildOptions(console=Console(file=out, width=200)))
+    manifest = load_manifest(result.manifest)
+    assert not manifest.checks.skipped and manifest.checks.results["torch.torch_version"].status == "pass"
+    assert list(manifest.python_checks) == [later], manifest.python_checks
+    assert manifest.python_checks[later].results == manifest.checks.results
+    assert manifest.python_checks[later].torch == manifest.checks.torch

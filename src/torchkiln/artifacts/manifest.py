@@ -205,6 +205,9 @@ class Manifest:
     # The pins every pip call of the build was held to (build-env:deps' constraints file).
     constraints: list[str] = field(default_factory=list)
     dist: DistRecord | None = None  # None: no distributed compiles were asked for
+    # A build for several Pythons (python.versions): the post-build check of each Python after the first, by
+    # Python ("3.12": its Checks); ``checks`` is the first Python's. Empty for one Python.
+    python_checks: dict[str, Checks] = field(default_factory=dict)
 
     def wheel(self, project: str) -> WheelRecord | None:
         return next((w for w in self.wheels if w.project == project), None)

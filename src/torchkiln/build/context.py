@@ -91,6 +91,9 @@ class Context:
             self.dist_token_env[name] = self.environ.pop(name)
 
     checks: Checks | None = None
+    # A build for several Pythons (python.versions): each later Python's post-build check, by Python
+    # (``checks`` is the first Python's, as in a one-Python build).
+    python_checks: dict[str, Checks] = field(default_factory=dict)
     published: Published | None = None
     # What the compile steps saw that makes cache misses likely (a tree outside the basedir, a changed
     # compiler): named by --min-cache-hit-rate's message when the build misses.

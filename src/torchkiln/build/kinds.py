@@ -537,9 +537,11 @@ class ChecksKind(StepKind):
     def verify(self, step: Step, entry: Mapping[str, Any], ctx: Context) -> None:
         if step.facts:
             # Also when skipped: the wheels are unchanged, the recipe may not be.
-            ctx.checks = _compare_with_recipe(
-                ctx, step, entry.get("outputs", {}).get("facts"), entry.get("log")
-            )
+            checks = _compare_with_recipe(ctx, step, entry.get("outputs", {}).get("facts"), entry.get("log"))
+            if step.python:  # a later Python of several (python.versions): recorded beside the first's
+                ctx.python_checks[step.python] = checks
+            else:
+                ctx.checks = checks
 
 
 class PublishKind(StepKind):

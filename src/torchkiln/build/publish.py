@@ -216,6 +216,7 @@ def _manifest(ctx: Context, locks: list[SourceLock], wheels: list[WheelRecord]) 
         warnings=list(ctx.warnings),
         constraints=read_constraints(plan.paths.constraints),
         dist=_dist_record(ctx),
+        python_checks={} if ctx.options.skip_checks else dict(sorted(ctx.python_checks.items())),
     )
 
 
