@@ -104,7 +104,8 @@ def _terminate_as_interrupt() -> Iterator[None]:
 
 
 def _run_steps(ctx: Context) -> None:
-    """Each step: skipped when its fingerprint and outputs are unchanged, else run, recorded and checked."""
+    """Each step: skipped when its fingerprint and outputs are unchanged, else reused from the environment
+    store or run, recorded and checked."""
     plan = ctx.plan
     fingerprints: dict[str, str] = {}
     for index, step in enumerate(plan.steps):
@@ -123,73 +124,89 @@ def _run_steps(ctx: Context) -> None:
         if inputs is None:
             inputs = kind.inputs(step, ctx)
         fingerprint = step_fingerprint(step.argv, step.shown_env, step.cwd, inputs, deps)
-        fingerprints[step.name] = fingerprint
         key = kind.store_key(step, ctx, inputs)
         if key is not None:
             ctx.env_keys[step.name] = key
         forced = ctx.options.force and kind.forced
-        entry = ctx.state.get(step.name)
-        if (
-            not forced
-            # a venv an earlier step made again no longer holds what this step put in it
-            and step.venv not in ctx.remade_venvs
-            and entry
-            and entry.get("fingerprint") == fingerprint
-            and kind.intact(step, entry, ctx)
-        ):
-            fingerprints[step.name] = result_identity(fingerprint, entry)
-            kind.verify(step, entry, ctx)
-            ctx.records.append(
-                StepRecord(step.name, step.kind, step.project, "skipped", 0.0, entry.get("log"))
-            )
-            ctx.display.end_step(step, "skipped", 0.0)
-            continue
-        ctx.state.forget(step.name)
-        if step.venv is not None:
-            ctx.remade_venvs.add(step.venv)
-        restored = (
-            None if forced else kind.reuse(step, ctx, key, functools.partial(_replaced_next, ctx, index))
+        fingerprints[step.name] = (
+            (not forced and _unchanged(ctx, step, fingerprint))
+            or (not forced and _reused(ctx, step, index, fingerprint, key))
+            or _ran(ctx, step, fingerprint, deps, key)
         )
-        if restored is not None:
-            entry = {"fingerprint": fingerprint, "outputs": restored.outputs, "log": None}
-            entry["duration_s"] = restored.seconds
-            fingerprints[step.name] = result_identity(fingerprint, entry)
-            _record(ctx, step, entry, deferred=not restored.cloned)
-            kind.verify(step, entry, ctx)
-            ctx.records.append(
-                StepRecord(step.name, step.kind, step.project, "reused", restored.seconds, None)
-            )
-            ctx.display.end_step(step, "reused", restored.seconds)
-            continue
-        kind.prepare(step, ctx)
-        try:
-            ran = kind.execute(step, ctx)
-        finally:
-            ctx.display.stop_live()
-        log = str(ran.log) if ran.log else None
-        outputs = kind.outputs(step, ran, ctx)
-        settled = kind.settled_inputs(step, ctx, outputs)
-        if settled is not None:
-            fingerprint = step_fingerprint(step.argv, step.shown_env, step.cwd, settled, deps)
-        entry = {"fingerprint": fingerprint, "outputs": outputs, "log": log, "duration_s": ran.seconds}
-        fingerprints[step.name] = result_identity(fingerprint, entry)
-        _record(ctx, step, entry)
-        kind.keep(step, ctx, key, outputs)
-        # After recording: what was found stays valid when the check fails, and a fixed recipe only checks again.
-        kind.verify(step, entry, ctx)
-        ctx.records.append(
-            StepRecord(
-                step.name,
-                step.kind,
-                step.project,
-                "ran",
-                ran.seconds,
-                log,
-                ran.phases,
-                memory_retries=ran.memory_retries,
-            )
+
+
+def _unchanged(ctx: Context, step: Step, fingerprint: str) -> str | None:
+    """A step whose fingerprint and outputs are unchanged is skipped (its result checked again): its result
+    identity; None when it must run."""
+    kind, entry = KINDS[step.kind], ctx.state.get(step.name)
+    if (
+        # a venv an earlier step made again no longer holds what this step put in it
+        step.venv in ctx.remade_venvs
+        or not entry
+        or entry.get("fingerprint") != fingerprint
+        or not kind.intact(step, entry, ctx)
+    ):
+        return None
+    kind.verify(step, entry, ctx)
+    ctx.records.append(StepRecord(step.name, step.kind, step.project, "skipped", 0.0, entry.get("log")))
+    ctx.display.end_step(step, "skipped", 0.0)
+    return result_identity(fingerprint, entry)
+
+
+def _reused(ctx: Context, step: Step, index: int, fingerprint: str, key: str | None) -> str | None:
+    """A step the environment store holds the result of is restored from it: its result identity; None when
+    it must run. Either way its earlier record is gone and its venv counts as made again."""
+    kind = KINDS[step.kind]
+    ctx.state.forget(step.name)
+    if step.venv is not None:
+        ctx.remade_venvs.add(step.venv)
+    restored = kind.reuse(step, ctx, key, functools.partial(_replaced_next, ctx, index))
+    if restored is None:
+        return None
+    entry: dict[str, Any] = {"fingerprint": fingerprint, "outputs": restored.outputs, "log": None}
+    entry["duration_s"] = restored.seconds
+    _record(ctx, step, entry, deferred=not restored.cloned)
+    kind.verify(step, entry, ctx)
+    ctx.records.append(StepRecord(step.name, step.kind, step.project, "reused", restored.seconds, None))
+    ctx.display.end_step(step, "reused", restored.seconds)
+    return result_identity(fingerprint, entry)
+
+
+def _ran(ctx: Context, step: Step, fingerprint: str, deps: list[str], key: str | None) -> str:
+    """The step run, recorded, kept in the environment store and checked: its result identity."""
+    kind = KINDS[step.kind]
+    ctx.state.forget(step.name)  # also when forced (_reused did not run)
+    if step.venv is not None:
+        ctx.remade_venvs.add(step.venv)
+    kind.prepare(step, ctx)
+    try:
+        ran = kind.execute(step, ctx)
+    finally:
+        ctx.display.stop_live()
+    log = str(ran.log) if ran.log else None
+    outputs = kind.outputs(step, ran, ctx)
+    settled = kind.settled_inputs(step, ctx, outputs)
+    if settled is not None:
+        fingerprint = step_fingerprint(step.argv, step.shown_env, step.cwd, settled, deps)
+    entry = {"fingerprint": fingerprint, "outputs": outputs, "log": log, "duration_s": ran.seconds}
+    _record(ctx, step, entry)
+    kind.keep(step, ctx, key, outputs)
+    # After recording: what was found stays valid when the check fails, and a fixed recipe only checks again.
+    kind.verify(step, entry, ctx)
+    ctx.records.append(
+        StepRecord(
+            step.name,
+            step.kind,
+            step.project,
+            "ran",
+            ran.seconds,
+            log,
+            ran.phases,
+            memory_retries=ran.memory_retries,
         )
-        ctx.display.end_step(step, "ran", ran.seconds)
+    )
+    ctx.display.end_step(step, "ran", ran.seconds)
+    return result_identity(fingerprint, entry)
 
 
 def _record(ctx: Context, step: Step, entry: dict[str, Any], *, deferred: bool = False) -> None:
