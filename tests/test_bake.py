@@ -35,7 +35,7 @@ def shipped() -> dict[str, Any]:
 
 def image_recipes() -> list[Path]:
     """The shipped recipes images are made for: aarch64 ones get no targets (no linux/arm64 images yet,
-    images.spec.IMAGE_PLATFORMS)."""
+    recipe.compat.image_platforms())."""
     return [p for p in sorted(RECIPES.glob("*.toml")) if load_recipe(p).build.platform == "x86_64"]
 
 

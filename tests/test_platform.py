@@ -20,7 +20,7 @@ from torchkiln.plan import preflight
 from torchkiln.plan.jobs import GIB, Resources
 from torchkiln.plan.make import make_plan
 from torchkiln.plan.model import Plan
-from torchkiln.recipe.compat import compat
+from torchkiln.recipe.compat import compat, image_platforms
 from torchkiln.recipe.loader import load_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -293,3 +293,15 @@ def test_images_refuse_an_aarch64_recipe_by_build_platform(capsys: pytest.Captur
     assert main(["images", "--recipe", str(AARCH64), "--target", "devel", "--print"]) == 2
     err = capsys.readouterr().err
     assert "build.platform: torchkiln makes x86_64 images only" in err and "Traceback" not in err
+
+
+def test_fix_hints_offer_the_devel_image_only_where_images_are_made(tmp_path: Path) -> None:
+    """The aarch64 recipe wants Python 3.12, which this PATH lacks: the fix names pyenv and the distribution,
+    not a devel image torchkiln does not make for aarch64 (data/compat.toml: images = false); the x86_64
+    recipe's fix for the same Python offers its devel image."""
+    env = {"PATH": str(tmp_path / "empty")}
+    arm = {f.check: f for f in preflight.preflight(_plan(AARCH64, tmp_path), env)}["python"].fix
+    x86 = {f.check: f for f in preflight.preflight(_plan(X86_64, tmp_path), env)}["python"].fix
+    assert "pyenv install 3.12" in arm and "devel" not in arm, arm
+    assert "torchkiln images --recipe torch-2.13-cu130-py312 --target devel" in x86, x86
+    assert image_platforms() == ["x86_64"]

@@ -91,7 +91,7 @@ def bake_document(recipes: Iterable[Recipe], *, recipes_root: str = "recipes") -
     """The bake file as data: a devel, a wheels and a runtime target per recipe, a group per flavour.
 
     Tags must be unique: two recipes that would share one (same torch version and accelerator) are an
-    error naming both files. Recipes of a platform no image is made for (aarch64: spec.IMAGE_PLATFORMS) get no
+    error naming both files. Recipes of a platform no image is made for (aarch64: compat.image_platforms()) get no
     targets.
     """
     ordered = sorted((r for r in recipes if platform_problem(r) is None), key=lambda r: r.name)

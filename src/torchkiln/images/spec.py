@@ -30,6 +30,7 @@ from torchkiln.artifacts.provenance import statement_name
 from torchkiln.artifacts.signing import PublicKey, keyid, load_envelope, verify
 from torchkiln.errors import DocumentError, Problem, RecipeError, TorchkilnError, UsageError, few
 from torchkiln.files.digests import file_sha256
+from torchkiln.recipe import compat
 from torchkiln.recipe.model import Recipe
 
 FLAVOURS = ("devel", "wheels", "runtime")
@@ -171,19 +172,16 @@ def _minor(version: Version) -> str:
     return f"{version.major}.{version.minor}"
 
 
-# The platforms torchkiln makes images for (a recipe's build.platform). linux/arm64 images (for aarch64 recipes)
-# are not made yet: docs/aarch64.md says what is proven for aarch64 instead.
-IMAGE_PLATFORMS = ("x86_64",)
-
-
 def platform_problem(recipe: Recipe) -> str | None:
-    """Why no image is made for ``recipe``'s platform (None: one is)."""
-    if recipe.build.platform in IMAGE_PLATFORMS:
+    """Why no image is made for ``recipe``'s platform (None: one is). The platforms images are made for are
+    data/compat.toml's (``images`` in ``[platform.*]``); linux/arm64 images are not made yet."""
+    made = compat.image_platforms()
+    if recipe.build.platform in made:
         return None
     return (
-        f"{recipe.source}: build.platform: torchkiln makes {', '.join(IMAGE_PLATFORMS)} images only; "
+        f"{recipe.source}: build.platform: torchkiln makes {', '.join(made)} images only; "
         f"{recipe.build.platform} (linux/arm64) images are not made yet (valid: a recipe for "
-        f"{', '.join(IMAGE_PLATFORMS)}; docs/aarch64.md)"
+        f"{', '.join(made)}; docs/aarch64.md)"
     )
 
 

@@ -62,7 +62,7 @@ from torchkiln.process import runner
 from torchkiln.process.environ import compose
 from torchkiln.process.logs import first_error
 from torchkiln.recipe import cmake_options
-from torchkiln.recipe.compat import compat, minor, platform_data
+from torchkiln.recipe.compat import compat, image_platforms, minor, platform_data
 from torchkiln.recipe.model import Recipe
 from torchkiln.recipe.rules import check_rules
 from torchkiln.source import submodules
@@ -182,8 +182,12 @@ def _one_python(plan: Plan, host: Host, want: str) -> Iterator[Finding]:
         yield Finding("python", f"{path} is Python {got[0]}", f"Python {want} (python.version)", fix)
 
 
-def _devel_image(plan: Plan) -> str:
-    return f"torchkiln images --recipe {plan.recipe.name} --target devel"
+def _devel_image(plan: Plan, has: str) -> str:
+    """``; or build in the devel image, which has {has}: ...`` where torchkiln makes images for the recipe's
+    platform (compat.image_platforms: not aarch64 yet), else nothing."""
+    if plan.recipe.build.platform not in image_platforms():
+        return ""
+    return f"; or build in the devel image, which has {has}: torchkiln images --recipe {plan.recipe.name} --target devel"
 
 
 def _python_fix(plan: Plan, want: str) -> str:
@@ -192,8 +196,7 @@ def _python_fix(plan: Plan, want: str) -> str:
     return (
         f"apt-get install python{want}-venv python{want}-dev where the distribution packages Python {want} "
         f"(Debian 12 packages 3.11 only); else pyenv install {want} and put it on PATH (or, on Ubuntu, the "
-        f"deadsnakes PPA); or build in the devel image, which has it: {_devel_image(plan)}; or use a "
-        "recipe for a Python this host has"
+        f"deadsnakes PPA){_devel_image(plan, 'it')}; or use a recipe for a Python this host has"
     )
 
 
@@ -206,8 +209,8 @@ def _gcc_fix(plan: Plan, major: int, found: int) -> str:
         else f"and set CC=gcc-{major} CXX=g++-{major}"
     )
     return (
-        f"install gcc-{major} g++-{major} {how} ({_packaged(major)}), or build in the devel image, which has "
-        f"it: {_devel_image(plan)}; or set build.gcc = {found} in the recipe"
+        f"install gcc-{major} g++-{major} {how} ({_packaged(major)}){_devel_image(plan, 'it')}; "
+        f"or set build.gcc = {found} in the recipe"
     )
 
 
@@ -374,8 +377,8 @@ def _toolchain_fix(plan: Plan, c: Compiler, how: Invoked) -> str:
     gcc = plan.recipe.build.gcc
     if gcc is not None and how.command == f"{c.package}-{gcc}":
         return (
-            f"install gcc-{gcc} g++-{gcc} (build.gcc = {gcc}: the build runs them; {_packaged(gcc)}), or build in "
-            f"the devel image, which has them: {_devel_image(plan)}; or set build.gcc to a gcc this host has"
+            f"install gcc-{gcc} g++-{gcc} (build.gcc = {gcc}: the build runs them; {_packaged(gcc)})"
+            f"{_devel_image(plan, 'them')}; or set build.gcc to a gcc this host has"
         )
     if how.command == c.default:
         return f"apt-get install {c.package}, or set {c.variable} to a {c.language} compiler"

@@ -59,6 +59,11 @@ def platforms() -> list[str]:
     return list(compat()["platform"])
 
 
+def image_platforms() -> list[str]:
+    """The platforms `torchkiln images` makes images for (``images = true`` in their ``[platform.*]`` table)."""
+    return [name for name, table in compat()["platform"].items() if table.get("images")]
+
+
 def platform_data(recipe: Recipe) -> dict[str, Any]:
     """The recipe's ``[platform.<build.platform>]`` table (the schema admits only platforms that have one)."""
     data: dict[str, Any] = compat()["platform"][recipe.build.platform]
