@@ -7,7 +7,10 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import hashlib
+import os
 import re
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -59,6 +62,29 @@ def tiny_wheel(
             archive.writestr(path, text)
         archive.writestr(f"{dist_info}/RECORD", "\n".join(record) + "\n")
     return wheel
+
+
+def pip_install_target(target: Path, *wheels: Path) -> Path:
+    """``wheels`` installed by this interpreter's pip into ``target`` (``--target``: no venv), offline and
+    without their dependencies, with no pip configuration file (a machine's constraints cannot reach it)."""
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-index",
+            "--target",
+            str(target),
+        ]
+        + [str(w) for w in wheels],
+        check=True,
+        capture_output=True,
+        env={**os.environ, "PIP_CONFIG_FILE": os.devnull},
+    )
+    return target
 
 
 def manifest_of(

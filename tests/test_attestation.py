@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
-from dists import manifest_of, tampered_copy, tiny_wheel
+from dists import manifest_of, pip_install_target, tampered_copy, tiny_wheel
 from securesystemslib.dsse import Envelope as SslibEnvelope
 from securesystemslib.exceptions import VerificationError
 from securesystemslib.signer import SSlibKey
@@ -186,7 +186,7 @@ def test_installed_subjects_pass_and_a_tampered_install_fails_by_name(built: dic
     path = built["dist"] / "r.intoto.jsonl"
     envelope = provenance.write_signed(path, data, key)
     good = tmp_path / "good"
-    _pip_target(built["wheel"], good)
+    pip_install_target(good, built["wheel"])
     results = _checks_in(good, envelope, key, built["dist"])
     assert {k: c.status for k, c in results.items()} == {
         "signature": "pass",
@@ -201,7 +201,7 @@ def test_installed_subjects_pass_and_a_tampered_install_fails_by_name(built: dic
     tampered.parent.mkdir()
     tampered_copy(built["wheel"], tampered, "kiln_tiny.py", b"VERSION = 'evil'\n")
     bad = tmp_path / "bad"
-    _pip_target(tampered, bad)
+    pip_install_target(bad, tampered)
     results = _checks_in(bad, envelope, key, built["dist"])
     assert results["signature"].status == "pass"
     assert results["kiln-tiny.wheel_sha256"].status == "fail"
@@ -213,25 +213,6 @@ def test_installed_subjects_pass_and_a_tampered_install_fails_by_name(built: dic
 
     built["sbom"].write_text(built["sbom"].read_text() + " ")  # a byproduct changed after signing
     assert _checks_in(good, envelope, key, built["dist"])["byproducts"].status == "fail"
-
-
-def _pip_target(wheel: Path, target: Path) -> None:
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-deps",
-            "--no-index",
-            "--target",
-            str(target),
-            str(wheel),
-        ],
-        check=True,
-        capture_output=True,
-    )
 
 
 def _checks_in(site: Path, envelope: signing.Envelope, key: signing.PrivateKey, dist: Path) -> dict:

@@ -9,13 +9,10 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from dists import manifest_of, source_lock, tiny_wheel
+from dists import manifest_of, pip_install_target, source_lock, tiny_wheel
 from packaging.version import Version
 
 from torchkiln.artifacts.manifest import WheelRecord, load_manifest, write_manifest
@@ -40,23 +37,7 @@ def pip_install(wheel: Path, target: Path) -> None:
             f"pip {pip} records no sha256 of the wheel it installs (direct_url.json), which these tests read; "
             f"pip >= {PIP_RECORDING_HASHES} does: upgrade this venv's pip (nox's sessions do)"
         )
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--no-deps",
-            "--no-index",
-            "--target",
-            str(target),
-            str(wheel),
-        ],
-        check=True,
-        capture_output=True,
-        env={**os.environ, "PIP_CONFIG_FILE": os.devnull},
-    )
+    pip_install_target(target, wheel)
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,6 @@ The integration build (two Pythons, one manifest, cache hits) is tests/test_buil
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 import tomllib
 from dataclasses import replace
@@ -13,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import tomli_w
-from dists import manifest_of, tiny_wheel
+from dists import manifest_of, pip_install_target, tiny_wheel
 
 from torchkiln.artifacts.manifest import WheelRecord
 from torchkiln.build.pythons import MARK, bring_in
@@ -199,23 +197,7 @@ def test_verify_compares_the_wheel_of_the_python_running_it(
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     mine = tiny_wheel(wheels, "kilnpy", "1.0")
-    site = tmp_path / "site"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-deps",
-            "--no-index",
-            "--target",
-            str(site),
-            str(mine),
-        ],
-        check=True,
-        env={**os.environ, "PIP_CONFIG_FILE": os.devnull},
-    )
+    site = pip_install_target(tmp_path / "site", mine)
     monkeypatch.syspath_prepend(str(site))
     running = f"{sys.version_info.major}.{sys.version_info.minor}"
     record = WheelRecord.of(mine, "kilnpy", running)

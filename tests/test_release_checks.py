@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from dists import tiny_wheel
+from dists import pip_install_target, tiny_wheel
 from imagekit import require
 from test_verify_lib import cuda_facts
 
@@ -92,25 +92,7 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
 
 
 def install(tmp_path: Path, *wheels: Path) -> Path:
-    target = tmp_path / "site"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--no-deps",
-            "--no-index",
-            "--target",
-            str(target),
-        ]
-        + [str(w) for w in wheels],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return target
+    return pip_install_target(tmp_path / "site", *wheels)
 
 
 def probe_wheel(directory: Path, extension: bytes, **kw: object) -> Path:
