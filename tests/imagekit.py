@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,15 @@ def require(condition: bool, reason: str) -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(f"CI=true but {reason}")
     pytest.skip(reason)
+
+
+def need(tool: str, path: str | None = None) -> str:
+    """The tool's path (``shutil.which``, on ``path`` when given); skipped without it, failed under CI=true
+    (CI installs what the tests need)."""
+    found = shutil.which(tool, path=path)
+    require(found is not None, f"{tool} is not installed (CI installs it)")
+    assert found is not None
+    return found
 
 
 def report(key: str, value: object) -> None:

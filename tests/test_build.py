@@ -32,6 +32,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from imagekit import need
 from kiln_with_torch import with_torch
 from memcg import MemCgroup, memory_cgroup
 from rich.console import Console
@@ -65,13 +66,6 @@ def recipe_text(extra: str = "") -> str:
 
 
 WHEEL = "kiln_ext-2.13.0+cpu-cp311-cp311-linux_x86_64.whl"
-
-
-def need(tool: str) -> None:
-    if shutil.which(tool) is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{tool} is required in CI")
-        pytest.skip(f"{tool} is not installed")
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from imagekit import need, require
 from rich.console import Console
 
 from torchkiln.artifacts.manifest import load_manifest
@@ -61,16 +62,10 @@ def second_python(bindir: Path) -> bool:
 
 def test_two_pythons_two_wheels_one_manifest_and_the_second_hits_the_core_units(tmp_path: Path) -> None:
     for tool in ("ccache", "ninja", "cmake", "c++", "python3.11"):
-        if shutil.which(tool) is None:
-            if os.environ.get("CI") == "true":
-                pytest.fail(f"{tool} is required in CI")
-            pytest.skip(f"{tool} is not installed")
+        need(tool)
     bindir = tmp_path / "bin"
-    if not second_python(bindir):
-        reason = "no python3.12 with its headers (on PATH or under ~/.pyenv)"
-        if os.environ.get("CI") == "true":  # CI's machines carry pyenv's 3.12 beside its 3.11
-            pytest.fail(f"CI=true but {reason}")
-        pytest.skip(reason)
+    # CI's machines carry pyenv's 3.12 beside its 3.11
+    require(second_python(bindir), "no python3.12 with its headers (on PATH or under ~/.pyenv)")
     environ = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"}
     src = tmp_path / "src"
     shutil.copytree(PROJECT, src)

@@ -11,7 +11,6 @@ import base64
 import http.server
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from imagekit import need as need_on
 
 from torchkiln import cache
 from torchkiln.cache.ccache import storage_url
@@ -36,7 +36,6 @@ from torchkiln.recipe.loader import load_recipe
 from torchkiln.recipe.model import CacheSpec
 
 ROOT = Path(__file__).resolve().parents[1]
-IN_CI = os.environ.get("CI") == "true"
 
 
 def tool_path() -> str:
@@ -68,12 +67,8 @@ def cache_recipe(tmp_path: Path, cache_table: str) -> Path:
 
 
 def need(tool: str) -> str:
-    found = shutil.which(tool, path=tool_path())
-    if found is None:
-        if IN_CI:
-            pytest.fail(f"{tool} is not installed (CI installs it)")
-        pytest.skip(f"{tool} is not installed")
-    return found
+    """The tool on :func:`tool_path` (this interpreter's bin first)."""
+    return need_on(tool, tool_path())
 
 
 # --------------------------------------------------------------------------------------------------

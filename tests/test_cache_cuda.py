@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from imagekit import require
+from imagekit import need
 from realtrees import cuda_toolkit
 
 from torchkiln import cache
@@ -57,7 +57,7 @@ def tool_path() -> str:
 @pytest.mark.parametrize("kind", ["ccache", "sccache"])
 def test_cuda_objects_come_from_the_cache(kind: str, nvcc: str, tmp_path: Path) -> None:
     for tool in (kind, "cmake", "ninja"):
-        require(shutil.which(tool, path=tool_path()) is not None, f"{tool} is not installed (CI installs it)")
+        need(tool, tool_path())
     config = cache.resolve_cache(CacheSpec(kind=kind), dir=tmp_path / "cache")
     environ = {**base_environment(os.environ), "PATH": tool_path()}
     results = []

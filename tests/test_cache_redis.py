@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
+from imagekit import need as need_on
 
 from torchkiln import cache
 from torchkiln.cache.ccache import parse_stats
@@ -38,7 +39,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.redis]
 
 ROOT = Path(__file__).resolve().parents[1]
 EXT = ROOT / "tests" / "data" / "cache_ext"
-IN_CI = os.environ.get("CI") == "true"
 PASSWORD = "kiln-Redis-pw-7f3a"
 TRANSLATION_UNITS = 3
 
@@ -48,10 +48,8 @@ def tool_path() -> str:
 
 
 def need(tool: str) -> None:
-    if shutil.which(tool, path=tool_path()) is None:
-        if IN_CI:
-            pytest.fail(f"{tool} is not installed (CI installs it)")
-        pytest.skip(f"{tool} is not installed")
+    """The tool on :func:`tool_path` (this interpreter's bin first)."""
+    need_on(tool, tool_path())
 
 
 def free_port() -> int:

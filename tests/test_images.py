@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from dists import manifest_of, source_lock, tiny_wheel
-from imagekit import require
+from imagekit import need, require
 from realtrees import cuda_toolkit
 
 from torchkiln import cli
@@ -477,7 +477,7 @@ def magma_env(tmp_path: Path, tarball: Path, digest: str) -> dict[str, str]:
 
 
 def test_install_magma_checks_the_sha256_before_anything_else(tmp_path: Path) -> None:
-    require(shutil.which("curl") is not None, "curl is not installed (CI installs it)")
+    need("curl")
     tarball = tmp_path / "magma-2.6.1.tar.gz"
     digest = magma_tarball(tarball)
     env = magma_env(tmp_path, tarball, "0" * 64)
@@ -493,7 +493,7 @@ def test_install_magma_builds_a_magma_shaped_tree_as_pytorch_builds_magma(tmp_pa
     compiles it for the explicit -gencode list and installs a static libmagma.a with PyTorch's settings.
     The toolkit: the host's, else CUDA 13.0 from NVIDIA's PyPI wheels (realtrees.cuda_toolkit)."""
     for tool in ("cmake", "ninja", "curl"):
-        require(shutil.which(tool) is not None, f"{tool} is not installed (CI installs it)")
+        need(tool)
     toolkit = cuda_toolkit()
     tarball = tmp_path / "magma-2.6.1.tar.gz"
     env = magma_env(tmp_path, tarball, magma_tarball(tarball))

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import realtrees
 import tomli_w
+from imagekit import need
 
 from torchkiln import cache
 from torchkiln.plan.make import make_plan
@@ -33,16 +34,6 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parent.parent
 EXT = ROOT / "tests" / "data" / "ext_project"
 CPU = ROOT / "recipes" / "torch-2.13-cpu-py311.toml"
-IN_CI = os.environ.get("CI") == "true"
-
-
-def need(tool: str) -> str:
-    found = shutil.which(tool)
-    if found is None:
-        if IN_CI:
-            pytest.fail(f"{tool} is not installed (CI installs it)")
-        pytest.skip(f"{tool} is not installed")
-    return found
 
 
 @pytest.fixture(scope="module")

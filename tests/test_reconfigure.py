@@ -20,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from imagekit import need
 from rich.console import Console
 
 from torchkiln.build.loop import BuildOptions, run_build
@@ -88,13 +89,6 @@ def test_a_scikit_build_core_build_dir_below_build_is_found(tmp_path: Path) -> N
     cache.write_text("")
     done = reconfigure(build_dir, {"TORCH_CUDA_ARCH_LIST": "9.0"})
     assert done is not None and done.removed == (cache,) and not cache.exists()
-
-
-def need(tool: str) -> None:
-    if shutil.which(tool) is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{tool} is required in CI")
-        pytest.skip(f"{tool} is not installed")
 
 
 def run(program: Path) -> str:

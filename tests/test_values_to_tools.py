@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -19,6 +18,7 @@ from pathlib import Path
 import pytest
 import tomli_w
 from dists import tiny_wheel
+from imagekit import need
 from test_build_fetch import ENV as GIT_ENV
 from test_build_fetch import git
 
@@ -33,7 +33,6 @@ from torchkiln.source.git import fetch_commands
 ROOT = Path(__file__).resolve().parent.parent
 RECIPE = Path(__file__).parent / "data" / "ext-cpu-test.toml"
 DOC = ROOT / "docs" / "values-to-tools.md"
-CI = os.environ.get("CI") == "true"
 
 
 def recipe_with(**fields: object) -> bytes:
@@ -55,16 +54,6 @@ def problems(**fields: object) -> str:
     except RecipeError as exc:
         return str(exc)
     return ""
-
-
-def need(tool: str) -> str:
-    """The tool's path; skipped without it, but never under CI=true (CI installs it)."""
-    found = shutil.which(tool)
-    if found is None:
-        if CI:
-            pytest.fail(f"{tool} is not installed, and CI installs it")
-        pytest.skip(f"{tool} is not installed")
-    return found
 
 
 def ccache_reads(key: str, variable: str, value: str) -> subprocess.CompletedProcess[str]:

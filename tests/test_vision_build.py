@@ -33,7 +33,7 @@ from pathlib import Path
 import cudakit
 import pytest
 import realtrees
-from imagekit import require
+from imagekit import need, require
 from rich.console import Console
 
 from torchkiln.build.loop import BuildFailed, BuildOptions, run_build
@@ -48,10 +48,6 @@ HERE = Path(__file__).resolve().parent
 RECIPE = HERE / "data" / "vision-0.21-cu124-test.toml"
 CUDA_HOME = Path("/usr/local/cuda-12.4")  # the plan's (torchkiln.plan.environment: /usr/local/cuda-X.Y)
 WHEEL = "torchvision-0.21.0+cu124-cp311-cp311-linux_x86_64.whl"
-
-
-def need(tool: str) -> None:
-    require(shutil.which(tool) is not None, f"{tool} is not installed (CI installs it)")
 
 
 def sandbox(toolkit: Path, *, hide_libpng: bool = False) -> list[str]:
