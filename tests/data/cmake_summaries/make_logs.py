@@ -235,6 +235,18 @@ MKL_VALUES = {
     "MKL_OPENMP_LIBRARY": "/usr/lib/gcc/x86_64-linux-gnu/12/libgomp.so",
 }
 
+# What torch 2.13.0's configure (the CUDA 13.0 wheel's cmake files) sets in every 2.13 scenario.
+VALUES_2_13 = {
+    **CUDA_VALUES,
+    **MKL_VALUES,
+    "TORCH_VERSION": "2.13.0",
+    "CUDA_VERSION": "13.0",
+    "CUDA_VERSION_STRING": "13.0",
+    "cuda_version_from_header": "13.0",
+    "CUDA_NVRTC_LIB": "/usr/local/cuda/lib64/libnvrtc.so.13",
+    "NVCC_FLAGS_EXTRA": "-gencode;arch=compute_90,code=sm_90;-gencode;arch=compute_120,code=sm_120",
+}
+
 SCENARIOS = {
     # USE_CUDA asked for, no CUDA toolkit: CUDA, NCCL, MAGMA (and, without MKL, MKL) come out off
     "pytorch-2.6.0-no-cuda-no-mkl.log": Scenario(
@@ -300,14 +312,7 @@ SCENARIOS = {
         + FP16_2_6
         + MAGMA_MISSING_2_6,
         {
-            **CUDA_VALUES,
-            **MKL_VALUES,
-            "TORCH_VERSION": "2.13.0",
-            "CUDA_VERSION": "13.0",
-            "CUDA_VERSION_STRING": "13.0",
-            "cuda_version_from_header": "13.0",
-            "CUDA_NVRTC_LIB": "/usr/local/cuda/lib64/libnvrtc.so.13",
-            "NVCC_FLAGS_EXTRA": "-gencode;arch=compute_90,code=sm_90;-gencode;arch=compute_120,code=sm_120",
+            **VALUES_2_13,
             "USE_CUDNN": "OFF",
             "USE_CUSPARSELT": "OFF",
             "USE_CUDSS": "OFF",
@@ -320,14 +325,7 @@ SCENARIOS = {
         "2.13",
         CUDA_FOUND_2_13 + CUDA_TAIL_2_13 + MKL_FOUND_2_6 + NCCL_FOUND_2_6 + ONNX_2_6 + FP16_2_6 + MAGMA_FOUND_2_6,
         {
-            **CUDA_VALUES,
-            **MKL_VALUES,
-            "TORCH_VERSION": "2.13.0",
-            "CUDA_VERSION": "13.0",
-            "CUDA_VERSION_STRING": "13.0",
-            "cuda_version_from_header": "13.0",
-            "CUDA_NVRTC_LIB": "/usr/local/cuda/lib64/libnvrtc.so.13",
-            "NVCC_FLAGS_EXTRA": "-gencode;arch=compute_90,code=sm_90;-gencode;arch=compute_120,code=sm_120",
+            **VALUES_2_13,
             "USE_CUDNN": "ON",
             "USE_CUSPARSELT": "ON",
             "USE_CUDSS": "ON",
