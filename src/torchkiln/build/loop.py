@@ -128,11 +128,15 @@ def _run_steps(ctx: Context) -> None:
         if key is not None:
             ctx.env_keys[step.name] = key
         forced = ctx.options.force and kind.forced
-        fingerprints[step.name] = (
-            (not forced and _unchanged(ctx, step, fingerprint))
-            or (not forced and _reused(ctx, step, index, fingerprint, key))
-            or _ran(ctx, step, fingerprint, deps, key)
-        )
+        identity = None if forced else _unchanged(ctx, step, fingerprint)
+        if identity is None:  # it runs or is restored: its earlier record is gone, its venv made again
+            ctx.state.forget(step.name)
+            if step.venv is not None:
+                ctx.remade_venvs.add(step.venv)
+            identity = (None if forced else _reused(ctx, step, index, fingerprint, key)) or _ran(
+                ctx, step, fingerprint, deps, key
+            )
+        fingerprints[step.name] = identity
 
 
 def _unchanged(ctx: Context, step: Step, fingerprint: str) -> str | None:
@@ -155,11 +159,8 @@ def _unchanged(ctx: Context, step: Step, fingerprint: str) -> str | None:
 
 def _reused(ctx: Context, step: Step, index: int, fingerprint: str, key: str | None) -> str | None:
     """A step the environment store holds the result of is restored from it: its result identity; None when
-    it must run. Either way its earlier record is gone and its venv counts as made again."""
+    it must run."""
     kind = KINDS[step.kind]
-    ctx.state.forget(step.name)
-    if step.venv is not None:
-        ctx.remade_venvs.add(step.venv)
     restored = kind.reuse(step, ctx, key, functools.partial(_replaced_next, ctx, index))
     if restored is None:
         return None
@@ -175,9 +176,6 @@ def _reused(ctx: Context, step: Step, index: int, fingerprint: str, key: str | N
 def _ran(ctx: Context, step: Step, fingerprint: str, deps: list[str], key: str | None) -> str:
     """The step run, recorded, kept in the environment store and checked: its result identity."""
     kind = KINDS[step.kind]
-    ctx.state.forget(step.name)  # also when forced (_reused did not run)
-    if step.venv is not None:
-        ctx.remade_venvs.add(step.venv)
     kind.prepare(step, ctx)
     try:
         ran = kind.execute(step, ctx)
