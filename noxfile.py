@@ -16,8 +16,6 @@ nox.options.sessions = ["lint", "tests", "verify", "reference"]
 # The two parts of torchkiln's own tests: unit tests (seconds each, under 2 minutes together) and integration
 # tests (real compiles, servers, image builds, pip into fresh venvs). `nox -s unit` runs the first alone.
 INTEGRATION = "integration or slow"
-# A whole real upstream tree compiled (most of an hour cold): `nox -s realbuild` only, kept out of `tests`.
-REALBUILD = "realbuild"
 DURATIONS = "--durations=15"
 nox.options.reuse_existing_virtualenvs = True
 nox.options.default_venv_backend = "venv"
@@ -89,8 +87,8 @@ def tests(session: nox.Session) -> None:
         str(AARCH64_DIR),
         DURATIONS,
     ]
-    session.run(*base, "-m", f"not ({INTEGRATION}) and not {REALBUILD}")
-    session.run(*base, "-m", f"({INTEGRATION}) and not {REALBUILD}")
+    session.run(*base, "-m", f"not ({INTEGRATION})")
+    session.run(*base, "-m", f"({INTEGRATION})")
 
 
 @nox.session
@@ -173,20 +171,6 @@ def reference(session: nox.Session, pair: str) -> None:
             "TORCHKILN_REFERENCE_COMPARE": REFERENCE_COMPARE.get(pair, ""),
         },
     )
-
-
-@nox.session
-def realbuild(session: nox.Session) -> None:
-    """The real torchvision 0.21.0 tree (Debian's copy of upstream's release source) built into a wheel with its
-    codecs against upstream's torch 2.6.0+cu124, nvcc 12.4, bundled and checked in a clean venv
-    (tests/test_vision_build.py). Cold, most of an hour on 2 cores (the compiler cache and the environment store
-    are kept in ~/.cache/torchkiln/test-data: a warm rerun takes about 3 minutes), so not a default session."""
-    session.install(PIP)
-    session.install("-e", ".[test]", TORCH_REQUIREMENT)
-    session.run(
-        "python", "-m", "pytest", "tests", "--ignore", str(REFERENCE_DIR), "--ignore", str(NEWCOMER_DIR), DURATIONS,
-        "-m", REALBUILD, *session.posargs,
-    )  # fmt: skip
 
 
 @nox.session
