@@ -2,12 +2,14 @@
 # Devel image: the CUDA toolkit of the recipe from NVIDIA's PyPI wheels, laid out as /usr/local/cuda-X.Y
 # the way an NVIDIA installer lays it out and PyTorch's CMake expects it (FindCUDAToolkit, its FindCUDNN /
 # FindNCCL, CUDA_HOME): bin/ (nvcc, ptxas, ...), include/, lib/ with lib64 -> lib, nvvm/,
-# targets/x86_64-linux/{include,lib} (what nvcc.profile names), lib/stubs/libcuda.so, and the unversioned
+# targets/<KILN_TOOLKIT_TARGET>/{include,lib} (what nvcc.profile names: $(_TARGET_DIR_), x86_64-linux on
+# x86_64 and sbsa-linux on aarch64 servers, as NVIDIA's installers lay it out), lib/stubs/libcuda.so, and the unversioned
 # library names the linker and find_library need. No NVIDIA registry: any PyPI mirror will do.
 #
 # Reads the build args KILN_CUDA_FROM (only "pypi" does anything here; "nvidia": the base image is
-# NVIDIA's devel image and has the toolkit), KILN_CUDA ("13.0") and KILN_CUDA_WHEELS (the requirement
-# specifiers, space separated, from torchkiln's table in src/torchkiln/images/spec.py). cuDNN and NCCL come
+# NVIDIA's devel image and has the toolkit), KILN_CUDA ("13.0"), KILN_CUDA_WHEELS (the requirement
+# specifiers, space separated, from torchkiln's table in src/torchkiln/images/spec.py) and KILN_TOOLKIT_TARGET
+# (the targets/ directory of the image's platform: data/compat.toml's toolkit_target). cuDNN and NCCL come
 # next, from install_cuda_libs.sh. CUDA_PREFIX overrides /usr/local/cuda-X.Y (tests only).
 set -euo pipefail
 
@@ -20,7 +22,8 @@ fi
 prefix="${CUDA_PREFIX:-/usr/local/cuda-${KILN_CUDA}}"
 python="${VIRTUAL_ENV:-/opt/venv}/bin/python"
 major="${KILN_CUDA%%.*}"
-arch_dir="targets/$(uname -m)-linux"
+: "${KILN_TOOLKIT_TARGET:?KILN_TOOLKIT_TARGET must be set (the targets/ directory of the toolkit: x86_64-linux, sbsa-linux)}"
+arch_dir="targets/${KILN_TOOLKIT_TARGET}"
 
 read -r -a wheels <<< "$KILN_CUDA_WHEELS"
 work=$(mktemp -d)

@@ -97,6 +97,7 @@ def toolkit() -> Path:
             "VIRTUAL_ENV": sys.prefix,  # the script runs $VIRTUAL_ENV/bin/python -m pip
             "KILN_CUDA_FROM": "pypi",
             "KILN_CUDA": CUDA,
+            "KILN_TOOLKIT_TARGET": "x86_64-linux",
             "KILN_CUDA_WHEELS": " ".join(WHEELS),
             "CUDA_PREFIX": str(work),
         }

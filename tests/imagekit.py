@@ -12,6 +12,7 @@ import pytest
 
 from torchkiln import cli
 from torchkiln.images.engines import Engine
+from torchkiln.images.platforms import platform_named
 from torchkiln.images.rootfs import plan_debootstrap
 from torchkiln.images.spec import DISTROS
 
@@ -22,7 +23,9 @@ HOST_CAS = tuple(str(p) for p in (Path("/etc/ssl/certs/ca-certificates.crt"),) i
 # The base every real image build here uses: Debian bookworm made by debootstrap (no registry is reachable),
 # exactly what `torchkiln images --base-from debootstrap --base-ca HOST_CA` makes and tags for the CPU recipe
 # (tests/conftest.py makes it once per session through the same code; the CLI then finds it and reuses it).
-BASE_SPEC = plan_debootstrap("debian12", DISTROS["debian12"], archive=None, cas=HOST_CAS)
+BASE_SPEC = plan_debootstrap(
+    "debian12", DISTROS["debian12"], archive=None, cas=HOST_CAS, target=platform_named("x86_64")
+)
 BASE = BASE_SPEC.tag
 REPORT = ROOT / ".torchkiln" / "images-report.json"
 

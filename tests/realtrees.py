@@ -204,6 +204,7 @@ def cuda_toolkit() -> Path:
             "HOME": os.environ.get("HOME", str(tmp)),
             "KILN_CUDA_FROM": "pypi",
             "KILN_CUDA": "13.0",
+            "KILN_TOOLKIT_TARGET": "x86_64-linux",
             "KILN_CUDA_WHEELS": " ".join(wheels),
             "CUDA_PREFIX": str(tmp / "cuda"),
             "VIRTUAL_ENV": sys.prefix,

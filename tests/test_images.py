@@ -778,6 +778,7 @@ def test_install_cuda_toolkit_lays_the_wheels_out_as_an_installed_toolkit(tmp_pa
     env = {
         "KILN_CUDA_FROM": "pypi",
         "KILN_CUDA": "13.0",
+        "KILN_TOOLKIT_TARGET": "x86_64-linux",
         "KILN_CUDA_WHEELS": "nvidia-cuda-nvcc==13.0.88 nvidia-cusparselt-cu13==0.8.1",
         "CUDA_PREFIX": str(prefix),
         "VIRTUAL_ENV": sys.prefix,
@@ -823,6 +824,7 @@ def test_install_cuda_toolkit_refuses_wheels_of_another_release(tmp_path: Path) 
     env = {
         "KILN_CUDA_FROM": "pypi",
         "KILN_CUDA": "13.2",
+        "KILN_TOOLKIT_TARGET": "x86_64-linux",
         "KILN_CUDA_WHEELS": "nvidia-cuda-nvcc==13.0.88",
         "CUDA_PREFIX": str(tmp_path / "cuda-13.2"),
         "VIRTUAL_ENV": sys.prefix,

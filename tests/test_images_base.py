@@ -12,6 +12,7 @@ import pytest
 from torchkiln import cli
 from torchkiln.errors import UsageError
 from torchkiln.images import rootfs
+from torchkiln.images.platforms import platform_named
 from torchkiln.images.spec import DISTROS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -19,6 +20,9 @@ CPU = ROOT / "recipes" / "torch-2.13-cpu-py311.toml"
 CU130 = ROOT / "recipes" / "torch-2.14-cu130-py312.toml"
 # The shape of a PEM certificate: what --base-ca checks for (the tag hashes the bytes).
 PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+
+
+X86 = platform_named("x86_64")  # the recipes here are x86_64 ones
 
 
 def images(*args: str) -> list[str]:
@@ -30,10 +34,10 @@ def test_base_from_debootstrap_prints_the_debootstrap_and_builds_on_its_tag_with
 ) -> None:
     assert cli.main(images("--recipe", str(CPU), "--base-from", "debootstrap")) == 0
     first, command = capsys.readouterr().out.splitlines()
-    tag = rootfs.plan_debootstrap("debian12", DISTROS["debian12"], archive=None, cas=()).tag
+    tag = rootfs.plan_debootstrap("debian12", DISTROS["debian12"], archive=None, cas=(), target=X86).tag
     assert tag.startswith("localhost/torchkiln-base:debian12-bookworm-")
     assert first == (
-        f"# base image {tag}: made by `debootstrap --variant=minbase "
+        f"# base image {tag}: made by `debootstrap --arch=amd64 --variant=minbase "
         "--keyring=/usr/share/keyrings/debian-archive-keyring.gpg bookworm ROOT http://deb.debian.org/debian` "
         "unless the engine has it (FROM scratch, ADD rootfs.tar /)"
     )
@@ -53,7 +57,7 @@ def test_the_debootstrapped_base_is_tagged_by_what_it_is_made_from(tmp_path: Pat
     debian = DISTROS["debian12"]
 
     def tag(archive: str | None = None, cas: tuple[str, ...] = ()) -> str:
-        return rootfs.plan_debootstrap("debian12", debian, archive=archive, cas=cas).tag
+        return rootfs.plan_debootstrap("debian12", debian, archive=archive, cas=cas, target=X86).tag
 
     assert tag() == tag()
     with_ca = tag(cas=(str(ca),))
@@ -119,7 +123,7 @@ def test_a_given_root_is_imported_as_a_base_of_its_own_with_the_ca(
     ca.write_text(PEM)
     assert cli.main(images("--recipe", str(CPU), "--base-rootfs", str(tar), "--base-ca", str(ca))) == 0
     first, command = capsys.readouterr().out.splitlines()
-    base = rootfs.plan_rootfs(str(tar), cas=[str(ca)])
+    base = rootfs.plan_rootfs(str(tar), cas=[str(ca)], target=X86)
     assert base.tag.startswith("localhost/torchkiln-base:rootfs-") and base.rootfs == tar
     assert (
         first
@@ -134,7 +138,7 @@ def test_debootstrap_says_what_it_lacks_before_running(
     """Not root, no keyring: both named with the way out, and nothing runs (a user without root, a Debian
     host without Ubuntu's keyring for a Python 3.12 recipe's noble root)."""
     deb = rootfs.Debootstrap(
-        "noble", "http://archive.ubuntu.com/ubuntu", tmp_path / "ubuntu-archive-keyring.gpg"
+        "noble", "http://archive.ubuntu.com/ubuntu", tmp_path / "ubuntu-archive-keyring.gpg", "amd64"
     )
     monkeypatch.setattr(rootfs.os, "geteuid", lambda: 1000)  # the boundary: who runs this
     with pytest.raises(UsageError) as raised:

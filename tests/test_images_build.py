@@ -40,6 +40,7 @@ from torchkiln.artifacts.manifest import load_manifest
 from torchkiln.artifacts.signing import public_pem
 from torchkiln.images import rootfs
 from torchkiln.images.engines import Buildah, BuildRequest
+from torchkiln.images.platforms import platform_named
 from torchkiln.images.spec import image_tag
 from torchkiln.process import runner
 from torchkiln.recipe.loader import load_recipe
@@ -354,7 +355,7 @@ def test_a_root_given_as_a_tar_is_imported_as_the_base_with_its_ca(
         archive.add(tree, arcname=".")
     ca = tmp_path / "proxy.crt"
     ca.write_text("-----BEGIN CERTIFICATE-----\nMIIBkilntest\n-----END CERTIFICATE-----\n")
-    base = rootfs.plan_rootfs(str(tar), cas=[str(ca)])
+    base = rootfs.plan_rootfs(str(tar), cas=[str(ca)], target=platform_named("x86_64"))
     assert rootfs.ensure(engine, base) == base.tag and engine.image_exists(base.tag)
     created = runner.run(engine.command("from", "--pull=false", base.tag), check=True)
     container = created.stdout.strip().splitlines()[-1]

@@ -30,6 +30,7 @@ from imagekit import REPORT as REPORT_FILE
 from imagekit import ROOT, cli_build, report, require, say, stored_size
 
 from torchkiln.images.engines import Buildah
+from torchkiln.images.platforms import image_platform
 from torchkiln.images.spec import image_tag
 from torchkiln.plan.make import make_plan
 from torchkiln.process import runner
@@ -114,6 +115,7 @@ def devel_checks(engine: Buildah, devel_image: str, upstream_wheels: Path) -> di
         "KILN_CUDA": str(recipe.accelerator.cuda),
         "EXPECT_CUDNN": ".".join(str(recipe.accelerator.cudnn).split(".")[:3]),
         "EXPECT_NCCL": str(recipe.accelerator.nccl),
+        "KILN_TOOLKIT_TARGET": image_platform(recipe).toolkit_target,
     }
     start = time.monotonic()
     done = engine.run(

@@ -20,7 +20,7 @@ from torchkiln.plan import preflight
 from torchkiln.plan.jobs import GIB, Resources
 from torchkiln.plan.make import make_plan
 from torchkiln.plan.model import Plan
-from torchkiln.recipe.compat import compat, image_platforms
+from torchkiln.recipe.compat import compat
 from torchkiln.recipe.loader import load_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,7 +71,7 @@ def test_shipped_aarch64_recipe_is_upstreams_aarch64_build() -> None:
 
 def test_platform_defaults_to_x86_64_for_every_other_shipped_recipe() -> None:
     for path in sorted((ROOT / "recipes").glob("*.toml")):
-        if path != AARCH64:
+        if "aarch64" not in path.name:
             assert load_recipe(path).build.platform == "x86_64", path.name
 
 
@@ -287,21 +287,15 @@ def test_upstreams_aarch64_build_settings_match_the_aarch64_reference_recipe_not
     }
 
 
-def test_images_refuse_an_aarch64_recipe_by_build_platform(capsys: pytest.CaptureFixture[str]) -> None:
-    """No linux/arm64 images yet: `torchkiln images` says so for an aarch64 recipe (exit 2, one line naming
-    build.platform), instead of making an x86_64 image from it."""
-    assert main(["images", "--recipe", str(AARCH64), "--target", "devel", "--print"]) == 2
-    err = capsys.readouterr().err
-    assert "build.platform: torchkiln makes x86_64 images only" in err and "Traceback" not in err
-
-
 def test_fix_hints_offer_the_devel_image_only_where_images_are_made(tmp_path: Path) -> None:
-    """The aarch64 recipe wants Python 3.12, which this PATH lacks: the fix names pyenv and the distribution,
-    not a devel image torchkiln does not make for aarch64 (data/compat.toml: images = false); the x86_64
-    recipe's fix for the same Python offers its devel image."""
+    """The aarch64 NVPL recipe wants Python 3.12, which this PATH lacks: the fix names pyenv and the
+    distribution, not a devel image, which cannot install NVPL (data/compat.toml: image_blas); the x86_64
+    recipe's fix for the same Python offers its devel image, and so does the aarch64 OpenBLAS recipe's."""
     env = {"PATH": str(tmp_path / "empty")}
     arm = {f.check: f for f in preflight.preflight(_plan(AARCH64, tmp_path), env)}["python"].fix
     x86 = {f.check: f for f in preflight.preflight(_plan(X86_64, tmp_path), env)}["python"].fix
     assert "pyenv install 3.12" in arm and "devel" not in arm, arm
     assert "torchkiln images --recipe torch-2.13-cu130-py312 --target devel" in x86, x86
-    assert image_platforms() == ["x86_64"]
+    arm_openblas = ROOT / "recipes" / "torch-2.13-cu130-py311-aarch64-openblas.toml"
+    fixes = {f.check: f for f in preflight.preflight(_plan(arm_openblas, tmp_path), env)}
+    assert "--target devel" in fixes["python"].fix, fixes["python"].fix

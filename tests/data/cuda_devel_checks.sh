@@ -2,7 +2,8 @@
 # Runs inside the CUDA devel image (tests/test_images_cuda.py), as root, with the checkout mounted read-only
 # at $KILN_CHECKOUT and upstream's torch wheel at $KILN_WHEELS. It builds, links and runs; the test reads
 # its "KILN <section> <json>" lines and asserts on them. The environment holds what the build plan gives the
-# torch build of the recipe (CUDA_HOME, CUDACXX, NCCL_*, TORCH_CUDA_ARCH_LIST) and EXPECT_CUDNN/EXPECT_NCCL.
+# torch build of the recipe (CUDA_HOME, CUDACXX, NCCL_*, TORCH_CUDA_ARCH_LIST), EXPECT_CUDNN/EXPECT_NCCL and
+# KILN_TOOLKIT_TARGET (the toolkit's targets/ directory on the image's platform: x86_64-linux, sbsa-linux).
 set -euo pipefail
 
 checkout=${KILN_CHECKOUT:?}
@@ -14,7 +15,7 @@ cuda=$(readlink -f /usr/local/cuda)
 missing=()
 for f in bin/nvcc bin/ptxas nvvm/bin/cicc include/cuda.h include/cudnn.h include/nccl.h include/nvjpeg.h \
          include/cusparseLt.h include/cublas_v2.h include/nvtx3/nvToolsExt.h include/cccl/cub/cub.cuh \
-         targets/x86_64-linux/include/cuda_runtime.h lib64/libcudart.so lib64/libcublas.so lib64/libcudnn.so \
+         "targets/${KILN_TOOLKIT_TARGET:?}/include/cuda_runtime.h" lib64/libcudart.so lib64/libcublas.so lib64/libcudnn.so \
          lib64/libnccl.so lib64/libnvjpeg.so lib64/libcusparseLt.so lib64/libnvshmem_host.so \
          lib64/libcufile.so lib64/stubs/libcuda.so; do
   [[ -e "$cuda/$f" ]] || missing+=("$f")

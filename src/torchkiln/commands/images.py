@@ -25,6 +25,7 @@ from torchkiln.files import atomic
 from torchkiln.images import rootfs
 from torchkiln.images.bake import BAKE_FILE, bake_text
 from torchkiln.images.engines import ENGINES, BuildRequest, Engine, Storage, select_engine
+from torchkiln.images.platforms import ImagePlatform, emulation_problem, image_platform, image_platforms
 from torchkiln.images.rootfs import LocalBase, plan_debootstrap, plan_rootfs
 from torchkiln.images.spec import (
     CACHE_SECRET_ID,
@@ -38,10 +39,10 @@ from torchkiln.images.spec import (
     image_labels,
     image_tag,
     plain_distro,
-    platform_problem,
     provenance_args,
     runtime_args,
 )
+from torchkiln.recipe.compat import image_problem
 from torchkiln.recipe.loader import load_recipe, recipes_dir, resolve_recipe_path
 from torchkiln.recipe.model import Recipe
 
@@ -75,6 +76,12 @@ def _image_arguments(group: argparse._ArgumentGroup) -> None:
         default="devel",
         help="devel (toolchain), wheels (runs `torchkiln build` inside; exports the wheels to "
         "--dist) or runtime (the wheels in --dist installed); default devel",
+    )
+    group.add_argument(
+        "--platform",
+        metavar="PLATFORM",
+        help="the image's platform: linux/amd64 or linux/arm64; must be the recipe's build.platform "
+        "(default: the recipe's). On another kind of host the RUN steps run through qemu-user",
     )
     group.add_argument(
         "--registry", default="localhost", help="registry/namespace of the tag (default localhost)"
@@ -224,8 +231,15 @@ def _bake(args: argparse.Namespace) -> int:
     files = sorted(root.glob("*.toml"))
     if not files:
         raise UsageError(f"--recipes-dir {root}: no *.toml recipes there")
-    text = bake_text([load_recipe(f) for f in files], recipes_root=_relative_or_absolute(root))
+    recipes = [load_recipe(f) for f in files]
+    text = bake_text(recipes, recipes_root=_relative_or_absolute(root))
     output = Path(args.output or BAKE_FILE)
+    baked = len(recipes)
+    for recipe in recipes:
+        problem = next(filter(None, (image_problem(recipe, f) for f in FLAVOURS)), None)
+        if problem is not None:  # no targets for it (images.bake.bake_document): say why
+            print(f"{output}: leaves out {problem}", file=sys.stderr)
+            baked -= 1
     if args.check:
         current = output.read_text("utf-8") if output.exists() else ""
         if current != text:
@@ -234,10 +248,10 @@ def _bake(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return EXIT_FAILURE
-        print(f"{output}: up to date ({len(files)} recipes)")
+        print(f"{output}: up to date ({baked} recipes)")
         return EXIT_OK
     atomic.write_text(output, text)
-    print(f"{output}: {len(files)} recipes x {len(FLAVOURS)} targets")
+    print(f"{output}: {baked} recipes x {len(FLAVOURS)} targets")
     return EXIT_OK
 
 
@@ -299,20 +313,35 @@ def local_base(args: argparse.Namespace) -> LocalBase | None:
         raise UsageError(f"--base-image and {chosen} both name the base (valid: one of them)")
     if debootstrap and args.base_rootfs:
         raise UsageError("--base-from debootstrap and --base-rootfs both name the base (valid: one of them)")
+    recipe = load_recipe(resolve_recipe_path(args.recipe))
+    target = chosen_platform(recipe, args.platform)
     if args.base_rootfs:
         if args.debootstrap_mirror:
             raise UsageError("--debootstrap-mirror is only used with --base-from debootstrap")
-        return plan_rootfs(args.base_rootfs, cas=args.base_ca)
-    recipe = load_recipe(resolve_recipe_path(args.recipe))
+        return plan_rootfs(args.base_rootfs, cas=args.base_ca, target=target)
     key, distro = plain_distro(recipe, args.target, args.cuda_from)
-    return plan_debootstrap(key, distro, archive=args.debootstrap_mirror, cas=args.base_ca)
+    return plan_debootstrap(key, distro, archive=args.debootstrap_mirror, cas=args.base_ca, target=target)
+
+
+def chosen_platform(recipe: Recipe, given: str | None) -> ImagePlatform:
+    """The recipe's image platform; ``--platform``, when given, must be that one: torchkiln builds a recipe's
+    wheels for the machine it names (build.platform) and does not cross-compile."""
+    target = image_platform(recipe)
+    if given is not None and given != target.oci:
+        raise UsageError(
+            f"--platform {given}: {recipe.source} is a build.platform = {target.name!r} recipe, whose images "
+            f"are {target.oci} (valid: --platform {target.oci}, or a recipe whose build.platform is the "
+            "machine you want)"
+        )
+    return target
 
 
 def build_request(args: argparse.Namespace, *, context: Path, base: LocalBase | None = None) -> BuildRequest:
     """What to build, from the command line, the recipe and (runtime) the manifest in --dist; no engine is
     needed (--print uses it too). With a ``base`` made here, the build uses it and pulls nothing."""
     recipe = load_recipe(resolve_recipe_path(args.recipe))
-    if (problem := platform_problem(recipe)) is not None:
+    machine = chosen_platform(recipe, args.platform)
+    if (problem := image_problem(recipe, args.target)) is not None:
         raise UsageError(problem)
     target = args.target
     base_image = base.tag if base is not None else args.base_image
@@ -377,6 +406,7 @@ def build_request(args: argparse.Namespace, *, context: Path, base: LocalBase | 
         labels=image_labels(recipe, target),
         pull=not args.no_pull and base is None,
         output=output,
+        platform=machine.oci,
     )
 
 
@@ -401,6 +431,16 @@ def _verify(engine: Engine, image: str, statement: str) -> None:
     print(f"{image}: verified")
 
 
+def _check_emulation(engine: Engine, req: BuildRequest, base: LocalBase | None) -> None:
+    """Refuse, before anything runs, an image for another machine that this host cannot emulate: buildah and
+    podman run its RUN steps here, and debootstrap runs its base's second stage here (a docker daemon may be
+    elsewhere, with emulation of its own, so a docker build alone is left to it)."""
+    runs_here = engine.builds_here or (base is not None and base.debootstrap is not None)
+    machine = next(p for p in image_platforms() if p.oci == req.platform)  # build_request set one of them
+    if runs_here and (problem := emulation_problem(machine)) is not None:
+        raise UsageError(problem)
+
+
 def _build(args: argparse.Namespace) -> int:
     context = Path(args.context).resolve() if args.context else checkout_root()
     if not (context / DOCKERFILES[args.target]).is_file():
@@ -416,6 +456,7 @@ def _build(args: argparse.Namespace) -> int:
             print(base.describe())
         print(shlex.join(argv))
         return EXIT_OK
+    _check_emulation(engine, req, base)
     if args.engine != "auto" and not type(engine).usable(engine.executable):
         # auto already passed over an engine that cannot build; a named one is refused with the reason
         # (a docker CLI without buildx fails later with a bare "unknown flag: --file")

@@ -20,8 +20,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from torchkiln.errors import Problem, RecipeError
+from torchkiln.recipe.compat import image_problem
 from torchkiln.recipe.model import Recipe
 
+from .platforms import image_platform
 from .spec import (
     CACHE_SECRET_ID,
     DEFAULT_REGISTRY,
@@ -31,7 +33,6 @@ from .spec import (
     devel_args,
     image_labels,
     image_tag,
-    platform_problem,
     runtime_args,
 )
 
@@ -73,6 +74,7 @@ def _target(recipe: Recipe, flavour: str, recipes_root: str) -> dict[str, Any]:
         "dockerfile": DOCKERFILES[flavour],
         "context": ".",
         "target": flavour,
+        "platforms": [image_platform(recipe).oci],
         "contexts": _literals(contexts),
         "args": _literals(args),
     }
@@ -91,10 +93,13 @@ def bake_document(recipes: Iterable[Recipe], *, recipes_root: str = "recipes") -
     """The bake file as data: a devel, a wheels and a runtime target per recipe, a group per flavour.
 
     Tags must be unique: two recipes that would share one (same torch version and accelerator) are an
-    error naming both files. Recipes of a platform no image is made for (aarch64: compat.image_platforms()) get no
-    targets.
+    error naming both files. Each target builds for its recipe's platform (``platforms``: linux/amd64 or
+    linux/arm64). A recipe some flavour cannot be made for (recipe.compat.image_problem: an NVPL recipe has no
+    wheels stage for its runtime image to take the wheels from) gets no targets.
     """
-    ordered = sorted((r for r in recipes if platform_problem(r) is None), key=lambda r: r.name)
+    ordered = sorted(
+        (r for r in recipes if all(image_problem(r, f) is None for f in FLAVOURS)), key=lambda r: r.name
+    )
     seen: dict[str, Recipe] = {}
     for recipe in ordered:
         tag = image_tag(recipe, "devel")

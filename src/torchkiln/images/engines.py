@@ -59,11 +59,14 @@ class BuildRequest:
     labels: Mapping[str, str] = field(default_factory=dict)
     pull: bool = True  # False: only use base images already in local storage
     output: Path | None = None  # export the stage's files into this directory instead of storing an image
+    platform: str = ""  # the image's OCI platform (linux/arm64); "" for the engine's own
 
     def args(self) -> list[str]:
-        """The options every engine spells alike: file, target, tags, build args, labels, named contexts,
-        secrets (as files, never values) and the local export."""
+        """The options every engine spells alike: file, platform, target, tags, build args, labels, named
+        contexts, secrets (as files, never values) and the local export."""
         argv = ["--file", str(self.dockerfile)]
+        if self.platform:
+            argv += ["--platform", self.platform]
         if self.target:
             argv += ["--target", self.target]
         for tag in self.tags:
@@ -137,6 +140,8 @@ class Engine(ABC):
     name: ClassVar[str] = ""
     install_hint: ClassVar[str] = ""
     private_storage: ClassVar[bool] = False  # images in a storage of torchkiln's choosing (Storage)
+    # whether RUN steps run on this host (buildah, podman), not in a daemon that may be elsewhere (docker)
+    builds_here: ClassVar[bool] = False
     executable: str
 
     @classmethod
@@ -309,6 +314,7 @@ class Podman(Docker):
     name: ClassVar[str] = "podman"
     install_hint: ClassVar[str] = "apt-get install podman"
     private_storage: ClassVar[bool] = True
+    builds_here: ClassVar[bool] = True
 
     @classmethod
     def create(cls, executable: str, storage: Storage) -> Engine:
@@ -374,6 +380,7 @@ class Buildah(Engine):
     name: ClassVar[str] = "buildah"
     install_hint: ClassVar[str] = "apt-get install buildah"
     private_storage: ClassVar[bool] = True
+    builds_here: ClassVar[bool] = True
 
     @classmethod
     def create(cls, executable: str, storage: Storage) -> Engine:

@@ -32,6 +32,7 @@ from pathlib import Path
 from torchkiln.errors import TorchkilnError, UsageError
 from torchkiln.files.digests import digest, file_sha256
 from torchkiln.images.engines import BuildRequest, Engine
+from torchkiln.images.platforms import ImagePlatform
 from torchkiln.images.spec import Distro
 from torchkiln.process import runner
 
@@ -49,16 +50,19 @@ ROOTFS_VALID = (
 @dataclass(frozen=True)
 class Debootstrap:
     """How debootstrap makes a distribution's root: its suite, the archive it fetches from, the keyring that
-    checks the archive's signature."""
+    checks the archive's signature, and the architecture (Debian's name: amd64, arm64). A foreign one is made in
+    both of debootstrap's stages on this host: the second runs the root's own binaries, through qemu-user."""
 
     suite: str
     archive: str
     keyring: Path
+    arch: str
 
     def argv(self, root: Path) -> list[str]:
         """``--keyring`` explicitly: without the keyring debootstrap would go on unchecked."""
         return [
             "debootstrap",
+            f"--arch={self.arch}",
             f"--variant={VARIANT}",
             f"--keyring={self.keyring}",
             self.suite,
@@ -75,6 +79,7 @@ class LocalBase:
     cas: tuple[Path, ...] = ()
     debootstrap: Debootstrap | None = None
     rootfs: Path | None = None
+    platform: str = ""  # the OCI platform the image is recorded as (the root's machine)
 
     def describe(self) -> str:
         """What --print says happens before the build (nothing of it runs there)."""
@@ -101,23 +106,32 @@ def _certificates(files: Sequence[str]) -> tuple[Path, ...]:
     return tuple(out)
 
 
-def plan_debootstrap(key: str, distro: Distro, *, archive: str | None, cas: Sequence[str]) -> LocalBase:
-    """The base debootstrap makes for the distribution ``key`` (a row of DISTROS), tagged by its inputs."""
-    deb = Debootstrap(distro.suite, archive or distro.archive, Path(distro.keyring))
+def plan_debootstrap(
+    key: str, distro: Distro, *, archive: str | None, cas: Sequence[str], target: ImagePlatform
+) -> LocalBase:
+    """The base debootstrap makes for the distribution ``key`` (a row of DISTROS) for the ``target`` machine,
+    tagged by its inputs."""
+    arch = target.deb_arch
+    deb = Debootstrap(distro.suite, archive or distro.archive_for(arch), Path(distro.keyring), arch)
     certificates = _certificates(cas)
-    inputs = [VARIANT, deb.suite, deb.archive, *(file_sha256(c) for c in certificates)]
-    return LocalBase(f"{BASE_REPOSITORY}:{key}-{deb.suite}-{digest(inputs)[:12]}", certificates, deb)
+    inputs = [VARIANT, deb.suite, deb.archive, deb.arch, *(file_sha256(c) for c in certificates)]
+    tag = f"{BASE_REPOSITORY}:{key}-{deb.suite}-{deb.arch}-{digest(inputs)[:12]}"
+    return LocalBase(tag, certificates, deb, platform=target.oci)
 
 
-def plan_rootfs(given: str, *, cas: Sequence[str]) -> LocalBase:
-    """The base imported from the root filesystem ``given`` (a directory or a tar)."""
+def plan_rootfs(given: str, *, cas: Sequence[str], target: ImagePlatform) -> LocalBase:
+    """The base imported from the root filesystem ``given`` (a directory or a tar), a root for the ``target``
+    machine."""
     path = Path(given)
     if not (path.is_dir() or (path.is_file() and path.name.endswith(TAR_SUFFIXES))):
         raise UsageError(f"--base-rootfs {given}: not a directory or a tar (valid: {ROOTFS_VALID})")
     path = path.resolve()
     certificates = _certificates(cas)
     inputs = [str(path), *(file_sha256(c) for c in certificates)]
-    return LocalBase(f"{BASE_REPOSITORY}:rootfs-{digest(inputs)[:12]}", certificates, rootfs=path)
+    inputs = [*inputs, target.oci]
+    return LocalBase(
+        f"{BASE_REPOSITORY}:rootfs-{digest(inputs)[:12]}", certificates, rootfs=path, platform=target.oci
+    )
 
 
 def debootstrap_problems(deb: Debootstrap) -> list[str]:
@@ -153,9 +167,10 @@ def make_root(deb: Debootstrap, root: Path) -> None:
         )
 
 
-def import_root(engine: Engine, source: Path, tag: str, cas: Sequence[Path] = ()) -> None:
+def import_root(engine: Engine, source: Path, tag: str, cas: Sequence[Path] = (), platform: str = "") -> None:
     """Import the root filesystem ``source`` (a directory or a tar) into ``engine``'s storage as ``tag``,
-    with the CA certificates ``cas`` added as local ones."""
+    with the CA certificates ``cas`` added as local ones, recorded as an image for ``platform`` (no RUN step:
+    nothing of the root runs)."""
     with tempfile.TemporaryDirectory(prefix="torchkiln-base-") as scratch:
         context = Path(scratch)
         if source.is_dir():
@@ -172,14 +187,17 @@ def import_root(engine: Engine, source: Path, tag: str, cas: Sequence[Path] = ()
                 shutil.copyfile(certificate, context / "ca" / f"torchkiln-base-ca-{number}.crt")
             lines.append(f"COPY ca/ {CA_DIR}")
         (context / "Containerfile").write_text("\n".join([*lines, 'CMD ["/bin/bash"]', ""]))
-        engine.build(BuildRequest(context / "Containerfile", context, "", (tag,), {}, pull=False))
+        request = BuildRequest(
+            context / "Containerfile", context, "", (tag,), {}, pull=False, platform=platform
+        )
+        engine.build(request)
 
 
 def ensure(engine: Engine, base: LocalBase) -> str:
     """Make ``base`` in ``engine``'s storage (a debootstrapped one only when it is not there yet); its tag."""
     if base.debootstrap is None:
         assert base.rootfs is not None
-        import_root(engine, base.rootfs, base.tag, base.cas)
+        import_root(engine, base.rootfs, base.tag, base.cas, base.platform)
         return base.tag
     if engine.image_exists(base.tag):
         print(f"torchkiln images: base {base.tag} (debootstrapped earlier)", file=sys.stderr, flush=True)
@@ -188,7 +206,7 @@ def ensure(engine: Engine, base: LocalBase) -> str:
         root = Path(scratch) / "rootfs"
         try:
             make_root(base.debootstrap, root)
-            import_root(engine, root, base.tag, base.cas)
+            import_root(engine, root, base.tag, base.cas, base.platform)
         finally:
             unmount_leftovers(root)
     return base.tag

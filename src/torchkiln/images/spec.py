@@ -30,7 +30,7 @@ from torchkiln.artifacts.provenance import statement_name
 from torchkiln.artifacts.signing import PublicKey, keyid, load_envelope, verify
 from torchkiln.errors import DocumentError, Problem, RecipeError, TorchkilnError, UsageError, few
 from torchkiln.files.digests import file_sha256
-from torchkiln.recipe import compat
+from torchkiln.images.platforms import image_platform
 from torchkiln.recipe.model import Recipe
 
 FLAVOURS = ("devel", "wheels", "runtime")
@@ -67,23 +67,44 @@ class Distro:
     suite: str  # debootstrap's SUITE: the codename
     archive: str  # debootstrap's MIRROR (--debootstrap-mirror overrides it)
     keyring: str  # the archive's signing keys on the build host (debian-archive-keyring, ubuntu-keyring)
+    ports: str | None = None  # the archive of the other architectures, where it is another (Ubuntu's ports)
+
+    def archive_for(self, deb_arch: str) -> str:
+        """The archive holding ``deb_arch``'s packages: Debian serves every architecture from one archive,
+        Ubuntu only amd64 and i386 (arm64 is on ports.ubuntu.com, as its arm64 images' sources.list says)."""
+        return self.archive if self.ports is None or deb_arch in ("amd64", "i386") else self.ports
 
 
 DEBIAN_ARCHIVE = "http://deb.debian.org/debian"
 DEBIAN_KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 UBUNTU_ARCHIVE = "http://archive.ubuntu.com/ubuntu"
 UBUNTU_KEYRING = "/usr/share/keyrings/ubuntu-archive-keyring.gpg"
+UBUNTU_PORTS = "http://ports.ubuntu.com/ubuntu-ports"
 
 # Keyed by the distribution; the Python each one ships is what decides which a recipe gets.
 DISTROS: dict[str, Distro] = {
     "ubuntu22.04": Distro(
-        "3.10", (10, 11, 12), "ubuntu:22.04", "ubuntu22.04", "jammy", UBUNTU_ARCHIVE, UBUNTU_KEYRING
+        "3.10",
+        (10, 11, 12),
+        "ubuntu:22.04",
+        "ubuntu22.04",
+        "jammy",
+        UBUNTU_ARCHIVE,
+        UBUNTU_KEYRING,
+        UBUNTU_PORTS,
     ),
     "debian12": Distro(
         "3.11", (12,), "debian:bookworm-slim", None, "bookworm", DEBIAN_ARCHIVE, DEBIAN_KEYRING
     ),
     "ubuntu24.04": Distro(
-        "3.12", (12, 13, 14), "ubuntu:24.04", "ubuntu24.04", "noble", UBUNTU_ARCHIVE, UBUNTU_KEYRING
+        "3.12",
+        (12, 13, 14),
+        "ubuntu:24.04",
+        "ubuntu24.04",
+        "noble",
+        UBUNTU_ARCHIVE,
+        UBUNTU_KEYRING,
+        UBUNTU_PORTS,
     ),
     "debian13": Distro("3.13", (14,), "debian:trixie-slim", None, "trixie", DEBIAN_ARCHIVE, DEBIAN_KEYRING),
 }
@@ -147,6 +168,9 @@ TOOLKIT_EXTRAS = (
 # not change with the index. cuSPARSELt 0.8.1 and NVSHMEM 3.4.5 are what torch 2.13.0 and 2.14.0+cu130
 # require (METADATA); cuDNN and NCCL come from the recipe. Only CUDA 13 is here: its wheels share one
 # layout (nvidia/cu13/{bin,include,lib,nvvm}) that scripts/install_cuda_toolkit.sh merges and that CI builds.
+# The same pins resolve for linux/arm64 (pip install --dry-run --only-binary=:all: --platform
+# manylinux_2_*_aarch64 --python-version 3.11 of these requirements: every component has a manylinux2014,
+# 2_25 or 2_27 aarch64 wheel, e.g. nvidia_cuda_nvcc-13.0.88-py3-none-manylinux2014_aarch64...whl).
 PYPI_TOOLKITS: dict[str, PypiToolkit] = {
     "13.0": PypiToolkit(
         "13.0.3",
@@ -170,19 +194,6 @@ VISION_DEV_PACKAGES: dict[str, tuple[str, ...]] = {
 
 def _minor(version: Version) -> str:
     return f"{version.major}.{version.minor}"
-
-
-def platform_problem(recipe: Recipe) -> str | None:
-    """Why no image is made for ``recipe``'s platform (None: one is). The platforms images are made for are
-    data/compat.toml's (``images`` in ``[platform.*]``); linux/arm64 images are not made yet."""
-    made = compat.image_platforms()
-    if recipe.build.platform in made:
-        return None
-    return (
-        f"{recipe.source}: build.platform: torchkiln makes {', '.join(made)} images only; "
-        f"{recipe.build.platform} (linux/arm64) images are not made yet (valid: a recipe for "
-        f"{', '.join(made)}; docs/aarch64.md)"
-    )
 
 
 def accelerator_tag(recipe: Recipe) -> str:
@@ -344,6 +355,7 @@ def devel_args(recipe: Recipe, *, base_image: str | None = None, cuda_from: str 
         "KILN_GCC": _s(recipe.build.gcc),
         "KILN_CUDA": _minor(acc.cuda) if acc.is_cuda and acc.cuda else "",
         "KILN_CUDA_FROM": source or "",
+        "KILN_TOOLKIT_TARGET": image_platform(recipe).toolkit_target if acc.is_cuda else "",
         "KILN_CUDA_WHEELS": " ".join(wheels),
         "KILN_CUDNN": _s(acc.cudnn) if acc.is_cuda else "",
         "KILN_NCCL": _s(acc.nccl) if acc.is_cuda else "",
@@ -478,12 +490,17 @@ def provenance_args(dist: Path, manifest: Manifest, key: PublicKey | None) -> di
 
 
 def image_tag(recipe: Recipe, flavour: str, registry: str = DEFAULT_REGISTRY) -> str:
-    """``<registry>/torchkiln:<torch version>-<cpu|cuXY>-<flavour>``, e.g. ``.../torchkiln:2.14.0-cu130-devel``."""
+    """``<registry>/torchkiln:<torch version>-<cpu|cuXY>[-<arch>]-<flavour>``, e.g.
+    ``.../torchkiln:2.14.0-cu130-devel``; images of another machine than linux/amd64 name its Debian
+    architecture (``2.13.0-cu130-arm64-runtime``), so an x86_64 and an aarch64 recipe of a release never
+    share a tag."""
     if flavour not in FLAVOURS:
         raise UsageError(f"unknown image flavour {flavour!r} (valid: {', '.join(FLAVOURS)})")
     registry = registry.rstrip("/")
     prefix = f"{registry}/" if registry else ""
-    return f"{prefix}{IMAGE_NAME}:{recipe.torch.version}-{accelerator_tag(recipe)}-{flavour}"
+    arch = image_platform(recipe).deb_arch
+    machine = "" if arch == "amd64" else f"-{arch}"
+    return f"{prefix}{IMAGE_NAME}:{recipe.torch.version}-{accelerator_tag(recipe)}{machine}-{flavour}"
 
 
 def image_labels(recipe: Recipe, flavour: str) -> dict[str, str]:

@@ -62,7 +62,7 @@ from torchkiln.process import runner
 from torchkiln.process.environ import compose
 from torchkiln.process.logs import first_error
 from torchkiln.recipe import cmake_options
-from torchkiln.recipe.compat import compat, image_platforms, minor, platform_data
+from torchkiln.recipe.compat import compat, image_problem, minor, platform_data
 from torchkiln.recipe.model import Recipe
 from torchkiln.recipe.rules import check_rules
 from torchkiln.source import submodules
@@ -184,8 +184,8 @@ def _one_python(plan: Plan, host: Host, want: str) -> Iterator[Finding]:
 
 def _devel_image(plan: Plan, has: str) -> str:
     """``; or build in the devel image, which has {has}: ...`` where torchkiln makes images for the recipe's
-    platform (compat.image_platforms: not aarch64 yet), else nothing."""
-    if plan.recipe.build.platform not in image_platforms():
+    platform and BLAS (compat.image_problem: an NVPL recipe has none), else nothing."""
+    if image_problem(plan.recipe, "devel") is not None:
         return ""
     return f"; or build in the devel image, which has {has}: torchkiln images --recipe {plan.recipe.name} --target devel"
 

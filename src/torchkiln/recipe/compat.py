@@ -64,6 +64,25 @@ def image_platforms() -> list[str]:
     return [name for name, table in compat()["platform"].items() if table.get("images")]
 
 
+def image_problem(recipe: Recipe, flavour: str) -> str | None:
+    """Why torchkiln makes no ``flavour`` image (devel, wheels, runtime) of ``recipe`` (None: it makes one):
+    its platform has no images, or (devel, wheels) the devel image cannot install its BLAS (``image_blas``)."""
+    made = image_platforms()
+    if recipe.build.platform not in made:
+        return (
+            f"{recipe.source}: build.platform: torchkiln makes {', '.join(made)} images only "
+            f"(valid: a recipe for {', '.join(made)})"
+        )
+    blas = platform_data(recipe)["image_blas"]
+    if flavour != "runtime" and recipe.blas.kind not in blas:
+        return (
+            f"{recipe.source}: blas.kind: the {flavour} image of a recipe for {recipe.build.platform} cannot install "
+            f"{recipe.blas.kind!r} (valid: {', '.join(map(repr, blas))}; the runtime image needs no BLAS of "
+            "its own: the wheel bundles it)"
+        )
+    return None
+
+
 def platform_data(recipe: Recipe) -> dict[str, Any]:
     """The recipe's ``[platform.<build.platform>]`` table (the schema admits only platforms that have one)."""
     data: dict[str, Any] = compat()["platform"][recipe.build.platform]
