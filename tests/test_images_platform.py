@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from torchkiln.cli import main
-from torchkiln.images import platforms
+from torchkiln.errors import TorchkilnError, UsageError
+from torchkiln.images import engines, platforms
 from torchkiln.images.bake import bake_document
 from torchkiln.images.platforms import emulation_problem, platform_named
 from torchkiln.recipe.compat import image_platforms, image_problem
@@ -159,3 +160,20 @@ def test_a_host_that_cannot_run_arm64_binaries_is_told_before_anything_runs(
     assert main([*argv, "--storage-root", str(storage), "--base-from", "debootstrap"]) == 2
     assert capsys.readouterr().err.strip() == missing
     assert not storage.exists()
+
+
+def test_an_emulated_run_hides_the_host_cpus_and_keeps_the_command_words_as_arguments() -> None:
+    """The wrapper mounts over /sys/devices/system/cpu as root, then runs the command as the image's user;
+    the command's words are positional arguments of a fixed script (never parsed by the shell). Docker and
+    podman refuse an emulated run by name (buildah is the engine that does it). The real runs are in
+    tests/aarch64/test_images_arm64.py."""
+    command = ["python", "-c", "print('$(touch /x); `id`')"]
+    root = engines._without_host_cpus(command, "")
+    assert root == ["sh", "-c", engines.HIDE_HOST_CPUS + '; exec "$@"', "sh", *command]
+    user = engines._without_host_cpus(command, "10001:10001")
+    assert user[:2] == ["sh", "-c"] and user[3:] == ["sh", *command]
+    assert "setpriv --reuid=10001 --regid=10001 --clear-groups" in user[2] and "$(touch" not in user[2]
+    with pytest.raises(UsageError, match="needs a numeric UID"):
+        engines._without_host_cpus(command, "kiln")
+    with pytest.raises(TorchkilnError, match="valid: --engine buildah"):
+        engines.Docker("docker").run("img", ["true"], emulated=True)

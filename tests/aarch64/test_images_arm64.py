@@ -11,7 +11,8 @@
   recipe, every area but ddp (whose torchrun launches outlast its deadline under qemu: test_emulated.py runs
   one launch with a longer one), the GPU checks skipped with their reason.
 
-Everything aarch64 runs emulated, so this is slow (times go to .torchkiln/images-report.json); a real torch
+Every run in the images hides the host's CPUs from torch (Engine.run(emulated=True): engines.HOST_CPUS; without
+that, upstream's aarch64 torch dies at import under qemu). Everything aarch64 runs emulated, so this is slow (times go to .torchkiln/images-report.json); a real torch
 compile under emulation would take days and is not tried. The two images need their own vfs storage (removed
 at the end); the devel image is removed before the runtime image is built.
 """
@@ -124,6 +125,7 @@ def devel_checks(
         mounts={ROOT: "/mnt/checkout", wheels: "/mnt/wheels"},
         capture=True,
         timeout=5400,
+        emulated=True,
     )
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-6000:]
     report("arm64_devel_checks_seconds", round(time.monotonic() - start, 1))
@@ -188,6 +190,7 @@ def test_the_arm64_runtime_image_passes_verify_against_upstreams_aarch64_recipe(
         ["sh", "-c", "uname -m; command -v gcc nvcc || echo no-compiler; python -c 'import torch; "
          "print(torch.__version__, torch.version.cuda)'"],
         capture=True,
+        emulated=True,
     )  # fmt: skip
     assert probe.returncode == 0, probe.stderr
     assert probe.stdout.split("\n")[:3] == ["aarch64", "no-compiler", "2.13.0+cu130 13.0"], probe.stdout
@@ -200,6 +203,7 @@ def test_the_arm64_runtime_image_passes_verify_against_upstreams_aarch64_recipe(
          "--manifest", "/opt/torchkiln/manifest.json", *areas],
         capture=True,
         timeout=3600,
+        emulated=True,
     )  # fmt: skip
     verify_seconds = time.monotonic() - start
     summary = verify.stdout.strip().splitlines()[-1] if verify.stdout.strip() else ""

@@ -417,18 +417,24 @@ def _storage(args: argparse.Namespace) -> Storage:
     return Storage(driver=args.storage_driver)
 
 
-def _verify(engine: Engine, image: str, statement: str) -> None:
+def _verify(engine: Engine, image: str, statement: str, machine: ImagePlatform) -> None:
     """The verification suite inside the image, as its user, against the manifest it carries (and the
-    signed provenance statement, when it carries one with its key)."""
+    signed provenance statement, when it carries one with its key); through qemu-user for another machine's
+    image (engines.HOST_CPUS)."""
     user = engine.image_user(image)
     print(f"{image}: running the verification suite as user {user or 'root'}", file=sys.stderr, flush=True)
     argv = ["python", "-m", "torchkiln", "verify", "--manifest", IMAGE_MANIFEST]
     if statement:
         argv += ["--provenance", f"{IMAGE_DIR}/{statement}", "--key", IMAGE_PROVENANCE_KEY]
-    result = engine.run(image, argv)
+    result = engine.run(image, argv, emulated=not machine.native)
     if not result.ok:
         raise TorchkilnError(f"{image}: verification failed (exit {result.returncode})")
     print(f"{image}: verified")
+
+
+def _machine_of(req: BuildRequest) -> ImagePlatform:
+    """The platform of the image ``req`` builds (build_request sets one of image_platforms())."""
+    return next(p for p in image_platforms() if p.oci == req.platform)
 
 
 def _check_emulation(engine: Engine, req: BuildRequest, base: LocalBase | None) -> None:
@@ -436,7 +442,7 @@ def _check_emulation(engine: Engine, req: BuildRequest, base: LocalBase | None) 
     podman run its RUN steps here, and debootstrap runs its base's second stage here (a docker daemon may be
     elsewhere, with emulation of its own, so a docker build alone is left to it)."""
     runs_here = engine.builds_here or (base is not None and base.debootstrap is not None)
-    machine = next(p for p in image_platforms() if p.oci == req.platform)  # build_request set one of them
+    machine = _machine_of(req)
     if runs_here and (problem := emulation_problem(machine)) is not None:
         raise UsageError(problem)
 
@@ -481,5 +487,6 @@ def _build(args: argparse.Namespace) -> int:
     print(f"{image}: built with {engine.name}" + (f", {size / 1e6:.0f} MB" if size else ""))
     if args.verify:
         keyed = req.build_args.get("KILN_PROVENANCE_KEY")
-        _verify(engine, image, req.build_args.get("KILN_PROVENANCE", "") if keyed else "")
+        machine = _machine_of(req)
+        _verify(engine, image, req.build_args.get("KILN_PROVENANCE", "") if keyed else "", machine)
     return EXIT_OK

@@ -134,6 +134,32 @@ def _run_options(
     return argv
 
 
+# Under qemu-user an aarch64 torch dies at import (SIGSEGV, after "Can't open MIDR_EL1 sysfs entry") when it
+# sees an x86_64 host's CPUs: oneDNN's xbyak_aarch64 lists /sys/devices/system/cpu and reads each CPU's
+# regs/identification/midr_el1, which only an Arm kernel has (seen with qemu 7.2 and upstream's aarch64 2.13.0
+# wheel). Without the directory, it and cpuinfo fall back and torch runs. So an emulated run gets an empty
+# read-only tmpfs there, mounted as root before the command, which then runs as the user it is for (setpriv).
+HOST_CPUS = "/sys/devices/system/cpu"
+HIDE_HOST_CPUS = f"mount -t tmpfs -o ro,size=4k kiln-no-host-cpus {HOST_CPUS} || exit 125"
+
+
+def _without_host_cpus(command: Sequence[str], user: str) -> list[str]:
+    """``command`` wrapped so that it runs with :data:`HOST_CPUS` hidden, as ``user`` ("UID:GID", "" for root,
+    with the HOME of its passwd entry, as the engine gives a user). The shell script is fixed text and numbers
+    checked here: the command's words are its positional arguments, never parsed."""
+    script = HIDE_HOST_CPUS + '; exec "$@"'
+    if user and user not in ("0", "0:0", "root"):
+        uid, _, gid = user.partition(":")
+        gid = gid or uid
+        if not (uid.isdigit() and gid.isdigit()):
+            raise UsageError(f"user {user!r}: an emulated run needs a numeric UID[:GID] (the image's USER)")
+        script = (
+            f"{HIDE_HOST_CPUS}; home=$(getent passwd {uid} | cut -d: -f6); "
+            f'exec setpriv --reuid={uid} --regid={gid} --clear-groups -- env "HOME=${{home:-/}}" "$@"'
+        )
+    return ["sh", "-c", script, "sh", *command]
+
+
 class Engine(ABC):
     """A container engine: how it builds, runs and inspects images."""
 
@@ -182,10 +208,12 @@ class Engine(ABC):
         mounts: Mapping[Path, str] | None = None,
         capture: bool = False,
         timeout: float | None = None,
+        emulated: bool = False,
     ) -> runner.Completed:
         """Run ``command`` in a fresh container of ``image`` as ``user`` (the image's USER when None), with
         ``env`` set and ``mounts`` (host path -> container path) bound read-only; the container is removed
-        afterwards. Output goes to this process's stdout/stderr, or is returned with ``capture``."""
+        afterwards. Output goes to this process's stdout/stderr, or is returned with ``capture``.
+        ``emulated``: the image is for another machine, run through qemu-user (:data:`HOST_CPUS`)."""
 
     @abstractmethod
     def image_config(self, image: str) -> ImageConfig:
@@ -279,7 +307,14 @@ class Docker(Engine):
         mounts: Mapping[Path, str] | None = None,
         capture: bool = False,
         timeout: float | None = None,
+        emulated: bool = False,
     ) -> runner.Completed:
+        if emulated:
+            raise TorchkilnError(
+                f"{image}: an image for another machine runs here through qemu-user only with the host's CPUs "
+                f"hidden from it ({HOST_CPUS}), which torchkiln does with buildah (valid: --engine buildah, or "
+                "run it on a machine of its platform)"
+            )
         argv = [*self.command("run", "--rm"), *_run_options(user, env, mounts), "--", image, *command]
         return runner.run(argv, capture=capture, timeout=timeout)
 
@@ -408,7 +443,11 @@ class Buildah(Engine):
         mounts: Mapping[Path, str] | None = None,
         capture: bool = False,
         timeout: float | None = None,
+        emulated: bool = False,
     ) -> runner.Completed:
+        if emulated:  # as root, to mount over HOST_CPUS; then the user the run is for
+            command = _without_host_cpus(command, user if user is not None else self.image_user(image))
+            user = "0:0"
         created = runner.run(self.command("from", "--pull=false", "--", image))
         if not created.ok:
             raise TorchkilnError(f"buildah from {image} failed: {created.first_error() or 'no output'}")
@@ -417,6 +456,7 @@ class Buildah(Engine):
             # chroot isolation names the container after its id but puts no such line in /etc/hosts; torchrun
             # (the verify suite's DDP checks) resolves its own hostname, so use one that resolves.
             argv = self.command("run", "--isolation", self.isolation, "--hostname", "localhost")
+            argv += ["--cap-add", "CAP_SYS_ADMIN"] if emulated else []
             argv += [*_run_options(user, env, mounts), container, "--", *command]
             return runner.run(argv, capture=capture, timeout=timeout)
         finally:
