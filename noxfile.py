@@ -192,8 +192,10 @@ def aarch64(session: nox.Session) -> None:
     """aarch64 (SBSA) under emulation (tests/aarch64): an arm64 Debian root run by qemu-user with upstream's
     aarch64 torch 2.13.0 / torchvision 0.28.0, `torchkiln verify` there against the recipe that describes them,
     one-field controls failing by name, the x86_64 recipe refused there by build.platform; the shipped aarch64
-    recipe against upstream's aarch64 wheel file. Needs root, qemu-user-static, binfmt-support, debootstrap;
-    the root is made once and cached. Not a default session (CI's time budget): run it by name."""
+    recipe against upstream's aarch64 wheel file; the linux/arm64 devel image (nvcc builds the test extension
+    in it) and runtime image (verify passes in it) built by buildah (tests/aarch64/test_images_arm64.py).
+    Needs root, qemu-user-static, binfmt-support, debootstrap, buildah; the root is made once and cached. Not a
+    default session (CI's time budget): run it by name."""
     session.install(PIP)
     session.install("-e", ".[test]")
     session.run(

@@ -40,7 +40,8 @@ from torchkiln.images.spec import image_tag
 from torchkiln.plan.make import make_plan
 from torchkiln.recipe.loader import load_recipe
 
-pytestmark = pytest.mark.integration
+# Emulated: the devel image and its checks take about 17 minutes here, more than pytest-timeout's default 900 s.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(5400)]
 
 DEVEL_RECIPE = ROOT / "tests" / "data" / "cu130-aarch64-devel-test.toml"
 REFERENCE = ROOT / "tests" / "reference" / "recipes" / "upstream-2.13.0-cu130-py311-aarch64.toml"
