@@ -71,4 +71,20 @@ venv_python="${VIRTUAL_ENV:-/opt/venv}/bin/python"
 find /opt/torchkiln/verify -name __pycache__ -prune -exec rm -rf {} +
 chmod -R a+rX /opt/torchkiln
 
+# An arm64 image built on an x86_64 host runs this through qemu-user, and there upstream's aarch64 torch dies at
+# import (SIGSEGV after "Can't open MIDR_EL1 sysfs entry": oneDNN's xbyak_aarch64 lists the host's CPUs in
+# /sys/devices/system/cpu and finds no Arm ID registers). On such a host (aarch64 userland, CPUs without
+# regs/identification/midr_el1) the sanity gate runs with that directory hidden behind an empty tmpfs, which
+# needs CAP_SYS_ADMIN in this step (torchkiln images gives it to buildah for another machine's image); the
+# mount lasts for this step only. A native aarch64 host has the registers and is left alone.
+cpus=/sys/devices/system/cpu
+if [[ "$(uname -m)" == aarch64 && -d "$cpus/cpu0" && ! -e "$cpus/cpu0/regs/identification/midr_el1" ]]; then
+  if ! mount -t tmpfs -o ro,size=4k kiln-no-host-cpus "$cpus" 2>/dev/null; then
+    echo "install_wheels: this arm64 image is built under emulation, where the host's CPUs in $cpus make" \
+      "aarch64 torch crash at import, and this step may not hide them (no CAP_SYS_ADMIN): build it with" \
+      "torchkiln images --engine buildah (which grants it), or on an aarch64 host" >&2
+    exit 1
+  fi
+  echo "install_wheels: emulated aarch64: the host's CPUs are hidden from the sanity gate ($cpus)"
+fi
 "${VIRTUAL_ENV:-/opt/venv}/bin/python" "$(dirname "$0")/image_sanity.py"

@@ -171,13 +171,10 @@ def test_nvcc_in_the_arm64_image_builds_every_arch_and_the_test_extension(
 
 
 def test_the_arm64_runtime_image_passes_verify_against_upstreams_aarch64_recipe(
-    engine: Buildah,
-    storage_root: Path,
-    devel_image: str,
-    devel_checks: dict[str, list],
-    tmp_path_factory: pytest.TempPathFactory,
+    engine: Buildah, storage_root: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    engine.remove_image(devel_image)  # checked: free its storage first
+    # the devel image, when the tests above made it, is checked by now: free its storage first
+    engine.remove_image(image_tag(load_recipe(DEVEL_RECIPE), "devel"))
     recipe = load_recipe(REFERENCE)
     dist = upstream_pair(tmp_path_factory.mktemp("arm64-dist"))
     manifest_for_upstream(recipe, dist, f"the package index ({' '.join(PAIR)}, {AARCH64_WHEELS})")

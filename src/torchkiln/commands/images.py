@@ -407,6 +407,7 @@ def build_request(args: argparse.Namespace, *, context: Path, base: LocalBase | 
         pull=not args.no_pull and base is None,
         output=output,
         platform=machine.oci,
+        emulated=not machine.native,
     )
 
 

@@ -60,6 +60,7 @@ class BuildRequest:
     pull: bool = True  # False: only use base images already in local storage
     output: Path | None = None  # export the stage's files into this directory instead of storing an image
     platform: str = ""  # the image's OCI platform (linux/arm64); "" for the engine's own
+    emulated: bool = False  # the platform is another machine's: its RUN steps run through qemu-user (HOST_CPUS)
 
     def args(self) -> list[str]:
         """The options every engine spells alike: file, platform, target, tags, build args, labels, named
@@ -427,6 +428,8 @@ class Buildah(Engine):
     def build_argv(self, req: BuildRequest) -> list[str]:
         return [
             *self.command("bud", "--format", "docker", "--isolation", self.isolation, "--network", "host"),
+            # the runtime image's sanity gate hides HOST_CPUS itself (scripts/install_wheels.sh): a mount
+            *(["--cap-add", "CAP_SYS_ADMIN"] if req.emulated else []),
             *req.args(),
             "--pull=true" if req.pull else "--pull=never",
             "--",
