@@ -180,4 +180,4 @@ def test_an_emulated_run_hides_the_host_cpus_and_keeps_the_command_words_as_argu
     with pytest.raises(UsageError, match="needs a numeric UID"):
         engines._without_host_cpus(command, "kiln")
     with pytest.raises(TorchkilnError, match="valid: --engine buildah"):
-        engines.Docker("docker").run("img", ["true"], emulated=True)
+        engines.Docker("docker").run("img", ["true"], qemu_cpu="max")

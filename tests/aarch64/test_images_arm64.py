@@ -35,7 +35,7 @@ from dists import manifest_for_upstream
 from imagekit import ROOT, cli_build, report, require
 
 from torchkiln.images.engines import Buildah, Storage
-from torchkiln.images.platforms import image_platform
+from torchkiln.images.platforms import image_platform, platform_named
 from torchkiln.images.spec import image_tag
 from torchkiln.plan.make import make_plan
 from torchkiln.recipe.loader import load_recipe
@@ -47,6 +47,8 @@ DEVEL_RECIPE = ROOT / "tests" / "data" / "cu130-aarch64-devel-test.toml"
 REFERENCE = ROOT / "tests" / "reference" / "recipes" / "upstream-2.13.0-cu130-py311-aarch64.toml"
 PAIR = ("torch===2.13.0", "torchvision===0.28.0")
 AARCH64_WHEELS = "manylinux_2_28_aarch64"
+# qemu modelling Grace's 128-bit SVE (data/compat.toml qemu_cpu): at qemu's default NVPL's sgemm is wrong
+QEMU_CPU = platform_named("aarch64").qemu_cpu
 PLAN_ENV = ("CUDA_HOME", "CUDACXX", "NCCL_ROOT", "NCCL_INCLUDE_DIR", "NCCL_LIB_DIR", "TORCH_CUDA_ARCH_LIST")
 AREAS = (
     "build_config",
@@ -126,7 +128,7 @@ def devel_checks(
         mounts={ROOT: "/mnt/checkout", wheels: "/mnt/wheels"},
         capture=True,
         timeout=5400,
-        emulated=True,
+        qemu_cpu=QEMU_CPU,
     )
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-6000:]
     report("arm64_devel_checks_seconds", round(time.monotonic() - start, 1))
@@ -188,7 +190,7 @@ def test_the_arm64_runtime_image_passes_verify_against_upstreams_aarch64_recipe(
         ["sh", "-c", "uname -m; command -v gcc nvcc || echo no-compiler; python -c 'import torch; "
          "print(torch.__version__, torch.version.cuda)'"],
         capture=True,
-        emulated=True,
+        qemu_cpu=QEMU_CPU,
     )  # fmt: skip
     assert probe.returncode == 0, probe.stderr
     assert probe.stdout.split("\n")[:3] == ["aarch64", "no-compiler", "2.13.0+cu130 13.0"], probe.stdout
@@ -201,7 +203,7 @@ def test_the_arm64_runtime_image_passes_verify_against_upstreams_aarch64_recipe(
          "--manifest", "/opt/torchkiln/manifest.json", *areas],
         capture=True,
         timeout=3600,
-        emulated=True,
+        qemu_cpu=QEMU_CPU,
     )  # fmt: skip
     verify_seconds = time.monotonic() - start
     summary = verify.stdout.strip().splitlines()[-1] if verify.stdout.strip() else ""

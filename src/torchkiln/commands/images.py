@@ -427,7 +427,7 @@ def _verify(engine: Engine, image: str, statement: str, machine: ImagePlatform) 
     argv = ["python", "-m", "torchkiln", "verify", "--manifest", IMAGE_MANIFEST]
     if statement:
         argv += ["--provenance", f"{IMAGE_DIR}/{statement}", "--key", IMAGE_PROVENANCE_KEY]
-    result = engine.run(image, argv, emulated=not machine.native)
+    result = engine.run(image, argv, qemu_cpu="" if machine.native else machine.qemu_cpu)
     if not result.ok:
         raise TorchkilnError(f"{image}: verification failed (exit {result.returncode})")
     print(f"{image}: verified")

@@ -60,7 +60,9 @@ class BuildRequest:
     pull: bool = True  # False: only use base images already in local storage
     output: Path | None = None  # export the stage's files into this directory instead of storing an image
     platform: str = ""  # the image's OCI platform (linux/arm64); "" for the engine's own
-    emulated: bool = False  # the platform is another machine's: its RUN steps run through qemu-user (HOST_CPUS)
+    emulated: bool = (
+        False  # the platform is another machine's: its RUN steps run through qemu-user (HOST_CPUS)
+    )
 
     def args(self) -> list[str]:
         """The options every engine spells alike: file, platform, target, tags, build args, labels, named
@@ -209,12 +211,13 @@ class Engine(ABC):
         mounts: Mapping[Path, str] | None = None,
         capture: bool = False,
         timeout: float | None = None,
-        emulated: bool = False,
+        qemu_cpu: str = "",
     ) -> runner.Completed:
         """Run ``command`` in a fresh container of ``image`` as ``user`` (the image's USER when None), with
         ``env`` set and ``mounts`` (host path -> container path) bound read-only; the container is removed
         afterwards. Output goes to this process's stdout/stderr, or is returned with ``capture``.
-        ``emulated``: the image is for another machine, run through qemu-user (:data:`HOST_CPUS`)."""
+        ``qemu_cpu``: the image is for another machine, run through qemu-user modelling this CPU (QEMU_CPU),
+        with the host's CPUs hidden (:data:`HOST_CPUS`)."""
 
     @abstractmethod
     def image_config(self, image: str) -> ImageConfig:
@@ -308,9 +311,9 @@ class Docker(Engine):
         mounts: Mapping[Path, str] | None = None,
         capture: bool = False,
         timeout: float | None = None,
-        emulated: bool = False,
+        qemu_cpu: str = "",
     ) -> runner.Completed:
-        if emulated:
+        if qemu_cpu:
             raise TorchkilnError(
                 f"{image}: an image for another machine runs here through qemu-user only with the host's CPUs "
                 f"hidden from it ({HOST_CPUS}), which torchkiln does with buildah (valid: --engine buildah, or "
@@ -446,11 +449,12 @@ class Buildah(Engine):
         mounts: Mapping[Path, str] | None = None,
         capture: bool = False,
         timeout: float | None = None,
-        emulated: bool = False,
+        qemu_cpu: str = "",
     ) -> runner.Completed:
-        if emulated:  # as root, to mount over HOST_CPUS; then the user the run is for
+        if qemu_cpu:  # as root, to mount over HOST_CPUS; then the user the run is for
             command = _without_host_cpus(command, user if user is not None else self.image_user(image))
             user = "0:0"
+            env = {**(env or {}), "QEMU_CPU": qemu_cpu}
         created = runner.run(self.command("from", "--pull=false", "--", image))
         if not created.ok:
             raise TorchkilnError(f"buildah from {image} failed: {created.first_error() or 'no output'}")
@@ -459,7 +463,7 @@ class Buildah(Engine):
             # chroot isolation names the container after its id but puts no such line in /etc/hosts; torchrun
             # (the verify suite's DDP checks) resolves its own hostname, so use one that resolves.
             argv = self.command("run", "--isolation", self.isolation, "--hostname", "localhost")
-            argv += ["--cap-add", "CAP_SYS_ADMIN"] if emulated else []
+            argv += ["--cap-add", "CAP_SYS_ADMIN"] if qemu_cpu else []
             argv += [*_run_options(user, env, mounts), container, "--", *command]
             return runner.run(argv, capture=capture, timeout=timeout)
         finally:

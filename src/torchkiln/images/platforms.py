@@ -31,6 +31,7 @@ class ImagePlatform:
     deb_arch: str  # amd64, arm64 (debootstrap --arch)
     machines: tuple[str, ...]  # platform.machine() on such a host
     toolkit_target: str  # x86_64-linux, sbsa-linux
+    qemu_cpu: str  # QEMU_CPU for qemu-user emulating it (data/compat.toml: Grace's 128-bit SVE for aarch64)
 
     @property
     def native(self) -> bool:
@@ -42,7 +43,12 @@ def platform_named(name: str) -> ImagePlatform:
     """The platform ``name`` (a ``build.platform`` value) from its ``[platform.<name>]`` table."""
     data = compat.compat()["platform"][name]
     return ImagePlatform(
-        name, data["oci_platform"], data["deb_arch"], tuple(data["machines"]), data["toolkit_target"]
+        name,
+        data["oci_platform"],
+        data["deb_arch"],
+        tuple(data["machines"]),
+        data["toolkit_target"],
+        data["qemu_cpu"],
     )
 
 

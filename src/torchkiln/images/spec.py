@@ -356,6 +356,7 @@ def devel_args(recipe: Recipe, *, base_image: str | None = None, cuda_from: str 
         "KILN_CUDA": _minor(acc.cuda) if acc.is_cuda and acc.cuda else "",
         "KILN_CUDA_FROM": source or "",
         "KILN_TOOLKIT_TARGET": image_platform(recipe).toolkit_target if acc.is_cuda else "",
+        "QEMU_CPU": image_platform(recipe).qemu_cpu,
         "KILN_CUDA_WHEELS": " ".join(wheels),
         "KILN_CUDNN": _s(acc.cudnn) if acc.is_cuda else "",
         "KILN_NCCL": _s(acc.nccl) if acc.is_cuda else "",
@@ -405,6 +406,7 @@ def runtime_args(
         ),
         "RECIPE_FILE": recipe_file(recipe),
         "TORCHKILN_VERSION": __version__,
+        "QEMU_CPU": image_platform(recipe).qemu_cpu,
     }
 
 
