@@ -2,7 +2,8 @@
 
 From ``.ci/pytorch/check_binary.sh``: every shared object of torch and torchvision finds its libraries with
 ``LD_LIBRARY_PATH`` unset (through RPATH/RUNPATH, its declared dependencies' libraries or the system's);
-oneDNN is there and a CPU convolution runs through it. From ``.ci/pytorch/smoke_test/smoke_test.py``:
+oneDNN is there and a CPU convolution runs through it. A CPU matmul gives exactly the integer product (the BLAS computes, not only loads). From
+``.ci/pytorch/smoke_test/smoke_test.py``:
 ``torch.compile`` (inductor: C++ on the CPU with the host compiler, triton on CUDA) compiles a function and a
 module whose outputs equal eager; on a GPU, conv2d in fp16/fp32/fp64, a batched SVD of the size upstream
 uses (cuSOLVER and MAGMA) and scaled-dot-product attention on each backend the build has (flash,
@@ -46,6 +47,28 @@ def test_libraries_resolve_without_ld_library_path(
     assert found.objects, f"{project}: RECORD lists no shared object"
     if found.unresolved:
         pytest.fail(found.message(), pytrace=False)
+
+
+# --- the CPU BLAS computes (smoke_test.py multiplies matrices; a BLAS that loads but computes wrong passes -----
+# every check above: seen with upstream's aarch64 wheel under qemu's default 512-bit SVE, whose NVPL sgemm gave
+# a 3x4 x @ x.T the trace 80 instead of 506) ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("shape", [(3, 4), (67, 45)], ids=["3x4", "67x45"])
+def test_cpu_matmul_is_exact_on_small_integers(shape: tuple[int, int], dtype: str) -> None:
+    """``x @ x.T`` of small integers is exact in float32 and float64 (every sum stays below 2**24), so the BLAS
+    (MKL, OpenBLAS, NVPL) must give exactly the product Python's integers give: the small case takes the
+    BLAS's small-matrix path, the odd-sized one its blocked kernels with edge tiles."""
+    rows, cols = shape
+    values = [[(r * 7 + c * 3) % 11 - 5 for c in range(cols)] for r in range(rows)]
+    want = [[sum(a * b for a, b in zip(x, y, strict=True)) for y in values] for x in values]
+    x = torch.tensor(values, dtype=DTYPES[dtype])
+    got = (x @ x.T).tolist()
+    wrong = [
+        (i, j, got[i][j], want[i][j]) for i in range(rows) for j in range(rows) if got[i][j] != want[i][j]
+    ]
+    assert not wrong, f"{len(wrong)} of {rows * rows} entries wrong, e.g. (row, col, got, want) {wrong[:3]}"
 
 
 # --- oneDNN on the CPU (check_binary.sh: MKL-DNN on aarch64, MKL on x86; both ship it) -----------------
