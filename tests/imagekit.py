@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import time
 from pathlib import Path
 
 import pytest
 
 from torchkiln import cli
 from torchkiln.images.engines import Engine
-from torchkiln.images.platforms import platform_named
+from torchkiln.images.platforms import image_platform, platform_named
 from torchkiln.images.rootfs import plan_debootstrap
 from torchkiln.images.spec import DISTROS
+from torchkiln.plan.make import make_plan
+from torchkiln.recipe.model import Recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 # The host's CA bundle goes into the base as local CAs, so TLS through this machine's egress proxy works in
@@ -90,3 +94,41 @@ def cli_build(storage_root: Path, recipe: Path, *args: str) -> int:
             *args,
         ]
     )
+
+
+# What the build plan gives a recipe's torch build that tests/data/cuda_devel_checks.sh reads.
+PLAN_ENV = ("CUDA_HOME", "CUDACXX", "NCCL_ROOT", "NCCL_INCLUDE_DIR", "NCCL_LIB_DIR", "TORCH_CUDA_ARCH_LIST")
+
+
+def devel_checks(
+    engine: Engine, image: str, recipe: Recipe, wheels: Path, *, timeout: float, qemu_cpu: str = ""
+) -> tuple[dict[str, list[dict]], float]:
+    """tests/data/cuda_devel_checks.sh in one container of the devel ``image``, with the environment the build
+    plan gives ``recipe``'s torch build and upstream's torch wheel from ``wheels`` (``qemu_cpu``: an image of
+    another machine, emulated). Returns its ``KILN <section> <json>`` reports by section, and its seconds."""
+    plan_env = make_plan(recipe, only="torch").env_for("torch")
+    env = {name: plan_env[name] for name in PLAN_ENV}
+    env |= {
+        "KILN_CHECKOUT": "/mnt/checkout",
+        "KILN_WHEELS": "/mnt/wheels",
+        "KILN_CUDA": str(recipe.accelerator.cuda),
+        "EXPECT_CUDNN": ".".join(str(recipe.accelerator.cudnn).split(".")[:3]),
+        "EXPECT_NCCL": str(recipe.accelerator.nccl),
+        "KILN_TOOLKIT_TARGET": image_platform(recipe).toolkit_target,
+    }
+    start = time.monotonic()
+    done = engine.run(
+        image,
+        ["bash", "/mnt/checkout/tests/data/cuda_devel_checks.sh"],
+        env=env,
+        mounts={ROOT: "/mnt/checkout", wheels: "/mnt/wheels"},
+        capture=True,
+        timeout=timeout,
+        qemu_cpu=qemu_cpu,
+    )
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-6000:]
+    sections: dict[str, list[dict]] = {}
+    for line in done.stdout.splitlines():
+        if match := re.match(r"^KILN (\w+) (\{.*\})$", line):
+            sections.setdefault(match[1], []).append(json.loads(match[2]))
+    return sections, time.monotonic() - start

@@ -18,7 +18,6 @@ at most: the devel image is removed before the runtime image is built.
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 import time
@@ -28,11 +27,10 @@ import pytest
 from dists import manifest_for_upstream
 from imagekit import REPORT as REPORT_FILE
 from imagekit import ROOT, cli_build, report, require, say, stored_size
+from imagekit import devel_checks as run_devel_checks
 
 from torchkiln.images.engines import Buildah
-from torchkiln.images.platforms import image_platform
 from torchkiln.images.spec import image_tag
-from torchkiln.plan.make import make_plan
 from torchkiln.process import runner
 from torchkiln.recipe.loader import load_recipe
 
@@ -43,14 +41,6 @@ REFERENCE = ROOT / "tests" / "reference" / "recipes" / "upstream-2.13.0-cu130-py
 # upstream's PyPI wheels of the reference recipe: "===" takes the index's 2.13.0 (+cu130) exactly, not a
 # local +cpu build of the same release.
 UPSTREAM = ("torch===2.13.0", "torchvision===0.28.0")
-PLAN_ENV = (
-    "CUDA_HOME",
-    "CUDACXX",
-    "NCCL_ROOT",
-    "NCCL_INCLUDE_DIR",
-    "NCCL_LIB_DIR",
-    "TORCH_CUDA_ARCH_LIST",
-)
 
 
 @pytest.fixture(scope="module")
@@ -104,34 +94,11 @@ def test_cuda_devel_image_builds_from_pypi_on_a_plain_debian_base(
 
 @pytest.fixture(scope="module")
 def devel_checks(engine: Buildah, devel_image: str, upstream_wheels: Path) -> dict[str, list[dict]]:
-    """tests/data/cuda_devel_checks.sh in one container of the devel image, with the environment the build plan
-    gives the recipe's torch build. Returns its ``KILN <section> <json>`` reports by section."""
-    recipe = load_recipe(DEVEL_RECIPE)
-    plan_env = make_plan(recipe, only="torch").env_for("torch")
-    env = {name: plan_env[name] for name in PLAN_ENV}
-    env |= {
-        "KILN_CHECKOUT": "/mnt/checkout",
-        "KILN_WHEELS": "/mnt/wheels",
-        "KILN_CUDA": str(recipe.accelerator.cuda),
-        "EXPECT_CUDNN": ".".join(str(recipe.accelerator.cudnn).split(".")[:3]),
-        "EXPECT_NCCL": str(recipe.accelerator.nccl),
-        "KILN_TOOLKIT_TARGET": image_platform(recipe).toolkit_target,
-    }
-    start = time.monotonic()
-    done = engine.run(
-        devel_image,
-        ["bash", "/mnt/checkout/tests/data/cuda_devel_checks.sh"],
-        env=env,
-        mounts={ROOT: "/mnt/checkout", upstream_wheels: "/mnt/wheels"},
-        capture=True,
-        timeout=3000,
+    """tests/data/cuda_devel_checks.sh in one container of the devel image (imagekit.devel_checks)."""
+    sections, seconds = run_devel_checks(
+        engine, devel_image, load_recipe(DEVEL_RECIPE), upstream_wheels, timeout=3000
     )
-    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-6000:]
-    report("cuda_devel_checks_seconds", round(time.monotonic() - start, 1))
-    sections: dict[str, list[dict]] = {}
-    for line in done.stdout.splitlines():
-        if match := re.match(r"^KILN (\w+) (\{.*\})$", line):
-            sections.setdefault(match[1], []).append(json.loads(match[2]))
+    report("cuda_devel_checks_seconds", round(seconds, 1))
     return sections
 
 

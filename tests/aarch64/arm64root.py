@@ -35,6 +35,18 @@ TORCHKILN_DEPS = ("packaging", "rich", "tomli-w", "cyclonedx-python-lib", "crypt
 SUITE_DEPS = ("pytest", "pytest-timeout", "numpy")
 # pip takes a wheel only for a platform tag it is given: the manylinux versions the aarch64 wheels carry.
 PLATFORMS = [f"manylinux_2_{n}_aarch64" for n in range(17, 29)] + ["manylinux2014_aarch64", "linux_aarch64"]
+# verify's areas run in one go under emulation: all but ddp, whose torchrun launches (two workers, each
+# importing torch under qemu) take longer than verify's 120 s DDP deadline here (all five ran into it); one
+# launch, with a longer deadline, is test_emulated.py's (161 s on 2 shared cores).
+AREAS_BUT_DDP = (
+    "build_config",
+    "cuda_visibility",
+    "cudnn_determinism",
+    "amp",
+    "reproducibility",
+    "torchvision",
+    "release",
+)
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
 
 

@@ -72,26 +72,12 @@ def test_the_root_runs_upstreams_aarch64_pair(root: Path) -> None:
     assert "aarch64 2.13.0+cu130 0.28.0+cu130 13.0 3.0" in out
 
 
-# verify's areas run in one go under emulation: all but ddp, whose torchrun launches (two workers, each
-# importing torch under qemu) take longer than verify's 120 s DDP deadline here (all five ran into it); one
-# launch, with a longer deadline, is the next test's (161 s on 2 shared cores).
-AREAS = (
-    "build_config",
-    "cuda_visibility",
-    "cudnn_determinism",
-    "amp",
-    "reproducibility",
-    "torchvision",
-    "release",
-)
-
-
 def test_verify_passes_against_the_aarch64_reference_recipe(root: Path) -> None:
     """`torchkiln verify` under emulation (every area but ddp): exit 0, nothing failed, the CUDA checks skipped
     with the reason (no GPU), the recipe comparison passed field by field (platform, BLAS, arch list among
     them)."""
     start = time.monotonic()
-    areas = " ".join(f"--area {a}" for a in AREAS)
+    areas = " ".join(f"--area {a}" for a in arm64root.AREAS_BUT_DDP)
     out = in_root(
         root,
         f"cd /tmp && python -m torchkiln verify --recipe {inside(REFERENCE)} --report /tmp/report {areas}",

@@ -20,7 +20,6 @@ at the end); the devel image is removed before the runtime image is built.
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -33,11 +32,11 @@ import pytest
 import realtrees
 from dists import manifest_for_upstream
 from imagekit import ROOT, cli_build, report, require
+from imagekit import devel_checks as run_devel_checks
 
 from torchkiln.images.engines import Buildah, Storage
-from torchkiln.images.platforms import image_platform, platform_named
+from torchkiln.images.platforms import platform_named
 from torchkiln.images.spec import image_tag
-from torchkiln.plan.make import make_plan
 from torchkiln.recipe.loader import load_recipe
 
 # Emulated: the devel image and its checks take about 17 minutes here, more than pytest-timeout's default 900 s.
@@ -49,16 +48,6 @@ PAIR = ("torch===2.13.0", "torchvision===0.28.0")
 AARCH64_WHEELS = "manylinux_2_28_aarch64"
 # qemu modelling Grace's 128-bit SVE (data/compat.toml qemu_cpu): at qemu's default NVPL's sgemm is wrong
 QEMU_CPU = platform_named("aarch64").qemu_cpu
-PLAN_ENV = ("CUDA_HOME", "CUDACXX", "NCCL_ROOT", "NCCL_INCLUDE_DIR", "NCCL_LIB_DIR", "TORCH_CUDA_ARCH_LIST")
-AREAS = (
-    "build_config",
-    "cuda_visibility",
-    "cudnn_determinism",
-    "amp",
-    "reproducibility",
-    "torchvision",
-    "release",
-)
 
 
 @pytest.fixture(scope="module")
@@ -106,36 +95,13 @@ def devel_image(engine: Buildah, storage_root: Path) -> str:
 def devel_checks(
     engine: Buildah, devel_image: str, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, list]:
-    recipe = load_recipe(DEVEL_RECIPE)
+    """tests/data/cuda_devel_checks.sh in the arm64 devel image, emulated, with upstream's aarch64 torch."""
     wheels = tmp_path_factory.mktemp("arm64-torch")
     torch = realtrees.pypi_wheel(PAIR[0], python_version="3.11", platform=AARCH64_WHEELS)
     shutil.copy(torch, wheels / torch.name)
-    plan_env = make_plan(recipe, only="torch").env_for("torch")
-    env = {name: plan_env[name] for name in PLAN_ENV}
-    env |= {
-        "KILN_CHECKOUT": "/mnt/checkout",
-        "KILN_WHEELS": "/mnt/wheels",
-        "KILN_CUDA": str(recipe.accelerator.cuda),
-        "KILN_TOOLKIT_TARGET": image_platform(recipe).toolkit_target,
-        "EXPECT_CUDNN": ".".join(str(recipe.accelerator.cudnn).split(".")[:3]),
-        "EXPECT_NCCL": str(recipe.accelerator.nccl),
-    }
-    start = time.monotonic()
-    done = engine.run(
-        devel_image,
-        ["bash", "/mnt/checkout/tests/data/cuda_devel_checks.sh"],
-        env=env,
-        mounts={ROOT: "/mnt/checkout", wheels: "/mnt/wheels"},
-        capture=True,
-        timeout=5400,
-        qemu_cpu=QEMU_CPU,
-    )
-    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-6000:]
-    report("arm64_devel_checks_seconds", round(time.monotonic() - start, 1))
-    sections: dict[str, list] = {}
-    for line in done.stdout.splitlines():
-        if match := re.match(r"^KILN (\w+) (\{.*\})$", line):
-            sections.setdefault(match[1], []).append(json.loads(match[2]))
+    recipe = load_recipe(DEVEL_RECIPE)
+    sections, seconds = run_devel_checks(engine, devel_image, recipe, wheels, timeout=5400, qemu_cpu=QEMU_CPU)
+    report("arm64_devel_checks_seconds", round(seconds, 1))
     return sections
 
 
@@ -196,7 +162,7 @@ def test_the_arm64_runtime_image_passes_verify_against_upstreams_aarch64_recipe(
     assert probe.stdout.split("\n")[:3] == ["aarch64", "no-compiler", "2.13.0+cu130 13.0"], probe.stdout
 
     start = time.monotonic()
-    areas = [arg for area in AREAS for arg in ("--area", area)]
+    areas = [arg for area in arm64root.AREAS_BUT_DDP for arg in ("--area", area)]
     verify = engine.run(
         image,
         ["python", "-m", "torchkiln", "verify", "--recipe", "/opt/torchkiln/recipe.toml",

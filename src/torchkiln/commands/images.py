@@ -23,7 +23,7 @@ from torchkiln.artifacts.signing import load_public_key
 from torchkiln.errors import EXIT_FAILURE, EXIT_OK, TorchkilnError, UsageError
 from torchkiln.files import atomic
 from torchkiln.images import rootfs
-from torchkiln.images.bake import BAKE_FILE, bake_text
+from torchkiln.images.bake import BAKE_FILE, bake_text, left_out
 from torchkiln.images.engines import ENGINES, BuildRequest, Engine, Storage, select_engine
 from torchkiln.images.platforms import ImagePlatform, emulation_problem, image_platform, image_platforms
 from torchkiln.images.rootfs import LocalBase, plan_debootstrap, plan_rootfs
@@ -235,11 +235,9 @@ def _bake(args: argparse.Namespace) -> int:
     text = bake_text(recipes, recipes_root=_relative_or_absolute(root))
     output = Path(args.output or BAKE_FILE)
     baked = len(recipes)
-    for recipe in recipes:
-        problem = next(filter(None, (image_problem(recipe, f) for f in FLAVOURS)), None)
-        if problem is not None:  # no targets for it (images.bake.bake_document): say why
-            print(f"{output}: leaves out {problem}", file=sys.stderr)
-            baked -= 1
+    for problem in filter(None, map(left_out, recipes)):  # no targets for it in the bake file: say why
+        print(f"{output}: leaves out {problem}", file=sys.stderr)
+        baked -= 1
     if args.check:
         current = output.read_text("utf-8") if output.exists() else ""
         if current != text:
@@ -438,12 +436,11 @@ def _machine_of(req: BuildRequest) -> ImagePlatform:
     return next(p for p in image_platforms() if p.oci == req.platform)
 
 
-def _check_emulation(engine: Engine, req: BuildRequest, base: LocalBase | None) -> None:
+def _check_emulation(engine: Engine, machine: ImagePlatform, base: LocalBase | None) -> None:
     """Refuse, before anything runs, an image for another machine that this host cannot emulate: buildah and
     podman run its RUN steps here, and debootstrap runs its base's second stage here (a docker daemon may be
     elsewhere, with emulation of its own, so a docker build alone is left to it)."""
     runs_here = engine.builds_here or (base is not None and base.debootstrap is not None)
-    machine = _machine_of(req)
     if runs_here and (problem := emulation_problem(machine)) is not None:
         raise UsageError(problem)
 
@@ -463,7 +460,8 @@ def _build(args: argparse.Namespace) -> int:
             print(base.describe())
         print(shlex.join(argv))
         return EXIT_OK
-    _check_emulation(engine, req, base)
+    machine = _machine_of(req)
+    _check_emulation(engine, machine, base)
     if args.engine != "auto" and not type(engine).usable(engine.executable):
         # auto already passed over an engine that cannot build; a named one is refused with the reason
         # (a docker CLI without buildx fails later with a bare "unknown flag: --file")
@@ -488,6 +486,5 @@ def _build(args: argparse.Namespace) -> int:
     print(f"{image}: built with {engine.name}" + (f", {size / 1e6:.0f} MB" if size else ""))
     if args.verify:
         keyed = req.build_args.get("KILN_PROVENANCE_KEY")
-        machine = _machine_of(req)
         _verify(engine, image, req.build_args.get("KILN_PROVENANCE", "") if keyed else "", machine)
     return EXIT_OK

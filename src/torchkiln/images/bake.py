@@ -89,6 +89,12 @@ def _target(recipe: Recipe, flavour: str, recipes_root: str) -> dict[str, Any]:
     return target
 
 
+def left_out(recipe: Recipe) -> str | None:
+    """Why ``recipe`` gets no targets (None: it gets all three): the first flavour torchkiln makes no image of
+    for it (recipe.compat.image_problem)."""
+    return next(filter(None, (image_problem(recipe, flavour) for flavour in FLAVOURS)), None)
+
+
 def bake_document(recipes: Iterable[Recipe], *, recipes_root: str = "recipes") -> dict[str, Any]:
     """The bake file as data: a devel, a wheels and a runtime target per recipe, a group per flavour.
 
@@ -97,9 +103,7 @@ def bake_document(recipes: Iterable[Recipe], *, recipes_root: str = "recipes") -
     linux/arm64). A recipe some flavour cannot be made for (recipe.compat.image_problem: an NVPL recipe has no
     wheels stage for its runtime image to take the wheels from) gets no targets.
     """
-    ordered = sorted(
-        (r for r in recipes if all(image_problem(r, f) is None for f in FLAVOURS)), key=lambda r: r.name
-    )
+    ordered = sorted((r for r in recipes if left_out(r) is None), key=lambda r: r.name)
     seen: dict[str, Recipe] = {}
     for recipe in ordered:
         tag = image_tag(recipe, "devel")

@@ -60,9 +60,8 @@ class BuildRequest:
     pull: bool = True  # False: only use base images already in local storage
     output: Path | None = None  # export the stage's files into this directory instead of storing an image
     platform: str = ""  # the image's OCI platform (linux/arm64); "" for the engine's own
-    emulated: bool = (
-        False  # the platform is another machine's: its RUN steps run through qemu-user (HOST_CPUS)
-    )
+    # the platform is another machine's: its RUN steps run through qemu-user (HOST_CPUS)
+    emulated: bool = False
 
     def args(self) -> list[str]:
         """The options every engine spells alike: file, platform, target, tags, build args, labels, named

@@ -67,9 +67,8 @@ def emulation_problem(target: ImagePlatform) -> str | None:
     registered for it with binfmt_misc)."""
     if target.native:
         return None
-    entry = (
-        f"qemu-{target.machines[0]}"  # what qemu-user-static registers (update-binfmts' name): qemu-aarch64
-    )
+    # what qemu-user-static registers (update-binfmts' name): qemu-aarch64
+    entry = f"qemu-{target.machines[0]}"
     registered = (BINFMT_DIR / entry).is_file()
     if registered and (BINFMT_DIR / entry).read_text().startswith("enabled"):
         return None
