@@ -1,7 +1,8 @@
 """Session fixtures: one environment store per test session (every ``torchkiln build`` a test starts shares it,
 as builders on one machine do, and none touches the user's ~/.cache); for the real image builds
 (tests/test_images_build.py, tests/test_images_cuda.py) one private buildah storage root and one
-debootstrapped Debian bookworm base per session, both removed at the end; upstream's real PyTorch 2.6.0 and
+debootstrapped Debian bookworm base per session, both removed at the end (the images each module builds
+are removed when it ends: ``own_images``); upstream's real PyTorch 2.6.0 and
 torchvision 0.21.0 release sources (tests/realtrees.py), extracted once per session."""
 
 from __future__ import annotations
@@ -83,6 +84,23 @@ def base_image(engine: Buildah, debootstrap_root: Path) -> str:
     assert engine.image_exists(BASE)
     report("base_seconds", round(time.monotonic() - start, 1))
     return BASE
+
+
+@pytest.fixture(scope="module")
+def own_images(engine: Buildah, base_image: str) -> Iterator[None]:
+    """The images and containers a test module made are removed when it ends, the base kept for the next
+    module. vfs keeps a whole copy of the root for every layer and container: left for the session, the CPU
+    and CUDA devel and runtime images held gigabytes through every later test (CI ran out of disk in the
+    torchvision build that came after them)."""
+    yield
+    runner.run(engine.command("rm", "--all"))
+    listed = runner.run(engine.command("images", "--all", "--noheading", "--no-trunc", "--format", "{{.ID}}"))
+    keep = runner.run(engine.command("images", "--noheading", "--no-trunc", "--format", "{{.ID}}", base_image))
+    kept = set(keep.stdout.split())
+    assert kept, f"the base image {base_image} is gone from the session's storage"
+    for image in dict.fromkeys(listed.stdout.split()):
+        if image not in kept:
+            runner.run(engine.command("rmi", "--force", image))
 
 
 @pytest.fixture(scope="session")

@@ -658,6 +658,12 @@ def test_torchvision_builds_after_torch_against_it(world, cold) -> None:
     assert seen["PYTORCH_VERSION"] == "2.13.0+cpu" == seen["torch_at_build"]
     assert seen["FORCE_CUDA"] == "0" and seen["TORCH_CUDA_ARCH_LIST"] is None
     assert seen["MAX_JOBS"] == "2" and seen["VIRTUAL_ENV"] == str(plan.paths.venv)
+    # torch's headers at one path whatever the Python (torchkiln.build.pythons.torch_in_place): the link in
+    # the work directory, to the build venv's torch
+    site = plan.paths.torch_site
+    assert seen["torch_include"] == str(site / "torch" / "include")
+    [venv_torch] = plan.paths.venv.glob("lib/python3.11/site-packages/torch")
+    assert (site / "torch").is_symlink() and (site / "torch").resolve() == venv_torch.resolve()
     # the recipe's [torchvision.features] defaults, every one set explicitly
     assert [seen[f"TORCHVISION_USE_{p}"] for p in ("PNG", "JPEG", "WEBP", "NVJPEG", "VIDEO_CODEC", "FFMPEG")] == [
         "1", "1", "1", "0", "0", "0"

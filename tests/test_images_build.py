@@ -45,7 +45,7 @@ from torchkiln.images.spec import image_tag
 from torchkiln.process import runner
 from torchkiln.recipe.loader import load_recipe
 
-pytestmark = [pytest.mark.buildah, pytest.mark.slow]
+pytestmark = [pytest.mark.buildah, pytest.mark.slow, pytest.mark.usefixtures("own_images")]
 
 CPU_RECIPE = ROOT / "recipes" / "torch-2.13-cpu-py311.toml"
 WHEEL_DIRS = (Path("/opt/wheels"), ROOT / "dist")

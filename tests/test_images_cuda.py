@@ -34,7 +34,7 @@ from torchkiln.images.spec import image_tag
 from torchkiln.process import runner
 from torchkiln.recipe.loader import load_recipe
 
-pytestmark = [pytest.mark.buildah, pytest.mark.slow]
+pytestmark = [pytest.mark.buildah, pytest.mark.slow, pytest.mark.usefixtures("own_images")]
 
 DEVEL_RECIPE = ROOT / "tests" / "data" / "cu130-devel-test.toml"
 REFERENCE = ROOT / "tests" / "reference" / "recipes" / "upstream-2.13.0-cu130-py311.toml"

@@ -4,6 +4,7 @@ The integration build (two Pythons, one manifest, cache hits) is tests/test_buil
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import tomllib
 from dataclasses import replace
@@ -14,9 +15,9 @@ import tomli_w
 from dists import manifest_of, pip_install_target, tiny_wheel
 
 from torchkiln.artifacts.manifest import WheelRecord
-from torchkiln.build.pythons import MARK, bring_in
+from torchkiln.build.pythons import MARK, bring_in, torch_in_place
 from torchkiln.cli import main
-from torchkiln.errors import RecipeError
+from torchkiln.errors import RecipeError, TorchkilnError
 from torchkiln.plan.jobs import GIB, Resources
 from torchkiln.plan.make import make_plan
 from torchkiln.plan.model import Step
@@ -181,6 +182,58 @@ def test_each_python_gets_its_own_build_dir_back_at_the_same_path(tmp_path: Path
     # already in place: nothing moves
     assert bring_in(_compile_step(tree, work, "3.11")) == []
     assert (build / "py311.o").read_text() == "311"
+
+
+def test_torchvisions_compile_takes_torch_from_one_path_for_every_python(tmp_path: Path) -> None:
+    recipe = parse_recipe(recipe_text({"versions": ["3.11", "3.12"]}).encode(), "x.toml")
+    plan = make_plan(recipe, workdir=tmp_path / "w", resources=BIG)
+    steps = {s.name: s for s in plan.steps}
+    site = str(tmp_path / "w" / "torch-site")
+    for name in ("torchvision:wheel", "torchvision:wheel@3.12"):
+        assert steps[name].torch_site == site and steps[name].env["PYTHONPATH"] == site
+    assert steps["torchvision:wheel@3.12"].env["VIRTUAL_ENV"] == str(tmp_path / "w" / "venv-3.12")
+    # torch's own build is CMake's: its headers are in the tree, nothing to link
+    assert steps["torch:wheel"].torch_site == "" and "PYTHONPATH" not in steps["torch:wheel"].env
+
+
+def _venv_with_torch(venv: Path, python: str, marker: str) -> Path:
+    torch = venv / "lib" / f"python{python}" / "site-packages" / "torch"
+    torch.mkdir(parents=True)
+    (torch / "__init__.py").write_text(f"WHICH = {marker!r}\n")
+    return torch
+
+
+def test_the_compiling_pythons_torch_is_the_one_imported_from_the_shared_path(tmp_path: Path) -> None:
+    """Real imports through the link (what cpp_extension's __file__-relative include paths read): each
+    Python's compile re-points it to its own venv's torch, by a rename, and a venv without torch is an error
+    naming the step and the venv."""
+    site = tmp_path / "w" / "torch-site"
+    torches = {py: _venv_with_torch(tmp_path / f"venv-{py}", py, py) for py in ("3.11", "3.12")}
+
+    def step(py: str) -> Step:
+        env = {"VIRTUAL_ENV": str(tmp_path / f"venv-{py}"), "PYTHONPATH": str(site)}
+        return Step(f"torchvision:wheel@{py}", "compile", "torchvision", ("true",), env, torch_site=str(site))
+
+    def imported() -> list[str]:
+        probe = "import torch, os; print(torch.WHICH, os.path.abspath(torch.__file__))"
+        done = subprocess.run(
+            [sys.executable, "-c", probe], env={"PYTHONPATH": str(site)}, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split()
+
+    assert torch_in_place(step("3.11")) == f"torch at {site / 'torch'} -> {torches['3.11']}"
+    assert imported() == ["3.11", str(site / "torch" / "__init__.py")]
+    assert torch_in_place(step("3.11")) is None  # already this venv's
+    assert torch_in_place(step("3.12")) is not None
+    assert imported() == ["3.12", str(site / "torch" / "__init__.py")]
+    assert sorted(p.name for p in site.iterdir()) == ["torch"]  # no temporary link left
+    bare = tmp_path / "venv-3.13"
+    (bare / "lib" / "python3.13" / "site-packages").mkdir(parents=True)
+    no_torch = replace(step("3.12"), name="torchvision:wheel@3.13", env={"VIRTUAL_ENV": str(bare)})
+    with pytest.raises(TorchkilnError, match=r"torchvision:wheel@3.13: expected one torch in .*venv-3.13"):
+        torch_in_place(no_torch)
+    assert imported()[0] == "3.12"  # the link is left as it was
 
 
 @pytest.fixture(scope="module")

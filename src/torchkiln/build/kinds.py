@@ -92,7 +92,7 @@ from .fingerprint import (
 from .memory import Resume
 from .progress import CompileProgress, PhaseTracker
 from .publish import publish
-from .pythons import bring_in
+from .pythons import bring_in, torch_in_place
 from .reconfigure import reconfigure
 from .vision_watch import VisionWatcher
 from .watch import Contradiction, Expectations, SummaryWatcher, Watcher
@@ -431,6 +431,9 @@ class CompileKind(StepKind):
         super().prepare(step, ctx)
         for moved in bring_in(step):  # a build for several Pythons: this Python's build/ into the tree
             ctx.display.note(f"{step.name}: {moved}")
+        linked = torch_in_place(step)  # torchvision: the build venv's torch where cpp_extension looks
+        if linked is not None:
+            ctx.display.note(f"{step.name}: {linked}")
         session = ctx.open_cache(step)
         for directory in map(Path, step.scratch):
             if ctx.options.force and directory.is_dir() and not directory.is_symlink():

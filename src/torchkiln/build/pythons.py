@@ -9,6 +9,16 @@ parked under the work directory (``<workdir>/builds/<python>/<project>/build``, 
 while another Python's is in the tree, and moved back before its own compile step: every Python compiles at
 the same paths, the units that do not include Python.h have the same command lines (hits), and each Python
 keeps its incremental build.
+
+torchvision compiles through ``torch.utils.cpp_extension``, which puts the build venv's torch headers on every
+command line (``-I<venv>/lib/python3.12/site-packages/torch/include``): a path that differs per Python, and
+ccache (in direct and preprocessor mode alike) misses a header it saw at another path. So torchvision's compile
+imports torch from one directory for every Python (``Paths.torch_site`` on its PYTHONPATH), where
+:func:`torch_in_place` links the compiling Python's torch first: ``-I<workdir>/torch-site/torch/include``
+for every Python. A unit that does not include Python.h then preprocesses to the same text, and ccache's
+preprocessor mode (which does not hash ``-I``: the Python's include directory differs) serves it, when the
+Python's own compile flags are the same: setuptools passes the interpreter's CFLAGS, and CPython 3.11 gives
+``-fwrapv`` where 3.12 and later give ``-fno-strict-overflow``, so 3.11 and 3.12 never share an object.
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ import os
 import shutil
 from pathlib import Path
 
+from torchkiln.errors import TorchkilnError
 from torchkiln.files import atomic
 from torchkiln.plan.model import Step
 
@@ -64,3 +75,28 @@ def _move(source: Path, target: Path) -> None:
         shutil.rmtree(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(str(source), str(target))
+
+
+def torch_in_place(step: Step) -> str | None:
+    """Link ``<torch_site>/torch`` to the torch of ``step``'s build venv (``VIRTUAL_ENV``), replacing the link
+    another Python left (a rename: never a moment without one); returns what was linked, for the display.
+    Nothing for a step without ``torch_site``, or when the link is already this venv's."""
+    if not step.torch_site:
+        return None
+    venv = Path(step.env["VIRTUAL_ENV"])
+    found = sorted(p.parent for p in venv.glob("lib/python3*/site-packages/torch/__init__.py"))
+    if len(found) != 1:
+        raise TorchkilnError(
+            f"{step.name}: expected one torch in {venv}/lib/python3*/site-packages, found {len(found)} "
+            "(the torch install step puts it there: run the build again with --force)"
+        )
+    link, target = Path(step.torch_site) / "torch", found[0]
+    if link.is_symlink() and Path(os.readlink(link)) == target:
+        return None
+    link.parent.mkdir(parents=True, exist_ok=True)
+    temporary = link.with_name(f".torch.{os.getpid()}")
+    if os.path.lexists(temporary):
+        temporary.unlink()
+    temporary.symlink_to(target, target_is_directory=True)
+    os.replace(temporary, link)
+    return f"torch at {link} -> {target}"

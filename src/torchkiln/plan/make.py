@@ -342,6 +342,10 @@ def _build_steps(
                 steps.append(launchers)
                 path_prepend = (str(Path(str(launchers.creates)).parent), *path_prepend)
         src = source.path
+        env = {"VIRTUAL_ENV": str(paths.venv), **project_env(project, ctx)}
+        torch_site = str(paths.torch_site) if project == "torchvision" else ""
+        if torch_site:
+            env["PYTHONPATH"] = torch_site  # torch_in_place: cpp_extension's -I paths, one for every Python
         steps.append(
             Step(
                 f"{project}:wheel",
@@ -358,12 +362,13 @@ def _build_steps(
                     "--",
                     str(src),
                 ),
-                {"VIRTUAL_ENV": str(paths.venv), **project_env(project, ctx)},
+                env,
                 str(src),
                 path_prepend,
                 cache_env=planned_cache,
                 wheels=str(paths.wheelhouse / project),
                 scratch=(str(src / "build"),),
+                torch_site=torch_site,
             )
         )
     return steps

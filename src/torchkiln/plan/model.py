@@ -87,6 +87,12 @@ class Paths:
     def check_venv(self) -> Path:
         return self.workdir / f"check-venv{self._tag}"
 
+    @property
+    def torch_site(self) -> Path:
+        """One directory for every Python of the build, on torchvision's compile PYTHONPATH, holding ``torch``:
+        a link to the torch of the Python compiling (torchkiln.build.pythons.torch_in_place)."""
+        return self.workdir / "torch-site"
+
     def parked(self, python: str, project: str) -> Path:
         """Where a several-Python build keeps ``project``'s in-tree build directory of ``python`` while another
         Python's is in the tree (torchkiln.build.pythons): under the work directory, so under the cache's
@@ -141,6 +147,9 @@ class Step:
     # Python's are in the tree (torchkiln.build.pythons; "" when not parked).
     python: str = ""
     parked: str = ""
+    # torchvision's compile: the directory on its PYTHONPATH where the build venv's torch is linked before it
+    # runs, so torch.utils.cpp_extension puts torch's headers at one path for every Python ("": none).
+    torch_site: str = ""
 
     @property
     def shown_env(self) -> dict[str, str]:
