@@ -95,7 +95,9 @@ def own_images(engine: Buildah, base_image: str) -> Iterator[None]:
     yield
     runner.run(engine.command("rm", "--all"))
     listed = runner.run(engine.command("images", "--all", "--noheading", "--no-trunc", "--format", "{{.ID}}"))
-    keep = runner.run(engine.command("images", "--noheading", "--no-trunc", "--format", "{{.ID}}", base_image))
+    keep = runner.run(
+        engine.command("images", "--noheading", "--no-trunc", "--format", "{{.ID}}", base_image)
+    )
     kept = set(keep.stdout.split())
     assert kept, f"the base image {base_image} is gone from the session's storage"
     for image in dict.fromkeys(listed.stdout.split()):
