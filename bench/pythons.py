@@ -8,6 +8,12 @@ Two trees (``--tree``):
   ``<iostream>`` and a few containers instantiated: about a second of cc1plus each), so that the compile, not
   CMake's configure, is what a Python costs. Built as torch (``--only torch --source-dir torch=<copy>``,
   ``--skip-checks``) with the test recipe (tests/data/ext-cpu-test.toml) and ``python.versions``.
+* ``torchvision-0.21``: upstream's real torchvision 0.21.0 tree (Debian's orig tarball, tests/realtrees.py)
+  against upstream's torch 2.6.0+cu124 for each Python (``--torch torch==2.6.0``), with the recipe
+  tests/data/vision-0.21-cu124-test.toml (one arch, the codecs): its C++ ops and codecs through
+  cpp_extension and the plan's ccache launchers, its 6 CUDA files through nvcc 12.4 (tests/cudakit.py, bound
+  at /usr/local/cuda-12.4 in a bubblewrap sandbox; nvcc's units are not cached: torch 2.6 puts no launcher
+  in front of nvcc), then the image extension. Preflight runs (a real tree).
 * ``vision_like`` (torchvision's shape): tests/data/vision_like (44 units through torch.utils.cpp_extension
   and ninja, each including ATen headers, one including torch/extension.h and so Python.h), built as
   torchvision (``--only torchvision``) against upstream's torch 2.13.0 for each Python (``--torch
@@ -59,10 +65,11 @@ TREE = ROOT / "tests" / "data" / "pythons_project"
 BASE_RECIPE = ROOT / "tests" / "data" / "ext-cpu-test.toml"
 VISION_TREE = ROOT / "tests" / "data" / "vision_like"
 VISION_RECIPE = ROOT / "recipes" / "torch-2.13-cu130-py312.toml"
-VISION_TORCH = (
-    "torch===2.13.0"  # upstream's CUDA 13.0 build, for every Python (=== : never a +cpu local build)
-)
+# upstream's CUDA 13.0 build, for every Python (===: never a +cpu local build)
+VISION_TORCH = "torch===2.13.0"
+REAL_VISION_RECIPE = ROOT / "tests" / "data" / "vision-0.21-cu124-test.toml"
 PYTHONS = ("3.11", "3.12", "3.13")
+TREES = ("pythons", "vision_like", "torchvision-0.21")
 HEAVY_UNIT = """#include <iostream>
 #include <map>
 #include <regex>
@@ -116,6 +123,7 @@ class Tree:
     recipe: Callable[[Path, tuple[str, ...]], Path]
     args: tuple[str, ...]
     description: str
+    prefix: tuple[str, ...] = ()  # what runs the build (a sandbox)
 
 
 def pythons_tree(heavy: int) -> Tree:
@@ -167,6 +175,37 @@ def vision_tree() -> Tree:
     )
 
 
+def real_vision_tree(scratch: Path) -> Tree:
+    sys.path.insert(0, str(ROOT / "tests"))
+    import cudakit  # noqa: PLC0415 - the tests' helpers: the Debian tarball and CUDA 12.4.1, cached
+    import realtrees  # noqa: PLC0415
+
+    extracted = realtrees.extract(realtrees.VISION_0_21_0, scratch / "upstream")
+
+    def fresh(path: Path) -> Path:
+        return Path(shutil.copytree(extracted, path, symlinks=True))
+
+    def recipe(scratch: Path, versions: tuple[str, ...]) -> Path:
+        doc = tomllib.loads(REAL_VISION_RECIPE.read_text())
+        doc["recipe"]["name"] = f"bench-vision-0.21-{len(versions)}"
+        doc["python"] = {"versions": list(versions)}
+        path = scratch / f"bench-vision-0.21-{len(versions)}.toml"
+        path.write_text(tomli_w.dumps(doc))
+        return path
+
+    args = ("--only", "torchvision", "--torch", "torch==2.6.0", "--skip-checks")
+    description = "torchvision 0.21.0 (Debian's orig tarball), torch 2.6.0+cu124, one arch (8.0)"
+    return Tree(
+        "torchvision-0.21",
+        "torchvision",
+        fresh,
+        recipe,
+        args,
+        description,
+        tuple(cudakit.sandbox(cudakit.toolkit())),
+    )
+
+
 def host_gcc() -> int:
     done = subprocess.run(["gcc", "-dumpversion"], capture_output=True, text=True, check=True)
     return int(done.stdout.split(".")[0])
@@ -187,7 +226,7 @@ def build(
     argv += ["--source-dir", f"{tree.project}={builder / 'src'}", "--workdir", str(builder / "work")]
     argv += ["--dist", str(builder / "dist"), "--jobs", str(jobs), "--cache", "ccache"]
     argv += ["--cache-dir", str(builder / "ccache"), "--env-store", str(scratch / "envs")]
-    seconds, manifest = torchkiln_build(name, argv, env, builder / "dist")
+    seconds, manifest = torchkiln_build(name, argv, env, builder / "dist", tree.prefix)
     steps = {s["name"]: s for s in manifest["steps"]}
     wheel = f"{tree.project}:wheel"
     compiles = {
@@ -223,14 +262,20 @@ def compile_flags(env: dict[str, str]) -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2, help="MAX_JOBS for every build (2)")
-    parser.add_argument("--tree", choices=("pythons", "vision_like"), default="pythons", help="(pythons)")
+    parser.add_argument("--tree", choices=TREES, default="pythons", help="(pythons)")
+    parser.add_argument(
+        "--no-one-build",
+        action="store_true",
+        help="leave out the last row (the three Pythons in one cold build)",
+    )
     parser.add_argument("--heavy", type=int, default=24, help="pythons: heavy core units added (24)")
     parser.add_argument("--scratch", type=Path, default=None, help="where the trees and caches go")
     parser.add_argument("--results", type=Path, default=None, help="results JSON (bench/results/...)")
     args = parser.parse_args(argv)
     require("ccache", "ninja", "cmake")
-    tree = pythons_tree(args.heavy) if args.tree == "pythons" else vision_tree()
     scratch = Path(tempfile.mkdtemp(prefix="kiln-pythons-", dir=args.scratch))
+    trees = {"pythons": lambda: pythons_tree(args.heavy), "vision_like": vision_tree}
+    tree = trees.get(args.tree, lambda: real_vision_tree(scratch))()
     started = dt.datetime.now(dt.UTC)
     env = {**os.environ, "PATH": f"{python_dir(scratch, PYTHONS)}{os.pathsep}{tool_path()}"}
     a = scratch / "a"
@@ -243,14 +288,15 @@ def main(argv: list[str] | None = None) -> int:
     first = rows[0]["compile"][PYTHONS[0]]["seconds"]
     for r, python in zip(rows[1:], PYTHONS[1:], strict=True):
         r["fraction_of_first"] = round(r["compile"][python]["seconds"] / first, 3)
-    console.print("[bold]the three Pythons in one build[/bold] (fresh work directory, empty cache)")
-    b = scratch / "b"
-    tree.fresh(b / "src")
-    rows.append(build("one build, three Pythons, cold", scratch, b, tree, PYTHONS, args.jobs, env))
-    one = rows[-1]["compile"]
-    rows[-1]["fraction_of_first"] = {
-        p: round(one[p]["seconds"] / one[PYTHONS[0]]["seconds"], 3) for p in PYTHONS[1:]
-    }
+    if not args.no_one_build:
+        console.print("[bold]the three Pythons in one build[/bold] (fresh work directory, empty cache)")
+        b = scratch / "b"
+        tree.fresh(b / "src")
+        rows.append(build("one build, three Pythons, cold", scratch, b, tree, PYTHONS, args.jobs, env))
+        one = rows[-1]["compile"]
+        rows[-1]["fraction_of_first"] = {
+            p: round(one[p]["seconds"] / one[PYTHONS[0]]["seconds"], 3) for p in PYTHONS[1:]
+        }
     results = {
         "benchmark": "pythons",
         "started": started.isoformat(timespec="seconds"),

@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -63,13 +63,13 @@ def require(*tools: str) -> None:
 
 
 def torchkiln_build(
-    name: str, argv: list[str], env: dict[str, str], dist: Path
+    name: str, argv: list[str], env: dict[str, str], dist: Path, prefix: Sequence[str] = ()
 ) -> tuple[float, dict[str, Any]]:
-    """``python -m torchkiln build <argv>``: its wall time and the manifest it published in ``dist``; a failed
-    build stops the benchmark with the end of its output."""
+    """``python -m torchkiln build <argv>`` (run by ``prefix``: a sandbox): its wall time and the manifest it
+    published in ``dist``; a failed build stops the benchmark with the end of its output."""
     start = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "torchkiln", "build", *argv],
+        [*prefix, sys.executable, "-m", "torchkiln", "build", *argv],
         env=env,
         capture_output=True,
         text=True,

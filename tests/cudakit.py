@@ -113,3 +113,30 @@ def toolkit() -> Path:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return target
+
+
+# The plan's CUDA_HOME for the toolkit (torchkiln.plan.environment: /usr/local/cuda-X.Y)
+CUDA_HOME = Path(f"/usr/local/cuda-{CUDA}")
+
+
+def sandbox(toolkit: Path, *, hide_libpng: bool = False) -> list[str]:
+    """bubblewrap: the host as it is, with /usr/local a fresh tmpfs holding the host's own entries and the
+    toolkit at /usr/local/cuda-12.4; with ``hide_libpng``, libpng-config not executable and no png.h."""
+    require(shutil.which("bwrap") is not None, "bubblewrap is not installed (apt-get install bubblewrap)")
+    # --unshare-pid, --die-with-parent: nothing of the build outlives the test (a timeout kills it all)
+    argv = ["bwrap", "--unshare-pid", "--die-with-parent", "--bind", "/", "/", "--dev", "/dev"]
+    argv += ["--proc", "/proc", "--tmpfs", "/usr/local"]
+    for entry in sorted(Path("/usr/local").iterdir()):
+        if entry == CUDA_HOME:
+            continue
+        if entry.is_symlink():
+            argv += ["--symlink", os.readlink(entry), str(entry)]
+        else:
+            argv += ["--bind", str(entry), str(entry)]
+    argv += ["--ro-bind", str(toolkit), str(CUDA_HOME)]
+    if hide_libpng:
+        config = shutil.which("libpng-config")
+        require(config is not None, "libpng-dev is not installed (CI installs it)")
+        argv += ["--ro-bind", "/dev/null", str(Path(config).resolve())]  # libpng16-config: not executable
+        argv += ["--tmpfs", "/usr/include/libpng16"]  # png.h (and /usr/include/png.h, its link) gone
+    return argv

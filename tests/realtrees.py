@@ -32,6 +32,8 @@ from pathlib import Path
 
 from imagekit import require
 
+from torchkiln.files import shared
+
 ARCHIVE = os.environ.get("TORCHKILN_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 
 
@@ -162,6 +164,9 @@ def pypi_venv(requirement: str, *, extra: tuple[str, ...] = ()) -> Path:
     if done.returncode != 0:
         shutil.rmtree(target, ignore_errors=True)
         require(False, f"pip install {wheel.name} {' '.join(extra)}: {done.stderr[-500:]}")
+    # its torch and NVIDIA wheels: one copy with the builds' venvs in the test cache's environment store
+    # (tests/test_vision_build.py keeps its venvs there), as the store shares them between its own entries
+    shared.share_identical(target, cache_dir() / "envs" / ".objects")
     whole.write_text(requirement + "\n")
     return python
 

@@ -69,14 +69,16 @@ WHEEL = "kiln_ext-2.13.0+cpu-cp311-cp311-linux_x86_64.whl"
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+    """The module's builders (removed when it ends: their venvs and trees are gigabytes)."""
     for tool in ("ccache", "ninja", "c++", PYTHON):
         need(tool)
     root = tmp_path_factory.mktemp("build")
     # no build venv made here: the plans get torch through a step of their own (kiln_with_torch)
     recipe = root / "ext-cpu-test.toml"
     recipe.write_text(recipe_text())
-    return {"root": root, "work": root / "work", "recipe": recipe}
+    yield {"root": root, "work": root / "work", "recipe": recipe}
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def scenario(world: dict[str, Path], name: str, *, source_edit: str | None = None) -> dict[str, Path]:
@@ -682,8 +684,9 @@ CPU_RECIPE = ROOT / "recipes" / "torch-2.13-cpu-py311.toml"
 
 
 @pytest.fixture(scope="module")
-def wheel_world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A workdir whose wheelhouse holds upstream's torch 2.13.0+cpu wheel, as if the torch step built it."""
+def wheel_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+    """A workdir whose wheelhouse holds upstream's torch 2.13.0+cpu wheel, as if the torch step built it
+    (removed when the module ends)."""
     need(PYTHON)
     root = tmp_path_factory.mktemp("postcheck")
     wheelhouse = root / "work" / "wheelhouse" / "torch"
@@ -702,7 +705,8 @@ def wheel_world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         check=True,
     )
     (wheel,) = wheelhouse.glob("torch-2.13.0+cpu-*.whl")
-    return {"root": root, "work": root / "work", "wheel": wheel}
+    yield {"root": root, "work": root / "work", "wheel": wheel}
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def checks_only(world: dict[str, Path], text: bytes, name: str):

@@ -14,6 +14,7 @@ import argparse
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -476,3 +477,55 @@ def test_a_venv_changed_by_hand_after_the_build_is_made_again_and_not_kept(tmp_p
     assert entries(store) == kept and stored_distributions(store) == {"tinydep-1.0.dist-info"}
     third, _ = build(plan)
     assert third.ran == [], "a venv as the build left it is unchanged: a no-op stays a no-op"
+
+
+# --- large identical files, one copy (torchkiln.files.shared) ------------------------------------------
+
+
+def _venv_with(path: Path, files: dict[str, bytes], mode: int = 0o644) -> Path:
+    """A real venv with ``files`` written into its site-packages, each a new file (as pip writes them)."""
+    make_venv(path)
+    [site] = path.glob("lib/python*/site-packages")
+    for name, data in files.items():
+        (site / name).write_bytes(data)
+        (site / name).chmod(mode)
+    return site
+
+
+def test_entries_share_one_copy_of_the_large_files_they_have_in_common(tmp_path: Path) -> None:
+    """Two venvs made apart with the same 3 MiB library (each Python's NVIDIA wheels, a check venv's torch):
+    kept under two keys, both entries and both work-directory venvs are one inode; a file that differs, a
+    small one, a .py and one of another mode keep their own. Removing every tree that used an object lets
+    the next keep sweep it."""
+    lib, other = os.urandom(3 << 20), os.urandom(3 << 20)
+    same = {"libbig.so": lib, "small.so": b"x" * 1000, "gen.py": lib}
+    a = _venv_with(tmp_path / "w1" / "venv", {**same, "differs.so": other})
+    b = _venv_with(tmp_path / "w2" / "venv", {**same, "differs.so": os.urandom(3 << 20)})
+    c = _venv_with(tmp_path / "w3" / "venv", {"libbig.so": lib}, mode=0o755)
+    store = EnvStore(tmp_path / "store")
+    venvs = [site.parents[2] for site in (a, b, c)]
+    entries = [store.keep(k, v, {}, "build-env:deps", {}) for k, v in zip("abc", venvs, strict=True)]
+    kept = [
+        Path(str(e), "venv", site.relative_to(v))
+        for e, site, v in zip(entries, (a, b, c), venvs, strict=True)
+    ]
+
+    def inode(path: Path) -> int:
+        return os.stat(path).st_ino
+
+    one = {inode(d / "libbig.so") for d in (a, b, kept[0], kept[1])}
+    assert len(one) == 1 and os.stat(a / "libbig.so").st_nlink == 5  # 2 venvs, 2 entries, the object
+    assert (a / "libbig.so").read_bytes() == lib == (b / "libbig.so").read_bytes()
+    assert inode(a / "differs.so") != inode(b / "differs.so")
+    assert inode(a / "small.so") != inode(b / "small.so")
+    assert inode(a / "gen.py") != inode(b / "gen.py")
+    assert inode(c / "libbig.so") not in one and (c / "libbig.so").stat().st_mode & 0o777 == 0o755
+    objects = sorted(p for p in store.objects.rglob("*") if p.is_file())
+    assert len(objects) == 3  # libbig.so, each differs.so (the 0755 libbig.so: its own copy, no object)
+    # every tree that used b's differs.so gone: the next keep sweeps its object, and only it
+    for gone in (tmp_path / "w2", Path(str(entries[1]))):
+        shutil.rmtree(gone)
+    d = _venv_with(tmp_path / "w4" / "venv", {"libbig.so": lib})
+    store.keep("d", d.parents[2], {}, "build-env:deps", {})
+    assert len(sorted(p for p in store.objects.rglob("*") if p.is_file())) == 2
+    assert inode(d / "libbig.so") in one

@@ -10,7 +10,9 @@ and the key of the step before it on the same venv. A step whose key is in the s
 venv is cloned into place instead, and what the step recorded (its outputs) is taken over.
 
 Copies are hard links (one inode per file, whatever the number of work directories), made with the
-filesystem's own ``cp --archive --link``, falling back to a real copy across filesystems. A venv is not
+filesystem's own ``cp --archive --link``, falling back to a real copy across filesystems. Entries made by
+different steps share their large identical files too (``.objects/``, torchkiln.files.shared): the torch and
+NVIDIA wheels that each Python's build venv and each check venv install again are one copy on disk. A venv is not
 relocatable: the files that name its own path (``bin/`` scripts' ``#!`` lines, ``activate``,
 ``pyvenv.cfg``) are rewritten for the new path, each as a new file, so the store's inode is never changed.
 Nothing runs from the store itself, so removing it (``rm -rf``) at any time between builds is safe; it is
@@ -41,6 +43,7 @@ from typing import Any
 
 from torchkiln.cache.config import default_cache_dir
 from torchkiln.errors import name_path, remember_space
+from torchkiln.files import shared
 from torchkiln.files.digests import digest
 
 __all__ = [
@@ -232,6 +235,12 @@ class EnvStore:
     def __init__(self, root: Path) -> None:
         self.root = root
 
+    @property
+    def objects(self) -> Path:
+        """One copy of each large file the entries hold (torchkiln.files.shared): entries and work
+        directories' venvs link to it."""
+        return self.root / ".objects"
+
     def key(self, parts: Mapping[str, Any]) -> str:
         return digest({"format": FORMAT, **parts})
 
@@ -304,6 +313,10 @@ class EnvStore:
         tmp = Path(tempfile.mkdtemp(prefix=f".{key[:16]}.", dir=self.root))
         try:
             clone_tree(venv, tmp / "venv")
+            # the same large files as other entries (torch, the NVIDIA wheels of every Python's venvs): one
+            # copy, in the entry and in the work directory's venv
+            shared.sweep(self.objects)
+            shared.share_identical(tmp / "venv", self.objects, also=venv)
             (tmp / "files").mkdir()
             for name, path in files.items():
                 shutil.copy2(path, tmp / "files" / name)

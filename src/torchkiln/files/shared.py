@@ -1,0 +1,130 @@
+"""Identical files made one: hard links to one copy per content, kept in a directory of objects by sha256.
+
+The environment store keeps venvs that hold the same large files again and again: each Python's build venv
+and check venv of a several-Python build install the same NVIDIA libraries (py3-none wheels, 3 to 4 GB for
+CUDA 12 and 13), and a torchvision build's build venv and check venv the same torch (5.3 GiB for
+torch 2.6.0+cu124 with its NVIDIA wheels, measured with du). pip installs each as new files, so without this
+a store of a few builds is tens of gigabytes of copies.
+
+:func:`share_identical` links every large regular file of a tree to the object of its content
+(``<objects>/<sha256[:2]>/<sha256>``), making the object from the first file that has that content. A file is
+only ever *replaced* by a link (a new name renamed over the old: the content at that path is the same before
+and after, and no inode is written to), so it is as safe as the store's own links: pip removes a file before
+it writes one (it may be a hard link), and nothing runs from the store. Files whose mode or owner differ from
+the object's keep their own copy (a link shares them), and ``.py`` files are left alone (their mtime is what
+a ``.pyc`` is checked against; a link takes the object's).
+
+An object whose only link is its own (every tree that used it removed) is garbage: :func:`sweep` removes
+those. A builder racing another's sweep loses nothing: linking to an object that has just gone fails, and the
+file keeps its own copy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from torchkiln.files.digests import file_sha256
+
+# Below this, the link saves less than the hashing costs (venvs hold tens of thousands of small files).
+MIN_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class Shared:
+    """What :func:`share_identical` did: files now linked to an object another file made, and their bytes."""
+
+    files: int = 0
+    bytes: int = 0
+
+
+def _object(objects: Path, path: Path) -> Path:
+    sha = file_sha256(path)
+    return objects / sha[:2] / sha
+
+
+def _link_over(source: Path, target: Path) -> bool:
+    """``target`` becomes a hard link to ``source`` by a rename (never a moment without ``target``); False
+    when ``source`` is gone (swept) or the link is refused."""
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.link")
+    try:
+        os.link(source, temporary)
+    except OSError:
+        return False
+    try:
+        os.replace(temporary, target)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        return False
+    return True
+
+
+def _same_kind(a: os.stat_result, b: os.stat_result) -> bool:
+    return (a.st_size, a.st_mode, a.st_uid, a.st_gid) == (b.st_size, b.st_mode, b.st_uid, b.st_gid)
+
+
+def share_identical(
+    tree: Path, objects: Path, *, also: Path | None = None, min_bytes: int = MIN_BYTES
+) -> Shared:
+    """Link each regular file of ``tree`` of ``min_bytes`` or more to the object of its content under
+    ``objects`` (on ``tree``'s filesystem). ``also``: a tree whose files at the same relative paths are hard
+    links to ``tree``'s (the venv ``tree`` was cloned from): each is linked to the object too, or the space
+    would stay taken there. Returns what was shared with files that were there before."""
+    files = saved = 0
+    for directory, _dirs, names in os.walk(tree):
+        for name in names:
+            path = Path(directory, name)
+            st = os.lstat(path)
+            if not stat.S_ISREG(st.st_mode) or st.st_size < min_bytes or name.endswith(".py"):
+                continue
+            target = _object(objects, path)
+            try:
+                found = os.stat(target)
+            except FileNotFoundError:
+                found = None
+            if found is not None and found.st_ino == st.st_ino and found.st_dev == st.st_dev:
+                continue  # already the object
+            if found is None:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                try:
+                    os.link(path, target)
+                    continue  # this file is the object now
+                except FileExistsError:  # another builder made it first
+                    found = os.stat(target)
+                except OSError as exc:
+                    if exc.errno in (errno.EXDEV, errno.EPERM, errno.EMLINK):
+                        continue
+                    raise
+            if not _same_kind(found, st):
+                continue
+            twin = Path(also, path.relative_to(tree)) if also is not None else None
+            if not _link_over(target, path):
+                continue
+            files, saved = files + 1, saved + st.st_size
+            if twin is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    tw = os.lstat(twin)
+                    if (tw.st_ino, tw.st_dev) == (st.st_ino, st.st_dev):
+                        _link_over(target, twin)
+    return Shared(files, saved)
+
+
+def sweep(objects: Path) -> int:
+    """Remove the objects no tree links to any more (a link count of one: the object's own). Returns how
+    many."""
+    removed = 0
+    if not objects.is_dir():
+        return 0
+    for directory, _dirs, names in os.walk(objects):
+        for name in names:
+            path = Path(directory, name)
+            with contextlib.suppress(FileNotFoundError):
+                if os.lstat(path).st_nlink == 1:
+                    path.unlink()
+                    removed += 1
+    return removed
