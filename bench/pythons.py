@@ -15,8 +15,8 @@ Two trees (``--tree``):
   at /usr/local/cuda-12.4 in a bubblewrap sandbox; nvcc's units are not cached: torch 2.6 puts no launcher
   in front of nvcc), then the image extension. Preflight runs (a real tree).
 * ``vision_like`` (torchvision's shape): tests/data/vision_like (44 units through torch.utils.cpp_extension
-  and ninja, each including ATen headers, one including torch/extension.h and so Python.h), built as
-  torchvision (``--only torchvision``) against upstream's torch 2.13.0 for each Python (``--torch
+  and ninja, each including ATen headers; two, vision.cpp and io/image.cpp, include torch/extension.h and
+  so Python.h), built as torchvision (``--only torchvision``) against upstream's torch 2.13.0 for each Python (``--torch
   torch===2.13.0``: the CUDA 13.0 build on PyPI, the same build for every Python, with the recipe
   recipes/torch-2.13-cu130-py312.toml made CPU-compile-only: no codecs, this host's gcc). Every unit gets
   the Python's own compile flags from setuptools (sysconfig's CFLAGS): CPython 3.11's ``-fwrapv`` is 3.12's
@@ -171,7 +171,7 @@ def vision_tree() -> Tree:
         fresh,
         recipe,
         args,
-        "tests/data/vision_like (44 units, 1 with Python.h)",
+        "tests/data/vision_like (44 units, 2 with Python.h)",
     )
 
 
