@@ -144,6 +144,14 @@ def reference(session: nox.Session, pair: str) -> None:
         vision_req,
     )
     session.install("-e", ".[test]", *sorted(str(w) for w in wheels.glob("*.whl")))
+    # Each pair's venv holds 5.5 to 6.3 GB of torch and NVIDIA wheels, the pairs many of the same files: one
+    # copy of those in .nox (the environment store's way, torchkiln.files.shared), CI's disk being finite.
+    from torchkiln.files.shared import share_identical, sweep  # noqa: PLC0415 - stdlib only
+
+    objects = ROOT / ".nox" / ".objects"
+    sweep(objects)
+    shared = share_identical(Path(session.virtualenv.location), objects)
+    session.log(f"{shared.files} files ({shared.bytes / 2**30:.1f} GiB) linked to copies other sessions have")
     # ... and signed: SBOMs and a provenance statement over them (a key made for this run), so verify's
     # --provenance checks (signature, subjects, byproducts) run on them too.
     keys = tmp / f"keys-{pair}"
