@@ -102,7 +102,7 @@ def own_images(engine: Buildah, base_image: str) -> Iterator[None]:
     assert kept, f"the base image {base_image} is gone from the session's storage"
     for image in dict.fromkeys(listed.stdout.split()):
         if image not in kept:
-            runner.run(engine.command("rmi", "--force", image))
+            engine.remove_image(image)
 
 
 @pytest.fixture(scope="session")
