@@ -30,7 +30,8 @@ TORCH_REQUIREMENT = os.environ.get("TORCHKILN_TORCH", "torch==2.13.0")
 REFERENCE_DIR = ROOT / "tests" / "reference"
 # README.md's whole path in a fresh debootstrap root: `nox -s newcomer` only (not a default session).
 NEWCOMER_DIR = ROOT / "tests" / "newcomer"
-# The aarch64 proof in an arm64 root under qemu-user: `nox -s aarch64` only (not a default session).
+# The aarch64 proof in an arm64 root under qemu-user, and the arm64 images in full: `nox -s aarch64` only (not
+# a default session; the tests session builds the arm64 images and checks them in part).
 AARCH64_DIR = ROOT / "tests" / "aarch64"
 # Every session's first install: a venv's own pip is whatever the Python's ensurepip bundles (Debian 12's venv
 # pip is 23.0.1), and the tests need pip >= 23.1: it records the sha256 of a local wheel it installs in
@@ -197,18 +198,20 @@ def newcomer(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def aarch64(session: nox.Session) -> None:
-    """aarch64 (SBSA) under emulation (tests/aarch64): an arm64 Debian root run by qemu-user with upstream's
-    aarch64 torch 2.13.0 / torchvision 0.28.0, `torchkiln verify` there against the recipe that describes them,
-    one-field controls failing by name, the x86_64 recipe refused there by build.platform; the shipped aarch64
-    recipe against upstream's aarch64 wheel file; the linux/arm64 devel image (nvcc builds the test extension
-    in it) and runtime image (verify passes in it) built by buildah (tests/aarch64/test_images_arm64.py).
-    Needs root, qemu-user-static, binfmt-support, debootstrap, buildah; the root is made once and cached. Not a
-    default session (CI's time budget): run it by name."""
+    """aarch64 (SBSA) under emulation, in full (nightly; CI's tests session runs the arm64 images in part):
+    tests/aarch64, an arm64 Debian root run by qemu-user with upstream's aarch64 torch 2.13.0 / torchvision
+    0.28.0, `torchkiln verify` there against the recipe that describes them, one DDP launch, one-field
+    controls failing by name, the x86_64 recipe refused there by build.platform; the shipped aarch64 recipe
+    against upstream's aarch64 wheel file; and tests/test_images_arm64.py with TORCHKILN_ARM64_FULL=1: the
+    linux/arm64 devel image (nvcc for every arch of the recipe, CMake, MAGMA, the test extension) and runtime
+    image (verify in every area but ddp). Needs root, qemu-user-static, binfmt-support, debootstrap, buildah;
+    the root is made once and cached."""
     session.install(PIP)
     session.install("-e", ".[test]")
     session.run(
-        "python", "-m", "pytest", str(AARCH64_DIR), DURATIONS, "-p", "no:cacheprovider", *session.posargs
-    )
+        "python", "-m", "pytest", str(AARCH64_DIR), str(ROOT / "tests" / "test_images_arm64.py"), DURATIONS,
+        "-p", "no:cacheprovider", *session.posargs, env={"TORCHKILN_ARM64_FULL": "1"},
+    )  # fmt: skip
 
 
 @nox.session(name="build-wheel")

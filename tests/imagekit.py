@@ -73,9 +73,9 @@ def stored_size(engine: Engine, image: str) -> int:
     return found
 
 
-def cli_build(storage_root: Path, recipe: Path, *args: str) -> int:
-    """``torchkiln images`` with buildah on the private storage and the debootstrapped base (which the
-    ``base_image`` fixture has made: the CLI reuses it)."""
+def cli_build(storage_root: Path, recipe: Path, *args: str, driver: str = "vfs") -> int:
+    """``torchkiln images`` with buildah on the private storage (its ``driver``) and the debootstrapped base
+    (which the ``base_image`` fixture has made: the CLI reuses it)."""
     cas = [arg for ca in HOST_CAS for arg in ("--base-ca", ca)]
     return cli.main(
         [
@@ -90,7 +90,7 @@ def cli_build(storage_root: Path, recipe: Path, *args: str) -> int:
             "--storage-root",
             str(storage_root),
             "--storage-driver",
-            "vfs",
+            driver,
             *args,
         ]
     )
@@ -101,11 +101,19 @@ PLAN_ENV = ("CUDA_HOME", "CUDACXX", "NCCL_ROOT", "NCCL_INCLUDE_DIR", "NCCL_LIB_D
 
 
 def devel_checks(
-    engine: Engine, image: str, recipe: Recipe, wheels: Path, *, timeout: float, qemu_cpu: str = ""
+    engine: Engine,
+    image: str,
+    recipe: Recipe,
+    wheels: Path,
+    *,
+    timeout: float,
+    qemu_cpu: str = "",
+    extra_env: dict[str, str] | None = None,
 ) -> tuple[dict[str, list[dict]], float]:
     """tests/data/cuda_devel_checks.sh in one container of the devel ``image``, with the environment the build
     plan gives ``recipe``'s torch build and upstream's torch wheel from ``wheels`` (``qemu_cpu``: an image of
-    another machine, emulated). Returns its ``KILN <section> <json>`` reports by section, and its seconds."""
+    another machine, emulated; ``extra_env`` last, e.g. KILN_CHECKS, the sections to run). Returns its
+    ``KILN <section> <json>`` reports by section, and its seconds."""
     plan_env = make_plan(recipe, only="torch").env_for("torch")
     env = {name: plan_env[name] for name in PLAN_ENV}
     env |= {
@@ -116,6 +124,7 @@ def devel_checks(
         "EXPECT_NCCL": str(recipe.accelerator.nccl),
         "KILN_TOOLKIT_TARGET": image_platform(recipe).toolkit_target,
     }
+    env |= extra_env or {}
     start = time.monotonic()
     done = engine.run(
         image,

@@ -2,7 +2,7 @@
 makes for arm64 (Ubuntu's from its ports archive), with the toolkit laid out for sbsa-linux; --platform must be
 the recipe's; a devel image that cannot install the recipe's BLAS (NVPL) is refused by name while its runtime
 image is made; a host that cannot run arm64 binaries is told so before anything runs. The images themselves are
-built under emulation by tests/aarch64/test_images_arm64.py (`nox -s aarch64`)."""
+built under emulation by tests/test_images_arm64.py (in CI's tests session; in full by `nox -s aarch64`)."""
 
 from __future__ import annotations
 
@@ -170,7 +170,7 @@ def test_an_emulated_run_hides_the_host_cpus_and_keeps_the_command_words_as_argu
     """The wrapper mounts over /sys/devices/system/cpu as root, then runs the command as the image's user;
     the command's words are positional arguments of a fixed script (never parsed by the shell). Docker and
     podman refuse an emulated run by name (buildah is the engine that does it). The real runs are in
-    tests/aarch64/test_images_arm64.py."""
+    tests/test_images_arm64.py."""
     command = ["python", "-c", "print('$(touch /x); `id`')"]
     root = engines._without_host_cpus(command, "")
     assert root == ["sh", "-c", engines.HIDE_HOST_CPUS + '; exec "$@"', "sh", *command]

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import time
-import tomllib
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,6 @@ from typing import Any
 import arm64root
 import pytest
 import realtrees
-import tomli_w
 from imagekit import require
 from test_compat_wheels import _gencode_arch_list, _pins, _version_py
 
@@ -105,59 +103,13 @@ def test_one_ddp_launch_passes_under_emulation(root: Path) -> None:
     assert "1 passed" in out, out[-3000:]
 
 
-CONTROL_SCRIPT = """
-import json, sys
-from torchkiln.recipe.loader import load_recipe
-from torchkiln.verify import buildconfig
-facts = buildconfig.collect_facts()
-out = {}
-for path in sys.argv[1:]:
-    checks = buildconfig.recipe_checks(load_recipe(path), facts)
-    out[path] = sorted(c.field for c in checks.values() if c.status == "fail")
-print("RESULT " + json.dumps(out))
-"""
-
-# One field of the aarch64 reference recipe changed each (a value the recipe rules still accept on aarch64),
-# and the field the comparison must then fail on.
-CONTROLS: dict[str, tuple[tuple[str, str, object], str]] = {
-    "blas-openblas": (("blas", "kind", "openblas"), "blas.kind"),
-    "arch-without-thor": (
-        ("accelerator", "arch_list", ["8.0", "9.0", "10.0", "12.0"]),
-        "accelerator.arch_list",
-    ),
-    "with-magma": (
-        ("magma", "version", "2.6.1"),
-        "magma",
-    ),
-    "cudnn": (("accelerator", "cudnn", "9.19.0.56"), "accelerator.cudnn"),
-}
-
-
 def test_one_field_controls_fail_by_name_and_the_x86_64_recipe_by_platform(root: Path) -> None:
-    base = tomllib.loads(REFERENCE.read_text())
-    controls = ROOT / ".torchkiln" / "aarch64-controls"
-    controls.mkdir(parents=True, exist_ok=True)
-    paths = {}
-    for name, ((table, key, value), _) in CONTROLS.items():
-        doc = json.loads(json.dumps(base))
-        doc.setdefault(table, {})[key] = value
-        if table == "magma":
-            doc["magma"]["sha256"] = "6cd83808c6e8bc7a44028e05112b3ab4e579bcc73202ed14733f66661127e213"
-        paths[name] = controls / f"{name}.toml"
-        paths[name].write_text(tomli_w.dumps(doc))
-        load_recipe(paths[name])  # each control is a recipe the rules accept
-    script = controls / "controls.py"
-    script.write_text(CONTROL_SCRIPT)
-    argv = " ".join(
-        [inside(script), inside(REFERENCE), inside(X86_REFERENCE), *(inside(p) for p in paths.values())]
+    script, recipes = arm64root.write_controls(
+        ROOT / ".torchkiln" / "aarch64-controls", REFERENCE, X86_REFERENCE
     )
-    out = in_root(root, f"cd /tmp && python {argv}")
-    result = json.loads(out.split("RESULT ", 1)[1].splitlines()[0])
-    assert result[inside(REFERENCE)] == []
-    for name, (_, field) in CONTROLS.items():
-        assert result[inside(paths[name])] == [field], name
-    x86 = result[inside(X86_REFERENCE)]
-    assert "build.platform" in x86 and "blas.kind" in x86 and "accelerator.arch_list" in x86, x86
+    seen = {name: inside(path) for name, path in recipes.items()}
+    out = in_root(root, f"cd /tmp && python {inside(script)} {' '.join(seen.values())}")
+    arm64root.check_controls(out, seen)
 
 
 def test_check_refuses_the_x86_64_recipe_on_this_aarch64_machine_by_name(root: Path) -> None:

@@ -9,9 +9,19 @@ set -euo pipefail
 checkout=${KILN_CHECKOUT:?}
 work=$(mktemp -d)
 report() { printf 'KILN %s %s\n' "$1" "$2"; }
+# KILN_CHECKS: the sections to run, by name (default: all five); CI's arm64 tier, emulated, runs three of them.
+checks=" ${KILN_CHECKS:-layout nvcc cmake magma ext} "
+for section in $checks; do
+  case "$section" in
+    layout|nvcc|cmake|magma|ext) ;;
+    *) echo "KILN_CHECKS: no section '$section' (valid: layout nvcc cmake magma ext)" >&2; exit 2 ;;
+  esac
+done
+wants() { [[ "$checks" == *" $1 "* ]]; }
+cuda=$(readlink -f /usr/local/cuda)
 
 # ---- the toolkit's layout -------------------------------------------------------------------------------
-cuda=$(readlink -f /usr/local/cuda)
+if wants layout; then
 missing=()
 for f in bin/nvcc bin/ptxas nvvm/bin/cicc include/cuda.h include/cudnn.h include/nccl.h include/nvjpeg.h \
          include/cusparseLt.h include/cublas_v2.h include/nvtx3/nvToolsExt.h include/cccl/cub/cub.cuh \
@@ -23,8 +33,10 @@ done
 soname=$(readelf -d "$cuda/lib64/stubs/libcuda.so" | sed -n 's/.*SONAME.*\[\(.*\)\]/\1/p')
 on_loader_path=$(ldconfig -p | grep -c 'libcuda\.so' || true)
 report layout "{\"cuda\": \"$cuda\", \"missing\": \"${missing[*]}\", \"stub_soname\": \"$soname\", \"libcuda_on_loader_path\": $on_loader_path}"
+fi
 
 # ---- nvcc: one kernel compiled and linked for every arch of the recipe, then run --------------------------
+if wants nvcc; then
 # shellcheck source=../../scripts/gencode.sh
 source "$checkout/scripts/gencode.sh"
 mapfile -t gencode < <(gencode_flags "$TORCH_CUDA_ARCH_LIST")
@@ -38,8 +50,10 @@ nvcc "${gencode[@]}" -keep -keep-dir "$work/nvcc/keep" -o "$work/nvcc/probe" "$w
 # nvcc keeps one cubin per real target: probe.compute_75.cubin, probe.compute_120.sm_120.cubin, ...
 cubins=$(cd "$work/nvcc/keep" && ls probe.*.cubin | sed -E 's/^probe\.compute_([0-9]+[af]?)(\.sm_[0-9]+[af]?)?\.cubin$/sm_\1/' | sort -u | tr '\n' ' ')
 report nvcc "{\"cubins\": \"$cubins\", \"runs\": \"$("$work/nvcc/probe")\", \"targets\": ${#gencode[@]}}"
+fi
 
 # ---- a CMake project that finds the toolkit as PyTorch's build does ---------------------------------------
+if wants cmake; then
 # With the CMake torchkiln's build venv gets (cmake>=3.27 from PyPI; the plan's build-env step): Debian's
 # 3.25.1 FindCUDAToolkit fails on toolkits without libnvToolsExt (CUDA >= 12.9) when a project requires 3.25.
 python -m pip install --quiet "cmake>=3.27"
@@ -52,8 +66,10 @@ cmake --build "$work/cmake" > "$work/build.log" 2>&1 || { cat "$work/build.log";
 versions=$("$work/cmake/kiln_cuda_versions" | tr '\n' ';')
 driver_needed=$(readelf -d "$work/cmake/libkiln_driver.so" | sed -n 's/.*NEEDED.*\[\(libcuda[^]]*\)\].*/\1/p')
 report cmake "{\"versions\": \"$versions\", \"driver_needed\": \"$driver_needed\"}"
+fi
 
 # ---- MAGMA the way PyTorch builds it, on tests/data/magma_shape (the release is not reachable) -------------
+if wants magma; then
 tar -C "$checkout/tests/data" -czf "$work/magma-2.6.1.tar.gz" --transform 's,^magma_shape,magma-2.6.1,' magma_shape
 KILN_MAGMA_VERSION=2.6.1 KILN_MAGMA_URL="file://$work/magma-2.6.1.tar.gz" \
   KILN_MAGMA_SHA256=$(sha256sum "$work/magma-2.6.1.tar.gz" | cut -d' ' -f1) \
@@ -81,13 +97,17 @@ gcc -shared -o "$work/libkilnmagma.so" -Wl,--whole-archive "$work/magma/lib/libm
 gcc -I"$work/magma/include" -I"$cuda/include" -o "$work/magma_check" "$work/magma_check.c" \
   -L"$work" -lkilnmagma -Wl,-rpath,"$work"
 report magma "$("$work/magma_check")"
+fi
 
 # ---- a CUDA extension through the compiler cache, built twice from two checkouts ---------------------------
-python -m pip install --quiet --no-deps "$KILN_WHEELS"/torch-*.whl
-python -m pip install --quiet filelock typing-extensions sympy networkx jinja2 fsspec numpy \
+if wants ext; then
+# --no-compile: Python writes the bytecode of what the builds import when they first import it; compiling all
+# of torch's .py files beforehand costs more, under emulation most of all
+python -m pip install --quiet --no-deps --no-compile "$KILN_WHEELS"/torch-*.whl
+python -m pip install --quiet --no-compile filelock typing-extensions sympy networkx jinja2 fsspec numpy \
   "setuptools>=77.0.3" wheel build
 python - "$checkout/tests/data/cache_ext" "$work/ext" <<'PY'
-import json, os, shutil, subprocess, sys, zipfile
+import json, os, shutil, subprocess, sys, time, zipfile
 from dataclasses import replace
 from pathlib import Path
 from torchkiln import cache
@@ -95,7 +115,8 @@ from torchkiln.recipe.model import CacheSpec
 
 source, root = Path(sys.argv[1]), Path(sys.argv[2])
 config = cache.resolve_cache(CacheSpec(kind="ccache"), dir=root / "ccache")
-for builder in ("first", "second"):  # different checkout paths: CCACHE_BASEDIR maps them onto each other
+# different checkout paths: CCACHE_BASEDIR maps them onto each other; KILN_EXT_BUILDERS=first builds it once
+for builder in os.environ.get("KILN_EXT_BUILDERS", "first second").split():
     checkout = root / builder / "cache_ext"
     shutil.copytree(source, checkout)
     # The container's environment (the plan's CUDA variables: TORCH_CUDA_ARCH_LIST, CUDA_HOME, ...) without
@@ -104,6 +125,7 @@ for builder in ("first", "second"):  # different checkout paths: CCACHE_BASEDIR 
     environ |= {"MAX_JOBS": "2", "KILN_CACHE_EXT_CUDA": "1"}
     session = cache.open_session(replace(config, basedir=checkout.parent), environ)
     env = {**environ, **session.public_env, **session.secret_env}
+    start = time.monotonic()
     try:
         done = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--skip-dependency-check"], cwd=checkout,
                               env=env, capture_output=True, text=True, timeout=1500)
@@ -121,8 +143,10 @@ for builder in ("first", "second"):  # different checkout paths: CCACHE_BASEDIR 
     with zipfile.ZipFile(wheel) as zf:
         so = [n for n in zf.namelist() if n.endswith(".so")]
     nvcc_cached = "ccache" in done.stdout and "nvcc" in done.stdout
-    print("KILN ext " + json.dumps({"builder": builder, "hits": stats.hits, "misses": stats.misses,
+    print("KILN ext " + json.dumps({"builder": builder, "seconds": round(time.monotonic() - start, 1),
+                                    "hits": stats.hits, "misses": stats.misses,
                                     "uncacheable": stats.uncacheable, "so": so, "probe": probe.stdout.split(),
                                     "nvcc_through_ccache": nvcc_cached}), flush=True)
 PY
+fi
 rm -rf "$work"

@@ -15,16 +15,20 @@ CPU kernels run.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import realtrees
+import tomli_w
 
 from torchkiln.images.platforms import platform_named
+from torchkiln.recipe.loader import load_recipe
 
 SUITE = "bookworm"
 ARCHIVE = "http://deb.debian.org/debian"
@@ -152,3 +156,63 @@ def run(
         argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
         timeout=timeout, check=False,
     )  # fmt: skip
+
+
+CONTROL_SCRIPT = """
+import json, sys
+from torchkiln.recipe.loader import load_recipe
+from torchkiln.verify import buildconfig
+facts = buildconfig.collect_facts()
+out = {}
+for path in sys.argv[1:]:
+    checks = buildconfig.recipe_checks(load_recipe(path), facts)
+    out[path] = sorted(c.field for c in checks.values() if c.status == "fail")
+print("RESULT " + json.dumps(out))
+"""
+
+# One field of the aarch64 reference recipe changed each (a value the recipe rules still accept on aarch64),
+# and the field the comparison must then fail on.
+CONTROLS: dict[str, tuple[tuple[str, str, object], str]] = {
+    "blas-openblas": (("blas", "kind", "openblas"), "blas.kind"),
+    "arch-without-thor": (
+        ("accelerator", "arch_list", ["8.0", "9.0", "10.0", "12.0"]),
+        "accelerator.arch_list",
+    ),
+    "with-magma": (
+        ("magma", "version", "2.6.1"),
+        "magma",
+    ),
+    "cudnn": (("accelerator", "cudnn", "9.19.0.56"), "accelerator.cudnn"),
+}
+
+
+def write_controls(dest: Path, reference: Path, x86_reference: Path) -> tuple[Path, dict[str, Path]]:
+    """The controls' script and the recipes it compares, all in ``dest`` (one directory to mount): by name,
+    ``reference`` (must pass), ``x86_64`` (upstream's x86_64 recipe of the release) and each of CONTROLS."""
+    dest.mkdir(parents=True, exist_ok=True)
+    base = tomllib.loads(reference.read_text())
+    recipes = {"reference": dest / "reference.toml", "x86_64": dest / "x86_64.toml"}
+    shutil.copyfile(reference, recipes["reference"])
+    shutil.copyfile(x86_reference, recipes["x86_64"])
+    for name, ((table, key, value), _) in CONTROLS.items():
+        doc = json.loads(json.dumps(base))
+        doc.setdefault(table, {})[key] = value
+        if table == "magma":
+            doc["magma"]["sha256"] = "6cd83808c6e8bc7a44028e05112b3ab4e579bcc73202ed14733f66661127e213"
+        recipes[name] = dest / f"{name}.toml"
+        recipes[name].write_text(tomli_w.dumps(doc))
+        load_recipe(recipes[name])  # each control is a recipe the rules accept
+    script = dest / "controls.py"
+    script.write_text(CONTROL_SCRIPT)
+    return script, recipes
+
+
+def check_controls(output: str, seen: dict[str, str]) -> None:
+    """The script's result: the reference recipe passes, each control fails on its field and nothing else,
+    the x86_64 recipe fails on the platform, the BLAS and the arch list. ``seen``: name -> path as passed."""
+    result = json.loads(output.split("RESULT ", 1)[1].splitlines()[0])
+    assert result[seen["reference"]] == [], result
+    for name, (_, field) in CONTROLS.items():
+        assert result[seen[name]] == [field], (name, result[seen[name]])
+    x86 = result[seen["x86_64"]]
+    assert {"build.platform", "blas.kind", "accelerator.arch_list"} <= set(x86), x86
