@@ -74,7 +74,9 @@ def mirror(cache: Path, log: Path) -> Iterator[str]:
 
 
 def pip_config(url: str, dest: Path) -> Path:
-    """A pip configuration that takes every package from the mirror at ``url``."""
+    """A pip configuration that takes every package from the mirror at ``url``. Without pip's own cache: the
+    mirror is the cache, and pip's would keep a second copy of every wheel in the engine's cache mount
+    (/var/tmp/buildah-cache/torchkiln-pip), under a new key for each run's port."""
     host = url.split("/")[2].split(":")[0]
-    dest.write_text(f"[global]\nindex-url = {url}\ntrusted-host = {host}\n")
+    dest.write_text(f"[global]\nindex-url = {url}\ntrusted-host = {host}\nno-cache-dir = true\n")
     return dest
