@@ -73,27 +73,30 @@ def stored_size(engine: Engine, image: str) -> int:
     return found
 
 
-def cli_build(storage_root: Path, recipe: Path, *args: str, driver: str = "vfs") -> int:
-    """``torchkiln images`` with buildah on the private storage (its ``driver``) and the debootstrapped base
-    (which the ``base_image`` fixture has made: the CLI reuses it)."""
+def cli_argv(storage_root: Path, recipe: Path, *args: str, driver: str = "vfs") -> list[str]:
+    """``torchkiln images`` arguments: buildah on the private storage (its ``driver``) and the debootstrapped
+    base (which the ``base_image`` fixture has made: the CLI reuses it)."""
     cas = [arg for ca in HOST_CAS for arg in ("--base-ca", ca)]
-    return cli.main(
-        [
-            "images",
-            "--recipe",
-            str(recipe),
-            "--engine",
-            "buildah",
-            "--base-from",
-            "debootstrap",
-            *cas,
-            "--storage-root",
-            str(storage_root),
-            "--storage-driver",
-            driver,
-            *args,
-        ]
-    )
+    return [
+        "images",
+        "--recipe",
+        str(recipe),
+        "--engine",
+        "buildah",
+        "--base-from",
+        "debootstrap",
+        *cas,
+        "--storage-root",
+        str(storage_root),
+        "--storage-driver",
+        driver,
+        *args,
+    ]
+
+
+def cli_build(storage_root: Path, recipe: Path, *args: str) -> int:
+    """``torchkiln images`` (:func:`cli_argv`) in this process, on vfs."""
+    return cli.main(cli_argv(storage_root, recipe, *args))
 
 
 # What the build plan gives a recipe's torch build that tests/data/cuda_devel_checks.sh reads.

@@ -12,7 +12,6 @@ the host's 127.0.0.1 because torchkiln gives buildah ``--network host``.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,8 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from torchkiln.distributed.loopback import free_port
 
 SERVE = (
     "from werkzeug.serving import run_simple; from proxpi.server import app; "
@@ -29,12 +30,6 @@ SERVE = (
 
 # proxpi answers 406 to a request that accepts neither of the simple API's forms
 ACCEPT = {"Accept": "text/html"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager

@@ -53,7 +53,7 @@ import pypimirror
 import pytest
 import realtrees
 from dists import manifest_for_upstream
-from imagekit import HOST_CAS, ROOT, report, require
+from imagekit import HOST_CAS, ROOT, cli_argv, report, require
 from imagekit import devel_checks as run_devel_checks
 
 from torchkiln.images import rootfs
@@ -104,7 +104,7 @@ def overlay_mounts(scratch: Path) -> bool:
 
 
 @pytest.fixture(scope="module")
-def storage_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
+def storage_root(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     found = arm64root.problems()
     require(not found, "; ".join(found))
     require(shutil.which("buildah") is not None, "buildah is not installed (apt-get install buildah)")
@@ -112,16 +112,17 @@ def storage_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Pat
     root = tmp_path_factory.mktemp("buildah-arm64")
     driver = "overlay" if overlay_mounts(root / "probe") else "vfs"
     report("arm64_storage_driver", driver)
-    yield root, driver
-    engine = Buildah("buildah", Storage(root / "storage", root / "run", driver))
-    subprocess.run([*engine.command("rm", "--all")], capture_output=True, check=False)
-    subprocess.run([*engine.command("rmi", "--all", "--force")], capture_output=True, check=False)
+    return root, driver
 
 
 @pytest.fixture(scope="module")
-def engine(storage_root: tuple[Path, str]) -> Buildah:
+def engine(storage_root: tuple[Path, str]) -> Iterator[Buildah]:
+    """buildah on the module's storage; its containers and images are removed when the module ends."""
     root, driver = storage_root
-    return Buildah("buildah", Storage(root / "storage", root / "run", driver))
+    engine = Buildah("buildah", Storage(root / "storage", root / "run", driver))
+    yield engine
+    subprocess.run([*engine.command("rm", "--all")], capture_output=True, check=False)
+    subprocess.run([*engine.command("rmi", "--all", "--force")], capture_output=True, check=False)
 
 
 def architecture(engine: Buildah, image: str) -> str:
@@ -140,15 +141,15 @@ def upstream_pair(dest: Path) -> Path:
 
 
 def images_argv(storage_root: tuple[Path, str], pip_config: Path, recipe: Path, *args: str) -> list[str]:
-    """``torchkiln images`` for ``recipe`` with buildah on the module's storage, the debootstrapped base and
-    pip through the mirror."""
+    """``torchkiln images`` for ``recipe`` as a process of its own, on the module's storage, pip through the
+    mirror."""
     root, driver = storage_root
-    cas = [arg for ca in HOST_CAS for arg in ("--base-ca", ca)]
     return [
-        sys.executable, "-m", "torchkiln", "images", "--recipe", str(recipe), "--engine", "buildah",
-        "--base-from", "debootstrap", *cas, "--storage-root", str(root), "--storage-driver", driver,
-        "--pip-config", str(pip_config), *args,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "torchkiln",
+        *cli_argv(root, recipe, "--pip-config", str(pip_config), *args, driver=driver),
+    ]
 
 
 def build(argv: list[str], log: Path) -> float:
@@ -164,10 +165,11 @@ def devel_pipeline(engine: Buildah, argv: list[str], log: Path, wheels: Path, in
     """The devel image, then tests/data/cuda_devel_checks.sh in it, emulated, with upstream's aarch64 torch
     from ``wheels`` (the checks' own pip installs read the mirror too)."""
     built = build(argv, log)
+    recipe = load_recipe(DEVEL_RECIPE)
     sections, seconds = run_devel_checks(
         engine,
-        image_tag(load_recipe(DEVEL_RECIPE), "devel"),
-        load_recipe(DEVEL_RECIPE),
+        image_tag(recipe, "devel"),
+        recipe,
         wheels,
         timeout=5400,
         qemu_cpu=QEMU_CPU,
