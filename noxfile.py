@@ -7,7 +7,10 @@ give.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import nox
@@ -33,6 +36,11 @@ NEWCOMER_DIR = ROOT / "tests" / "newcomer"
 # The aarch64 proof in an arm64 root under qemu-user, and the arm64 images in full: `nox -s aarch64` only (not
 # a default session; the tests session builds the arm64 images and checks them in part).
 AARCH64_DIR = ROOT / "tests" / "aarch64"
+# The linux/arm64 images under emulation (issue 22): about 14 minutes of both cores, mostly qemu running pip,
+# apt and cc1plus. The tests session runs this module in the background, niced, from its start: it takes the
+# cores the other tests leave idle (downloads, pip unpacking, commits, debootstrap) instead of adding its 14
+# minutes after theirs.
+ARM64_IMAGES = ROOT / "tests" / "test_images_arm64.py"
 # Every session's first install: a venv's own pip is whatever the Python's ensurepip bundles (Debian 12's venv
 # pip is 23.0.1), and the tests need pip >= 23.1: it records the sha256 of a local wheel it installs in
 # direct_url.json (verify's wheel_sha256 check reads it; tests/test_manifest.py) and takes --python-version
@@ -76,20 +84,37 @@ def tests(session: nox.Session) -> None:
         session.run("python", "-m", "pytest", *session.posargs)
         return
     base = [
-        "python",
-        "-m",
-        "pytest",
-        "tests",
-        "--ignore",
-        str(REFERENCE_DIR),
-        "--ignore",
-        str(NEWCOMER_DIR),
-        "--ignore",
-        str(AARCH64_DIR),
-        DURATIONS,
-    ]
-    session.run(*base, "-m", f"not ({INTEGRATION})")
-    session.run(*base, "-m", f"({INTEGRATION})")
+        "python", "-m", "pytest", "tests", "--ignore", str(REFERENCE_DIR), "--ignore", str(NEWCOMER_DIR),
+        "--ignore", str(AARCH64_DIR), "--ignore", str(ARM64_IMAGES), DURATIONS,
+    ]  # fmt: skip
+    tmp = Path(session.create_tmp())
+    arm64 = [str(ARM64_IMAGES), DURATIONS, "-p", "no:cacheprovider", "--basetemp", str(tmp / "arm64-pytest")]
+    with alongside(session, arm64, tmp / "arm64-images.log"):
+        session.run(*base, "-m", f"not ({INTEGRATION})")
+        session.run(*base, "-m", f"({INTEGRATION})")
+
+
+@contextmanager
+def alongside(session: nox.Session, pytest_args: list[str], log: Path) -> Iterator[None]:
+    """pytest with ``pytest_args`` in the session's venv, in the background and niced, while the block runs;
+    then its output, and the session fails if it did. Its output goes to ``log`` meanwhile (two pytest runs
+    printing at once would interleave)."""
+    argv = ["nice", "-n", "10", str(Path(session.bin) / "python"), "-m", "pytest", *pytest_args]
+    session.log(f"in the background: {' '.join(argv)} > {log}")
+    env = {**os.environ, "VIRTUAL_ENV": str(session.virtualenv.location)}
+    env["PATH"] = os.pathsep.join([session.bin, env.get("PATH", os.defpath)])  # as session.run's
+    with log.open("w") as out:
+        background = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        yield
+    except KeyboardInterrupt:
+        background.terminate()
+        raise
+    finally:
+        code = background.wait()
+        print(f"---- {' '.join(pytest_args)} (ran in the background) ----\n{log.read_text()}", flush=True)
+    if code != 0:
+        session.error(f"{' '.join(pytest_args)} failed (exit {code}); its output is above")
 
 
 @nox.session

@@ -157,8 +157,32 @@ def build(argv: list[str], log: Path) -> float:
     start = time.monotonic()
     with log.open("w") as out:
         done = subprocess.run(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, timeout=5400, check=False)
-    assert done.returncode == 0, f"{log.name}: " + log.read_text()[-6000:]
+    assert done.returncode == 0, failure(log)
     return round(time.monotonic() - start, 1)
+
+
+def failure(log: Path) -> str:
+    """A failed build's story, the cause first: the log's error lines and the disk left (a CI log keeps the
+    start of a long message, an image's layers take gigabytes), then the log's tail."""
+    text = log.read_text(errors="replace")
+    # cpuinfo's complaints are emulation's (the host's CPUs are hidden from torch), not a cause
+    errors = [
+        line
+        for line in text.splitlines()
+        if ("error" in line.lower() or "no space" in line.lower()) and "Error in cpuinfo" not in line
+    ]
+    free = shutil.disk_usage(log.parent).free / 2**30
+    return (
+        "\n".join(
+            [
+                f"{log.name} failed; {free:.1f} GiB free on {log.parent}; its error lines:",
+                *errors[-15:],
+                "its tail:",
+            ]
+        )
+        + "\n"
+        + text[-5000:]
+    )
 
 
 def devel_pipeline(engine: Buildah, argv: list[str], log: Path, wheels: Path, index: str) -> dict[str, Any]:
