@@ -87,9 +87,11 @@ def tests(session: nox.Session) -> None:
         "python", "-m", "pytest", "tests", "--ignore", str(REFERENCE_DIR), "--ignore", str(NEWCOMER_DIR),
         "--ignore", str(AARCH64_DIR), "--ignore", str(ARM64_IMAGES), DURATIONS,
     ]  # fmt: skip
-    tmp = Path(session.create_tmp())
-    arm64 = [str(ARM64_IMAGES), DURATIONS, "-p", "no:cacheprovider", "--basetemp", str(tmp / "arm64-pytest")]
-    with alongside(session, arm64, tmp / "arm64-images.log"):
+    # not session.create_tmp(): that sets TMPDIR, and so every test's tmp_path, under .nox
+    tmp = Path(session.virtualenv.location) / "arm64-images"
+    tmp.mkdir(exist_ok=True)
+    arm64 = [str(ARM64_IMAGES), DURATIONS, "-p", "no:cacheprovider", "--basetemp", str(tmp / "basetemp")]
+    with alongside(session, arm64, tmp / "pytest.log"):
         session.run(*base, "-m", f"not ({INTEGRATION})")
         session.run(*base, "-m", f"({INTEGRATION})")
 
