@@ -37,10 +37,11 @@ NEWCOMER_DIR = ROOT / "tests" / "newcomer"
 # a default session; the tests session builds the arm64 images and checks them in part).
 AARCH64_DIR = ROOT / "tests" / "aarch64"
 # The linux/arm64 images under emulation (issue 22): about 14 minutes of both cores, mostly qemu running pip,
-# apt and cc1plus. The tests session runs this module in the background, niced, from its start: it takes the
-# cores the other tests leave idle (downloads, pip unpacking, commits, debootstrap) instead of adding its 14
-# minutes after theirs.
+# apt and cc1plus. The tests session runs this module in the background, niced, beside the x86_64 image tests,
+# which leave a core idle about half the time (buildah commits, pip in containers, debootstrap); beside the
+# compiling tests it would only take turns with them (measured: ci11).
 ARM64_IMAGES = ROOT / "tests" / "test_images_arm64.py"
+X86_IMAGES = sorted(str(p) for p in (ROOT / "tests").glob("test_images*.py") if p != ARM64_IMAGES)
 # Every session's first install: a venv's own pip is whatever the Python's ensurepip bundles (Debian 12's venv
 # pip is 23.0.1), and the tests need pip >= 23.1: it records the sha256 of a local wheel it installs in
 # direct_url.json (verify's wheel_sha256 check reads it; tests/test_manifest.py) and takes --python-version
@@ -77,23 +78,27 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     """torchkiln's own tests: the unit part, then the integration part (git, compilers, Redis, buildah where
-    present), each with its slowest tests listed. Arguments after ``--`` replace both (one pytest run)."""
+    present: the image tests with the arm64 images beside them, then the rest), each with its slowest tests
+    listed. Arguments after ``--`` replace all of it (one pytest run)."""
     session.install(PIP)
     session.install("-e", ".[test]", TORCH_REQUIREMENT)
     if session.posargs:
         session.run("python", "-m", "pytest", *session.posargs)
         return
+    pytest = ["python", "-m", "pytest", DURATIONS]
     base = [
-        "python", "-m", "pytest", "tests", "--ignore", str(REFERENCE_DIR), "--ignore", str(NEWCOMER_DIR),
-        "--ignore", str(AARCH64_DIR), "--ignore", str(ARM64_IMAGES), DURATIONS,
+        *pytest, "tests", "--ignore", str(REFERENCE_DIR), "--ignore", str(NEWCOMER_DIR), "--ignore",
+        str(AARCH64_DIR), "--ignore", str(ARM64_IMAGES),
     ]  # fmt: skip
-    # not session.create_tmp(): that sets TMPDIR, and so every test's tmp_path, under .nox
+    session.run(*base, "-m", f"not ({INTEGRATION})")
+    # the integration part in two runs: the image tests with the arm64 module beside them, then the rest
+    # (not session.create_tmp(): that sets TMPDIR, and so every test's tmp_path, under .nox)
     tmp = Path(session.virtualenv.location) / "arm64-images"
     tmp.mkdir(exist_ok=True)
     arm64 = [str(ARM64_IMAGES), DURATIONS, "-p", "no:cacheprovider", "--basetemp", str(tmp / "basetemp")]
     with alongside(session, arm64, tmp / "pytest.log"):
-        session.run(*base, "-m", f"not ({INTEGRATION})")
-        session.run(*base, "-m", f"({INTEGRATION})")
+        session.run(*pytest, *X86_IMAGES, "-m", f"({INTEGRATION})")
+    session.run(*base, *(f"--ignore={path}" for path in X86_IMAGES), "-m", f"({INTEGRATION})")
 
 
 @contextmanager

@@ -14,12 +14,15 @@ dist=/mnt/dist
 context=/mnt/context
 pip=("${VIRTUAL_ENV:-/opt/venv}/bin/python" -m pip)
 
-# Exact pins (local labels such as +cpu.kiln1 included) so the wheels come from dist/ and never from an
-# index; their dependencies (numpy, sympy, nvidia-*) come from the index.
+# Exact pins (local labels such as +cpu.kiln1 included), installed first from dist/ alone: an index that
+# has a wheel of the same version and tags would otherwise win the tie (pip took upstream's torch 2.13.0 from
+# the index over the same file in dist/). Their dependencies (numpy, sympy, nvidia-*) come from the index
+# next, the wheels already installed satisfying their own pins.
 requirements=("torch==${KILN_TORCH_VERSION}")
 if [[ -n "${KILN_TORCHVISION_VERSION:-}" ]]; then
   requirements+=("torchvision==${KILN_TORCHVISION_VERSION}")
 fi
+"${pip[@]}" install --no-index --no-deps --find-links "$dist" "${requirements[@]}"
 if [[ -n "${KILN_CUDA:-}" ]]; then
   # The cuDNN and NCCL the devel image compiled against (the recipe's pins), from the same NVIDIA wheels
   # (the CUDA runtime base has no cuDNN); the sanity gate checks the loaded cuDNN is this one.

@@ -205,6 +205,8 @@ def devel_pipeline(engine: Buildah, argv: list[str], log: Path, wheels: Path, in
 @dataclass
 class Images:
     runtime: str
+    runtime_log: Path  # what its build printed
+    dist: Path  # the wheels it was built from
     devel: str
     devel_done: Future[dict[str, Any]]  # devel_pipeline's result
 
@@ -240,6 +242,8 @@ def images(
         report("arm64_runtime_seconds", build(["nice", "-n", "10", *runtime], work / "runtime.log"))
         yield Images(
             image_tag(load_recipe(REFERENCE), "runtime"),
+            work / "runtime.log",
+            dist,
             image_tag(load_recipe(DEVEL_RECIPE), "devel"),
             devel_done,
         )
@@ -266,6 +270,14 @@ def test_the_arm64_runtime_image_is_upstreams_pair_without_a_compiler(
     )  # fmt: skip
     assert probe.returncode == 0, probe.stderr
     assert probe.stdout.split("\n")[:3] == ["aarch64", "no-compiler", "2.13.0+cu130 13.0"], probe.stdout
+    # the pair from the dist/ mount, not from the index, which has the very same files (pip, given both,
+    # took the index's); pip's own lines in the build's output say which it installed
+    pip_said = images.runtime_log.read_text().splitlines()
+    for wheel in (f.name for f in images.dist.glob("*.whl")):
+        assert any(
+            line.strip().startswith("Processing ") and f"mnt/dist/{wheel}" in line for line in pip_said
+        )
+        assert not [line for line in pip_said if "Downloading " in line and wheel in line], wheel
 
 
 def test_the_reference_run_in_the_arm64_runtime_image(
