@@ -7,10 +7,7 @@ give.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import nox
@@ -36,12 +33,6 @@ NEWCOMER_DIR = ROOT / "tests" / "newcomer"
 # The aarch64 proof in an arm64 root under qemu-user, and the arm64 images in full: `nox -s aarch64` only (not
 # a default session; the tests session builds the arm64 images and checks them in part).
 AARCH64_DIR = ROOT / "tests" / "aarch64"
-# The linux/arm64 images under emulation (issue 22): about 14 minutes of both cores, mostly qemu running pip,
-# apt and cc1plus. The tests session runs this module in the background, niced, beside the x86_64 image tests,
-# which leave a core idle about half the time (buildah commits, pip in containers, debootstrap); beside the
-# compiling tests it would only take turns with them (measured: ci11).
-ARM64_IMAGES = ROOT / "tests" / "test_images_arm64.py"
-X86_IMAGES = sorted(str(p) for p in (ROOT / "tests").glob("test_images*.py") if p != ARM64_IMAGES)
 # Every session's first install: a venv's own pip is whatever the Python's ensurepip bundles (Debian 12's venv
 # pip is 23.0.1), and the tests need pip >= 23.1: it records the sha256 of a local wheel it installs in
 # direct_url.json (verify's wheel_sha256 check reads it; tests/test_manifest.py) and takes --python-version
@@ -78,50 +69,27 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     """torchkiln's own tests: the unit part, then the integration part (git, compilers, Redis, buildah where
-    present: the image tests with the arm64 images beside them, then the rest), each with its slowest tests
-    listed. Arguments after ``--`` replace all of it (one pytest run)."""
+    present), each with its slowest tests listed. Arguments after ``--`` replace both (one pytest run)."""
     session.install(PIP)
     session.install("-e", ".[test]", TORCH_REQUIREMENT)
     if session.posargs:
         session.run("python", "-m", "pytest", *session.posargs)
         return
-    pytest = ["python", "-m", "pytest", DURATIONS]
     base = [
-        *pytest, "tests", "--ignore", str(REFERENCE_DIR), "--ignore", str(NEWCOMER_DIR), "--ignore",
-        str(AARCH64_DIR), "--ignore", str(ARM64_IMAGES),
-    ]  # fmt: skip
+        "python",
+        "-m",
+        "pytest",
+        "tests",
+        "--ignore",
+        str(REFERENCE_DIR),
+        "--ignore",
+        str(NEWCOMER_DIR),
+        "--ignore",
+        str(AARCH64_DIR),
+        DURATIONS,
+    ]
     session.run(*base, "-m", f"not ({INTEGRATION})")
-    # the integration part in two runs: the image tests with the arm64 module beside them, then the rest
-    # (not session.create_tmp(): that sets TMPDIR, and so every test's tmp_path, under .nox)
-    tmp = Path(session.virtualenv.location) / "arm64-images"
-    tmp.mkdir(exist_ok=True)
-    arm64 = [str(ARM64_IMAGES), DURATIONS, "-p", "no:cacheprovider", "--basetemp", str(tmp / "basetemp")]
-    with alongside(session, arm64, tmp / "pytest.log"):
-        session.run(*pytest, *X86_IMAGES, "-m", f"({INTEGRATION})")
-    session.run(*base, *(f"--ignore={path}" for path in X86_IMAGES), "-m", f"({INTEGRATION})")
-
-
-@contextmanager
-def alongside(session: nox.Session, pytest_args: list[str], log: Path) -> Iterator[None]:
-    """pytest with ``pytest_args`` in the session's venv, in the background and niced, while the block runs;
-    then its output, and the session fails if it did. Its output goes to ``log`` meanwhile (two pytest runs
-    printing at once would interleave)."""
-    argv = ["nice", "-n", "10", str(Path(session.bin) / "python"), "-m", "pytest", *pytest_args]
-    session.log(f"in the background: {' '.join(argv)} > {log}")
-    env = {**os.environ, "VIRTUAL_ENV": str(session.virtualenv.location)}
-    env["PATH"] = os.pathsep.join([session.bin, env.get("PATH", os.defpath)])  # as session.run's
-    with log.open("w") as out:
-        background = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        yield
-    except KeyboardInterrupt:
-        background.terminate()
-        raise
-    finally:
-        code = background.wait()
-        print(f"---- {' '.join(pytest_args)} (ran in the background) ----\n{log.read_text()}", flush=True)
-    if code != 0:
-        session.error(f"{' '.join(pytest_args)} failed (exit {code}); its output is above")
+    session.run(*base, "-m", f"({INTEGRATION})")
 
 
 @nox.session

@@ -3,7 +3,6 @@ the CLI call, image sizes, the rule that CI never skips them. Their fixtures are
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re
@@ -54,16 +53,13 @@ def need(tool: str, path: str | None = None) -> str:
 
 
 def report(key: str, value: object) -> None:
-    """Record a measurement in .torchkiln/images-report.json (atomically, and under a lock: the tests session
-    runs the arm64 module beside the other image tests, two processes adding keys at once)."""
+    """Record a measurement in .torchkiln/images-report.json (atomically)."""
+    data = json.loads(REPORT.read_text()) if REPORT.exists() else {}
+    data[key] = value
     REPORT.parent.mkdir(parents=True, exist_ok=True)
-    with REPORT.with_suffix(".lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        data = json.loads(REPORT.read_text()) if REPORT.exists() else {}
-        data[key] = value
-        tmp = REPORT.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, REPORT)
+    tmp = REPORT.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, REPORT)
 
 
 def say(capsys: pytest.CaptureFixture[str], text: str) -> None:

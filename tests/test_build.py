@@ -460,7 +460,16 @@ def test_interrupted_build_leaves_dist_clean(world, signum: int) -> None:
     ]  # fmt: skip
     latest = s["work"] / "logs" / "latest"
     earlier = latest.resolve() if latest.exists() else None  # the shared workdir's logs of an earlier build
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=str(s["base"]))
+    # Ctrl-C's default in the build, whatever this test inherited: a shell without job control starts its
+    # background jobs with SIGINT ignored, and so their children (ci11 and ci12, run as `.ci/run &`, saw the
+    # SIGINT case's build finish with exit 0)
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        cwd=str(s["base"]),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509 - one call, no lock
+    )
     deadline = time.monotonic() + 300
     compiling = str(s["src"] / "csrc")
 
