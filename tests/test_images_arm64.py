@@ -60,6 +60,7 @@ from torchkiln.images import rootfs
 from torchkiln.images.engines import Buildah, Storage
 from torchkiln.images.platforms import platform_named
 from torchkiln.images.spec import DISTROS, image_tag
+from torchkiln.process.logs import first_error, tail
 from torchkiln.recipe.loader import load_recipe
 
 # Emulated: the two images and their checks take about 15 minutes here in CI's form, more in full; pytest-timeout's
@@ -162,27 +163,12 @@ def build(argv: list[str], log: Path) -> float:
 
 
 def failure(log: Path) -> str:
-    """A failed build's story, the cause first: the log's error lines and the disk left (a CI log keeps the
-    start of a long message, an image's layers take gigabytes), then the log's tail."""
-    text = log.read_text(errors="replace")
-    # cpuinfo's complaints are emulation's (the host's CPUs are hidden from torch), not a cause
-    errors = [
-        line
-        for line in text.splitlines()
-        if ("error" in line.lower() or "no space" in line.lower()) and "Error in cpuinfo" not in line
-    ]
+    """A failed build's story, the cause first (a CI log keeps the start of a long message): the line that
+    names why (torchkiln's own ranking of log lines, a full disk among the causes) and the disk left (an
+    image's layers take gigabytes), then the log's tail."""
     free = shutil.disk_usage(log.parent).free / 2**30
-    return (
-        "\n".join(
-            [
-                f"{log.name} failed; {free:.1f} GiB free on {log.parent}; its error lines:",
-                *errors[-15:],
-                "its tail:",
-            ]
-        )
-        + "\n"
-        + text[-5000:]
-    )
+    cause = first_error(log) or "(no line names a cause)"
+    return "\n".join([f"{log.name} failed ({free:.1f} GiB free on {log.parent}): {cause}", *tail(log, 60)])
 
 
 def devel_pipeline(engine: Buildah, argv: list[str], log: Path, wheels: Path, index: str) -> dict[str, Any]:
@@ -239,10 +225,11 @@ def images(
         )
         devel_done = pool.submit(devel_pipeline, engine, devel, work / "devel.log", wheels, index)
         runtime = images_argv(storage_root, pip_config, REFERENCE, "--target", "runtime", "--dist", str(dist))
-        report("arm64_runtime_seconds", build(["nice", "-n", "10", *runtime], work / "runtime.log"))
+        runtime_log = work / "runtime.log"
+        report("arm64_runtime_seconds", build(["nice", "-n", "10", *runtime], runtime_log))
         yield Images(
             image_tag(load_recipe(REFERENCE), "runtime"),
-            work / "runtime.log",
+            runtime_log,
             dist,
             image_tag(load_recipe(DEVEL_RECIPE), "devel"),
             devel_done,
