@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import realtrees
-from imagekit import BASE, BASE_SPEC, report, require
+from imagekit import BASE, BASE_SPEC, report, require, storage_driver
 
 from torchkiln.images import rootfs
 from torchkiln.images.engines import Buildah, Storage
@@ -44,15 +44,20 @@ def storage_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         )
     root = tmp_path_factory.mktemp("buildah")
     yield root
-    engine = Buildah("buildah", Storage(root / "storage", root / "run", "vfs"))
-    runner.run(engine.command("rm", "--all"))
-    runner.run(engine.command("rmi", "--all", "--force"))
     shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
-def engine(storage_root: Path) -> Buildah:
-    return Buildah("buildah", Storage(storage_root / "storage", storage_root / "run", "vfs"))
+def engine(storage_root: Path) -> Iterator[Buildah]:
+    """buildah on the session's storage, overlay where the kernel mounts one there (imagekit.storage_driver);
+    its containers and images are removed when the session ends (by the same driver: buildah refuses a storage
+    opened with another)."""
+    driver = storage_driver(storage_root / "overlay-probe")
+    report("storage_driver", driver)
+    engine = Buildah("buildah", Storage(storage_root / "storage", storage_root / "run", driver))
+    yield engine
+    runner.run(engine.command("rm", "--all"))
+    runner.run(engine.command("rmi", "--all", "--force"))
 
 
 @pytest.fixture(scope="session")
@@ -89,8 +94,8 @@ def base_image(engine: Buildah, debootstrap_root: Path) -> str:
 @pytest.fixture(scope="module")
 def own_images(engine: Buildah, base_image: str) -> Iterator[None]:
     """The images and containers a test module made are removed when it ends, the base kept for the next
-    module. vfs keeps a whole copy of the root for every layer and container: left for the session, the CPU
-    and CUDA devel and runtime images held gigabytes through every later test (CI ran out of disk in the
+    module. Left for the session (on vfs, which keeps a whole copy of the root for every layer and container),
+    the CPU and CUDA devel and runtime images held gigabytes through every later test (CI ran out of disk in the
     torchvision build that came after them)."""
     yield
     runner.run(engine.command("rm", "--all"))

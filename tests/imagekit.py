@@ -7,13 +7,14 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 from torchkiln import cli
-from torchkiln.images.engines import Engine
+from torchkiln.images.engines import Buildah, Engine
 from torchkiln.images.platforms import image_platform, platform_named
 from torchkiln.images.rootfs import plan_debootstrap
 from torchkiln.images.spec import DISTROS
@@ -73,9 +74,40 @@ def stored_size(engine: Engine, image: str) -> int:
     return found
 
 
-def cli_argv(storage_root: Path, recipe: Path, *args: str, driver: str = "vfs") -> list[str]:
-    """``torchkiln images`` arguments: buildah on the private storage (its ``driver``) and the debootstrapped
-    base (which the ``base_image`` fixture has made: the CLI reuses it)."""
+def overlay_mounts(scratch: Path) -> bool:
+    """Whether the kernel mounts an overlay in ``scratch`` (buildah's overlay driver needs one; vfs does not;
+    an overlay upper directory on an overlay, as in some containers, is refused)."""
+    dirs = {name: scratch / name for name in ("lower", "upper", "work", "merged")}
+    for path in dirs.values():
+        path.mkdir(parents=True)
+    options = f"lowerdir={dirs['lower']},upperdir={dirs['upper']},workdir={dirs['work']}"
+    done = subprocess.run(
+        ["mount", "-t", "overlay", "overlay", "-o", options, str(dirs["merged"])], capture_output=True
+    )
+    if done.returncode == 0:
+        subprocess.run(["umount", str(dirs["merged"])], check=True)
+    shutil.rmtree(scratch)
+    return done.returncode == 0
+
+
+def storage_driver(scratch: Path) -> str:
+    """The image tests' buildah storage driver: overlay where the kernel mounts one in ``scratch`` (the
+    storage's filesystem), else vfs; TORCHKILN_TEST_STORAGE_DRIVER=vfs|overlay chooses. vfs copies the whole
+    root for every layer and every container (the CUDA runtime image's 5 GB venv once more for each run in
+    it); overlay stores only what each layer changed."""
+    chosen = os.environ.get("TORCHKILN_TEST_STORAGE_DRIVER", "")
+    if chosen:
+        assert chosen in ("vfs", "overlay"), f"TORCHKILN_TEST_STORAGE_DRIVER={chosen!r}: vfs or overlay"
+        return chosen
+    return "overlay" if overlay_mounts(scratch) else "vfs"
+
+
+def cli_argv(engine: Buildah, recipe: Path, *args: str) -> list[str]:
+    """``torchkiln images`` arguments: buildah on ``engine``'s private storage (its root's parent as
+    ``--storage-root``, its driver) and the debootstrapped base (which the ``base_image`` fixture has made:
+    the CLI reuses it)."""
+    storage = engine.storage
+    assert storage.root is not None and storage.driver is not None
     cas = [arg for ca in HOST_CAS for arg in ("--base-ca", ca)]
     return [
         "images",
@@ -87,16 +119,16 @@ def cli_argv(storage_root: Path, recipe: Path, *args: str, driver: str = "vfs") 
         "debootstrap",
         *cas,
         "--storage-root",
-        str(storage_root),
+        str(storage.root.parent),
         "--storage-driver",
-        driver,
+        storage.driver,
         *args,
     ]
 
 
-def cli_build(storage_root: Path, recipe: Path, *args: str) -> int:
-    """``torchkiln images`` (:func:`cli_argv`) in this process, on vfs."""
-    return cli.main(cli_argv(storage_root, recipe, *args))
+def cli_build(engine: Buildah, recipe: Path, *args: str) -> int:
+    """``torchkiln images`` (:func:`cli_argv`) in this process."""
+    return cli.main(cli_argv(engine, recipe, *args))
 
 
 # What the build plan gives a recipe's torch build that tests/data/cuda_devel_checks.sh reads.

@@ -1,4 +1,5 @@
-"""Real image builds with buildah (root, ``--isolation chroot --storage-driver vfs``), on a Debian bookworm
+"""Real image builds with buildah (root, ``--isolation chroot``, overlay storage where the kernel mounts one, else
+vfs: imagekit.storage_driver), on a Debian bookworm
 base made here with debootstrap (no registry is reachable):
 
 * the devel image of the CPU recipe (real apt and pip steps: compilers, cmake, MKL, torchkiln);
@@ -60,15 +61,15 @@ def _torch_wheel() -> Path:
     raise AssertionError  # unreachable: require skipped or failed
 
 
-def _cli_build(storage_root: Path, *args: str) -> int:
-    return cli_build(storage_root, CPU_RECIPE, *args)
+def _cli_build(engine: Buildah, *args: str) -> int:
+    return cli_build(engine, CPU_RECIPE, *args)
 
 
 def test_devel_image_for_the_cpu_recipe(
-    engine: Buildah, storage_root: Path, base_image: str, capsys: pytest.CaptureFixture[str]
+    engine: Buildah, base_image: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     start = time.monotonic()
-    assert _cli_build(storage_root, "--target", "devel") == 0
+    assert _cli_build(engine, "--target", "devel") == 0
     seconds = time.monotonic() - start
     image = image_tag(load_recipe(CPU_RECIPE), "devel")
     probe = engine.run(
@@ -97,7 +98,7 @@ def test_devel_image_for_the_cpu_recipe(
 
 @pytest.mark.timeout(1500)  # a loaded 2-core machine: the build, the suite inside, a 1.2 GB push and scan
 def test_runtime_image_passes_the_verify_suite_as_a_non_root_user(
-    engine: Buildah, storage_root: Path, base_image: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    engine: Buildah, base_image: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     wheel = _torch_wheel()
     dist = tmp_path / "dist"
@@ -114,7 +115,7 @@ def test_runtime_image_passes_the_verify_suite_as_a_non_root_user(
     start = time.monotonic()
     assert (
         _cli_build(
-            storage_root, "--target", "runtime", "--dist", str(dist), "--provenance-key", str(pub), "--verify"
+            engine, "--target", "runtime", "--dist", str(dist), "--provenance-key", str(pub), "--verify"
         )
         == 0
     )
@@ -196,7 +197,7 @@ def _check_supply_chain(
     """The image keeps the statement (labelled with its digest), the key, the wheels' SBOMs and its own
     (valid CycloneDX listing its Debian and Python packages); the private key is in no layer, nor the config
     or history. One push to an OCI layout serves both: its layers are read for the files and scanned for
-    the key (no container is started: each one is a full copy of the root file system on vfs)."""
+    the key (no container is started: on vfs each one is a full copy of the root file system)."""
     statement = dist / provenance.statement_name(load_recipe(CPU_RECIPE).name)
     labels = engine.image_config(image).labels
     assert labels["io.torchkiln.provenance"] == statement.name

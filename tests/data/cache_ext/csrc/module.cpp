@@ -1,4 +1,11 @@
+#ifdef KILN_BINDINGS_ONLY
+// torch's pybind11 casters for at::Tensor alone (torch/python.h includes them): a third of the compile of
+// <torch/extension.h>, which adds torch/all.h, the whole C++ frontend, that a binding does not use. The
+// emulated arm64 check builds it so (KILN_CACHE_EXT_BINDINGS_ONLY=1), where that header is minutes of cc1plus.
+#include <torch/csrc/utils/pybind.h>
+#else
 #include <torch/extension.h>
+#endif
 
 #include "ops.h"
 
