@@ -64,7 +64,7 @@ from torchkiln.images.spec import DISTROS, image_tag
 from torchkiln.process.logs import first_error, tail
 from torchkiln.recipe.loader import load_recipe
 
-# Emulated: the two images and their checks take about 15 minutes here in CI's form, more in full; pytest-timeout's
+# Emulated: the two images and their checks take about 10 minutes here in CI's form, more in full; pytest-timeout's
 # default is 900 s.
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(5400)]
 
