@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 import realtrees
-from imagekit import BASE, BASE_SPEC, report, require, storage_driver
+from imagekit import BASE, BASE_SPEC, private_buildah, remove_all, report, require
 
 from torchkiln.images import rootfs
-from torchkiln.images.engines import Buildah, Storage
+from torchkiln.images.engines import Buildah
 from torchkiln.process import runner
 
 
@@ -50,14 +50,11 @@ def storage_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 @pytest.fixture(scope="session")
 def engine(storage_root: Path) -> Iterator[Buildah]:
     """buildah on the session's storage, overlay where the kernel mounts one there (imagekit.storage_driver);
-    its containers and images are removed when the session ends (by the same driver: buildah refuses a storage
-    opened with another)."""
-    driver = storage_driver(storage_root / "overlay-probe")
-    report("storage_driver", driver)
-    engine = Buildah("buildah", Storage(storage_root / "storage", storage_root / "run", driver))
+    its containers and images are removed when the session ends."""
+    engine = private_buildah(storage_root)
+    report("storage_driver", engine.storage.driver)
     yield engine
-    runner.run(engine.command("rm", "--all"))
-    runner.run(engine.command("rmi", "--all", "--force"))
+    remove_all(engine)
 
 
 @pytest.fixture(scope="session")

@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 
 from torchkiln import cli
-from torchkiln.images.engines import Buildah, Engine
+from torchkiln.images.engines import Buildah, Engine, Storage
 from torchkiln.images.platforms import image_platform, platform_named
 from torchkiln.images.rootfs import plan_debootstrap
 from torchkiln.images.spec import DISTROS
 from torchkiln.plan.make import make_plan
+from torchkiln.process import runner
 from torchkiln.recipe.model import Recipe
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,6 +101,19 @@ def storage_driver(scratch: Path) -> str:
         assert chosen in ("vfs", "overlay"), f"TORCHKILN_TEST_STORAGE_DRIVER={chosen!r}: vfs or overlay"
         return chosen
     return "overlay" if overlay_mounts(scratch) else "vfs"
+
+
+def private_buildah(root: Path) -> Buildah:
+    """buildah on a private storage under ``root`` (``storage/``, ``run/``), on :func:`storage_driver`."""
+    driver = storage_driver(root / "overlay-probe")
+    return Buildah("buildah", Storage(root / "storage", root / "run", driver))
+
+
+def remove_all(engine: Buildah) -> None:
+    """Every container and image in ``engine``'s storage, removed (by its own driver: buildah refuses a
+    storage opened with another)."""
+    runner.run(engine.command("rm", "--all"))
+    runner.run(engine.command("rmi", "--all", "--force"))
 
 
 def cli_argv(engine: Buildah, recipe: Path, *args: str) -> list[str]:

@@ -54,11 +54,11 @@ import pypimirror
 import pytest
 import realtrees
 from dists import manifest_for_upstream
-from imagekit import HOST_CAS, ROOT, cli_argv, report, require, storage_driver
+from imagekit import HOST_CAS, ROOT, cli_argv, private_buildah, remove_all, report, require
 from imagekit import devel_checks as run_devel_checks
 
 from torchkiln.images import rootfs
-from torchkiln.images.engines import Buildah, Storage
+from torchkiln.images.engines import Buildah
 from torchkiln.images.platforms import platform_named
 from torchkiln.images.spec import DISTROS, image_tag
 from torchkiln.process.logs import first_error, tail
@@ -99,25 +99,17 @@ CHECKS = (
 
 
 @pytest.fixture(scope="module")
-def storage_root(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Buildah]:
+    """buildah on the module's own storage (imagekit.private_buildah), qemu registered for its RUN steps; its
+    containers and images are removed when the module ends."""
     found = arm64root.problems()
     require(not found, "; ".join(found))
     require(shutil.which("buildah") is not None, "buildah is not installed (apt-get install buildah)")
     arm64root.register_qemu()
-    root = tmp_path_factory.mktemp("buildah-arm64")
-    driver = storage_driver(root / "overlay-probe")
-    report("arm64_storage_driver", driver)
-    return root, driver
-
-
-@pytest.fixture(scope="module")
-def engine(storage_root: tuple[Path, str]) -> Iterator[Buildah]:
-    """buildah on the module's storage; its containers and images are removed when the module ends."""
-    root, driver = storage_root
-    engine = Buildah("buildah", Storage(root / "storage", root / "run", driver))
+    engine = private_buildah(tmp_path_factory.mktemp("buildah-arm64"))
+    report("arm64_storage_driver", engine.storage.driver)
     yield engine
-    subprocess.run([*engine.command("rm", "--all")], capture_output=True, check=False)
-    subprocess.run([*engine.command("rmi", "--all", "--force")], capture_output=True, check=False)
+    remove_all(engine)
 
 
 def architecture(engine: Buildah, image: str) -> str:
