@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from torchkiln.recipe import cuda_libraries
 from torchkiln.recipe.compat import blas_kind, platform_data
 from torchkiln.recipe.model import Recipe
 
@@ -137,6 +138,13 @@ ENV_TABLE: tuple[EnvVar, ...] = (
         "NCCL_INCLUDE_DIR", TORCH, lambda c: f"{c.cuda_home}/include" if c.cuda else None, "see NCCL_ROOT"
     ),
     EnvVar("NCCL_LIB_DIR", TORCH, lambda c: f"{c.cuda_home}/lib64" if c.cuda else None, "see NCCL_ROOT"),
+    EnvVar(
+        "PYTORCH_EXTRA_INSTALL_REQUIREMENTS",
+        TORCH,
+        lambda c: cuda_libraries.extra_install_requirements(c.recipe),
+        "the wheel's Requires-Dist on NVIDIA's PyPI wheels, as upstream's (deploy.cuda_libraries = pypi; "
+        "data/compat.toml [cuda_libraries]); the torch:cuda-libraries step adds the RPATH that finds them",
+    ),
     EnvVar(
         "FORCE_CUDA",
         VISION,

@@ -36,6 +36,7 @@ from torchkiln.errors import Problem, RecipeError, UsageError
 
 from .archs import ENTRY_RE as ARCH_RE
 from .compat import platforms
+from .cuda_libraries import MODES as CUDA_LIBRARIES
 from .model import (
     UPSTREAM_TORCH_REPO,
     UPSTREAM_TORCHVISION_REPO,
@@ -43,6 +44,7 @@ from .model import (
     Blas,
     Build,
     CacheSpec,
+    Deploy,
     DistSection,
     Magma,
     Recipe,
@@ -545,6 +547,12 @@ SCHEMA: tuple[Field, ...] = (
         check=path_problem,
         doc="file holding the client token (a BuildKit secret is a file)",
     ),
+    Field(
+        "deploy.cuda_libraries",
+        str,
+        check=_one_of(*CUDA_LIBRARIES),
+        doc="a CUDA wheel's CUDA libraries: NVIDIA's PyPI wheels (pypi, default) or carried in the wheel (bundled)",
+    ),
 )
 
 # The typed Recipe's sections: the table of that name becomes that dataclass (a section with a ``name``
@@ -559,6 +567,7 @@ SECTIONS: dict[str, type] = {
     "cache": CacheSpec,
     "vision": VisionFeatures,  # [torchvision.features]
     "dist": DistSection,
+    "deploy": Deploy,
 }
 OPTIONAL_SECTIONS = frozenset({"magma", "dist"})
 

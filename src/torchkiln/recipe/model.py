@@ -122,6 +122,15 @@ class DistSection:
 
 
 @dataclass(frozen=True)
+class Deploy:
+    """``[deploy]``: what the machines the wheels are installed on provide. ``cuda_libraries``: where a CUDA
+    wheel's CUDA libraries come from there: ``pypi`` (NVIDIA's wheels, declared and found through RPATH, as
+    upstream's PyPI wheels) or ``bundled`` (carried inside the wheel, upstream's "-full" variant)."""
+
+    cuda_libraries: str = "pypi"
+
+
+@dataclass(frozen=True)
 class Recipe:
     name: str
     description: str
@@ -141,6 +150,7 @@ class Recipe:
     dist: DistSection | None = None
     # ``python.versions``: every Python the build makes wheels for, in order (empty: ``python.version`` alone)
     pythons: tuple[str, ...] = ()
+    deploy: Deploy = field(default_factory=Deploy)
 
     @property
     def python_versions(self) -> tuple[str, ...]:

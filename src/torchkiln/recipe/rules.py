@@ -16,7 +16,7 @@ from packaging.version import Version
 
 from torchkiln.errors import Problem, UsageError
 
-from . import cmake_options
+from . import cmake_options, cuda_libraries
 from .archs import ENTRY_RE
 from .compat import compat, cuda_release, minor, platform_data, torch_release
 from .model import Recipe
@@ -612,6 +612,12 @@ RULES: tuple[Rule, ...] = (
         "cache", "cache settings are consistent, usable by the plan and hold no secrets", _cache, ("cache",)
     ),
     Rule("dist", "distributed compiles name a scheduler and use sccache", _dist, ("dist", "cache.kind")),
+    Rule(
+        "deploy-cuda-libraries",
+        "a CUDA wheel's CUDA libraries come from NVIDIA's wheels, or are bundled where upstream bundles them",
+        cuda_libraries.problems,
+        ("deploy", "accelerator", "torch.version"),
+    ),
 )
 
 
