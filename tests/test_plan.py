@@ -61,7 +61,9 @@ def test_every_step_says_its_kind_and_the_builder_has_a_behaviour_for_it() -> No
     assert [bool(s.fresh) for s in fetches] == [True, False, False, False, False], "the first starts afresh"
     assert [s.pins for s in fetches] == [False, False, False, False, True], "the last one is pinned"
     wheels = plan.wheel_steps()
-    assert wheels["torch"].wheels == str(plan.paths.wheelhouse / "torch")
+    # a CUDA torch wheel's final form: the one whose CUDA libraries are found where it is installed
+    assert wheels["torch"].name == "torch:cuda-libraries" and kinds["torch:cuda-libraries"] == "package"
+    assert wheels["torch"].wheels == str(plan.paths.wheelhouse / "torch.deploy")
     check = next(s for s in plan.steps if s.facts)
     assert check.name == "checks:import"
     assert next(s for s in plan.steps if s.name == "build-env:venv").creates == str(plan.paths.venv_python)
