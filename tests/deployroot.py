@@ -114,7 +114,11 @@ def run(
     checkout at /src and each of ``binds`` (path in the root -> directory here) read-only; output and errors
     together. No network is needed: the root has no resolver configuration."""
     (root / "src").mkdir(exist_ok=True)
-    mounts = ['mount --rbind /dev "$1/dev"', 'mount -t proc proc "$1/proc"', f'mount --bind "{ROOT}" "$1/src"']
+    mounts = [
+        'mount --rbind /dev "$1/dev"',
+        'mount -t proc proc "$1/proc"',
+        f'mount --bind "{ROOT}" "$1/src"',
+    ]
     for inside, outside in binds.items():
         (root / inside.lstrip("/")).mkdir(parents=True, exist_ok=True)
         mounts += [f'mount --bind "{outside}" "$1{inside}"', f'mount -o remount,ro,bind "$1{inside}"']

@@ -24,7 +24,6 @@ from torchkiln.artifacts import cudalibs
 from torchkiln.errors import RecipeError
 from torchkiln.plan.jobs import Resources
 from torchkiln.plan.make import make_plan
-from torchkiln.recipe import cuda_libraries
 from torchkiln.recipe.compat import compat
 from torchkiln.recipe.loader import load_recipe, parse_recipe
 from torchkiln.recipe.model import Recipe
@@ -114,7 +113,11 @@ def test_the_cuda_libraries_step_reaches_the_layout_of_the_cuda_major(torch: str
     plan = make_plan(recipe_for(torch, cuda), resources=BIG)
     step = next(s for s in plan.steps if s.name == "torch:cuda-libraries")
     names = [s.name for s in plan.steps]
-    assert names.index("torch:wheel") < names.index("torch:cuda-libraries") < names.index("torchvision:install-torch")
+    assert (
+        names.index("torch:wheel")
+        < names.index("torch:cuda-libraries")
+        < names.index("torchvision:install-torch")
+    )
     assert step.kind == "package" and step.reads == (str(plan.paths.wheelhouse / "torch"),)
     dirs = [step.argv[i + 1] for i, a in enumerate(step.argv) if a == "--lib-dir"]
     assert dirs == DATA["lib_dirs"][cuda.split(".")[0]]
@@ -180,7 +183,9 @@ MEMBER = st.builds(
     st.sampled_from([".so", ".so.1", ".so.13", ".cpython-312-x86_64-linux-gnu.so"]),
 )
 ORIGIN_ENTRY = st.builds(
-    lambda ups, tail: "/".join(["$ORIGIN", *[".."] * ups, *tail]), st.integers(0, 3), st.lists(SEGMENT, max_size=2)
+    lambda ups, tail: "/".join(["$ORIGIN", *[".."] * ups, *tail]),
+    st.integers(0, 3),
+    st.lists(SEGMENT, max_size=2),
 )
 ABSOLUTE = st.builds(lambda parts: "/" + "/".join(parts), st.lists(SEGMENT, min_size=1, max_size=4))
 
@@ -188,7 +193,9 @@ ABSOLUTE = st.builds(lambda parts: "/" + "/".join(parts), st.lists(SEGMENT, min_
 def resolved(member: str, entry: str) -> str:
     """Where the loader looks for ``entry`` of the object installed at ``member`` (site-packages relative)."""
     assert entry.startswith("$ORIGIN")
-    return posixpath.normpath(posixpath.join(str(PurePosixPath(member).parent), entry.replace("$ORIGIN", ".", 1)))
+    return posixpath.normpath(
+        posixpath.join(str(PurePosixPath(member).parent), entry.replace("$ORIGIN", ".", 1))
+    )
 
 
 @settings(max_examples=300, deadline=None)
@@ -207,9 +214,9 @@ def test_every_object_reaches_every_library_directory_and_keeps_its_own_origin(
     entries, dropped = cudalibs.planned_rpath(member, current, targets)
     assert [resolved(member, e) for e in entries[: len(targets)]] == targets
     own = [e for e in current if e.startswith("$ORIGIN")]
-    assert entries[len(targets) :] == list(dict.fromkeys(e for e in own if e not in entries[: len(targets)])) or (
-        not own and entries[len(targets) :] == ["$ORIGIN"]
-    )
+    assert entries[len(targets) :] == list(
+        dict.fromkeys(e for e in own if e not in entries[: len(targets)])
+    ) or (not own and entries[len(targets) :] == ["$ORIGIN"])
     assert dropped == [e for e in current if not e.startswith("$ORIGIN")]
     assert not [e for e in entries if not e.startswith("$ORIGIN")], "nothing of the build host is kept"
 
@@ -224,7 +231,9 @@ def test_every_object_reaches_every_library_directory_and_keeps_its_own_origin(
     ],
 )
 def test_entries_climb_to_site_packages_from_where_the_object_is(member: str, first: str) -> None:
-    entries, _ = cudalibs.planned_rpath(member, ["$ORIGIN", "/usr/local/cuda-13.0/lib64"], DATA["lib_dirs"]["13"])
+    entries, _ = cudalibs.planned_rpath(
+        member, ["$ORIGIN", "/usr/local/cuda-13.0/lib64"], DATA["lib_dirs"]["13"]
+    )
     assert entries[0] == first and entries[-1] == "$ORIGIN"
 
 
@@ -232,7 +241,9 @@ def test_only_shared_objects_installed_into_site_packages_are_rewritten(tmp_path
     """Every ELF ET_DYN file the wheel installs, whatever its name (a PIE tool too); not a linker script named
     .so, not a static archive, not a text file, not a script of the wheel's .data (installed to bin/)."""
     elf = Path("/bin/true").read_bytes()  # a PIE executable: ET_DYN, a real ELF file of this machine
-    library = next(Path(p) for p in ("/lib/x86_64-linux-gnu/libz.so.1", "/usr/lib/x86_64-linux-gnu/libz.so.1"))
+    library = next(
+        Path(p) for p in ("/lib/x86_64-linux-gnu/libz.so.1", "/usr/lib/x86_64-linux-gnu/libz.so.1")
+    )
     root = tmp_path / "wheel"
     files = {
         "torch/lib/libtorch_cuda.so": library.read_bytes(),

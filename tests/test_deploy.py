@@ -41,7 +41,7 @@ from torchkiln.artifacts import wheelfile
 from torchkiln.plan.make import make_plan
 from torchkiln.plan.model import Plan
 from torchkiln.recipe.compat import compat
-from torchkiln.recipe.loader import load_recipe, parse_recipe
+from torchkiln.recipe.loader import parse_recipe
 
 pytestmark = pytest.mark.integration
 
@@ -225,8 +225,8 @@ def test_the_stand_in_runs_where_deployed_and_each_control_fails_naming_the_libr
         root,
         "/opt/deployed/bin/pip install --quiet --no-compile --find-links /wheels pyelftools packaging && "
         "/opt/deployed/bin/python -c 'from torchkiln.verify import linkage; i = linkage.installed();"
-        " r = linkage.check_distribution(i[\"torchlike\"], i, linkage.System.of_this_machine());"
-        " print(len(r.objects), \"objects, unresolved:\", r.unresolved)'",
+        ' r = linkage.check_distribution(i["torchlike"], i, linkage.System.of_this_machine());'
+        ' print(len(r.objects), "objects, unresolved:", r.unresolved)\'',
         wheels,
     )
     assert "2 objects, unresolved: ()" in linkage.stdout, linkage.stdout[-2000:]
@@ -247,4 +247,6 @@ def test_the_stand_in_runs_where_deployed_and_each_control_fails_naming_the_libr
     alone = in_root(root, "/opt/bundled/bin/pip list --format=freeze", wheels).stdout
     assert "nvidia" not in alone, alone
     with capsys.disabled():
-        print(f"\n[deploy] stand-in in the deployment root: {time.monotonic() - start:.0f} s; controls {failures}")
+        print(
+            f"\n[deploy] stand-in in the deployment root: {time.monotonic() - start:.0f} s; controls {failures}"
+        )

@@ -29,11 +29,13 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import zipfile
 from dataclasses import replace
 from pathlib import Path
 
 import cudakit
+import deployroot
 import pytest
 import realtrees
 from imagekit import need
@@ -149,14 +151,24 @@ print(find_libpng()[0])
 """
 
 
+Done = subprocess.CompletedProcess[str]
+
+
+@pytest.fixture(scope="module")
+def built(inputs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Done]:
+    """The build (tests below: its result, and its wheel where it is deployed): the work root, the tree, the run."""
+    root = tmp_path_factory.mktemp("vision-build")
+    tree = tree_copy(inputs, root)
+    return root, tree, torchkiln_build(cudakit.sandbox(inputs["toolkit"]), root, tree, inputs["torch"])
+
+
 @pytest.mark.timeout(2400)  # cold on 2 cores: 412 s measured; room for a slow index and busy cores
 def test_the_real_tree_builds_a_wheel_with_its_codecs_against_torch_2_6(
-    inputs: dict[str, Path], tmp_path: Path
+    inputs: dict[str, Path], built: tuple[Path, Path, Done]
 ) -> None:
     """The wheel is built, bundled and checked in a clean venv with torch 2.6.0+cu124: its ops load and each
     codec the recipe asks for is in it (the post-build check's torchvision.features), its CUDA is torch's."""
-    tree = tree_copy(inputs, tmp_path)
-    done = torchkiln_build(cudakit.sandbox(inputs["toolkit"]), tmp_path, tree, inputs["torch"])
+    tmp_path, tree, done = built
     try:
         assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
         dist = tmp_path / "dist"
@@ -206,3 +218,56 @@ def test_the_real_tree_builds_a_wheel_with_its_codecs_against_torch_2_6(
         assert "  - torchvision.features.nvjpeg: expected false, built with it" in message, message
     finally:
         shutil.rmtree(tmp_path / "work", ignore_errors=True)  # 6 GiB of venvs (hard links into the store)
+
+
+# The deployment root's wheelhouse: upstream's torch 2.6.0 and everything it requires (tests/test_deploy.py
+# installs its stand-in from the same one), numpy and pillow (torchvision's Requires-Dist), what verify needs.
+WHEELHOUSE = ("torch==2.6.0", "numpy", "pillow", *deployroot.VERIFY_DEPS)
+ROUND_TRIP = """
+import torch, torchvision
+from torchvision.io import decode_jpeg, decode_png, encode_jpeg, encode_png
+image = (torch.arange(3 * 16 * 16) % 251).to(torch.uint8).reshape(3, 16, 16)
+assert torch.equal(decode_png(encode_png(image)), image)  # the bundled libpng16
+assert decode_jpeg(encode_jpeg(image)).shape == image.shape  # the bundled libjpeg
+boxes = torch.tensor([[0.0, 0.0, 2.0, 2.0], [0.0, 0.0, 2.0, 2.1]])
+kept = torch.ops.torchvision.nms(boxes, torch.tensor([1.0, 0.5]), 0.5)  # _C's ops
+print("deployed", torch.__version__, torchvision.__version__, torch.version.cuda, kept.tolist())
+"""
+
+
+@pytest.mark.timeout(1800)
+def test_the_wheel_runs_where_deployed_and_passes_verify_release(
+    built: tuple[Path, Path, Done], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 34, item 4: the built wheel installed with plain pip (its Requires-Dist, then torch 2.6.0's, from
+    the wheelhouse only) into a deployment root with no compiler, no CUDA toolkit, no -dev package and no
+    libpng: it imports, its codecs (bundled libpng, libjpeg, nvJPEG, cudart, as upstream's 0.21.0 wheel bundles
+    them) and ops work, and verify's release area passes there (every shared object of torch and torchvision
+    resolves without LD_LIBRARY_PATH; CUDA checks skip: no GPU)."""
+    dist = built[0] / "dist"
+    assert (dist / WHEEL).is_file(), built[2].stdout[-2000:] + built[2].stderr[-2000:]
+    root = deployroot.fresh_root(tmp_path / "root")
+    (tmp_path / "check.py").write_text(ROUND_TRIP)
+    binds = {"/wheels": deployroot.wheelhouse(WHEELHOUSE), "/dist": dist, "/check": tmp_path}
+    start = time.monotonic()
+    done = deployroot.run(
+        root,
+        "for t in cc gcc g++ nvcc; do command -v $t && exit 10; done; ls -d /usr/local/cuda* && exit 11; "
+        "dpkg-query -W -f '${Package}\\n' | grep -E -- '-dev$' && exit 12; ls /usr/lib/*/libpng16* && exit 13; "
+        f"python3 -m venv /opt/venv && pip install --quiet --no-compile --find-links /wheels /dist/{WHEEL} && "
+        f"pip install --quiet --no-compile --find-links /wheels {' '.join(deployroot.VERIFY_DEPS)} && "
+        "python /check/check.py && cd /tmp && python -m torchkiln verify --area release --report /tmp/report",
+        binds=binds,
+    )
+    seconds = time.monotonic() - start
+    assert "deployed 2.6.0+cu124 0.21.0+cu124 12.4 [0]" in done.stdout, done.stdout[-4000:]
+    summary = json.loads((root / "tmp" / "report" / "summary.json").read_text())
+    checks = summary["checks"]
+    assert done.returncode == 0 and summary["ok"], done.stdout[-4000:]
+    passed = {c["nodeid"].split("::", 1)[1] for c in checks if c["outcome"] == "passed"}
+    for project in ("torch", "torchvision"):
+        assert f"test_libraries_resolve_without_ld_library_path[{project}]" in passed, sorted(passed)
+    with capsys.disabled():
+        print(
+            f"\n[deploy] torchvision 0.21.0 wheel in the deployment root: {seconds:.0f} s, {summary['totals']}"
+        )

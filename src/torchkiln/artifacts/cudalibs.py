@@ -83,7 +83,12 @@ def read_dynamic(path: Path) -> Dynamic | None:
             if elf["e_type"] != "ET_DYN":
                 return None
             found: dict[str, list[str]] = {"DT_NEEDED": [], "DT_RPATH": [], "DT_RUNPATH": [], "DT_SONAME": []}
-            attrs = {"DT_NEEDED": "needed", "DT_RPATH": "rpath", "DT_RUNPATH": "runpath", "DT_SONAME": "soname"}
+            attrs = {
+                "DT_NEEDED": "needed",
+                "DT_RPATH": "rpath",
+                "DT_RUNPATH": "runpath",
+                "DT_SONAME": "soname",
+            }
             for section in elf.iter_sections():
                 if isinstance(section, DynamicSection):
                     for tag in section.iter_tags():
@@ -93,7 +98,9 @@ def read_dynamic(path: Path) -> Dynamic | None:
         return None
     split = [p for e in found["DT_RPATH"] for p in e.split(":") if p]
     split_run = [p for e in found["DT_RUNPATH"] for p in e.split(":") if p]
-    return Dynamic(tuple(found["DT_NEEDED"]), tuple(split), tuple(split_run), next(iter(found["DT_SONAME"]), None))
+    return Dynamic(
+        tuple(found["DT_NEEDED"]), tuple(split), tuple(split_run), next(iter(found["DT_SONAME"]), None)
+    )
 
 
 def _is_origin(entry: str) -> bool:
@@ -108,7 +115,9 @@ def relative_entry(installed: str, target: str) -> str:
     return ORIGIN if rel == "." else f"{ORIGIN}/{rel}"
 
 
-def planned_rpath(installed: str, current: Sequence[str], targets: Sequence[str]) -> tuple[list[str], list[str]]:
+def planned_rpath(
+    installed: str, current: Sequence[str], targets: Sequence[str]
+) -> tuple[list[str], list[str]]:
     """(the new search path, the entries dropped) of the object installed at ``installed``: an entry per
     directory of ``targets``, then its own ``$ORIGIN``-relative entries in their order (``$ORIGIN`` where it
     had none); absolute and other entries are dropped (they name the build host)."""
@@ -180,7 +189,9 @@ def _extras(names: Sequence[str], directories: Sequence[Path]) -> dict[str, Path
     return found
 
 
-def bundle_into(root: Path, into: str, directories: Sequence[Path], extra: Sequence[str], done: Rewrite) -> None:
+def bundle_into(
+    root: Path, into: str, directories: Sequence[Path], extra: Sequence[str], done: Rewrite
+) -> None:
     """Copy the CUDA libraries the wheel's objects need (and ``extra``) from ``directories`` into ``into``."""
     target = root / into
     target.mkdir(parents=True, exist_ok=True)
@@ -308,10 +319,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         allow_abbrev=False, prog="python -m torchkiln.artifacts.cudalibs", description=__doc__.splitlines()[0]
     )
-    parser.add_argument("wheels", nargs="+", type=Path, metavar="WHEEL", help="wheels, or directories of wheels")
-    parser.add_argument("--out", type=Path, required=True, help="directory the rewritten wheels are written to")
     parser.add_argument(
-        "--lib-dir", action="append", default=[], help="pypi: where NVIDIA's wheels put libraries (repeatable)"
+        "wheels", nargs="+", type=Path, metavar="WHEEL", help="wheels, or directories of wheels"
+    )
+    parser.add_argument(
+        "--out", type=Path, required=True, help="directory the rewritten wheels are written to"
+    )
+    parser.add_argument(
+        "--lib-dir",
+        action="append",
+        default=[],
+        help="pypi: where NVIDIA's wheels put libraries (repeatable)",
     )
     parser.add_argument(
         "--bundle-from", action="append", default=[], type=Path, help="bundled: the toolkit's libraries"

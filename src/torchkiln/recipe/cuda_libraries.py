@@ -91,7 +91,11 @@ def requirements(recipe: Recipe) -> tuple[str, ...]:
             pin = pins[category]
             if pin is not None:
                 out.append(_with(req, f"nvidia-{category}-cu{major}", f"=={pin}"))
-        elif category == "other" or (category == "toolkit" and same_cuda) or (category == "major" and same_major):
+        elif (
+            category == "other"
+            or (category == "toolkit" and same_cuda)
+            or (category == "major" and same_major)
+        ):
             out.append(str(req))
     return tuple(out)
 
@@ -126,7 +130,11 @@ def problems(recipe: Recipe) -> Iterator[tuple[str, str, str]]:
     torch_minor = minor(recipe.torch.version)
     if not acc.is_cuda or acc.cuda is None:
         if mode == "bundled":
-            yield FIELD, "a CPU recipe has no CUDA libraries to bundle", "pypi (the default), or a CUDA recipe"
+            yield (
+                FIELD,
+                "a CPU recipe has no CUDA libraries to bundle",
+                "pypi (the default), or a CUDA recipe",
+            )
         return
     cuda = minor(acc.cuda)
     data = _data()
