@@ -7,6 +7,7 @@ real shared objects with the real patchelf there too, and in a deployment root i
 
 from __future__ import annotations
 
+import json
 import posixpath
 import re
 import tomllib
@@ -274,3 +275,30 @@ def test_either_the_pypi_layout_or_a_bundle_is_asked_for(tmp_path: Path) -> None
     wheel.write_bytes(b"")
     with pytest.raises(Exception, match="either --lib-dir"):
         cudalibs.rewrite_wheel(wheel, tmp_path)
+
+
+UPSTREAM_2_13_0 = [  # torch-2.13.0 cu130's METADATA Requires-Dist (its PYTORCH_EXTRA_INSTALL_REQUIREMENTS), verbatim
+    'cuda-toolkit[cublas,cudart,cufft,cufile,cupti,curand,cusolver,cusparse,nvjitlink,nvrtc,nvtx]==13.0.3; platform_system == "Linux"',
+    'cuda-bindings<14,>=13.0.3; platform_system == "Linux" and python_version < "3.15"',
+    'nvidia-cudnn-cu13==9.20.0.48; platform_system == "Linux"',
+    'nvidia-cusparselt-cu13==0.8.1; platform_system == "Linux"',
+    'nvidia-nccl-cu13==2.29.7; platform_system == "Linux"',
+    'nvidia-nvshmem-cu13==3.4.5; platform_system == "Linux"',
+    'triton==3.7.1; platform_system == "Linux" and python_version < "3.15"',
+]
+
+
+def test_the_shipped_cu130_recipes_plan_declares_upstreams_requirements(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`torchkiln plan` (what `torchkiln build` runs) of the shipped 2.13 CUDA 13.0 recipe, whose cuDNN and NCCL
+    are upstream's: the torch compile step's PYTORCH_EXTRA_INSTALL_REQUIREMENTS is upstream's list."""
+    from torchkiln.cli import main
+
+    assert main(["plan", str(CU130), "--json"]) == 0
+    steps = {s["name"]: s for s in json.loads(capsys.readouterr().out)["steps"]}
+    value = steps["torch:wheel"]["env"]["PYTORCH_EXTRA_INSTALL_REQUIREMENTS"]
+    assert value.split(" | ") == UPSTREAM_2_13_0
+    assert "PYTORCH_EXTRA_INSTALL_REQUIREMENTS" not in steps["torchvision:wheel"]["env"]
+    argv = steps["torch:cuda-libraries"]["argv"]
+    assert [a for i, a in enumerate(argv) if argv[i - 1] == "--lib-dir"] == DATA["lib_dirs"]["13"]
