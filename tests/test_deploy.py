@@ -37,7 +37,7 @@ import tomli_w
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 
-from torchkiln.artifacts import wheelfile
+from torchkiln.artifacts import cudalibs, wheelfile
 from torchkiln.plan.make import make_plan
 from torchkiln.plan.model import Plan
 from torchkiln.recipe.compat import compat
@@ -69,13 +69,12 @@ def narrowed(plan: Plan) -> str:
     return " | ".join(kept)
 
 
-def build_stand_in(toolkit: Path, out: Path, requirements: str | None) -> Path:
+def build_stand_in(toolkit: Path, out: Path, requirements: str) -> Path:
     """The stand-in's wheel as the compile step makes torch's (the toolkit at the plan's CUDA_HOME)."""
     source = out.parent / f"src-{out.name}"
     shutil.copytree(STAND_IN, source)
     env = {"PATH": "/usr/bin:/bin", "HOME": str(out.parent), "CUDA_HOME": str(cudakit.CUDA_HOME)}
-    if requirements is not None:
-        env["PYTORCH_EXTRA_INSTALL_REQUIREMENTS"] = requirements
+    env["PYTORCH_EXTRA_INSTALL_REQUIREMENTS"] = requirements
     argv = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index"]
     done = subprocess.run(
         [*cudakit.sandbox(toolkit), *argv, "-w", str(out), str(source)],
@@ -84,6 +83,20 @@ def build_stand_in(toolkit: Path, out: Path, requirements: str | None) -> Path:
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     [wheel] = out.glob("*.whl")
     return wheel
+
+
+def without_requirements(wheel: Path, out: Path) -> Path:
+    """The same wheel without its Requires-Dist lines (what the build makes with PYTORCH_EXTRA_INSTALL_REQUIREMENTS
+    unset), RECORD made anew."""
+    tree = out / "tree"
+    with zipfile.ZipFile(wheel) as source:
+        source.extractall(tree)
+        [metadata] = tree.glob("*.dist-info/METADATA")
+        lines = metadata.read_text().splitlines(keepends=True)
+        metadata.write_text("".join(line for line in lines if not line.startswith("Requires-Dist:")))
+        cudalibs.repack(source, tree, out / wheel.name)
+    shutil.rmtree(tree)
+    return out / wheel.name
 
 
 def run_step(plan: Plan, wheel: Path, sandbox: list[str] | None = None) -> tuple[Path, str]:
@@ -128,7 +141,7 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     work = tmp_path_factory.mktemp("stand-in")
     plan = plan_in(work / "kiln")
     declared = build_stand_in(toolkit, work / "declared", narrowed(plan))
-    bare = build_stand_in(toolkit, work / "bare", None)
+    bare = without_requirements(declared, work / "bare")
     deployed, output = run_step(plan, declared)
     rpath_only, _ = run_step(plan_in(work / "kiln-rpath-only"), bare)
     bundled_plan = plan_in(work / "kiln-bundled", cuda_libraries="bundled")
@@ -230,10 +243,12 @@ def test_the_stand_in_runs_where_deployed_and_each_control_fails_naming_the_libr
         wheels,
     )
     assert "2 objects, unresolved: ()" in linkage.stdout, linkage.stdout[-2000:]
+    # the controls, one after the other in one more venv (a plain install of each, replacing the last)
     failures = {}
+    control = "/opt/control/bin/pip install --quiet --no-compile --find-links /wheels"
     for name, script in (
-        ("bare", venv("bare", inside(wheels, "bare"))),
-        ("rpath-only", venv("rpath", inside(wheels, "rpath-only"))),
+        ("bare", f"python3 -m venv /opt/control && {control} {inside(wheels, 'bare')} && /opt/control/bin/{IMPORT}"),
+        ("rpath-only", f"{control} --force-reinstall {inside(wheels, 'rpath-only')} && /opt/control/bin/{IMPORT}"),
         # NVIDIA's wheels installed (the deployed venv's), the wheel without the RPATH edit
         ("declared-only", f"/opt/deployed/bin/pip install -q --force-reinstall --no-deps {inside(wheels, 'declared-only')}"
          f" && /opt/deployed/bin/{IMPORT}"),
@@ -242,10 +257,13 @@ def test_the_stand_in_runs_where_deployed_and_each_control_fails_naming_the_libr
         assert failed.returncode != 0, (name, failed.stdout[-2000:])
         failures[name] = MISSING.findall(failed.stdout)
         assert failures[name] == ["libcudart.so.12"], (name, failed.stdout[-2000:])
-    bundled = in_root(root, venv("bundled", inside(wheels, "bundled")), wheels)
+    # the bundled variant in the controls' venv, which has no NVIDIA wheel: it needs none
+    bundled = in_root(
+        root, f"{control} --force-reinstall {inside(wheels, 'bundled')} && /opt/control/bin/{IMPORT}", wheels
+    )
     assert "versions (12040, 12, 4)" in bundled.stdout, bundled.stdout[-2000:]
-    alone = in_root(root, "/opt/bundled/bin/pip list --format=freeze", wheels).stdout
-    assert "nvidia" not in alone, alone
+    alone = in_root(root, "/opt/control/bin/pip list --format=freeze", wheels).stdout
+    assert "nvidia" not in alone and "torchlike==1.0" in alone, alone
     with capsys.disabled():
         print(
             f"\n[deploy] stand-in in the deployment root: {time.monotonic() - start:.0f} s; controls {failures}"
