@@ -19,6 +19,9 @@ build venv 60 s, the compile (32 objects of _C with 6 CUDA files, then the image
 venv and its checks about 80 s; warm about 3 minutes. CI runs it cold, in the integration part of `nox -s
 tests` (issue 19's done-when; an earlier estimate of "most of an hour" came from a run on cores shared with
 other builds).
+
+The built wheel is then installed with plain pip into a deployment root (tests/deployroot.py: no compiler, no
+CUDA toolkit, no -dev package) and verify's release area runs there (issue 34, item 4; docs/deploy.md).
 """
 
 from __future__ import annotations
