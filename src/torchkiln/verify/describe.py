@@ -131,6 +131,12 @@ def described_flags(facts: BuildFacts, torch_version: str) -> dict[str, bool]:
     return dict(sorted(flags.items()))
 
 
+def _flag_source(key: str, settings: Mapping[str, str]) -> str:
+    if key in settings:
+        return f"Build settings {key}={settings[key]}"
+    return "torch.distributed.is_available()" if key == "USE_DISTRIBUTED" else "(not reported)"
+
+
 def _version_fields(version: Version) -> list[Line]:
     """build.local_version, or -- ``.postN`` from a build number -- pytorch_build_version and _number."""
     local = version.local or ""
@@ -272,10 +278,7 @@ def describe(facts: BuildFacts, *, name: str, description: str | None = None) ->
     sections.append(
         (
             "build.flags",
-            [
-                Line(k, v, f"Build settings {k}={settings.get(k, '(torch.distributed.is_available())')}")
-                for k, v in flags.items()
-            ],
+            [Line(k, v, _flag_source(k, settings)) for k, v in flags.items()],
         )
     )
     sections.append(("cache", [Line("kind", "none")]))
