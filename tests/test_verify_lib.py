@@ -315,7 +315,11 @@ def test_wheel_tag_matches_interpreter_and_machine(tags: tuple[str, ...], status
 @pytest.mark.parametrize(
     ("dists", "status", "needle"),
     [
-        ({"nvidia-cudnn-cu13": "9.24.0.43"}, "fail", "nvidia-cudnn-cu13 9.24.0.43 is not the cudnn torch loads (9.20.0"),
+        (
+            {"nvidia-cudnn-cu13": "9.24.0.43"},
+            "fail",
+            "nvidia-cudnn-cu13 9.24.0.43 is not the cudnn torch loads (9.20.0",
+        ),
         ({"nvidia-nccl-cu13": "2.30.7"}, "fail", "nvidia-nccl-cu13 2.30.7 (torch has nccl 2.29.7)"),
         ({"nvidia-nccl-cu13": "2.29.70"}, "fail", "2.29.70"),
         ({}, "skip", "no nvidia-cudnn/nvidia-nccl PyPI packages are installed"),

@@ -292,8 +292,12 @@ def nccl_check(facts: BuildFacts) -> Check:
         )
     what = "USE_NCCL=ON in Build settings: torch.cuda.nccl.version()"
     if facts.nccl_version is None:
-        reason = facts.nccl_error or f"torch.distributed.is_nccl_available() is {facts.nccl_available}"
-        return Check("nccl_in_cuda_build", "fail", f"{what} gives no version: {reason}", "a version", None)
+        said = (
+            f"raised: {facts.nccl_error}"  # report.CAUSE_MARKERS: the cause, in torch's words
+            if facts.nccl_error
+            else f"gives no version: torch.distributed.is_nccl_available() is {facts.nccl_available}"
+        )
+        return Check("nccl_in_cuda_build", "fail", f"{what} {said}", "a version", None)
     version = dotted(facts.nccl_version)
     if not facts.libraries_read:
         return Check("nccl_in_cuda_build", "pass", f"{what} = {version} (torch's libraries were not read)")
