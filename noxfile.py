@@ -230,6 +230,96 @@ def _upstream_pair(session: nox.Session, pair: str, *, write_recipe: bool) -> No
     shutil.rmtree(wheels, ignore_errors=True)
 
 
+# The GPU run (docs/gpu-run.md): scripts/gpu-run.sh on a lent, offline GPU machine whose image has upstream's
+# torch 2.11.0+cu130 / torchvision 0.26.0 for Python 3.12. What it installs comes from gpu-wheels/ (gitignored,
+# carried along: at most 64 MiB, no torch): torchkiln's own dependencies and the suite's.
+GPU_WHEELS = ROOT / "gpu-wheels"
+GPU_WHEELS_LIMIT = 64 * 2**20
+GPU_SUITE_REQUIREMENTS = [
+    "pytest>=8",
+    "pytest-timeout>=2.3",
+    "numpy",
+    "setuptools",
+]  # setuptools: cpp_extension
+GPU_PAIR = ("torch===2.11.0", "torchvision==0.26.0")
+GPU_RECIPE = REFERENCE_DIR / "recipes" / "upstream-2.11.0-cu130-py312.toml"
+
+
+@nox.session(name="gpu-wheels")
+def gpu_wheels(session: nox.Session) -> None:
+    """gpu-wheels/: the wheels scripts/gpu-run.sh installs on the GPU machine (CPython 3.12, x86_64 manylinux):
+    torchkiln's dependencies (pyproject.toml) and the suite's (pytest, pytest-timeout, NumPy, setuptools),
+    with theirs, and requirements.txt naming them. Fails over 64 MiB or with torch or an NVIDIA wheel in it."""
+    import tomllib  # noqa: PLC0415
+
+    session.install(PIP)
+    shutil.rmtree(GPU_WHEELS, ignore_errors=True)
+    GPU_WHEELS.mkdir()
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    requirements = [*project["dependencies"], *GPU_SUITE_REQUIREMENTS]
+    (GPU_WHEELS / "requirements.txt").write_text("".join(f"{r}\n" for r in requirements))
+    platforms = ["manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "linux_x86_64"]
+    session.run(
+        "python", "-m", "pip", "download", "--quiet", "--dest", str(GPU_WHEELS), "--only-binary=:all:",
+        "--python-version", "3.12", "--implementation", "cp", "--abi", "cp312", "--abi", "abi3", "--abi", "none",
+        *(f"--platform={p}" for p in platforms), "-r", str(GPU_WHEELS / "requirements.txt"),
+    )  # fmt: skip
+    wheels = sorted(GPU_WHEELS.glob("*.whl"))
+    total = sum(w.stat().st_size for w in wheels)
+    heavy = [w.name for w in wheels if w.name.startswith(("torch-", "torchvision-", "nvidia_", "triton-"))]
+    if heavy:
+        session.error(f"gpu-wheels/ must not carry torch or its libraries (the image has them): {heavy}")
+    if total > GPU_WHEELS_LIMIT:
+        session.error(f"gpu-wheels/ holds {total / 2**20:.1f} MiB, over the 64 MiB the device tool carries")
+    session.log(f"gpu-wheels/: {len(wheels)} wheels, {total / 2**20:.1f} MiB")
+
+
+@nox.session(name="gpu-rehearsal", python="3.12")
+def gpu_rehearsal(session: nox.Session) -> None:
+    """scripts/gpu-run.sh rehearsed on this GPU-less machine: a venv standing in for the GPU image (upstream's
+    torch 2.11.0+cu130 and torchvision 0.26.0 from PyPI, Python 3.12), gpu-wheels/ installed with pip
+    --no-index as on the offline machine, then the run itself. It must fail exactly its CUDA checks, each as
+    required-but-unable (no GPU here), and its described recipe must be the committed one. The stand-in is
+    deleted afterwards (about 5.5 GB). TORCHKILN_WRITE_RECIPES=1 writes the recipe first (how it is made)."""
+    import json  # noqa: PLC0415
+
+    gpu_wheels(session)
+    session.run("python", "-m", "pip", "download", "--quiet", "--no-deps", "--dest", str(Path(session.create_tmp()) / "pair"), *GPU_PAIR)  # fmt: skip
+    session.install(*sorted(str(w) for w in (Path(session.create_tmp()) / "pair").glob("*.whl")))
+    python = str(Path(session.bin) / "python")
+    env = {"PYTHONPATH": str(ROOT / "src") + os.pathsep + str(_gpu_site(session, python))}
+    if os.environ.get("TORCHKILN_WRITE_RECIPES") == "1":
+        session.run(python, "-m", "torchkiln", "recipe", "describe", "--name", GPU_RECIPE.stem, "--out", str(GPU_RECIPE), env=env, external=True)  # fmt: skip
+    out = Path(session.create_tmp()) / "gpu-run-out"
+    shutil.rmtree(out, ignore_errors=True)
+    session.run("bash", str(ROOT / "scripts" / "gpu-run.sh"), env={"PYTHON": python, "OUT": str(out)},
+                external=True, success_codes=[1])  # fmt: skip
+    summary = json.loads((out / "report" / "summary.json").read_text())
+    wrong = [f for f in summary["failures"] if not f["message"].startswith("CUDA is required (")]
+    if wrong:
+        session.error(
+            f"failures that are not CUDA-required-but-unable: {[(f['nodeid'], f['message'][:200]) for f in wrong]}"
+        )
+    areas = sorted({f["area"] for f in summary["failures"]})
+    drift = (out / "recipe-drift.txt").read_text()
+    if drift:
+        session.error(f"the stand-in's pair is not the committed recipe's:\n{drift}")
+    session.log(
+        f"rehearsal: {summary['totals']}, every failure CUDA-required (areas {', '.join(areas)}), "
+        f"{summary['duration_s']} s; report in {out}"
+    )
+    shutil.rmtree(Path(session.virtualenv.location), ignore_errors=True)
+
+
+def _gpu_site(session: nox.Session, python: str) -> Path:
+    """torchkiln's dependencies for describe before the run (the run installs its own from gpu-wheels/)."""
+    site = Path(session.create_tmp()) / "describe-site"
+    if not site.exists():
+        session.run(python, "-m", "pip", "install", "--quiet", "--no-index", "--find-links", str(GPU_WHEELS),
+                    "--target", str(site), "-r", str(GPU_WHEELS / "requirements.txt"), external=True)  # fmt: skip
+    return site
+
+
 @nox.session
 def newcomer(session: nox.Session) -> None:
     """README.md's way through on a fresh minimal Debian, as a newcomer (tests/newcomer): debootstrap, then only
