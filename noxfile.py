@@ -235,12 +235,9 @@ def _upstream_pair(session: nox.Session, pair: str, *, write_recipe: bool) -> No
 # carried along: at most 64 MiB, no torch): torchkiln's own dependencies and the suite's.
 GPU_WHEELS = ROOT / "gpu-wheels"
 GPU_WHEELS_LIMIT = 64 * 2**20
-GPU_SUITE_REQUIREMENTS = [
-    "pytest>=8",
-    "pytest-timeout>=2.3",
-    "numpy",
-    "setuptools",
-]  # setuptools: cpp_extension
+# Not setuptools (torch.utils.cpp_extension imports it): torch requires it itself, with a bound (2.11.0:
+# setuptools<82) that a newer copy in front of it on PYTHONPATH would break; the image's torch brings its own.
+GPU_SUITE_REQUIREMENTS = ["pytest>=8", "pytest-timeout>=2.3", "numpy"]
 GPU_PAIR = ("torch===2.11.0", "torchvision==0.26.0")
 GPU_RECIPE = REFERENCE_DIR / "recipes" / "upstream-2.11.0-cu130-py312.toml"
 
@@ -248,7 +245,7 @@ GPU_RECIPE = REFERENCE_DIR / "recipes" / "upstream-2.11.0-cu130-py312.toml"
 @nox.session(name="gpu-wheels")
 def gpu_wheels(session: nox.Session) -> None:
     """gpu-wheels/: the wheels scripts/gpu-run.sh installs on the GPU machine (CPython 3.12, x86_64 manylinux):
-    torchkiln's dependencies (pyproject.toml) and the suite's (pytest, pytest-timeout, NumPy, setuptools),
+    torchkiln's dependencies (pyproject.toml) and the suite's (pytest, pytest-timeout, NumPy),
     with theirs, and requirements.txt naming them. Fails over 64 MiB or with torch or an NVIDIA wheel in it."""
     import tomllib  # noqa: PLC0415
 
@@ -294,6 +291,8 @@ def gpu_rehearsal(session: nox.Session) -> None:
     shutil.rmtree(out, ignore_errors=True)
     session.run("bash", str(ROOT / "scripts" / "gpu-run.sh"), env={"PYTHON": python, "OUT": str(out)},
                 external=True, success_codes=[1])  # fmt: skip
+    if not (out / "report" / "summary.json").is_file():
+        session.error(f"the run wrote no report:\n{(out / 'run.log').read_text()[-3000:]}")
     summary = json.loads((out / "report" / "summary.json").read_text())
     wrong = [f for f in summary["failures"] if not f["message"].startswith("CUDA is required (")]
     if wrong:

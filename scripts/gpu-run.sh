@@ -5,7 +5,7 @@
 #   bash scripts/gpu-run.sh            (the device tool's `run`, with carry=["gpu-wheels"])
 #
 # The machine is bare and offline: its image has upstream's torch 2.11.0+cu130 and torchvision 0.26.0 for
-# Python 3.12, nvcc, CMake and ninja. torchkiln's own dependencies (and pytest, NumPy, setuptools) come from
+# Python 3.12, nvcc, CMake and ninja. torchkiln's own dependencies (and pytest, NumPy) come from
 # gpu-wheels/ (made here by `nox -s gpu-wheels`, carried along); torchkiln itself runs from src/ of this tree, so
 # the code that runs is the code committed. Everything it writes goes under $OUT (default ./gpu-run-out):
 #   run.log            this script's own lines: the machine, the installs, verify's exit status
@@ -58,6 +58,8 @@ else  # no pip in the image: a wheel is a zip laid out as it installs (pure Pyth
 fi
 export PYTHONPATH="$ROOT/src:$SITE${PYTHONPATH:+:$PYTHONPATH}"
 export TORCHKILN_VERIFY_DIR="$ROOT/verify"
+"$PYTHON" -c 'import torchkiln, pytest, elftools' \
+  || fail "torchkiln (from $ROOT/src) or its dependencies are not importable: PYTHONPATH=$PYTHONPATH"
 say "installed $(ls "$WHEELS"/*.whl | wc -l) wheels into $SITE; torchkiln $("$PYTHON" -m torchkiln --version 2>&1)"
 
 # The image's pair, described the way the committed recipe was: any difference is the image, not verify.
