@@ -40,10 +40,12 @@ AARCH64_DIR = ROOT / "tests" / "aarch64"
 # without --target (--torch's dry run). 24 is what the reference tier already asked for.
 PIP = "pip>=24"
 # Every release in data/compat.toml: upstream's default x86_64 wheel on PyPI (plain `pip install torch`), the
-# latest patch of each minor, with the newest torchvision whose METADATA requires it (0.29.2: torch>=2.14.0).
-# `torch===` (three '='): an exact match, so pip takes upstream's CUDA build, not a local +cpu wheel `==` would
-# also accept. `nox -s releases` runs them all (not a default session); 2.15.0 is left out: no torchvision
-# 0.30 is on the index (`pip index versions torchvision` lists 0.29.2 as the newest), so no pair to verify.
+# latest patch of each minor, with the newest torchvision of the paired minor (0.(N+15)) built with the same
+# CUDA: 0.29.1+cu130 for 2.14.1+cu130 (0.29.2 is +cu132; from 0.29 torchvision requires torch>=2.14.0, built
+# on its stable ABI). `torch===` (three '='): an exact match, so pip takes upstream's CUDA build, not a local
+# +cpu wheel `==` would also accept. `nox -s releases` runs them all (not a default session). torch 2.15.0 has
+# no pair: no torchvision 0.30 is on the index; the only one that installs with it is 0.29.2+cu132 (released
+# the same day, requires torch>=2.14.0), which compat.toml's 0.(N+15) pairing does not accept.
 RELEASE_PAIRS = {
     "2.6.0": ("torch===2.6.0", "torchvision==0.21.0"),
     "2.7.1": ("torch===2.7.1", "torchvision==0.22.1"),
@@ -53,7 +55,7 @@ RELEASE_PAIRS = {
     "2.11.0": ("torch===2.11.0", "torchvision==0.26.0"),
     "2.12.1": ("torch===2.12.1", "torchvision==0.27.1"),
     "2.13.0": ("torch===2.13.0", "torchvision==0.28.0"),
-    "2.14.1": ("torch===2.14.1", "torchvision==0.29.2"),
+    "2.14.1": ("torch===2.14.1", "torchvision==0.29.1"),
 }
 # CI's reference tier keeps a spread of them: 2.8.0 (CUDA 12.8, compiled against cuDNN 9.8.0 but shipping
 # 9.10.2.21; get_arch_list() is [] without a GPU), 2.13.0 (the last setup.py build, CUDA 13.0, C++20; the
