@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import tomli_w
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from packaging.version import Version
 from test_describe import facts
@@ -26,6 +26,7 @@ def dotted(parts: tuple[int, ...]) -> str:
     return ".".join(map(str, parts))
 
 
+@settings(deadline=None)  # the machine is shared: timings vary
 @given(RELEASES, RELEASES)
 def test_cudnn_rule(compiled: tuple[int, int, int], runtime: tuple[int, int, int]) -> None:
     ok = runtime[0] == compiled[0] and runtime[1] >= compiled[1]
@@ -33,12 +34,14 @@ def test_cudnn_rule(compiled: tuple[int, int, int], runtime: tuple[int, int, int
     assert (problem is None) == ok, (compiled, runtime, problem)
 
 
+@settings(deadline=None)  # the machine is shared: timings vary
 @given(RELEASES, RELEASES)
 def test_nccl_rule(compiled: tuple[int, int, int], runtime: tuple[int, int, int]) -> None:
     ok = runtime[0] == compiled[0] and runtime >= compiled
     assert (libcompat.nccl_problem(Version(dotted(compiled)), Version(dotted(runtime))) is None) == ok
 
 
+@settings(deadline=None)  # the machine is shared: timings vary
 @given(RELEASES, RELEASES)
 def test_verify_applies_the_rule_to_what_torch_loads(compiled: tuple, runtime: tuple) -> None:
     """The self-checks on an installation: the loaded cuDNN against the compiled one, and its package."""
