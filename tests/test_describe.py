@@ -13,10 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from torchkiln.commands import describe
 from torchkiln.errors import UsageError
 from torchkiln.recipe.compat import compat
 from torchkiln.recipe.loader import parse_recipe
-from torchkiln.verify import buildconfig, describe
+from torchkiln.verify import buildconfig
 from torchkiln.verify.facts import BuildFacts, TorchvisionFacts
 
 PARTS = {"png": True, "jpeg": True, "webp": True, "nvjpeg": True, "ffmpeg": False, "video_codec": False}

@@ -50,14 +50,14 @@ def run(args: argparse.Namespace) -> int:
 
 def describe(python: str, *, name: str | None, description: str | None, out: str | None) -> int:
     """Run the facts script (:mod:`torchkiln.verify.facts`, standard library only) in ``python``, write the
-    recipe they satisfy (:func:`torchkiln.verify.describe.describe`) after loading it as ``verify`` will."""
+    recipe they satisfy (:func:`torchkiln.commands.describe.describe`) after loading it as ``verify`` will."""
     from pathlib import Path
 
+    from torchkiln.commands import describe as describing
     from torchkiln.errors import UsageError
     from torchkiln.files import atomic
     from torchkiln.process import runner
     from torchkiln.recipe.loader import parse_recipe
-    from torchkiln.verify import describe as describing
     from torchkiln.verify import facts
 
     # cwd=/: torch is imported from the interpreter's site-packages, never from a source tree in the cwd.

@@ -1,4 +1,6 @@
-"""The exact recipe of an installed torch (+ torchvision), written from what the wheels report about themselves.
+"""``torchkiln recipe describe``: the exact recipe of an installed torch (+ torchvision), written from what the
+wheels report about themselves. (In commands/: it reads the recipe rules and CMake option tables, which the
+verification support, :mod:`torchkiln.verify`, may not import.)
 
 ``torchkiln recipe describe`` reads :class:`~torchkiln.verify.facts.BuildFacts` in the target interpreter (the
 facts ``torchkiln verify`` checks) and writes the recipe those facts satisfy, so that ``torchkiln verify
@@ -36,8 +38,7 @@ from torchkiln.recipe.archs import parse_compiled
 from torchkiln.recipe.compat import compat
 from torchkiln.recipe.rules import MANAGED_FLAGS
 from torchkiln.recipe.spelling import truth
-
-from .facts import BuildFacts, dotted
+from torchkiln.verify.facts import BuildFacts, dotted
 
 # torch reports that it has MAGMA (torch.cuda.has_magma), never which release: a described CUDA build with
 # MAGMA gets the one upstream's wheels link (.ci/docker/common/install_magma.sh MAGMA_VERSION=2.6.1, the
