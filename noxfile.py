@@ -289,7 +289,7 @@ def gpu_rehearsal(session: nox.Session) -> None:
     env = {"PYTHONPATH": str(ROOT / "src") + os.pathsep + str(_gpu_site(session, python))}
     if os.environ.get("TORCHKILN_WRITE_RECIPES") == "1":
         session.run(python, "-m", "torchkiln", "recipe", "describe", "--name", GPU_RECIPE.stem, "--out", str(GPU_RECIPE), env=env, external=True)  # fmt: skip
-    out = Path(session.create_tmp()) / "gpu-run-out"
+    out = ROOT / "gpu-run-out"  # gitignored; kept after the stand-in is deleted
     shutil.rmtree(out, ignore_errors=True)
     session.run("bash", str(ROOT / "scripts" / "gpu-run.sh"), env={"PYTHON": python, "OUT": str(out)},
                 external=True, success_codes=[1])  # fmt: skip
