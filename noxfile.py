@@ -7,6 +7,7 @@ give.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -38,14 +39,28 @@ AARCH64_DIR = ROOT / "tests" / "aarch64"
 # direct_url.json (verify's wheel_sha256 check reads it; tests/test_manifest.py) and takes --python-version
 # without --target (--torch's dry run). 24 is what the reference tier already asked for.
 PIP = "pip>=24"
-# 2.12.1 and 2.13.0 are setup.py builds, 2.14.x scikit-build-core builds (data/compat.toml's frontend); 2.12's
-# torch.cuda.get_arch_list() is [] without a GPU (2.13+ gate on _is_compiled()).
-REFERENCE_PAIRS = {
-    "2.12.1": ("torch===2.12.1", "torchvision==0.27.1", "upstream-2.12.1-cu130-py311.toml"),
-    "2.13.0": ("torch===2.13.0", "torchvision==0.28.0", "upstream-2.13.0-cu130-py311.toml"),
-    "2.14.0": ("torch===2.14.0", "torchvision==0.29.0", "upstream-2.14.0-cu130-py311.toml"),
-    "2.14.1": ("torch===2.14.1", "torchvision==0.29.1", "upstream-2.14.1-cu130-py311.toml"),
+# Every release in data/compat.toml: upstream's default x86_64 wheel on PyPI (plain `pip install torch`), the
+# latest patch of each minor, with the newest torchvision of the paired minor (0.(N+15)) built with the same
+# CUDA: 0.29.1+cu130 for 2.14.1+cu130 (0.29.2 is +cu132; from 0.29 torchvision requires torch>=2.14.0, built
+# on its stable ABI). `torch===` (three '='): an exact match, so pip takes upstream's CUDA build, not a local
+# +cpu wheel `==` would also accept. `nox -s releases` runs them all (not a default session). torch 2.15.0 has
+# no pair: no torchvision 0.30 is on the index; the only one that installs with it is 0.29.2+cu132 (released
+# the same day, requires torch>=2.14.0), which compat.toml's 0.(N+15) pairing does not accept.
+RELEASE_PAIRS = {
+    "2.6.0": ("torch===2.6.0", "torchvision==0.21.0"),
+    "2.7.1": ("torch===2.7.1", "torchvision==0.22.1"),
+    "2.8.0": ("torch===2.8.0", "torchvision==0.23.0"),
+    "2.9.1": ("torch===2.9.1", "torchvision==0.24.1"),
+    "2.10.0": ("torch===2.10.0", "torchvision==0.25.0"),
+    "2.11.0": ("torch===2.11.0", "torchvision==0.26.0"),
+    "2.12.1": ("torch===2.12.1", "torchvision==0.27.1"),
+    "2.13.0": ("torch===2.13.0", "torchvision==0.28.0"),
+    "2.14.1": ("torch===2.14.1", "torchvision==0.29.1"),
 }
+# CI's reference tier keeps a spread of them: 2.8.0 (CUDA 12.8, compiled against cuDNN 9.8.0 but shipping
+# 9.10.2.21; get_arch_list() is [] without a GPU), 2.13.0 (the last setup.py build, CUDA 13.0, C++20; the
+# --compare-with run) and 2.14.1 (scikit-build-core).
+REFERENCE_PAIRS = ("2.8.0", "2.13.0", "2.14.1")
 # verify --compare-with on real wheels: the pair's CUDA build against upstream's CPU wheel of the same release
 # (`torch==2.13.0` finds 2.13.0+cpu; the venv it is installed into is cached, ~/.cache/torchkiln/compare).
 REFERENCE_COMPARE = {"2.13.0": "torch==2.13.0"}
@@ -122,28 +137,56 @@ def verify(session: nox.Session) -> None:
 @nox.session(python="3.11")
 @nox.parametrize("pair", list(REFERENCE_PAIRS))
 def reference(session: nox.Session, pair: str) -> None:
-    """Ground truth: upstream's PyPI torch + torchvision (CUDA 13.0) in a fresh venv, verified against the
-    recipe that describes them (every GPU-less check passes), then the negative controls (one recipe field
-    changed each: the run must fail naming it). See tests/reference/."""
-    torch_req, vision_req, recipe_name = REFERENCE_PAIRS[pair]
-    recipe = REFERENCE_DIR / "recipes" / recipe_name
+    """Ground truth: upstream's PyPI torch + torchvision in a fresh venv, verified against the recipe
+    `torchkiln recipe describe` wrote of them (committed; the tier checks it still writes the same), every
+    GPU-less check passing, then the negative controls (one recipe field changed each: the run must fail
+    naming it). See tests/reference/."""
+    _upstream_pair(session, pair, write_recipe=False)
+
+
+@nox.session(python="3.11")
+@nox.parametrize("pair", list(RELEASE_PAIRS))
+def releases(session: nox.Session, pair: str) -> None:
+    """Every release in data/compat.toml (RELEASE_PAIRS), as the reference tier does its pairs: upstream's
+    wheels, described, verified, the controls failing by name; then the venv is deleted (5-6 GB each).
+    Fails when PyPI has a newer patch of the minor than RELEASE_PAIRS names. TORCHKILN_WRITE_RECIPES=1 writes
+    what describe says into tests/reference/recipes/ (how those files are made) instead of comparing."""
+    _latest_patch(session, pair)
+    _upstream_pair(session, pair, write_recipe=os.environ.get("TORCHKILN_WRITE_RECIPES") == "1")
+    venv = Path(session.virtualenv.location)
+    session.log(f"removing {venv} ({pair}: done)")
+    shutil.rmtree(venv, ignore_errors=True)
+    from torchkiln.files.shared import sweep  # noqa: PLC0415 - stdlib only
+
+    sweep(ROOT / ".nox" / ".objects")
+
+
+def _latest_patch(session: nox.Session, pair: str) -> None:
+    """RELEASE_PAIRS names the newest patch of its minor on the index (`pip index versions torch`)."""
+    out = session.run(
+        "python", "-m", "pip", "index", "versions", "torch", silent=True, external=True
+    )  # fmt: skip
+    listed = next((line for line in str(out).splitlines() if line.startswith("Available versions:")), "")
+    minor = ".".join(pair.split(".")[:2])
+    patches = [v.strip() for v in listed.partition(":")[2].split(",") if v.strip().startswith(minor + ".")]
+    newest = max((v for v in patches if "+" not in v), key=lambda v: int(v.split(".")[2]), default=pair)
+    if newest != pair:
+        session.error(f"torch {newest} is on the index: RELEASE_PAIRS's {minor} entry says {pair}")
+
+
+def _upstream_pair(session: nox.Session, pair: str, *, write_recipe: bool) -> None:
+    """Install upstream's pair from its wheel files, describe it, verify it (recipe, manifest, signed
+    provenance, --compare-with where REFERENCE_COMPARE says), then tests/reference (controls)."""
+    torch_req, vision_req = RELEASE_PAIRS[pair]
     tmp = Path(session.create_tmp())
     # Upstream's wheel files, installed from here and described by a manifest, so verify's provenance checks
     # (--manifest: versions, commits, sha256, installed files) run on them too.
     wheels = tmp / f"wheels-{pair}"
+    shutil.rmtree(wheels, ignore_errors=True)
     session.install(PIP)
     session.run(
-        "python",
-        "-m",
-        "pip",
-        "download",
-        "--quiet",
-        "--no-deps",
-        "--dest",
-        str(wheels),
-        torch_req,
-        vision_req,
-    )
+        "python", "-m", "pip", "download", "--quiet", "--no-deps", "--dest", str(wheels), torch_req, vision_req
+    )  # fmt: skip
     session.install("-e", ".[test]", *sorted(str(w) for w in wheels.glob("*.whl")))
     # Each pair's venv holds 5.5 to 6.3 GB of torch and NVIDIA wheels, the pairs many of the same files: one
     # copy of those in .nox (the environment store's way, torchkiln.files.shared), CI's disk being finite.
@@ -153,6 +196,12 @@ def reference(session: nox.Session, pair: str) -> None:
     sweep(objects)
     shared = share_identical(Path(session.virtualenv.location), objects)
     session.log(f"{shared.files} files ({shared.bytes / 2**30:.1f} GiB) linked to copies other sessions have")
+    version = session.run("python", "-c", "import torch; print(torch.__version__)", silent=True)
+    label = str(version).strip().splitlines()[-1].partition("+")[2] or "cpu"
+    name = f"upstream-{pair}-{label}-py311"
+    recipe = REFERENCE_DIR / "recipes" / f"{name}.toml"
+    if write_recipe:
+        session.run("python", "-m", "torchkiln", "recipe", "describe", "--name", name, "--out", str(recipe))
     # ... and signed: SBOMs and a provenance statement over them (a key made for this run), so verify's
     # --provenance checks (signature, subjects, byproducts) run on them too.
     keys = tmp / f"keys-{pair}"
@@ -180,6 +229,96 @@ def reference(session: nox.Session, pair: str) -> None:
             "TORCHKILN_REFERENCE_COMPARE": REFERENCE_COMPARE.get(pair, ""),
         },
     )
+    shutil.rmtree(wheels, ignore_errors=True)
+
+
+# The GPU run (docs/gpu-run.md): scripts/gpu-run.sh on a lent, offline GPU machine whose image has upstream's
+# torch 2.11.0+cu130 / torchvision 0.26.0 for Python 3.12. What it installs comes from gpu-wheels/ (gitignored,
+# carried along: at most 64 MiB, no torch): torchkiln's own dependencies and the suite's.
+GPU_WHEELS = ROOT / "gpu-wheels"
+GPU_WHEELS_LIMIT = 64 * 2**20
+# Not setuptools (torch.utils.cpp_extension imports it): torch requires it itself, with a bound (2.11.0:
+# setuptools<82) that a newer copy in front of it on PYTHONPATH would break; the image's torch brings its own.
+GPU_SUITE_REQUIREMENTS = ["pytest>=8", "pytest-timeout>=2.3", "numpy"]
+GPU_PAIR = ("torch===2.11.0", "torchvision==0.26.0")
+GPU_RECIPE = REFERENCE_DIR / "recipes" / "upstream-2.11.0-cu130-py312.toml"
+
+
+@nox.session(name="gpu-wheels")
+def gpu_wheels(session: nox.Session) -> None:
+    """gpu-wheels/: the wheels scripts/gpu-run.sh installs on the GPU machine (CPython 3.12, x86_64 manylinux):
+    torchkiln's dependencies (pyproject.toml) and the suite's (pytest, pytest-timeout, NumPy),
+    with theirs, and requirements.txt naming them. Fails over 64 MiB or with torch or an NVIDIA wheel in it."""
+    import tomllib  # noqa: PLC0415
+
+    session.install(PIP)
+    shutil.rmtree(GPU_WHEELS, ignore_errors=True)
+    GPU_WHEELS.mkdir()
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    requirements = [*project["dependencies"], *GPU_SUITE_REQUIREMENTS]
+    (GPU_WHEELS / "requirements.txt").write_text("".join(f"{r}\n" for r in requirements))
+    platforms = ["manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "linux_x86_64"]
+    session.run(
+        "python", "-m", "pip", "download", "--quiet", "--dest", str(GPU_WHEELS), "--only-binary=:all:",
+        "--python-version", "3.12", "--implementation", "cp", "--abi", "cp312", "--abi", "abi3", "--abi", "none",
+        *(f"--platform={p}" for p in platforms), "-r", str(GPU_WHEELS / "requirements.txt"),
+    )  # fmt: skip
+    wheels = sorted(GPU_WHEELS.glob("*.whl"))
+    total = sum(w.stat().st_size for w in wheels)
+    heavy = [w.name for w in wheels if w.name.startswith(("torch-", "torchvision-", "nvidia_", "triton-"))]
+    if heavy:
+        session.error(f"gpu-wheels/ must not carry torch or its libraries (the image has them): {heavy}")
+    if total > GPU_WHEELS_LIMIT:
+        session.error(f"gpu-wheels/ holds {total / 2**20:.1f} MiB, over the 64 MiB the device tool carries")
+    session.log(f"gpu-wheels/: {len(wheels)} wheels, {total / 2**20:.1f} MiB")
+
+
+@nox.session(name="gpu-rehearsal", python="3.12")
+def gpu_rehearsal(session: nox.Session) -> None:
+    """scripts/gpu-run.sh rehearsed on this GPU-less machine: a venv standing in for the GPU image (upstream's
+    torch 2.11.0+cu130 and torchvision 0.26.0 from PyPI, Python 3.12), gpu-wheels/ installed with pip
+    --no-index as on the offline machine, then the run itself. It must fail exactly its CUDA checks, each as
+    required-but-unable (no GPU here), and its described recipe must be the committed one. The stand-in is
+    deleted afterwards (about 5.5 GB). TORCHKILN_WRITE_RECIPES=1 writes the recipe first (how it is made)."""
+    import json  # noqa: PLC0415
+
+    gpu_wheels(session)
+    session.run("python", "-m", "pip", "download", "--quiet", "--no-deps", "--dest", str(Path(session.create_tmp()) / "pair"), *GPU_PAIR)  # fmt: skip
+    session.install(*sorted(str(w) for w in (Path(session.create_tmp()) / "pair").glob("*.whl")))
+    python = str(Path(session.bin) / "python")
+    env = {"PYTHONPATH": str(ROOT / "src") + os.pathsep + str(_gpu_site(session, python))}
+    if os.environ.get("TORCHKILN_WRITE_RECIPES") == "1":
+        session.run(python, "-m", "torchkiln", "recipe", "describe", "--name", GPU_RECIPE.stem, "--out", str(GPU_RECIPE), env=env, external=True)  # fmt: skip
+    out = ROOT / "gpu-run-out"  # gitignored; kept after the stand-in is deleted
+    shutil.rmtree(out, ignore_errors=True)
+    session.run("bash", str(ROOT / "scripts" / "gpu-run.sh"), env={"PYTHON": python, "OUT": str(out)},
+                external=True, success_codes=[1])  # fmt: skip
+    if not (out / "report" / "summary.json").is_file():
+        session.error(f"the run wrote no report:\n{(out / 'run.log').read_text()[-3000:]}")
+    summary = json.loads((out / "report" / "summary.json").read_text())
+    wrong = [f for f in summary["failures"] if not f["message"].startswith("CUDA is required (")]
+    if wrong:
+        session.error(
+            f"failures that are not CUDA-required-but-unable: {[(f['nodeid'], f['message'][:200]) for f in wrong]}"
+        )
+    areas = sorted({f["area"] for f in summary["failures"]})
+    drift = (out / "recipe-drift.txt").read_text()
+    if drift:
+        session.error(f"the stand-in's pair is not the committed recipe's:\n{drift}")
+    session.log(
+        f"rehearsal: {summary['totals']}, every failure CUDA-required (areas {', '.join(areas)}), "
+        f"{summary['duration_s']} s; report in {out}"
+    )
+    shutil.rmtree(Path(session.virtualenv.location), ignore_errors=True)
+
+
+def _gpu_site(session: nox.Session, python: str) -> Path:
+    """torchkiln's dependencies for describe before the run (the run installs its own from gpu-wheels/)."""
+    site = Path(session.create_tmp()) / "describe-site"
+    if not site.exists():
+        session.run(python, "-m", "pip", "install", "--quiet", "--no-index", "--find-links", str(GPU_WHEELS),
+                    "--target", str(site), "-r", str(GPU_WHEELS / "requirements.txt"), external=True)  # fmt: skip
+    return site
 
 
 @nox.session

@@ -3,8 +3,8 @@ against upstream's own wheel files (PyPI's torch 2.6.0 and torchvision 0.21.0 fo
 cached by tests/realtrees.pypi_wheel): version.py, METADATA's pins, the WHEEL generator and the -gencode list
 compiled into libtorch_cuda.so. Nothing is installed: the wheels are read as zip files.
 
-This is the CUDA 12 ground truth the reference tier (CUDA 13 wheels only) lacks; it is not a `nox -s
-reference` pair, so these checks stand in for that run's recipe half.
+The recipe is `torchkiln recipe describe`'s output for that pair (`nox -s releases` installs and verifies it; it
+is not one of CI's `nox -s reference` pairs), so these checks stand in for that run's recipe half in CI.
 """
 
 from __future__ import annotations

@@ -169,3 +169,50 @@ def test_compare_with_what_pip_cannot_install_is_a_usage_error(tmp_path: Path) -
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith(f"--compare-with {wheel}: pip cannot install it: "), result.stderr
     assert [p.name for p in (tmp_path / "cache").iterdir()] == []  # nothing half-made is kept
+
+
+def test_release_notice_compares_releases_not_local_labels() -> None:
+    assert parity.release_notice("2.13.0+cu130", "2.13.0+cpu") is None
+    notice = parity.release_notice("2.8.0+cu128", "2.10.0+cu128")
+    assert notice is not None and notice.startswith(
+        "the reference is another release: torch 2.10.0 (2.10.0+cu128)"
+    )
+    assert "this build torch 2.8.0 (2.8.0+cu128)" in notice
+
+
+@pytest.mark.integration
+def test_a_reference_of_another_release_is_named_in_header_and_summary(tmp_path: Path) -> None:
+    """The battery of the installed torch, relabelled as another release's: the header, summary.json,
+    summary.md and parity.md each say the reference is another release (and the same file unchanged, that
+    it is the same release)."""
+    import torch
+
+    result = run_battery(tmp_path, "here")
+    other = json.loads(json.dumps(result))
+    major, minor, _ = torch.__version__.split("+")[0].split(".")
+    other["torch"]["version"] = f"{major}.{int(minor) - 1}.1+cpu"
+    for name, data in (("same", result), ("other", other)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(data))
+        out = tmp_path / f"report-{name}"
+        run = subprocess.run(
+            [sys.executable, "-m", "pytest", str(Path(__file__).resolve().parents[1] / "verify"), "-m", "parity", "-k", "matmul-cpu",
+             "--parity-reference", str(tmp_path / f"{name}.json"), "--report", str(out)],
+            capture_output=True, text=True, timeout=600, check=False, cwd=tmp_path,
+        )  # fmt: skip
+        assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+        compared = json.loads((out / "summary.json").read_text())["options"]["compare_with"]
+        assert compared["reference_torch"] == data["torch"]["version"]
+        if name == "same":
+            assert compared == {"reference_torch": torch.__version__, "same_release": True, "notice": None}
+            assert f"compare-with: torch {torch.__version__}: the same release" in run.stdout
+            continue
+        assert compared["same_release"] is False
+        assert f"the reference is another release: torch {major}.{int(minor) - 1}.1" in compared["notice"]
+        assert (
+            f"compare-with: torch {other['torch']['version']}: the reference is another release" in run.stdout
+        )
+        assert (
+            "**Compared with another release**: the reference is another release"
+            in (out / "summary.md").read_text()
+        )
+        assert "**Another release**: the reference is another release" in (out / "parity.md").read_text()

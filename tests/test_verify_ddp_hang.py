@@ -95,3 +95,7 @@ def test_a_hostname_that_does_not_resolve_is_named(tmp_path: Path) -> None:
         assert f"The IPv6 network addresses of ({host}, " in message and "cannot be retrieved" in message, (
             message
         )
+    # summary.json's cause: the unresolvable hostname, for each launch (it was null)
+    causes = {f["nodeid"].split("::")[-1]: f["cause"] for f in summary["failures"]}
+    for test, _ in LAUNCHES:
+        assert causes[test].startswith(f"this machine's hostname {host!r} does not resolve"), causes

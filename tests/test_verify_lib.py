@@ -243,8 +243,14 @@ def test_matching_cuda_build_passes_every_check() -> None:
         ({"cudnn_compile": (9, 10, 2)}, "cudnn", "expected 9.20.0, actual 9.10.2"),
         (
             {"nvidia_dists": {"nvidia-cudnn-cu13": "9.20.0.47"}},
-            "cudnn",
-            "installed nvidia-cudnn-cu13: expected 9.20.0.48, actual 9.20.0.47",
+            "cudnn_runtime",
+            "accelerator.cudnn: cuDNN the wheel runs with (installed nvidia-cudnn-cu13): expected 9.20.0.48, "
+            "actual 9.20.0.47",
+        ),
+        (
+            {"nvidia_dists": {"nvidia-cudnn-cu13": "9.20.0.48", "nvidia-nccl-cu13": "2.29.3"}},
+            "nccl_runtime",
+            "accelerator.nccl: NCCL the wheel runs with (installed nvidia-nccl-cu13): expected 2.29.7, actual 2.29.3",
         ),
         ({"nccl_version": (2, 27, 5)}, "nccl", "accelerator.nccl: NCCL version"),
         ({"nccl_version": (2, 27, 5)}, "nccl", "expected 2.29.7, actual 2.27.5"),
@@ -309,7 +315,11 @@ def test_wheel_tag_matches_interpreter_and_machine(tags: tuple[str, ...], status
 @pytest.mark.parametrize(
     ("dists", "status", "needle"),
     [
-        ({"nvidia-cudnn-cu13": "9.24.0.43"}, "fail", "nvidia-cudnn-cu13 9.24.0.43 (torch has cudnn 9.20.0)"),
+        (
+            {"nvidia-cudnn-cu13": "9.24.0.43"},
+            "fail",
+            "nvidia-cudnn-cu13 9.24.0.43 is not the cudnn torch loads (9.20.0",
+        ),
         ({"nvidia-nccl-cu13": "2.30.7"}, "fail", "nvidia-nccl-cu13 2.30.7 (torch has nccl 2.29.7)"),
         ({"nvidia-nccl-cu13": "2.29.70"}, "fail", "2.29.70"),
         ({}, "skip", "no nvidia-cudnn/nvidia-nccl PyPI packages are installed"),
@@ -329,8 +339,16 @@ def test_cuda_build_without_cudnn_fails_without_a_recipe() -> None:
 
 
 def test_cudnn_runtime_mismatch_and_incompatibility() -> None:
+    """cuDNN's rule: a newer minor of the same major runs a program built against 9.20; an older or another
+    major does not (the full table: tests/test_libcompat.py)."""
     result = buildconfig.self_checks(cuda_facts(cudnn_runtime=(9, 21, 0)))["cudnn_runtime"]
-    assert (result.status, result.message.endswith("expected 9.20.0, actual 9.21.0")) == ("fail", True)
+    assert result.status == "pass", result.message
+    result = buildconfig.self_checks(cuda_facts(cudnn_runtime=(9, 19, 0)))["cudnn_runtime"]
+    assert (result.status, result.message.endswith("expected 9.20.0, or a later 9.x, actual 9.19.0")) == (
+        "fail",
+        True,
+    ), result.message
+    assert "cuDNN 9.19.0 is older than the compiled 9.20.0" in result.message
     error = "cuDNN version incompatibility: PyTorch was compiled  against (9, 20, 0) but found runtime version (8, 9, 7)"
     result = buildconfig.self_checks(cuda_facts(cudnn_runtime=None, cudnn_error=error))["cudnn_runtime"]
     assert result.status == "fail" and "incompatibility" in result.message

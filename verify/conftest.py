@@ -362,6 +362,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         "recipe_sha256": getattr(recipe, "sha256", None),
         "require_cuda": cuda_required(config)[0],
         "require_cuda_reason": cuda_required(config)[1],
+        "compare_with": compare_with(config),
         "args": list(config.invocation_params.args),
     }
     exit_status = state["exit_status"] if state["exit_status"] is not None else 1
@@ -457,9 +458,28 @@ def _restore_torch_state():  # noqa: ANN202 - generator fixture
 def pytest_report_header(config: pytest.Config) -> list[str]:
     recipe = config.stash.get(RECIPE_KEY, None)
     required, why = cuda_required(config)
+    compared = compare_with(config)
     return [
         f"torchkiln verify: torch {torch.__version__} ({torch.version.git_version}) from "
         f"{Path(torch.__file__).parent}, CUDA {torch.version.cuda}, python {sys.version.split()[0]}",
         f"recipe: {getattr(recipe, 'path', None) or 'none'}",
         f"require-cuda: {'yes' if required else 'no'} ({why})",
+        *(
+            [f"compare-with: torch {compared['reference_torch']}: {compared['notice'] or 'the same release'}"]
+            if compared
+            else []
+        ),
     ]
+
+
+def compare_with(config: pytest.Config) -> dict | None:
+    """What the parity area compares with (--parity-reference): upstream's torch, and whether it is this
+    build's release (:func:`torchkiln.verify.parity.release_notice`); None without one."""
+    from torchkiln.verify import parity
+
+    reference = config.stash.get(PARITY_KEY, None)
+    if not isinstance(reference, dict):
+        return None
+    theirs = str(reference.get("torch", {}).get("version"))
+    notice = parity.release_notice(str(torch.__version__), theirs)
+    return {"reference_torch": theirs, "same_release": notice is None, "notice": notice}

@@ -12,6 +12,7 @@ the whole of ``torchkiln verify``, whose report must list exactly the same failu
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import subprocess
@@ -23,7 +24,10 @@ from typing import Any
 
 import pytest
 import tomli_w
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
+from torchkiln.recipe.compat import compat
 from torchkiln.recipe.loader import load_recipe
 from torchkiln.verify import buildconfig, report
 from torchkiln.verify.facts import BuildFacts
@@ -91,7 +95,9 @@ def test_reference_run_passes_every_check_that_can_run_without_a_gpu(reference_s
         "torch_version",
         "cuda_version",
         "cudnn",
+        "cudnn_runtime",
         "nccl",
+        "nccl_runtime",
         "arch_list",
         "magma",
         "mkl_version",
@@ -182,11 +188,30 @@ def _set(doc: Doc, dotted: str, value: Any) -> Doc:
     return doc
 
 
-def _cuda_126(doc: Doc) -> Doc:
-    # CUDA 12.6 cannot target sm_100/sm_120 (a valid 12.6 recipe drops them); cuDNN 9.20 / NCCL 2.29.7 have
-    # 12.x builds too. What the run must name is the CUDA version.
-    doc = _set(doc, "accelerator.cuda", "12.6")
-    return _set(doc, "accelerator.arch_list", ["7.5", "8.0", "8.6", "9.0"])
+def _label(doc: Doc) -> str:
+    return doc["build"]["local_version"]  # "+cu128": what describe wrote from torch.__version__
+
+
+def _other_cuda(doc: Doc) -> Doc:
+    """Another CUDA the release builds with (the same major first), its upstream arch list with it: only the
+    CUDA version differs from what the wheel reports."""
+    release = compat()["torch"][".".join(doc["torch"]["version"].split(".")[:2])]
+    actual = Version(doc["accelerator"]["cuda"])
+    others = [
+        Version(v)
+        for v in compat()["cuda"]
+        if Version(v) in SpecifierSet(release["cuda"]) and Version(v) != actual
+    ]
+    other = min(others, key=lambda v: (v.major != actual.major, abs(v.minor - actual.minor)))
+    doc = _set(doc, "accelerator.cuda", str(other))
+    rule = compat()["cudnn_min_sm"]  # cuDNN >= 9.11 refuses SM < 7.5: keep the list one the rules accept
+    low = Version(doc["accelerator"]["cudnn"]) >= Version(rule["since"])
+    archs = [
+        a
+        for a in compat()["cuda"][str(other)]["default_arch"]
+        if "+" not in a and not (low and Version(a.rstrip("af")) < Version(rule["min_arch"]))
+    ]
+    return _set(doc, "accelerator.arch_list", archs)
 
 
 def _cpu(doc: Doc) -> Doc:
@@ -213,47 +238,86 @@ def _three(value: str) -> str:
     return ".".join(value.split(".")[:3])
 
 
-# (id, change, field the failure must name, text it must contain given the reference doc)
-CONTROLS: list[tuple[str, Callable[[Doc], Doc], str, Callable[[Doc], str]]] = [
+def _earlier_minor(value: str) -> str:
+    """9.20.0.48 -> 9.19.0; 2.27.3 -> 2.26.3: the same major, one minor back (rules accept it, the build differs)."""
+    major, minor, *rest = value.split(".")
+    return ".".join([major, str(int(minor) - 1), *rest[:1]])
+
+
+def _cudnn_shipped_field(doc: Doc) -> str:
+    return "cudnn_runtime" if "cudnn_runtime" in doc["accelerator"] else "cudnn"
+
+
+def _other_gcc(doc: Doc) -> int:
+    """A host gcc the release and its CUDA accept that is not the one the wheel reports."""
+    release = compat()["torch"][".".join(doc["torch"]["version"].split(".")[:2])]
+    newest = compat()["cuda"][doc["accelerator"]["cuda"]]["max_gcc"]
+    actual = doc["build"]["gcc"]
+    return actual - 1 if actual - 1 >= release["min_gcc"] else min(actual + 1, newest)
+
+
+def _last_arch(doc: Doc) -> str:
+    return doc["accelerator"]["arch_list"][-1]
+
+
+def _sm(entry: str) -> str:
+    return entry.split("+")[0].replace(".", "")
+
+
+def _ptx_flipped(doc: Doc) -> Doc:
+    last = _last_arch(doc)
+    flipped = last.removesuffix("+PTX") if last.endswith("+PTX") else f"{last}+PTX"
+    return _set(doc, "accelerator.arch_list", [*doc["accelerator"]["arch_list"][:-1], flipped])
+
+
+# (id, change, field the failure must name, text it must contain given the reference doc). Every value is
+# derived from the pair's own recipe, so the controls hold for every release (nox -s releases).
+CONTROLS: list[tuple[str, Callable[[Doc], Doc], str | Callable[[Doc], str], Callable[[Doc], str]]] = [
     (
-        "cuda-12.6",
-        _cuda_126,
+        "other-cuda",
+        _other_cuda,
         "accelerator.cuda",
-        lambda r: f"expected 12.6, actual {r['accelerator']['cuda']}",
+        lambda r: f"expected {_other_cuda(r)['accelerator']['cuda']}, actual {r['accelerator']['cuda']}",
     ),
     (
-        "cudnn-pin",
-        lambda d: _set(d, "accelerator.cudnn", "9.19.0.56"),
+        "cudnn-compiled",
+        lambda d: _set(d, "accelerator.cudnn", _earlier_minor(d["accelerator"]["cudnn"])),
         "accelerator.cudnn",
-        lambda r: f"expected 9.19.0, actual {_three(r['accelerator']['cudnn'])}",
+        lambda r: (
+            f"expected {_earlier_minor(r['accelerator']['cudnn'])}, actual {_three(r['accelerator']['cudnn'])}"
+        ),
     ),
     (
         "cudnn-package-build",  # same 9.x.y, another package build: only the installed wheel tells
-        lambda d: _set(d, "accelerator.cudnn", _three(d["accelerator"]["cudnn"]) + ".1"),
-        "accelerator.cudnn",
-        lambda r: f"actual {r['accelerator']['cudnn']}",
+        lambda d: _set(
+            d,
+            f"accelerator.{_cudnn_shipped_field(d)}",
+            _three(d["accelerator"][_cudnn_shipped_field(d)]) + ".1",
+        ),
+        lambda r: f"accelerator.{_cudnn_shipped_field(r)}",
+        lambda r: f"actual {r['accelerator'][_cudnn_shipped_field(r)]}",
     ),
     (
-        "nccl-pin",
-        lambda d: _set(d, "accelerator.nccl", "2.28.9"),
+        "nccl-compiled",
+        lambda d: _set(d, "accelerator.nccl", _earlier_minor(d["accelerator"]["nccl"])),
         "accelerator.nccl",
-        lambda r: f"expected 2.28.9, actual {r['accelerator']['nccl']}",
+        lambda r: f"expected {_earlier_minor(r['accelerator']['nccl'])}, actual {r['accelerator']['nccl']}",
     ),
     (
-        "arch-list-without-12.0",
-        lambda d: _set(d, "accelerator.arch_list", [a for a in d["accelerator"]["arch_list"] if a != "12.0"]),
+        "arch-list-without-last",
+        lambda d: _set(d, "accelerator.arch_list", d["accelerator"]["arch_list"][:-1]),
         "accelerator.arch_list",
-        lambda r: "unexpected ['sm_120']",
+        lambda r: f"unexpected ['sm_{_sm(_last_arch(r))}'",
     ),
     (
-        "arch-list-with-ptx",  # the cu130 recipes used to claim "12.0+PTX" was upstream's list
-        lambda d: _set(d, "accelerator.arch_list", [*d["accelerator"]["arch_list"][:-1], "12.0+PTX"]),
+        "arch-list-ptx-flipped",  # the cu130 recipes used to claim "12.0+PTX" was upstream's list
+        _ptx_flipped,
         "accelerator.arch_list",
-        lambda r: "missing ['compute_120']",
+        lambda r: f"['compute_{_sm(_last_arch(r))}']",
     ),
     (
-        # upstream's cu130 wheels all have MAGMA, so "asked but absent" cannot be staged on them: the control
-        # is its mirror image (the unit tests cover has_magma=False against a recipe with [magma]).
+        # upstream's x86_64 CUDA wheels all have MAGMA, so "asked but absent" cannot be staged on them: the
+        # control is its mirror image (the unit tests cover has_magma=False against a recipe with [magma]).
         "magma-not-asked",
         lambda d: _set(d, "magma", None),
         "magma",
@@ -263,7 +327,7 @@ CONTROLS: list[tuple[str, Callable[[Doc], Doc], str, Callable[[Doc], str]]] = [
         "torchvision-release",
         lambda d: _set(d, "torchvision.version", _next_patch(d["torchvision"]["version"])),
         "torchvision.version",
-        lambda r: f"actual {r['torchvision']['version']}+cu130",
+        lambda r: f"actual {r['torchvision']['version']}{_label(r)}",
     ),
     (
         "cpu-recipe",
@@ -276,28 +340,39 @@ CONTROLS: list[tuple[str, Callable[[Doc], Doc], str, Callable[[Doc], str]]] = [
         "mkl-version",
         lambda d: _set(d, "blas.mkl", "2025.3.0"),
         "blas.mkl",
-        lambda r: "expected 2025.3, actual 2024.2",
+        lambda r: f"expected 2025.3, actual {'.'.join(r['blas']['mkl'].split('.')[:2])}",
     ),
-    ("gcc", lambda d: _set(d, "build.gcc", 12), "build.gcc", lambda r: "expected GCC 12.x, actual GCC 13.3"),
+    (
+        "gcc",
+        lambda d: _set(d, "build.gcc", _other_gcc(d)),
+        "build.gcc",
+        lambda r: f"expected GCC {_other_gcc(r)}.x, actual GCC {r['build']['gcc']}.",
+    ),
     (
         "build-number-post",
         lambda d: _set(
             _set(
                 _set(d, "build.local_version", None),
                 "build.pytorch_build_version",
-                f"{d['torch']['version']}+cu130",
+                f"{d['torch']['version']}{_label(d)}",
             ),
             "build.pytorch_build_number",
             2,
         ),
         "build.pytorch_build_version",
-        lambda r: "expected +cu130.post2, actual +cu130",
+        lambda r: f"expected {_label(r)}.post2, actual {_label(r)}",
     ),
     (
         "torchvision-commit",
         lambda d: _set(d, "torchvision.commit", "0" * 40),
         "torchvision.commit",
         lambda r: f"expected {'0' * 40}, actual {r['torchvision']['commit']}",
+    ),
+    (
+        "flag-off",  # a USE_* flag the wheel reports ON, asked OFF
+        lambda d: _set(d, "build.flags.USE_MKLDNN", False),
+        "build.flags",
+        lambda r: "USE_MKLDNN: expected 0, actual",
     ),
 ]
 
@@ -339,6 +414,7 @@ def control_verdicts(
 @pytest.mark.parametrize("case", CONTROLS, ids=[c[0] for c in CONTROLS])
 def test_negative_control_fails_naming_its_field(case: tuple, control_verdicts: dict[str, list]) -> None:
     case_id, _, field, needle = case
+    field = field(reference_doc()) if callable(field) else field
     failures = [c.message for c in control_verdicts[case_id]]
     naming = [m for m in failures if m.startswith(f"{field}: ")]
     assert naming, (field, failures)
@@ -346,7 +422,7 @@ def test_negative_control_fails_naming_its_field(case: tuple, control_verdicts: 
 
 
 # The control run through the whole of `torchkiln verify` (suite, report): the arch list, read without a GPU.
-E2E_CONTROL = "arch-list-without-12.0"
+E2E_CONTROL = "arch-list-without-last"
 
 
 def test_a_control_fails_the_same_through_torchkiln_verify(
@@ -381,3 +457,62 @@ def test_an_impossible_pairing_is_refused_before_anything_runs(tmp_path: Path) -
 
 def test_every_skip_kind_is_known() -> None:
     assert set(report.SKIP_KINDS) == {"no_gpu", "not_applicable", "other"}
+
+
+# --- cuDNN (and NCCL) compiled against one release, shipped with another: cuDNN's rule decides -----------
+
+
+def test_a_runtime_cudnn_older_than_the_compiled_one_is_refused(tmp_path: Path) -> None:
+    """A recipe saying the wheel runs with a cuDNN older than the one it is compiled against is no recipe
+    (NVIDIA: a minor release runs only programs built against it or earlier): refused at load, naming it."""
+    doc = reference_doc()
+    compiled = _three(doc["accelerator"]["cudnn"])
+    older = _earlier_minor(compiled)
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text(tomli_w.dumps(_set(doc, "accelerator.cudnn_runtime", older)))
+    result = verify("--recipe", str(recipe), cwd=tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"accelerator.cudnn_runtime: cuDNN {older} is older than the compiled {compiled}" in result.stderr
+
+
+def test_an_installed_cudnn_older_than_the_compiled_one_fails(installed_facts: BuildFacts) -> None:
+    """The installation's own facts with the cuDNN it loads (and its nvidia-cudnn package) one minor older
+    than torch's compile version: the self-checks that pass on the real pair fail, naming both versions."""
+    compiled = installed_facts.cudnn_compile
+    assert compiled is not None
+    older = (compiled[0], compiled[1] - 1, 0)
+    dists = {
+        k: (f"{older[0]}.{older[1]}.0.1" if "cudnn" in k else v)
+        for k, v in installed_facts.nvidia_dists.items()
+    }
+    real = buildconfig.self_checks(installed_facts)
+    assert (real["cudnn_runtime"].status, real["nvidia_packages"].status) == ("pass", "pass"), real
+    staged = buildconfig.self_checks(
+        dataclasses.replace(installed_facts, cudnn_runtime=older, nvidia_dists=dists)
+    )
+    shown = ".".join(map(str, older))
+    assert staged["cudnn_runtime"].status == "fail", staged["cudnn_runtime"]
+    assert (
+        f"cuDNN {shown} is older than the compiled {'.'.join(map(str, compiled))}"
+        in staged["cudnn_runtime"].message
+    )
+    assert (
+        staged["nvidia_packages"].status == "fail"
+        and "is older than the compiled" in staged["nvidia_packages"].message
+    )
+
+
+# --- the recipe is describe's ----------------------------------------------------------------------------
+
+
+def test_the_reference_recipe_is_what_describe_writes(tmp_path: Path) -> None:
+    """The committed recipe is `torchkiln recipe describe`'s output for the installed pair, byte for byte
+    (regenerate with TORCHKILN_WRITE_RECIPES=1 nox -s releases): no hand edits, nothing stale."""
+    out = tmp_path / "described.toml"
+    name = reference_path().stem
+    result = subprocess.run(
+        [sys.executable, "-m", "torchkiln", "recipe", "describe", "--name", name, "--out", str(out)],
+        capture_output=True, text=True, timeout=TIMEOUT, check=False, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert out.read_text() == reference_path().read_text()

@@ -1,4 +1,4 @@
-"""``torchkiln recipe check FILE...`` and ``torchkiln recipe list``."""
+"""``torchkiln recipe check FILE...``, ``torchkiln recipe list`` and ``torchkiln recipe describe``."""
 
 from __future__ import annotations
 
@@ -23,12 +23,67 @@ def register(parser: argparse.ArgumentParser) -> None:
     check.add_argument("files", nargs="+", metavar="RECIPE", help="recipe files, or names of shipped recipes")
     lst = sub.add_parser("list", allow_abbrev=False, help="show the shipped recipes as a table")
     lst.add_argument("--dir", default=None, help="directory of recipes (default: the shipped recipes/)")
+    desc = sub.add_parser(
+        "describe",
+        allow_abbrev=False,
+        help="write the exact recipe of the torch + torchvision installed in a Python (torchkiln verify "
+        "--recipe passes on it)",
+    )
+    desc.add_argument(
+        "--python",
+        default=sys.executable,
+        metavar="PYTHON",
+        help="the interpreter whose installed torch is described (default: this one)",
+    )
+    desc.add_argument("--name", help="recipe.name (default: torch-<version>-<label>-py<XY>)")
+    desc.add_argument("--description", help="recipe.description (default: the versions described)")
+    desc.add_argument("--out", metavar="FILE", help="write the recipe here (default: standard output)")
 
 
 def run(args: argparse.Namespace) -> int:
     if args.recipe_command == "check":
         return check(args.files)
+    if args.recipe_command == "describe":
+        return describe(args.python, name=args.name, description=args.description, out=args.out)
     return list_recipes(args.dir)
+
+
+def describe(python: str, *, name: str | None, description: str | None, out: str | None) -> int:
+    """Run the facts script (:mod:`torchkiln.verify.facts`, standard library only) in ``python``, write the
+    recipe they satisfy (:func:`torchkiln.commands.describe.describe`) after loading it as ``verify`` will."""
+    from pathlib import Path
+
+    from torchkiln.commands import describe as describing
+    from torchkiln.errors import UsageError
+    from torchkiln.files import atomic
+    from torchkiln.process import runner
+    from torchkiln.recipe.loader import parse_recipe
+    from torchkiln.verify import facts
+
+    # cwd=/: torch is imported from the interpreter's site-packages, never from a source tree in the cwd.
+    try:
+        result = runner.run([python, facts.__file__], cwd="/", timeout=600)
+    except OSError as exc:
+        raise UsageError(f"--python {python}: cannot run it ({exc.strerror or exc})") from None
+    if not result.ok:
+        raise UsageError(f"--python {python}: importing its torch failed: {result.failure()}")
+    found = describing.facts_from_output(result.stdout, python)
+    text = describing.describe(found, name=name or describing.default_name(found), description=description)
+    try:
+        parse_recipe(text.encode(), out or "<described recipe>")
+    except RecipeError as exc:  # a build this recipe format cannot say: name what, write nothing
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        return EXIT_USAGE
+    if out:
+        atomic.write_text(Path(out), text)
+        print(
+            f"{out}: {found.torch_version} / {found.torchvision.version if found.torchvision else None}",
+            file=sys.stderr,
+        )
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
 
 
 def check(files: list[str]) -> int:

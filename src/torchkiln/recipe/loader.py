@@ -468,6 +468,20 @@ SCHEMA: tuple[Field, ...] = (
         check=_match(DOTTED_RE, "a dotted version such as 2.29.7", "malformed version"),
         convert=Version,
     ),
+    Field(
+        "accelerator.cudnn_runtime",
+        str,
+        check=_match(DOTTED_RE, "a dotted version such as 9.10.2.21", "malformed version"),
+        doc="the cuDNN the wheel runs with (the nvidia-cudnn-cuXX it requires), when not accelerator.cudnn",
+        convert=Version,
+    ),
+    Field(
+        "accelerator.nccl_runtime",
+        str,
+        check=_match(DOTTED_RE, "a dotted version such as 2.27.3", "malformed version"),
+        doc="the NCCL the wheel runs with (the nvidia-nccl-cuXX it requires), when not accelerator.nccl",
+        convert=Version,
+    ),
     Field("blas.kind", str, True, _one_of("mkl", "openblas", "nvpl")),
     Field(
         "blas.mkl",

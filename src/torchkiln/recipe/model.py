@@ -34,12 +34,27 @@ class Accelerator:
     kind: str  # "cpu" | "cuda"
     cuda: Version | None = None
     arch_list: tuple[str, ...] = ()
-    cudnn: Version | None = None
-    nccl: Version | None = None
+    cudnn: Version | None = None  # the cuDNN torch is compiled against (torch._C._cudnn.getCompileVersion())
+    nccl: Version | None = None  # the NCCL torch is compiled against (torch.cuda.nccl.version())
+    # The cuDNN / NCCL the wheel runs with (the nvidia-cudnn-cuXX / nvidia-nccl-cuXX it requires and loads),
+    # where it differs from the compiled one: upstream's 2.8.0 is compiled against cuDNN 9.8.0 and ships
+    # 9.10.2.21. None: the same as cudnn / nccl. rules.py requires the compatibility rule of each library.
+    cudnn_runtime: Version | None = None
+    nccl_runtime: Version | None = None
 
     @property
     def is_cuda(self) -> bool:
         return self.kind == "cuda"
+
+    @property
+    def cudnn_shipped(self) -> Version | None:
+        """The cuDNN the wheel runs with: ``cudnn_runtime``, else ``cudnn``."""
+        return self.cudnn_runtime or self.cudnn
+
+    @property
+    def nccl_shipped(self) -> Version | None:
+        """The NCCL the wheel runs with: ``nccl_runtime``, else ``nccl``."""
+        return self.nccl_runtime or self.nccl
 
     @property
     def arch_list_env(self) -> str:

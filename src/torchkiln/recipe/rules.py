@@ -16,7 +16,7 @@ from packaging.version import Version
 
 from torchkiln.errors import Problem, UsageError
 
-from . import cmake_options, cuda_libraries
+from . import cmake_options, cuda_libraries, libcompat
 from .archs import ENTRY_RE
 from .compat import compat, cuda_release, minor, platform_data, torch_release
 from .model import Recipe
@@ -131,7 +131,7 @@ def _cuda_fields(r: Recipe) -> Iterator[Finding]:
                     }[name],
                 )
     else:
-        for name in ("cuda", "cudnn", "nccl"):
+        for name in ("cuda", "cudnn", "nccl", "cudnn_runtime", "nccl_runtime"):
             if getattr(acc, name) is not None:
                 yield (
                     f"accelerator.{name}",
@@ -190,6 +190,29 @@ def _nccl_for_cuda(r: Recipe) -> Iterator[Finding]:
             f"NCCL {nccl} has no build for CUDA {r.accelerator.cuda}",
             f">= {cuda['min_nccl']}",
         )
+
+
+def _runtime_libraries(r: Recipe) -> Iterator[Finding]:
+    """``accelerator.cudnn_runtime`` / ``nccl_runtime``: a library torch compiled against ``cudnn`` / ``nccl``
+    can run with (recipe/libcompat.py: cuDNN's rule from NVIDIA, NCCL's from its soname)."""
+    acc = r.accelerator
+    pairs = (
+        ("cudnn", acc.cudnn, acc.cudnn_runtime, libcompat.cudnn_problem, libcompat.CUDNN_RULE),
+        ("nccl", acc.nccl, acc.nccl_runtime, libcompat.nccl_problem, libcompat.NCCL_RULE),
+    )
+    for name, compiled, runtime, problem, rule in pairs:
+        if runtime is None or not acc.is_cuda:
+            continue
+        if compiled is None:
+            yield (
+                f"accelerator.{name}_runtime",
+                f"given without accelerator.{name} (the {name} torch is compiled against)",
+                f"accelerator.{name} too",
+            )
+            continue
+        found = problem(compiled, runtime)
+        if found:
+            yield (f"accelerator.{name}_runtime", found, rule)
 
 
 def _arch_vs_cuda(r: Recipe) -> Iterator[Finding]:
@@ -540,6 +563,12 @@ RULES: tuple[Rule, ...] = (
         "NCCL has a build for the CUDA major",
         _nccl_for_cuda,
         ("accelerator.cuda", "accelerator.nccl"),
+    ),
+    Rule(
+        "runtime-libraries",
+        "the cuDNN / NCCL a wheel runs with can run what it is compiled against",
+        _runtime_libraries,
+        ("accelerator",),
     ),
     Rule(
         "arch-vs-cuda",

@@ -20,6 +20,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from torchkiln.recipe import libcompat
 from torchkiln.recipe.archs import expected_arch_list
 from torchkiln.recipe.compat import blas_kind, compat
 from torchkiln.recipe.model import Recipe
@@ -171,9 +172,7 @@ def self_checks(facts: BuildFacts) -> dict[str, Check]:
         )
     else:
         out["commit_sha"] = _skip("commit_sha", "Build settings carry no COMMIT_SHA to compare")
-    out["cxx11_abi"] = _cmp(
-        "cxx11_abi", "torch.compiled_with_cxx11_abi() (CXX11 ABI only since 2.7)", True, facts.cxx11_abi
-    )
+    out["cxx11_abi"] = cxx11_abi_check(facts)
     out["openmp"] = _cmp("openmp", "torch.backends.openmp.is_available()", True, facts.openmp_available)
     if s.get("BLAS_INFO") == "mkl":
         out["mkl_runtime"] = _cmp(
@@ -207,6 +206,25 @@ def self_checks(facts: BuildFacts) -> dict[str, Check]:
     return out
 
 
+# Upstream builds with the CXX11 ABI only from 2.7 on (pytorch#126551); 2.6 and older shipped pre-CXX11-ABI
+# wheels to PyPI (upstream's 2.6.0+cu124 reports -D_GLIBCXX_USE_CXX11_ABI=0) and CXX11 ones elsewhere.
+CXX11_ABI_ONLY_SINCE = Version("2.7")
+
+
+def cxx11_abi_check(facts: BuildFacts) -> Check:
+    """torch.compiled_with_cxx11_abi(): required from 2.7 on; before, either ABI is a release's build."""
+    what = "torch.compiled_with_cxx11_abi() (CXX11 ABI only since 2.7)"
+    if Version(Version(facts.torch_version).base_version) < CXX11_ABI_ONLY_SINCE:
+        return Check(
+            "cxx11_abi",
+            "pass",
+            f"{what}: {facts.cxx11_abi} (torch {facts.torch_version} predates 2.7: either ABI is upstream's)",
+            None,
+            facts.cxx11_abi,
+        )
+    return _cmp("cxx11_abi", what, True, facts.cxx11_abi)
+
+
 def wheel_tag_check(facts: BuildFacts) -> Check:
     """check_wheel_tags.py: the installed wheel is for this interpreter (cpXY) and this machine."""
     if not facts.wheel_tags:
@@ -228,7 +246,10 @@ def wheel_tag_check(facts: BuildFacts) -> Check:
 
 
 def cudnn_runtime_check(facts: BuildFacts) -> Check:
-    """Runtime cuDNN == compile-time cuDNN (smoke_test.py requires equality, not just compatibility).
+    """The runtime cuDNN (``torch.backends.cudnn.version()``) can run what torch was compiled against
+    (``torch._C._cudnn.getCompileVersion()``): cuDNN's own rule (:mod:`torchkiln.recipe.libcompat`: the same
+    major, a minor at least the compiled one), which torch applies too. Upstream's 2.8.0 is compiled against
+    9.8.0 and loads 9.10.2: compatible; a runtime older than the compiled one is not.
 
     Needs no GPU: ``torch.backends.cudnn.version()`` loads the library torch will use and reads its version.
     """
@@ -244,11 +265,17 @@ def cudnn_runtime_check(facts: BuildFacts) -> Check:
             dotted(facts.cudnn_compile),
             None,
         )
+    compiled, runtime = dotted(facts.cudnn_compile), dotted(facts.cudnn_runtime)
+    what = "runtime cuDNN (torch.backends.cudnn.version()) vs compiled cuDNN"
+    if compiled is None or runtime is None:
+        return _cmp("cudnn_runtime", what, compiled, runtime)
+    problem = libcompat.cudnn_problem(Version(compiled), Version(runtime))
     return _cmp(
         "cudnn_runtime",
-        "runtime cuDNN (torch.backends.cudnn.version()) vs compiled cuDNN",
-        dotted(facts.cudnn_compile),
-        dotted(facts.cudnn_runtime),
+        f"{what} ({libcompat.CUDNN_RULE})" + (f": {problem}" if problem else ""),
+        f"{compiled}, or a later {Version(compiled).major}.x",
+        runtime,
+        ok=problem is None,
     )
 
 
@@ -265,8 +292,12 @@ def nccl_check(facts: BuildFacts) -> Check:
         )
     what = "USE_NCCL=ON in Build settings: torch.cuda.nccl.version()"
     if facts.nccl_version is None:
-        reason = facts.nccl_error or f"torch.distributed.is_nccl_available() is {facts.nccl_available}"
-        return Check("nccl_in_cuda_build", "fail", f"{what} gives no version: {reason}", "a version", None)
+        said = (
+            f"raised: {facts.nccl_error}"  # report.CAUSE_MARKERS: the cause, in torch's words
+            if facts.nccl_error
+            else f"gives no version: torch.distributed.is_nccl_available() is {facts.nccl_available}"
+        )
+        return Check("nccl_in_cuda_build", "fail", f"{what} {said}", "a version", None)
     version = dotted(facts.nccl_version)
     if not facts.libraries_read:
         return Check("nccl_in_cuda_build", "pass", f"{what} = {version} (torch's libraries were not read)")
@@ -302,20 +333,46 @@ def magma_check(facts: BuildFacts) -> Check:
     )
 
 
+def _package_problem(dist: str, version: str, loaded: str | None, compiled: str | None) -> str | None:
+    """What is wrong with an installed ``nvidia-cudnn-cuXX``/``nvidia-nccl-cuXX`` (None: nothing): it must be
+    the library torch loads (``loaded``, its first three parts) and one torch's compiled version may run with
+    (:mod:`torchkiln.recipe.libcompat`); where the loaded one is not known, the compiled one exactly."""
+    library = "cudnn" if "cudnn" in dist else "nccl"
+    if loaded is None:
+        if compiled is None or version == compiled or version.startswith(f"{compiled}."):
+            return None
+        return f"{dist} {version} (torch has {library} {compiled})"
+    if not (version == loaded or version.startswith(f"{loaded}.")):
+        return f"{dist} {version} is not the {library} torch loads ({loaded}: another copy shadows it)"
+    if compiled is None:
+        return None
+    rule = libcompat.cudnn_problem if library == "cudnn" else libcompat.nccl_problem
+    found = rule(Version(compiled), Version(version))
+    return f"{dist} {version}: {found}" if found else None
+
+
 def nvidia_packages_check(facts: BuildFacts) -> Check:
     """smoke_test.py --pypi-pkg-check: the installed ``nvidia-cudnn-cuXX`` / ``nvidia-nccl-cuXX``
-    distributions are the versions torch was built against (a stray newer cuDNN wheel shadows it)."""
+    distributions are the libraries torch runs with (a stray wheel shadows them otherwise), and torch, as
+    compiled, can run with them (cuDNN's and NCCL's rules: :mod:`torchkiln.recipe.libcompat`)."""
     if not facts.nvidia_dists:
         return _skip("nvidia_packages", "no nvidia-cudnn/nvidia-nccl PyPI packages are installed")
-    want = {"cudnn": dotted(facts.cudnn_compile), "nccl": dotted(facts.nccl_version)}
+    compiled = {"cudnn": dotted(facts.cudnn_compile), "nccl": dotted(facts.nccl_version)}
+    loaded = {"cudnn": dotted(facts.cudnn_runtime), "nccl": dotted(facts.nccl_runtime)}
     wrong, compared = [], []
     for dist, version in sorted(facts.nvidia_dists.items()):
         library = "cudnn" if "cudnn" in dist else "nccl"
-        if want[library] is None:
+        if compiled[library] is None and loaded[library] is None:
             continue
-        compared.append(f"{dist}=={version}")
-        if not (version == want[library] or version.startswith(f"{want[library]}.")):
-            wrong.append(f"{dist} {version} (torch has {library} {want[library]})")
+        shown = f"{dist}=={version}" + (
+            f" (loaded {loaded[library]}, compiled {compiled[library]})"
+            if loaded[library] and loaded[library] != compiled[library]
+            else ""
+        )
+        compared.append(shown)
+        problem = _package_problem(dist, version, loaded[library], compiled[library])
+        if problem:
+            wrong.append(problem)
     if not compared:
         return _skip("nvidia_packages", "torch reports no cuDNN/NCCL version to compare the packages with")
     if wrong:
@@ -336,7 +393,9 @@ RECIPE_CHECKS = (
     "use_cuda",
     "cuda_version",
     "cudnn",
+    "cudnn_runtime",
     "nccl",
+    "nccl_runtime",
     "blas",
     "mkl_version",
     "magma",
@@ -359,7 +418,9 @@ def recipe_checks(recipe: Recipe, facts: BuildFacts, *, commit: str | None = Non
         "use_cuda": _use_cuda_vs_recipe(recipe, facts),
         "cuda_version": _cuda_version_vs_recipe(recipe, facts),
         "cudnn": _cudnn_vs_recipe(recipe, facts),
+        "cudnn_runtime": _cudnn_runtime_vs_recipe(recipe, facts),
         "nccl": _nccl_vs_recipe(recipe, facts),
+        "nccl_runtime": _nccl_runtime_vs_recipe(recipe, facts),
         "blas": _blas_vs_recipe(recipe, facts),
         "mkl_version": _mkl_vs_recipe(recipe, facts),
         "magma": _magma_vs_recipe(recipe, facts),
@@ -524,6 +585,8 @@ def _pinned_commit(
 
 
 def _cudnn_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
+    """accelerator.cudnn: the cuDNN torch is compiled against (``torch._C._cudnn.getCompileVersion()``,
+    major.minor.patch: all torch records). The cuDNN it runs with is ``cudnn_runtime``'s check."""
     acc = recipe.accelerator
     what = "cuDNN compiled in (torch.backends.cudnn.is_available())"
     if not acc.is_cuda:
@@ -531,34 +594,49 @@ def _cudnn_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
     if acc.cudnn is None:
         return _cmp("cudnn", what, True, facts.cudnn_available, field="accelerator.cudnn")
     want = _release(acc.cudnn, 3)
-    if facts.cudnn_compile != want:
-        return _cmp(
-            "cudnn",
-            "cuDNN compile version (torch._C._cudnn.getCompileVersion())",
-            dotted(want),
-            dotted(facts.cudnn_compile),
-            ok=False,
-            field="accelerator.cudnn",
-        )
-    # The full pin (9.20.0.48) is visible only in the NVIDIA package torch runs with, when there is one.
-    dist = f"nvidia-cudnn-cu{acc.cuda.major}" if acc.cuda is not None else ""
-    installed = facts.nvidia_dists.get(dist)
-    if installed is not None:
-        return _cmp(
-            "cudnn",
-            f"cuDNN compile version {dotted(want)}, installed {dist}",
-            str(acc.cudnn),
-            installed,
-            ok=Version(installed) == acc.cudnn,
-            field="accelerator.cudnn",
-        )
     return _cmp(
         "cudnn",
         "cuDNN compile version (torch._C._cudnn.getCompileVersion())",
         dotted(want),
         dotted(facts.cudnn_compile),
+        ok=facts.cudnn_compile == want,
         field="accelerator.cudnn",
     )
+
+
+def _shipped(
+    check_id: str, library: str, field: str, wanted: Version, dist: str, facts: BuildFacts, loaded: str | None
+) -> Check:
+    """The library the wheel runs with against the recipe: the full pin against the NVIDIA package torch
+    runs with when one is installed (``9.10.2.21``: only the package says the fourth part), else against
+    the version of the library torch loaded (major.minor.patch)."""
+    installed = facts.nvidia_dists.get(dist)
+    if installed is not None:
+        return _cmp(
+            check_id,
+            f"{library} the wheel runs with (installed {dist})",
+            str(wanted),
+            installed,
+            ok=Version(installed) == wanted,
+            field=field,
+        )
+    want = dotted(_release(wanted, 3))
+    return _cmp(check_id, f"{library} the wheel runs with (the loaded library)", want, loaded, field=field)
+
+
+def _cudnn_runtime_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
+    """accelerator.cudnn_runtime (else accelerator.cudnn: the same cuDNN compiled and shipped) against the
+    cuDNN the installed wheel runs with."""
+    acc = recipe.accelerator
+    field = "accelerator.cudnn_runtime" if acc.cudnn_runtime is not None else "accelerator.cudnn"
+    wanted = acc.cudnn_shipped
+    if not acc.is_cuda or wanted is None:
+        what = "cuDNN the wheel runs with (torch.backends.cudnn.version())"
+        expected = None if not acc.is_cuda else "a version"
+        ok = (facts.cudnn_runtime is None) if not acc.is_cuda else facts.cudnn_runtime is not None
+        return _cmp("cudnn_runtime", what, expected, dotted(facts.cudnn_runtime), ok=ok, field=field)
+    dist = f"nvidia-cudnn-cu{acc.cuda.major}" if acc.cuda is not None else ""
+    return _shipped("cudnn_runtime", "cuDNN", field, wanted, dist, facts, dotted(facts.cudnn_runtime))
 
 
 def _nccl_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
@@ -581,6 +659,23 @@ def _nccl_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
         ok=facts.nccl_available and facts.nccl_version == want,
         field="accelerator.nccl",
     )
+
+
+def _nccl_runtime_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
+    """accelerator.nccl_runtime (else accelerator.nccl) against the NCCL the installed wheel runs with: the
+    nvidia-nccl-cuXX package, else the libnccl torch loaded (``ncclGetVersion``), else -- no libnccl loaded:
+    NCCL linked in statically -- the compiled one (``torch.cuda.nccl.version()``)."""
+    acc, flags = recipe.accelerator, recipe.build.flags
+    field = "accelerator.nccl_runtime" if acc.nccl_runtime is not None else "accelerator.nccl"
+    wanted = acc.nccl_shipped
+    used = acc.is_cuda and flags.get("USE_NCCL", "1") != "0" and flags.get("USE_DISTRIBUTED", "1") != "0"
+    loaded = dotted(facts.nccl_runtime or facts.nccl_version)
+    if not used or wanted is None:
+        ok = loaded is None if not used else loaded is not None
+        expected = "no NCCL" if not used else "an NCCL"
+        return _cmp("nccl_runtime", "NCCL the wheel runs with", expected, loaded, ok=ok, field=field)
+    dist = f"nvidia-nccl-cu{acc.cuda.major}" if acc.cuda is not None else ""
+    return _shipped("nccl_runtime", "NCCL", field, wanted, dist, facts, loaded)
 
 
 def _mkl_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:

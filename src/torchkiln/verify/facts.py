@@ -205,6 +205,11 @@ class BuildFacts:
     torchvision: TorchvisionFacts | None = None  # None: torchvision is not installed
     extra: Mapping[str, Any] = field(default_factory=dict)
     nccl_error: str | None = None  # torch.cuda.nccl.version() raised (the library is not usable)
+    # The NCCL the process runs with: ncclGetVersion() of the libnccl this process loaded (None: none loaded,
+    # NCCL linked statically or not at all). torch.cuda.nccl.version() is the NCCL torch was compiled against
+    # (torch/csrc/cuda/nccl.cpp version(): NCCL_MAJOR/MINOR/PATCH of the nccl.h it was built with).
+    nccl_runtime: tuple[int, int, int] | None = None
+    distributed: bool | None = None  # torch.distributed.is_available() (USE_DISTRIBUTED); None: not collected
     # Read from torch's ELF files by torchkiln.verify.linkage (pyelftools: the verification suite fills them,
     # this script cannot): libtorch_cuda.so's NEEDED libnccl entry (None: none) and where it resolves with
     # LD_LIBRARY_PATH unset (None: nowhere); how MAGMA is linked into the CUDA linear-algebra library
@@ -223,7 +228,7 @@ class BuildFacts:
         so facts written by another torchkiln version still load."""
         known = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
-        for key in ("cudnn_compile", "cudnn_runtime", "nccl_version"):
+        for key in ("cudnn_compile", "cudnn_runtime", "nccl_version", "nccl_runtime"):
             if values.get(key) is not None:
                 values[key] = tuple(values[key])
         for key in ("arch_list", "wheel_tags"):
@@ -253,6 +258,37 @@ def _wheel_tags(project: str) -> tuple[str, ...]:
     except importlib.metadata.PackageNotFoundError:
         return ()
     return tuple(line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Tag:"))
+
+
+def decode_nccl(code: int) -> tuple[int, int, int]:
+    """``ncclGetVersion()``'s int -> (major, minor, patch): ``major*10000 + minor*100 + patch`` from NCCL 2.9
+    on, ``major*1000 + minor*100 + patch`` before (nccl.h.in ``NCCL_VERSION``)."""
+    if code >= 10000:
+        return code // 10000, code // 100 % 100, code % 100
+    return code // 1000, code // 100 % 10, code % 100
+
+
+def loaded_nccl_version(maps: str | None = None) -> tuple[int, int, int] | None:
+    """The version of the libnccl this process has loaded (torch's libtorch_cuda.so loads it at import),
+    asked of that very library (``ncclGetVersion``, no device needed). None when no libnccl is loaded (a
+    static NCCL, none at all) or the library cannot answer. ``maps``: /proc/self/maps' text (tests)."""
+    import ctypes
+
+    if maps is None:
+        try:
+            maps = open("/proc/self/maps", encoding="utf-8", errors="replace").read()  # noqa: SIM115
+        except OSError:
+            return None
+    paths = sorted({line.split()[-1] for line in maps.splitlines() if "/libnccl.so" in line})
+    for path in paths:
+        try:
+            library = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+            code = ctypes.c_int(0)
+            if library.ncclGetVersion(ctypes.byref(code)) == 0 and code.value > 0:
+                return decode_nccl(code.value)
+        except (OSError, AttributeError):
+            continue
+    return None
 
 
 def _first_line(exc: BaseException) -> str:
@@ -397,6 +433,8 @@ def collect_facts() -> BuildFacts:
         nvidia_dists={n: v for n in NVIDIA_DISTS if (v := _dist_version(n)) is not None},
         torchvision=collect_torchvision(),
         nccl_error=nccl_error,
+        nccl_runtime=loaded_nccl_version() if nccl_available else None,
+        distributed=bool(dist.is_available()),
     )
 
 

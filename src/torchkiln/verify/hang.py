@@ -23,6 +23,9 @@ RESOLVE_TIMEOUT_S = 10.0  # getaddrinfo on a host whose DNS does not answer can 
 # is matched: gloo takes exact names, NCCL (and tensorpipe's) take prefixes; "^" excludes, "=" is exact.
 SOCKET_IFNAMES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
 TAIL_LINES = 15
+# How report() names what it found: report.cause_line reads the text after it as the failure's cause.
+CAUSE_PREFIX = "likely cause: "
+NO_CAUSE = "no cause found here"
 
 
 def launch_deadline(environ: Mapping[str, str]) -> float:
@@ -110,9 +113,9 @@ def report(what: str, stdout: str, stderr: str, deadline_s: float, causes: list[
     (:func:`likely_causes`) and the last lines torchrun and its workers wrote (stderr: torchrun's and c10d's
     logs; stdout: what the workers print)."""
     cause = (
-        "likely cause: " + "; ".join(causes)
+        CAUSE_PREFIX + "; ".join(causes)
         if causes
-        else "no cause found here (the hostname resolves; no *_SOCKET_IFNAME names a missing interface)"
+        else f"{NO_CAUSE} (the hostname resolves; no *_SOCKET_IFNAME names a missing interface)"
     )
     parts = [
         f"{what} hung: not finished within the DDP launches' {deadline_s:g} s deadline "

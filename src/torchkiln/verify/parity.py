@@ -20,6 +20,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from packaging.version import InvalidVersion, Version
+
 from torchkiln.errors import UsageError
 
 from .battery import FORMAT
@@ -60,6 +62,23 @@ class Output:
             f"{name}: max abs {self.max_abs:.3g}, max rel {self.max_rel:.3g} ({verdict} rtol {self.tolerance.rtol:g}, "
             f"atol {self.tolerance.atol:g}){': ' + self.detail if self.detail else ''}"
         )
+
+
+def release_notice(verified: str, reference: str) -> str | None:
+    """None when the reference is of this build's release (``2.13.0+cpu`` for ``2.13.0+cu130``: the local
+    labels may differ); else what a reader must know first: the comparison is of two releases, whose
+    numerics may differ by design (a kernel, a default, a library changed between them), not of this build
+    with upstream's build of the same source."""
+    try:
+        mine, theirs = Version(verified), Version(reference)
+    except InvalidVersion:
+        return f"the reference torch {reference} could not be compared with this torch {verified} as releases"
+    if mine.public == theirs.public:
+        return None
+    return (
+        f"the reference is another release: torch {theirs.public} ({reference}), this build torch "
+        f"{mine.public} ({verified}); a difference may be the releases', not this build's"
+    )
 
 
 def tolerances() -> list[dict[str, Any]]:
@@ -159,9 +178,11 @@ def load(path: Path, what: str) -> dict[str, Any]:
 def markdown(outputs: Sequence[Output], verified: Mapping[str, Any], reference: Mapping[str, Any]) -> str:
     """The per-operation table a person reads (summary of ``torchkiln verify --compare-with``)."""
     ok = all(o.ok for o in outputs)
+    notice = release_notice(str(verified["torch"]["version"]), str(reference["torch"]["version"]))
     lines = [
         f"# Numerical parity: {'PASS' if ok else 'FAIL'}",
         "",
+        *([f"**Another release**: {notice}.", ""] if notice else []),
         f"This build: torch {verified['torch']['version']} ({verified['torch']['location']}); upstream: "
         f"torch {reference['torch']['version']} ({reference['torch']['location']}); "
         f"{verified['torch']['threads']} thread, CPU capability {verified['torch']['cpu_capability']}.",

@@ -20,6 +20,7 @@ from typing import Any
 from torchkiln.files import atomic
 from torchkiln.process.logs import first_error
 
+from . import hang
 from .facts import compiled_arch_list, decode_cudnn, parse_build_settings
 
 # The areas of the suite; each is a pytest marker and every test carries exactly one.
@@ -51,7 +52,8 @@ GPU_NOTES: dict[str, str] = {
     "reproducibility": "CPU RNG only; CUDA RNG streams need a GPU",
     "torchvision": "complete without a GPU but for its CUDA ops (nms on a device)",
     "release": "library resolution, oneDNN and torch.compile on the CPU run without a GPU; conv2d per dtype, "
-    "the batched SVD, each attention backend and torch.compile with triton need one",
+    "the batched SVD, each attention backend, torch.compile with triton and a CUDA extension built with nvcc "
+    "need one",
     "parity": "the battery's CPU cases only; its CUDA cases (float32, float16, bfloat16 on the device) need a GPU",
 }
 
@@ -85,26 +87,58 @@ ROOT_CAUSE = "Root Cause (first observed failure):"
 OUTPUT_MARK = (
     "--- output (tail) ---"  # torchkiln.process.runner.Completed.describe: a process's output follows
 )
+# Every way a failure message of the suite states its cause, each with what writes it: the text after the
+# marker, to the end of its line (a final "." dropped), is the cause. A new message that names a cause
+# names it after one of these (tests/test_verify_report_cause.py builds each writer's message and reads it).
+CAUSE_MARKERS: tuple[tuple[str, str], ...] = (
+    (hang.CAUSE_PREFIX, "torchkiln.verify.hang.report: a DDP launch that hung, and why (an unresolvable hostname, a missing interface)"),
+    ("torch.cuda.init(): ", "verify/conftest.py: a required CUDA check that could not run, in torch's words"),
+    ("raised: ", "buildconfig: a probe that raised (torch.backends.cudnn.version(), torch.cuda.nccl.version())"),
+)  # fmt: skip
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit|Failure)\b[^:\s]*: ?\S")
 
 
+def _root_cause(lines: list[str]) -> str | None:
+    block = lines[len(lines) - 1 - lines[::-1].index(ROOT_CAUSE) + 1 :]
+    block = block[: next((i for i, line in enumerate(block) if line.startswith("====")), len(block))]
+    raised = [line for line in block if _EXCEPTION_LINE.match(line)]
+    if raised:
+        return raised[-1]
+    said = [line.partition(":")[2].strip() for line in block if line.startswith("traceback")]
+    return said[0] if said and said[0] else None
+
+
+def _marked(lines: list[str]) -> str | None:
+    """The text after the first cause marker (:data:`CAUSE_MARKERS`) of the message, to its line's end."""
+    for line in lines:
+        found = [(line.index(m), m) for m, _ in CAUSE_MARKERS if m in line]
+        if found:
+            at, marker = min(found)
+            text = line[at + len(marker) :].strip().removesuffix(".").strip()
+            if text:
+                return text
+    return None
+
+
 def cause_line(message: str) -> str | None:
-    """The line of a failure message that says why it failed, when the message carries a process's output
-    (a DDP launch that exited 1): torchrun's root cause, the failed worker's own exception (``RuntimeError:
-    ... Unable to find address for: nosuchif0``); else the output's first error line
-    (:func:`torchkiln.process.logs.first_error`). None when the message is its own cause."""
+    """The line of a failure message that says why it failed, wherever the message has one: torchrun's root
+    cause (the failed worker's own exception, ``RuntimeError: ... Unable to find address for: nosuchif0``),
+    the cause a marker of :data:`CAUSE_MARKERS` introduces (a hung launch's ``likely cause: this machine's
+    hostname ... does not resolve``), else the first error line of a process's output it carries
+    (:func:`torchkiln.process.logs.first_error`; a hung launch with no cause found: its last lines). None
+    when the message is its own cause (a recipe mismatch names field, expected and actual)."""
     lines = [line.strip() for line in message.splitlines()]
     if ROOT_CAUSE in lines:
-        block = lines[len(lines) - 1 - lines[::-1].index(ROOT_CAUSE) + 1 :]
-        block = block[: next((i for i, line in enumerate(block) if line.startswith("====")), len(block))]
-        raised = [line for line in block if _EXCEPTION_LINE.match(line)]
-        if raised:
-            return raised[-1]
-        said = [line.partition(":")[2].strip() for line in block if line.startswith("traceback")]
-        if said and said[0]:
-            return said[0]
+        found = _root_cause(lines)
+        if found:
+            return found
+    marked = _marked(lines)
+    if marked:
+        return marked
     if OUTPUT_MARK in lines:
         return first_error(lines[lines.index(OUTPUT_MARK) + 1 :])
+    if lines and hang.NO_CAUSE in lines[0]:
+        return first_error(lines[1:])
     return None
 
 
@@ -172,6 +206,7 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
         f"cuDNN {env.get('cudnn_version')}, NCCL {env.get('nccl_version')}, devices: "
         f"{', '.join(env.get('devices') or []) or 'none'}; Python {env.get('python')} on {env.get('platform')}.",
         *_required_line(summary["options"]),
+        *_compare_line(summary["options"]),
         "",
         "| Area | Passed | Failed | Errors | Skipped: no GPU | Skipped: not this kind of build "
         "| Skipped: other | Seconds |",
@@ -216,6 +251,16 @@ def _required_line(options: Mapping[str, Any]) -> list[str]:
         return []
     required = "yes" if options.get("require_cuda") else "no"
     return ["", f"CUDA required: {required} ({_cell(options['require_cuda_reason'])})."]
+
+
+def _compare_line(options: Mapping[str, Any]) -> list[str]:
+    """What --compare-with compared with, and, first of all, whether it is another release."""
+    compared = options.get("compare_with")
+    if not compared:
+        return []
+    if compared.get("notice"):
+        return ["", f"**Compared with another release**: {_cell(compared['notice'])}."]
+    return ["", f"Compared with torch {_cell(compared['reference_torch'])}: the same release."]
 
 
 def _checks_section(summary: Mapping[str, Any]) -> list[str]:
