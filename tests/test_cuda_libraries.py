@@ -35,7 +35,7 @@ BIG = Resources(cpus=64, memory_bytes=512 * 2**30)
 DATA = compat()["cuda_libraries"]
 
 
-def recipe_for(torch: str, cuda: str, **deploy: str) -> Recipe:
+def document_for(torch: str, cuda: str, **deploy: str) -> dict[str, dict[str, object]]:
     """The shipped 2.13/CUDA 13.0 recipe turned into one for torch ``torch`` (a minor) with CUDA ``cuda``: the
     paired torchvision, the CUDA's upstream arch list, a cuDNN and NCCL the CUDA has builds of."""
     doc = tomllib.loads(CU130.read_text())
@@ -53,7 +53,13 @@ def recipe_for(torch: str, cuda: str, **deploy: str) -> Recipe:
     doc["build"]["gcc"] = min(compat()["cuda"][cuda]["max_gcc"], 13)
     if deploy:
         doc["deploy"] = deploy
-    return parse_recipe(tomli_w.dumps(doc).encode(), "generated.toml", Path("generated.toml"))
+    return doc
+
+
+def recipe_for(torch: str, cuda: str, **deploy: str) -> Recipe:
+    return parse_recipe(
+        tomli_w.dumps(document_for(torch, cuda, **deploy)).encode(), "generated.toml", Path("g.toml")
+    )
 
 
 def pairs() -> list[tuple[str, str]]:
@@ -107,6 +113,21 @@ def test_extra_install_requirements_of_every_release_and_cuda(torch: str, cuda: 
         assert str(toolkit.specifier) == f"=={DATA['toolkit'][cuda]}"
         assert not [r for r in reqs if r.name.removesuffix(f"-cu{major}") in DATA["components"]]
         assert "triton" in by_name, "torch.compile's GPU back end, as upstream declares it"
+
+
+@pytest.mark.parametrize("field", ["cudnn", "nccl"])
+@pytest.mark.parametrize(("torch", "cuda"), [("2.8", "12.8"), ("2.13", "13.0")])
+def test_the_declared_cudnn_and_nccl_are_the_shipped_ones(torch: str, cuda: str, field: str) -> None:
+    """A recipe that compiles against one cuDNN/NCCL and ships a newer one (upstream's 2.8.0: cuDNN 9.8.0
+    compiled, nvidia-cudnn-cu12 9.10.2.21 declared) declares the shipped package, as upstream's METADATA does."""
+    doc = document_for(torch, cuda)
+    compiled = Version(str(doc["accelerator"][field]))
+    shipped = Version(f"{compiled.major}.{compiled.minor + 1}.0")
+    doc["accelerator"][f"{field}_runtime"] = str(shipped)
+    changed = parse_recipe(tomli_w.dumps(doc).encode(), "generated.toml", Path("generated.toml"))
+    value = make_plan(changed, resources=BIG).env_for("torch")["PYTORCH_EXTRA_INSTALL_REQUIREMENTS"]
+    by_name = {Requirement(x.strip()).name: Requirement(x.strip()) for x in value.split("|")}
+    assert str(by_name[f"nvidia-{field}-cu{cuda.split('.')[0]}"].specifier) == f"=={shipped}"
 
 
 @pytest.mark.parametrize(("torch", "cuda"), PAIRS, ids=[f"{t}-cu{c}" for t, c in PAIRS])

@@ -84,7 +84,9 @@ def requirements(recipe: Recipe) -> tuple[str, ...]:
     if not same_cuda:
         extras = next((sorted(r.extras) for r in parsed if r.name == "cuda-toolkit"), data["extras"])
         out.append(f'cuda-toolkit[{",".join(extras)}]=={data["toolkit"][cuda]}; platform_system == "Linux"')
-    pins = {"cudnn": acc.cudnn, "nccl": acc.nccl}
+    # the packages the wheel runs with: accelerator.cudnn_runtime / nccl_runtime where a recipe says the build
+    # ships newer libraries than it compiled against (upstream's 2.8.0), else the compiled ones
+    pins = {"cudnn": acc.cudnn_shipped, "nccl": acc.nccl_shipped}
     for req in parsed:
         category = _category(canonicalize_name(req.name))
         if category in pins:
