@@ -396,16 +396,6 @@ class FetchKind(StepKind):
         if step.pins:
             source = ctx.plan.source(step.project)
             check_pin(ctx.plan.recipe.spec(step.project), source.path)
-            # the commit's tree and the build's own outputs only (torchkiln.build.treeguard)
-            differences = check_source(ctx.plan, source, Records(ctx.plan.paths.workdir))
-            if differences and not ctx.options.allow_dirty:
-                spec = ctx.plan.recipe.spec(step.project)
-                raise BuildFailed(
-                    dirty_checkout(spec, source.path, differences, "nothing was built"), step=step.name
-                )
-            # the version the wheel is labelled with is the tree's own (torchkiln.build.treelabel)
-            for compile_step in compile_steps(ctx.plan, step.project):
-                check_label(compile_step, source.path)
             missing = missing_submodules(source.path)
             if missing is not None:
                 raise BuildFailed(
@@ -415,6 +405,17 @@ class FetchKind(StepKind):
                     f"checkout with --source-dir {step.project}=PATH",
                     step=step.name,
                 )
+            # the commit's tree and the build's own outputs only (torchkiln.build.treeguard)
+            records = Records(ctx.plan.paths.workdir)
+            differences = check_source(ctx.plan, source, records, force=ctx.options.force)
+            if differences and not ctx.options.allow_dirty:
+                spec = ctx.plan.recipe.spec(step.project)
+                raise BuildFailed(
+                    dirty_checkout(spec, source.path, differences, "nothing was built"), step=step.name
+                )
+            # the version the wheel is labelled with is the tree's own (torchkiln.build.treelabel)
+            for compile_step in compile_steps(ctx.plan, step.project):
+                check_label(compile_step, source.path)
 
 
 class EnvKind(StepKind):

@@ -51,13 +51,14 @@ def publish(ctx: Context) -> bool:
     if ctx.cache is not None:
         enforce_min_hit_rate(ctx.cache_stats, ctx.options.min_hit_rate, ctx.cache_causes)
     paths = ctx.plan.paths
+    # the trees first: a tree that is not what the record would say is refused before dist/ changes
+    locks = _locks(ctx)
+    _refuse_dirty(ctx, locks)
     wheels, changed = _publish_wheels(ctx)
     for stale in dist.remove_superseded(paths.dist, [w for w, _, _ in wheels]):
         ctx.display.note(f"removed superseded wheel {stale}")
         (paths.dist / sbom.sbom_name(stale.name)).unlink(missing_ok=True)
         changed = True
-    locks = _locks(ctx)
-    _refuse_dirty(ctx, locks)
     recipe = ctx.plan.recipe
     lock_path = paths.dist / f"{recipe.name}.lock.json"
     write_lock(lock_path, recipe.name, recipe.sha256, locks)

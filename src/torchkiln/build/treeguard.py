@@ -136,12 +136,22 @@ def foreign(
     ]
 
 
-def check_source(
-    plan: Plan, source: Source, records: Records, exempt: Collection[Path] = ()
-) -> list[Difference]:
+def scratch_of(plan: Plan, source: Source) -> list[Path]:
+    """The scratch directories of ``source``'s compile steps inside its tree, relative to it: what
+    ``--force`` removes before the compile, so nothing there is built from."""
+    return [
+        Path(d).relative_to(source.path)
+        for step in compile_steps(plan, source.name)
+        for d in step.scratch
+        if Path(d).is_relative_to(source.path)
+    ]
+
+
+def check_source(plan: Plan, source: Source, records: Records, *, force: bool = False) -> list[Difference]:
     """The differences of ``source``'s tree from its commit that are not the build's own ([] for a tree
-    without git: it has no commit)."""
+    without git: it has no commit); with ``force``, none under the scratch directories it removes."""
     observed = observe(source.path, skipped(plan))
     if not observed.git:
         return []
+    exempt = scratch_of(plan, source) if force else []
     return foreign(observed, records.owned(compile_steps(plan, source.name)), exempt)

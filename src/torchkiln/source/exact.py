@@ -244,11 +244,12 @@ def _flagged(repo: Path) -> list[str]:
 
 
 def _walk(top: Path, relative: str) -> Iterator[str]:
-    """Every file below ``top / relative`` (a directory git lists as a whole: a nested repository), as paths
-    from ``top``, its ``.git`` included: all of it is in the tree the build reads."""
+    """Every entry below ``top / relative`` (a directory git lists as a whole: a repository nested in the
+    tree), as paths from ``top``; its ``.git`` is git's data, not the tree's, as at the top."""
     for root, dirs, files in os.walk(top / relative):
-        dirs.sort()
-        for name in sorted(files) + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
+        links = [d for d in dirs if os.path.islink(os.path.join(root, d))]
+        dirs[:] = sorted(d for d in dirs if d != ".git" and d not in links)
+        for name in sorted(files + links):
             yield os.path.relpath(os.path.join(root, name), top)
 
 
@@ -286,6 +287,10 @@ def _differences(repo: Path, prefix: str) -> list[Difference]:
                 found.setdefault(
                     inner, Difference(inner, "extra", f"{detail}, in a repository nested at {name}")
                 )
+        elif name in head:  # the commit has it, the index lost it (git rm --cached): as the commit says?
+            difference = _compare(repo, name, head[name])
+            if difference is not None:
+                found.setdefault(name, difference)
         else:
             found.setdefault(name, Difference(name, "extra", detail))
     for name, entry in head.items():
