@@ -208,11 +208,39 @@ def _int_range(low: int, high: int) -> Check:
 
 
 def _pep440(value: Any) -> tuple[str, str] | None:
+    """A wheel version as setuptools and pip read it: PEP 440, in its normalised form (setuptools writes
+    the wheel with ``str(Version(value))``: ``2.13.0.RC1`` would be labelled ``2.13.0rc1``, and every
+    record torchkiln writes from the recipe would name another version than the wheel's)."""
+    valid = "for example 2.13.0 or 2.13.0+cu130.kiln1"
     try:
-        Version(value)
+        normal = str(Version(value))
     except InvalidVersion:
-        return (f"{value!r} is not a PEP 440 version", "for example 2.13.0 or 2.13.0+cu130.kiln1")
+        return (f"{value!r} is not a PEP 440 version", valid)
+    if normal != value:
+        return (f"{shown(value)} is read as {normal!r} by setuptools and pip", f"{normal!r}; {valid}")
     return None
+
+
+def _release(valid: str) -> Check:
+    """MAJOR.MINOR.PATCH, written as PEP 440 normalises it (no leading zeros: setuptools would label
+    ``02.13.0`` as ``2.13.0``)."""
+    pattern = _match(RELEASE_RE, valid, "malformed version")
+
+    def check(value: Any) -> tuple[str, str] | None:
+        return pattern(value) or _pep440(value)
+
+    return check
+
+
+def _local_label(value: Any) -> tuple[str, str] | None:
+    """``+label.label`` as PEP 440 normalises a local version (a numeric label loses its leading zeros:
+    ``+cpu.01`` is ``+cpu.1`` in the wheel's name)."""
+    valid = "'+' then dot-separated lowercase labels, e.g. +cu130.kiln1"
+    found = _match(LOCAL_LABEL_RE, valid, "malformed local version label")(value)
+    if found:
+        return found
+    normal = "+" + (Version("0" + value).local or "")
+    return None if normal == value else (f"{shown(value)} is read as {normal!r} by setuptools and pip", valid)
 
 
 def _arch_list(value: Any) -> tuple[str, str] | None:
@@ -359,7 +387,7 @@ SCHEMA: tuple[Field, ...] = (
         "torch.version",
         str,
         True,
-        _match(RELEASE_RE, "MAJOR.MINOR.PATCH such as 2.13.0", "malformed version"),
+        _release("MAJOR.MINOR.PATCH such as 2.13.0"),
         doc="release version",
         convert=Version,
     ),
@@ -396,7 +424,7 @@ SCHEMA: tuple[Field, ...] = (
         "torchvision.version",
         str,
         True,
-        _match(RELEASE_RE, "MAJOR.MINOR.PATCH such as 0.28.0", "malformed version"),
+        _release("MAJOR.MINOR.PATCH such as 0.28.0"),
         convert=Version,
     ),
     # torchvision's optional parts, each its setup.py's TORCHVISION_USE_<NAME> (torchkiln sets every one
@@ -485,11 +513,7 @@ SCHEMA: tuple[Field, ...] = (
     Field(
         "build.local_version",
         str,
-        check=_match(
-            LOCAL_LABEL_RE,
-            "'+' then dot-separated lowercase labels, e.g. +cu130.kiln1",
-            "malformed local version label",
-        ),
+        check=_local_label,
     ),
     Field(
         "build.jobs",
