@@ -104,6 +104,7 @@ from .treeguard import (
     foreign,
     observe,
     own_paths,
+    owned_in,
     skipped,
     written,
 )
@@ -406,8 +407,7 @@ class FetchKind(StepKind):
                     step=step.name,
                 )
             # the commit's tree and the build's own outputs only (torchkiln.build.treeguard)
-            records = Records(ctx.plan.paths.workdir)
-            differences = check_source(ctx.plan, source, records, force=ctx.options.force)
+            differences = check_source(ctx.plan, source, force=ctx.options.force)
             if differences and not ctx.options.allow_dirty:
                 spec = ctx.plan.recipe.spec(step.project)
                 raise BuildFailed(
@@ -445,8 +445,7 @@ class CompileKind(StepKind):
         if source is None:
             return {}
         entry = ctx.state.get(step.name) or {}
-        records = Records(ctx.plan.paths.workdir)
-        self._recorded[step.name] = sorted(records.owned(compile_steps(ctx.plan, step.project)))
+        self._recorded[step.name] = sorted(owned_in(ctx.plan, step.project))
         self._compilers[step.name] = _compilers(entry.get("outputs", {}).get("toolchain"))
         return {"tree": tree_identity(source.path, self._recorded[step.name], skipped(ctx.plan))}
 
@@ -455,6 +454,13 @@ class CompileKind(StepKind):
         if source is not None:
             check_label(step, source.path)
             self._guard(step, ctx, source)
+        try:
+            self._prepare(step, ctx, source)
+        except BaseException:
+            self._record_tree(step, ctx)  # what it moved or wrote into the tree (a parked build/) is its own
+            raise
+
+    def _prepare(self, step: Step, ctx: Context, source: Source | None) -> None:
         super().prepare(step, ctx)
         for moved in bring_in(step):  # a build for several Pythons: this Python's build/ into the tree
             ctx.display.note(f"{step.name}: {moved}")
@@ -480,9 +486,8 @@ class CompileKind(StepKind):
         build's own outputs is refused (``--force`` exempts the scratch directories it is about to remove;
         ``--allow-dirty`` lets it through, recorded by publish); what is the build's own is noted, to tell
         what this run writes."""
-        records = Records(ctx.plan.paths.workdir)
         observed = observe(source.path, skipped(ctx.plan))
-        owned = records.owned(compile_steps(ctx.plan, step.project))
+        owned = owned_in(ctx.plan, step.project)
         if observed.git and not source.provided and not ctx.options.allow_dirty:
             exempt = [
                 Path(d).relative_to(source.path)
@@ -572,7 +577,7 @@ class CompileKind(StepKind):
         out["env"] = {**step.env, **self._reproducible(step, ctx), **session.public_env}
         source, after = _source_of(step, ctx), self._after.pop(step.name, None)
         if source is not None and after is not None and not after.git:
-            owned = Records(ctx.plan.paths.workdir).owned(compile_steps(ctx.plan, step.project))
+            owned = owned_in(ctx.plan, step.project)
             # no commit names this tree: its contents do (without what the build wrote into it)
             out["tree_sha256"] = tree_sha256(source.path, own_paths(after, owned), skipped(ctx.plan))
         return out
@@ -581,10 +586,7 @@ class CompileKind(StepKind):
         before = self._before.pop(step.name, None)
         if before is None:
             return None
-        records = Records(ctx.plan.paths.workdir)
-        return {
-            "tree": snapshot_identity(before, sorted(records.owned(compile_steps(ctx.plan, step.project))))
-        }
+        return {"tree": snapshot_identity(before, sorted(owned_in(ctx.plan, step.project)))}
 
 
 class PackageKind(StepKind):

@@ -42,7 +42,7 @@ from torchkiln.source.git import dirty_checkout, is_git_checkout, lock_source
 from .buildreqs import read_constraints
 from .context import Context, Published
 from .fingerprint import file_sha256
-from .treeguard import Records, compile_steps, foreign, observe, skipped
+from .treeguard import foreign, observe, owned_in, skipped
 
 
 def publish(ctx: Context) -> bool:
@@ -125,16 +125,13 @@ def _locks(ctx: Context) -> list[SourceLock]:
     """Each source as built: its commit and every way its tree differs from it (the build's own outputs are
     no difference: torchkiln.build.treeguard), or its digest."""
     locks = []
-    records = Records(ctx.plan.paths.workdir)
     for source in ctx.plan.sources:
         step = ctx.plan.wheel_steps().get(source.name)
         entry = (ctx.state.get(step.name) or {}) if step is not None else {}
         found = None
         if is_git_checkout(source.path):
             observed = observe(source.path, skipped(ctx.plan))
-            found = changes(
-                source.path, foreign(observed, records.owned(compile_steps(ctx.plan, source.name)))
-            )
+            found = changes(source.path, foreign(observed, owned_in(ctx.plan, source.name)))
         locks.append(
             lock_source(
                 source.name,

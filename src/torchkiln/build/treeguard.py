@@ -88,18 +88,28 @@ class Records:
         data = {name: None if st is None else list(st) for name, st in sorted(written.items())}
         atomic.write_text(self._path(step), json.dumps(data, separators=(",", ":")))
 
-    def owned(self, steps: Iterable[Step]) -> dict[str, set[Stat]]:
-        """Every stat the ``steps`` recorded for each path (a later step may have rewritten a path an earlier
-        one wrote: either record makes it the build's own)."""
+    def owned(self, project: str, steps: Iterable[Step] = ()) -> dict[str, set[Stat]]:
+        """Every stat a compile step of ``project`` recorded for each path: the plan's own ``steps``
+        and those of earlier plans in this work directory (another Python, since dropped from the recipe),
+        whose outputs are still in the tree. A later step may have rewritten a path an earlier one wrote:
+        either record makes it the build's own."""
         out: dict[str, set[Stat]] = {}
-        for step in steps:
-            for name, st in self.load(step.name).items():
-                out.setdefault(name, set()).add(st)
+        names = {step.name for step in steps}
+        if self.root.is_dir():
+            names |= {p.stem for p in self.root.glob("*.json") if p.stem.split(":", 1)[0] == project}
+        for name in sorted(names):
+            for path, st in self.load(name).items():
+                out.setdefault(path, set()).add(st)
         return out
 
 
 def compile_steps(plan: Plan, project: str) -> list[Step]:
     return [s for s in plan.steps if s.kind == "compile" and s.project == project]
+
+
+def owned_in(plan: Plan, project: str) -> dict[str, set[Stat]]:
+    """What the compiles of ``project`` recorded writing into its tree, in ``plan``'s work directory."""
+    return Records(plan.paths.workdir).owned(project, compile_steps(plan, project))
 
 
 def own_paths(observed: Observed, owned: Mapping[str, set[Stat]]) -> set[str]:
@@ -147,11 +157,11 @@ def scratch_of(plan: Plan, source: Source) -> list[Path]:
     ]
 
 
-def check_source(plan: Plan, source: Source, records: Records, *, force: bool = False) -> list[Difference]:
+def check_source(plan: Plan, source: Source, *, force: bool = False) -> list[Difference]:
     """The differences of ``source``'s tree from its commit that are not the build's own ([] for a tree
     without git: it has no commit); with ``force``, none under the scratch directories it removes."""
     observed = observe(source.path, skipped(plan))
     if not observed.git:
         return []
     exempt = scratch_of(plan, source) if force else []
-    return foreign(observed, records.owned(compile_steps(plan, source.name)), exempt)
+    return foreign(observed, owned_in(plan, source.name), exempt)

@@ -257,13 +257,14 @@ def git_differences(repo: Path, *, skip: Collection[Path] = ()) -> list[Differen
     """Every way the checkout ``repo`` differs from its ``HEAD``, submodules included, sorted by path.
     Paths under ``skip`` (absolute: the build's work directory or dist/ where they lie inside the tree) are
     left out."""
-    found = _differences(repo.resolve(), "")
     prefixes = [_relative(Path(p).resolve(), repo.resolve()) for p in skip]
-    wanted = [p for p in prefixes if p is not None]
-    return sorted(
-        (d for d in found if not any(d.path == w or d.path.startswith(w + "/") for w in wanted)),
-        key=lambda d: d.path,
-    )
+    wanted = tuple(p for p in prefixes if p is not None)
+    found = _differences(repo.resolve(), "", wanted)
+    return sorted((d for d in found if not _under(d.path, wanted)), key=lambda d: d.path)
+
+
+def _under(path: str, prefixes: tuple[str, ...]) -> bool:
+    return any(path == p or path.startswith(p + "/") for p in prefixes)
 
 
 def _relative(path: Path, top: Path) -> str | None:
@@ -273,8 +274,9 @@ def _relative(path: Path, top: Path) -> str | None:
         return None
 
 
-def _differences(repo: Path, prefix: str) -> list[Difference]:
+def _differences(repo: Path, prefix: str, skip: tuple[str, ...] = ()) -> list[Difference]:
     tracked, other = _status_paths(repo)
+    other = [(name, detail) for name, detail in other if not _under(prefix + name.rstrip("/"), skip)]
     head = _head_entries(repo)
     found: dict[str, Difference] = {}
     for name in sorted(set(tracked) | set(_flagged(repo))):
