@@ -331,6 +331,7 @@ def test_each_difference_from_the_commit_is_found_by_path_and_kind(
     assert found == set(variant.expected)
 
 
+@pytest.mark.integration  # 26 variants x 2 builds (fetch, stand-in compile, publish): ~1 min
 @pytest.mark.parametrize(
     "variant", [v for v in VARIANTS if v.expected], ids=[v.name for v in VARIANTS if v.expected]
 )

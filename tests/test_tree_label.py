@@ -168,6 +168,7 @@ def test_label_and_tree_release(tmp_path: Path, text: str | None, label: str, sa
     assert release_of(label) is not None
 
 
+@pytest.mark.integration  # the real trees: extracted once per session for the integration part
 def test_upstreams_release_trees_state_their_release(pytorch_2_6_tree: Path, vision_0_21_tree: Path) -> None:
     """The forms above are upstream's: PyTorch 2.6.0's release source says 2.6.0a0, torchvision 0.21.0's
     says 0.21.0 (Debian's orig tarballs of the releases)."""
