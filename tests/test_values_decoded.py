@@ -325,7 +325,7 @@ def test_cache_remote_ccache_decoded(value: str) -> None:
 REMOTES_SCCACHE = (
     "s3://kiln-bucket/prefix?region=eu-west-1",
     "redis://cache.example:6379/2",
-    "gs://kiln-bucket/cache",
+    "gs://kiln_bucket/cache",
     "webdav+https://dav.example/cache",
     "memcached://mc.example:11211",
 )
@@ -350,7 +350,7 @@ def test_cache_remote_sccache_decoded(value: str) -> None:
         assert derived["SCCACHE_REDIS_DB"].isdigit() and int(derived["SCCACHE_REDIS_DB"]) < 2**32
     for variable in ("SCCACHE_BUCKET", "SCCACHE_GCS_BUCKET"):
         if variable in derived:
-            assert host_problem(derived[variable]) is None
+            assert re.fullmatch(r"[a-z0-9][a-z0-9._-]*", derived[variable], re.ASCII), derived[variable]
 
 
 @SETTINGS

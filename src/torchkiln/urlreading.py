@@ -214,9 +214,10 @@ def _helper_reading(scheme: str, url: str) -> GitReading:
     authority, path = (rest, "") if slash < 0 else (rest[:slash], rest[slash:])
     user, at, hostport = authority.rpartition("@")
     host, port = _host_and_port(hostport)
+    host = git_decode(":" + host)[1:]
     if at:
         host = f"{git_decode(':' + user)[1:]}@{host}"
-    return GitReading(scheme, git_decode(":" + host)[1:], port, git_decode(":" + path)[1:], True)
+    return GitReading(scheme, host, port, git_decode(":" + path)[1:], True)
 
 
 # --------------------------------------------------------------------------------------------------

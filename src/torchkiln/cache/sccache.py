@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import tempfile
 import uuid
 from collections.abc import Callable, Mapping
@@ -153,6 +154,9 @@ BACKENDS: dict[str, Backend] = {
 }
 
 
+BUCKET = re.compile(r"[a-z0-9](?:[a-z0-9._-]{0,220}[a-z0-9])?", re.ASCII)
+
+
 def sccache_size(size: str) -> str:
     """``cache.max_size`` as sccache must get it to read what ccache reads: a byte count. ccache reads
     K/M/G/T as powers of 1000 and Ki/Mi/Gi/Ti as powers of 1024, with a fraction (v4.7.5 src/Util.cpp
@@ -170,9 +174,18 @@ def as_written(remote: Remote) -> None:
     ``string_from_env_var``): no percent-decoding, so a ``%XX`` in a bucket, host, key prefix, path or
     parameter would stay three characters. Each must be what it means as written: a host (an ASCII host
     name or IP address: torchkiln.urlreading.host_problem), and the rest printable ASCII without ``%``."""
-    problem = host_problem(remote.host)
-    if problem:
-        raise UsageError(f"cache.remote: as sccache reads it (as written), {problem} (valid: {HOST_VALID})")
+    if remote.scheme in ("s3", "gs"):  # a bucket's name (S3's and GCS's naming rules: GCS allows '_')
+        if not BUCKET.fullmatch(remote.host):
+            raise UsageError(
+                f"cache.remote: {remote.host!r} is not a bucket name as sccache hands it on (as written) "
+                "(valid: lowercase letters, digits, '.', '_', '-', beginning and ending with a letter or digit)"
+            )
+    else:
+        problem = host_problem(remote.host)
+        if problem:
+            raise UsageError(
+                f"cache.remote: as sccache reads it (as written), {problem} (valid: {HOST_VALID})"
+            )
     for what, value in (("path", remote.path), *((f"parameter {k}", v) for k, v in remote.query.items())):
         problem = printable_problem(what, value, "as written") or (
             f"its {what} {value!r} holds '%', which sccache does not decode" if "%" in value else None
