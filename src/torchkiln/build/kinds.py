@@ -436,6 +436,7 @@ class CompileKind(StepKind):
     def __init__(self) -> None:
         self._recorded: dict[str, list[str]] = {}  # step -> in-tree outputs the project's compiles recorded
         self._before: dict[str, Snapshot] = {}  # step -> its tree (without git) before this run
+        self._prepared: dict[str, set[str]] = {}  # step -> what its own prepare wrote into that tree
         self._compilers: dict[str, dict[str, str]] = {}  # step -> compiler versions of its last run
         self._tree: dict[str, tuple[Observed, set[str]]] = {}  # step -> its tree before it ran, own paths
         self._after: dict[str, Observed] = {}  # step -> its tree after it ran
@@ -454,13 +455,15 @@ class CompileKind(StepKind):
         if source is not None:
             check_label(step, source.path)
             self._guard(step, ctx, source)
+        plain = source is not None and not is_git_checkout(source.path)
+        pre = tree_snapshot(source.path, skipped(ctx.plan)) if source is not None and plain else None
         try:
-            self._prepare(step, ctx, source)
+            self._prepare(step, ctx, source, pre)
         except BaseException:
             self._record_tree(step, ctx)  # what it moved or wrote into the tree (a parked build/) is its own
             raise
 
-    def _prepare(self, step: Step, ctx: Context, source: Source | None) -> None:
+    def _prepare(self, step: Step, ctx: Context, source: Source | None, pre: Snapshot | None) -> None:
         super().prepare(step, ctx)
         for moved in bring_in(step):  # a build for several Pythons: this Python's build/ into the tree
             ctx.display.note(f"{step.name}: {moved}")
@@ -478,8 +481,11 @@ class CompileKind(StepKind):
             done = reconfigure(directory, {**step.env, **session.public_env})
             if done is not None:
                 ctx.display.note(f"{step.name}: {done}")
-        if source is not None and not is_git_checkout(source.path):
-            self._before[step.name] = tree_snapshot(source.path, skipped(ctx.plan))
+        if source is not None and pre is not None:
+            after = self._before[step.name] = tree_snapshot(source.path, skipped(ctx.plan))
+            # what the step's own preparation wrote (build/torchkiln-configure.json, a parked build/):
+            # the build's, never the source's newest file
+            self._prepared[step.name] = {n for n, st in after.items() if pre.get(n) != st}
 
     def _guard(self, step: Step, ctx: Context, source: Source) -> None:
         """The tree before the compile: a fetched checkout that differs from its commit by more than the
@@ -528,7 +534,7 @@ class CompileKind(StepKind):
         if before is None:
             epoch = int(git_output(source.path, "log", "-1", "--format=%ct").strip() or 0)
         else:
-            recorded = set(self._recorded.get(step.name, ()))
+            recorded = set(self._recorded.get(step.name, ())) | self._prepared.get(step.name, set())
             epoch = max((m // 10**9 for n, (_, m) in before.items() if n not in recorded), default=0)
         return {"SOURCE_DATE_EPOCH": str(max(epoch, ZIP_EPOCH_MIN))}
 
@@ -584,6 +590,7 @@ class CompileKind(StepKind):
 
     def settled_inputs(self, step: Step, ctx: Context, outputs: Mapping[str, Any]) -> dict[str, str] | None:
         before = self._before.pop(step.name, None)
+        self._prepared.pop(step.name, None)
         if before is None:
             return None
         return {"tree": snapshot_identity(before, sorted(owned_in(ctx.plan, step.project)))}
