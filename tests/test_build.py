@@ -857,6 +857,7 @@ def test_a_second_work_directory_builds_in_the_venvs_the_first_kept(world) -> No
         src = root / "src"
         if not src.exists():
             shutil.copytree(EXT, src)
+            (src / "version.txt").write_text("0.28.0a0\n")  # it stands in for torchvision 0.28.0 here
         r = load_recipe(recipe)
         return make_plan(
             r,

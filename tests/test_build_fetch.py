@@ -162,7 +162,7 @@ def test_a_checkout_changed_after_the_fetch_is_refused_naming_the_changed_files(
         fetch_publish(work, dist, url)
     message = str(refused.value)
     assert message.startswith(f"torch: the fetched checkout {checkout} differs from v1 of {url}: ")
-    assert "1 changed file(s): VERSION; nothing was built" in message
+    assert "1 path(s) differ from the commit: modified VERSION (content); nothing was built" in message
     assert "--allow-dirty" in message and "--source-dir torch=PATH" in message
     assert dist_bytes(dist) == before, "nothing was published"
     git(checkout, "checkout", "--", ".")
@@ -215,7 +215,9 @@ def test_a_checkout_changed_during_the_build_is_not_published(upstream, tmp_path
     target = work / "src" / "pytorch" / "VERSION"
     edit = Step("edit", "env", "", (sys.executable, "-c", f"open({str(target)!r}, 'w').write('x')"))
     with pytest.raises(
-        BuildFailed, match=r"1 changed file\(s\): VERSION; nothing was published \(dist/ is unchanged\)"
+        BuildFailed,
+        match=r"1 path\(s\) differ from the commit: modified VERSION \(content\); nothing was published \(dist/ "
+        r"is unchanged\)",
     ):
         fetch_publish(work, dist, url, extra=[edit])
     assert not dist.exists() or not any(dist.iterdir())
@@ -252,4 +254,4 @@ def test_cli_refuses_a_changed_checkout_in_one_message_without_a_traceback(upstr
         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(root / "src")}, timeout=300,
     )  # fmt: skip
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
-    assert "differs from v1" in done.stderr and "1 changed file(s): VERSION" in done.stderr
+    assert "differs from v1" in done.stderr and "modified VERSION (content)" in done.stderr

@@ -79,26 +79,39 @@ def test_fingerprint_reacts_to_env_argv_and_dependencies() -> None:
 
 
 def test_tree_identity_ignores_build_outputs_but_not_sources(tmp_path: Path) -> None:
+    """The build's own outputs are left out by name, as the build recorded them (issue 35: a build/ or
+    *.egg-info directory the build did not write is part of the tree, as upstream's tools/build/ is)."""
     (tmp_path / "csrc").mkdir()
     (tmp_path / "csrc" / "a.cpp").write_text("int a;\n")
     first = tree_identity(tmp_path)
     (tmp_path / "build" / "temp").mkdir(parents=True)
     (tmp_path / "build" / "temp" / "a.o").write_bytes(b"obj")
     (tmp_path / "x.egg-info").mkdir()
-    assert tree_identity(tmp_path) == first
+    (tmp_path / "x.egg-info" / "PKG-INFO").write_text("Name: x\n")
+    assert tree_identity(tmp_path) != first, "files nobody recorded as the build's are the tree's"
+    own = ["build/temp/a.o", "x.egg-info/PKG-INFO"]
+    assert tree_identity(tmp_path, own) == first
     (tmp_path / "csrc" / "a.cpp").write_text("int a = 1;\n")
-    assert tree_identity(tmp_path) != first
+    assert tree_identity(tmp_path, own) != first
 
 
 def test_tree_sha256_names_contents_not_timestamps(tmp_path: Path) -> None:
     """A tree without a commit is recorded by its contents: the same bytes give the same hash, whatever
-    their mtimes; a changed byte or name changes it; build outputs do not."""
+    their mtimes; a changed byte, name or executable bit changes it; the build's own outputs, named, do not;
+    a build/ nobody recorded does (it is built from)."""
     (tmp_path / "csrc").mkdir()
     (tmp_path / "csrc" / "a.cpp").write_text("int a;\n")
     first = tree_sha256(tmp_path)
     os.utime(tmp_path / "csrc" / "a.cpp", (1, 1))
     (tmp_path / "build").mkdir()
     (tmp_path / "build" / "a.o").write_bytes(b"obj")
+    assert tree_sha256(tmp_path, ["build/a.o"]) == first
+    assert tree_sha256(tmp_path) != first
+    (tmp_path / "build" / "a.o").unlink()
+    assert tree_sha256(tmp_path) == first
+    (tmp_path / "csrc" / "a.cpp").chmod(0o755)
+    assert tree_sha256(tmp_path) != first, "the executable bit is part of the tree"
+    (tmp_path / "csrc" / "a.cpp").chmod(0o644)
     assert tree_sha256(tmp_path) == first
     (tmp_path / "csrc" / "a.cpp").write_text("int b;\n")
     assert tree_sha256(tmp_path) != first

@@ -57,6 +57,7 @@ def builder_plan(root: Path, store: Path | None, runs: Path, requirement: str = 
     src = root / "src"
     src.mkdir(parents=True, exist_ok=True)
     (src / "setup.py").write_text("# stands in for torch\n")
+    (src / "version.txt").write_text("2.13.0a0\n")  # the release the label names (torchkiln.source.version)
     (src / "requirements.txt").write_text(requirement)
     made = root / "made"
     made.mkdir(exist_ok=True)
@@ -373,6 +374,7 @@ def pip_plan(root: Path, store: Path | None, wheels: Path) -> Plan:
     src = root / "src"
     src.mkdir(parents=True, exist_ok=True)
     (src / "setup.py").write_text("# stands in for torch\n")
+    (src / "version.txt").write_text("2.13.0a0\n")  # the release the label names (torchkiln.source.version)
     plan = make_plan(
         load_recipe(RECIPE),
         workdir=root / "work",

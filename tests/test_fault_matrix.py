@@ -78,6 +78,7 @@ def venv_plan(root: Path, work: Path, store: Path | None, wheels: Path) -> Plan:
     src = root / "src"
     src.mkdir(parents=True, exist_ok=True)
     (src / "setup.py").write_text("# stands in for torch\n")
+    (src / "version.txt").write_text("2.13.0a0\n")  # the release the label names (torchkiln.source.version)
     plan = make_plan(
         load_recipe(RECIPE),
         workdir=work,

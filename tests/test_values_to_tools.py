@@ -65,10 +65,19 @@ def ccache_reads(key: str, variable: str, value: str) -> subprocess.CompletedPro
 
 
 def test_every_row_has_its_test() -> None:
-    named = re.findall(r"\| `(test_\w+)` \|$", DOC.read_text(), re.MULTILINE)
+    """Each row names its example test (this module) and its generated test (test_values_decoded), both
+    defined."""
+    import test_values_decoded
+
+    cells = re.findall(r"\| (`test_\w+`(?:, `test_\w+`)*) \|$", DOC.read_text(), re.MULTILINE)
+    rows = [re.findall(r"`(test_\w+)`", cell) for cell in cells]
+    assert len(rows) >= 20 and all(len(names) == 2 for names in rows), rows
+    examples, generated = [names[0] for names in rows], [names[1] for names in rows]
+    assert len(set(examples)) == len(examples) and len(set(generated)) == len(generated)
     defined = {name for name in globals() if name.startswith("test_")}
-    assert len(named) >= 20 and len(set(named)) == len(named)
-    assert set(named) <= defined, sorted(set(named) - defined)
+    assert set(examples) <= defined, sorted(set(examples) - defined)
+    decoded = {name for name in vars(test_values_decoded) if name.startswith("test_")}
+    assert set(generated) <= decoded, sorted(set(generated) - decoded)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -166,6 +175,39 @@ def test_cache_dir_ccache_expansion(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     with pytest.raises(UsageError, match=r"^HOME \(the default cache directory\): '/h\$o/.cache"):
         resolve_cache(None, kind="sccache")
     assert resolve_cache(None, kind="ccache", dir=tmp_path / "c").dir == tmp_path / "c"
+
+
+@pytest.mark.parametrize(
+    ("fields", "named", "said"),
+    [
+        (
+            {"torch__repo": "ssh://%2doProxyCommand=touch%20%2ftmp%2fx/p"},
+            "torch.repo",
+            "its host begins with '-', which ssh and git read as an option (git decodes %XX before it reads "
+            "the URL)",
+        ),
+        (
+            {"cache__remote": "redis://127.0.0.1:6379/%2e%2e"},
+            "cache.remote",
+            "ccache reads its redis database as '' (it decodes %XX and drops '.' and '..' path segments), "
+            "which is not a number (valid: redis://HOST[:PORT][/DB] with DB a number from 0 to 4294967295",
+        ),
+    ],
+    ids=["issue-35-repo", "issue-35-ccache-remote"],
+)
+def test_issue_examples_are_refused_by_recipe_check_and_check(
+    fields: dict[str, str], named: str, said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 35 item 4's examples, through the command line: `recipe check` and `check` refuse each, naming
+    the field, saying why as the tool reads it, and what is valid."""
+    from torchkiln.cli import main
+
+    recipe = tmp_path / "r.toml"
+    recipe.write_bytes(recipe_with(**fields))
+    for command in (["recipe", "check"], ["check"]):
+        assert main([*command, str(recipe)]) == 2
+        err = capsys.readouterr().err
+        assert f"r.toml: {named}: " in err and said in err and "Traceback" not in err, err
 
 
 def test_cache_remote_ccache_storage_syntax() -> None:

@@ -1,7 +1,8 @@
 """``dist/<recipe>.lock.json``: what each project was built from, as a typed, versioned document.
 
-For every project: the repository, ref and resolved commit, whether the tree had uncommitted changes or was
-given with ``--source-dir``, every submodule (path, commit, url, state, recursively), and for a tree that is
+For every project: the repository, ref and resolved commit, whether the tree differed from that commit (every
+extra, modified or removed path, with the digest of what was built: ``tree_changes``) or was given with
+``--source-dir``, every submodule (path, commit, url, state, recursively), and for a tree that is
 no git checkout (no commit to name it by) the sha256 of its contents. A build can be reproduced or audited
 long after the branch moved; the manifest carries the same entries, and ``torchkiln verify --manifest``
 checks the installed wheels' commits against them. Reading a checkout into a :class:`SourceLock` is
@@ -29,6 +30,20 @@ class Submodule:
 
 
 @dataclass(frozen=True)
+class TreeChange:
+    """One way the tree that was built differs from its commit (torchkiln.source.exact): ``kind`` is
+    ``extra`` (a path the commit lacks: untracked, ignored, in a nested repository), ``modified`` (content,
+    mode, type, or a submodule at another commit) or ``removed``; ``sha256`` is what the build read there (a
+    file's bytes, a symlink's target; None when removed, or for a directory or a submodule); ``detail`` says
+    what was found."""
+
+    path: str
+    kind: str
+    sha256: str | None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
 class SourceLock:
     """What one project was built from."""
 
@@ -39,12 +54,16 @@ class SourceLock:
     dirty: bool
     provided: bool
     path: str
-    # sha256 of the tree's files (paths and contents, build outputs left out): set when there is no commit.
+    # Set when there is no commit: sha256 over every entry of the tree (its path, git-style mode and content; a
+    # symlink's target), ``.git`` and the build's own outputs left out (files this work directory's compile
+    # steps wrote, unchanged since; torchkiln.files.digests.tree_sha256).
     tree_sha256: str | None = None
     submodules: list[Submodule] = field(default_factory=list)
-    # The tracked files that differ from ``commit`` (``dirty``): a fetched checkout is published with them
-    # only under --allow-dirty; a --source-dir tree is the user's to change.
+    # The paths that differ from ``commit`` (``dirty``): a fetched checkout is published with them only under
+    # --allow-dirty; a --source-dir tree is the user's to change. ``tree_changes`` says how each differs,
+    # with the digest of what was built (the build's own outputs are no change).
     changed: list[str] = field(default_factory=list)
+    tree_changes: list[TreeChange] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = jsonfile.to_data(self)

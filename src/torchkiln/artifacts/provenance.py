@@ -9,7 +9,9 @@ project, version, source commit and installed-files digest as annotations) and h
   command line's choices (projects, jobs, cache, source trees given, a given torch, skipped checks);
 * ``internalParameters``: the environment each compile ran with (ENV_TABLE's variables: no secrets);
 * ``resolvedDependencies``: each project's source (``git+<repo>@<ref>`` at its commit, or its tree's
-  sha256), every submodule at its commit, and the build venv's packages at their versions;
+  sha256; a tree that differed from its commit names each path in ``annotations.tree_changes``: its kind,
+  extra / modified / removed, and the sha256 of what was built), every submodule at its commit, and the
+  build venv's packages at their versions;
 * ``runDetails``: the builder (:data:`BUILDER_ID` with torchkiln's version), start and end, the compiler
   cache and the build cluster used (``builder.builderDependencies``: they run beside the build and, with
   content-keyed caches, do not change its output), and the byproducts (manifest, lock file, SBOMs) by
@@ -112,8 +114,13 @@ def _resolved(manifest: Manifest) -> list[dict[str, Any]]:
             entry["uri"] = uri
         entry["digest"] = {"gitCommit": lock.commit} if lock.commit else {"sha256": lock.tree_sha256 or ""}
         entry["annotations"] = {"dirty": lock.dirty, "provided": lock.provided, "path": lock.path}
-        if lock.changed:  # the files that differ from the commit (a fetched checkout: --allow-dirty)
+        if lock.changed:  # the paths that differ from the commit (a fetched checkout: --allow-dirty)
             entry["annotations"]["changed"] = list(lock.changed)
+        if lock.tree_changes:  # how each differs, and the sha256 of what was built there
+            entry["annotations"]["tree_changes"] = [
+                {"path": c.path, "kind": c.kind, "sha256": c.sha256, "detail": c.detail}
+                for c in lock.tree_changes
+            ]
         out.append(entry)
         for sub in lock.submodules:
             item: dict[str, Any] = {"name": f"{name}/{sub.path}", "digest": {"gitCommit": sub.commit}}

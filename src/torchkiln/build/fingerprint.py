@@ -45,12 +45,13 @@ STATE_FORMAT = 2  # 2: step kinds and environment layers (issue 12); older state
 Snapshot = dict[str, tuple[int, int]]
 
 
-def tree_snapshot(path: Path) -> Snapshot:
-    """Size and mtime of every file of a source tree (build outputs left out): cheap enough for every run."""
+def tree_snapshot(path: Path, skip: Collection[Path] = ()) -> Snapshot:
+    """Size and mtime of every entry of a source tree (``.git`` and ``skip``, the build's work directory and
+    dist/, left out): cheap enough for every run."""
     found: Snapshot = {}
-    for relative, full in tree_files(path):
+    for relative, full in tree_files(path, skip=skip):
         try:
-            st = full.stat()
+            st = full.lstat()
         except OSError:
             continue  # vanished while walking
         found[relative] = (st.st_size, st.st_mtime_ns)
@@ -74,10 +75,10 @@ def written_by_build(before: Snapshot, after: Snapshot) -> list[str]:
     return sorted(name for name, stat in after.items() if before.get(name) != stat)
 
 
-def tree_identity(path: Path, exclude: Collection[str] = ()) -> str:
+def tree_identity(path: Path, exclude: Collection[str] = (), skip: Collection[Path] = ()) -> str:
     """Identity of a source tree: git HEAD + status + diff of a checkout, else (path, size, mtime) of every
-    file but the build's own outputs (``exclude``, what the last build wrote into the tree). A git that fails
-    raises (TorchkilnError) rather than hashing nothing."""
+    entry but the build's own outputs (``exclude``, what the build's compiles recorded writing into the tree)
+    and ``skip``. A git that fails raises (TorchkilnError) rather than hashing nothing."""
     if not path.exists():
         return "missing"
     if is_git_checkout(path):
@@ -89,7 +90,7 @@ def tree_identity(path: Path, exclude: Collection[str] = ()) -> str:
         changes = git("status", "--porcelain=v1", "--untracked-files=normal", "--ignore-submodules=none")
         diff = git("diff", "HEAD", "--binary") if changes.strip() else b""
         return hashlib.sha256(head + b"\0" + changes + b"\0" + diff).hexdigest()
-    return snapshot_identity(tree_snapshot(path), exclude)
+    return snapshot_identity(tree_snapshot(path, skip), exclude)
 
 
 def step_fingerprint(

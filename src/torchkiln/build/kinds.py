@@ -9,11 +9,15 @@ kind       behaviour around the command
 =========  =====================================================================================================
 fetch      the first step of a checkout starts from an empty directory; the steps are a chain, done only while
            the checkout is intact (a damaged one starts over);
-           the step that leaves it at its ref checks HEAD against the recipe's pin and refuses a checkout
-           whose tracked files changed since (also when skipped; ``--allow-dirty`` lets it through)
+           the step that leaves it at its ref checks HEAD against the recipe's pin, refuses a checkout that
+           is not the commit's tree plus the build's own outputs (torchkiln.build.treeguard; also when
+           skipped; ``--allow-dirty`` lets it through) and a tree whose version is not the wheel's label
+           (torchkiln.build.treelabel)
 env        venvs and requirements: requirement files' contents are inputs; a venv that vanished, or holds other
            distributions than the last step on it left, is made again
-compile    the source tree's identity (without the files the build writes into it) is an input;
+compile    the source tree's identity (without the files the build writes into it) is an input; before it runs, the
+           tree's version must be the wheel's label and a fetched tree its commit's tree plus the build's own
+           outputs; what it writes into the tree is recorded as its own (torchkiln.build.treeguard);
            ``SOURCE_DATE_EPOCH`` comes from the source; ``--force`` removes its in-tree build directories
            (``scratch``), a changed configuration their CMake cache (torchkiln.build.reconfigure), and a file
            where the build directory belongs; the compiler cache session (opened before the first compile
@@ -63,7 +67,6 @@ from torchkiln.plan.model import Source, Step
 from torchkiln.process import runner
 from torchkiln.process.environ import compose
 from torchkiln.source.git import (
-    changed_files,
     check_pin,
     checkout_intact,
     dirty_checkout,
@@ -87,13 +90,25 @@ from .fingerprint import (
     tree_identity,
     tree_sha256,
     tree_snapshot,
-    written_by_build,
 )
 from .memory import Resume
 from .progress import CompileProgress, PhaseTracker
 from .publish import publish
 from .pythons import bring_in, torch_in_place
 from .reconfigure import reconfigure
+from .treeguard import (
+    Observed,
+    Records,
+    check_source,
+    compile_steps,
+    foreign,
+    observe,
+    own_paths,
+    owned_in,
+    skipped,
+    written,
+)
+from .treelabel import check_label
 from .vision_watch import VisionWatcher
 from .watch import Contradiction, Expectations, SummaryWatcher, Watcher
 
@@ -382,12 +397,6 @@ class FetchKind(StepKind):
         if step.pins:
             source = ctx.plan.source(step.project)
             check_pin(ctx.plan.recipe.spec(step.project), source.path)
-            changed = changed_files(source.path)
-            if changed and not ctx.options.allow_dirty:
-                spec = ctx.plan.recipe.spec(step.project)
-                raise BuildFailed(
-                    dirty_checkout(spec, source.path, changed, "nothing was built"), step=step.name
-                )
             missing = missing_submodules(source.path)
             if missing is not None:
                 raise BuildFailed(
@@ -397,6 +406,16 @@ class FetchKind(StepKind):
                     f"checkout with --source-dir {step.project}=PATH",
                     step=step.name,
                 )
+            # the commit's tree and the build's own outputs only (torchkiln.build.treeguard)
+            differences = check_source(ctx.plan, source, force=ctx.options.force)
+            if differences and not ctx.options.allow_dirty:
+                spec = ctx.plan.recipe.spec(step.project)
+                raise BuildFailed(
+                    dirty_checkout(spec, source.path, differences, "nothing was built"), step=step.name
+                )
+            # the version the wheel is labelled with is the tree's own (torchkiln.build.treelabel)
+            for compile_step in compile_steps(ctx.plan, step.project):
+                check_label(compile_step, source.path)
 
 
 class EnvKind(StepKind):
@@ -405,29 +424,46 @@ class EnvKind(StepKind):
 
 
 class CompileKind(StepKind):
-    """A wheel build in a source tree. For a tree that is not a git checkout, the files the build itself writes
-    into the tree (torchvision's version.py: found by comparing snapshots taken before and after it) are its
-    in-tree outputs, recorded and left out of the tree's identity, so a rerun with nothing changed is a
-    no-op; the tree's ``scratch`` directories (its in-tree build/) are kept for incremental builds and
-    removed by ``--force``."""
+    """A wheel build in a source tree. Before it runs, the tree's version must be the wheel's label
+    (torchkiln.build.treelabel) and a fetched checkout its commit's tree plus the build's own outputs
+    (torchkiln.build.treeguard); what it writes into the tree (its in-tree outputs: build/, torchvision's
+    version.py, found by comparing the tree before and after it) is recorded as its own, and left out of the
+    identity of a tree that is not a git checkout, so a rerun with nothing changed is a no-op; the tree's
+    ``scratch`` directories (its in-tree build/) are kept for incremental builds and removed by ``--force``."""
 
     name = "compile"
 
     def __init__(self) -> None:
-        self._recorded: dict[str, list[str]] = {}  # step -> in-tree outputs its last successful run wrote
-        self._before: dict[str, Snapshot] = {}  # step -> its tree before this run
+        self._recorded: dict[str, list[str]] = {}  # step -> in-tree outputs the project's compiles recorded
+        self._before: dict[str, Snapshot] = {}  # step -> its tree (without git) before this run
+        self._prepared: dict[str, set[str]] = {}  # step -> what its own prepare wrote into that tree
         self._compilers: dict[str, dict[str, str]] = {}  # step -> compiler versions of its last run
+        self._tree: dict[str, tuple[Observed, set[str]]] = {}  # step -> its tree before it ran, own paths
+        self._after: dict[str, Observed] = {}  # step -> its tree after it ran
 
     def inputs(self, step: Step, ctx: Context) -> dict[str, str]:
         source = _source_of(step, ctx)
         if source is None:
             return {}
         entry = ctx.state.get(step.name) or {}
-        self._recorded[step.name] = list(entry.get("outputs", {}).get("tree_outputs", []))
+        self._recorded[step.name] = sorted(owned_in(ctx.plan, step.project))
         self._compilers[step.name] = _compilers(entry.get("outputs", {}).get("toolchain"))
-        return {"tree": tree_identity(source.path, self._recorded[step.name])}
+        return {"tree": tree_identity(source.path, self._recorded[step.name], skipped(ctx.plan))}
 
     def prepare(self, step: Step, ctx: Context) -> None:
+        source = _source_of(step, ctx)
+        if source is not None:
+            check_label(step, source.path)
+            self._guard(step, ctx, source)
+        plain = source is not None and not is_git_checkout(source.path)
+        pre = tree_snapshot(source.path, skipped(ctx.plan)) if source is not None and plain else None
+        try:
+            self._prepare(step, ctx, source, pre)
+        except BaseException:
+            self._record_tree(step, ctx)  # what it moved or wrote into the tree (a parked build/) is its own
+            raise
+
+    def _prepare(self, step: Step, ctx: Context, source: Source | None, pre: Snapshot | None) -> None:
         super().prepare(step, ctx)
         for moved in bring_in(step):  # a build for several Pythons: this Python's build/ into the tree
             ctx.display.note(f"{step.name}: {moved}")
@@ -445,9 +481,44 @@ class CompileKind(StepKind):
             done = reconfigure(directory, {**step.env, **session.public_env})
             if done is not None:
                 ctx.display.note(f"{step.name}: {done}")
-        source = _source_of(step, ctx)
-        if source is not None and not is_git_checkout(source.path):
-            self._before[step.name] = tree_snapshot(source.path)
+        if source is not None and pre is not None:
+            after = self._before[step.name] = tree_snapshot(source.path, skipped(ctx.plan))
+            # what the step's own preparation wrote (build/torchkiln-configure.json, a parked build/):
+            # the build's, never the source's newest file
+            self._prepared[step.name] = {n for n, st in after.items() if pre.get(n) != st}
+
+    def _guard(self, step: Step, ctx: Context, source: Source) -> None:
+        """The tree before the compile: a fetched checkout that differs from its commit by more than the
+        build's own outputs is refused (``--force`` exempts the scratch directories it is about to remove;
+        ``--allow-dirty`` lets it through, recorded by publish); what is the build's own is noted, to tell
+        what this run writes."""
+        observed = observe(source.path, skipped(ctx.plan))
+        owned = owned_in(ctx.plan, step.project)
+        if observed.git and not source.provided and not ctx.options.allow_dirty:
+            exempt = [
+                Path(d).relative_to(source.path)
+                for d in step.scratch
+                if ctx.options.force and Path(d).is_relative_to(source.path)
+            ]
+            differences = foreign(observed, owned, exempt)
+            if differences:
+                raise BuildFailed(
+                    dirty_checkout(
+                        ctx.plan.recipe.spec(step.project), source.path, differences, "nothing was compiled"
+                    ),
+                    step=step.name,
+                )
+        self._tree[step.name] = (observed, own_paths(observed, owned))
+
+    def _record_tree(self, step: Step, ctx: Context) -> None:
+        """After the compile (also one that failed or was stopped, whose partial outputs are in the tree):
+        what it created or changed in the tree, recorded as its own (torchkiln.build.treeguard.Records)."""
+        source, before = _source_of(step, ctx), self._tree.pop(step.name, None)
+        if source is None or before is None:
+            return
+        after = observe(source.path, skipped(ctx.plan))
+        Records(ctx.plan.paths.workdir).save(step.name, written(before[0], after, before[1]))
+        self._after[step.name] = after
 
     def layers(self, step: Step, ctx: Context) -> tuple[Mapping[str, str], ...]:
         session = ctx.open_cache(step)
@@ -463,7 +534,7 @@ class CompileKind(StepKind):
         if before is None:
             epoch = int(git_output(source.path, "log", "-1", "--format=%ct").strip() or 0)
         else:
-            recorded = set(self._recorded.get(step.name, ()))
+            recorded = set(self._recorded.get(step.name, ())) | self._prepared.get(step.name, set())
             epoch = max((m // 10**9 for n, (_, m) in before.items() if n not in recorded), default=0)
         return {"SOURCE_DATE_EPOCH": str(max(epoch, ZIP_EPOCH_MIN))}
 
@@ -478,17 +549,23 @@ class CompileKind(StepKind):
 
     def execute(self, step: Step, ctx: Context) -> Ran:
         """As every kind; a run whose compiles died for memory resumes with fewer jobs, the killed units
-        first, each alone (torchkiln.build.memory), until it succeeds or the retries are spent."""
-        resume = Resume.start(step, ctx, lambda layer: self.environment(step, ctx, layer))
-        while True:
-            before = resume.counter()
-            done, observer = self.stream(step, ctx, resume.layer())
-            failed = done.returncode not in (0, None) and not (observer and observer.verdict())
-            death = resume.death(done, before) if failed else None
-            if death is None:
-                ran = self.result(step, done, observer)
-                return replace(ran, seconds=ran.seconds + resume.spent, memory_retries=list(resume.retries))
-            resume.recover(done, death)
+        first, each alone (torchkiln.build.memory), until it succeeds or the retries are spent. However it
+        ends, what it wrote into the tree is recorded as the build's own."""
+        try:
+            resume = Resume.start(step, ctx, lambda layer: self.environment(step, ctx, layer))
+            while True:
+                before = resume.counter()
+                done, observer = self.stream(step, ctx, resume.layer())
+                failed = done.returncode not in (0, None) and not (observer and observer.verdict())
+                death = resume.death(done, before) if failed else None
+                if death is None:
+                    ran = self.result(step, done, observer)
+                    return replace(
+                        ran, seconds=ran.seconds + resume.spent, memory_retries=list(resume.retries)
+                    )
+                resume.recover(done, death)
+        finally:
+            self._record_tree(step, ctx)
 
     def outputs(self, step: Step, ran: Ran, ctx: Context) -> dict[str, Any]:
         out = super().outputs(step, ran, ctx)
@@ -504,20 +581,19 @@ class CompileKind(StepKind):
         ctx.cache_causes += _miss_causes(step, ctx, self._compilers.get(step.name, {}), out["toolchain"])
         # what it ran with: the cache's effective variables, and the wheel's SOURCE_DATE_EPOCH
         out["env"] = {**step.env, **self._reproducible(step, ctx), **session.public_env}
-        source = _source_of(step, ctx)
-        before = self._before.get(step.name)
-        if source is not None and before is not None:
-            written = written_by_build(before, tree_snapshot(source.path))
-            out["tree_outputs"] = written
+        source, after = _source_of(step, ctx), self._after.pop(step.name, None)
+        if source is not None and after is not None and not after.git:
+            owned = owned_in(ctx.plan, step.project)
             # no commit names this tree: its contents do (without what the build wrote into it)
-            out["tree_sha256"] = tree_sha256(source.path, written)
+            out["tree_sha256"] = tree_sha256(source.path, own_paths(after, owned), skipped(ctx.plan))
         return out
 
     def settled_inputs(self, step: Step, ctx: Context, outputs: Mapping[str, Any]) -> dict[str, str] | None:
         before = self._before.pop(step.name, None)
+        self._prepared.pop(step.name, None)
         if before is None:
             return None
-        return {"tree": snapshot_identity(before, outputs.get("tree_outputs", ()))}
+        return {"tree": snapshot_identity(before, sorted(owned_in(ctx.plan, step.project)))}
 
 
 class PackageKind(StepKind):

@@ -34,13 +34,15 @@ from torchkiln.artifacts.manifest import (
     write_manifest,
 )
 from torchkiln.cache import CacheStats, enforce_min_hit_rate
-from torchkiln.errors import BuildFailed, few
+from torchkiln.errors import BuildFailed
 from torchkiln.host.toolchain import Tool, Toolchain, tool_version
-from torchkiln.source.git import dirty_checkout, lock_source
+from torchkiln.source.exact import Difference, changes, describe
+from torchkiln.source.git import dirty_checkout, is_git_checkout, lock_source
 
 from .buildreqs import read_constraints
 from .context import Context, Published
 from .fingerprint import file_sha256
+from .treeguard import foreign, observe, owned_in, skipped
 
 
 def publish(ctx: Context) -> bool:
@@ -49,13 +51,14 @@ def publish(ctx: Context) -> bool:
     if ctx.cache is not None:
         enforce_min_hit_rate(ctx.cache_stats, ctx.options.min_hit_rate, ctx.cache_causes)
     paths = ctx.plan.paths
+    # the trees first: a tree that is not what the record would say is refused before dist/ changes
+    locks = _locks(ctx)
+    _refuse_dirty(ctx, locks)
     wheels, changed = _publish_wheels(ctx)
     for stale in dist.remove_superseded(paths.dist, [w for w, _, _ in wheels]):
         ctx.display.note(f"removed superseded wheel {stale}")
         (paths.dist / sbom.sbom_name(stale.name)).unlink(missing_ok=True)
         changed = True
-    locks = _locks(ctx)
-    _refuse_dirty(ctx, locks)
     recipe = ctx.plan.recipe
     lock_path = paths.dist / f"{recipe.name}.lock.json"
     write_lock(lock_path, recipe.name, recipe.sha256, locks)
@@ -119,10 +122,16 @@ def _publish_wheels(ctx: Context) -> tuple[list[tuple[Path, str, str]], bool]:
 
 
 def _locks(ctx: Context) -> list[SourceLock]:
+    """Each source as built: its commit and every way its tree differs from it (the build's own outputs are
+    no difference: torchkiln.build.treeguard), or its digest."""
     locks = []
     for source in ctx.plan.sources:
         step = ctx.plan.wheel_steps().get(source.name)
         entry = (ctx.state.get(step.name) or {}) if step is not None else {}
+        found = None
+        if is_git_checkout(source.path):
+            observed = observe(source.path, skipped(ctx.plan))
+            found = changes(source.path, foreign(observed, owned_in(ctx.plan, source.name)))
         locks.append(
             lock_source(
                 source.name,
@@ -131,30 +140,33 @@ def _locks(ctx: Context) -> list[SourceLock]:
                 ref=None if source.provided else source.ref,
                 provided=source.provided,
                 tree_digest=entry.get("outputs", {}).get("tree_sha256"),
+                tree_changes=found,
             )
         )
     return locks
 
 
 def _refuse_dirty(ctx: Context, locks: list[SourceLock]) -> None:
-    """A fetched checkout changed after its fetch (during the build: the fetch steps refuse one changed
-    before it) is not published, as ``cargo publish`` refuses a dirty tree; with --allow-dirty it is, with a
-    warning the manifest keeps (its sources name the changed files, the provenance annotates them). A
-    --source-dir tree is the user's to change: recorded, never refused."""
+    """A fetched checkout that is not its commit's tree plus the build's own outputs at publish (changed
+    during the build: the fetch steps and each compile refuse one changed before) is not published, as
+    ``cargo publish`` refuses a dirty tree; with --allow-dirty it is, with a warning the manifest keeps (its
+    sources record each path with its kind and sha256, the provenance annotates them). A --source-dir tree is
+    the user's to change: recorded, never refused."""
     for lock in locks:
-        if lock.provided or not lock.changed:
+        if lock.provided or not lock.tree_changes:
             continue
         spec = ctx.plan.recipe.spec(lock.name)
+        differences = [Difference(c.path, c.kind, c.detail) for c in lock.tree_changes]
         if not ctx.options.allow_dirty:
             raise BuildFailed(
                 dirty_checkout(
-                    spec, Path(lock.path), lock.changed, "nothing was published (dist/ is unchanged)"
+                    spec, Path(lock.path), differences, "nothing was published (dist/ is unchanged)"
                 ),
                 step="publish",
             )
         ctx.warn(
             f"--allow-dirty: {lock.name} was built from {lock.path}, which differs from {spec.ref} of "
-            f"{spec.repo}: {len(lock.changed)} changed file(s): {few(lock.changed)}"
+            f"{spec.repo}: {describe(differences)}"
         )
 
 

@@ -39,6 +39,7 @@ LAYOUT: dict[str, Literal["file", "dir"]] = {
     "wheelhouse": "dir",
     "src": "dir",
     "launchers": "dir",
+    "tree-outputs": "dir",  # what each compile step wrote into its source tree (torchkiln.build.treeguard)
 }
 
 Note = Callable[[str], None]

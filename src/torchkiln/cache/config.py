@@ -91,4 +91,4 @@ def default_cache_dir(kind: str, environ: Mapping[str, str] | None = None) -> Pa
 
 
 def valid_size(size: str) -> bool:
-    return re.fullmatch(r"\d+(\.\d+)?[KMGT]i?", size) is not None
+    return re.fullmatch(r"[0-9]+(\.[0-9]+)?[KMGT]i?", size, re.ASCII) is not None

@@ -14,7 +14,7 @@ from .config import KINDS, CacheConfig, CacheFields, default_cache_dir, valid_si
 from .none import NoCache
 from .remote import Remote, parse_remote
 from .sccache import Sccache
-from .syntax import path_problem, remote_problem
+from .syntax import CCACHE_REMOTE_VALID, ccache_remote_reading_problem, path_problem, remote_problem
 from .tool import CacheTool
 
 TOOLS: dict[str, CacheTool] = {"none": NoCache(), "ccache": Ccache(), "sccache": Sccache()}
@@ -78,14 +78,18 @@ def resolve_cache(
         )
     if config.remote is not None:
         problem = remote_problem(config.remote, chosen)
+        field = "--cache-remote" if remote else "cache.remote"
         if problem:
-            field = "--cache-remote" if remote else "cache.remote"
             raise UsageError(f"{field}: {problem} (valid: one store's URL, without '$', spaces or '|')")
         if not config.enabled:
             raise UsageError(
                 "cache.remote: a remote store needs a cache (valid: cache kind ccache or sccache)"
             )
         remote_of(config)  # validates
+        # the URL as ccache itself reads it: decoded and normalised (torchkiln.cache.syntax)
+        reading = ccache_remote_reading_problem(config.remote) if chosen == "ccache" else None
+        if reading:
+            raise UsageError(f"{field}: {reading} (valid: {CCACHE_REMOTE_VALID})")
         tool_for(config).public_env(config)  # back-end specific checks (a redis database number, ...)
     return config
 

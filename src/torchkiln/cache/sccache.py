@@ -20,10 +20,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import tempfile
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 
 from torchkiln.distributed.stats import DistStats
@@ -31,6 +33,7 @@ from torchkiln.errors import TorchkilnError, UsageError
 from torchkiln.process import runner
 from torchkiln.process.runner import Redact
 from torchkiln.process.supervisor import pid_alive
+from torchkiln.urlreading import HOST_VALID, host_problem, printable_problem
 
 from .config import CacheConfig
 from .remote import Remote, parse_remote, secret_of, split_user
@@ -69,7 +72,8 @@ def _redis_public(remote: Remote, config: CacheConfig) -> Variables:
     env = {"SCCACHE_REDIS_ENDPOINT": f"{remote.scheme}://{remote.netloc}", **_user("SCCACHE_REDIS", remote)}
     database = remote.path.strip("/")
     if database:
-        if not database.isdigit():
+        # sccache parses SCCACHE_REDIS_DB as a u32 (config.rs number_from_env_var)
+        if not (database.isascii() and database.isdigit() and int(database) < 2**32):
             raise UsageError(
                 f"cache.remote: redis database {database!r} is not a number (valid: redis://HOST:PORT/0)"
             )
@@ -148,6 +152,48 @@ BACKENDS: dict[str, Backend] = {
     "http": _WEBDAV,
     "https": _WEBDAV,
 }
+
+
+BUCKET = re.compile(r"[a-z0-9](?:[a-z0-9._-]{0,220}[a-z0-9])?", re.ASCII)
+
+
+def sccache_size(size: str) -> str:
+    """``cache.max_size`` as sccache must get it to read what ccache reads: a byte count. ccache reads
+    K/M/G/T as powers of 1000 and Ki/Mi/Gi/Ti as powers of 1024, with a fraction (v4.7.5 src/Util.cpp
+    ``parse_size``); sccache reads only an integer with K/M/G/T, as powers of 1024 (src/config.rs
+    ``parse_size``), and anything else ("20Gi", "1.5G") as no size at all, keeping its 10G default without a
+    word. So "20G" is 20*1000**3 bytes to both, and "1.5Gi" 1.5*1024**3."""
+    number, unit = size.rstrip("KMGTi"), size[len(size.rstrip("KMGTi")) :]
+    power = "KMGT".index(unit[0]) + 1
+    base = 1024 if unit.endswith("i") else 1000
+    return str(int(Decimal(number) * base**power))
+
+
+def as_written(remote: Remote) -> None:
+    """sccache takes each variable torchkiln derives from the URL as written (src/config.rs
+    ``string_from_env_var``): no percent-decoding, so a ``%XX`` in a bucket, host, key prefix, path or
+    parameter would stay three characters. Each must be what it means as written: a host (an ASCII host
+    name or IP address: torchkiln.urlreading.host_problem), and the rest printable ASCII without ``%``."""
+    if remote.scheme in ("s3", "gs"):  # a bucket's name (S3's and GCS's naming rules: GCS allows '_')
+        if not BUCKET.fullmatch(remote.host):
+            raise UsageError(
+                f"cache.remote: {remote.host!r} is not a bucket name as sccache hands it on (as written) "
+                "(valid: lowercase letters, digits, '.', '_', '-', beginning and ending with a letter or digit)"
+            )
+    else:
+        problem = host_problem(remote.host)
+        if problem:
+            raise UsageError(
+                f"cache.remote: as sccache reads it (as written), {problem} (valid: {HOST_VALID})"
+            )
+    for what, value in (("path", remote.path), *((f"parameter {k}", v) for k, v in remote.query.items())):
+        problem = printable_problem(what, value, "as written") or (
+            f"its {what} {value!r} holds '%', which sccache does not decode" if "%" in value else None
+        )
+        if problem:
+            raise UsageError(
+                f"cache.remote: {problem} (valid: printable ASCII without '%', as sccache reads it)"
+            )
 
 
 def socket_path(cache_dir: Path) -> str:
@@ -238,9 +284,10 @@ class Sccache(CacheTool):
             "SCCACHE_ERROR_LOG": str(config.dir / "sccache-error.log"),
         }
         if config.max_size:
-            env["SCCACHE_CACHE_SIZE"] = config.max_size.removesuffix("i")
+            env["SCCACHE_CACHE_SIZE"] = sccache_size(config.max_size)
         remote = self._remote(config)
         if remote is not None:
+            as_written(remote)
             backend = BACKENDS[remote.scheme]
             env.update(backend.public(remote, config))
             env["SCCACHE_MULTILEVEL_CHAIN"] = f"disk,{backend.name}"

@@ -43,8 +43,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-preflight",
         action="store_true",
-        help="skip the host checks of `torchkiln check` (the recipe is still checked); recorded in the "
-        "manifest. For stand-in projects and hosts whose toolkit lives where the checks do not look",
+        help="skip the host checks of `torchkiln check` (the recipe, and each tree's version against its "
+        "wheel's label, are still checked); recorded in the manifest. For stand-in projects and hosts whose "
+        "toolkit lives where the checks do not look",
     )
     parser.add_argument(
         "--skip-checks",
@@ -54,9 +55,10 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--allow-dirty",
         action="store_true",
-        help="build and publish a fetched checkout that differs from its pinned ref (files changed under "
-        "the work directory's src/ after the fetch): a warning, and the manifest and provenance record the "
-        "changed files; without it such a checkout is refused. A tree you change: --source-dir",
+        help="build and publish a fetched checkout that differs from its pinned ref (any path that is not "
+        "the commit's or the build's own output: untracked, ignored, modified, removed, in submodules too): "
+        "a warning, and the manifest, lock file and provenance record each path with its sha256; without it "
+        "such a checkout is refused. A tree you change: --source-dir",
     )
     parser.add_argument(
         "--min-cache-hit-rate",

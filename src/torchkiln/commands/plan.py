@@ -17,6 +17,7 @@ from torchkiln.distributed.spec import DistSpec, resolve_dist
 from torchkiln.errors import RecipeError, UsageError
 from torchkiln.plan.environment import ENV_TABLE
 from torchkiln.plan.given_torch import resolve_given_torch
+from torchkiln.plan.labels import require_labels
 from torchkiln.plan.make import make_plan
 from torchkiln.plan.model import PROJECTS, Plan
 from torchkiln.plan.preflight import adopt_source_versions, adopted_rule_problems
@@ -214,7 +215,7 @@ def plan_from_args(args: argparse.Namespace, command: str = "plan") -> Plan:
         wheelhouse = Path(args.workdir).absolute() / "wheelhouse" / "torch"
         find_links = (wheelhouse, Path(args.dist).absolute())
         torch = resolve_given_torch(args.given_torch, recipe, args.only, find_links)
-    return make_plan(
+    plan = make_plan(
         recipe,
         workdir=args.workdir,
         dist=args.dist,
@@ -228,6 +229,9 @@ def plan_from_args(args: argparse.Namespace, command: str = "plan") -> Plan:
         env_store=env_store_from_args(args),
         memory_retries=args.memory_retries,
     )
+    if command != "check":  # check reports it with every host finding (preflight's "source")
+        require_labels(plan)  # whatever else is skipped: the label is the tree's own version
+    return plan
 
 
 def dist_from_args(args: argparse.Namespace, recipe: Recipe, cache_kind: str) -> DistSpec | None:

@@ -19,6 +19,7 @@ from typing import Any
 
 from torchkiln.errors import UsageError
 from torchkiln.process.secrets import load_secret, redact
+from torchkiln.urlreading import host_problem
 
 # sccache's [dist.auth] types; torchkiln supports the shared token. The OAuth2 types need a browser
 # (``sccache --dist-auth``), which a build machine does not have.
@@ -73,6 +74,11 @@ def scheduler_url(url: str, field: str = "dist.scheduler_url") -> str:
         )
     if not parts.hostname:
         raise UsageError(f"{field}: {redact(url)!r} has no host (valid: {valid})")
+    # sccache-dist parses it with the url crate, which percent-decodes and IDNA-maps an http(s) host:
+    # written as it is read (torchkiln.urlreading.host_problem), the record names the host it talks to
+    problem = host_problem(parts.hostname)
+    if problem:
+        raise UsageError(f"{field}: {redact(url)!r}: {problem} (valid: {valid})")
     if parts.path not in ("", "/") or parts.query or parts.fragment:
         raise UsageError(
             f"{field}: {url!r} has a path or query, which sccache-dist does not support (valid: {valid})"

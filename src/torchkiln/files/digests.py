@@ -10,8 +10,11 @@ from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
-# Build outputs inside a source tree: not part of what it is.
-IGNORED_DIRS = frozenset({".git", "build", "dist", "__pycache__", ".eggs", ".torchkiln"})
+# Not part of a source tree wherever they are: git's own data. (Until issue 35 every "build", "dist",
+# "__pycache__", ".eggs", ".torchkiln" and "*.egg-info" directory at any depth was left out too, so a file
+# planted there, or upstream's own tools/build/ of PyTorch 2.6.0, was outside the digest; the build's own
+# outputs are now left out by name, as the build recorded them: torchkiln.build.treeguard.)
+IGNORED_DIRS = frozenset({".git"})
 
 
 def file_sha256(path: Path) -> str:
@@ -28,33 +31,56 @@ def digest(data: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def tree_files(path: Path, exclude: Collection[str] = ()) -> Iterator[tuple[str, Path]]:
-    """(relative path, path) of every file of a source tree, sorted, build outputs left out: the
-    directories in IGNORED_DIRS and the files named (relative) in ``exclude``, which the build itself
-    writes into the tree (torchvision's version.py)."""
+def tree_files(
+    path: Path, exclude: Collection[str] = (), skip: Collection[Path] = ()
+) -> Iterator[tuple[str, Path]]:
+    """(relative path, path) of every entry of a source tree (files and symlinks, a symlink to a directory
+    included and not followed), sorted, ``.git`` left out, and the entries named (relative) in ``exclude``:
+    the build's own outputs. ``skip``: absolute directories that are not part of the tree even when inside it
+    (the build's work directory and dist/)."""
     excluded = frozenset(exclude)
+    top = path.resolve()
+    skipped = set()
+    for directory in skip:
+        try:
+            skipped.add(Path(directory).resolve().relative_to(top).as_posix())
+        except ValueError:
+            continue
+    found: list[tuple[str, Path]] = []
     for root, dirs, files in os.walk(path):
-        dirs[:] = sorted(d for d in dirs if d not in IGNORED_DIRS and not d.endswith(".egg-info"))
-        for name in sorted(files):
-            full = Path(root) / name
-            relative = str(full.relative_to(path))
-            if relative not in excluded:
-                yield relative, full
+        here = Path(root)
+        base = here.relative_to(path).as_posix()
+        keep = []
+        for d in sorted(dirs):
+            relative = d if base == "." else f"{base}/{d}"
+            if d in IGNORED_DIRS or relative in skipped:
+                continue
+            if (here / d).is_symlink():
+                found.append((relative, here / d))
+            else:
+                keep.append(d)
+        dirs[:] = keep
+        found += [(n if base == "." else f"{base}/{n}", here / n) for n in files]
+    for relative, full in sorted(found):
+        if relative not in excluded:
+            yield relative, full
 
 
-def tree_sha256(path: Path, exclude: Collection[str] = ()) -> str:
-    """sha256 over every file's relative path and contents (build outputs and ``exclude`` left out): what a
-    tree without a commit was, independent of timestamps. Reads the whole tree."""
+def tree_sha256(path: Path, exclude: Collection[str] = (), skip: Collection[Path] = ()) -> str:
+    """sha256 over every entry's relative path, git-style mode (100644, 100755, 120000) and contents (a
+    symlink: its target), ``.git``, ``exclude`` (the build's own outputs) and ``skip`` left out: what a tree
+    without a commit was, independent of timestamps. Reads the whole tree."""
     h = hashlib.sha256()
-    for relative, full in tree_files(path, exclude):
+    for relative, full in tree_files(path, exclude, skip):
         if full.is_symlink():
-            h.update(f"{relative}\0link\0{os.readlink(full)}\n".encode())
+            h.update(f"{relative}\0120000\0{os.readlink(full)}\n".encode("utf-8", "surrogateescape"))
             continue
         if not full.is_file():
             continue  # a socket or a FIFO: not a source file
         try:
             file_digest = file_sha256(full)
+            mode = "100755" if full.stat().st_mode & 0o100 else "100644"
         except OSError:
             continue  # vanished while reading
-        h.update(f"{relative}\0{file_digest}\n".encode())
+        h.update(f"{relative}\0{mode}\0{file_digest}\n".encode("utf-8", "surrogateescape"))
     return h.hexdigest()

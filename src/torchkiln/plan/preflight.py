@@ -66,6 +66,7 @@ from torchkiln.recipe.compat import compat, image_problem, minor, platform_data
 from torchkiln.recipe.model import Recipe
 from torchkiln.recipe.rules import check_rules
 from torchkiln.source import submodules
+from torchkiln.source.version import TreeVersion, tree_version
 
 from . import vision_parts
 from .jobs import GIB, PER_JOB_GIB, RESERVE_GIB
@@ -663,27 +664,8 @@ def _memory(plan: Plan, host: Host) -> Iterator[Finding]:
 # --source-dir trees: their version must be the recipe's.
 # ------------------------------------------------------------------------------------------------------
 
-# Where each project's tree states its version (torch and torchvision: version.txt at the top, e.g.
-# "2.13.0a0"; their build scripts add the git sha and read BUILD_VERSION/PYTORCH_BUILD_VERSION instead).
-VERSION_FILES: dict[str, str] = {"torch": "version.txt", "torchvision": "version.txt"}
-
-
-@dataclass(frozen=True)
-class TreeVersion:
-    project: str
-    path: Path  # the version file
-    text: str | None  # what it says, None when absent or unreadable
-    release: Version | None  # its release (2.12.0 of 2.12.0a0)
-
-
-def tree_version(project: str, source: Path) -> TreeVersion:
-    path = source / VERSION_FILES[project]
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")[:100].strip()
-    except OSError:
-        return TreeVersion(project, path, None, None)
-    found = _version_of(text.split()[0] if text else None)
-    return TreeVersion(project, path, text, Version(found.base_version) if found else None)
+# Where each project's tree states its version, and reading it: torchkiln.source.version (the build checks
+# every tree against its wheel's label there too, whatever skips these host checks).
 
 
 def source_versions(recipe: Recipe, source_dirs: Mapping[str, Path]) -> dict[str, TreeVersion]:

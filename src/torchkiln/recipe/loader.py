@@ -33,6 +33,7 @@ from packaging.version import InvalidVersion, Version
 from torchkiln.distributed.spec import AUTH_KINDS
 from torchkiln.distributed.spec import scheduler_url as normal_scheduler_url
 from torchkiln.errors import Problem, RecipeError, UsageError
+from torchkiln.urlreading import download_url_problem, repo_reading_problem
 
 from .archs import ENTRY_RE as ARCH_RE
 from .compat import platforms
@@ -140,33 +141,32 @@ def _match(regex: re.Pattern[str], valid: str, what: str = "malformed value") ->
 
 
 REPO_VALID = "an https://, ssh://, git://, file:// URL or a path"
-# Where a repository URL names a host (and user, port): scheme://[user@]host[:port]/..., or scp-like
-# user@host:path.
-_AUTHORITY = re.compile(r"^[a-z]+://([^/]*)|^([^/:]*@[^/:]*):", re.ASCII)
 
 
 def repo_problem(value: Any) -> tuple[str, str] | None:
     """A repository URL or path as git takes it, and nothing git or ssh would read as an option: the value
     is the argument of ``git remote add`` (a leading ``-`` is an option there, ``--upload-pack@x:y``), and
-    its host and user reach ssh as an argument (``ssh://-oProxyCommand=x/p``: ssh's option). git refuses
-    both itself today; torchkiln does not rely on that."""
+    its host and user reach ssh as an argument (``ssh://-oProxyCommand=x/p``: ssh's option). Checked on
+    git's own reading of it (torchkiln.urlreading.repo_reading_problem: git percent-decodes a URL before it
+    splits it, so ``ssh://%2doProxyCommand=x/p`` is the same host). git refuses some of these itself today;
+    torchkiln does not rely on that."""
     if value.startswith("-"):
         return (f"{shown(value)} begins with '-', which git reads as an option", REPO_VALID)
     if not URL_RE.fullmatch(value):
         return (f"malformed value {shown(value)}", REPO_VALID)
-    found = _AUTHORITY.match(value)
-    if found is not None:
-        userinfo, _, hostport = (found.group(1) or found.group(2) or "").rpartition("@")
-        host, _, port = hostport.partition(":") if not hostport.startswith("[") else (hostport, "", "")
-        if userinfo.startswith("-") or host.startswith("-"):
-            what = "host" if host.startswith("-") else "user"
-            return (
-                f"{shown(value)}: its {what} begins with '-', which ssh and git read as an option",
-                REPO_VALID,
-            )
-        if port and not port.isdigit():
-            return (f"{shown(value)}: its port {port!r} is not a number", REPO_VALID)
+    problem = repo_reading_problem(value)
+    if problem:
+        return (f"{shown(value)}: {problem}", REPO_VALID)
     return None
+
+
+def _download_url(value: Any) -> tuple[str, str] | None:
+    """An https:// URL as curl reads it (torchkiln.urlreading.download_url_problem)."""
+    valid = "an https:// URL of the release tarball"
+    if not URL_RE.fullmatch(value):
+        return (f"malformed value {shown(value)}", valid)
+    problem = download_url_problem(value)
+    return (f"{shown(value)}: {problem}", valid) if problem else None
 
 
 def path_problem(value: Any) -> tuple[str, str] | None:
@@ -210,11 +210,39 @@ def _int_range(low: int, high: int) -> Check:
 
 
 def _pep440(value: Any) -> tuple[str, str] | None:
+    """A wheel version as setuptools and pip read it: PEP 440, in its normalised form (setuptools writes
+    the wheel with ``str(Version(value))``: ``2.13.0.RC1`` would be labelled ``2.13.0rc1``, and every
+    record torchkiln writes from the recipe would name another version than the wheel's)."""
+    valid = "for example 2.13.0 or 2.13.0+cu130.kiln1"
     try:
-        Version(value)
+        normal = str(Version(value))
     except InvalidVersion:
-        return (f"{value!r} is not a PEP 440 version", "for example 2.13.0 or 2.13.0+cu130.kiln1")
+        return (f"{value!r} is not a PEP 440 version", valid)
+    if normal != value:
+        return (f"{shown(value)} is read as {normal!r} by setuptools and pip", f"{normal!r}; {valid}")
     return None
+
+
+def _release(valid: str) -> Check:
+    """MAJOR.MINOR.PATCH, written as PEP 440 normalises it (no leading zeros: setuptools would label
+    ``02.13.0`` as ``2.13.0``)."""
+    pattern = _match(RELEASE_RE, valid, "malformed version")
+
+    def check(value: Any) -> tuple[str, str] | None:
+        return pattern(value) or _pep440(value)
+
+    return check
+
+
+def _local_label(value: Any) -> tuple[str, str] | None:
+    """``+label.label`` as PEP 440 normalises a local version (a numeric label loses its leading zeros:
+    ``+cpu.01`` is ``+cpu.1`` in the wheel's name)."""
+    valid = "'+' then dot-separated lowercase labels, e.g. +cu130.kiln1"
+    found = _match(LOCAL_LABEL_RE, valid, "malformed local version label")(value)
+    if found:
+        return found
+    normal = "+" + (Version("0" + value).local or "")
+    return None if normal == value else (f"{shown(value)} is read as {normal!r} by setuptools and pip", valid)
 
 
 def _arch_list(value: Any) -> tuple[str, str] | None:
@@ -361,7 +389,7 @@ SCHEMA: tuple[Field, ...] = (
         "torch.version",
         str,
         True,
-        _match(RELEASE_RE, "MAJOR.MINOR.PATCH such as 2.13.0", "malformed version"),
+        _release("MAJOR.MINOR.PATCH such as 2.13.0"),
         doc="release version",
         convert=Version,
     ),
@@ -398,7 +426,7 @@ SCHEMA: tuple[Field, ...] = (
         "torchvision.version",
         str,
         True,
-        _match(RELEASE_RE, "MAJOR.MINOR.PATCH such as 0.28.0", "malformed version"),
+        _release("MAJOR.MINOR.PATCH such as 0.28.0"),
         convert=Version,
     ),
     # torchvision's optional parts, each its setup.py's TORCHVISION_USE_<NAME> (torchkiln sets every one
@@ -496,16 +524,12 @@ SCHEMA: tuple[Field, ...] = (
         convert=Version,
     ),
     Field("magma.sha256", str, check=_match(SHA256_RE, "64 lowercase hex characters")),
-    Field("magma.url", str, check=_match(URL_RE, "an https:// URL of the release tarball")),
+    Field("magma.url", str, check=_download_url, doc="the MAGMA tarball, fetched by curl --globoff"),
     Field("build.type", str, check=_one_of("Release", "RelWithDebInfo", "Debug")),
     Field(
         "build.local_version",
         str,
-        check=_match(
-            LOCAL_LABEL_RE,
-            "'+' then dot-separated lowercase labels, e.g. +cu130.kiln1",
-            "malformed local version label",
-        ),
+        check=_local_label,
     ),
     Field(
         "build.jobs",

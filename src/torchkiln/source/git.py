@@ -9,13 +9,16 @@ no git checkout the sha256 of its contents.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
-from torchkiln.artifacts.lockfile import SourceLock, Submodule
-from torchkiln.errors import TorchkilnError, few
+from torchkiln.artifacts.lockfile import SourceLock, Submodule, TreeChange
+from torchkiln.errors import TorchkilnError
 from torchkiln.files.digests import tree_sha256
 from torchkiln.process import runner
 from torchkiln.recipe.model import SourceSpec
+
+from .exact import Difference, changes, describe, git_differences
 
 
 def _is_local_url(url: str) -> bool:
@@ -85,8 +88,9 @@ def checkout_intact(path: Path, head: str | None) -> bool:
 
 def changed_files(repo: Path) -> list[str]:
     """The tracked files of a checkout that differ from its HEAD (edited, deleted, staged; a submodule whose
-    content or commit changed), as ``git status`` lists them: what makes a tree not the commit it names.
-    Untracked files are left out (a build's outputs are untracked)."""
+    content or commit changed), as ``git status`` lists them. Untracked and ignored files are left out: what
+    the tree's identity (torchkiln.build.fingerprint) reads; whether a tree *is* its commit's tree is
+    :func:`torchkiln.source.exact.git_differences`."""
     out = git_output(repo, "status", "--porcelain=v1", "-z", "--untracked-files=no")
     entries = out.split("\0")
     changed: list[str] = []
@@ -102,15 +106,17 @@ def changed_files(repo: Path) -> list[str]:
     return changed
 
 
-def dirty_checkout(spec: SourceSpec, path: Path, changed: list[str], outcome: str) -> str:
-    """Why a fetched checkout that differs from its pinned ref is not built or published (as ``cargo publish``
-    refuses a dirty tree), naming the changed files, and the ways out."""
+def dirty_checkout(spec: SourceSpec, path: Path, differences: Sequence[Difference], outcome: str) -> str:
+    """Why a fetched checkout that is not its commit's tree is not built or published (as ``cargo publish``
+    refuses a dirty tree), naming every path that differs and how, and the ways out."""
     return (
         f"{spec.name}: the fetched checkout {path} differs from {spec.ref} of {spec.repo}: "
-        f"{len(changed)} changed file(s): {few(changed)}; {outcome}\n"
-        f"ways out: undo the changes (git -C {path} checkout -- .), or --allow-dirty to build and "
-        f"publish them (a warning; the manifest and the provenance record the changed files), or build a "
-        f"tree you change with --source-dir {spec.name}=PATH"
+        f"{describe(differences)}; {outcome}\n"
+        f"ways out: make it the commit's tree again (git -C {path} checkout -- . && git -C {path} clean "
+        f"-ffdx, and in each submodule: git -C {path} submodule foreach --recursive git clean -ffdx), or "
+        f"--allow-dirty to build and publish it (a warning; the manifest, the lock file and the provenance "
+        f"record each path with its kind and sha256), or build a tree you change with --source-dir "
+        f"{spec.name}=PATH"
     )
 
 
@@ -166,16 +172,29 @@ def lock_source(
     ref: str | None,
     provided: bool,
     tree_digest: str | None = None,
+    tree_changes: list[TreeChange] | None = None,
 ) -> SourceLock:
-    """Resolve the SHAs of a checkout. A tree that is not a git checkout has no commit: its contents are
-    hashed instead (``tree_digest``: given when the build hashed the tree before compiling it)."""
+    """Resolve the SHAs of a checkout, and every way its tree differs from its commit (``tree_changes``: given
+    by the build, which leaves its own outputs out; else every difference). A tree that is not a git checkout
+    has no commit: its contents are hashed instead (``tree_digest``: given when the build hashed the tree,
+    without its own outputs)."""
     if not is_git_checkout(path):
         digest = tree_digest if tree_digest is not None else (tree_sha256(path) if path.is_dir() else None)
         return SourceLock(
             name, repo, ref, None, dirty=True, provided=provided, path=str(path), tree_sha256=digest
         )
     head = head_commit(path)
-    changed = changed_files(path)
+    found = tree_changes if tree_changes is not None else changes(path, git_differences(path))
     return SourceLock(
-        name, repo, ref, head, bool(changed), provided, str(path), None, submodules(path), changed
+        name,
+        repo,
+        ref,
+        head,
+        bool(found),
+        provided,
+        str(path),
+        None,
+        submodules(path),
+        [c.path for c in found],
+        list(found),
     )

@@ -1,0 +1,167 @@
+"""The tree a build compiles is its commit's tree plus the build's own outputs, and nothing else.
+
+Invariant: what a wheel is built from a fetched ref is exactly that commit's tree
+(:func:`torchkiln.source.exact.git_differences`: no extra, modified or removed path, submodules included) plus
+the files the build itself wrote into it (its in-tree outputs: ``build/``, ``*.egg-info``, a generated
+``version.py``, torch's copied libraries). The build declares those as it makes them: after each compile step
+(also one that failed or was interrupted), every path the step created or changed in the tree is recorded
+with its :data:`~torchkiln.source.exact.Stat` in ``<workdir>/tree-outputs/<step>.json``. A path is the
+build's own only while it still has exactly the stat recorded there: a file planted at an output path before
+the build, or replaced after it, is not (its ctime differs, which no unprivileged writer can set back).
+
+The tree is checked three times (:func:`check`): after the fetch steps (before anything reads it), right
+before each compile (after the fetch steps and the env steps; ``--force`` exempts the compile's scratch
+directories, which it removes), and by the publish step (so nothing slipped in between). A fetched checkout
+with any other difference is refused naming every path; with ``--allow-dirty`` it is built, and each path is
+recorded with its kind and the sha256 of what was built (:func:`torchkiln.source.exact.changes`: the manifest, the lock file and the
+provenance). A ``--source-dir`` git checkout is the user's: recorded the same way, never refused. A tree that
+is no git checkout has no commit to differ from: its record is the digest of every entry but the build's
+own outputs (:func:`own_paths`, :func:`torchkiln.files.digests.tree_sha256`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from torchkiln.files import atomic
+from torchkiln.plan.model import Plan, Source, Step
+from torchkiln.source.exact import Difference, Stat, git_differences, stats, tree_paths
+from torchkiln.source.git import is_git_checkout
+
+RECORDS = "tree-outputs"  # under the work directory: one file per compile step
+
+
+@dataclass(frozen=True)
+class Observed:
+    """A tree as the build found it: for a git checkout, every path that differs from its commit (with its
+    difference); for a tree without git, every entry. Each with its stat, to tell the build's own."""
+
+    git: bool
+    stats: dict[str, Stat]
+    differences: dict[str, Difference] = field(default_factory=dict)
+
+
+def skipped(plan: Plan) -> tuple[Path, ...]:
+    """The build's own directories, never part of a tree even when they lie inside it (a build run from the
+    source tree with the default ``.torchkiln`` and ``dist``)."""
+    return (plan.paths.workdir, plan.paths.dist)
+
+
+def observe(tree: Path, skip: Collection[Path] = ()) -> Observed:
+    if is_git_checkout(tree):
+        found = git_differences(tree, skip=skip)
+        return Observed(True, stats(tree, [d.path for d in found]), {d.path: d for d in found})
+    return Observed(False, stats(tree, tree_paths(tree, skip=skip)))
+
+
+class Records:
+    """``<workdir>/tree-outputs/<step>.json``: per compile step, the paths it wrote into its tree with their
+    stat (``null``: it removed the path)."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.root = workdir / RECORDS
+
+    def _path(self, step: str) -> Path:
+        return self.root / f"{step}.json"
+
+    def load(self, step: str) -> dict[str, Stat]:
+        """What ``step`` recorded; nothing when its record is missing or damaged (then nothing is its own)."""
+        try:
+            data = json.loads(self._path(step).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(data, dict):
+            return {}
+        out: dict[str, Stat] = {}
+        for name, value in data.items():
+            if value is None:
+                out[name] = None
+            elif isinstance(value, list) and len(value) == 5 and all(isinstance(v, int) for v in value):
+                out[name] = (value[0], value[1], value[2], value[3], value[4])
+        return out
+
+    def save(self, step: str, written: Mapping[str, Stat]) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        data = {name: None if st is None else list(st) for name, st in sorted(written.items())}
+        atomic.write_text(self._path(step), json.dumps(data, separators=(",", ":")))
+
+    def owned(self, project: str, steps: Iterable[Step] = ()) -> dict[str, set[Stat]]:
+        """Every stat a compile step of ``project`` recorded for each path: the plan's own ``steps``
+        and those of earlier plans in this work directory (another Python, since dropped from the recipe),
+        whose outputs are still in the tree. A later step may have rewritten a path an earlier one wrote:
+        either record makes it the build's own."""
+        out: dict[str, set[Stat]] = {}
+        names = {step.name for step in steps}
+        if self.root.is_dir():
+            names |= {p.stem for p in self.root.glob("*.json") if p.stem.split(":", 1)[0] == project}
+        for name in sorted(names):
+            for path, st in self.load(name).items():
+                out.setdefault(path, set()).add(st)
+        return out
+
+
+def compile_steps(plan: Plan, project: str) -> list[Step]:
+    return [s for s in plan.steps if s.kind == "compile" and s.project == project]
+
+
+def owned_in(plan: Plan, project: str) -> dict[str, set[Stat]]:
+    """What the compiles of ``project`` recorded writing into its tree, in ``plan``'s work directory."""
+    return Records(plan.paths.workdir).owned(project, compile_steps(plan, project))
+
+
+def own_paths(observed: Observed, owned: Mapping[str, set[Stat]]) -> set[str]:
+    """The observed paths that are the build's own: their stat now is one a compile step recorded."""
+    return {name for name, st in observed.stats.items() if st in owned.get(name, ())}
+
+
+def written(before: Observed, after: Observed, own_before: Collection[str]) -> dict[str, Stat]:
+    """What a compile step leaves as its own: every path it created or changed (its stat differs from
+    before it ran, or it was not there), and what was the build's own before and is still there untouched."""
+    out = {
+        name: st
+        for name, st in after.stats.items()
+        if name not in before.stats or before.stats[name] != st or name in own_before
+    }
+    if after.git:  # a path of the commit the step removed
+        for name, difference in after.differences.items():
+            if difference.kind == "removed" and before.differences.get(name) != difference:
+                out[name] = None
+    return out
+
+
+def foreign(
+    observed: Observed, owned: Mapping[str, set[Stat]], exempt: Collection[Path] = ()
+) -> list[Difference]:
+    """The differences of a git checkout that are not the build's own (nor under an ``exempt`` directory,
+    relative to the tree: the scratch directories ``--force`` removes)."""
+    own = own_paths(observed, owned)
+    prefixes = [p.as_posix().rstrip("/") for p in exempt]
+    return [
+        d
+        for name, d in sorted(observed.differences.items())
+        if name not in own and not any(name == p or name.startswith(p + "/") for p in prefixes)
+    ]
+
+
+def scratch_of(plan: Plan, source: Source) -> list[Path]:
+    """The scratch directories of ``source``'s compile steps inside its tree, relative to it: what
+    ``--force`` removes before the compile, so nothing there is built from."""
+    return [
+        Path(d).relative_to(source.path)
+        for step in compile_steps(plan, source.name)
+        for d in step.scratch
+        if Path(d).is_relative_to(source.path)
+    ]
+
+
+def check_source(plan: Plan, source: Source, *, force: bool = False) -> list[Difference]:
+    """The differences of ``source``'s tree from its commit that are not the build's own ([] for a tree
+    without git: it has no commit); with ``force``, none under the scratch directories it removes."""
+    observed = observe(source.path, skipped(plan))
+    if not observed.git:
+        return []
+    exempt = scratch_of(plan, source) if force else []
+    return foreign(observed, owned_in(plan, source.name), exempt)

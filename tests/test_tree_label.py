@@ -1,0 +1,231 @@
+"""Issue 35 item 3: the version a wheel is labelled with always comes from a check of the tree itself.
+
+The class: every option that skips something (``--no-preflight``, ``--skip-checks``, ``--only``, ``--torch``,
+``--source-dir``) x every way a tree's ``version.txt`` can name another release than the label (a patch,
+minor or major away, with the pre-release, post-release, dev and local forms upstream's trees and builds use:
+PyTorch's release tags carry ``X.Y.Za0``, torchvision's ``X.Y.Z``; checked on Debian's orig tarballs of
+2.6.0 and 0.21.0), generated with hypothesis. ``plan`` and ``build`` refuse a given tree naming its
+version file; the same versions in the same release pass. The build loop checks again where the command line
+cannot: after a fetch (a ref that is not the recipe's release) and right before each compile (a tree
+changed after planning; a library caller that never planned through the command line).
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from dists import tiny_wheel
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from rich.console import Console
+from test_build_fetch import fetch_recipe_text, git
+
+from torchkiln.build.loop import BuildOptions, run_build
+from torchkiln.cache import resolve_cache
+from torchkiln.cli import main
+from torchkiln.errors import BuildFailed
+from torchkiln.plan.make import make_plan
+from torchkiln.plan.model import Step
+from torchkiln.recipe.loader import load_recipe, parse_recipe
+from torchkiln.source.version import label_problem, release_of
+
+HERE = Path(__file__).resolve().parent
+CPU = HERE.parent / "recipes" / "torch-2.13-cpu-py311.toml"
+VISION_LIKE = HERE / "data" / "vision_like"
+RELEASES = {"torch": "2.13.0", "torchvision": "0.28.0"}  # the CPU recipe's
+
+# A version.txt as a tree may state it: a release moved by (major, minor, patch), then the forms PEP 440 and
+# upstream use after it, and the whitespace a file may carry.
+SHIFTS = ((0, 0, 0), (0, 0, 1), (0, 0, -1), (0, 1, 0), (0, -1, 0), (1, 0, 0))
+SUFFIXES = ("", "a0", "a1", "b2", "rc1", ".post1", ".dev0", "a0.dev20250101")
+LOCALS = ("", "+cpu", "+git.abc1234", "+cu130")
+SPACING = ("{}\n", "{}", "  {}  \n", "{}\r\n", "{}\n# a comment line\n")
+
+
+@st.composite
+def tree_versions(draw: st.DrawFn, release: str) -> tuple[str, bool]:
+    """(the text of a version.txt, whether it states ``release``)."""
+    kind = draw(st.sampled_from(("version", "version", "version", "garbage", "empty")))
+    if kind == "garbage":
+        return draw(st.sampled_from(("main", "v2", "unknown", "2.x", "release-2.13.0"))) + "\n", False
+    if kind == "empty":
+        return draw(st.sampled_from(("", "\n", "   "))), False
+    major, minor, patch = map(int, release.split("."))
+    shift = draw(st.sampled_from(SHIFTS))
+    moved = (major + shift[0], minor + shift[1], patch + shift[2])
+    if min(moved) < 0:
+        moved, shift = (major, minor, patch), (0, 0, 0)
+    text = ".".join(map(str, moved)) + draw(st.sampled_from(SUFFIXES)) + draw(st.sampled_from(LOCALS))
+    return draw(st.sampled_from(SPACING)).format(text), shift == (0, 0, 0)
+
+
+def torch_wheel(directory: Path) -> Path:
+    """A CPU torch 2.13.0 wheel, as --torch WHEEL reads one (its torch/version.py says cuda = None)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    files = {"torch/__init__.py": "", "torch/version.py": "__version__ = '2.13.0+cpu'\ncuda = None\n"}
+    return tiny_wheel(directory, "torch", "2.13.0+cpu", files=files, tag="cp311-cp311-linux_x86_64")
+
+
+def trees(root: Path, texts: dict[str, str | None]) -> dict[str, Path]:
+    """A given tree per project, its version.txt ``texts[project]`` (None: no version.txt)."""
+    out = {}
+    for project, text in texts.items():
+        tree = root / project
+        if not tree.exists():
+            shutil.copytree(VISION_LIKE, tree)
+        (tree / "version.txt").unlink(missing_ok=True)
+        if text is not None:
+            (tree / "version.txt").write_text(text)
+        out[project] = tree
+    return out
+
+
+# The option combinations that skip something, per command. `build` uses --dist = --workdir, which build
+# refuses right after planning (so no combination starts a build): a label problem is refused before that.
+OPTIONS: tuple[tuple[str, ...], ...] = (
+    (),
+    ("--only", "torch"),
+    ("--only", "torchvision"),
+    ("--only", "torchvision", "--torch", "{wheel}"),
+    ("--no-preflight",),
+    ("--skip-checks",),
+    ("--no-preflight", "--skip-checks", "--only", "torchvision", "--torch", "{wheel}"),
+    ("--no-preflight", "--skip-checks", "--only", "torch"),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    command=st.sampled_from(("plan", "build")),
+    options=st.sampled_from(OPTIONS),
+    torch_text=tree_versions(RELEASES["torch"]),
+    vision_text=tree_versions(RELEASES["torchvision"]),
+)
+def test_a_given_tree_of_another_release_is_refused_whatever_is_skipped(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    command: str,
+    options: tuple[str, ...],
+    torch_text: tuple[str, bool],
+    vision_text: tuple[str, bool],
+) -> None:
+    if command == "plan" and any(o in options for o in ("--no-preflight", "--skip-checks")):
+        options = tuple(o for o in options if o not in ("--no-preflight", "--skip-checks"))
+    only = options[options.index("--only") + 1] if "--only" in options else None
+    projects = (only,) if only else ("torch", "torchvision")
+    texts = {"torch": torch_text, "torchvision": vision_text}
+    given = trees(tmp_path / "trees", {p: texts[p][0] for p in projects})
+    wheel = torch_wheel(tmp_path / "wheels")
+    argv = [command, str(CPU), *(o.format(wheel=wheel) for o in options)]
+    for project, tree in given.items():
+        argv += ["--source-dir", f"{project}={tree}"]
+    argv += ["--workdir", str(tmp_path / "w")]
+    if command == "build":
+        argv += ["--dist", str(tmp_path / "w")]
+    status = main(argv)
+    out, err = capsys.readouterr()
+    wrong = [p for p in projects if not texts[p][1]]
+    if wrong:
+        assert status == 2, (argv, out, err)
+        for project in wrong:
+            assert f"{project}: the wheel would be labelled {RELEASES[project]}+cpu.kiln1" in err, err
+            assert f"the tree {given[project]} is not that release: its version.txt" in err, err
+        assert "Traceback" not in err and RELEASES["torch"] + "+cpu.kiln1" not in out
+    elif command == "plan":
+        assert status == 0, err
+        for project in projects:
+            assert f"{RELEASES[project]}+cpu.kiln1" in out
+    else:
+        assert status == 2 and "--dist and --workdir must be different directories" in err, err
+
+
+@pytest.mark.parametrize(
+    ("text", "label", "same"),
+    [
+        ("2.6.0a0\n", "2.6.0+cpu.kiln1", True),  # upstream's release tag v2.6.0
+        ("0.21.0\n", "0.21.0+cu124", True),  # torchvision's v0.21.0
+        ("2.6.0a0\n", "2.6.1+cpu", False),
+        ("2.6.0a0\n", "2.5.0", False),
+        ("2.6.0rc1\n", "2.6.0", True),
+        ("2.6.0+git1a2b3c\n", "2.6.0", True),
+        ("2.6\n", "2.6.0", True),
+        ("2.6.0\n", "2.6.0.post2", True),
+        ("2.6.0\n", "2.6.0rc1", True),
+        ("3.6.0a0\n", "2.6.0", False),
+        ("not-a-version\n", "2.6.0", False),
+        (None, "2.6.0", False),
+    ],
+)
+def test_label_and_tree_release(tmp_path: Path, text: str | None, label: str, same: bool) -> None:
+    if text is not None:
+        (tmp_path / "version.txt").write_text(text)
+    assert (label_problem("torch", tmp_path, label) is None) is same
+    assert release_of(label) is not None
+
+
+@pytest.mark.integration  # the real trees: extracted once per session for the integration part
+def test_upstreams_release_trees_state_their_release(pytorch_2_6_tree: Path, vision_0_21_tree: Path) -> None:
+    """The forms above are upstream's: PyTorch 2.6.0's release source says 2.6.0a0, torchvision 0.21.0's
+    says 0.21.0 (Debian's orig tarballs of the releases)."""
+    assert (pytorch_2_6_tree / "version.txt").read_text().strip() == "2.6.0a0"
+    assert (vision_0_21_tree / "version.txt").read_text().strip() == "0.21.0"
+    assert label_problem("torch", pytorch_2_6_tree, "2.6.0+cpu.kiln1") is None
+    assert label_problem("torchvision", vision_0_21_tree, "0.21.0+cpu.kiln1") is None
+    assert label_problem("torch", pytorch_2_6_tree, "2.5.0+cpu") is not None
+
+
+# --------------------------------------------------------------------------------------------------
+# The build loop: where the command line cannot see the tree.
+# --------------------------------------------------------------------------------------------------
+
+
+def test_a_fetched_ref_of_another_release_is_refused_after_the_fetch(tmp_path: Path) -> None:
+    """The recipe says torch 2.13.0; its ref checks out a tree whose version.txt says 2.12.0a0. Nothing
+    looks at a fetched tree before the fetch: the build refuses it right after, before any other step."""
+    upstream = tmp_path / "up"
+    upstream.mkdir()
+    git(upstream, "init", "-q")
+    (upstream / "version.txt").write_text("2.12.0a0\n")
+    git(upstream, "add", "-A")
+    git(upstream, "commit", "-qm", "v1")
+    git(upstream, "tag", "v1")
+    recipe = parse_recipe(fetch_recipe_text(f"file://{upstream}", "v1").encode(), "fetch-test.toml")
+    plan = make_plan(
+        recipe,
+        workdir=tmp_path / "w",
+        dist=tmp_path / "d",
+        only="torch",
+        cache=resolve_cache(None, kind="none"),
+    )
+    options = BuildOptions(console=Console(file=io.StringIO()), skip_checks=True)
+    with pytest.raises(BuildFailed) as refused:
+        run_build(plan, options)
+    message = str(refused.value)
+    assert "torch: the wheel would be labelled 2.13.0+cpu (PYTORCH_BUILD_VERSION)" in message
+    assert "its version.txt says '2.12.0a0'" in message and "nothing was compiled" in message
+    assert not (tmp_path / "w" / "venv").exists() and not (tmp_path / "d").exists()
+
+
+def test_a_tree_changed_after_planning_is_refused_before_its_compile(tmp_path: Path) -> None:
+    """A library caller's plan over a given tree (no command line, no preflight), the tree's version.txt
+    rewritten by a step before the compile: the compile refuses."""
+    tree = trees(tmp_path / "trees", {"torchvision": "0.28.0a0\n"})["torchvision"]
+    plan = make_plan(
+        load_recipe(CPU),
+        workdir=tmp_path / "w",
+        dist=tmp_path / "d",
+        only="torchvision",
+        source_dirs={"torchvision": tree},
+        cache=resolve_cache(None, kind="none"),
+    )
+    compile_step = next(s for s in plan.steps if s.kind == "compile")
+    edit = (sys.executable, "-c", f"open({str(tree / 'version.txt')!r}, 'w').write('0.27.0\\n')")
+    steps = [Step("edit", "env", "", edit), compile_step, plan.steps[-1]]
+    options = BuildOptions(console=Console(file=io.StringIO()), skip_checks=True)
+    with pytest.raises(BuildFailed, match=r"its version\.txt says '0\.27\.0'; nothing was compiled"):
+        run_build(replace(plan, steps=steps), options)
