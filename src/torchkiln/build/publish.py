@@ -38,6 +38,7 @@ from torchkiln.errors import BuildFailed, few
 from torchkiln.host.toolchain import Tool, Toolchain, tool_version
 from torchkiln.source.git import dirty_checkout, lock_source
 
+from . import portable
 from .buildreqs import read_constraints
 from .context import Context, Published
 from .fingerprint import file_sha256
@@ -60,7 +61,10 @@ def publish(ctx: Context) -> bool:
     lock_path = paths.dist / f"{recipe.name}.lock.json"
     write_lock(lock_path, recipe.name, recipe.sha256, locks)
     manifest_path = paths.dist / dist.MANIFEST_NAME
-    manifest = _manifest(ctx, locks, [WheelRecord.of(w, p, python) for w, p, python in wheels])
+    records = portable.records(ctx, wheels)  # each wheel's portability record
+    manifest = _manifest(
+        ctx, locks, [replace(WheelRecord.of(w, p, py), portability=records[w.name]) for w, p, py in wheels]
+    )
     write_manifest(manifest_path, manifest)
     sboms = sbom.write_wheel_sboms(paths.dist, manifest, recipe)
     statement = _attest(ctx, manifest, [manifest_path, lock_path, *sboms])

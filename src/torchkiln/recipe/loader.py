@@ -43,6 +43,7 @@ from .model import (
     Blas,
     Build,
     CacheSpec,
+    Deploy,
     DistSection,
     Magma,
     Recipe,
@@ -268,6 +269,26 @@ def _search_dirs(value: Any) -> tuple[str, str] | None:
         return (f"not an absolute directory path: {', '.join(bad[:4])}", valid)
     if len(set(value)) != len(value):
         return ("a directory is listed twice", "each directory once")
+    return None
+
+
+# A shared library's soname as a DT_NEEDED entry names it: a file name (no "/", no glob), "<name>.so" then
+# numeric version parts (libpng16.so.16, libstdc++.so.6, ld-linux-x86-64.so.2, libcuda.so.1).
+SONAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_+.-]{0,120}\.so(\.[0-9]{1,6}){0,4}", re.ASCII)
+MAX_SYSTEM_LIBRARIES = 64
+
+
+def _sonames(value: Any) -> tuple[str, str] | None:
+    """``deploy.system_libraries``: sonames, each once."""
+    valid = 'sonames as the wheels\' DT_NEEDED entries name them, e.g. ["libpng16.so.16", "libjpeg.so.62"]'
+    if len(value) > MAX_SYSTEM_LIBRARIES:
+        return (f"{len(value)} entries, more than {MAX_SYSTEM_LIBRARIES}", valid)
+    bad = [shown(v) for v in value if not isinstance(v, str) or not SONAME_RE.fullmatch(v)]
+    if bad:
+        return (f"not a soname: {', '.join(bad[:4])}", valid)
+    twice = sorted({v for v in value if value.count(v) > 1})
+    if twice:
+        return (f"{', '.join(twice)} listed more than once", valid)
     return None
 
 
@@ -530,6 +551,13 @@ SCHEMA: tuple[Field, ...] = (
     ),
     Field("cache.credentials_file", str, check=path_problem, doc="file holding the remote store's secret"),
     Field(
+        "deploy.system_libraries",
+        list,
+        check=_sonames,
+        doc="sonames the target machines have, which the wheels may need unbundled (docs/portability.md)",
+        convert=tuple,
+    ),
+    Field(
         "dist.scheduler_url", str, check=_scheduler_url, doc="sccache-dist scheduler, http(s)://HOST[:PORT]"
     ),
     Field("dist.auth", str, check=_one_of(*AUTH_KINDS)),
@@ -559,6 +587,7 @@ SECTIONS: dict[str, type] = {
     "cache": CacheSpec,
     "vision": VisionFeatures,  # [torchvision.features]
     "dist": DistSection,
+    "deploy": Deploy,
 }
 OPTIONAL_SECTIONS = frozenset({"magma", "dist"})
 

@@ -122,6 +122,15 @@ class DistSection:
 
 
 @dataclass(frozen=True)
+class Deploy:
+    """``[deploy]``: what the machines the wheels are installed on provide. ``system_libraries``: sonames
+    every target machine has (``libpng16.so.16``), which the wheels may need without bundling or declaring
+    them (the post-build check and ``verify`` accept them; docs/portability.md)."""
+
+    system_libraries: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Recipe:
     name: str
     description: str
@@ -141,6 +150,7 @@ class Recipe:
     dist: DistSection | None = None
     # ``python.versions``: every Python the build makes wheels for, in order (empty: ``python.version`` alone)
     pythons: tuple[str, ...] = ()
+    deploy: Deploy = field(default_factory=Deploy)
 
     @property
     def python_versions(self) -> tuple[str, ...]:

@@ -1,0 +1,119 @@
+"""The post-build check's portability part, and the record every published wheel carries (issue 34).
+
+After the post-build check has installed the built wheels in its clean venv (pip brought what their
+Requires-Dist names, nothing else), each wheel is read there by :mod:`torchkiln.artifacts.abi` (analysed in the
+step's outputs, so a skipped or reused check keeps its record) and judged against the recipe's ``[deploy]
+system_libraries`` (again on every run: the recipe may have changed). A wheel that needs a library the target
+machines are not known to have stops the build before anything is published, naming the library and the file
+that needs it (:func:`torchkiln.artifacts.portability.refusal`).
+
+A build whose checks are skipped (``--skip-checks``) still records: the publish step reads each wheel unpacked
+beside the build venv's distributions (:func:`records`), says so in the record's ``analysed``, and warns,
+instead of stopping, about what the check would have refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from torchkiln.artifacts import jsonfile, wheelfile
+from torchkiln.artifacts.portability import Portability, one_line, refusal, retarget
+from torchkiln.errors import BuildFailed
+from torchkiln.plan.model import Step
+
+from .context import Context
+
+IN_CHECK_VENV = "installed by the post-build check (pip: the wheel and its Requires-Dist) in a clean venv"
+IN_BUILD_VENV = (
+    "the wheel unpacked beside the build venv's distributions (the post-build check was skipped: nothing pip "
+    "would bring that the build venv lacks was read)"
+)
+UNRESOLVED = (
+    "not bundled, not in a declared distribution, not allowed by a manylinux policy, not the NVIDIA driver's, "
+    "not in [deploy] system_libraries"
+)
+
+
+def site_packages(venv: Path) -> list[Path]:
+    """The venv's site-packages directories (lib/pythonX.Y/site-packages; lib64 is a link to lib)."""
+    found = {p.resolve(): p for p in sorted(venv.glob("lib*/python*/site-packages")) if p.is_dir()}
+    return list(found.values())
+
+
+def _step_wheels(ctx: Context, python: str) -> list[tuple[str, str]]:
+    """(project, wheel file name) of each published wheel of the Python ``python`` (a step's; "" the first)."""
+    found = []
+    for (project, step_python), step in ctx.plan.published_steps().items():
+        if step_python != python:
+            continue
+        recorded = (ctx.state.get(step.name) or {}).get("outputs", {}).get("wheels", {})
+        found += [(project, name) for name in sorted(recorded)]
+    return found
+
+
+def analyse_checked(ctx: Context, step: Step) -> dict[str, Any]:
+    """Wheel file name -> its record (JSON data), read in the check step's venv (the step's outputs)."""
+    from torchkiln.artifacts.abi import analyse_installed
+    from torchkiln.artifacts.installed import installed
+
+    if step.venv is None:
+        return {}
+    index = installed([str(p) for p in site_packages(Path(step.venv))])
+    records: dict[str, Any] = {}
+    for _, name in _step_wheels(ctx, step.python):
+        parsed = wheelfile.parse(name)
+        dist = index.get(parsed.project) if parsed is not None else None
+        if dist is not None:
+            record = analyse_installed(dist, index, analysed=IN_CHECK_VENV)
+            records[name] = jsonfile.to_data(record)
+    return records
+
+
+def judge(ctx: Context, step: Step, outputs: Mapping[str, Any], log: str | None) -> None:
+    """The recipe's verdict on the records a check step analysed: each kept for the manifest; a wheel that
+    needs what the target is not known to have stops the build, naming it."""
+    raw = outputs.get("portability")
+    if raw is None:  # a record from before the check read portability: read it now, in the same venv
+        raw = analyse_checked(ctx, step) if step.venv and Path(step.venv).is_dir() else {}
+    system = ctx.plan.recipe.deploy.system_libraries
+    refused = []
+    for name, data in sorted(raw.items()):
+        record = retarget(jsonfile.from_data(Portability, data, file=name), system, UNRESOLVED)
+        ctx.portability[name] = record
+        reason = refusal(name, record)
+        if reason is not None:
+            refused.append(reason)
+    if refused:
+        lines = "\n".join(f"  - {reason}" for reason in refused)
+        raise BuildFailed(
+            f"{step.name}: the built wheels need libraries the machines they are deployed to may lack:\n"
+            f"{lines}\nnothing was published (docs/portability.md; full log: {log})",
+            step=step.name,
+        )
+
+
+def records(ctx: Context, wheels: Sequence[tuple[Path, str, str]]) -> dict[str, Portability]:
+    """Wheel file name -> record of each published wheel ((path in dist/, project, Python)): the post-build
+    check's, else read now beside the build venv's distributions (checks skipped), with a warning for what
+    the check would have refused."""
+    from torchkiln.artifacts.abi import analyse_wheel
+
+    found: dict[str, Portability] = {}
+    for path, _, python in wheels:
+        record = ctx.portability.get(path.name)
+        if record is None:
+            paths = ctx.plan.paths.for_python("" if python == ctx.plan.recipe.python else python)
+            record = analyse_wheel(
+                path,
+                site_packages(paths.venv),
+                target=ctx.plan.recipe.deploy.system_libraries,
+                analysed=IN_BUILD_VENV,
+            )
+            reason = refusal(path.name, record)
+            if reason is not None:
+                ctx.warn(f"--skip-checks: the post-build check would have refused it: {reason}")
+        found[path.name] = record
+        ctx.display.note(f"{path.name}: {one_line(record)}")
+    return found
