@@ -42,18 +42,23 @@ def site_packages(venv: Path) -> list[Path]:
     return list(found.values())
 
 
-def _step_wheels(ctx: Context, python: str) -> list[tuple[str, str]]:
-    """(project, wheel file name) of each published wheel of the Python ``python`` (a step's; "" the first)."""
+def checked_wheels(step: Step) -> list[Path]:
+    """The built wheels a check step installs: its ``--expect PROJECT==VERSION`` found in its
+    ``--wheelhouse`` directories, as the post-build check itself finds them (postcheck.built_wheel)."""
+    argv = list(step.argv)
+    values = {
+        flag: [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == flag]
+        for flag in ("--expect", "--wheelhouse")
+    }
+    houses = [Path(d) for d in values["--wheelhouse"]]
     found = []
-    for (project, step_python), step in ctx.plan.published_steps().items():
-        if step_python != python:
-            continue
-        recorded = (ctx.state.get(step.name) or {}).get("outputs", {}).get("wheels", {})
-        found += [(project, name) for name in sorted(recorded)]
+    for item in values["--expect"]:
+        project, _, version = item.partition("==")
+        found += wheelfile.find(houses, project=project, version=version)[:1]
     return found
 
 
-def analyse_checked(ctx: Context, step: Step) -> dict[str, Any]:
+def analyse_checked(step: Step) -> dict[str, Any]:
     """Wheel file name -> its record (JSON data), read in the check step's venv (the step's outputs)."""
     from torchkiln.artifacts.abi import analyse_installed
     from torchkiln.artifacts.installed import installed
@@ -62,7 +67,8 @@ def analyse_checked(ctx: Context, step: Step) -> dict[str, Any]:
         return {}
     index = installed([str(p) for p in site_packages(Path(step.venv))])
     records: dict[str, Any] = {}
-    for _, name in _step_wheels(ctx, step.python):
+    for wheel in checked_wheels(step):
+        name = wheel.name
         parsed = wheelfile.parse(name)
         dist = index.get(parsed.project) if parsed is not None else None
         if dist is not None:
@@ -76,7 +82,7 @@ def judge(ctx: Context, step: Step, outputs: Mapping[str, Any], log: str | None)
     needs what the target is not known to have stops the build, naming it."""
     raw = outputs.get("portability")
     if raw is None:  # a record from before the check read portability: read it now, in the same venv
-        raw = analyse_checked(ctx, step) if step.venv and Path(step.venv).is_dir() else {}
+        raw = analyse_checked(step) if step.venv and Path(step.venv).is_dir() else {}
     system = ctx.plan.recipe.deploy.system_libraries
     refused = []
     for name, data in sorted(raw.items()):
