@@ -14,13 +14,18 @@ instead of stopping, about what the check would have refused.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from torchkiln.artifacts import jsonfile, wheelfile
+from torchkiln.artifacts.manifest import WheelRecord
 from torchkiln.artifacts.portability import Portability, one_line, refusal, retarget
 from torchkiln.errors import BuildFailed
+from torchkiln.files import atomic
+from torchkiln.files.digests import digest, file_sha256
 from torchkiln.plan.model import Step
 
 from .context import Context
@@ -100,26 +105,55 @@ def judge(ctx: Context, step: Step, outputs: Mapping[str, Any], log: str | None)
         )
 
 
-def records(ctx: Context, wheels: Sequence[tuple[Path, str, str]]) -> dict[str, Portability]:
-    """Wheel file name -> record of each published wheel ((path in dist/, project, Python)): the post-build
-    check's, else read now beside the build venv's distributions (checks skipped), with a warning for what
-    the check would have refused."""
+CACHE_NAME = "portability.json"  # in the work directory: the records read beside the build venv, by key
+CODE = tuple(
+    Path(__file__).resolve().parents[1] / "artifacts" / f"{m}.py"
+    for m in ("abi", "elf", "installed", "portability")
+)
+
+
+def _key(sha256: str, sites: Sequence[Path], target: Sequence[str]) -> str:
+    """What a record read beside the build venv depends on: the wheel, the distributions there (names and
+    versions: their dist-info directories), the recipe's system libraries, the analysis's code."""
+    dists = sorted(p.name for site in sites for p in site.glob("*.dist-info"))
+    code = [file_sha256(path) for path in CODE]
+    return digest({"wheel": sha256, "dists": dists, "target": sorted(target), "code": code})
+
+
+def attach(
+    ctx: Context, wheels: Sequence[tuple[Path, str, str]], found: Sequence[WheelRecord]
+) -> list[WheelRecord]:
+    """``found`` (the published wheels' records, in the order of ``wheels``: (path in dist/, project,
+    Python)) with their portability: the post-build check's, else read now beside the build venv's
+    distributions (checks skipped; kept in the work directory by what it depends on, so a run that changed
+    nothing reads nothing), with a warning for what the check would have refused."""
     from torchkiln.artifacts.abi import analyse_wheel
 
-    found: dict[str, Portability] = {}
-    for path, _, python in wheels:
+    cache_path = ctx.plan.paths.workdir / CACHE_NAME
+    try:
+        cached = json.loads(cache_path.read_text()) if cache_path.is_file() else {}
+    except (OSError, ValueError):
+        cached = {}
+    kept: dict[str, Any] = {}
+    out = []
+    target = ctx.plan.recipe.deploy.system_libraries
+    for (path, _, python), wheel in zip(wheels, found, strict=True):
         record = ctx.portability.get(path.name)
         if record is None:
-            paths = ctx.plan.paths.for_python("" if python == ctx.plan.recipe.python else python)
-            record = analyse_wheel(
-                path,
-                site_packages(paths.venv),
-                target=ctx.plan.recipe.deploy.system_libraries,
-                analysed=IN_BUILD_VENV,
+            sites = site_packages(
+                ctx.plan.paths.for_python("" if python == ctx.plan.recipe.python else python).venv
             )
+            key = _key(wheel.sha256, sites, target)
+            if isinstance(cached.get(key), dict):
+                record = jsonfile.from_data(Portability, cached[key], file=str(cache_path))
+            else:
+                record = analyse_wheel(path, sites, target=target, analysed=IN_BUILD_VENV)
+            kept[key] = jsonfile.to_data(record)
             reason = refusal(path.name, record)
             if reason is not None:
                 ctx.warn(f"--skip-checks: the post-build check would have refused it: {reason}")
-        found[path.name] = record
+        out.append(replace(wheel, portability=record))
         ctx.display.note(f"{path.name}: {one_line(record)}")
-    return found
+    if kept != cached and (kept or cached):
+        atomic.write_json(cache_path, kept)
+    return out

@@ -61,10 +61,8 @@ def publish(ctx: Context) -> bool:
     lock_path = paths.dist / f"{recipe.name}.lock.json"
     write_lock(lock_path, recipe.name, recipe.sha256, locks)
     manifest_path = paths.dist / dist.MANIFEST_NAME
-    records = portable.records(ctx, wheels)  # each wheel's portability record
-    manifest = _manifest(
-        ctx, locks, [replace(WheelRecord.of(w, p, py), portability=records[w.name]) for w, p, py in wheels]
-    )
+    found = [WheelRecord.of(w, p, python) for w, p, python in wheels]
+    manifest = _manifest(ctx, locks, portable.attach(ctx, wheels, found))  # with each wheel's portability
     write_manifest(manifest_path, manifest)
     sboms = sbom.write_wheel_sboms(paths.dist, manifest, recipe)
     statement = _attest(ctx, manifest, [manifest_path, lock_path, *sboms])

@@ -39,6 +39,7 @@ LAYOUT: dict[str, Literal["file", "dir"]] = {
     "wheelhouse": "dir",
     "src": "dir",
     "launchers": "dir",
+    "portability.json": "file",  # the publish step's portability records of unchecked wheels (build.portable)
 }
 
 Note = Callable[[str], None]
