@@ -185,6 +185,7 @@ def test_cold_build_produces_the_wheel_manifest_and_lock(cold) -> None:
     # Where the wheel runs (issue 34), read from the wheel beside the build venv (the check was skipped): torch's
     # libraries from the torch it declares, the rest what the policy it satisfies allows.
     record = wheel["portability"]
+    print(json.dumps({k: v for k, v in record.items() if k != "needs"}, indent=1))  # for docs/portability.md
     assert record["analysed"].startswith("the wheel unpacked beside the build venv's distributions")
     kinds = {(n["file"], n["needed"]): n["kind"] for n in record["needs"]}
     (module,) = {f for f, _ in kinds if f.startswith("kiln_ext/_C")}

@@ -153,7 +153,9 @@ def test_library_shipped_behind_an_rpath_resolves(compiled: dict[str, bytes], tm
         "RPATH $ORIGIN/kilnprobe.libs",
         "bundled",
     )
-    assert "resolve on the target without LD_LIBRARY_PATH" in found.message() and "1 bundled" in found.message()
+    assert (
+        "resolve on the target without LD_LIBRARY_PATH" in found.message() and "1 bundled" in found.message()
+    )
 
 
 @pytest.mark.integration
