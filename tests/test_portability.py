@@ -150,7 +150,7 @@ def installations(draw: st.DrawFn) -> tuple[ElfDynamic, abi.Installation, dict[s
     return obj, inst, expected
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(installations())
 def test_each_needed_entry_resolves_as_the_installation_says(case) -> None:  # noqa: ANN001
     obj, inst, expected = case
@@ -224,7 +224,7 @@ def version_needs(draw: st.DrawFn) -> list[tuple[str, str]]:
     return picked
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(st.lists(version_needs(), min_size=1, max_size=3))
 def test_the_policy_of_symbol_versions_is_auditwheels(files: list[list[tuple[str, str]]]) -> None:
     objects = [(f"pkg/_m{i}.so", elf(versions=needs), Path("/nonexistent")) for i, needs in enumerate(files)]
@@ -525,6 +525,7 @@ def test_the_policy_agrees_with_auditwheel_show_where_nothing_is_excluded(tmp_pa
 # --- upstream's real wheels --------------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_upstreams_cpu_torch_is_what_its_tag_says(tmp_path: Path) -> None:
     """The test venv's torch 2.13.0 (upstream's manylinux_2_28 CPU wheel): every entry accounted for, the
     policy its tag names, glibc 2.28, libgomp its own (torch/lib), nothing from pip for its libraries."""

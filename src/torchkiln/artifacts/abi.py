@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from elftools.common.exceptions import ELFError
+
 from torchkiln.errors import few
 
 from .elf import ElfDynamic, elf_cached
@@ -181,7 +183,7 @@ def read_platform(files: Sequence[tuple[str, Path]]) -> Platform | None:
         try:
             tree = ldd(path, ldpaths={"conf": [], "env": [], "interp": []}, exclude=frozenset({"*"}))
             base, ext = tree.platform.baseline_architecture, tree.platform.extended_architecture
-        except (ValueError, OSError):
+        except (ValueError, OSError, ELFError):  # a machine auditwheel does not know, an unreadable file
             continue
         arch = arch or base
         libc = libc or tree.libc
