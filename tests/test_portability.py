@@ -87,12 +87,14 @@ ROUTES = {
     "other-machine": "unresolved",  # kilnprobe.libs/NAME reached, but an aarch64 file
     "host-directory": "unresolved",  # an absolute search entry: a directory of the build machine
     "policy": "policy",
+    "policy-too-new": "unresolved",  # libstdc++.so.6 at GLIBCXX_3.4.99: no policy's machine has it
+    "policy-too-new-target": "target",  # ... unless the recipe promises the target's libstdc++
     "loader": "policy",
     "driver": "driver",
     "target": "target",
     "nothing": "unresolved",
 }
-ALLOWED = sorted(NEWEST.whitelist)
+ALLOWED = sorted(NEWEST.whitelist - {"libstdc++.so.6"})  # the policy route's; libstdc++ is the too-new one's
 
 
 @st.composite
@@ -104,6 +106,7 @@ def installations(draw: st.DrawFn) -> tuple[ElfDynamic, abi.Installation, dict[s
     own: dict[str, str] = {}
     entries: list[str] = []
     target: set[str] = set()
+    versions: list[tuple[str, str]] = [("libc.so.6", "GLIBC_2.17")]  # an allowed one: no effect
     expected: dict[str, str] = {}
     policy_names = iter(draw(st.permutations(ALLOWED)))
     driver_names = iter(draw(st.permutations(DRIVER_LIBRARIES)))
@@ -117,6 +120,13 @@ def installations(draw: st.DrawFn) -> tuple[ElfDynamic, abi.Installation, dict[s
                 continue
         elif route == "driver":
             name = next(driver_names) + ".1"
+        elif route.startswith("policy-too-new"):
+            name = "libstdc++.so.6"
+            if name in expected:
+                continue
+            versions.append((name, "GLIBCXX_3.4.99"))
+            if route.endswith("target"):
+                target.add(name)
         expected[name] = ROUTES[route]
         lib = elf()
         if route in ("bundled-runpath", "other-machine"):
@@ -143,9 +153,19 @@ def installations(draw: st.DrawFn) -> tuple[ElfDynamic, abi.Installation, dict[s
         needed=tuple(expected),
         runpath=entries if use_runpath else (),
         rpath=() if use_runpath else entries,
+        versions=versions,
     )
+    allowed = frozenset(NEWEST.whitelist)
     inst = abi.Installation(
-        WHEEL, layout, frozenset({DEP}), loaded, own, frozenset(ALLOWED), frozenset(target), NEWEST.name
+        WHEEL,
+        layout,
+        frozenset({DEP}),
+        loaded,
+        own,
+        allowed,
+        frozenset(target),
+        NEWEST.name,
+        NEWEST.symbol_versions,
     )
     return obj, inst, expected
 

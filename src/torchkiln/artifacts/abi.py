@@ -27,7 +27,7 @@ import re
 import tempfile
 import zipfile
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -74,9 +74,9 @@ class Installation:
     own: Mapping[str, str]
     allowed: frozenset[str]
     target: frozenset[str]
-    policy: str = (
-        "a manylinux policy"  # the newest policy for the wheel's machine (names where 'allowed' is from)
-    )
+    policy: str = "a manylinux policy"  # the newest policy for the wheel's machine ('allowed' is its)
+    # family -> versions the newest policy allows (GLIBCXX -> 3.4 ... 3.4.34): a system library counts at those
+    versions: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
 
 def site_relative(entry: str, obj: str) -> str | None:
@@ -130,7 +130,13 @@ def resolve(obj: str, info: ElfDynamic, name: str, inst: Installation) -> Need:
     if LOADER.match(name):
         return Need(obj, name, "policy", "the dynamic loader")
     if name in inst.allowed:
-        return Need(obj, name, "policy", f"a system library {inst.policy} allows")
+        newer = too_new(info, name, inst.versions)
+        if not newer:
+            return Need(obj, name, "policy", f"a system library {inst.policy} allows")
+        if name in inst.target:
+            return Need(obj, name, "target", TARGET_VIA)
+        newest = f"{', '.join(newer)} of it, which no manylinux policy allows ({inst.policy} is the newest)"
+        return Need(obj, name, "unresolved", f"needs {newest}")
     if is_driver_library(name):
         return Need(obj, name, "driver", "the NVIDIA driver's (libnvidia-container's list)")
     if name in inst.target:
@@ -141,6 +147,18 @@ def resolve(obj: str, info: ElfDynamic, name: str, inst: Installation) -> Need:
             obj, name, "unresolved", f"{tag} reaches {path} of {dist}, which {inst.wheel} does not declare"
         )
     return Need(obj, name, "unresolved", UNRESOLVED)
+
+
+def too_new(info: ElfDynamic, name: str, allowed: Mapping[str, frozenset[str]]) -> list[str]:
+    """The symbol versions ``info`` needs of the library ``name`` that the newest policy does not allow (of a
+    family it lists: GLIBC, GLIBCXX, CXXABI, GCC, ...): GLIBCXX_3.4.35 of libstdc++.so.6 from a gcc newer
+    than any policy's is on no machine a policy describes."""
+    found = []
+    for library, version in info.versions:
+        family, _, number = version.partition("_")
+        if library == name and family in allowed and number not in allowed[family]:
+            found.append(version)
+    return sorted(found)
 
 
 def outside_notes(objects: Iterable[tuple[str, ElfDynamic]]) -> list[str]:
@@ -342,6 +360,7 @@ def analyse_installed(
         frozenset(candidates[-1].whitelist) if candidates else frozenset(),
         frozenset(target),
         candidates[-1].name if candidates else "a manylinux policy",
+        dict(candidates[-1].symbol_versions) if candidates else {},
     )
     needs = [resolve(r, info, name, inst) for r, info, _ in read for name in info.needed]
     notes = outside_notes((r, info) for r, info, _ in read)

@@ -15,8 +15,9 @@ of the wheel is one of :data:`KINDS`:
   through RPATH/RUNPATH into it (``$ORIGIN/../../nvidia/cu13/lib``) or loaded first by it (torchvision's
   ``libc10.so`` from torch, which ``import torch`` loads);
 * ``policy``: a system library the manylinux/musllinux policies allow (auditwheel's ``lib_whitelist``:
-  libc, libm, libstdc++, libgcc_s, ...), at the symbol versions the record's ``policy`` allows, and the
-  dynamic loader itself;
+  libc, libm, libstdc++, libgcc_s, ...) at symbol versions the newest policy allows (which policy the versions
+  make it is the record's ``policy``; a version newer than any policy's, GLIBCXX_3.4.35 of a gcc newer than
+  every policy's, is on no machine a policy describes: unresolved), and the dynamic loader itself;
 * ``driver``: a library of the NVIDIA driver (:data:`DRIVER_LIBRARIES`), present wherever a GPU is;
 * ``target``: named by the recipe's ``[deploy] system_libraries`` as present on the target machines;
 * ``unresolved``: none of these. It may well be on the build machine (``/usr/lib/x86_64-linux-gnu``): that is
