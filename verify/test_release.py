@@ -1,6 +1,6 @@
 """Area release: what upstream's release engineering checks on every wheel before it ships.
 
-From ``.ci/pytorch/check_binary.sh``: every ELF file of torch and torchvision finds its libraries with
+From ``.ci/pytorch/check_binary.sh``: every shared object of torch and torchvision finds its libraries with
 ``LD_LIBRARY_PATH`` unset, on the machines it is deployed to as well as on this one: through what the wheel
 bundles, its declared dependencies' libraries, the system libraries a manylinux policy allows, the NVIDIA
 driver's, or those the recipe's ``[deploy] system_libraries`` promises; never through what only this machine's

@@ -1,5 +1,5 @@
 """The analysis behind a wheel's portability record (:mod:`torchkiln.artifacts.portability`): every ``NEEDED``
-entry of every ELF file of an installed wheel resolved from the wheel's own point of view, and the manylinux or
+entry of every shared object of an installed wheel resolved from the wheel's own point of view, and the manylinux or
 musllinux policy it satisfies, from the policy data auditwheel ships (its ``manylinux-policy.json``: which
 libraries and which symbol versions each policy allows; its ELF readers for symbol versions, the C library and
 the instruction set). Analysis only: nothing here repairs or retags a wheel.
@@ -39,11 +39,11 @@ from .elf import ElfDynamic, elf_cached
 from .installed import (
     Distribution,
     declared_dependencies,
-    elf_files,
     installed,
     library_layout,
     name_of,
     provided_libraries,
+    shared_objects,
 )
 from .portability import TARGET_VIA, Need, Portability, is_driver_library, summarise
 
@@ -124,9 +124,6 @@ def resolve(obj: str, info: ElfDynamic, name: str, inst: Installation) -> Need:
         path, dist = inst.loaded[name]
         if _same_machine(inst.layout.get(path, ("", None))[1], info):
             return Need(obj, name, "declared", f"loaded first by {dist} ({reach})", path, dist)
-    if name in inst.own and _same_machine(inst.layout.get(inst.own[name], ("", None))[1], info):
-        path = inst.own[name]
-        return Need(obj, name, "bundled", f"loaded first: the wheel's {path} ({reach})", path)
     if LOADER.match(name):
         return Need(obj, name, "policy", "the dynamic loader")
     if name in inst.allowed:
@@ -141,6 +138,10 @@ def resolve(obj: str, info: ElfDynamic, name: str, inst: Installation) -> Need:
         return Need(obj, name, "driver", "the NVIDIA driver's (libnvidia-container's list)")
     if name in inst.target:
         return Need(obj, name, "target", TARGET_VIA)
+    if (
+        name in inst.own
+    ):  # the wheel has it, but this file cannot reach it: found only if loaded first, by chance
+        return Need(obj, name, "unresolved", f"the wheel has it at {inst.own[name]}, but {reach}")
     if elsewhere is not None:
         path, dist = elsewhere
         return Need(
@@ -340,9 +341,9 @@ def analyse_installed(
     """The portability record of the installed ``dist`` among the distributions ``index`` (by canonical
     name), judged against ``target`` (the recipe's ``[deploy] system_libraries``)."""
     wheel = name_of(dist)
-    files = elf_files(dist)
+    files = shared_objects(dist)
     if not files:
-        why = ["no ELF files: a pure wheel, it runs wherever its Python and its dependencies do"]
+        why = ["no shared objects: it runs wherever its Python and its dependencies do"]
         return Portability(analysed, _tags(dist), None, why)
     objects = [(r, elf_cached(str(p), True), p) for r, p in files]
     read = [(r, info, p) for r, info, p in objects if info is not None]
@@ -364,7 +365,6 @@ def analyse_installed(
     )
     needs = [resolve(r, info, name, inst) for r, info, _ in read for name in info.needed]
     notes = outside_notes((r, info) for r, info, _ in read)
-    notes += [f"{n}: {n.via}" for n in needs if n.via.startswith("loaded first: the wheel's")]
     policy, why = best_policy(read, needs, platform) if platform else (None, ["no ELF file auditwheel reads"])
     versions = highest_versions((r, i) for r, i, _ in read)
     brings = sorted({f"{n.distribution} {deps[n.distribution].version}" for n in needs if n.distribution})

@@ -93,20 +93,6 @@ def shared_objects(dist: Distribution) -> list[tuple[str, Path]]:
     return sorted(found)
 
 
-def elf_files(dist: Distribution) -> list[tuple[str, Path]]:
-    """(RECORD path, installed path) of every ELF file ``dist`` installed: its shared objects and its
-    executables (``torch/bin/torch_shm_manager``), as auditwheel reads every ELF file of a wheel."""
-    found = []
-    for entry in dist.files or ():
-        relative = posixpath.normpath(str(entry))
-        if relative.startswith("../") or relative.endswith((".py", ".pyc", ".pyi")):
-            continue
-        path = Path(str(dist.locate_file(entry)))
-        if elf_cached(str(path)) is not None:
-            found.append((relative, path))
-    return sorted(found)
-
-
 def provided_libraries(dependencies: Mapping[str, Distribution]) -> dict[str, tuple[str, str]]:
     """File name and soname -> (path, distribution) of the shared objects the dependencies install."""
     provided: dict[str, tuple[str, str]] = {}

@@ -1,16 +1,18 @@
 """The portability record of a wheel: where it runs, read from the wheel itself (issue 34).
 
-One record per wheel, in the manifest (:class:`~torchkiln.artifacts.manifest.WheelRecord` ``portability``),
+One record per wheel (its shared objects: the ``*.so`` files ``import`` loads, as upstream's ``check_binary.sh``
+and verify read them), in the manifest (:class:`~torchkiln.artifacts.manifest.WheelRecord` ``portability``),
 made by :mod:`torchkiln.artifacts.abi` (the analysis: auditwheel's policies, pyelftools) and judged here: which
 ``NEEDED`` entries nothing on the target provides (the post-build check refuses the wheel naming each, and
 ``verify``'s release area fails on them), and what a recipe's ``[deploy] system_libraries`` changes.
 
 The invariant: a library counts as reachable on the target only through what travels with the wheel or is
-promised for the target, never through the machine that built it. Each ``NEEDED`` entry of every ELF file
-of the wheel is one of :data:`KINDS`:
+promised for the target, never through the machine that built it. Each ``NEEDED`` entry of every shared
+object of the wheel is one of :data:`KINDS`:
 
-* ``bundled``: a file of the wheel itself, reached through its RPATH/RUNPATH (``$ORIGIN/...``), or the same
-  file loaded first by the wheel (then a note says that no search path of this file reaches it);
+* ``bundled``: a file of the wheel itself, reached through the object's RPATH/RUNPATH (``$ORIGIN/...``); a file
+  of the wheel that no search entry reaches is not (the wheel's own modules load in no promised order: a
+  torchvision ``_C.so`` that needs ``libpng16.so.16`` does not find the copy its ``image.so`` brings);
 * ``declared``: a file of a distribution the wheel requires (Requires-Dist, followed transitively), reached
   through RPATH/RUNPATH into it (``$ORIGIN/../../nvidia/cu13/lib``) or loaded first by it (torchvision's
   ``libc10.so`` from torch, which ``import torch`` loads);
@@ -72,7 +74,7 @@ def is_driver_library(soname: str) -> bool:
 
 @dataclass(frozen=True)
 class Need:
-    """One ``NEEDED`` entry of one ELF file of the wheel and how it resolves on the target."""
+    """One ``NEEDED`` entry of one shared object of the wheel and how it resolves on the target."""
 
     file: str  # the wheel's file that needs it, as its RECORD names it (torchvision/_C.so)
     needed: str  # the DT_NEEDED entry (libpng16.so.16)

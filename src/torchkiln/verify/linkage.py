@@ -8,7 +8,7 @@ passes every other check here and fails on the next machine. Importing with the 
 it for the libraries one import loads, but not for those loaded later (``libtorch_cuda_linalg.so`` on the
 first linear-algebra call), it cannot say which entry is missing, and it still counts whatever this machine's
 system directories hold. So this module answers it statically, from the ELF files: every ``NEEDED`` entry of
-every ELF file the distribution installs is resolved the way :mod:`torchkiln.artifacts.abi` resolves it for
+every shared object the distribution installs is resolved the way :mod:`torchkiln.artifacts.abi` resolves it for
 the portability record (bundled, from a declared distribution, a system library a manylinux policy allows,
 the NVIDIA driver's, or one the recipe's ``[deploy] system_libraries`` promises), never through this machine's
 loader cache or system directories. Those are read only to say, of an entry nothing accounts for, that this
@@ -93,7 +93,7 @@ class System:
 
 @dataclass(frozen=True)
 class Linkage:
-    """Every NEEDED entry of every ELF file of one distribution, resolved for the target (or not)."""
+    """Every NEEDED entry of every shared object of one distribution, resolved for the target (or not)."""
 
     distribution: str
     objects: tuple[str, ...]
@@ -130,7 +130,7 @@ class Linkage:
             )
         routes = ", ".join(f"{n} {kind}" for kind, n in sorted(self.routes().items()))
         return (
-            f"{self.distribution}: {len(self.entries)} NEEDED entries of {len(self.objects)} ELF files resolve "
+            f"{self.distribution}: {len(self.entries)} NEEDED entries of {len(self.objects)} shared objects resolve "
             f"on the target without LD_LIBRARY_PATH ({routes or 'none needed'}){record}"
         )
 
@@ -147,7 +147,7 @@ def check_distribution(
     *,
     target: Iterable[str] = (),
 ) -> Linkage:
-    """Resolve every NEEDED entry of every ELF file ``dist`` installed, for a target that has the installation,
+    """Resolve every NEEDED entry of every shared object ``dist`` installed, for a target that has the installation,
     the policy's libraries, the NVIDIA driver's and ``target`` (a recipe's ``[deploy] system_libraries``) and
     nothing of this machine; ``system`` (this machine's loader) only says where it has an unresolved one."""
     label = f"{dist.metadata['Name']} {dist.version}"
