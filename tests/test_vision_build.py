@@ -237,7 +237,12 @@ def test_the_real_tree_builds_a_wheel_with_its_codecs_against_torch_2_6(
         assert kinds[("torchvision/_C.so", "libc10.so")] == ("declared", "torch")
         image = {n for (f, n), (k, _) in kinds.items() if f == "torchvision/image.so" and k == "bundled"}
         assert {n.split(".")[0] for n in image} >= {"libpng16", "libjpeg", "libwebp", "libnvjpeg"}, image
-        assert "torch 2.6.0+cu124" in record["pip_brings"]
+        # PyPI's torch 2.6.0 (its CUDA 12.4 build) is version 2.6.0 in its metadata: torch.__version__ says +cu124
+        assert record["pip_brings"] == [
+            "nvidia-cuda-runtime-cu12 12.4.127",
+            "torch 2.6.0",
+        ]  # _C.so's libcudart
+        assert (record["policy"], record["glibc"]) == ("manylinux_2_34_x86_64", "2.34")  # Debian 12's libwebp
         # The issue's case: _C.so given one more NEEDED entry, libpng16.so.16, which this machine has (CI
         # installs libpng-dev) and nothing of the wheel accounts for. verify's release area, run against the
         # tampered wheel with the check venv's torch and NVIDIA wheels, fails naming the library and the file;
