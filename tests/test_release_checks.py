@@ -133,7 +133,7 @@ def test_library_found_only_through_ld_library_path_is_named(
     assert without.returncode != 0 and "libkilnaux.so: cannot open shared object file" in without.stderr
     found = check(site)
     assert [(e.obj, e.needed) for e in found.unresolved] == [(MODULE, "libkilnaux.so")]
-    assert "kilnprobe 1.0: 1 NEEDED entries resolve through none of" in found.message()
+    assert "kilnprobe 1.0: 1 NEEDED entries resolve through nothing the target machines" in found.message()
     assert f"{MODULE} needs libkilnaux.so" in found.message()
 
 
@@ -148,8 +148,14 @@ def test_library_shipped_behind_an_rpath_resolves(compiled: dict[str, bytes], tm
     found = check(site)
     assert found.unresolved == ()
     (entry,) = [e for e in found.entries if e.obj == MODULE and e.needed == "libkilnaux.so"]
-    assert (entry.path, entry.via) == (str(site / "kilnprobe.libs" / "libkilnaux.so"), "RPATH")
-    assert "resolve without LD_LIBRARY_PATH" in found.message() and "via RPATH" in found.message()
+    assert (entry.path, entry.via, entry.kind) == (
+        "kilnprobe.libs/libkilnaux.so",
+        "RPATH $ORIGIN/kilnprobe.libs",
+        "bundled",
+    )
+    assert (
+        "resolve on the target without LD_LIBRARY_PATH" in found.message() and "1 bundled" in found.message()
+    )
 
 
 @pytest.mark.integration
@@ -168,7 +174,8 @@ def test_library_of_a_dependency_resolves_only_when_declared(
     if declared:
         assert found.unresolved == ()
         (entry,) = [e for e in found.entries if e.needed == "libkilnaux.so"]
-        assert entry.via == "dependency kilnaux" and entry.path == str(site / "kilnaux_lib" / "libkilnaux.so")
+        assert (entry.kind, entry.path) == ("declared", "kilnaux_lib/libkilnaux.so")
+        assert entry.via.startswith("loaded first by kilnaux")
     else:  # installed, but nothing says the wheel needs it: another installation will lack it
         assert [(e.obj, e.needed) for e in found.unresolved] == [(MODULE, "libkilnaux.so")]
 
@@ -179,14 +186,8 @@ def test_the_nvidia_drivers_library_is_left_to_the_host(compiled: dict[str, byte
     site = install(tmp_path, probe_wheel(tmp_path, compiled["plain"], files=files))
     found = check(site)
     (entry,) = [e for e in found.entries if e.needed == "libcuda.so.1"]
-    if "libcuda.so.1" in linkage.System.of_this_machine().cache:  # a GPU machine: it must resolve there
-        assert entry.via == "system" and entry.path is not None
-    else:
-        assert (entry.path, entry.via) == (None, linkage.DRIVER)
-        assert (
-            "left to the host's NVIDIA driver, which this machine lacks: kilnprobe_cuda.so needs libcuda.so.1"
-            in found.message()
-        )
+    # the driver's on any machine: a GPU node has it with its driver, whatever this machine has
+    assert (entry.kind, entry.path) == ("driver", None) and found.driver == (entry,)
     # the driver's library is no excuse for the others: libkilnaux.so is still unresolved
     assert [(e.obj, e.needed) for e in found.unresolved] == [(MODULE, "libkilnaux.so")]
 
@@ -215,8 +216,8 @@ def test_the_installed_torch_resolves_everything() -> None:
     assert {"libtorch_cpu.so", "libc10.so", "libtorch_python.so"} <= names
     assert found.unresolved == (), found.message()
     # torch's own libraries find each other (and its libgomp) through their RPATH/RUNPATH ($ORIGIN)
-    own = [e for e in found.entries if e.needed == "libc10.so"]
-    assert own and all(e.via in ("RPATH", "RUNPATH") for e in own)
+    own = [e for e in found.entries if e.needed == "libc10.so" and e.obj.endswith(".so")]
+    assert own and all(e.kind == "bundled" and e.via.startswith(("RPATH", "RUNPATH")) for e in own)
 
 
 # --- torch.compile: the comparison reports a compile that differs from eager ---------------------------

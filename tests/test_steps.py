@@ -189,3 +189,41 @@ def test_each_pythons_post_build_check_is_in_the_manifest(world: dict[str, Path]
     assert list(manifest.python_checks) == [later], manifest.python_checks
     assert manifest.python_checks[later].results == manifest.checks.results
     assert manifest.python_checks[later].torch == manifest.checks.torch
+
+
+def test_an_unchecked_wheels_portability_is_read_once_and_recorded(
+    world: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--skip-checks: the publish step reads the wheel beside the build venv (here: none) for its record, warns
+    about what the post-build check would have refused, and a run that changed nothing reads nothing again
+    (the record is kept in the work directory by what it depends on)."""
+    import torch
+
+    from torchkiln.artifacts import abi
+
+    shm = Path(torch.__file__).parent / "lib" / "libshm.so"  # a real ELF: it needs torch's other libraries
+    tag = f"cp{sys.version_info.major}{sys.version_info.minor}-cp{sys.version_info.major}{sys.version_info.minor}-linux_x86_64"
+    world["wheel"].unlink()
+    world["wheel"] = tiny_wheel(
+        world["wheel"].parent, "torch", "2.13.0+cpu", files={"torch/lib/libshm.so": shm.read_bytes()}, tag=tag
+    )
+    read: list[str] = []
+    real = abi.analyse_wheel
+    monkeypatch.setattr(
+        abi, "analyse_wheel", lambda wheel, *a, **k: read.append(wheel.name) or real(wheel, *a, **k)
+    )
+    first, out = build(plan_of(world))
+    manifest = load_manifest(first.manifest)
+    record = manifest.wheels[0].portability
+    assert record is not None and record.analysed.startswith("the wheel unpacked beside the build venv")
+    kinds = {n.needed: n.kind for n in record.needs}
+    assert (
+        kinds["libc10.so"] == kinds["libtorch_cpu.so"] == "unresolved" and kinds["libstdc++.so.6"] == "policy"
+    )
+    assert record.policy is None and "torch/lib/libshm.so needs libc10.so" in record.unresolved
+    assert any(
+        w.startswith("--skip-checks: the post-build check would have refused it: ") for w in manifest.warnings
+    )
+    again, _ = build(plan_of(world))
+    assert again.ran == [] and read == [world["wheel"].name], "read once: nothing it depends on changed"
+    assert load_manifest(again.manifest).wheels[0].portability == record

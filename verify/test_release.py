@@ -1,7 +1,10 @@
 """Area release: what upstream's release engineering checks on every wheel before it ships.
 
 From ``.ci/pytorch/check_binary.sh``: every shared object of torch and torchvision finds its libraries with
-``LD_LIBRARY_PATH`` unset (through RPATH/RUNPATH, its declared dependencies' libraries or the system's);
+``LD_LIBRARY_PATH`` unset, on the machines it is deployed to as well as on this one: through what the wheel
+bundles, its declared dependencies' libraries, the system libraries a manylinux policy allows, the NVIDIA
+driver's, or those the recipe's ``[deploy] system_libraries`` promises; never through what only this machine's
+system directories hold (docs/portability.md);
 oneDNN is there and a CPU convolution runs through it. A CPU matmul gives exactly the integer product (the BLAS computes, not only loads). From
 ``.ci/pytorch/smoke_test/smoke_test.py``:
 ``torch.compile`` (inductor: C++ on the CPU with the host compiler, triton on CUDA) compiles a function and a
@@ -38,12 +41,14 @@ def installed() -> tuple[dict[str, linkage.Distribution], linkage.System]:
 
 @pytest.mark.parametrize("project", ["torch", "torchvision"])
 def test_libraries_resolve_without_ld_library_path(
-    installed: tuple[dict[str, linkage.Distribution], linkage.System], project: str
+    installed: tuple[dict[str, linkage.Distribution], linkage.System], project: str, recipe: object
 ) -> None:
     index, system = installed
     if project not in index:
         pytest.skip(f"{project} is not installed as a distribution (no RECORD lists its libraries)")
-    found = linkage.check_distribution(index[project], index, system)
+    deploy = getattr(recipe, "deploy", None)
+    target = getattr(deploy, "system_libraries", ())
+    found = linkage.check_distribution(index[project], index, system, target=target)
     assert found.objects, f"{project}: RECORD lists no shared object"
     if found.unresolved:
         pytest.fail(found.message(), pytrace=False)

@@ -16,7 +16,8 @@ one the build observed, not one it assumed:
   its servers, here, from the cache, and fell back to here;
 * ``wheels``: name, version, size, sha256 of each published wheel, and ``files_sha256``, the digest of the
   files it installs (:func:`torchkiln.artifacts.wheelfile.record_digest`), which the installed copy can be checked
-  against without the wheel at hand.
+  against without the wheel at hand; and ``portability``, where it runs, read from the wheel installed
+  (:mod:`torchkiln.artifacts.portability`).
 
 A field is added here and filled in :func:`torchkiln.build.publish._manifest` from what the steps recorded; the
 loader checks its type like every other field's.
@@ -33,6 +34,7 @@ from torchkiln.recipe.model import Recipe
 
 from . import jsonfile, wheelfile
 from .lockfile import SourceLock
+from .portability import Portability
 
 MANIFEST_FORMAT = 2  # 2: typed document (issue 12): toolchain tools, tree hashes, wheel versions and files
 
@@ -175,6 +177,9 @@ class WheelRecord:
     sha256: str
     files_sha256: str  # wheelfile.record_digest of its RECORD: what an installation must hold
     python: str = ""  # the Python it was built for ("3.12", "3.13t"); "" in manifests from before issue 23
+    # Where it runs (issue 34: manylinux policy, glibc, each NEEDED entry resolved; docs/portability.md);
+    # None in manifests from before it
+    portability: Portability | None = None
 
     @classmethod
     def of(cls, path: Path, project: str, python: str = "") -> WheelRecord:

@@ -19,6 +19,7 @@ from typing import Any
 from rich.console import Console
 
 from torchkiln.artifacts.manifest import Checks, MemoryRetry, StepRecord
+from torchkiln.artifacts.portability import Portability
 from torchkiln.artifacts.signing import PrivateKey
 from torchkiln.cache import CacheSession, CacheStats, open_session
 from torchkiln.distributed.client import (
@@ -94,6 +95,8 @@ class Context:
     # A build for several Pythons (python.versions): each later Python's post-build check, by Python
     # (``checks`` is the first Python's, as in a one-Python build).
     python_checks: dict[str, Checks] = field(default_factory=dict)
+    # Wheel file name -> its portability record, judged by the post-build check (torchkiln.build.portable)
+    portability: dict[str, Portability] = field(default_factory=dict)
     published: Published | None = None
     # What the compile steps saw that makes cache misses likely (a tree outside the basedir, a changed
     # compiler): named by --min-cache-hit-rate's message when the build misses.

@@ -79,6 +79,7 @@ from torchkiln.source.submodules import missing_submodules
 from torchkiln.verify.buildconfig import postbuild_checks
 from torchkiln.verify.facts import BuildFacts
 
+from . import portable
 from .context import Context, Ran, failure_message
 from .display import Display
 from .envstore import Restored, interpreter_identity, tree_bytes, venv_distributions
@@ -611,6 +612,7 @@ class ChecksKind(StepKind):
         out = super().outputs(step, ran, ctx)
         if step.facts:
             out["facts"] = _last_json(ran.tail)
+            out["portability"] = portable.analyse_checked(step)  # the installed wheels, read where they are
         return out
 
     def verify(self, step: Step, entry: Mapping[str, Any], ctx: Context) -> None:
@@ -621,6 +623,7 @@ class ChecksKind(StepKind):
                 ctx.python_checks[step.python] = checks
             else:
                 ctx.checks = checks
+            portable.judge(ctx, step, entry.get("outputs", {}), entry.get("log"))
 
 
 class PublishKind(StepKind):

@@ -39,6 +39,7 @@ from torchkiln.host.toolchain import Tool, Toolchain, tool_version
 from torchkiln.source.exact import Difference, changes, describe
 from torchkiln.source.git import dirty_checkout, is_git_checkout, lock_source
 
+from . import portable
 from .buildreqs import read_constraints
 from .context import Context, Published
 from .fingerprint import file_sha256
@@ -63,7 +64,8 @@ def publish(ctx: Context) -> bool:
     lock_path = paths.dist / f"{recipe.name}.lock.json"
     write_lock(lock_path, recipe.name, recipe.sha256, locks)
     manifest_path = paths.dist / dist.MANIFEST_NAME
-    manifest = _manifest(ctx, locks, [WheelRecord.of(w, p, python) for w, p, python in wheels])
+    found = [WheelRecord.of(w, p, python) for w, p, python in wheels]
+    manifest = _manifest(ctx, locks, portable.attach(ctx, wheels, found))  # with each wheel's portability
     write_manifest(manifest_path, manifest)
     sboms = sbom.write_wheel_sboms(paths.dist, manifest, recipe)
     statement = _attest(ctx, manifest, [manifest_path, lock_path, *sboms])

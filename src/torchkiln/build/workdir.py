@@ -40,6 +40,7 @@ LAYOUT: dict[str, Literal["file", "dir"]] = {
     "src": "dir",
     "launchers": "dir",
     "tree-outputs": "dir",  # what each compile step wrote into its source tree (torchkiln.build.treeguard)
+    "portability.json": "file",  # the publish step's portability records of unchecked wheels (build.portable)
 }
 
 Note = Callable[[str], None]

@@ -37,6 +37,9 @@ from .model import CHECKOUT_DIRS, MEMORY_RETRIES, PROJECTS, Paths, Plan, Source,
 PACKAGE = Path(__file__).resolve().parents[1]
 POSTCHECK = PACKAGE / "build" / "postcheck.py"
 FACTS = PACKAGE / "verify" / "facts.py"
+# The portability record the check reads of the installed wheels (torchkiln.build.portable): its result
+# depends on this code too.
+PORTABILITY = tuple(PACKAGE / "artifacts" / f"{m}.py" for m in ("abi", "elf", "installed", "portability"))
 
 _GIT_SUBCOMMAND = re.compile(r"^[a-z][a-z-]*$")
 # Files of a checkout that decide its build requirements (torchkiln.build.buildreqs reads them).
@@ -494,6 +497,7 @@ def _check_steps(
         *((torch.install,) if torch and torch.find_links else ()),
         str(POSTCHECK),
         str(FACTS),
+        *map(str, PORTABILITY),
     )
     check = Step(
         "checks:import",

@@ -301,6 +301,26 @@ def _search_dirs(value: Any) -> tuple[str, str] | None:
     return None
 
 
+# A shared library's soname as a DT_NEEDED entry names it: a file name (no "/", no glob), "<name>.so" then
+# numeric version parts (libpng16.so.16, libstdc++.so.6, ld-linux-x86-64.so.2, libcuda.so.1).
+SONAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_+.-]{0,120}\.so(\.[0-9]{1,6}){0,4}", re.ASCII)
+MAX_SYSTEM_LIBRARIES = 64
+
+
+def _sonames(value: Any) -> tuple[str, str] | None:
+    """``deploy.system_libraries``: sonames, each once."""
+    valid = 'sonames as the wheels\' DT_NEEDED entries name them, e.g. ["libpng16.so.16", "libjpeg.so.62"]'
+    if len(value) > MAX_SYSTEM_LIBRARIES:
+        return (f"{len(value)} entries, more than {MAX_SYSTEM_LIBRARIES}", valid)
+    bad = [shown(v) for v in value if not isinstance(v, str) or not SONAME_RE.fullmatch(v)]
+    if bad:
+        return (f"not a soname: {', '.join(bad[:4])}", valid)
+    twice = sorted({v for v in value if value.count(v) > 1})
+    if twice:
+        return (f"{', '.join(twice)} listed more than once", valid)
+    return None
+
+
 def _flags(value: Any) -> tuple[str, str] | None:
     if len(value) > MAX_FLAGS:
         return (f"{len(value)} flags, more than {MAX_FLAGS}", f"at most {MAX_FLAGS}")
@@ -569,6 +589,13 @@ SCHEMA: tuple[Field, ...] = (
         check=_match(ENV_NAME_RE, "an environment variable name"),
     ),
     Field("cache.credentials_file", str, check=path_problem, doc="file holding the remote store's secret"),
+    Field(
+        "deploy.system_libraries",
+        list,
+        check=_sonames,
+        doc="sonames the target machines have, which the wheels may need unbundled (docs/portability.md)",
+        convert=tuple,
+    ),
     Field(
         "dist.scheduler_url", str, check=_scheduler_url, doc="sccache-dist scheduler, http(s)://HOST[:PORT]"
     ),

@@ -140,9 +140,12 @@ class DistSection:
 class Deploy:
     """``[deploy]``: what the machines the wheels are installed on provide. ``cuda_libraries``: where a CUDA
     wheel's CUDA libraries come from there: ``pypi`` (NVIDIA's wheels, declared and found through RPATH, as
-    upstream's PyPI wheels) or ``bundled`` (carried inside the wheel, upstream's "-full" variant)."""
+    upstream's PyPI wheels) or ``bundled`` (carried inside the wheel, upstream's "-full" variant).
+    ``system_libraries``: sonames every target machine has (``libpng16.so.16``), which the wheels may need
+    without bundling or declaring them (the post-build check and ``verify`` accept them; docs/portability.md)."""
 
     cuda_libraries: str = "pypi"
+    system_libraries: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ functions that need torch import it when called.
 * :mod:`.provenance`: an installation against a build's manifest (versions, commits, sha256, files).
 * :mod:`.proc`: bounded subprocess runs (a verify check must never hang).
 * :mod:`.report`: the per-area summary (``summary.json``, ``summary.md``) written atomically.
-* :mod:`.linkage`: every NEEDED entry of an installed distribution's libraries, resolved without
-  LD_LIBRARY_PATH (pyelftools); :mod:`.smoke`: upstream's runtime smoke checks as verdicts.
+* :mod:`.linkage`: every NEEDED entry of an installed distribution's ELF files, resolved for the machines
+  it is deployed to, never through this one's directories (:mod:`torchkiln.artifacts.abi`); :mod:`.smoke`: upstream's runtime smoke checks as verdicts.
 * :mod:`.battery` (standard library + torch: also run as a script), :mod:`.parity`, :mod:`.refenv`:
   ``verify --compare-with``, numerical parity with upstream's wheel.
 

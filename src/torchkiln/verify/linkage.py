@@ -1,129 +1,79 @@
-"""Whether an installed distribution's shared objects find their libraries without the build host's help.
+"""Whether an installed distribution's shared objects find their libraries on the machines it is deployed to,
+not only on this one.
 
 Upstream's ``.ci/pytorch/check_binary.sh`` starts with ``unset LD_LIBRARY_PATH`` ("linked libraries should
 be found from RPATH") and then imports torch. A source build that works only because ``LD_LIBRARY_PATH``
-points at the CUDA toolkit (or a conda env) passes every other check on the machine that built it and
-fails on the next one. Importing with the variable unset would prove it for the libraries one import loads,
-but not for those loaded later (``libtorch_cuda_linalg.so`` on the first linear-algebra call), and it
-cannot say which entry is missing. So this module answers it statically, from the ELF files, the way
-glibc's loader searches (``elf/dl-load.c``: ``_dl_map_object``), for every ``NEEDED`` entry of every
-shared object the distribution installs:
+points at the CUDA toolkit, or because this machine happens to have ``/usr/lib/x86_64-linux-gnu/libpng16.so.16``,
+passes every other check here and fails on the next machine. Importing with the variable unset would prove
+it for the libraries one import loads, but not for those loaded later (``libtorch_cuda_linalg.so`` on the
+first linear-algebra call), it cannot say which entry is missing, and it still counts whatever this machine's
+system directories hold. So this module answers it statically, from the ELF files: every ``NEEDED`` entry of
+every shared object the distribution installs is resolved the way :mod:`torchkiln.artifacts.abi` resolves it for
+the portability record (bundled, from a declared distribution, a system library a manylinux policy allows,
+the NVIDIA driver's, or one the recipe's ``[deploy] system_libraries`` promises), never through this machine's
+loader cache or system directories. Those are read only to say, of an entry nothing accounts for, that this
+machine has it (and so the wheel works here only).
 
-1. the object's own ``DT_RPATH`` (when it has no ``DT_RUNPATH``), else its ``DT_RUNPATH``, with
-   ``$ORIGIN`` expanded to the object's directory (``LD_LIBRARY_PATH``, between the two, is left out:
-   that is the point);
-2. a library installed by a distribution it declares (``Requires-Dist``, followed transitively with the
-   extras and markers it names): already loaded by the time this one is, as torch's libraries are when
-   torchvision's load, and as ``torch/__init__.py`` preloads the ``nvidia/*/lib`` libraries of its
-   dependencies when its own RPATH does not reach them;
-3. the system: the loader's cache (``ldconfig -p``) and its default directories (``ld.so --help``).
-
-A candidate counts only when it is an ELF object of the requiring object's class and machine (the loader
-skips the others). The NVIDIA driver's own libraries (:data:`DRIVER_LIBRARIES`: ``libcuda.so.1``, which
-upstream's ``libcaffe2_nvrtc.so`` needs) come from the host's driver installation, never from a wheel: where
-the system has them they must resolve like any other; where it has none (a machine without a GPU) they are
-listed as the driver's, not as unresolved. Nothing is loaded (no dlopen): the files are read with pyelftools. ``$LIB`` and
-``$PLATFORM`` are not expanded (upstream's wheels use neither): a path using them finds nothing.
+The NVIDIA driver's own libraries (``libcuda.so.1``, which upstream's ``libcaffe2_nvrtc.so`` needs; the list
+is libnvidia-container's, :data:`torchkiln.artifacts.portability.DRIVER_LIBRARIES`) come with the driver
+wherever a GPU is, never from a wheel: they pass on a machine without a GPU too.
 """
 
 from __future__ import annotations
 
-import functools
-import importlib.metadata
-import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from elftools.common.exceptions import ELFError
-from elftools.elf.dynamic import DynamicSegment
-from elftools.elf.elffile import ELFFile
-from elftools.elf.segments import InterpSegment
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
-
+from torchkiln.artifacts.abi import analyse_installed
+from torchkiln.artifacts.elf import ElfDynamic, dynamic_strings, read_elf
+from torchkiln.artifacts.installed import (
+    Distribution,
+    declared_dependencies,
+    installed,
+    provided_libraries,
+    shared_objects,
+)
+from torchkiln.artifacts.portability import Portability, one_line
 from torchkiln.host.loader import ldconfig_cache, system_search_path
 
-Distribution = importlib.metadata.Distribution
-# Libraries only the NVIDIA driver installs (CUDA's driver API and NVML); no wheel ships them, and auditwheel
-# repairs never bundle them.
-DRIVER_LIBRARIES = frozenset({"libcuda.so.1", "libnvidia-ml.so.1"})
-DRIVER = "the NVIDIA driver's (not on this machine)"
+__all__ = [
+    "Distribution",
+    "ElfDynamic",
+    "Linkage",
+    "Resolved",
+    "System",
+    "check_distribution",
+    "declared_dependencies",
+    "dynamic_strings",
+    "installed",
+    "library_facts",
+    "provided_libraries",
+    "read_elf",
+    "shared_objects",
+]
 
-
-@dataclass(frozen=True)
-class ElfDynamic:
-    """What the loader reads of one ELF object: its dynamic entries, class and machine."""
-
-    needed: tuple[str, ...]
-    rpath: tuple[str, ...]
-    runpath: tuple[str, ...]
-    soname: str | None
-    elfclass: int
-    machine: str
-    interpreter: str | None = None
-
-
-# The dynamic tags the loader reads, and the attribute pyelftools gives each one's string under.
-_TAGS = {"DT_NEEDED": "needed", "DT_RPATH": "rpath", "DT_RUNPATH": "runpath", "DT_SONAME": "soname"}
-
-
-def read_elf(path: Path) -> ElfDynamic | None:
-    """The dynamic entries of ``path``; None when it is not an ELF file (or not a readable one)."""
-    try:
-        with path.open("rb") as stream:
-            if stream.read(4) != b"\x7fELF":
-                return None
-            stream.seek(0)
-            elf = ELFFile(stream)
-            found: dict[str, list[str]] = {attr: [] for attr in _TAGS.values()}
-            interpreter = None
-            for segment in elf.iter_segments():
-                if isinstance(segment, InterpSegment):
-                    interpreter = segment.get_interp_name()
-                if isinstance(segment, DynamicSegment):
-                    for tag in segment.iter_tags():
-                        attr = _TAGS.get(tag.entry.d_tag)
-                        if attr is not None:
-                            found[attr].append(str(getattr(tag, attr)))
-            return ElfDynamic(
-                needed=tuple(found["needed"]),
-                rpath=tuple(p for entry in found["rpath"] for p in entry.split(":") if p),
-                runpath=tuple(p for entry in found["runpath"] for p in entry.split(":") if p),
-                soname=found["soname"][0] if found["soname"] else None,
-                elfclass=elf.elfclass,
-                machine=str(elf["e_machine"]),
-                interpreter=interpreter,
-            )
-    except (ELFError, OSError, ValueError, KeyError):
-        return None
-
-
-def dynamic_strings(path: Path) -> bytes:
-    """The ``.dynstr`` section of an ELF object (the names of the symbols it defines and imports)."""
-    try:
-        with path.open("rb") as stream:
-            section = ELFFile(stream).get_section_by_name(".dynstr")
-            return bytes(section.data()) if section is not None else b""
-    except (ELFError, OSError, ValueError):
-        return b""
+DRIVER = "the NVIDIA driver's"
 
 
 @dataclass(frozen=True)
 class Resolved:
-    """One ``NEEDED`` entry of one object: where the loader finds it without LD_LIBRARY_PATH, and how
-    (``RPATH``, ``RUNPATH``, ``dependency <name>``, ``system``); ``path`` None: nowhere."""
+    """One ``NEEDED`` entry of one object: how it resolves on the target (``kind``: the portability record's,
+    ``via``: how), and where inside the installation (``path``: site-packages relative; None: on the machine,
+    or nowhere)."""
 
     obj: str
     needed: str
     path: str | None
     via: str
+    kind: str = "unresolved"
 
 
 @dataclass(frozen=True)
 class System:
-    """The loader's own search: its cache (soname -> paths) and default directories."""
+    """This machine's loader: its cache (soname -> paths) and default directories. Only to say where this
+    machine has a library the target is not known to have; never to resolve one."""
 
     cache: Mapping[str, Sequence[str]]
     directories: tuple[str, ...]
@@ -133,180 +83,83 @@ class System:
         interpreter = read_elf(Path(sys.executable).resolve())
         return cls(ldconfig_cache(), system_search_path(interpreter.interpreter if interpreter else None))
 
-
-def _compatible(path: Path, want: ElfDynamic) -> bool:
-    found = _elf_cached(str(path))
-    return found is not None and (found.elfclass, found.machine) == (want.elfclass, want.machine)
-
-
-@functools.lru_cache(maxsize=4096)
-def _elf_cached(path: str) -> ElfDynamic | None:
-    return read_elf(Path(path)) if Path(path).is_file() else None
-
-
-def _expand(entry: str, origin: Path) -> Path:
-    return Path(entry.replace("${ORIGIN}", str(origin)).replace("$ORIGIN", str(origin)))
-
-
-def _search(directories: Iterable[Path], name: str, want: ElfDynamic) -> str | None:
-    for directory in directories:
-        candidate = directory / name
-        if _compatible(candidate, want):
-            return os.path.normpath(candidate)
-    return None
-
-
-def resolve(
-    obj: Path, info: ElfDynamic, name: str, provided: Mapping[str, tuple[str, str]], system: System
-) -> tuple[str | None, str]:
-    """Where ``name`` (a NEEDED entry of ``obj``) is found, and how. ``provided``: file name or soname ->
-    (path, distribution) of the libraries the declared dependencies install."""
-    if "/" in name:  # a path, not a name: used as it is (relative to the working directory)
-        return (name, "path") if _compatible(Path(name), info) else (None, "")
-    origin = obj.parent
-    own = info.rpath if not info.runpath else info.runpath
-    found = _search((_expand(e, origin) for e in own), name, info)
-    if found:
-        return found, "RUNPATH" if info.runpath else "RPATH"
-    if name in provided:
-        path, dist = provided[name]
-        if _compatible(Path(path), info):
-            return path, f"dependency {dist}"
-    for cached in system.cache.get(name, ()):
-        if _compatible(Path(cached), info):
-            return cached, "system"
-    found = _search((Path(d) for d in system.directories), name, info)
-    if found:
-        return found, "system"
-    return None, DRIVER if name in DRIVER_LIBRARIES else ""
-
-
-# --- distributions -------------------------------------------------------------------------------------
-
-
-def installed(paths: Sequence[str] | None = None) -> dict[str, Distribution]:
-    """The installed distributions by canonical name (first on the path wins, as for imports)."""
-    found: dict[str, Distribution] = {}
-    for dist in importlib.metadata.distributions(path=list(paths) if paths is not None else sys.path):
-        name = dist.metadata["Name"]
-        if name:
-            found.setdefault(canonicalize_name(name), dist)
-    return found
-
-
-def declared_dependencies(dist: Distribution, index: Mapping[str, Distribution]) -> dict[str, Distribution]:
-    """The installed distributions ``dist`` requires, transitively, with the extras each requirement names
-    (``cuda-toolkit[cudart,...]`` brings ``nvidia-cuda-runtime``) and markers evaluated for this machine."""
-    seen: set[tuple[str, frozenset[str]]] = set()
-    out: dict[str, Distribution] = {}
-    todo: list[tuple[Distribution, frozenset[str]]] = [(dist, frozenset())]
-    while todo:
-        current, extras = todo.pop()
-        for text in current.requires or ():
-            try:
-                req = Requirement(text)
-            except InvalidRequirement:
-                continue
-            if req.marker is not None and not any(
-                req.marker.evaluate({"extra": extra}) for extra in (extras or {""})
-            ):
-                continue
-            name = canonicalize_name(req.name)
-            key = (name, frozenset(req.extras))
-            if name not in index or key in seen:
-                continue
-            seen.add(key)
-            out[name] = index[name]
-            todo.append((index[name], frozenset(req.extras)))
-    return out
-
-
-def _is_shared_object(relative: str) -> bool:
-    name = relative.rsplit("/", 1)[-1]
-    return name.endswith(".so") or ".so." in name
-
-
-def shared_objects(dist: Distribution) -> list[tuple[str, Path]]:
-    """(path as RECORD lists it, installed path) of every ELF shared object ``dist`` installed."""
-    found = []
-    for entry in dist.files or ():
-        relative = str(entry)
-        if _is_shared_object(relative):
-            path = Path(str(dist.locate_file(entry)))
-            if _elf_cached(str(path)) is not None:
-                found.append((relative, path))
-    return sorted(found)
-
-
-def provided_libraries(dependencies: Mapping[str, Distribution]) -> dict[str, tuple[str, str]]:
-    """File name and soname -> (path, distribution) of the shared objects the dependencies install."""
-    provided: dict[str, tuple[str, str]] = {}
-    for name, dist in sorted(dependencies.items()):
-        for _, path in shared_objects(dist):
-            info = _elf_cached(str(path))
-            for key in (path.name, info.soname if info else None):
-                if key:
-                    provided.setdefault(key, (str(path), name))
-    return provided
+    def where(self, name: str) -> str | None:
+        """Where this machine's loader would find ``name`` (its cache, then its directories), or None."""
+        for path in self.cache.get(name, ()):
+            if Path(path).is_file():
+                return path
+        return next((str(Path(d) / name) for d in self.directories if (Path(d) / name).is_file()), None)
 
 
 @dataclass(frozen=True)
 class Linkage:
-    """Every NEEDED entry of every shared object of one distribution, resolved (or not)."""
+    """Every NEEDED entry of every shared object of one distribution, resolved for the target (or not)."""
 
     distribution: str
     objects: tuple[str, ...]
     entries: tuple[Resolved, ...]
+    record: Portability | None = None
+    here: Mapping[str, str] = field(default_factory=dict)  # unresolved name -> where this machine has it
 
     @property
     def unresolved(self) -> tuple[Resolved, ...]:
-        return tuple(e for e in self.entries if e.path is None and e.via != DRIVER)
+        return tuple(e for e in self.entries if e.kind == "unresolved")
 
     @property
     def driver(self) -> tuple[Resolved, ...]:
-        """Entries for the NVIDIA driver's libraries on a machine that has no driver."""
-        return tuple(e for e in self.entries if e.via == DRIVER)
+        """Entries for the NVIDIA driver's libraries (on the target's driver, whatever this machine has)."""
+        return tuple(e for e in self.entries if e.kind == "driver")
 
     def routes(self) -> dict[str, int]:
-        """How many entries each route resolved (dependencies counted together)."""
+        """How many entries each kind resolved (bundled, declared, policy, driver, target)."""
         counts: dict[str, int] = {}
         for entry in self.entries:
-            if entry.path is not None:
-                route = "dependency" if entry.via.startswith("dependency") else entry.via
-                counts[route] = counts.get(route, 0) + 1
+            if entry.kind != "unresolved":
+                counts[entry.kind] = counts.get(entry.kind, 0) + 1
         return counts
 
     def message(self) -> str:
-        driver = "; ".join(f"{e.obj} needs {e.needed}" for e in self.driver)
-        host = f"; left to the host's NVIDIA driver, which this machine lacks: {driver}" if driver else ""
+        record = f"; {one_line(self.record)}" if self.record is not None else ""
         if self.unresolved:
-            listed = "; ".join(f"{e.obj} needs {e.needed}" for e in self.unresolved)
+            listed = "; ".join(self._named(e) for e in self.unresolved)
             return (
-                f"{self.distribution}: {len(self.unresolved)} NEEDED entries resolve through none of RPATH/"
-                f"RUNPATH, a declared dependency's libraries or the system's (LD_LIBRARY_PATH unset): "
-                f"{listed}{host}"
+                f"{self.distribution}: {len(self.unresolved)} NEEDED entries resolve through nothing the target "
+                "machines are known to have (the wheel's own files, a declared distribution's, a system library "
+                "a manylinux policy allows, the NVIDIA driver's, the recipe's [deploy] system_libraries; never "
+                f"this machine's system directories): {listed}"
             )
-        routes = ", ".join(f"{n} via {route}" for route, n in sorted(self.routes().items()))
+        routes = ", ".join(f"{n} {kind}" for kind, n in sorted(self.routes().items()))
         return (
-            f"{self.distribution}: {len(self.entries) - len(self.driver)} NEEDED entries of "
-            f"{len(self.objects)} shared objects resolve without LD_LIBRARY_PATH ({routes or 'none needed'})"
-            f"{host}"
+            f"{self.distribution}: {len(self.entries)} NEEDED entries of {len(self.objects)} shared objects resolve "
+            f"on the target without LD_LIBRARY_PATH ({routes or 'none needed'}){record}"
         )
 
+    def _named(self, entry: Resolved) -> str:
+        here = self.here.get(entry.needed)
+        where = f" (this machine has it at {here}: the wheel works here only)" if here else ""
+        return f"{entry.obj} needs {entry.needed}{where}"
 
-def check_distribution(dist: Distribution, index: Mapping[str, Distribution], system: System) -> Linkage:
-    """Resolve every NEEDED entry of every shared object ``dist`` installed (see the module docstring)."""
-    provided = provided_libraries(declared_dependencies(dist, index))
-    objects = shared_objects(dist)
-    entries = []
-    for relative, path in objects:
-        info = _elf_cached(str(path))
-        assert info is not None  # shared_objects keeps ELF files only
-        for name in info.needed:
-            found, via = resolve(path, info, name, provided, system)
-            entries.append(Resolved(relative, name, found, via))
+
+def check_distribution(
+    dist: Distribution,
+    index: Mapping[str, Distribution],
+    system: System | None = None,
+    *,
+    target: Iterable[str] = (),
+) -> Linkage:
+    """Resolve every NEEDED entry of every shared object ``dist`` installed, for a target that has the installation,
+    the policy's libraries, the NVIDIA driver's and ``target`` (a recipe's ``[deploy] system_libraries``) and
+    nothing of this machine; ``system`` (this machine's loader) only says where it has an unresolved one."""
     label = f"{dist.metadata['Name']} {dist.version}"
-    return Linkage(label, tuple(r for r, _ in objects), tuple(entries))
+    record = analyse_installed(dist, index, target=target, analysed=f"installed here ({label})")
+    entries = tuple(Resolved(n.file, n.needed, n.path, n.via, n.kind) for n in record.needs)
+    objects = tuple(sorted({n.file for n in record.needs}))
+    here = {}
+    if system is not None:
+        for entry in entries:
+            if entry.kind == "unresolved" and (found := system.where(entry.needed)):
+                here[entry.needed] = found
+    return Linkage(label, objects, entries, record, here)
 
 
 # --- what torch's CUDA libraries link: NCCL and MAGMA (buildconfig's self-checks) ---------------------
@@ -320,7 +173,8 @@ def library_facts(dist: Distribution, linkage: Linkage) -> dict[str, object]:
     facts: dict[str, object] = {"libraries_read": True, "nccl_needed": None, "nccl_path": None}
     for entry in linkage.entries:
         if entry.obj == by_name.get("libtorch_cuda.so") and entry.needed.startswith("libnccl"):
-            facts["nccl_needed"], facts["nccl_path"] = entry.needed, entry.path
+            promised = f"the target machines' ({entry.via})" if entry.kind == "target" else None
+            facts["nccl_needed"], facts["nccl_path"] = entry.needed, entry.path or promised
     facts["magma_linkage"] = None
     holder = by_name.get("libtorch_cuda_linalg.so") or by_name.get("libtorch_cuda.so")
     if holder is not None:

@@ -1,0 +1,107 @@
+"""What the dynamic loader reads of an ELF file, read with pyelftools (nothing is loaded, nothing is run).
+
+One reader for the two questions torchkiln asks of a wheel's native code: where each ``NEEDED`` entry resolves
+(:mod:`torchkiln.artifacts.abi`, :mod:`torchkiln.verify.linkage`) and which symbol versions it needs of the
+system's libraries (``GLIBC_2.28``, ``GLIBCXX_3.4.30``: the version needs of ``.gnu.version_r``, read with
+auditwheel's own reader, :func:`auditwheel.elfutils.elf_find_versioned_symbols`, so the manylinux verdict
+rests on the same reading as auditwheel's).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+from elftools.common.exceptions import ELFError
+from elftools.elf.dynamic import DynamicSegment
+from elftools.elf.elffile import ELFFile
+from elftools.elf.segments import InterpSegment
+
+
+@dataclass(frozen=True)
+class ElfDynamic:
+    """What the loader reads of one ELF object: its dynamic entries, class and machine, its program
+    interpreter (an executable's), and the symbol versions it needs of other objects ((library, version):
+    ``("libc.so.6", "GLIBC_2.28")``; the dynamic loader's own are left out, as auditwheel leaves them)."""
+
+    needed: tuple[str, ...]
+    rpath: tuple[str, ...]
+    runpath: tuple[str, ...]
+    soname: str | None
+    elfclass: int
+    machine: str
+    interpreter: str | None = None
+    versions: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def search(self) -> tuple[str, tuple[str, ...]]:
+        """The object's own search path and its tag: DT_RUNPATH when it has one (DT_RPATH is then ignored:
+        glibc's ``elf/dl-load.c``), else DT_RPATH."""
+        return ("RUNPATH", self.runpath) if self.runpath else ("RPATH", self.rpath)
+
+
+# The dynamic tags the loader reads, and the attribute pyelftools gives each one's string under.
+_TAGS = {"DT_NEEDED": "needed", "DT_RPATH": "rpath", "DT_RUNPATH": "runpath", "DT_SONAME": "soname"}
+
+
+def _versions(elf: ELFFile) -> tuple[tuple[str, str], ...]:
+    from auditwheel.elfutils import elf_find_versioned_symbols  # imported when a version is asked for
+
+    return tuple(sorted(set(elf_find_versioned_symbols(elf))))
+
+
+def read_elf(path: Path, *, versions: bool = False) -> ElfDynamic | None:
+    """The dynamic entries of ``path`` (and, with ``versions``, its symbol version needs); None when it is not
+    an ELF file (or not a readable one)."""
+    try:
+        with path.open("rb") as stream:
+            if stream.read(4) != b"\x7fELF":
+                return None
+            stream.seek(0)
+            elf = ELFFile(stream)
+            found: dict[str, list[str]] = {attr: [] for attr in _TAGS.values()}
+            interpreter = None
+            for segment in elf.iter_segments():
+                if isinstance(segment, InterpSegment):
+                    interpreter = segment.get_interp_name()
+                if isinstance(segment, DynamicSegment):
+                    for tag in segment.iter_tags():
+                        attr = _TAGS.get(tag.entry.d_tag)
+                        if attr is not None:
+                            found[attr].append(str(getattr(tag, attr)))
+            return ElfDynamic(
+                needed=tuple(found["needed"]),
+                rpath=tuple(p for entry in found["rpath"] for p in entry.split(":") if p),
+                runpath=tuple(p for entry in found["runpath"] for p in entry.split(":") if p),
+                soname=found["soname"][0] if found["soname"] else None,
+                elfclass=elf.elfclass,
+                machine=str(elf["e_machine"]),
+                interpreter=interpreter,
+                versions=_versions(elf) if versions else (),
+            )
+    except (ELFError, OSError, ValueError, KeyError, AssertionError):
+        return None
+
+
+@functools.lru_cache(maxsize=8192)
+def elf_cached(path: str, versions: bool = False) -> ElfDynamic | None:
+    """:func:`read_elf` of a regular file, kept (a library many objects need is read once)."""
+    return read_elf(Path(path), versions=versions) if Path(path).is_file() else None
+
+
+def compatible(path: Path, want: ElfDynamic) -> bool:
+    """Whether ``path`` is an ELF object the loader would take for ``want``: same class and machine (it skips
+    the others and searches on)."""
+    found = elf_cached(str(path))
+    return found is not None and (found.elfclass, found.machine) == (want.elfclass, want.machine)
+
+
+def dynamic_strings(path: Path) -> bytes:
+    """The ``.dynstr`` section of an ELF object (the names of the symbols it defines and imports)."""
+    try:
+        with path.open("rb") as stream:
+            section = ELFFile(stream).get_section_by_name(".dynstr")
+            return bytes(section.data()) if section is not None else b""
+    except (ELFError, OSError, ValueError):
+        return b""
