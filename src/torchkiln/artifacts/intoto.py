@@ -184,7 +184,9 @@ def _describe(value: Any) -> str:
 
 def _base64_field(data: Mapping[str, Any], key: str, field: str, where: str, rule: str) -> bytes:
     if key not in data:
-        raise Departure(where, f"{rule}.missing", field, "missing", "a base64 string (REQUIRED, even if empty)")
+        raise Departure(
+            where, f"{rule}.missing", field, "missing", "a base64 string (REQUIRED, even if empty)"
+        )
     value = data[key]
     if not isinstance(value, str):
         raise Departure(where, f"{rule}.type", field, f"{_describe(value)}, not a string", "a base64 string")
@@ -231,7 +233,9 @@ def read_envelope(text: str, where: str) -> RawEnvelope:
         raise Departure(where, "payloadType.missing", "payloadType", "missing", PAYLOAD_TYPE)
     kind = data["payloadType"]
     if not isinstance(kind, str):
-        raise Departure(where, "payloadType.type", "payloadType", f"{_describe(kind)}, not a string", PAYLOAD_TYPE)
+        raise Departure(
+            where, "payloadType.type", "payloadType", f"{_describe(kind)}, not a string", PAYLOAD_TYPE
+        )
     check_payload_type(kind, where)
     payload = _base64_field(data, "payload", "payload", where, "payload")
     if "signatures" not in data:
@@ -239,7 +243,11 @@ def read_envelope(text: str, where: str) -> RawEnvelope:
     entries = data["signatures"]
     if not isinstance(entries, list):
         raise Departure(
-            where, "signatures.type", "signatures", f"{_describe(entries)}, not an array", "an array of signatures"
+            where,
+            "signatures.type",
+            "signatures",
+            f"{_describe(entries)}, not an array",
+            "an array of signatures",
         )
     if not entries:
         raise Departure(where, "signatures.empty", "signatures", "empty", "at least one signature")
@@ -290,9 +298,13 @@ def read_statement_data(payload: bytes, where: str) -> dict[str, Any]:
             where, "statement.duplicate_key", f"payload.{dup.key}", "given twice", "each member once"
         ) from None
     except (UnicodeDecodeError, ValueError):
-        raise Departure(where, "statement.json", "payload", "not JSON in UTF-8", "an in-toto Statement") from None
+        raise Departure(
+            where, "statement.json", "payload", "not JSON in UTF-8", "an in-toto Statement"
+        ) from None
     if not isinstance(data, dict):
-        raise Departure(where, "statement.json", "payload", f"{_describe(data)}, not an object", "a JSON object")
+        raise Departure(
+            where, "statement.json", "payload", f"{_describe(data)}, not an object", "a JSON object"
+        )
     if data.get("_type") != STATEMENT_TYPE:
         found = "missing" if "_type" not in data else f"{ascii(data['_type'])} is not Statement v1"
         raise Departure(where, "statement._type", "payload._type", found, STATEMENT_TYPE)
@@ -315,7 +327,9 @@ def _subjects(data: Mapping[str, Any], where: str) -> None:
     for index, item in enumerate(items):
         field = f"payload.subject[{index}]"
         if not isinstance(item, dict):
-            raise Departure(where, "subject.item", field, f"{_describe(item)}, not an object", "a ResourceDescriptor")
+            raise Departure(
+                where, "subject.item", field, f"{_describe(item)}, not an object", "a ResourceDescriptor"
+            )
         name = item.get("name")
         if name is not None and (not isinstance(name, str) or name in names):
             problem = "given twice" if isinstance(name, str) else f"{_describe(name)}, not a string"
@@ -332,7 +346,11 @@ def _subject_digest(digest: Any, field: str, where: str) -> None:
         lengths = HEX_LENGTHS.get(algorithm)
         if not isinstance(value, str) or not value:
             raise Departure(
-                where, "subject.digest.value", f"{field}.{algorithm}", f"{_describe(value)}", "a non-empty string"
+                where,
+                "subject.digest.value",
+                f"{field}.{algorithm}",
+                f"{_describe(value)}",
+                "a non-empty string",
             )
         if lengths and not (_HEX.fullmatch(value) and len(value) in lengths):
             raise Departure(
@@ -377,7 +395,11 @@ def _predicate(predicate: Any, where: str) -> None:
     builder = run.get("builder") if isinstance(run, dict) else None
     if not isinstance(builder, dict) or not isinstance(builder.get("id"), str) or not builder["id"]:
         raise Departure(
-            where, "predicate.runDetails", "payload.predicate.runDetails.builder.id", "missing", "the builder's URI"
+            where,
+            "predicate.runDetails",
+            "payload.predicate.runDetails.builder.id",
+            "missing",
+            "the builder's URI",
         )
     for name, items in (
         ("buildDefinition.resolvedDependencies", build.get("resolvedDependencies")),
@@ -392,4 +414,3 @@ def _predicate(predicate: Any, where: str) -> None:
                     "sets none of uri, digest, content",
                     "a ResourceDescriptor with one of them",
                 )
-

@@ -39,6 +39,7 @@ from .intoto import STATEMENT_TYPE as STATEMENT_TYPE
 from .intoto import read_statement_data
 from .manifest import CacheRecord, DistRecord, Manifest
 from .signing import Envelope, PrivateKey, sign
+
 # torchkiln's own URIs, each a section of docs/supply-chain.md: what a build of wheels means (how to read
 # the parameters), and the builder (torchkiln run by whoever holds the signing key, on their host).
 DOCS = "https://github.com/torchkiln/torchkiln/blob/main/docs/supply-chain.md"

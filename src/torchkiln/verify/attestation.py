@@ -26,9 +26,9 @@ import importlib.metadata
 import re
 from pathlib import Path
 
+from torchkiln.artifacts.intoto import Departure
 from torchkiln.artifacts.manifest import WheelRecord
 from torchkiln.artifacts.provenance import Statement, Subject, read_statement
-from torchkiln.artifacts.intoto import Departure
 from torchkiln.artifacts.signing import Envelope, PublicKey, verify
 from torchkiln.files.digests import file_sha256
 
