@@ -115,6 +115,9 @@ def _resolved(manifest: Manifest) -> list[dict[str, Any]]:
         entry["annotations"] = {"dirty": lock.dirty, "provided": lock.provided, "path": lock.path}
         if lock.changed:  # the files that differ from the commit (a fetched checkout: --allow-dirty)
             entry["annotations"]["changed"] = list(lock.changed)
+        if manifest.rebuild is not None and name in manifest.rebuild.tree_outputs:
+            # a tree without git: the files its build wrote into it, which its sha256 leaves out
+            entry["annotations"]["tree_outputs"] = manifest.rebuild.tree_outputs[name]
         out.append(entry)
         for sub in lock.submodules:
             item: dict[str, Any] = {"name": f"{name}/{sub.path}", "digest": {"gitCommit": sub.commit}}
@@ -124,6 +127,18 @@ def _resolved(manifest: Manifest) -> list[dict[str, Any]]:
             out.append(item)
     for package, version in sorted(manifest.toolchain.build_packages.items()):
         out.append({"name": package, "uri": f"pkg:pypi/{package}@{version}"})
+    return out
+
+
+def _rebuild_parameters(manifest: Manifest) -> dict[str, Any]:
+    """What `torchkiln reproduce` needs beyond the sources: each compile's SOURCE_DATE_EPOCH, and the torch a
+    --torch build installed (with its wheel's sha256)."""
+    rebuild = manifest.rebuild
+    if rebuild is None:
+        return {}
+    out: dict[str, Any] = {"source_date_epoch": dict(rebuild.source_date_epoch)}
+    if rebuild.torch is not None:
+        out["given_torch"] = {"install": rebuild.torch.install, "sha256": rebuild.torch.sha256}
     return out
 
 
@@ -188,7 +203,11 @@ def statement(
             "buildDefinition": {
                 "buildType": BUILD_TYPE,
                 "externalParameters": {"recipe": recipe, "options": dict(parameters)},
-                "internalParameters": {"build_env": manifest.build_env, "projects": manifest.projects},
+                "internalParameters": {
+                    "build_env": manifest.build_env,
+                    "projects": manifest.projects,
+                    **_rebuild_parameters(manifest),
+                },
                 "resolvedDependencies": _resolved(manifest),
             },
             "runDetails": {
