@@ -1,5 +1,5 @@
-"""torchkiln's reproducible test extension."""
+"""torchkiln's test extension for `torchkiln reproduce`."""
 
-from ._speed import twice
+from ._speed import built_at, twice
 
-__all__ = ["twice"]
+__all__ = ["built_at", "twice"]
