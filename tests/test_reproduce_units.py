@@ -324,3 +324,20 @@ def test_reproduce_refuses_unusable_input_with_exit_2_before_anything_runs(
     key.write_bytes(signing.public_pem(ed25519.Ed25519PrivateKey.generate()))
     assert cli.main(["reproduce", str(path), "--key", str(key), "--workdir", str(tmp_path / "w3")]) == 2
     assert "is a manifest, not a signed statement" in capsys.readouterr().err
+
+
+def test_an_only_torchvision_record_without_its_torch_at_hand_asks_for_it(tmp_path: Path) -> None:
+    """A --only torchvision build without --torch took torch from dist/: the rebuild looks for that wheel
+    (the build venv's torch version) beside the record, and says what to give when it is not there."""
+    import argparse
+
+    from torchkiln.commands.reproduce import _given_torch
+
+    record = load_record(_written(tmp_path, _manifest(tmp_path)))
+    record = replace(record, torch=None, build_packages={"torch": "2.13.0+cpu"})
+    args = argparse.Namespace(given_torch=None)
+    with pytest.raises(
+        UsageError, match=r"built against torch 2.13.0\+cpu, and no wheel of it is beside the record"
+    ):
+        _given_torch(args, record, load_recipe(RECIPE), "torchvision", [tmp_path])
+    assert _given_torch(args, record, load_recipe(RECIPE), "torch", [tmp_path]) is None
