@@ -341,3 +341,14 @@ def test_an_only_torchvision_record_without_its_torch_at_hand_asks_for_it(tmp_pa
     ):
         _given_torch(args, record, load_recipe(RECIPE), "torchvision", [tmp_path])
     assert _given_torch(args, record, load_recipe(RECIPE), "torch", [tmp_path]) is None
+
+
+def test_a_refused_input_leaves_no_work_directory_behind(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _written(tmp_path, _manifest(tmp_path, tree=True))  # its tree, /given/torch, is not there
+    workdir = tmp_path / "again"
+    assert cli.main(["reproduce", str(path), "--workdir", str(workdir)]) == 2
+    err = capsys.readouterr().err
+    assert "--source-dir torch=/given/torch: not a directory (valid: --source-dir torch=PATH" in err
+    assert not workdir.exists()

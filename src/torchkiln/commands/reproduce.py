@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ from torchkiln.errors import EXIT_FAILURE, UsageError
 from torchkiln.files.digests import file_sha256
 from torchkiln.plan.given_torch import GivenTorch, resolve_given_torch
 from torchkiln.plan.make import make_plan
-from torchkiln.plan.model import PROJECTS
+from torchkiln.plan.model import PROJECTS, Plan
 from torchkiln.plan.preflight import adopt_source_versions
 from torchkiln.plan.rebuild import (
     accepted_versions,
@@ -224,18 +225,17 @@ def _context(record: Record, manifest_path: Path) -> list[str]:
     return lines
 
 
-def run(args: argparse.Namespace) -> int:
-    started = time.monotonic()
-    key = load_public_key(Path(args.key)) if args.key else None
-    record = load_record(Path(args.record), key)
-    recipe = _recipe(record, args.recipe)
+def _originals(args: argparse.Namespace, record: Record) -> list[Path]:
+    """Where the recorded wheels may be: --wheels, then beside the record."""
+    return [*args.wheels, record.file.parent.absolute()]
+
+
+def _plan(args: argparse.Namespace, record: Record, recipe: Recipe, workdir: Path, console: Console) -> Plan:
+    """The rebuild's plan, every input checked against the record (torchkiln.plan.rebuild)."""
     only = _only(record)
-    originals = [*args.wheels, record.file.parent.absolute()]
-    workdir = _fresh_workdir(args.workdir, record)
     trees, fetched = _sources(args, record, workdir)
     recipe = pinned_recipe(recipe, fetched)
     recipe, notes = adopt_source_versions(recipe, trees, accepted_versions(record, recipe))
-    console = Console(highlight=False, stderr=args.json, soft_wrap=True)
     missing = [p for p in record.projects if p not in record.epochs]
     if missing:
         console.print(
@@ -251,13 +251,31 @@ def run(args: argparse.Namespace) -> int:
         cache=resolve_cache(recipe.cache, kind=args.cache, dir=args.cache_dir),
         dist_spec=None,
         notes=notes,
-        torch=_given_torch(args, record, recipe, only, originals),
+        torch=_given_torch(args, record, recipe, only, _originals(args, record)),
         env_store=env_store_from_args(args),
     )
-    plan = pin_epochs(plan, record.epochs)
+    return pin_epochs(plan, record.epochs)
+
+
+def run(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    key = load_public_key(Path(args.key)) if args.key else None
+    record = load_record(Path(args.record), key)
+    recipe = _recipe(record, args.recipe)
+    _only(record)
+    console = Console(highlight=False, stderr=args.json, soft_wrap=True)
+    existed = args.workdir is not None and args.workdir.exists()
+    workdir = _fresh_workdir(args.workdir, record)
+    try:
+        plan = _plan(args, record, recipe, workdir, console)
+    except BaseException:  # refused before anything was built: leave nothing behind
+        shutil.rmtree(workdir, ignore_errors=True)
+        if existed:
+            workdir.mkdir()
+        raise
     console.print(f"[bold]torchkiln reproduce[/bold] {escape(str(record.file))}: rebuilding in {workdir}")
     result = run_build(plan, BuildOptions(skip_checks=True, console=console))
-    verdicts = compare(record.wheels, result.wheels, originals)
+    verdicts = compare(record.wheels, result.wheels, _originals(args, record))
     context = _context(record, result.manifest)
     seconds = round(time.monotonic() - started, 1)
     same = all(v.same for v in verdicts)
