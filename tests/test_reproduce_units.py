@@ -167,7 +167,7 @@ def _manifest(tmp_path: Path, *, tree: bool = False):
         manifest,
         recipe=recipe_info,
         build_env=build_env,
-        rebuild=Rebuild({"torch": 1700000000}, outputs, given),
+        rebuild=Rebuild({"torch": 1700000000}, outputs, given, "ccache"),
     )
 
 
@@ -178,7 +178,9 @@ def test_a_manifest_and_its_signed_statement_record_the_same_rebuild(tmp_path: P
     write_manifest(path, manifest)
     key = ed25519.Ed25519PrivateKey.generate()
     data = provenance.statement(
-        manifest, parameters={"projects": ["torch"], "workdir": "/w"}, byproducts=[path]
+        manifest,
+        parameters={"projects": ["torch"], "workdir": "/w", "cache": {"kind": "ccache"}},
+        byproducts=[path],
     )
     statement = tmp_path / "r.intoto.jsonl"
     provenance.write_signed(statement, data, key)
@@ -195,6 +197,7 @@ def test_a_manifest_and_its_signed_statement_record_the_same_rebuild(tmp_path: P
         "torch",
         "wheels",
         "workdir",
+        "cache",
     ):
         assert getattr(from_manifest, field) == getattr(from_statement, field), field
     source = from_manifest.sources["torch"]
@@ -207,7 +210,7 @@ def test_a_manifest_and_its_signed_statement_record_the_same_rebuild(tmp_path: P
     else:
         assert (source.repo, source.ref, source.commit) == ("file:///repos/torch", "main", COMMIT)
         assert source.submodules == {"third_party/x": SUB}
-    assert from_manifest.epochs == {"torch": 1700000000}
+    assert from_manifest.epochs == {"torch": 1700000000} and from_manifest.cache == "ccache"
     assert from_manifest.torch == GivenTorchRecord(
         "/wheels/torch-2.6.0-cp311-cp311-linux_x86_64.whl", "12" * 32
     )

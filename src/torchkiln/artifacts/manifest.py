@@ -198,11 +198,15 @@ class Rebuild:
     """What ``torchkiln reproduce`` needs beyond the recipe and the sources to build the same wheels again
     (torchkiln.artifacts.record): each compile's ``SOURCE_DATE_EPOCH`` (a tree without git takes it from
     its newest file, whose mtime a copy or an extraction resets), the files the build wrote into a tree
-    without git (left out of its ``tree_sha256``), and the torch a ``--torch`` build installed."""
+    without git (left out of its ``tree_sha256``), the torch a ``--torch`` build installed, and the compiler
+    cache's tool."""
 
     source_date_epoch: dict[str, int] = field(default_factory=dict)  # project -> epoch
     tree_outputs: dict[str, list[str]] = field(default_factory=dict)  # project -> in-tree outputs
     torch: GivenTorchRecord | None = None
+    # the compiler cache the compiles ran through (ccache rewrites paths under its basedir to relative ones in
+    # the command it runs, so the tool is an input of the objects, whatever the cache held)
+    cache: str = ""
 
 
 @dataclass(frozen=True)

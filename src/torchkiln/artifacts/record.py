@@ -4,7 +4,7 @@ provenance statement (``dist/<recipe>.intoto.jsonl``), the same :class:`Record` 
 ``torchkiln reproduce`` (torchkiln.commands.reproduce) rebuilds from it: the recipe (its path and sha256),
 each project's source (the repository and commit it was fetched at, or a tree's sha256 and the files its build
 wrote into it, with every submodule's commit), the projects built, each compile's ``SOURCE_DATE_EPOCH``, the
-torch a ``--torch`` build installed, and the wheels with their sha256. A manifest or statement from before
+torch a ``--torch`` build installed, the compiler cache's tool, and the wheels with their sha256. A manifest or statement from before
 issue 35 has no ``rebuild`` record: the epochs then come from the build environment it recorded, which has
 them since issue 38, and a ``--torch`` wheel is not named (the command line must give it again).
 
@@ -65,6 +65,7 @@ class Record:
     tools: dict[str, str] = field(default_factory=dict)  # compilers & co. -> version (manifest only)
     build_packages: dict[str, str] = field(default_factory=dict)  # the build venv's -> version
     signature: str | None = None  # the verdict, when a statement was verified with a key
+    cache: str | None = None  # the compiler cache's tool the compiles ran through (None: not recorded)
 
 
 def load_record(path: Path, key: PublicKey | None = None) -> Record:
@@ -149,6 +150,8 @@ def _from_manifest(path: Path, manifest: Manifest) -> Record:
         workdir=_workdir(manifest.build_env),
         tools={n: t.version for n, t in manifest.toolchain.tools.items() if t.version is not None},
         build_packages=dict(manifest.toolchain.build_packages),
+        cache=(rebuild.cache if rebuild and rebuild.cache else None)
+        or (manifest.cache.tool if manifest.cache else None),
     )
 
 
@@ -198,7 +201,13 @@ def _from_statement(path: Path, text: str, key: PublicKey | None) -> Record:
         workdir=options.get("workdir") if isinstance(options.get("workdir"), str) else None,
         build_packages=_packages(build.get("resolvedDependencies") or []),
         signature=verdict.message if verdict else None,
+        cache=_cache_kind(options.get("cache")),
     )
+
+
+def _cache_kind(cache: Any) -> str | None:
+    kind = cache.get("kind") if isinstance(cache, dict) else None
+    return kind if isinstance(kind, str) and kind else None
 
 
 def _split_uri(uri: str) -> tuple[str | None, str | None]:

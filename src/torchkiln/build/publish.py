@@ -239,7 +239,7 @@ def _rebuild(ctx: Context, build_env: dict[str, dict[str, str]]) -> Rebuild:
         path = Path(given)
         wheel = given.endswith(".whl") and path.is_file()
         torch = GivenTorchRecord(given, file_sha256(path) if wheel else None)
-    return Rebuild(epochs, outputs, torch)
+    return Rebuild(epochs, outputs, torch, ctx.plan.cache.kind)
 
 
 def _dist_record(ctx: Context) -> DistRecord | None:

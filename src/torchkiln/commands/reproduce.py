@@ -6,8 +6,9 @@ against the record before anything runs): the recipe file (its sha256), the sour
 fetched from the recorded repositories (or a tree the user points at with ``--source-dir``, whose sha256 or
 commit must be the recorded one), the recorded projects and ``--torch``, and each compile's recorded
 ``SOURCE_DATE_EPOCH``. The rebuild runs the same plan a build runs, without the post-build checks (they
-change no wheel) and, unless ``--cache`` says otherwise, without a compiler cache (an object the first build
-cached would make the rebuild depend on it). A wheel that differs is explained member by member, for ELF
+change no wheel), through the recorded compiler cache's tool (ccache runs the compiler with the paths under
+its basedir made relative: the tool shapes the commands) but with an empty cache directory and no remote
+store, so no object another build cached is reused. A wheel that differs is explained member by member, for ELF
 members section by section (torchkiln.artifacts.wheeldiff), when the recorded wheel is at hand (beside the
 record, or ``--wheels DIR``). Exit 0 when every wheel is the same, 1 when one differs, 2 for unusable input.
 """
@@ -99,10 +100,16 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cache",
         choices=("none", "ccache", "sccache"),
-        default="none",
-        help="compiler cache of the rebuild (default none: compile everything)",
+        default=None,
+        help="compiler cache of the rebuild (default: the recorded one's tool, with an empty directory: the "
+        "tool shapes the compile commands, what it held is not reused)",
     )
-    parser.add_argument("--cache-dir", type=Path, default=None, help="local compiler-cache directory")
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help="its directory (default: an empty one in the work directory)",
+    )
     parser.add_argument(
         "--env-store", default=None, metavar="DIR|off", help="as for build (venvs kept by their content)"
     )
@@ -248,7 +255,12 @@ def _plan(args: argparse.Namespace, record: Record, recipe: Recipe, workdir: Pat
         jobs=args.jobs,
         source_dirs=trees,
         only=only,
-        cache=resolve_cache(recipe.cache, kind=args.cache, dir=args.cache_dir),
+        cache=resolve_cache(
+            recipe.cache,
+            kind=args.cache or record.cache or recipe.cache.kind,
+            dir=args.cache_dir or workdir / "cache",
+            remote="",  # nothing another build stored
+        ),
         dist_spec=None,
         notes=notes,
         torch=_given_torch(args, record, recipe, only, _originals(args, record)),
