@@ -14,7 +14,8 @@ tests/data/repro_project stands in for torch (``--only torch``): a C extension b
   zip timestamps are the recorded SOURCE_DATE_EPOCH's, not the moved mtimes'.
 
 Both builds of both tests share one build venv through a module-scoped environment store (one venv made,
-three reused). Measured on the shared 2-core machine: about 45 s for the module, most of it that one venv.
+three reused). Measured on the shared 2-core machine (load 7): 60 s for the module, most of it that one
+venv and the two removals of the work directories.
 """
 
 from __future__ import annotations
