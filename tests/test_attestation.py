@@ -173,8 +173,13 @@ def test_wrong_key_and_changed_statement_fail_by_name_here_and_with_securesystem
     assert bad.status == "bad_signature" and "changed after it was signed" in bad.message
     with pytest.raises(VerificationError):
         sslib_verify(changed.to_line(), signing.public_pem(key))
-    retyped = signing.Envelope("application/json", envelope.payload, envelope.signatures)
-    assert signing.verify(retyped, key.public_key()).status == "bad_signature"  # PAE binds the type
+    # PAE binds the type: in-toto's other accepted type, not the one signed over, does not verify
+    retyped = signing.Envelope(
+        "application/vnd.in-toto.provenance+json", envelope.payload, envelope.signatures
+    )
+    assert signing.verify(retyped, key.public_key()).status == "bad_signature"
+    generic = signing.Envelope("application/json", envelope.payload, envelope.signatures)
+    assert signing.verify(generic, key.public_key()).status == "wrong_type"
 
 
 @pytest.mark.integration  # real pip installs and fresh interpreters: about 10 s
@@ -432,8 +437,11 @@ def test_verify_takes_provenance_and_key_together_and_refuses_bad_files(
     assert cli.main(["verify", "--provenance", str(statement)]) == 2
     assert "--provenance FILE and --key PUB go together" in capsys.readouterr().err
     assert cli.main(["verify", "--provenance", str(statement), "--key", str(key)]) == 2
-    assert f"--provenance {statement}: not a DSSE envelope" in capsys.readouterr().err
-    statement.write_text(signing.Envelope(signing.PAYLOAD_TYPE, b"{}", ()).to_line())
+    err = capsys.readouterr().err
+    assert f"--provenance {statement}: <envelope>: not JSON" in err and "rule envelope.json" in err
+    statement.write_text(
+        signing.Envelope(signing.PAYLOAD_TYPE, b"{}", (signing.Signature("", b""),)).to_line()
+    )
     assert cli.main(["verify", "--provenance", str(statement), "--key", str(statement)]) == 2
     assert "not a PEM public key" in capsys.readouterr().err
 
@@ -441,7 +449,8 @@ def test_verify_takes_provenance_and_key_together_and_refuses_bad_files(
 def test_a_statement_that_is_not_torchkilns_is_named_by_field() -> None:
     bad = signing.Envelope(signing.PAYLOAD_TYPE, json.dumps({"_type": "x"}).encode(), ())
     with pytest.raises(
-        UsageError, match=r"s: payload._type: missing or malformed \(valid: https://in-toto.io/Statement/v1\)"
+        UsageError,
+        match=r"s: payload._type: 'x' is not Statement v1 \(valid: https://in-toto.io/Statement/v1; rule",
     ):
         provenance.read_statement(bad, "s")
     no_subject = {
@@ -449,7 +458,7 @@ def test_a_statement_that_is_not_torchkilns_is_named_by_field() -> None:
         "predicateType": provenance.PREDICATE_TYPE,
         "subject": [{"name": "w"}],
     }
-    with pytest.raises(UsageError, match=r"subject\[0\].digest.sha256"):
+    with pytest.raises(UsageError, match=r"payload.subject\[0\].digest: missing .*rule subject.digest"):
         provenance.read_statement(
             signing.Envelope(signing.PAYLOAD_TYPE, json.dumps(no_subject).encode(), ()), "s"
         )

@@ -59,9 +59,12 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
         capture_output=True,
         text=True,
         check=False,
+        env={**os.environ, "SOURCE_DATE_EPOCH": "1000000000"},  # 2001: its entries' timestamps, not today's
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     (wheel,) = (work / "raw").glob("*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        assert {i.date_time[0] for i in zf.infolist()} == {2001}
     return wheel
 
 
@@ -113,6 +116,18 @@ def test_the_wheel_carries_its_codecs_and_works_without_the_systems(
                 data = zf.read(name)
                 b64 = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
                 assert (digest, int(size)) == (f"sha256={b64}", len(data)), name
+    # the same input gives the same wheel whenever it is bundled: each member keeps its entry's timestamp
+    # and mode, a bundled library takes the input's newest timestamp (never the time of the run)
+    with zipfile.ZipFile(built) as before, zipfile.ZipFile(result.wheel) as after:
+        old = {i.filename: i for i in before.infolist()}
+        newest = max(i.date_time for i in old.values())
+        for info in after.infolist():
+            kept = old.get(info.filename)
+            assert info.date_time == (kept.date_time if kept else newest), info.filename
+            if kept is not None:
+                assert info.external_attr == kept.external_attr, info.filename
+    again = bundle.bundle_wheel(built, tmp_path / "again", package="kiln_vision")
+    assert again.wheel.read_bytes() == result.wheel.read_bytes()
     libs = sorted(n.removeprefix("kiln_vision.libs/") for n in names if n.startswith("kiln_vision.libs/"))
     assert libs == sorted(result.libraries.values())
     assert all(re.fullmatch(r"lib\w+\.[0-9a-f]{8}\.so\.\d+", n) for n in libs), libs

@@ -27,6 +27,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("plan", "print the resolved build plan of a recipe without running anything"),
     "build": ("build", "fetch pinned sources and build torch and torchvision wheels into dist/"),
     "verify": ("verify", "run the verification suite against the importable torch"),
+    "reproduce": (
+        "reproduce",
+        "rebuild the wheels a manifest or provenance records and compare their sha256",
+    ),
     "images": ("images", "build the devel and runtime container images of a recipe"),
     "cache": ("cache", "inspect and configure the compiler cache"),
     "dist": ("dist", "run and check an sccache-dist build cluster (distributed compiles)"),

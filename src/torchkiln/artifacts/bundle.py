@@ -15,7 +15,9 @@ libsharpyuv, libnvjpeg and libcudart; ``_C.so`` is left alone. This module does 
   (:data:`PROVIDED_BY_TORCH`, normally not even found: torch's lib/ is on no search path at build time);
 * names: ``<stem>.<first 8 hex of the file's sha256>.<rest>`` (upstream hashes the path; the content is
   what should decide a name);
-* the wheel is rewritten with a fresh RECORD into ``--out`` (temp file, then rename), the input is untouched.
+* the wheel is rewritten with a fresh RECORD into ``--out`` (temp file, then rename), the input is untouched;
+  every member keeps its zip entry's timestamp and mode (the wheel step's, from ``SOURCE_DATE_EPOCH``), a
+  bundled library gets the wheel's newest timestamp: the same input gives the same wheel, whenever it runs.
 
     python -m torchkiln.artifacts.bundle WHEEL... --out DIR [--package torchvision] [--library-path DIR]...
 """
@@ -27,6 +29,7 @@ import hashlib
 import os
 import re
 import shutil
+import stat
 import sys
 import tempfile
 import zipfile
@@ -120,6 +123,7 @@ def bundle_wheel(
     with tempfile.TemporaryDirectory(prefix="kiln-bundle-") as tmp:
         root = Path(tmp) / "wheel"
         with zipfile.ZipFile(wheel) as zf:
+            entries = {info.filename: info for info in zf.infolist()}
             zf.extractall(root)
         libs_dir = root / f"{package}.libs"
         modules = sorted(p for name in MODULES for p in (root / package).glob(f"{name}*.so"))
@@ -160,14 +164,26 @@ def bundle_wheel(
             )
             + f"{record.relative_to(root).as_posix()},,\n"
         )
-        # complete or absent: a temporary next to the target, renamed when the archive is whole
-        with (
-            atomic.replacing(out / wheel.name) as handle,
-            zipfile.ZipFile(handle, "w", zipfile.ZIP_DEFLATED) as zf,
-        ):
-            for path in [*files, record]:  # RECORD last, as wheels have it
-                zf.write(path, path.relative_to(root).as_posix())
+        _write(out / wheel.name, root, [*files, record], entries)  # RECORD last, as wheels have it
     return Bundled(out / wheel.name, bundled)
+
+
+def _write(target: Path, root: Path, files: list[Path], entries: dict[str, zipfile.ZipInfo]) -> None:
+    """The wheel at ``target`` (complete or absent: a temporary next to it, renamed when whole): each member
+    with its entry's timestamp and mode from the input wheel, a new one (a bundled library) with the input's
+    newest timestamp and its file's mode; never the time it is written."""
+    newest = max((info.date_time for info in entries.values()), default=(1980, 1, 1, 0, 0, 0))
+    with atomic.replacing(target) as handle, zipfile.ZipFile(handle, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path in files:
+            name = path.relative_to(root).as_posix()
+            old = entries.get(name)
+            info = zipfile.ZipInfo(name, date_time=old.date_time if old else newest)
+            info.external_attr = (
+                old.external_attr if old else (stat.S_IFREG | (path.stat().st_mode & 0o777)) << 16
+            )
+            info.compress_type = zipfile.ZIP_DEFLATED
+            with path.open("rb") as source, zf.open(info, "w") as sink:
+                shutil.copyfileobj(source, sink, 1 << 20)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,7 +17,8 @@ one the build observed, not one it assumed:
 * ``wheels``: name, version, size, sha256 of each published wheel, and ``files_sha256``, the digest of the
   files it installs (:func:`torchkiln.artifacts.wheelfile.record_digest`), which the installed copy can be checked
   against without the wheel at hand; and ``portability``, where it runs, read from the wheel installed
-  (:mod:`torchkiln.artifacts.portability`).
+  (:mod:`torchkiln.artifacts.portability`);
+* ``rebuild``: what ``torchkiln reproduce`` needs to build them again (:class:`Rebuild`).
 
 A field is added here and filled in :func:`torchkiln.build.publish._manifest` from what the steps recorded; the
 loader checks its type like every other field's.
@@ -190,6 +191,30 @@ class WheelRecord:
 
 
 @dataclass(frozen=True)
+class GivenTorchRecord:
+    """``--torch``: what torchvision was built against instead of the recipe's own torch build."""
+
+    install: str  # as pip installed it: a wheel's absolute path, or a requirement (torch==2.6.0)
+    sha256: str | None = None  # the wheel file's; None for a requirement
+
+
+@dataclass(frozen=True)
+class Rebuild:
+    """What ``torchkiln reproduce`` needs beyond the recipe and the sources to build the same wheels again
+    (torchkiln.artifacts.record): each compile's ``SOURCE_DATE_EPOCH`` (a tree without git takes it from
+    its newest file, whose mtime a copy or an extraction resets), the files the build wrote into a tree
+    without git (left out of its ``tree_sha256``), the torch a ``--torch`` build installed, and the compiler
+    cache's tool."""
+
+    source_date_epoch: dict[str, int] = field(default_factory=dict)  # project -> epoch
+    tree_outputs: dict[str, list[str]] = field(default_factory=dict)  # project -> in-tree outputs
+    torch: GivenTorchRecord | None = None
+    # the compiler cache the compiles ran through (ccache rewrites paths under its basedir to relative ones in
+    # the command it runs, so the tool is an input of the objects, whatever the cache held)
+    cache: str = ""
+
+
+@dataclass(frozen=True)
 class Manifest:
     format: int
     torchkiln: str
@@ -213,6 +238,8 @@ class Manifest:
     # A build for several Pythons (python.versions): the post-build check of each Python after the first, by
     # Python ("3.12": its Checks); ``checks`` is the first Python's. Empty for one Python.
     python_checks: dict[str, Checks] = field(default_factory=dict)
+    # What `torchkiln reproduce` rebuilds with (None in manifests from before issue 35)
+    rebuild: Rebuild | None = None
 
     def wheel(self, project: str) -> WheelRecord | None:
         return next((w for w in self.wheels if w.project == project), None)

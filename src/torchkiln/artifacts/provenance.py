@@ -36,11 +36,12 @@ from torchkiln.files import atomic
 from torchkiln.files.digests import file_sha256
 
 from . import wheelfile
+from .intoto import PREDICATE_TYPE as PREDICATE_TYPE
+from .intoto import STATEMENT_TYPE as STATEMENT_TYPE
+from .intoto import read_statement_data
 from .manifest import CacheRecord, DistRecord, Manifest
 from .signing import Envelope, PrivateKey, sign
 
-STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
-PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
 # torchkiln's own URIs, each a section of docs/supply-chain.md: what a build of wheels means (how to read
 # the parameters), and the builder (torchkiln run by whoever holds the signing key, on their host).
 DOCS = "https://github.com/torchkiln/torchkiln/blob/main/docs/supply-chain.md"
@@ -121,6 +122,9 @@ def _resolved(manifest: Manifest) -> list[dict[str, Any]]:
                 {"path": c.path, "kind": c.kind, "sha256": c.sha256, "detail": c.detail}
                 for c in lock.tree_changes
             ]
+        if manifest.rebuild is not None and name in manifest.rebuild.tree_outputs:
+            # a tree without git: the files its build wrote into it, which its sha256 leaves out
+            entry["annotations"]["tree_outputs"] = manifest.rebuild.tree_outputs[name]
         out.append(entry)
         for sub in lock.submodules:
             item: dict[str, Any] = {"name": f"{name}/{sub.path}", "digest": {"gitCommit": sub.commit}}
@@ -130,6 +134,18 @@ def _resolved(manifest: Manifest) -> list[dict[str, Any]]:
             out.append(item)
     for package, version in sorted(manifest.toolchain.build_packages.items()):
         out.append({"name": package, "uri": f"pkg:pypi/{package}@{version}"})
+    return out
+
+
+def _rebuild_parameters(manifest: Manifest) -> dict[str, Any]:
+    """What `torchkiln reproduce` needs beyond the sources: each compile's SOURCE_DATE_EPOCH, and the torch a
+    --torch build installed (with its wheel's sha256)."""
+    rebuild = manifest.rebuild
+    if rebuild is None:
+        return {}
+    out: dict[str, Any] = {"source_date_epoch": dict(rebuild.source_date_epoch)}
+    if rebuild.torch is not None:
+        out["given_torch"] = {"install": rebuild.torch.install, "sha256": rebuild.torch.sha256}
     return out
 
 
@@ -194,7 +210,11 @@ def statement(
             "buildDefinition": {
                 "buildType": BUILD_TYPE,
                 "externalParameters": {"recipe": recipe, "options": dict(parameters)},
-                "internalParameters": {"build_env": manifest.build_env, "projects": manifest.projects},
+                "internalParameters": {
+                    "build_env": manifest.build_env,
+                    "projects": manifest.projects,
+                    **_rebuild_parameters(manifest),
+                },
                 "resolvedDependencies": _resolved(manifest),
             },
             "runDetails": {
@@ -251,30 +271,19 @@ def _subject(item: Any, index: int, where: str) -> Subject:
 
 
 def read_statement(envelope: Envelope, where: str) -> Statement:
-    """The subjects and byproducts of the statement an envelope carries; UsageError naming ``where`` and
-    the field when the payload is not a torchkiln provenance statement. Call it on a *verified* envelope:
-    an unsigned payload says nothing."""
-    try:
-        data = json.loads(envelope.payload)
-    except ValueError:
-        raise UsageError(f"{where}: payload: not JSON (valid: an in-toto Statement)") from None
-    if not isinstance(data, dict) or data.get("_type") != STATEMENT_TYPE:
-        raise _problem(where, "payload._type", STATEMENT_TYPE)
-    if data.get("predicateType") != PREDICATE_TYPE:
-        raise _problem(where, "payload.predicateType", PREDICATE_TYPE)
-    items = data.get("subject")
-    if not isinstance(items, list) or not items:
-        raise _problem(where, "payload.subject", "the wheels the build made")
-    subjects = [_subject(item, i, where) for i, item in enumerate(items)]
+    """The subjects and byproducts of the statement an envelope carries, checked as in-toto and SLSA say
+    (:func:`torchkiln.artifacts.intoto.read_statement_data`: a Departure naming ``where``, the field and the
+    rule otherwise), plus what torchkiln reads of each subject (its project). Call it on a *verified*
+    envelope: an unsigned payload says nothing."""
+    data = read_statement_data(envelope.payload, where)
+    subjects = [_subject(item, i, where) for i, item in enumerate(data["subject"])]
     predicate = data.get("predicate") or {}
-    run = predicate.get("runDetails", {}) if isinstance(predicate, dict) else {}
+    run = predicate.get("runDetails", {})
     byproducts = [
         Byproduct(str(b.get("name")), str((b.get("digest") or {}).get("sha256")))
         for b in (run.get("byproducts") or [] if isinstance(run, dict) else [])
         if isinstance(b, dict)
     ]
-    build = predicate.get("buildDefinition", {}) if isinstance(predicate, dict) else {}
-    params = build.get("externalParameters", {}) if isinstance(build, dict) else {}
-    recipe = params.get("recipe", {}) if isinstance(params, dict) else {}
+    recipe = predicate["buildDefinition"]["externalParameters"].get("recipe", {})
     name = recipe.get("name", "") if isinstance(recipe, dict) else ""
     return Statement(subjects, byproducts, str(name))

@@ -18,16 +18,19 @@ Keys:
   alone with any tool (``openssl pkey -pubin -outform DER | sha256sum``), so another verifier (e.g.
   securesystemslib, which matches signatures to keys by keyid) can be handed the same id.
 
-ECDSA signatures are DER-encoded (as OpenSSL, sigstore and securesystemslib write them). Verification
-tells apart the three ways a statement fails: no signature by the given key (a wrong key), a signature by
-it that does not verify (the statement or the signature was changed after signing), and an envelope that
-cannot be read.
+ECDSA signatures are DER-encoded (as OpenSSL, sigstore and securesystemslib write them).
+
+Reading an envelope checks it as DSSE and in-toto say (:mod:`.intoto`: each departure fails naming its
+rule). Verification tries the key on every signature: DSSE's ``keyid`` is an unauthenticated hint that must
+not decide anything, so an empty one, or one computed another way (securesystemslib's own keyids), does not
+stop a valid signature from verifying; the hint only words the failure: no signature names the key (a wrong
+key), one names it and does not verify (the statement or the signature was changed after signing), or none
+names any key (either of the two).
 """
 
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import json
 import os
@@ -42,7 +45,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
 from torchkiln.errors import UsageError
 
-PAYLOAD_TYPE = "application/vnd.in-toto+json"
+from .intoto import PAYLOAD_TYPE as PAYLOAD_TYPE  # what build signs: the in-toto statement's type
+from .intoto import PAYLOAD_TYPES, read_envelope
 
 PrivateKey = ed25519.Ed25519PrivateKey | ec.EllipticCurvePrivateKey
 PublicKey = ed25519.Ed25519PublicKey | ec.EllipticCurvePublicKey
@@ -90,9 +94,11 @@ class Verdict:
         return self.status == "signed"
 
 
-# signed: a signature by the key verifies; wrong_key: no signature carries the key's id; bad_signature: the
-# key's signature does not verify over this payload (the statement or the signature was changed).
-VERDICTS = ("signed", "wrong_key", "bad_signature")
+# signed: a signature verifies with the key; wrong_key: none does, and every signature names another key;
+# bad_signature: one names the key and does not verify (the statement or the signature was changed);
+# unverified: none verifies and some name no key (either of the two); wrong_type: the payload is not an
+# in-toto statement (checked before any signature); unsigned: the envelope carries no signature.
+VERDICTS = ("signed", "wrong_key", "bad_signature", "unverified", "wrong_type", "unsigned")
 
 
 def pae(payload_type: str, payload: bytes) -> bytes:
@@ -209,57 +215,55 @@ def _valid(key: PublicKey, sig: bytes, message: bytes) -> bool:
 
 
 def verify(envelope: Envelope, key: PublicKey) -> Verdict:
-    """Whether ``envelope`` carries a signature by ``key`` that verifies over its payload and type."""
+    """Whether ``envelope`` is an in-toto envelope with a signature by ``key`` that verifies over PAE of its
+    exact payload type and payload. Every signature is tried: the keyid hints only word a failure."""
     wanted = keyid(key)
-    mine = [s for s in envelope.signatures if s.keyid == wanted]
-    if not mine:
-        ids = ", ".join(s.keyid[:16] for s in envelope.signatures) or "none"
+    short = f"keyid {wanted[:16]}..."
+    if envelope.payload_type not in PAYLOAD_TYPES:
+        return Verdict(
+            "wrong_type",
+            f"payloadType {ascii(envelope.payload_type)} is not in-toto's ({' or '.join(PAYLOAD_TYPES)}): "
+            "not an in-toto attestation, whatever signs it",
+        )
+    if not envelope.signatures:
+        return Verdict("unsigned", "the envelope carries no signature")
+    message = pae(envelope.payload_type, envelope.payload)
+    for s in envelope.signatures:
+        if _valid(key, s.sig, message):
+            if s.keyid == wanted:
+                return Verdict("signed", f"signed by {short}")
+            hint = "no keyid" if not s.keyid else f"keyid {s.keyid[:16]}..., computed another way"
+            return Verdict("signed", f"signed by the given key ({short}; the signature carries {hint})")
+    others = sorted({s.keyid[:16] + "..." for s in envelope.signatures if s.keyid and s.keyid != wanted})
+    unnamed = sum(1 for s in envelope.signatures if not s.keyid)
+    if any(s.keyid == wanted for s in envelope.signatures):
+        return Verdict(
+            "bad_signature",
+            f"the signature by {short} does not verify: the statement (or its signature) was changed after "
+            "it was signed",
+        )
+    if not unnamed:
         return Verdict(
             "wrong_key",
-            f"not signed by the given key (keyid {wanted[:16]}...): the envelope's signatures are by {ids}",
+            f"not signed by the given key ({short}): the envelope's signatures are by keyid "
+            + ", ".join(others),
         )
-    message = pae(envelope.payload_type, envelope.payload)
-    if any(_valid(key, s.sig, message) for s in mine):
-        return Verdict("signed", f"signed by keyid {wanted[:16]}...")
+    by = f"; the others name keyid {', '.join(others)}" if others else ""
     return Verdict(
-        "bad_signature",
-        f"the signature by keyid {wanted[:16]}... does not verify: the statement (or its signature) was "
-        "changed after it was signed",
+        "unverified",
+        f"no signature verifies with the given key ({short}): {unnamed} signature(s) name no key (keyid is "
+        "an optional hint), so they are another key's, or the statement (or signature) was changed after "
+        f"signing{by}",
     )
 
 
 def parse_envelope(text: str, where: str) -> Envelope:
-    """The first envelope of a ``.intoto.jsonl`` file (or a plain JSON envelope); UsageError naming
-    ``where`` and the field when it is not one."""
+    """The first envelope of a ``.intoto.jsonl`` file (or a plain JSON envelope), checked as DSSE and in-toto
+    say (:func:`torchkiln.artifacts.intoto.read_envelope`): a :class:`~.intoto.Departure` (a UsageError)
+    naming ``where``, the field and the rule otherwise."""
     lines = [line for line in text.splitlines() if line.strip()]
-    try:
-        data = json.loads(lines[0] if len(lines) > 1 else text)
-    except (ValueError, IndexError):
-        raise UsageError(
-            f"{where}: not a DSSE envelope (valid: the JSON envelope torchkiln build writes)"
-        ) from None
-    if not isinstance(data, dict):
-        raise UsageError(
-            f"{where}: not a DSSE envelope (a JSON object with payloadType, payload, signatures)"
-        )
-    try:
-        payload = base64.b64decode(str(data["payload"]), validate=True)
-        kind = data["payloadType"]
-        entries = data["signatures"]
-        if not isinstance(kind, str) or not isinstance(entries, list):
-            raise TypeError
-        signatures = tuple(
-            Signature(str(s.get("keyid", "")), base64.b64decode(str(s["sig"]), validate=True))
-            for s in entries
-        )
-    except KeyError as exc:
-        raise UsageError(f"{where}: {exc.args[0]}: missing (valid: a DSSE envelope)") from None
-    except (TypeError, AttributeError, binascii.Error):
-        raise UsageError(
-            f"{where}: payload, payloadType or signatures is malformed (valid: a DSSE envelope: base64 "
-            "payload and sig, a string payloadType, a list of signatures)"
-        ) from None
-    return Envelope(kind, payload, signatures)
+    raw = read_envelope(lines[0] if len(lines) > 1 else text, where)
+    return Envelope(raw.payload_type, raw.payload, tuple(Signature(s.keyid, s.sig) for s in raw.signatures))
 
 
 def load_envelope(path: Path, option: str = "--provenance") -> Envelope:

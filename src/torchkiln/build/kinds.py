@@ -527,7 +527,10 @@ class CompileKind(StepKind):
 
     def _reproducible(self, step: Step, ctx: Context) -> dict[str, str]:
         """``SOURCE_DATE_EPOCH`` from the source (its commit's time, else its newest file but the build's own
-        outputs): the wheel's zip timestamps, so a rebuild of unchanged sources is bit-identical."""
+        outputs): the wheel's zip timestamps, so a rebuild of unchanged sources is bit-identical. A plan that
+        sets it (`torchkiln reproduce`: the recorded epoch, torchkiln.plan.rebuild) is followed."""
+        if "SOURCE_DATE_EPOCH" in step.env:
+            return {"SOURCE_DATE_EPOCH": step.env["SOURCE_DATE_EPOCH"]}
         source = _source_of(step, ctx)
         if source is None:
             return {}

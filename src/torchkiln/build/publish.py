@@ -25,9 +25,11 @@ from torchkiln.artifacts.manifest import (
     CacheRecord,
     Checks,
     DistRecord,
+    GivenTorchRecord,
     HitsMisses,
     Jobs,
     Manifest,
+    Rebuild,
     RecipeInfo,
     WheelRecord,
     stages_of,
@@ -100,6 +102,7 @@ def _parameters(ctx: Context) -> dict[str, Any]:
         "force": options.force,
         "skip_checks": options.skip_checks,
         "allow_dirty": options.allow_dirty,
+        "torch": {"install": plan.given_torch} if plan.given_torch else None,
         "min_cache_hit_rate": options.min_hit_rate,
         "workdir": str(plan.paths.workdir),
         "dist": str(plan.paths.dist),
@@ -231,7 +234,26 @@ def _manifest(ctx: Context, locks: list[SourceLock], wheels: list[WheelRecord]) 
         constraints=read_constraints(plan.paths.constraints),
         dist=_dist_record(ctx),
         python_checks={} if ctx.options.skip_checks else dict(sorted(ctx.python_checks.items())),
+        rebuild=_rebuild(ctx, build_env),
     )
+
+
+def _rebuild(ctx: Context, build_env: dict[str, dict[str, str]]) -> Rebuild:
+    """What `torchkiln reproduce` needs: each compile's SOURCE_DATE_EPOCH (as it ran), the in-tree outputs a
+    tree without git left out of its digest, the torch a --torch build installed (and its wheel's digest)."""
+    epochs = {p: int(env["SOURCE_DATE_EPOCH"]) for p, env in build_env.items() if "SOURCE_DATE_EPOCH" in env}
+    outputs = {}
+    for project, step in ctx.plan.wheel_steps().items():
+        written = ((ctx.state.get(step.name) or {}).get("outputs") or {}).get("tree_outputs")
+        if written is not None:
+            outputs[project] = sorted(written)
+    torch = None
+    given = ctx.plan.given_torch
+    if given is not None:
+        path = Path(given)
+        wheel = given.endswith(".whl") and path.is_file()
+        torch = GivenTorchRecord(given, file_sha256(path) if wheel else None)
+    return Rebuild(epochs, outputs, torch, ctx.plan.cache.kind)
 
 
 def _dist_record(ctx: Context) -> DistRecord | None:

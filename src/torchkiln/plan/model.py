@@ -192,6 +192,8 @@ class Plan:
     # How often a compile step resumes with fewer jobs after compiles died for memory (torchkiln.build.memory):
     # --memory-retries, else the recipe's build.memory_retries, else MEMORY_RETRIES.
     memory_retries: int = MEMORY_RETRIES
+    # --torch as pip installs it (a wheel's absolute path or a requirement): recorded for `torchkiln reproduce`
+    given_torch: str | None = None
 
     def env_for(self, project: str) -> dict[str, str]:
         """The env of the project's compile step (what its build reads, without the secrets)."""

@@ -3,10 +3,12 @@
 ``torchkiln verify --provenance dist/<recipe>.intoto.jsonl --key PUB`` (and the runtime image's gate) run
 :func:`attestation_checks`, one :class:`~.buildconfig.Check` each:
 
-* ``signature``: the DSSE envelope carries a signature by the given public key that verifies over its
-  payload (:func:`torchkiln.artifacts.signing.verify`). It fails naming why: no signature by this key (a
-  wrong key), or one that does not verify (the statement or the signature was changed after signing).
-  Nothing else is trusted without it: the subjects' checks are then skipped, saying so;
+* ``signature``: the DSSE envelope is an in-toto one carrying a signature by the given public key that
+  verifies over its payload and type (:func:`torchkiln.artifacts.signing.verify`), and the payload is an
+  in-toto Statement v1 with a SLSA provenance v1 predicate (:mod:`torchkiln.artifacts.intoto`). It fails
+  naming why: another payload type, no signature by this key (a wrong key), one that does not verify (the
+  statement or the signature was changed after signing), or the rule of the statement it breaks. Nothing
+  else is trusted without it: the subjects' checks are then skipped, saying so;
 * per subject (each wheel the statement names, keyed by its distribution): ``version``, ``commit``,
   ``wheel_sha256``, ``files``: the installed distribution against the subject's annotations and digest,
   the same comparison as ``--manifest`` (:func:`.provenance.wheel_checks`): a tampered wheel, installed,
@@ -24,6 +26,7 @@ import importlib.metadata
 import re
 from pathlib import Path
 
+from torchkiln.artifacts.intoto import Departure
 from torchkiln.artifacts.manifest import WheelRecord
 from torchkiln.artifacts.provenance import Statement, Subject, read_statement
 from torchkiln.artifacts.signing import Envelope, PublicKey, verify
@@ -104,7 +107,12 @@ def attestation_checks(
         untrusted = f"provenance {where}: not checked: the statement is not signed by the given key"
         results["byproducts"] = Check("byproducts", "skip", untrusted)
         return results
-    statement = read_statement(envelope, where)
+    try:
+        statement = read_statement(envelope, where)
+    except Departure as exc:  # signed, but not a statement as in-toto and SLSA say: it vouches for nothing
+        results["signature"] = Check("signature", "fail", f"provenance {exc}")
+        results["byproducts"] = Check("byproducts", "skip", f"provenance {where}: not checked: {exc.rule}")
+        return results
     for subject in statement.subjects:
         for check_id, check in subject_checks(subject, where, check_files=check_files).items():
             results[f"{subject.distribution}.{check_id}"] = check
