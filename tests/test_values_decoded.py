@@ -185,6 +185,7 @@ def dangerous(diag: dict[str, str]) -> bool:
 @example(value="ssh://%2doProxyCommand=touch%20%2ftmp%2fx/p")
 @example(value="ssh://[%2dfoo]/p")
 @example(value="ssh://%5B-foo%5d/p")
+@example(value="s@sh://git@git.example.com:22/pytorch/pytorch.git")  # no URL: git's own transport, no such protocol
 def test_repo_decoded(diag_repo: Path, value: str) -> None:
     said = problems(torch__repo=value)
     diag = git_diag(diag_repo, value)
@@ -478,6 +479,7 @@ def test_paths_decoded(value: str) -> None:
         lambda b: changed(b, " =<>!~;@[],%-_.")
     )
 )
+@example(value="torch===2.13.0")
 def test_torch_requirement_decoded(value: str) -> None:
     from torchkiln.plan.given_torch import _version
 
@@ -488,7 +490,9 @@ def test_torch_requirement_decoded(value: str) -> None:
         return
     req = Requirement(install)
     assert printable(install.replace(" ", "")) and canonicalize_name(req.name) == "torch"
-    assert [s.operator for s in req.specifier] == ["=="] and not req.url and not req.marker
+    # one exact pin: == (a local label matches it too) or === (only this very string: upstream's CUDA build
+    # where a local +cpu wheel would also match ==)
+    assert [s.operator for s in req.specifier] in (["=="], ["==="]) and not req.url and not req.marker
     assert str(version).isascii()
 
 

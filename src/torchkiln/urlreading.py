@@ -180,7 +180,9 @@ def git_reading(url: str) -> GitReading:
     if found >= 0:
         scheme, rest = text[:found], text[found + 3 :]
         if scheme not in _GIT_TRANSPORTS:
-            return _helper_reading(scheme, url)
+            # transport.c: only a URL (url.c is_url) goes to a remote helper; anything else with '://' is
+            # git's own transport, and connect.c get_protocol dies: "protocol 's@sh' is not supported"
+            return _helper_reading(scheme, url) if decoded else GitReading("unsupported", path=rest)
         transport, separator = _GIT_TRANSPORTS[scheme], "/"
     else:
         rest = text
@@ -408,6 +410,9 @@ def repo_reading_problem(url: str) -> str | None:
 
 
 def _reading_problem(reading: GitReading, url: str) -> str | None:
+    if reading.transport == "unsupported":
+        scheme = url.split("://", 1)[0]
+        return f"git reads {scheme!r} as its protocol, which it does not support (ssh://, git://, https://, file://)"
     if reading.transport == "local":
         return printable_problem("path", reading.path)
     if reading.transport == "file":

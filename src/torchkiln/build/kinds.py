@@ -587,9 +587,11 @@ class CompileKind(StepKind):
         out["env"] = {**step.env, **self._reproducible(step, ctx), **session.public_env}
         source, after = _source_of(step, ctx), self._after.pop(step.name, None)
         if source is not None and after is not None and not after.git:
-            owned = owned_in(ctx.plan, step.project)
-            # no commit names this tree: its contents do (without what the build wrote into it)
-            out["tree_sha256"] = tree_sha256(source.path, own_paths(after, owned), skipped(ctx.plan))
+            own = own_paths(after, owned_in(ctx.plan, step.project))
+            # no commit names this tree: its contents do (without what the build wrote into it, which the
+            # manifest lists for `torchkiln reproduce`: torchkiln.artifacts.manifest.Rebuild.tree_outputs)
+            out["tree_outputs"] = sorted(own)
+            out["tree_sha256"] = tree_sha256(source.path, own, skipped(ctx.plan))
         return out
 
     def settled_inputs(self, step: Step, ctx: Context, outputs: Mapping[str, Any]) -> dict[str, str] | None:
