@@ -278,7 +278,10 @@ def test_a_given_tree_must_have_the_recorded_digest_and_is_copied_without_its_bu
     )
     copy = rebuild.given_tree(source, tree, tmp_path / "copy")
     assert tree_sha256(copy) == digest
-    assert not (copy / "build").exists() and not (copy / "kiln_repro" / "version.py").exists()
+    # what the build recorded writing is left out; anything else is part of the tree, build/ included (a
+    # planted build/ file must be in the digest: torchkiln.files.digests.tree_sha256)
+    assert not (copy / "kiln_repro" / "version.py").exists()
+    assert (copy / "build" / "stale.o").read_text() == "a first build's object"
     (tree / "setup.py").write_text((tree / "setup.py").read_text() + "# edited\n")
     with pytest.raises(
         UsageError, match=r"--source-dir torch=.*: its files' sha256 is [0-9a-f]{64}, the record's tree is"
