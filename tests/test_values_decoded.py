@@ -185,7 +185,9 @@ def dangerous(diag: dict[str, str]) -> bool:
 @example(value="ssh://%2doProxyCommand=touch%20%2ftmp%2fx/p")
 @example(value="ssh://[%2dfoo]/p")
 @example(value="ssh://%5B-foo%5d/p")
-@example(value="s@sh://git@git.example.com:22/pytorch/pytorch.git")  # no URL: git's own transport, no such protocol
+@example(
+    value="s@sh://git@git.example.com:22/pytorch/pytorch.git"
+)  # no URL: git's own transport, no such protocol
 def test_repo_decoded(diag_repo: Path, value: str) -> None:
     said = problems(torch__repo=value)
     diag = git_diag(diag_repo, value)
