@@ -68,6 +68,7 @@ class Repair:
     search: dict[str, tuple[str, ...]] = field(default_factory=dict)  # object -> its new search path
     dropped: dict[str, tuple[str, ...]] = field(default_factory=dict)  # object -> entries dropped
     cuda: cudalibs.Rewrite | None = None
+    compiler: str = "cc"  # whose search was asked
 
     @property
     def changed(self) -> bool:
@@ -230,7 +231,7 @@ class Options:
 def repair_wheel(wheel: Path, out: Path, options: Options) -> Repair:
     """``wheel`` repaired into the directory ``out`` (same file name)."""
     out.mkdir(parents=True, exist_ok=True)
-    done = Repair(out / wheel.name)
+    done = Repair(out / wheel.name, compiler=options.cc)
     with tempfile.TemporaryDirectory(prefix="kiln-repair-", dir=out) as tmp:
         root = Path(tmp) / "wheel"
         with zipfile.ZipFile(wheel) as source:
@@ -267,7 +268,7 @@ def summary(done: Repair) -> list[str]:
     for name, who in sorted(done.missing.items()):
         lines.append(
             f"  NOT bundled {name} (needed by {who}): found in no build-host directory of its RUNPATH/RPATH, "
-            "no --library-dir and not by the compiler's search; the post-build check will name it"
+            f"no --library-dir and not by `{done.compiler} -print-file-name`; the post-build check will name it"
         )
     lines += [f"  {obj}: search path {':'.join(e) or '(none)'}" for obj, e in sorted(done.search.items())]
     lines += [f"  {obj}: dropped {', '.join(d)} (build host)" for obj, d in sorted(done.dropped.items())]
