@@ -135,11 +135,7 @@ def test_the_cuda_libraries_step_reaches_the_layout_of_the_cuda_major(torch: str
     plan = make_plan(recipe_for(torch, cuda), resources=BIG)
     step = next(s for s in plan.steps if s.name == "torch:repair")
     names = [s.name for s in plan.steps]
-    assert (
-        names.index("torch:wheel")
-        < names.index("torch:repair")
-        < names.index("torchvision:install-torch")
-    )
+    assert names.index("torch:wheel") < names.index("torch:repair") < names.index("torchvision:install-torch")
     assert step.kind == "package" and step.reads == (str(plan.paths.wheelhouse / "torch"),)
     dirs = [step.argv[i + 1] for i, a in enumerate(step.argv) if a == "--lib-dir"]
     assert dirs == DATA["lib_dirs"][cuda.split(".")[0]]

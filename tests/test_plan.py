@@ -403,4 +403,6 @@ def test_the_torch_wheel_torchvision_installs_is_an_input_and_venvs_are_declared
         "checks:import": check_venv,
     }
     check = next(s for s in full.steps if s.name == "checks:import")
-    assert str(full.paths.wheelhouse / "torch.deploy") in check.reads, "the check is keyed by the wheels it installs"
+    assert str(full.paths.wheelhouse / "torch.deploy") in check.reads, (
+        "the check is keyed by the wheels it installs"
+    )

@@ -571,3 +571,24 @@ def test_upstreams_x86_64_wheels_carry_the_tables_sonames(
     wheel = realtrees.pypi_wheel(requirement, python_version="3.11")
     carried = upstream_bundled(wheel, tmp_path)
     assert matches(set(runtime_libraries.sonames(*build)), carried), carried
+
+
+@pytest.mark.integration
+def test_a_cuda_wheels_copy_gets_the_rpath_upstreams_cu130_wheel_gives_its_libgomp(
+    gomp: dict, tmp_path: Path
+) -> None:
+    """The CUDA 13 recipe's step (pypi: NVIDIA's wheels) on the -fopenmp stand-in: libgomp.so.1 copied as for a
+    CPU wheel, and every file of torch/lib, the copy included, carries the DT_RPATH upstream's 2.13.0 cu130
+    wheel gives its torch/lib/libgomp.so.1 (its CUDA directories, then $ORIGIN)."""
+    import realtrees
+
+    plan = make_plan(recipe("x86_64", "cuda", "mkl"), workdir=tmp_path / "work", resources=BIG)
+    built = stand_in_wheel(tmp_path / "s", plan.recipe.torch_wheel_version, [], ["$ORIGIN"], "-fopenmp")
+    repaired, out = run_step(plan, built)
+    assert "bundled libgomp.so.1 <- " in out
+    upstream = realtrees.pypi_wheel("torch===2.13.0", python_version="3.11")  # 2.13.0+cu130
+    theirs = elf_of(upstream, "torch/lib/libgomp.so.1", tmp_path / "upstream")
+    assert theirs.search[0] == "RPATH" and theirs.search[1][-1] == "$ORIGIN"
+    for member in ("torch/lib/libgomp.so.1", "torch/lib/libtorch_cpu.so"):
+        assert elf_of(repaired, member, tmp_path / "ours").search == theirs.search, member
+    record_is_the_files(repaired)

@@ -220,13 +220,20 @@ def bundle_into(
 
 
 def rewrite_root(
-    root: Path, *, lib_dirs: Sequence[str], bundle_from: Sequence[Path], into: str, extra: Sequence[str]
+    root: Path,
+    *,
+    lib_dirs: Sequence[str],
+    bundle_from: Sequence[Path],
+    into: str,
+    extra: Sequence[str],
+    also: Sequence[str] = (),
 ) -> Rewrite:
-    """Rewrite the unpacked wheel at ``root`` in place (see the module's docstring)."""
+    """Rewrite the unpacked wheel at ``root`` in place (see the module's docstring). ``also``: directories
+    every object reaches after those (``torch/lib`` where the repair step copied runtime libraries there)."""
     done = Rewrite(root)
     if bundle_from:
         bundle_into(root, into, bundle_from, extra, done)
-    targets = list(lib_dirs) if lib_dirs else [into]
+    targets = list(dict.fromkeys([*(lib_dirs or [into]), *also]))
     bundled = set(done.bundled.values())
     for installed, path in shared_objects(root).items():
         if installed in bundled:

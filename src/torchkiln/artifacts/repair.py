@@ -17,7 +17,10 @@ before it ``build_common.sh``) does to a freshly built torch wheel, done with th
    needs another copy). The kind of entry (RUNPATH
    or RPATH) is kept; written with patchelf, read back with pyelftools.
 3. **CUDA libraries** (``[deploy] cuda_libraries``, :mod:`.cudalibs`): ``--lib-dir``, an RPATH entry into each
-   directory NVIDIA's wheels install into; or ``--bundle-from``, the toolkit's libraries copied in.
+   directory NVIDIA's wheels install into; or ``--bundle-from``, the toolkit's libraries copied in. Then
+   :mod:`.cudalibs` writes every object's search path instead of 2 (DT_RPATH: the CUDA entries, ``--into``
+   where runtime libraries were copied, the object's own ``$ORIGIN`` entries), as upstream's CUDA wheels
+   carry ``<CUDA dirs>:$ORIGIN`` on torch/lib's files, the copies included.
 
 One unpack and one repack (RECORD made anew, each member's permissions kept, complete or absent); a wheel the
 step leaves as it was is copied as it is. The input is untouched.
@@ -244,15 +247,17 @@ def repair_wheel(wheel: Path, out: Path, options: Options) -> Repair:
                 cc=options.cc,
                 done=done,
             )
-            fix_search(root, options.into, done)
-            if options.lib_dirs or options.bundle_from:
+            if options.lib_dirs or options.bundle_from:  # every object's search path, the CUDA way
                 done.cuda = cudalibs.rewrite_root(
                     root,
                     lib_dirs=options.lib_dirs,
                     bundle_from=options.bundle_from,
                     into=options.into,
                     extra=options.bundle_extra,
+                    also=[options.into] if done.copies else [],
                 )
+            else:
+                fix_search(root, options.into, done)
             if done.changed:
                 cudalibs.repack(source, root, out / wheel.name)
     if not done.changed:
