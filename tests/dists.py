@@ -38,12 +38,14 @@ def tiny_wheel(
     requires: tuple[str, ...] = (),
     files: dict[str, str | bytes] | None = None,
     tag: str = "py3-none-any",
+    module: bool = True,
 ) -> Path:
-    """A wheel ``name-version-<tag>.whl`` with one module (and ``files``, paths inside the wheel, e.g.
-    ``name-version.data/scripts/tool`` or a compiled ``name/_ext.so``), its METADATA, WHEEL and RECORD."""
+    """A wheel ``name-version-<tag>.whl`` with one module (without ``module``: none, a package in ``files``
+    instead) and ``files`` (paths inside the wheel, e.g. ``name-version.data/scripts/tool`` or a compiled
+    ``name/_ext.so``), its METADATA, WHEEL and RECORD."""
     dist_info = f"{name}-{version}.dist-info"
     contents: dict[str, str | bytes] = {
-        f"{name}.py": f"VERSION = {version!r}\n",
+        **({f"{name}.py": f"VERSION = {version!r}\n"} if module else {}),
         **(files or {}),
         f"{dist_info}/METADATA": "Metadata-Version: 2.1\n"
         f"Name: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires),

@@ -151,7 +151,8 @@ def test_cold_build_produces_the_wheel_manifest_and_lock(cold) -> None:
         names = wheel.namelist()
     assert any(n.startswith("kiln_ext/_C") and n.endswith(".so") for n in names)
     assert result.ran == [
-        "build-env:venv", "build-env:pip", "build-env:deps", "build-env:torch", "torch:wheel", "publish"
+        "build-env:venv", "build-env:pip", "build-env:deps", "build-env:torch", "torch:wheel", "torch:repair",
+        "publish",
     ]  # fmt: skip
 
     m = cold["manifest_first"]
@@ -176,7 +177,7 @@ def test_cold_build_produces_the_wheel_manifest_and_lock(cold) -> None:
     assert not {"nvcc", "sccache", "git"} & set(tools), "a CPU ccache build of a tree without git used none"
     assert m["toolchain"]["python"].startswith("3.11.")
     assert m["toolchain"]["build_packages"]["torch"] == "2.13.0+cpu"
-    assert set(m["stages"]) == {"env", "configure", "compile", "wheel"}
+    assert set(m["stages"]) == {"env", "configure", "compile", "wheel", "package"}  # package: torch:repair
     assert m["stages"]["compile"] > 0 and m["stages"]["configure"] > 0 and m["stages"]["wheel"] > 0
     wheel_step = next(step for step in m["steps"] if step["name"] == "torch:wheel")
     assert sum(wheel_step["phases"].values()) == pytest.approx(wheel_step["duration_s"], abs=0.15)
@@ -678,6 +679,7 @@ def test_torchvision_builds_after_torch_against_it(world, cold) -> None:
     project_steps = [n for n in result.ran if n.startswith(("torch:", "torchvision:"))]
     assert project_steps == [
         "torch:wheel",
+        "torch:repair",  # its runtime libraries (the extension links none: the wheel as it was built)
         "torchvision:install-torch",
         "torchvision:wheel",
         "torchvision:bundle",  # its codecs' libraries into the wheel (a pure-Python stand-in has none)
@@ -716,11 +718,11 @@ CPU_RECIPE = ROOT / "recipes" / "torch-2.13-cpu-py311.toml"
 
 @pytest.fixture(scope="module")
 def wheel_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
-    """A workdir whose wheelhouse holds upstream's torch 2.13.0+cpu wheel, as if the torch step built it
-    (removed when the module ends)."""
+    """A workdir whose wheelhouse holds upstream's torch 2.13.0+cpu wheel, as if the torch steps built and
+    repaired it (torch.deploy: torch:repair's, the check's; removed when the module ends)."""
     need(PYTHON)
     root = tmp_path_factory.mktemp("postcheck")
-    wheelhouse = root / "work" / "wheelhouse" / "torch"
+    wheelhouse = root / "work" / "wheelhouse" / "torch.deploy"
     subprocess.run(
         [
             sys.executable,
@@ -804,8 +806,8 @@ def test_post_build_check_is_reused_in_another_work_directory_for_the_same_wheel
     def work_with_the_wheel(name: str) -> dict[str, Path]:
         """Its own work directory (the other tests' share one, and their records would skip the steps)."""
         work = wheel_world["root"] / name
-        (work / "wheelhouse" / "torch").mkdir(parents=True)
-        shutil.copy2(wheel_world["wheel"], work / "wheelhouse" / "torch")
+        (work / "wheelhouse" / "torch.deploy").mkdir(parents=True)
+        shutil.copy2(wheel_world["wheel"], work / "wheelhouse" / "torch.deploy")
         return dict(wheel_world, work=work)
 
     first = checks_only(work_with_the_wheel("work-a"), describing_the_wheel(), "store-a")
@@ -857,7 +859,7 @@ def test_post_build_check_refuses_a_library_only_the_build_machine_has_unless_th
     from dists import tampered_copy
 
     work = wheel_world["root"] / "work-png"
-    (work / "wheelhouse" / "torch").mkdir(parents=True)
+    (work / "wheelhouse" / "torch.deploy").mkdir(parents=True)
     with zipfile.ZipFile(wheel_world["wheel"]) as archive:
         shm = work / "libshm.so"
         shm.write_bytes(archive.read("torch/lib/libshm.so"))
@@ -865,7 +867,7 @@ def test_post_build_check_refuses_a_library_only_the_build_machine_has_unless_th
     subprocess.run([str(patchelf), "--add-needed", "libpng16.so.16", str(shm)], check=True)
     tampered_copy(
         wheel_world["wheel"],
-        work / "wheelhouse" / "torch" / wheel_world["wheel"].name,
+        work / "wheelhouse" / "torch.deploy" / wheel_world["wheel"].name,
         "torch/lib/libshm.so",
         shm.read_bytes(),
     )

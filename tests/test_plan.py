@@ -61,8 +61,8 @@ def test_every_step_says_its_kind_and_the_builder_has_a_behaviour_for_it() -> No
     assert [bool(s.fresh) for s in fetches] == [True, False, False, False, False], "the first starts afresh"
     assert [s.pins for s in fetches] == [False, False, False, False, True], "the last one is pinned"
     wheels = plan.wheel_steps()
-    # a CUDA torch wheel's final form: the one whose CUDA libraries are found where it is installed
-    assert wheels["torch"].name == "torch:cuda-libraries" and kinds["torch:cuda-libraries"] == "package"
+    # a CUDA torch wheel's final form: the repaired one, whose libraries are found where it is installed
+    assert wheels["torch"].name == "torch:repair" and kinds["torch:repair"] == "package"
     assert wheels["torch"].wheels == str(plan.paths.wheelhouse / "torch.deploy")
     check = next(s for s in plan.steps if s.facts)
     assert check.name == "checks:import"
@@ -379,7 +379,8 @@ def test_the_torch_wheel_torchvision_installs_is_an_input_and_venvs_are_declared
     the one published in dist/ before. Each step that makes or changes a venv names it for the store."""
     full = make_plan(load_recipe(CPU), workdir=tmp_path / "w", dist=tmp_path / "d", resources=BIG)
     install = next(s for s in full.steps if s.name == "torchvision:install-torch")
-    assert str(full.paths.wheelhouse / "torch" / "*.whl") in install.reads
+    # torch's final wheel: torch:repair's (the runtime libraries copied in), what is published
+    assert str(full.paths.wheelhouse / "torch.deploy" / "*.whl") in install.reads
     assert not any(r.startswith(str(full.paths.dist)) for r in install.reads)
     alone = make_plan(
         load_recipe(CPU),
@@ -402,4 +403,6 @@ def test_the_torch_wheel_torchvision_installs_is_an_input_and_venvs_are_declared
         "checks:import": check_venv,
     }
     check = next(s for s in full.steps if s.name == "checks:import")
-    assert str(full.paths.wheelhouse / "torch") in check.reads, "the check is keyed by the wheels it installs"
+    assert str(full.paths.wheelhouse / "torch.deploy") in check.reads, (
+        "the check is keyed by the wheels it installs"
+    )

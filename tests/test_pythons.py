@@ -140,7 +140,9 @@ def test_plan_has_each_pythons_steps_sharing_the_sources(tmp_path: Path) -> None
         ("torchvision", "3.11"),
         ("torchvision", "3.12"),
     }
-    assert plan.wheel_steps()["torch"] is first
+    repaired = plan.steps[names.index("torch:repair")]  # torch's final wheel: the first Python's repaired one
+    assert plan.wheel_steps()["torch"] is repaired and repaired.reads == (first.wheels,)
+    assert plan.steps[names.index("torch:repair@3.12")].reads == (second.wheels,)
 
 
 def test_one_python_plan_is_unchanged_by_the_feature(tmp_path: Path) -> None:

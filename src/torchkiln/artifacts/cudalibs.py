@@ -103,7 +103,7 @@ def read_dynamic(path: Path) -> Dynamic | None:
     )
 
 
-def _is_origin(entry: str) -> bool:
+def is_origin(entry: str) -> bool:
     return entry == ORIGIN or entry.startswith((f"{ORIGIN}/", "${ORIGIN}"))
 
 
@@ -121,8 +121,8 @@ def planned_rpath(
     """(the new search path, the entries dropped) of the object installed at ``installed``: an entry per
     directory of ``targets``, then its own ``$ORIGIN``-relative entries in their order (``$ORIGIN`` where it
     had none); absolute and other entries are dropped (they name the build host)."""
-    own = [e for e in current if _is_origin(e)] or [ORIGIN]
-    dropped = [e for e in current if not _is_origin(e)]
+    own = [e for e in current if is_origin(e)] or [ORIGIN]
+    dropped = [e for e in current if not is_origin(e)]
     entries = [relative_entry(installed, t) for t in targets]
     return list(dict.fromkeys([*entries, *own])), dropped
 
@@ -220,13 +220,20 @@ def bundle_into(
 
 
 def rewrite_root(
-    root: Path, *, lib_dirs: Sequence[str], bundle_from: Sequence[Path], into: str, extra: Sequence[str]
+    root: Path,
+    *,
+    lib_dirs: Sequence[str],
+    bundle_from: Sequence[Path],
+    into: str,
+    extra: Sequence[str],
+    also: Sequence[str] = (),
 ) -> Rewrite:
-    """Rewrite the unpacked wheel at ``root`` in place (see the module's docstring)."""
+    """Rewrite the unpacked wheel at ``root`` in place (see the module's docstring). ``also``: directories
+    every object reaches after those (``torch/lib`` where the repair step copied runtime libraries there)."""
     done = Rewrite(root)
     if bundle_from:
         bundle_into(root, into, bundle_from, extra, done)
-    targets = list(lib_dirs) if lib_dirs else [into]
+    targets = list(dict.fromkeys([*(lib_dirs or [into]), *also]))
     bundled = set(done.bundled.values())
     for installed, path in shared_objects(root).items():
         if installed in bundled:
@@ -291,7 +298,8 @@ def rewrite_wheel(
     return done
 
 
-def _wheels(given: Iterable[Path]) -> list[Path]:
+def given_wheels(given: Iterable[Path]) -> list[Path]:
+    """The wheels of the command line: each file given, and the wheels of each directory given."""
     wheels: list[Path] = []
     for path in given:
         if path.is_dir():
@@ -338,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bundle-extra", action="append", default=[], help="bundled: dlopen'ed libraries")
     args = parser.parse_args(argv)
     try:
-        for wheel in _wheels(args.wheels):
+        for wheel in given_wheels(args.wheels):
             args.out.mkdir(parents=True, exist_ok=True)
             done = rewrite_wheel(
                 wheel,

@@ -12,10 +12,12 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from elftools.common.exceptions import ELFError
 from elftools.elf.dynamic import DynamicSegment
 from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import NoteSection
 from elftools.elf.segments import InterpSegment
 
 
@@ -105,3 +107,18 @@ def dynamic_strings(path: Path) -> bytes:
             return bytes(section.data()) if section is not None else b""
     except (ELFError, OSError, ValueError):
         return b""
+
+
+def build_id(stream: BinaryIO) -> str | None:
+    """The GNU build ID of an ELF file (``.note.gnu.build-id``, hex), which identifies the link that made it:
+    patchelf's edits of the dynamic section keep it, so a copy whose RPATH was set is still known as the
+    file it was copied from. None for a file without one, or not ELF."""
+    try:
+        for section in ELFFile(stream).iter_sections():
+            if isinstance(section, NoteSection):
+                for note in section.iter_notes():
+                    if note["n_type"] == "NT_GNU_BUILD_ID":
+                        return str(note["n_desc"])
+    except (ELFError, OSError, ValueError, KeyError, AssertionError):
+        return None
+    return None

@@ -6,10 +6,15 @@ its ``metadata.component`` (sha256, version, the source's repository and commit)
 * **its own sources' parts**: each submodule of the project's source at its commit (the lock file's
   entries, as the manifest carries them);
 * **bundled native libraries**: every file in the wheel's ``<package>.libs/`` (torchvision's codecs,
-  :mod:`.bundle`), by the SONAME read from its ELF dynamic section, with the file it was copied from on the
-  build host (found by SONAME through ``ldconfig -p`` and the CUDA toolkit's lib64, and told apart by the
-  sha256 prefix :mod:`.bundle` puts in the copy's name) and, where ``dpkg -S`` knows that file, the Debian
-  package, its version and the licences its ``/usr/share/doc/<package>/copyright`` declares;
+  :mod:`.bundle`) and every runtime library the repair step copied into torch's ``lib/`` (libgomp.so.1, ...:
+  :mod:`.repair`, the sonames of ``data/compat.toml [runtime_libraries]``), by the SONAME read from its ELF
+  dynamic section, with the file it was copied from on the build host (found by SONAME through ``ldconfig
+  -p``, the CUDA toolkit's lib64 and the build's compiler, ``gcc -print-file-name``; told apart by the sha256
+  prefix :mod:`.bundle` puts in the copy's name, or, for a copy under its own name, by its content: the same
+  sha256 or the same GNU build ID, which patchelf's RPATH edits keep) and, where ``dpkg -S`` knows that file,
+  the Debian package, its version and the licences its ``/usr/share/doc/<package>/copyright`` declares (a
+  copyright file that is not machine-readable, GCC's, gives the licence ``[runtime_libraries.licences]``
+  names, and the component says so);
 * **what it depends on**: every ``Requires-Dist`` of its METADATA (the NVIDIA wheels, ``cuda-toolkit``,
   triton, ...), at the pinned version where there is one;
 * **what the build found** (the torch wheel): the CUDA toolkit (nvcc's version), cuDNN, NCCL, MKL and MAGMA,
@@ -34,6 +39,8 @@ import datetime as dt
 import email.parser
 import hashlib
 import importlib.metadata
+import io
+import os
 import re
 import struct
 import sys
@@ -47,7 +54,7 @@ from pathlib import Path
 from cyclonedx.model import ExternalReference, ExternalReferenceType, HashAlgorithm, HashType, Property, XsUri
 from cyclonedx.model.bom import Bom
 from cyclonedx.model.component import Component, ComponentScope, ComponentType
-from cyclonedx.model.license import DisjunctiveLicense
+from cyclonedx.model.license import DisjunctiveLicense, LicenseExpression
 from cyclonedx.output.json import JsonV1Dot6
 from cyclonedx.spdx import fixup_id
 from packageurl import PackageURL
@@ -58,10 +65,13 @@ from torchkiln.files import atomic
 from torchkiln.files.digests import file_sha256
 from torchkiln.host.loader import ldconfig_cache
 from torchkiln.process import runner
+from torchkiln.recipe import runtime_libraries
 from torchkiln.recipe.model import Recipe
 
 from . import wheelfile
+from .elf import build_id
 from .manifest import Manifest, WheelRecord
+from .repair import compiler_file
 
 SUFFIX = ".cdx.json"
 MEDIA_TYPE = "application/vnd.cyclonedx+json"
@@ -220,11 +230,26 @@ def _copyright(root: Path, package: str) -> list[str]:
     return debian_licences(text)
 
 
+def same_build(path: Path, content: bytes) -> bool:
+    """Whether ``content`` (a copy in the wheel) is the file at ``path`` or the same link of it: the same
+    sha256, or the same GNU build ID (a copy whose RPATH the repair step set keeps its build ID)."""
+    if file_sha256(path) == hashlib.sha256(content).hexdigest():
+        return True
+    with path.open("rb") as stream:
+        theirs = build_id(stream)
+    return theirs is not None and theirs == build_id(io.BytesIO(content))
+
+
 def find_origin(
-    bundled_name: str, soname: str, library_path: Sequence[str], cache: dict[str, list[str]] | None = None
+    bundled_name: str,
+    soname: str,
+    library_path: Sequence[str],
+    cache: dict[str, list[str]] | None = None,
+    content: bytes | None = None,
 ) -> Origin | None:
     """The build host's file a bundled copy was made from: a file of that soname on the loader's cache or
-    ``library_path`` whose sha256 starts with the hash in the copy's name (any, when the name has none)."""
+    ``library_path`` whose sha256 starts with the hash in the copy's name; for a name without a hash, one
+    that is the same build as ``content`` where it is given (:func:`same_build`), else any."""
     match = _HASHED.match(bundled_name)
     prefix = match["hash"] if match else None
     known = ldconfig_cache() if cache is None else cache
@@ -233,6 +258,8 @@ def find_origin(
         path = Path(candidate)
         try:
             if not path.is_file() or (prefix and not file_sha256(path).startswith(prefix)):
+                continue
+            if not prefix and content is not None and not same_build(path, content):
                 continue
         except OSError:
             continue
@@ -256,19 +283,41 @@ def _deb_component(pkg: DebianPackage, ref: str) -> Component:
     )
 
 
+def _runtime_copy(filename: str, data: bytes) -> bool:
+    """Whether the wheel's file ``filename`` is a runtime library the repair step copied in: a file named by
+    its own SONAME, one of ``[runtime_libraries]``'s, in a package's ``lib/`` (``torch/lib/libgomp.so.1``)."""
+    directory, _, name = filename.rpartition("/")
+    return directory.endswith("/lib") and name in runtime_libraries.all_sonames() and elf_soname(data) == name
+
+
+def _library_dirs(soname: str, library_path: Sequence[str], compiler: str | None) -> list[str]:
+    """Where a bundled library may have come from: ``library_path``, and where the build's compiler finds it."""
+    found = compiler_file(compiler, soname) if compiler else None
+    return [*library_path, *([str(found.parent)] if found is not None else [])]
+
+
 def bundled_components(
-    wheel: Path, library_path: Sequence[str] = (), *, look_up: bool = True
+    wheel: Path, library_path: Sequence[str] = (), *, look_up: bool = True, compiler: str | None = None
 ) -> Iterator[Component]:
-    """A component per native library in the wheel's ``*.libs/`` (see the module docstring)."""
+    """A component per native library in the wheel's ``*.libs/`` and per runtime library in a package's
+    ``lib/`` (see the module docstring). ``compiler``: the build's C compiler, whose search finds them."""
     cache = ldconfig_cache() if look_up else {}
     with zipfile.ZipFile(wheel) as zf:
         for info in sorted(zf.infolist(), key=lambda i: i.filename):
             top, _, name = info.filename.partition("/")
-            if not top.endswith(".libs") or not name or info.is_dir():
+            name = name.rpartition("/")[2]
+            if info.is_dir() or not name or "/" not in info.filename:
+                continue
+            in_libs = top.endswith(".libs")
+            if not in_libs and not info.filename.endswith(tuple(runtime_libraries.all_sonames())):
                 continue
             data = zf.read(info)
+            if not in_libs and not _runtime_copy(info.filename, data):
+                continue
             soname = elf_soname(data) or name
-            origin = find_origin(name, soname, library_path, cache) if look_up else None
+            content = None if in_libs else data  # a copy under its own name: known by its content
+            dirs = library_path if in_libs else _library_dirs(soname, library_path, compiler)
+            origin = find_origin(name, soname, dirs, cache, content) if look_up else None
             ref = _ref("bundled", info.filename)
             props = [_prop("soname", soname), _prop("bundled-as", info.filename)]
             if origin is not None:
@@ -279,6 +328,12 @@ def bundled_components(
             else:
                 component = Component(type=ComponentType.LIBRARY, name=soname, bom_ref=ref, properties=props)
                 component.properties.add(_prop("origin-package", "unknown on this host"))
+            declared = runtime_libraries.licence(soname)
+            if not component.licenses and declared is not None:
+                component.licenses.add(LicenseExpression(declared))
+                component.properties.add(
+                    _prop("licence-from", "data/compat.toml [runtime_libraries.licences]")
+                )
             component.hashes.add(
                 HashType(alg=HashAlgorithm.SHA_256, content=hashlib.sha256(data).hexdigest())
             )
@@ -442,9 +497,11 @@ def wheel_sbom(
     *,
     library_path: Sequence[str] = (),
     look_up: bool = True,
+    compiler: str | None = None,
 ) -> Bom:
     """The SBOM of one published wheel (the module docstring says what it holds). ``look_up``: find the
-    bundled libraries' origins on this host (the build host; off where it is not)."""
+    bundled libraries' origins on this host (the build host; off where it is not); ``compiler``: the build's C
+    compiler (:func:`compiler_of`), whose search found the runtime libraries the repair step copied."""
     root = _wheel_component(wheel, record, manifest)
     bom = Bom(serial_number=uuid.uuid5(uuid.NAMESPACE_URL, f"torchkiln:wheel:{record.sha256}"))
     bom.metadata.timestamp = _timestamp(manifest.finished)
@@ -453,7 +510,7 @@ def wheel_sbom(
     bom.metadata.properties.add(_prop("recipe-sha256", manifest.recipe.sha256))
     runtime = [
         *source_components(manifest, record.project),
-        *bundled_components(wheel, library_path, look_up=look_up),
+        *bundled_components(wheel, library_path, look_up=look_up, compiler=compiler),
         *requirement_components(wheel_metadata(wheel).get_all("Requires-Dist") or [], record.project),
         *(found_components(manifest, recipe) if record.project == "torch" else []),
     ]
@@ -484,13 +541,20 @@ def library_path_of(manifest: Manifest) -> list[str]:
     return [f"{home}/lib64" for home in sorted(h for h in homes if h)]
 
 
+def compiler_of(manifest: Manifest) -> str:
+    """The C compiler torch's compile step ran with (its CC: build.gcc's ``gcc-12``), else this process's CC,
+    else ``cc``: the one whose search the repair step asked for the runtime libraries."""
+    return manifest.build_env.get("torch", {}).get("CC") or os.environ.get("CC") or "cc"
+
+
 def write_wheel_sboms(dist: Path, manifest: Manifest, recipe: Recipe | None = None) -> list[Path]:
     """An SBOM beside every wheel the manifest lists in ``dist`` (atomically); their paths."""
     written = []
     library_path = library_path_of(manifest)
+    compiler = compiler_of(manifest)
     for record in manifest.wheels:
         wheel = dist / record.name
-        bom = wheel_sbom(wheel, record, manifest, recipe, library_path=library_path)
+        bom = wheel_sbom(wheel, record, manifest, recipe, library_path=library_path, compiler=compiler)
         written.append(write_sbom(dist / sbom_name(record.name), bom))
     return written
 

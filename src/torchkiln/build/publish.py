@@ -130,8 +130,17 @@ def _locks(ctx: Context) -> list[SourceLock]:
     """Each source as built: its commit and every way its tree differs from it (the build's own outputs are
     no difference: torchkiln.build.treeguard), or its digest."""
     locks = []
+    first = ("", ctx.plan.recipe.python)
     for source in ctx.plan.sources:
-        step = ctx.plan.wheel_steps().get(source.name)
+        # the tree as its compile step found it (not the final wheel's step: torch:repair reads no tree)
+        step = next(
+            (
+                s
+                for s in ctx.plan.steps
+                if s.kind == "compile" and s.project == source.name and s.python in first
+            ),
+            None,
+        )
         entry = (ctx.state.get(step.name) or {}) if step is not None else {}
         found = None
         if is_git_checkout(source.path):

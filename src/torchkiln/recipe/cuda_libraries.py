@@ -2,7 +2,7 @@
 
 ``pypi`` (the default), as upstream's PyPI wheels: the torch wheel declares NVIDIA's PyPI wheels
 (:func:`requirements`, what the build sets as PYTORCH_EXTRA_INSTALL_REQUIREMENTS) and its shared objects find
-them through RPATH entries into site-packages (:func:`lib_dirs`, what the ``torch:cuda-libraries`` step of the
+them through RPATH entries into site-packages (:func:`lib_dirs`, what the ``torch:repair`` step of the
 plan writes). ``bundled``: the wheel carries them (upstream's "-full" variant, only where upstream ships one:
 :func:`bundled_cuda`). The data and where each number comes from: ``data/compat.toml`` ``[cuda_libraries]``.
 
