@@ -185,6 +185,17 @@ class WheelRecord:
 
 
 @dataclass(frozen=True)
+class Isolation:
+    """How the build steps (env, compile, package, checks) ran (torchkiln.build.sandbox): ``bubblewrap`` when
+    every one ran in a sandbox that hides the signing key, the user's home and the build's other secrets
+    from it; ``none`` when any did not, with the reason and those steps."""
+
+    mode: str  # "bubblewrap" | "none"
+    reason: str | None = None
+    steps: list[str] = field(default_factory=list)  # the build steps that ran without a sandbox
+
+
+@dataclass(frozen=True)
 class Manifest:
     format: int
     torchkiln: str
@@ -208,6 +219,7 @@ class Manifest:
     # A build for several Pythons (python.versions): the post-build check of each Python after the first, by
     # Python ("3.12": its Checks); ``checks`` is the first Python's. Empty for one Python.
     python_checks: dict[str, Checks] = field(default_factory=dict)
+    isolation: Isolation | None = None  # None: a manifest from before isolation was recorded
 
     def wheel(self, project: str) -> WheelRecord | None:
         return next((w for w in self.wheels if w.project == project), None)

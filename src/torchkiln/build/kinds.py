@@ -94,6 +94,8 @@ from .progress import CompileProgress, PhaseTracker
 from .publish import publish
 from .pythons import bring_in, torch_in_place
 from .reconfigure import reconfigure
+from .sandbox import isolated
+from .sandbox import record as isolation_record
 from .vision_watch import VisionWatcher
 from .watch import Contradiction, Expectations, SummaryWatcher, Watcher
 
@@ -189,15 +191,17 @@ class StepKind:
         """Run the command once (``layer`` over its environment), its output into its log and its observer."""
         observer = self.observer(step, ctx)
         try:
-            done = runner.stream(
-                step.argv,
-                log=ctx.step_log(step),
-                env=self.environment(step, ctx, layer),
-                cwd=step.cwd,
-                observe=observer,
-                redact=ctx.redact,
-                header=f"# {step.name}: {' '.join(step.argv)}",
-            )
+            # a build step in its sandbox (torchkiln.build.sandbox); the log's header shows the step's own argv
+            with isolated(step, ctx, step.argv, self.environment(step, ctx, layer), step.cwd) as (argv, env):
+                done = runner.stream(
+                    argv,
+                    log=ctx.step_log(step),
+                    env=env,
+                    cwd=step.cwd,
+                    observe=observer,
+                    redact=ctx.redact,
+                    header=f"# {step.name}: {' '.join(step.argv)}",
+                )
         except runner.ProcessError as exc:
             raise BuildFailed(f"{step.name}: {exc}", step=step.name) from None
         return done, observer
@@ -227,7 +231,7 @@ class StepKind:
 
     def outputs(self, step: Step, ran: Ran, ctx: Context) -> dict[str, Any]:
         """What to record of a successful run (read back by :meth:`intact` and later steps)."""
-        out: dict[str, Any] = {}
+        out: dict[str, Any] = dict(isolation_record(step, ctx))  # how it ran: sandboxed or not
         if step.venv is not None:  # what the venv holds now: read back by intact() (_venv_as_recorded)
             out["venv"] = venv_distributions(Path(step.venv))
         if step.wheels is not None:
@@ -451,6 +455,7 @@ class CompileKind(StepKind):
 
     def layers(self, step: Step, ctx: Context) -> tuple[Mapping[str, str], ...]:
         session = ctx.open_cache(step)
+        # the cache's server holds its credentials (and the cluster's token): the compiles get none of them
         return (step.env, self._reproducible(step, ctx), session.public_env, ctx.dist_env, session.secret_env)
 
     def _reproducible(self, step: Step, ctx: Context) -> dict[str, str]:

@@ -36,6 +36,7 @@ from torchkiln.process import runner
 from torchkiln.process.killed import KilledEdge, read_kills
 
 from .context import Context, failure_message
+from .sandbox import isolated
 
 # Where an in-tree build keeps its build.ninja, under a step's scratch directory: CMake's build/ (torch),
 # torch.utils.cpp_extension's build/temp.<platform>-<python>/ (torchvision), one level deeper for a
@@ -138,14 +139,11 @@ class Resume:
         log = self.ctx.step_log(self.step).with_suffix(f".retry-{attempt}.unit-{index}.log")
         argv = [found.ninja, "-C", str(found.directory), "-j1", edge.target]
         before = self.counter()
-        done = runner.stream(
-            argv,
-            log=log,
-            env=self.environment(self.layer()),
-            redact=self.ctx.redact,
-            header=f"# {' '.join(argv)}",
-            measure=True,
-        )
+        # ninja runs the tree's compile commands: in the step's sandbox, as the step itself
+        with isolated(self.step, self.ctx, argv, self.environment(self.layer())) as (run, env):
+            done = runner.stream(
+                run, log=log, env=env, redact=self.ctx.redact, header=f"# {' '.join(argv)}", measure=True
+            )
         self.spent += done.seconds
         if done.returncode == 0:
             self.ctx.display.note(f"{found.unit}: built alone (peak {_size(done.peak_rss)})")

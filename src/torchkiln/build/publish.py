@@ -41,6 +41,7 @@ from torchkiln.source.git import dirty_checkout, lock_source
 from .buildreqs import read_constraints
 from .context import Context, Published
 from .fingerprint import file_sha256
+from .sandbox import summary as isolation_summary
 
 
 def publish(ctx: Context) -> bool:
@@ -217,6 +218,7 @@ def _manifest(ctx: Context, locks: list[SourceLock], wheels: list[WheelRecord]) 
         constraints=read_constraints(plan.paths.constraints),
         dist=_dist_record(ctx),
         python_checks={} if ctx.options.skip_checks else dict(sorted(ctx.python_checks.items())),
+        isolation=isolation_summary(ctx),
     )
 
 

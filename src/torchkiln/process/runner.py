@@ -180,7 +180,8 @@ def supervised() -> Iterator[str]:
 
 
 def remove_at_exit(path: Path) -> None:
-    """Have the watchdog remove ``path`` when this run ends, however it ends (a server's socket)."""
+    """Have the watchdog remove ``path`` (a file, or a directory and all it holds) when this run ends, however
+    it ends (a server's socket, a sandbox's private /tmp)."""
     if _WATCH is not None and _WATCH.watchdog.stdin is not None:
         with contextlib.suppress(OSError):
             _WATCH.watchdog.stdin.write(f"file {path}\n")
