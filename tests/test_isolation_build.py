@@ -171,7 +171,13 @@ class Built:
     output: str
 
 
-def build(case: Case, tmp: Path, redis: tuple[int, str], links: Path, dist_url: str | None) -> tuple[Built, Secrets]:
+def build(
+    case: Case,
+    tmp: Path,
+    redis: tuple[int, str],
+    links: Path,
+    dist: loopback.LoopbackCluster | None,
+) -> tuple[Built, Secrets]:
     """Run ``torchkiln build`` (its own process, as a user runs it) on a copy of the hostile tree."""
     port, password = redis
     src, work, home, keys = tmp / "src", tmp / "work", tmp / "home", tmp / "keys"
@@ -182,7 +188,7 @@ def build(case: Case, tmp: Path, redis: tuple[int, str], links: Path, dist_url: 
     user_pip_config(home)
     (home / ".netrc").write_text(f"machine secrets.example login kiln password home-{secrets.token_hex(8)}\n")
     key = pem(ed25519.Ed25519PrivateKey.generate())
-    token = f"token-{secrets.token_hex(16)}"
+    token = dist.client_token if dist is not None else ""
     marker_env, marker_file = f"marker-env-{secrets.token_hex(8)}", f"marker-file-{secrets.token_hex(8)}"
     (src / "marker.txt").write_text(marker_file + "\n")
     env = {**os.environ, "PATH": tool_path(), "HOME": str(home), "KILN_PROBE_MARKER": marker_env}
@@ -211,8 +217,8 @@ def build(case: Case, tmp: Path, redis: tuple[int, str], links: Path, dist_url: 
         cache += f'credentials_file = "{home / ".redis-password"}"\n'
     token_file = keys / "dist.token"
     if case.dist is not None:
-        assert dist_url is not None
-        cache += f'\n[dist]\nscheduler_url = "{dist_url}"\n'
+        assert dist is not None
+        cache += f'\n[dist]\nscheduler_url = "{dist.url}"\n'
         if case.dist == "env":
             env["KILN_DIST_TOKEN"] = token
             cache += 'credentials_env = "KILN_DIST_TOKEN"\n'
@@ -281,8 +287,8 @@ def test_a_hostile_tree_and_its_build_dependency_find_no_secret(
 ) -> None:
     for tool in ("bwrap", "ccache", "gcc", case.cache):
         need(tool, tool_path())
-    dist_url = request.getfixturevalue("scheduler").url if case.dist else None
-    built, held = build(case, tmp_path, redis, links, dist_url)
+    dist = request.getfixturevalue("scheduler") if case.dist else None
+    built, held = build(case, tmp_path, redis, links, dist)
     text = seen(built.loot)
 
     # the probes ran where they should: the build dependency's setup.py under pip (env step), its .pth in
@@ -322,6 +328,8 @@ def test_a_hostile_tree_and_its_build_dependency_find_no_secret(
     # the cache worked through what holds its password (broker or server): the store was used, no errors
     cache = built.manifest["cache"]
     assert cache["tool"] == case.cache and cache["errors"] == 0, cache
+    if case.dist is not None:  # the token was taken: the server started with the client configuration
+        assert built.manifest["dist"]["used"] is True, built.manifest["dist"]
 
 
 def test_without_a_sandbox_the_build_says_so_and_the_same_probes_find_the_secrets(

@@ -249,7 +249,7 @@ def server_sandbox(ctx: Context) -> Sandbox | None:
     assert availability.bwrap is not None
     view = base_view(ctx)
     extra: list[Path] = []
-    if ctx.plan.dist is not None:
+    if ctx.dist is not None and ctx.dist.spec is not None:  # distributed compiles in use (preflight passed)
         extra.append(default_toolchain_dir(ctx.plan.cache.dir))
     return Sandbox(availability.bwrap, view.extended(writable=extra, network=True))
 

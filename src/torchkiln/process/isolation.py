@@ -12,8 +12,8 @@ A :class:`View` says what a sandboxed process sees:
   a writable path holds them;
 * ``writable``: visible and writable (the work directory, the source trees, the compiler cache);
 * ``protected``: read-only even inside a writable path (the build's own records in its work directory);
-* ``hidden``: files masked (an empty file) even where a visible directory holds them: the files secrets are
-  read from, wherever the user keeps them;
+* ``hidden``: files masked (an empty file mounted over them) even where a visible directory holds them: the
+  files secrets are read from, wherever the user keeps them;
 * ``home``: the HOME the process sees, an empty directory (tmpfs) at that path; paths under it in
   ``read_only``/``writable`` are mounted back on top;
 * ``network``: the host's network; otherwise a network namespace of its own (loopback only).
@@ -158,9 +158,10 @@ def _system_args() -> list[str]:
     return args
 
 
-def _mounts(view: View) -> list[str]:
+def _mounts(view: View, empty: Path) -> list[str]:
     """The view's mounts, parents before children (a later mount covers an earlier one at or under it), a
-    path given both ways writable; then the masks over hidden files that would be reachable."""
+    path given both ways writable; then the masks over hidden files that would be reachable: ``empty``, an
+    empty regular file (a device such as /dev/null cannot be opened on the sandbox's nodev mounts)."""
     ops: dict[Path, str] = {}
     writable = [form for path in view.writable for form in _forms(path)]
     for path in view.read_only:
@@ -191,7 +192,7 @@ def _mounts(view: View) -> list[str]:
     for secret in view.hidden:
         for form in _forms(secret):
             if os.path.lexists(form) and view.visible(form):
-                args += ["--tmpfs", str(form)] if form.is_dir() else ["--ro-bind", os.devnull, str(form)]
+                args += ["--tmpfs", str(form)] if form.is_dir() else ["--ro-bind", str(empty), str(form)]
     return args
 
 
@@ -229,11 +230,13 @@ class Sandbox:
         /tmp is made now; :meth:`Prepared.cleanup` removes it."""
         tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX))
         runner.remove_at_exit(tmp)  # also when torchkiln is killed (torchkiln.process.supervisor)
+        empty = tmp / ".masked"  # what a hidden file reads as: nothing
+        empty.touch(mode=0o444)
         args = [self.bwrap, *_ALWAYS]
         if not self.view.network:
             args.append("--unshare-net")
         args += ["--proc", "/proc", "--dev", "/dev", *_system_args(), "--bind", str(tmp), "/tmp"]
-        args += _mounts(self.view)
+        args += _mounts(self.view, empty)
         if cwd is not None:
             args += ["--chdir", str(cwd)]
         inner = {k: v for k, v in env.items() if k not in _GONE_VARIABLES}
