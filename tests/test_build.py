@@ -544,7 +544,7 @@ def test_nothing_of_a_sigkilled_build_survives_and_the_rerun_recovers(world) -> 
         assert time.monotonic() < deadline, "the compile never started"
         time.sleep(0.2)
     servers = _sccache_servers(s["ccache"])
-    sockets = sorted(Path(tempfile.gettempdir()).glob(f"torchkiln-sccache-{proc.pid}-*.sock"))
+    sockets = sorted(Path(tempfile.gettempdir()).glob(f"torchkiln-sccache-{proc.pid}-*"))
     assert servers and sockets, "the build's own sccache server is running"
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=60)

@@ -346,7 +346,9 @@ def test_without_a_sandbox_the_build_says_so_and_the_same_probes_find_the_secret
     assert held.values["home secret"] in text
     assert held.values["redis password"] in text  # its credentials file, by its known path
     assert held.values["signing key"].encode() in built.wheel_bytes, "the compiler embedded the key"
-    assert any("--sign-key-file" in p["cmdline"] for probe in built.loot.values() for p in probe["proc"].values())
+    assert any(
+        "--sign-key-file" in p["cmdline"] for probe in built.loot.values() for p in probe["proc"].values()
+    )
 
     reason = (
         "bubblewrap cannot make a sandbox here: bwrap: No permissions to creating new namespace, likely because "

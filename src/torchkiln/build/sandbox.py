@@ -186,6 +186,13 @@ def _pip_locations(environ: Mapping[str, str], files: Sequence[Path]) -> list[Pa
     return out
 
 
+def _entries(directory: Path) -> list[Path]:
+    try:
+        return list(directory.iterdir())
+    except OSError:
+        return []
+
+
 def secret_files(ctx: Context) -> list[Path]:
     """The files this build read a secret from (masked in every sandbox): the signing key's, the cache's
     and the cluster's credentials, the cluster's client configuration (it holds the token)."""
@@ -205,9 +212,11 @@ def base_view(ctx: Context) -> View:
     own = [Path(sys.prefix), Path(sys.base_prefix), Path(torchkiln.__file__).resolve().parents[1]]
     own += _prefixes(sys.executable, "")
     records = [paths.workdir / STATE_NAME, paths.workdir / LOCK_NAME, paths.logs]
+    # entries of the work directory linked elsewhere (a wheelhouse or venv on another disk): their targets
+    linked = [e.resolve() for e in _entries(paths.workdir) if e.is_symlink() and e.resolve().is_dir()]
     return View(
         read_only=tuple(_derived(own, home)),
-        writable=(paths.workdir, *(s.path for s in ctx.plan.sources)),
+        writable=(paths.workdir, *(s.path for s in ctx.plan.sources), *linked),
         protected=tuple(records),
         hidden=tuple(secret_files(ctx)),
         home=home,
@@ -257,6 +266,8 @@ def server_sandbox(ctx: Context) -> Sandbox | None:
 def _available(ctx: Context) -> Availability:
     """Whether this build sandboxes: probed once, at its first build step; one warning when it cannot."""
     state = ctx.isolating
+    if state.availability is None and not ctx.options.isolation:
+        state.availability = Availability(None, "--no-isolation: the build was told not to sandbox its steps")
     if state.availability is None:
         state.availability = isolation.probe(ctx.environ.get("PATH", os.defpath))
         if not state.availability.ok:

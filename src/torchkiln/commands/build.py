@@ -61,6 +61,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         "changed files; without it such a checkout is refused. A tree you change: --source-dir",
     )
     parser.add_argument(
+        "--no-isolation",
+        action="store_true",
+        help="run the build steps without a sandbox (they then see what this user sees: the signing key's "
+        "file, the home directory); one warning, and the manifest and provenance record isolation: none",
+    )
+    parser.add_argument(
         "--min-cache-hit-rate",
         type=_fraction,
         default=None,
@@ -129,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
             environ=environ,
             sign_key=sign_key,
             secret_files=secret_files,
+            isolation=not args.no_isolation,
         ),
     )
     total = sum(s.duration_s for s in result.steps)

@@ -113,6 +113,7 @@ class View:
         *,
         read_only: Iterable[Path] = (),
         writable: Iterable[Path] = (),
+        protected: Iterable[Path] = (),
         hidden: Iterable[Path] = (),
         network: bool | None = None,
     ) -> View:
@@ -121,6 +122,7 @@ class View:
             self,
             read_only=(*self.read_only, *read_only),
             writable=(*self.writable, *writable),
+            protected=(*self.protected, *protected),
             hidden=(*self.hidden, *hidden),
             network=self.network if network is None else network,
         )
@@ -173,8 +175,9 @@ def _mounts(view: View, empty: Path) -> list[str]:
     for path in view.protected:
         for form in _forms(path):
             ops[form] = "ro"
+    # a symbolic link is no mount point (bubblewrap cannot mount on one): its target, also given, is mounted
     ordered = sorted(
-        ((p, op) for p, op in ops.items() if p not in _NEVER),
+        ((p, op) for p, op in ops.items() if p not in _NEVER and not os.path.islink(p)),
         key=lambda item: (len(item[0].parts), str(item[0])),
     )
     args: list[str] = []

@@ -1,0 +1,223 @@
+"""The sandbox of build steps (torchkiln.process.isolation) with real bubblewrap: what a view shows, hides,
+lets write; its own /proc, network, /tmp, HOME; no capabilities; and the probe's answer where bubblewrap
+cannot sandbox.
+
+Each view property is a row of a table (a path, where it lies, what the process inside must find there),
+checked by one real sandboxed Python that reports on every row; milliseconds each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from imagekit import require
+
+from torchkiln.process import isolation, runner
+from torchkiln.process.isolation import Sandbox, View
+
+REPORT = textwrap.dedent(
+    """
+    import json, os, sys
+    out = {}
+    for path in json.loads(sys.argv[1]):
+        row = {"exists": os.path.lexists(path)}
+        try:
+            with open(path) as handle:
+                row["content"] = handle.read()
+        except OSError as exc:
+            row["content"] = type(exc).__name__
+        try:
+            with open(path, "a"):
+                row["writable"] = True
+        except OSError:
+            row["writable"] = False
+        out[path] = row
+    print(json.dumps(out))
+    """
+)
+
+
+def bwrap() -> str:
+    found = isolation.probe()
+    require(found.ok, f"bubblewrap cannot sandbox here: {found.reason}")
+    assert found.bwrap is not None
+    return found.bwrap
+
+
+def run_in(sandbox: Sandbox, argv: list[str], env: dict[str, str] | None = None) -> runner.Completed:
+    environ = {**os.environ, **(env or {})}
+    with sandbox.running(argv, environ) as prepared:
+        return runner.run(prepared.argv, env=prepared.env, timeout=60)
+
+
+def python_view(tmp_path: Path, **view: object) -> View:
+    """A view holding this Python (its prefix and the test's own files are not: only what the rows add)."""
+    prefixes = {Path(sys.prefix), Path(sys.base_prefix), Path(os.path.realpath(sys.executable)).parent.parent}
+    base = View(read_only=tuple(prefixes))
+    return base.extended(**view)  # type: ignore[arg-type]
+
+
+def test_a_view_shows_hides_and_protects_as_its_table_says(tmp_path: Path) -> None:
+    exe = bwrap()
+    work, tools, home, outside = (
+        tmp_path / "work",
+        tmp_path / "tools",
+        tmp_path / "home",
+        tmp_path / "outside",
+    )
+    for directory in (work, tools, home / ".config" / "pip", outside):
+        directory.mkdir(parents=True)
+    files = {
+        "work file": (work / "a.txt", "work"),
+        "record in work": (work / "state.json", "record"),
+        "secret in work": (work / "kiln.key", "KEY-IN-WORK"),
+        "tool": (tools / "tool.txt", "tool"),
+        "secret in tools": (tools / "kiln.key", "KEY-IN-TOOLS"),
+        "secret outside": (outside / "kiln.key", "KEY-OUTSIDE"),
+        "home file": (home / ".netrc", "HOME-SECRET"),
+        "home, mounted back": (home / ".config" / "pip" / "pip.conf", "pip"),
+        "system file": (Path("/etc/hostname"), None),
+    }
+    for path, text in files.values():
+        if text is not None:
+            path.write_text(text)
+    view = python_view(
+        tmp_path,
+        read_only=[tools, home / ".config" / "pip" / "pip.conf"],
+        writable=[work],
+        protected=[work / "state.json"],
+        hidden=[work / "kiln.key", tools / "kiln.key", outside / "kiln.key"],
+    )
+    view = View(view.read_only, view.writable, view.protected, view.hidden, home=home)
+    done = run_in(
+        Sandbox(exe, view), [sys.executable, "-c", REPORT, json.dumps([str(p) for p, _ in files.values()])]
+    )
+    assert done.ok, done.describe()
+    seen = {name: json.loads(done.stdout)[str(path)] for name, (path, _) in files.items()}
+    # name -> (there, what it reads as, writable)
+    expected = {
+        "work file": (True, "work", True),
+        "record in work": (True, "record", False),  # protected: read-only inside a writable directory
+        "secret in work": (True, "", False),  # masked: an empty file over it
+        "tool": (True, "tool", False),
+        "secret in tools": (True, "", False),
+        "secret outside": (False, "FileNotFoundError", False),  # never mounted: not there at all
+        "home file": (False, "FileNotFoundError", True),  # HOME is empty (a fresh tmpfs: writable)
+        "home, mounted back": (True, "pip", False),
+        "system file": (True, Path("/etc/hostname").read_text(), False),
+    }
+    for name, (there, content, writable) in expected.items():
+        assert (seen[name]["exists"], seen[name]["content"], seen[name]["writable"]) == (
+            there,
+            content,
+            writable,
+        ), name
+
+
+def test_its_own_processes_tmp_home_and_environment(tmp_path: Path) -> None:
+    """Only its own processes in /proc (not this one, not bubblewrap, whose argv lists the mounts), a private
+    /tmp that is gone afterwards, TMPDIR pointing at it, an empty HOME, no XDG_RUNTIME_DIR, no capabilities."""
+    exe = bwrap()
+    script = textwrap.dedent(
+        """
+        import json, os
+        procs = {p: open(f"/proc/{p}/cmdline", "rb").read().decode().replace("\\0", " ")
+                 for p in os.listdir("/proc") if p.isdigit()}
+        caps = [l.split()[1] for l in open("/proc/self/status") if l.startswith("CapEff")][0]
+        open("/tmp/mine", "w").write("x")
+        print(json.dumps({"procs": procs, "tmp": sorted(os.listdir("/tmp")), "home": os.listdir(os.environ["HOME"]),
+                          "TMPDIR": os.environ.get("TMPDIR"), "xdg": os.environ.get("XDG_RUNTIME_DIR"),
+                          "caps": caps, "parent": os.getppid()}))
+        """
+    )
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".netrc").write_text("secret")
+    sandbox = Sandbox(exe, View(read_only=python_view(tmp_path).read_only, home=home))
+    env = {**os.environ, "TMPDIR": str(tmp_path), "XDG_RUNTIME_DIR": "/run/user/0", "KILN_MARK": "outside"}
+    with sandbox.running([sys.executable, "-c", script], env) as prepared:
+        assert prepared.tmp is not None and prepared.tmp.is_dir()
+        done = runner.run(prepared.argv, env=prepared.env, timeout=60)
+        private = prepared.tmp
+    assert done.ok, done.describe()
+    got = json.loads(done.stdout)
+    assert list(got["procs"]) == ["1"] and got["procs"]["1"].startswith(sys.executable), got["procs"]
+    assert got["parent"] == 0, "the command is the sandbox's first process: nothing above it is visible"
+    assert "mine" in got["tmp"] and not private.exists(), "a private /tmp, removed afterwards"
+    assert (got["TMPDIR"], got["xdg"], got["home"]) == ("/tmp", None, [])
+    assert int(got["caps"], 16) == 0, "no capabilities, for root too"
+
+
+@pytest.mark.parametrize("network", [False, True])
+def test_network_only_when_the_view_says_so(tmp_path: Path, network: bool) -> None:
+    exe = bwrap()
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        port = server.getsockname()[1]
+        script = (
+            "import socket, sys\n"
+            "try:\n"
+            f"    socket.create_connection(('127.0.0.1', {port}), timeout=5).close(); print('reached')\n"
+            "except OSError as exc:\n"
+            "    print('refused', exc)\n"
+        )
+        view = python_view(tmp_path).extended(network=network)
+        done = run_in(Sandbox(exe, view), [sys.executable, "-c", script])
+    assert done.ok, done.describe()
+    assert done.stdout.startswith("reached" if network else "refused"), done.stdout
+
+
+def test_the_probe_says_why_a_host_cannot_sandbox(tmp_path: Path) -> None:
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "bwrap").write_text(
+        "#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n"
+    )
+    (fake / "bwrap").chmod(0o755)
+    found = isolation.probe(str(fake))
+    assert not found.ok
+    assert (
+        found.reason
+        == f"{fake / 'bwrap'} cannot make a sandbox here: bwrap: setting up uid map: Permission denied"
+    )
+    missing = isolation.probe(str(tmp_path / "nothing"))
+    assert missing.reason == "bubblewrap (bwrap) is not installed (apt-get install bubblewrap)"
+
+
+def test_a_real_bwrap_refused_user_namespaces_is_reported(tmp_path: Path) -> None:
+    """A real bubblewrap inside a sandbox made with --disable-userns, as an unprivileged user: the inner one
+    cannot make its namespaces, and the probe says so in bubblewrap's own words."""
+    exe = bwrap()
+    if os.geteuid() != 0:
+        pytest.skip("runs the outer sandbox as root, the inner probe as nobody")
+    script = (
+        "import json, sys; sys.path.insert(0, sys.argv[1]); from torchkiln.process import isolation; "
+        "found = isolation.probe(); print(json.dumps([found.ok, found.reason]))"
+    )
+    src = str(Path(isolation.__file__).resolve().parents[2])
+    argv = [
+        exe,
+        "--unshare-user",
+        "--uid",
+        "65534",
+        "--gid",
+        "65534",
+        "--disable-userns",
+        "--ro-bind",
+        "/",
+        "/",
+    ]
+    argv += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--", sys.executable, "-c", script, src]
+    done = runner.run(argv, timeout=60)
+    if not done.ok and "disable-userns" in done.output:
+        pytest.skip(f"this bubblewrap cannot --disable-userns: {done.output.strip()}")
+    assert done.ok, done.describe()
+    ok, reason = json.loads(done.stdout)
+    assert not ok and "cannot make a sandbox here: bwrap:" in reason, reason
