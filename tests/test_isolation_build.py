@@ -24,6 +24,7 @@ home's secret.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import secrets
@@ -32,6 +33,7 @@ import socket
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 import zipfile
 from collections.abc import Iterator
@@ -169,6 +171,90 @@ class Built:
     manifest: dict
     statement: dict
     output: str
+    readers: dict[str, set[str]]  # secret kind -> the build's processes that could read it (Readers)
+
+
+def _describe(pid: str, own_mnt: str) -> str:
+    """A process as the readers' table names it: its program, and whether it runs in a sandbox (a mount
+    namespace other than this test's) or on the host."""
+    try:
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        mnt = os.readlink(f"/proc/{pid}/ns/mnt")
+    except OSError:
+        return ""
+    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    if comm.startswith("python") and len(cmdline) > 2 and cmdline[1] == b"-m":
+        comm = f"python -m {cmdline[2].decode()}"
+    return f"{comm} ({'host' if mnt == own_mnt else 'sandbox'})"
+
+
+def _watchdog_mark(build: int) -> str:
+    """The run id the build's watchdog (its child running torchkiln.process.supervisor) marks its processes
+    with; "" until it started."""
+    for child in Path("/proc").iterdir():
+        with contextlib.suppress(OSError, IndexError):
+            argv = (child / "cmdline").read_bytes().split(b"\0")
+            ppid = int((child / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if ppid == build and b"torchkiln.process.supervisor" in argv:
+                return argv[-2].decode()
+    return ""
+
+
+class Readers:
+    """Which of the build's processes can read each secret, sampled every 50 ms while the build runs: a
+    secret in a process's environment or argv (/proc/PID/environ, cmdline), or a secret's file readable in
+    the process's own view of the filesystem (/proc/PID/root/PATH: its mount namespace, its sandbox)."""
+
+    def __init__(self, values: dict[str, str], files: dict[str, Path]) -> None:
+        self.values, self.files = values, files
+        self.found: dict[str, set[str]] = {kind: set() for kind in values}
+        self.own_mnt = os.readlink("/proc/self/ns/mnt")
+        self.build_pid = 0
+        self.run = ""
+        self.stop = threading.Event()
+
+    def _ours(self, pid: str) -> bool:
+        if int(pid) == self.build_pid:
+            return True
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            return False
+        if not self.run:
+            return False
+        with contextlib.suppress(OSError):  # the watchdog carries the run's id in its argv
+            if self.run.encode() in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0"):
+                return True
+        return f"TORCHKILN_RUN={self.run}".encode() in environ.split(b"\0")
+
+    def sample(self) -> None:
+        for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+            if not self.run and int(pid) != self.build_pid:
+                continue
+            if not self._ours(pid):
+                continue
+            try:
+                environ = Path(f"/proc/{pid}/environ").read_bytes()
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if int(pid) == self.build_pid and not self.run:
+                self.run = _watchdog_mark(self.build_pid)
+            who = _describe(pid, self.own_mnt)
+            for kind, value in self.values.items():
+                if value.encode() in environ or value.encode() in cmdline:
+                    self.found[kind].add(who)
+                path = self.files.get(kind)
+                if path is not None:
+                    with contextlib.suppress(OSError):
+                        if value in Path(f"/proc/{pid}/root{path}").read_text(errors="replace"):
+                            self.found[kind].add(who)
+
+    def watch(self, process: subprocess.Popen[str]) -> None:
+        self.build_pid = process.pid
+        while not self.stop.is_set():
+            self.sample()
+            time.sleep(0.05)
 
 
 def build(
@@ -241,17 +327,31 @@ def build(
     targets = [str(p) for p in (key_path, home / ".redis-password", token_file, home / ".netrc") if p]
     (src / "targets.json").write_text(json.dumps({"paths": [*targets, str(src / "marker.txt")]}))
 
-    done = subprocess.run(
+    values = {"signing key": "".join(key.splitlines()[1:-1]), "redis password": password}
+    values["home secret"] = (home / ".netrc").read_text().split()[-1]
+    files = {"redis password": home / ".redis-password", "home secret": home / ".netrc"}
+    if key_path is not None:
+        files["signing key"] = key_path
+    if case.dist is not None:
+        values["cluster token"] = token
+        files["cluster token"] = token_file
+    readers = Readers(values, {k: p for k, p in files.items() if p.exists()})
+    process = subprocess.Popen(
         [sys.executable, "-m", "torchkiln", *args[:1], str(recipe), *args[1:]],
         env=env,
         cwd=tmp,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
-        timeout=900,
-        check=False,
     )
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output[-4000:]
+    watcher = threading.Thread(target=readers.watch, args=(process,), daemon=True)
+    watcher.start()
+    try:
+        output, _ = process.communicate(timeout=900)
+    finally:
+        readers.stop.set()
+        watcher.join()
+    assert process.returncode == 0, output[-4000:]
     (wheel,) = (tmp / "dist").glob(WHEEL_GLOB)
     with zipfile.ZipFile(wheel) as archive:
         loot = json.loads(archive.read("kiln_hostile/loot.json"))
@@ -259,12 +359,19 @@ def build(
     envelope = json.loads((tmp / "dist" / "hostile-test.intoto.jsonl").read_text())
     statement = json.loads(base64.b64decode(envelope["payload"]))
     manifest = json.loads((tmp / "dist" / "manifest.json").read_text())
-    values = {"signing key": "".join(key.splitlines()[1:-1]), "redis password": password}
-    values["home secret"] = (home / ".netrc").read_text().split()[-1]
-    if case.dist is not None:
-        values["cluster token"] = token
     found = Secrets(values, key_path, marker_env, marker_file)
-    return Built(loot, wheel_bytes, manifest, statement, output), found
+    return Built(loot, wheel_bytes, manifest, statement, output, readers.found), found
+
+
+def report(name: str, readers: dict[str, set[str]]) -> None:
+    """With KILN_SECRET_READERS=FILE, the measured readers of each secret, one JSON line per case (the
+    issue's note lists them)."""
+    out = os.environ.get("KILN_SECRET_READERS")
+    if out:
+        with open(out, "a", encoding="utf-8") as handle:
+            handle.write(
+                json.dumps({"case": name, "readers": {k: sorted(v) for k, v in readers.items()}}) + "\n"
+            )
 
 
 def seen(loot: dict[str, dict]) -> str:
@@ -321,6 +428,20 @@ def test_a_hostile_tree_and_its_build_dependency_find_no_secret(
         # a fresh home: nothing of the user's (pip's configuration is mounted back)
         assert not [p for p in probe["home"] if p.endswith((".netrc", ".redis-password"))], probe["where"]
 
+    # measured while the build ran: which of its processes could read each secret. In a sandbox only the
+    # sccache server, which holds its store's password and the cluster's token (its own client config);
+    # on the host torchkiln's own processes (itself, its watchdog, the tool probes it runs unsandboxed)
+    sandboxed = {"redis password": {"sccache (sandbox)"}, "cluster token": {"sccache (sandbox)"}}
+    for kind, readers in built.readers.items():
+        inside = {r for r in readers if r.endswith("(sandbox)")}
+        allowed = sandboxed.get(kind, set()) if case.cache == "sccache" else set()
+        assert inside <= allowed, (
+            f"{case.name}: {kind} readable in a build step's sandbox by {sorted(inside)}"
+        )
+    if case.key == "env":  # no process but torchkiln itself: its children never had the variable
+        assert built.readers["signing key"] <= {"python -m torchkiln (host)"}, built.readers["signing key"]
+    report(case.name, built.readers)
+
     assert built.manifest["isolation"] == {"mode": "bubblewrap", "reason": None, "steps": []}
     isolation = built.statement["predicate"]["buildDefinition"]["internalParameters"]["isolation"]
     assert isolation == {"mode": "bubblewrap", "reason": None, "steps": []}
@@ -360,3 +481,8 @@ def test_without_a_sandbox_the_build_says_so_and_the_same_probes_find_the_secret
     provenance = built.statement["predicate"]["buildDefinition"]["internalParameters"]["isolation"]
     assert provenance == isolation
     assert built.output.count("build steps run without isolation") == 1
+    # measured: without a sandbox the tree's own processes (the compile's Python) read the key file
+    assert any(
+        r.startswith("python") and r != "python -m torchkiln (host)" for r in built.readers["signing key"]
+    )
+    report(CONTROL.name, built.readers)
