@@ -87,15 +87,15 @@ def test_what_ccache_sends_passes(args: list[bytes]) -> None:
 @given(args=st.lists(st.binary(max_size=64), min_size=1, max_size=5))
 def test_commands_and_replies_read_back_as_sent(args: list[bytes]) -> None:
     wire = broker.encode(args)
-    assert broker.read_command(io.BufferedReader(io.BytesIO(wire))) == args  # type: ignore[arg-type]
+    assert broker.read_command(io.BufferedReader(io.BytesIO(wire))) == args
     bulk = b"$%d\r\n%b\r\n" % (len(args[0]), args[0])
     reply = b"*2\r\n" + bulk + b":7\r\n"
-    assert broker.read_reply(io.BufferedReader(io.BytesIO(reply + b"+OK\r\n"))) == reply  # type: ignore[arg-type]
+    assert broker.read_reply(io.BufferedReader(io.BytesIO(reply + b"+OK\r\n"))) == reply
 
 
 def test_an_inline_command_is_a_protocol_error() -> None:
     with pytest.raises(broker.ProtocolError):
-        broker.read_command(io.BufferedReader(io.BytesIO(b"CONFIG GET requirepass\r\n")))  # type: ignore[arg-type]
+        broker.read_command(io.BufferedReader(io.BytesIO(b"CONFIG GET requirepass\r\n")))
 
 
 # --------------------------------------------------------------------------------------------------

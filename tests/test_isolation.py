@@ -221,3 +221,126 @@ def test_a_real_bwrap_refused_user_namespaces_is_reported(tmp_path: Path) -> Non
     assert done.ok, done.describe()
     ok, reason = json.loads(done.stdout)
     assert not ok and "cannot make a sandbox here: bwrap:" in reason, reason
+
+
+# --------------------------------------------------------------------------------------------------
+# The build's policy (torchkiln.build.sandbox): what each step sees, what the record says.
+# --------------------------------------------------------------------------------------------------
+
+
+def build_context(tmp_path: Path, environ: dict[str, str], **options: object):  # type: ignore[no-untyped-def]
+    import datetime as dt
+    import io
+
+    from rich.console import Console
+
+    from torchkiln.build.context import Context, Options
+    from torchkiln.build.display import Display
+    from torchkiln.build.fingerprint import State
+    from torchkiln.cache import resolve_cache
+    from torchkiln.plan.make import make_plan
+    from torchkiln.recipe.loader import load_recipe
+
+    recipe = load_recipe(Path(__file__).parent / "data" / "ext-cpu-test.toml")
+    home = Path(environ["HOME"])
+    (home / ".config" / "kiln").mkdir(parents=True, exist_ok=True)
+    secret = home / ".config" / "kiln" / "cache.secret"
+    secret.write_text("builder:pw\n")
+    cache = resolve_cache(
+        recipe.cache,
+        kind="ccache",
+        dir=tmp_path / "cc",
+        remote="redis://127.0.0.1:1",
+        credentials_file=str(secret),
+    )
+    src = tmp_path / "src"
+    src.mkdir(parents=True, exist_ok=True)
+    plan = make_plan(recipe, workdir=tmp_path / "work", source_dirs={"torch": src}, only="torch", cache=cache)
+    plan.paths.workdir.mkdir(parents=True, exist_ok=True)
+    console = Console(file=io.StringIO())
+    state = State(plan.paths.workdir / "state.json")
+    return Context(
+        plan, Options(**options), environ, state, Display(console), console, dt.datetime.now(dt.UTC)
+    )
+
+
+def test_what_a_build_step_sees_is_the_plans_not_the_users(tmp_path: Path) -> None:
+    from torchkiln.build import sandbox
+
+    home = tmp_path / "home"
+    tools = home / ".local" / "bin"
+    tools.mkdir(parents=True)
+    key = tmp_path / "work" / "kiln.key"  # inside the work directory, which the steps see: masked
+    environ = {"HOME": str(home), "PATH": f"{tools}:{home}:/usr/bin", "CUDA_HOME": "/usr/local/cuda"}
+    ctx = build_context(tmp_path, environ, secret_files=(str(key),))
+    steps = {s.kind: s for s in ctx.plan.steps}
+    env = {**environ, "PIP_FIND_LINKS": f"{tmp_path / 'wheels'} https://example.org/simple"}
+    (tmp_path / "wheels").mkdir()
+    for kind, network in (("env", True), ("compile", False), ("checks", True)):
+        step = steps[kind]
+        view = sandbox.step_view(step, ctx, env, step.argv)
+        assert view.network is network, kind
+        assert view.home == home
+        assert {ctx.plan.paths.workdir, tmp_path / "src"} <= set(view.writable)
+        assert ctx.plan.paths.workdir / "state.json" in view.protected
+        assert key in view.hidden and home / ".config" / "kiln" / "cache.secret" in view.hidden
+        assert tools in view.read_only, "a PATH directory under the home is the toolchain"
+        assert home not in view.read_only and Path("/") not in view.read_only, "never the whole home"
+        assert (tmp_path / "wheels" in view.read_only) is network, "pip's local index, for pip's steps"
+
+
+def test_the_record_says_none_when_any_build_step_ran_without_a_sandbox(tmp_path: Path) -> None:
+    from torchkiln.artifacts.manifest import Isolation
+    from torchkiln.build import sandbox
+
+    ctx = build_context(tmp_path, {"HOME": str(tmp_path / "home")})
+    built = [s for s in ctx.plan.steps if sandbox.is_build_step(s)]
+    assert [s.kind for s in ctx.plan.steps if not sandbox.is_build_step(s)] == ["publish"]
+    for step in built:
+        ctx.state.record(step.name, {"fingerprint": "f", "outputs": {"isolation": "bubblewrap"}})
+    assert sandbox.summary(ctx) == Isolation("bubblewrap", None, [])
+    ctx.state.record(built[1].name, {"fingerprint": "f", "outputs": {}})  # an older record: unknown
+    ctx.state.record(built[2].name, {"fingerprint": "f", "outputs": {"isolation": "none"}})
+    found = sandbox.summary(ctx)
+    assert (found.mode, found.steps) == ("none", [built[1].name, built[2].name])
+    assert found.reason == "ran without a sandbox in an earlier run, whose result this build used"
+    off = build_context(tmp_path / "off", {"HOME": str(tmp_path / "home")}, isolation=False)
+    with sandbox.isolated(built[0], off, ["true"], {}) as (argv, _):
+        assert argv == ["true"]
+    assert sandbox.summary(off).reason == "--no-sandbox: the build was told not to sandbox its steps"
+
+
+def test_build_steps_get_no_cloud_or_agent_credentials_fetch_steps_keep_them(tmp_path: Path) -> None:
+    from torchkiln.build import sandbox
+    from torchkiln.plan.model import Step
+
+    env = {"PATH": "/usr/bin", "AWS_SECRET_ACCESS_KEY": "k", "SSH_AUTH_SOCK": "/tmp/agent", "KEEP": "1"}
+    for kind in ("env", "compile", "package", "checks"):
+        assert sandbox.environment(Step("s", kind, "", ("x",)), env) == {"PATH": "/usr/bin", "KEEP": "1"}
+    assert sandbox.environment(Step("s", "fetch", "torch", ("git",)), env) == env
+
+
+def test_the_variables_secrets_come_from_leave_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The signing key's variable leaves torchkiln's own environment once read; a Context holds the cache's
+    credential variable apart from the environment every step composes its own from."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
+    from torchkiln.artifacts.signing import load_signing_key
+    from torchkiln.process.secrets import take
+
+    pem = ed25519.Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    monkeypatch.setenv("KILN_KEY", pem.decode())
+    assert load_signing_key(file=None, env_name="KILN_KEY") is not None
+    assert "KILN_KEY" not in os.environ
+    given = {"KILN_KEY": pem.decode()}
+    assert load_signing_key(file=None, env_name="KILN_KEY", environ=given) is not None
+    assert "KILN_KEY" in given, "a mapping the caller passes is the caller's"
+    environ = {"A": "1", "PW": "s", "TOKEN": "t"}
+    assert take(environ, ["PW", None, "TOKEN", "MISSING"]) == {"PW": "s", "TOKEN": "t"} and environ == {
+        "A": "1"
+    }

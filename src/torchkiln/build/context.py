@@ -54,7 +54,7 @@ class Options:
     sign_key: PrivateKey | None = field(default=None, repr=False)
     # Files a secret was read from before the build (the signing key's): no build step sees them.
     secret_files: tuple[str, ...] = ()
-    # Build steps in a sandbox where the host can (build.sandbox); False: never (--no-isolation, recorded).
+    # Build steps in a sandbox where the host can (build.sandbox); False: never (--no-sandbox, recorded).
     isolation: bool = True
 
 

@@ -66,7 +66,7 @@ class BuildOptions:
     allow_dirty: bool = False  # a fetched checkout changed after its fetch is built and published (warned)
     sign_key: PrivateKey | None = field(default=None, repr=False)  # signs dist/<recipe>.intoto.jsonl
     secret_files: tuple[str, ...] = ()  # files secrets were read from (the key's): no build step sees them
-    isolation: bool = True  # build steps sandboxed where the host can (False: --no-isolation, recorded)
+    isolation: bool = True  # build steps sandboxed where the host can (False: --no-sandbox, recorded)
 
 
 @dataclass

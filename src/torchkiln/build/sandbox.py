@@ -267,7 +267,7 @@ def _available(ctx: Context) -> Availability:
     """Whether this build sandboxes: probed once, at its first build step; one warning when it cannot."""
     state = ctx.isolating
     if state.availability is None and not ctx.options.isolation:
-        state.availability = Availability(None, "--no-isolation: the build was told not to sandbox its steps")
+        state.availability = Availability(None, "--no-sandbox: the build was told not to sandbox its steps")
     if state.availability is None:
         state.availability = isolation.probe(ctx.environ.get("PATH", os.defpath))
         if not state.availability.ok:

@@ -61,7 +61,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         "changed files; without it such a checkout is refused. A tree you change: --source-dir",
     )
     parser.add_argument(
-        "--no-isolation",
+        "--no-sandbox",
         action="store_true",
         help="run the build steps without a sandbox (they then see what this user sees: the signing key's "
         "file, the home directory); one warning, and the manifest and provenance record isolation: none",
@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
             environ=environ,
             sign_key=sign_key,
             secret_files=secret_files,
-            isolation=not args.no_isolation,
+            isolation=not args.no_sandbox,
         ),
     )
     total = sum(s.duration_s for s in result.steps)
