@@ -344,3 +344,57 @@ def test_the_variables_secrets_come_from_leave_the_environment(
     assert take(environ, ["PW", None, "TOKEN", "MISSING"]) == {"PW": "s", "TOKEN": "t"} and environ == {
         "A": "1"
     }
+
+
+def test_within_confining_every_process_torchkiln_starts_is_sandboxed(tmp_path: Path) -> None:
+    """torchkiln's own probes of a build venv (its python, cmake, ninja) run in the step's sandbox: within
+    ``confining()`` every process :mod:`torchkiln.process.runner` starts does, and none after it."""
+    exe = bwrap()
+    secret = tmp_path / "kiln.key"
+    secret.write_text("KEY")
+    sandbox = Sandbox(exe, python_view(tmp_path))
+    script = "import os, sys; print([p for p in os.listdir('/proc') if p.isdigit()] == ['1'], os.path.exists(sys.argv[1]))"
+    with sandbox.confining():
+        inside = runner.run([sys.executable, "-c", script, str(secret)], timeout=60)
+    outside = runner.run([sys.executable, "-c", script, str(secret)], timeout=60)
+    assert inside.ok and outside.ok, inside.describe() + outside.describe()
+    assert inside.stdout.split() == ["True", "False"], "its own /proc, and no key"
+    assert outside.stdout.split()[1] == "True"
+
+
+def test_nested_in_a_root_sandbox_as_the_cuda_tests_run_torchkiln(tmp_path: Path) -> None:
+    """tests/cudakit.py runs torchkiln in ``bwrap --unshare-pid --bind / / --dev /dev --proc /proc`` as root: a
+    build step's sandbox still works in there (the probe says so, and a sandboxed command runs)."""
+    exe = bwrap()
+    if os.geteuid() != 0:
+        pytest.skip("the CUDA tests' outer sandbox runs as root")
+    src = str(Path(isolation.__file__).resolve().parents[2])
+    script = textwrap.dedent(
+        """
+        import json, os, sys
+        from pathlib import Path
+        sys.path.insert(0, sys.argv[1])
+        from torchkiln.process import isolation, runner
+        found = isolation.probe()
+        view = isolation.View(read_only=(Path(sys.prefix), Path(sys.base_prefix),
+                                         Path(os.path.realpath(sys.executable)).parent.parent))
+        with isolation.Sandbox(found.bwrap, view).running([sys.executable, "-c", "print('inside')"], os.environ) as p:
+            done = runner.run(p.argv, env=p.env, timeout=60)
+        print(json.dumps([found.ok, found.reason, done.stdout.strip()]))
+        """
+    )
+    outer = [
+        exe,
+        "--unshare-pid",
+        "--die-with-parent",
+        "--bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+    ]
+    done = runner.run([*outer, "--", sys.executable, "-c", script, src], timeout=60)
+    assert done.ok, done.describe()
+    assert json.loads(done.stdout.splitlines()[-1]) == [True, None, "inside"]

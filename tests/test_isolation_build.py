@@ -91,6 +91,15 @@ CASES = [
     Case("key-in-workdir.sccache-pw-env.token-env", "file-in-workdir", "sccache", "env", "env"),
     Case("key-env.sccache-pw-file.token-file", "env", "sccache", "file", "file"),
 ]
+# torchkiln's own processes outside every sandbox (none runs code of a tree or a build dependency)
+TORCHKILN_HOST = {
+    "python -m torchkiln (host)",
+    "python -m torchkiln.process.supervisor (host)",
+    "bwrap (host)",
+    "ccache (host)",
+    "sccache (host)",
+    "git (host)",
+}
 CONTROL = Case("no-sandbox.key-file.ccache-pw-file", "file", "ccache", "file", isolation=False)
 
 
@@ -185,6 +194,8 @@ def _describe(pid: str, own_mnt: str) -> str:
     cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     if comm.startswith("python") and len(cmdline) > 2 and cmdline[1] == b"-m":
         comm = f"python -m {cmdline[2].decode()}"
+    if comm == "bwrap" and mnt != own_mnt:  # bubblewrap itself, before it enters the sandbox it makes
+        return "bwrap (setting up a sandbox)"
     return f"{comm} ({'host' if mnt == own_mnt else 'sandbox'})"
 
 
@@ -438,6 +449,10 @@ def test_a_hostile_tree_and_its_build_dependency_find_no_secret(
         assert inside <= allowed, (
             f"{case.name}: {kind} readable in a build step's sandbox by {sorted(inside)}"
         )
+    # on the host, only torchkiln's own processes: itself, its watchdog, bubblewrap, the cache tools' clients
+    # and probes; nothing from the build venv (its python, cmake, ninja run in a sandbox, probes included)
+    host = {r for readers in built.readers.values() for r in readers if r.endswith("(host)")}
+    assert host <= TORCHKILN_HOST, f"{case.name}: {sorted(host - TORCHKILN_HOST)} read a secret on the host"
     if case.key == "env":  # no process but torchkiln itself: its children never had the variable
         assert built.readers["signing key"] <= {"python -m torchkiln (host)"}, built.readers["signing key"]
     report(case.name, built.readers)

@@ -94,7 +94,7 @@ from .progress import CompileProgress, PhaseTracker
 from .publish import publish
 from .pythons import bring_in, torch_in_place
 from .reconfigure import reconfigure
-from .sandbox import isolated
+from .sandbox import isolated, probing
 from .sandbox import record as isolation_record
 from .vision_watch import VisionWatcher
 from .watch import Contradiction, Expectations, SummaryWatcher, Watcher
@@ -499,12 +499,13 @@ class CompileKind(StepKind):
         out = super().outputs(step, ran, ctx)
         session = ctx.open_cache(step)
         env = compose(ctx.environ, step.env, session.public_env, path_prepend=step.path_prepend)
-        toolchain = collect(
-            env,
-            Path(step.argv[0]),  # the build venv's python: the step's own Python's
-            cuda=ctx.plan.recipe.accelerator.is_cuda,
-            cache_tool=session.config.kind if session.config.enabled else None,
-        )
+        with probing(step, ctx, env):  # the venv's python, cmake, ninja: in the step's sandbox
+            toolchain = collect(
+                env,
+                Path(step.argv[0]),  # the build venv's python: the step's own Python's
+                cuda=ctx.plan.recipe.accelerator.is_cuda,
+                cache_tool=session.config.kind if session.config.enabled else None,
+            )
         out["toolchain"] = jsonfile.to_data(toolchain)
         ctx.cache_causes += _miss_causes(step, ctx, self._compilers.get(step.name, {}), out["toolchain"])
         # what it ran with: the cache's effective variables, and the wheel's SOURCE_DATE_EPOCH

@@ -306,6 +306,19 @@ def isolated(
         yield prepared.argv, prepared.env
 
 
+@contextlib.contextmanager
+def probing(step: Step, ctx: Context, env: Mapping[str, str]) -> Iterator[None]:
+    """torchkiln's own probes of what ``step`` installed or built (the build venv's python, cmake and ninja
+    are build dependencies' code: the toolchain record, ninja's queries of a compile killed for memory) run
+    in the step's sandbox, as the step did; as they are where the step ran unsandboxed."""
+    availability = _available(ctx) if is_build_step(step) else None
+    if availability is None or not availability.ok or availability.bwrap is None:
+        yield
+        return
+    with Sandbox(availability.bwrap, step_view(step, ctx, env, step.argv)).confining():
+        yield
+
+
 def record(step: Step, ctx: Context) -> dict[str, Any]:
     """What a step's ``state.json`` entry keeps of how it ran (nothing for a step that is not a build step)."""
     how = ctx.isolating.by_step.get(step.name)

@@ -199,6 +199,13 @@ def _mounts(view: View, empty: Path) -> list[str]:
     return args
 
 
+def _private_tmp() -> Path:
+    """A fresh directory for a sandbox's /tmp, removed also when torchkiln is killed (its watchdog)."""
+    tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX))
+    runner.remove_at_exit(tmp)
+    return tmp
+
+
 @dataclass
 class Prepared:
     """A command made to run in a sandbox: its argv and environment, and the private /tmp to remove once it
@@ -231,10 +238,18 @@ class Sandbox:
         """``argv`` to run in the sandbox with ``env``: the bwrap command line and the environment it gets
         (HOME as the view says, the temporary directory the private /tmp, no XDG_RUNTIME_DIR). Its private
         /tmp is made now; :meth:`Prepared.cleanup` removes it."""
-        tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX))
-        runner.remove_at_exit(tmp)  # also when torchkiln is killed (torchkiln.process.supervisor)
+        tmp = _private_tmp()
+        command, inner = self.command(argv, env, tmp, cwd=cwd)
+        return Prepared(command, inner, tmp)
+
+    def command(
+        self, argv: Sequence[str], env: Mapping[str, str], tmp: Path, *, cwd: str | Path | None = None
+    ) -> tuple[list[str], dict[str, str]]:
+        """The bwrap command line and environment that run ``argv`` with ``tmp`` (see :meth:`prepare`) as
+        its /tmp."""
         empty = tmp / ".masked"  # what a hidden file reads as: nothing
-        empty.touch(mode=0o444)
+        if not empty.exists():
+            empty.touch(mode=0o444)
         args = [self.bwrap, *_ALWAYS]
         if not self.view.network:
             args.append("--unshare-net")
@@ -248,7 +263,24 @@ class Sandbox:
                 inner[name] = "/tmp"
         if self.view.home is not None:
             inner["HOME"] = str(self.view.home)
-        return Prepared([*args, "--", *argv], inner, tmp)
+        return [*args, "--", *argv], inner
+
+    @contextlib.contextmanager
+    def confining(self) -> Iterator[None]:
+        """Within the block, every process torchkiln starts runs in this sandbox (one private /tmp for
+        all, removed when the block ends): :func:`torchkiln.process.runner.confined`."""
+        tmp = _private_tmp()
+
+        def confine(
+            argv: list[str], env: Mapping[str, str] | None, cwd: str | Path | None
+        ) -> tuple[list[str], dict[str, str]]:
+            return self.command(argv, os.environ if env is None else env, tmp, cwd=cwd)
+
+        try:
+            with runner.confined(confine):
+                yield
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
     @contextlib.contextmanager
     def running(
