@@ -63,6 +63,18 @@ ALLOWED = [
 ]
 
 
+SCCACHE_KEY = (
+    b"8/9/a/89a64125b492749edd3b9b42886786e0b9a39760c0f4629ebb7649b01b438945"  # sccache 0.16's, seen
+)
+SCCACHE_ALLOWED = [
+    [b"PING"],
+    [b"GET", b".sccache_check"],
+    [b"SET", b".sccache_check", b"Hello, World!"],
+    [b"GET", SCCACHE_KEY],
+    [b"SET", SCCACHE_KEY, b"PK\x03\x04..."],
+]
+
+
 def variants(args: list[bytes]) -> list[list[bytes]]:
     name = args[0]
     return [[spelled, *args[1:]] for spelled in (name, name.lower(), name.capitalize())]
@@ -81,6 +93,15 @@ def test_what_ccache_does_not_send_is_refused(args: list[bytes]) -> None:
 )
 def test_what_ccache_sends_passes(args: list[bytes]) -> None:
     assert broker.refusal(args) is None
+
+
+@pytest.mark.parametrize("args", SCCACHE_ALLOWED, ids=lambda a: b" ".join(a)[:40].decode("latin1"))
+def test_what_sccache_sends_passes_for_sccache_only(args: list[bytes]) -> None:
+    assert broker.refusal(args, "sccache") is None
+    if args[0] != b"PING":
+        assert broker.refusal(args, "ccache") is not None, "each tool's broker takes its own keys only"
+    for dangerous in DANGEROUS:
+        assert broker.refusal(dangerous, "sccache") is not None
 
 
 @settings(max_examples=200, deadline=None)

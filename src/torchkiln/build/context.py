@@ -9,6 +9,7 @@ timings per run) belong here.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
 import shutil
 import tempfile
@@ -151,6 +152,10 @@ class Context:
                 extra_env=self.dist_server_env,
                 sandbox=server_sandbox(self),
             )
+            if self.dist is not None and self.dist.conf_path is not None:
+                # sccache read its client config (the token) once, when its server started: emptied now, the
+                # token lives in that server's memory only, not in a file the compiles it runs could read
+                os.truncate(self.dist.conf_path, 0)
             for warning in self.cache.warnings:
                 self.warn(warning)
         return self.cache

@@ -1,15 +1,20 @@
-"""ccache's Redis store reached through torchkiln: the compiles get a Unix socket, torchkiln keeps the password.
+"""A Redis store reached through torchkiln: the cache tool gets a Unix socket, torchkiln keeps the password.
 
 ccache takes a remote store's credentials only inside the URL of ``remote_storage`` (its environment or its
 configuration file), and whatever ccache can read there, every other process of a compile step can read too:
-the tree's setup.py, the build dependencies it imports, the compilers. So ccache is pointed at a Unix
-socket instead (``redis+unix:PATH``, ccache >= 4.7: "redis+unix-storage" in ``ccache --version``) which
-torchkiln serves (:class:`RedisBroker`): each connection is relayed to the real store over a connection
-torchkiln opened and authenticated itself (``AUTH``, ``SELECT``), and only the commands ccache's Redis storage
-sends pass (``GET``, ``EXISTS``, ``SET``, ``DEL`` of a ``ccache:<digest>`` key, and ``PING``: ccache 4.7.5
-src/storage/remote/RedisStorage.cpp). A process that finds the socket can read and write cache entries, as
-ccache itself can, but cannot ask the store for anything else (``CONFIG GET requirepass``, ``ACL LIST``,
-``KEYS``, ``FLUSHALL``): the password never leaves torchkiln's own process. The compiles need no network either.
+the tree's setup.py, the build dependencies it imports, the compilers. sccache's server reads them from its
+environment, and runs the compiler its clients name with that environment to identify it (measured, sccache
+0.16: ``cc -E testfile.c`` sees the server's variables), so a tree that names its own compiler reads them
+there. So either tool is pointed at a Unix socket instead (ccache >= 4.7, "redis+unix-storage" in ``ccache
+--version``: ``redis+unix:PATH``; sccache: ``redis+unix://localhost/PATH``) which torchkiln serves
+(:class:`RedisBroker`): each connection is relayed to the real store over a connection torchkiln opened and
+authenticated itself (``AUTH``, ``SELECT``), and only the commands the tools' Redis storage sends pass:
+``GET``, ``EXISTS``, ``SET`` (key and value), ``DEL`` of one of the tool's own keys, and ``PING`` (ccache 4.7.5
+src/storage/remote/RedisStorage.cpp: ``ccache:<digest>``; sccache 0.16 through OpenDAL, seen with ``redis-cli
+MONITOR``: ``.sccache_check`` and ``a/b/c/<sha256>``). A process that finds the socket can read and write cache
+entries, as the tool itself can, but cannot ask the store for anything else (``CONFIG GET requirepass``, ``ACL
+LIST``, ``KEYS``, ``FLUSHALL``): the password never leaves torchkiln's own process. The compiles need no network
+either.
 
 The protocol is RESP2 (https://redis.io/docs/latest/develop/reference/protocol-spec/): hiredis sends every
 command as an array of bulk strings; each reply is relayed whole, read by its type.
@@ -31,13 +36,17 @@ from torchkiln.process import runner
 
 from .remote import Remote
 
-PREFIX = "torchkiln-ccache-broker-"
+PREFIX = "torchkiln-redis-broker-"
 SOCKET_NAME = "redis.sock"
 TIMEOUT_S = 30.0  # to the store; ccache's own operation timeout (10 s) gives up first
 MAX_BULK = 512 * 1024 * 1024  # Redis's own proto-max-bulk-len
 MAX_ARGS = 8
-_KEY = re.compile(rb"ccache:[0-9a-z]{1,128}")
-# command -> its number of arguments after the name (ccache 4.7.5 RedisStorage.cpp sends exactly these)
+# each tool's own keys
+KEYS = {
+    "ccache": re.compile(rb"ccache:[0-9a-z]{1,128}"),
+    "sccache": re.compile(rb"\.sccache_check|[0-9a-f]/[0-9a-f]/[0-9a-f]/[0-9a-f]{64}"),
+}
+# command -> its numbers of arguments after the name (what the tools send: the module's docstring)
 ALLOWED: dict[bytes, tuple[int, ...]] = {
     b"GET": (1,),
     b"EXISTS": (1,),
@@ -111,25 +120,26 @@ def read_reply(stream: BinaryIO) -> bytes:
     raise ProtocolError(f"a reply of unknown type {kind!r}")
 
 
-def refusal(args: Sequence[bytes]) -> bytes | None:
-    """Why ``args`` is not passed on (a RESP error line), or None when it is one that ccache sends."""
+def refusal(args: Sequence[bytes], tool: str = "ccache") -> bytes | None:
+    """Why ``args`` is not passed on (a RESP error line), or None when it is one that ``tool`` sends."""
     name = args[0].upper()
     arities = ALLOWED.get(name)
     shown = name.decode("ascii", "replace")[:32]
     if arities is None:
-        return f"-ERR torchkiln: {shown} is not a command ccache's remote storage sends\r\n".encode()
+        return f"-ERR torchkiln: {shown} is not a command {tool}'s remote storage sends\r\n".encode()
     if len(args) - 1 not in arities:
         return f"-ERR torchkiln: {shown} with {len(args) - 1} arguments\r\n".encode()
-    if name != b"PING" and not _KEY.fullmatch(args[1]):
-        return b"-ERR torchkiln: only ccache's own keys (ccache:<digest>)\r\n"
+    if name != b"PING" and not KEYS[tool].fullmatch(args[1]):
+        return f"-ERR torchkiln: only {tool}'s own keys\r\n".encode()
     return None
 
 
 class RedisBroker:
-    """A Unix socket relaying ccache's commands to a Redis store torchkiln authenticates to (see the module)."""
+    """A Unix socket relaying ``tool``'s commands to a Redis store torchkiln authenticates to (see the module)."""
 
-    def __init__(self, remote: Remote, user: str | None, password: str | None) -> None:
+    def __init__(self, remote: Remote, user: str | None, password: str | None, tool: str = "ccache") -> None:
         self.remote = remote
+        self.tool = tool
         self._login = [b"AUTH", *([user.encode()] if user else []), password.encode()] if password else None
         database = remote.path.strip("/")
         self._select = [b"SELECT", database.encode()] if database and database != "0" else None
@@ -140,11 +150,13 @@ class RedisBroker:
         self._server.listen(64)
         self._closed = False
         runner.remove_at_exit(self.directory)  # also when torchkiln is killed (torchkiln.process.supervisor)
-        threading.Thread(target=self._accept, name="ccache-redis-broker", daemon=True).start()
+        threading.Thread(target=self._accept, name=f"{tool}-redis-broker", daemon=True).start()
 
     @property
     def url(self) -> str:
-        """What ccache is given (``CCACHE_REMOTE_STORAGE``): the socket, no credentials."""
+        """What the tool is given: the socket, no credentials (ccache's and sccache's spellings)."""
+        if self.tool == "sccache":
+            return f"redis+unix://localhost{self.socket_path}"
         return f"redis+unix:{self.socket_path}"
 
     def close(self) -> None:
@@ -196,7 +208,7 @@ class RedisBroker:
                 with contextlib.suppress(OSError):
                     client.sendall(f"-ERR torchkiln: {exc}\r\n".encode())
                 return
-            refused = refusal(args)
+            refused = refusal(args, self.tool)
             try:
                 if refused is not None:
                     client.sendall(refused)

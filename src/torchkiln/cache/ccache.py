@@ -169,7 +169,14 @@ class Ccache(CacheTool):
         if remote is None or remote.scheme != "redis" or not _has_unix_redis(self.executable(environ)):
             return None
         user, password = login(config, remote, environ)
-        return RedisBroker(remote, user, password)
+        return RedisBroker(remote, user, password, "ccache")
+
+    def through(
+        self, broker: RedisBroker, public: dict[str, str], secret: dict[str, str], server: dict[str, str]
+    ) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+        """``CCACHE_REMOTE_STORAGE`` is the broker's socket (public: no credentials in it)."""
+        secret = {k: v for k, v in secret.items() if k != "CCACHE_REMOTE_STORAGE"}
+        return {**public, "CCACHE_REMOTE_STORAGE": broker.url}, secret, server
 
     def step_paths(self, config: CacheConfig, env: Mapping[str, str]) -> tuple[Path, ...]:
         """The cache directory (ccache writes objects itself), the build's statistics log, the broker's

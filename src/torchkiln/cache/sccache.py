@@ -14,13 +14,15 @@ The server: each build starts its own (:meth:`Sccache.start`) on a socket of its
 own, 0700), so a second build on the same cache directory neither reuses a server started with other settings
 nor stops this one; the plan shows a stable socket name (what ``torchkiln cache stats`` uses).
 
-Secrets: the remote store's credentials go to the server alone (:meth:`Sccache.server_env`: sccache reads
-``SCCACHE_REDIS_PASSWORD``, ``AWS_*``... from its environment once, when the server starts, and its
-distributed-compile token from the file ``SCCACHE_CONF`` names); the compiles are sccache clients that talk
-to the server over its socket and hold none. The server runs the compiles it is sent (it preprocesses and
-compiles itself), so in a sandboxed build it runs in the build's sandbox too (foreground,
+Secrets: the compiles are sccache clients that talk to the server over its socket and hold none. A Redis
+store (``redis://``) is reached through torchkiln's broker (:mod:`.broker`): the server gets a Unix socket and
+no password. The other back ends' credentials go to the server alone (:meth:`Sccache.server_env`: sccache
+reads ``SCCACHE_*_PASSWORD``, ``AWS_*``... from its environment once, when the server starts), as does the
+distributed-compile token (from the file ``SCCACHE_CONF`` names, emptied once the server has read it). The
+server runs the compiles it is sent (it preprocesses and compiles itself, and identifies a compiler by running
+it with its own environment), so in a sandboxed build it runs in the build's sandbox too (foreground,
 ``SCCACHE_START_SERVER=1``), with the network its store needs: a compile sent to it sees what a build step
-sees, not the signing key or the user's home.
+sees, not the signing key or the user's home; what it can see is the server's own environment.
 """
 
 from __future__ import annotations
@@ -46,8 +48,9 @@ from torchkiln.process.isolation import Prepared, Sandbox
 from torchkiln.process.runner import Redact
 from torchkiln.process.supervisor import pid_alive
 
+from .broker import RedisBroker
 from .config import CacheConfig
-from .remote import Remote, parse_remote, secret_of, split_user
+from .remote import Remote, login, parse_remote, secret_of, split_user
 from .stats import CacheStats
 from .tool import CacheTool, cmake_launchers
 
@@ -211,6 +214,7 @@ def parse_stats(text: str) -> CacheStats:
     )
 
 
+BROKERED = "redis+unix://localhost"  # SCCACHE_REDIS_ENDPOINT of a store behind torchkiln's broker
 SOCKET_PREFIX = "torchkiln-sccache-"
 SOCKET_NAME = "server.sock"
 START_TIMEOUT_S = 120.0
@@ -299,6 +303,23 @@ class Sccache(CacheTool):
         name = f"{SOCKET_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
         return {"SCCACHE_SERVER_UDS": str(Path(tempfile.gettempdir()) / name / SOCKET_NAME)}
 
+    def broker(self, config: CacheConfig, environ: Mapping[str, str]) -> RedisBroker | None:
+        """A Redis store (not TLS) through torchkiln's broker: the server then holds no credentials."""
+        remote = self._remote(config)
+        if remote is None or remote.scheme != "redis":
+            return None
+        user, password = login(config, remote, environ)
+        return RedisBroker(remote, user, password, "sccache")
+
+    def through(
+        self, broker: RedisBroker, public: dict[str, str], secret: dict[str, str], server: dict[str, str]
+    ) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+        """The server reaches Redis through the broker's socket: no user, password or database of its own
+        (the broker authenticates and selects the URL's database)."""
+        public = {k: v for k, v in public.items() if k not in ("SCCACHE_REDIS_DB", "SCCACHE_REDIS_USERNAME")}
+        server = {k: v for k, v in server.items() if not k.startswith("SCCACHE_REDIS_")}
+        return {**public, "SCCACHE_REDIS_ENDPOINT": broker.url}, secret, server
+
     def step_paths(self, config: CacheConfig, env: Mapping[str, str]) -> tuple[Path, ...]:
         """The server's socket directory: the compiles are its clients (the cache directory is the
         server's alone)."""
@@ -325,6 +346,9 @@ class Sccache(CacheTool):
         self, env: Mapping[str, str], sock: str, sandbox: Sandbox, redact: Redact
     ) -> str | None:
         writable = [Path(sock).parent, Path(env.get("SCCACHE_DIR", sock)).absolute()]
+        endpoint = env.get("SCCACHE_REDIS_ENDPOINT", "")
+        if endpoint.startswith(BROKERED):  # the broker's socket
+            writable.append(Path(endpoint.removeprefix(BROKERED)).parent)
         conf = env.get("SCCACHE_CONF")
         inner = sandbox.extended(writable=writable, read_only=[Path(conf)] if conf else [], network=True)
         exe = shutil.which("sccache", path=env.get("PATH", os.defpath)) or "sccache"

@@ -94,11 +94,10 @@ def _layers(
 ) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
     """The public, secret and server layers; a broker's socket replaces the store's URL (and its secret)."""
     public = {**tool.public_env(config), **tool.run_env(config)}
-    secret = tool.secret_env(config, environ)
+    secret, server = tool.secret_env(config, environ), tool.server_env(config, environ)
     if broker is not None:
-        public["CCACHE_REMOTE_STORAGE"] = broker.url
-        secret.pop("CCACHE_REMOTE_STORAGE", None)
-    return public, secret, tool.server_env(config, environ)
+        return tool.through(broker, public, secret, server)
+    return public, secret, server
 
 
 def _session(

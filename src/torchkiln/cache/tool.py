@@ -83,6 +83,13 @@ class CacheTool:
         reached directly."""
         return None
 
+    def through(
+        self, broker: RedisBroker, public: dict[str, str], secret: dict[str, str], server: dict[str, str]
+    ) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+        """The public, secret and server layers with the store reached through ``broker``: its socket in
+        place of the store's address, and no credentials."""
+        return public, secret, server
+
     def step_paths(self, config: CacheConfig, env: Mapping[str, str]) -> tuple[Path, ...]:
         """What a sandboxed compile step must be able to write for this tool (``env``: the session's
         variables): the cache directory, a statistics log, a socket's directory."""
