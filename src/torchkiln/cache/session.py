@@ -44,7 +44,7 @@ class CacheSession:
     # (SCCACHE_CONF of distributed compiles): not secrets, not part of the plan.
     extra_env: dict[str, str] = field(default_factory=dict)
     server_env: dict[str, str] = field(default_factory=dict)  # the tool's server's credentials, its alone
-    broker: RedisBroker | None = None  # the store reached through torchkiln (ccache's Redis)
+    broker: RedisBroker | None = None  # the store reached through torchkiln (Redis)
     closed: bool = field(default=False, init=False)
 
     def redact(self, text: str) -> str:
@@ -151,7 +151,7 @@ def open_session(
     * the cache directory is created;
     * a remote store that is unreachable or refuses the credentials yields ONE warning, and the build goes
       on with the local cache only;
-    * a store reached through torchkiln gets its broker (ccache's Redis: :mod:`.broker`);
+    * a store reached through torchkiln gets its broker (Redis: :mod:`.broker`);
     * the tool's server (sccache) is started with this configuration, and the statistics are zeroed.
     """
     tool = tool_for(config)

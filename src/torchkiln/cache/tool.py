@@ -11,8 +11,8 @@ environment of a compile step, in two layers (see :mod:`torchkiln.process.enviro
 
 and, so that a secret reaches only the one process that needs it, :meth:`CacheTool.server_env` (the
 credentials the tool's own server reads when it starts: sccache's; the compiles talk to the server and hold
-none) and :meth:`CacheTool.broker` (a store reached through torchkiln, which keeps the credentials: ccache's
-Redis, :mod:`.broker`). It owns its run-time side: :meth:`~CacheTool.start` / :meth:`~CacheTool.stop` (a
+none) and :meth:`CacheTool.broker` (a store reached through torchkiln, which keeps the credentials: a
+Redis store, :mod:`.broker`). It owns its run-time side: :meth:`~CacheTool.start` / :meth:`~CacheTool.stop` (a
 server, for sccache, in the build's sandbox when there is one) and its counters (:meth:`~CacheTool.zero_stats`,
 :meth:`~CacheTool.read_stats`); :meth:`~CacheTool.step_paths` and :meth:`~CacheTool.step_network` say what a
 sandboxed compile step needs of it. :mod:`.session` drives them

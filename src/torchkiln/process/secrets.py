@@ -2,7 +2,7 @@
 
 A secret enters torchkiln in exactly one place (:func:`load_secret`) and leaves it only for the one process
 that needs it: the compiler cache's server (sccache's, :meth:`torchkiln.cache.tool.CacheTool.server_env`),
-torchkiln's own broker (ccache's Redis, :mod:`torchkiln.cache.broker`), or, where the tool can take it no
+torchkiln's own broker (a Redis store, :mod:`torchkiln.cache.broker`), or, where the tool can take it no
 other way, the compiles' environment (ccache's HTTP store). The variables secrets come from are taken out of
 torchkiln's environment before the build (:func:`take`), so no step inherits them. Everything that
 is shown or written (plans, logs, manifests, warnings) goes through :func:`redact` first, which removes
