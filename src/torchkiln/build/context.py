@@ -146,9 +146,10 @@ class Context:
         if self.cache is None:
             tool_environ = compose(self.environ, step.env, path_prepend=step.path_prepend)
             self._prepare_dist(tool_environ)
+            cache_secret = {k: v for k, v in self.held.items() if k == self.plan.cache.credentials_env}
             self.cache = open_session(
                 self.plan.cache,
-                {**tool_environ, **self.held},
+                {**tool_environ, **cache_secret},  # the session reads it; its tool does not get the variable
                 extra_env=self.dist_server_env,
                 sandbox=server_sandbox(self),
             )

@@ -41,7 +41,7 @@ import os
 import shutil
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -260,6 +260,9 @@ def server_sandbox(ctx: Context) -> Sandbox | None:
     extra: list[Path] = []
     if ctx.dist is not None and ctx.dist.spec is not None:  # distributed compiles in use (preflight passed)
         extra.append(default_toolchain_dir(ctx.plan.cache.dir))
+        if ctx.dist.conf_path is not None:  # the one sandbox that reads the client config: the server's
+            conf = ctx.dist.conf_path.absolute()
+            view = replace(view, hidden=tuple(p for p in view.hidden if p != conf))
     return Sandbox(availability.bwrap, view.extended(writable=extra, network=True))
 
 

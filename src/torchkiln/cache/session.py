@@ -114,12 +114,18 @@ def _session(
         config,
         public,
         secret,
-        dict(environ),
+        _without_secret(config, environ),
         secrets,
         extra_env=extra,
         server_env=server,
         broker=broker,
     )
+
+
+def _without_secret(config: CacheConfig, environ: Mapping[str, str]) -> dict[str, str]:
+    """What the tool runs with: ``environ`` without the variable the store's secret was read from (its
+    server gets the secret as its own variables, or none: a broker holds it)."""
+    return {k: v for k, v in environ.items() if k != config.credentials_env}
 
 
 FULL_BELOW = 1 << 20  # free bytes under which a cache directory's filesystem counts as full
@@ -156,7 +162,7 @@ def open_session(
     """
     tool = tool_for(config)
     secrets = secret_values(config, remote_of(config), environ)
-    base = dict(environ)
+    base = _without_secret(config, environ)
     if not config.enabled:
         public, secret, server = _layers(tool, config, environ)
         return CacheSession(tool, config, public, secret, base, secrets, server_env=server)
