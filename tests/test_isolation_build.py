@@ -19,6 +19,9 @@ that the same probes must find: the probes work, so the test can fail. A last ca
 cannot sandbox (a bwrap on PATH that fails as one without user namespaces does): one warning, the manifest
 and the provenance say ``isolation: none`` with the reason, and the probes then do find the key file and the
 home's secret.
+
+Each case's env step installs the build dependency anew (its requirement file names the case); the venv and
+pip steps before it come from the session's environment store after the first case.
 """
 
 from __future__ import annotations
@@ -301,7 +304,14 @@ def build(
     env.pop("XDG_CONFIG_HOME", None)
 
     args = ["build", "--source-dir", f"torch={src}", "--only", "torch", "--workdir", str(work)]
-    args += ["--dist", str(tmp / "dist"), "--skip-checks", "--no-preflight", "--env-store", "off"]
+    args += ["--dist", str(tmp / "dist"), "--skip-checks", "--no-preflight"]
+    if case.isolation:
+        # the session's environment store gives every case the venv and pip steps; the build dependency is
+        # this case's own (its requirement file names the case), so each case's env step installs it anew
+        with (src / "requirements-build.txt").open("a") as handle:
+            handle.write(f"# {case.name}\n")
+    else:  # its venv steps run unsandboxed: kept out of the store the other cases use
+        args += ["--env-store", "off"]
     key_path: Path | None = None
     if case.key == "env":
         env["KILN_SIGNING_KEY"] = key
