@@ -193,8 +193,8 @@ def _mounts(view: View, empty: Path) -> list[str]:
     if not home_done and view.home is not None:
         args += ["--tmpfs", str(view.home)]
     for secret in view.hidden:
-        for form in _forms(secret):
-            if os.path.lexists(form) and view.visible(form):
+        for form in _forms(secret):  # a link to it resolves to its target, masked as given resolved
+            if os.path.exists(form) and not os.path.islink(form) and view.visible(form):
                 args += ["--tmpfs", str(form)] if form.is_dir() else ["--ro-bind", str(empty), str(form)]
     return args
 
