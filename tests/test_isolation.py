@@ -83,16 +83,18 @@ def test_a_view_shows_hides_and_protects_as_its_table_says(tmp_path: Path) -> No
         "home file": (home / ".netrc", "HOME-SECRET"),
         "home, mounted back": (home / ".config" / "pip" / "pip.conf", "pip"),
         "system file": (Path("/etc/hostname"), None),
+        "link to a secret": (work / "key-link", None),
     }
     for path, text in files.values():
         if text is not None:
             path.write_text(text)
+    (work / "key-link").symlink_to(tools / "kiln.key")  # hidden as given: the link, masked at its target
     view = python_view(
         tmp_path,
         read_only=[tools, home / ".config" / "pip" / "pip.conf"],
         writable=[work],
         protected=[work / "state.json"],
-        hidden=[work / "kiln.key", tools / "kiln.key", outside / "kiln.key"],
+        hidden=[work / "kiln.key", work / "key-link", outside / "kiln.key"],
     )
     view = View(view.read_only, view.writable, view.protected, view.hidden, home=home)
     done = run_in(
@@ -111,6 +113,7 @@ def test_a_view_shows_hides_and_protects_as_its_table_says(tmp_path: Path) -> No
         "home file": (False, "FileNotFoundError", True),  # HOME is empty (a fresh tmpfs: writable)
         "home, mounted back": (True, "pip", False),
         "system file": (True, Path("/etc/hostname").read_text(), False),
+        "link to a secret": (True, "", False),
     }
     for name, (there, content, writable) in expected.items():
         assert (seen[name]["exists"], seen[name]["content"], seen[name]["writable"]) == (
