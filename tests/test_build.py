@@ -1063,6 +1063,7 @@ def compile_cgroup(tmp_path: Path) -> Iterator[tuple[MemCgroup, dict[str, str]]]
         wrappers = tmp_path / "compilers"
         wrappers.mkdir()
         wrapper = wrappers / "c++"
+        # (the builds run unsandboxed, isolation=False: a build step's sandbox shows no /sys to write to)
         wrapper.write_text(f'#!/bin/sh\necho $$ > {group.procs}\nexec {real} "$@"\n')
         wrapper.chmod(0o755)
         yield group, {**os.environ, "PATH": f"{wrappers}{os.pathsep}{os.environ['PATH']}"}
@@ -1082,7 +1083,9 @@ def test_a_compile_killed_for_memory_resumes_with_fewer_jobs_and_builds_the_whee
 ) -> None:
     group, environ = compile_cgroup
     s = oom_scenario(world, "oom")
-    result, out, _ = build(plan_for(world, s, cache_kind="none"), skip_checks=True, environ=environ)
+    result, out, _ = build(
+        plan_for(world, s, cache_kind="none"), skip_checks=True, environ=environ, isolation=False
+    )
 
     killed_at_first = group.dir / "memory.oom_control" if group.version == 1 else group.dir / "memory.events"
     assert "oom_kill 0" not in killed_at_first.read_text(), "the kernel killed a compile"
@@ -1115,7 +1118,7 @@ def test_a_unit_killed_even_alone_stops_the_build_naming_it(world, compile_cgrou
     huge = '#include "table.h"\n\nKILN_TABLE_SUM(kiln_sum_b, KILN_ROWS5() KILN_ROWS5() KILN_ROWS5())\n'
     s = oom_scenario(world, "oom-huge", heavy_b=huge)
     with pytest.raises(BuildFailed) as info:
-        build(plan_for(world, s, cache_kind="none"), skip_checks=True, environ=environ)
+        build(plan_for(world, s, cache_kind="none"), skip_checks=True, environ=environ, isolation=False)
     message = str(info.value)
     assert "killed for memory even when compiled alone: fewer jobs cannot help" in message, message
     line = next(x for x in message.splitlines() if x.strip().startswith("csrc/heavy_b.cpp:"))
@@ -1129,7 +1132,7 @@ def test_without_retries_a_compile_killed_for_memory_stops_the_build_naming_it(w
     s = oom_scenario(world, "oom-no-retry")
     plan = replace(plan_for(world, s, cache_kind="none"), memory_retries=0)
     with pytest.raises(BuildFailed) as info:
-        build(plan, skip_checks=True, environ=environ)
+        build(plan, skip_checks=True, environ=environ, isolation=False)
     lines = str(info.value).splitlines()
     assert lines[0] == "torch:wheel: compiles kept dying for memory after 0 retries (MAX_JOBS 2)", lines
     named = [x for x in lines if x.startswith(("  csrc/heavy_a.cpp:", "  csrc/heavy_b.cpp:"))]

@@ -228,7 +228,11 @@ def step_view(step: Step, ctx: Context, env: Mapping[str, str], argv: Sequence[s
     view = base_view(ctx)
     assert view.home is not None
     search = env.get("PATH", os.defpath)
-    named: list[Path] = [*_prefixes(argv[0], search), *_argument_paths(argv)]
+    named: list[Path] = [*_prefixes(argv[0], search)]
+    for path in _argument_paths(
+        argv
+    ):  # a program named as an argument (buildreqs' --python): its install too
+        named += [path, *(_prefixes(str(path), search) if path.is_file() else [])]
     named += [Path(p) for p in search.split(os.pathsep) if p]
     for name in TOOLCHAIN_VARIABLES:
         for part in env.get(name, "").split(os.pathsep):

@@ -186,8 +186,8 @@ def _mounts(view: View, empty: Path) -> list[str]:
         if not home_done and view.home is not None and len(path.parts) >= len(view.home.parts):
             args += ["--tmpfs", str(view.home)]
             home_done = True
-        if op == "rw":
-            args += ["--bind", str(path), str(path)]
+        if op == "rw":  # "-try": a tree not there yet (the step fails on its own terms, not bubblewrap's)
+            args += ["--bind-try", str(path), str(path)]
         else:
             args += ["--ro-bind-try", str(path), str(path)]
     if not home_done and view.home is not None:
