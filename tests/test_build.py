@@ -578,12 +578,16 @@ def test_configure_summary_contradicting_the_recipe_stops_the_build(tmp_path: Pa
     marker = f"kiln-watch-{time.time_ns()}"
     script = (
         "import sys, time\n"
-        f"sys.stdout.write(open({str(SUMMARIES / 'pytorch-2.6.0-no-cuda-no-mkl.log')!r}).read())\n"
+        "sys.stdout.write(open(sys.argv[1]).read())\n"
         "sys.stdout.write('[1/9000] Building CXX object caffe2/CMakeFiles/torch_cpu.dir/a.cpp.o\\n')\n"
         "sys.stdout.flush()\n"
         "time.sleep(600)\n"
     )
-    step = Step("torch:wheel", "compile", "torch", (sys.executable, "-c", script, marker), env, str(tmp_path))
+    # the log an argument of its own: a build step's sandbox shows the paths its command names
+    sample = str(SUMMARIES / "pytorch-2.6.0-no-cuda-no-mkl.log")
+    step = Step(
+        "torch:wheel", "compile", "torch", (sys.executable, "-c", script, sample, marker), env, str(tmp_path)
+    )
     with pytest.raises(ConfigureMismatch) as info:
         build(replace(plan, steps=[step]), skip_checks=True)
     message = str(info.value)
@@ -610,12 +614,19 @@ def test_magma_not_found_stops_the_build_after_configure(tmp_path: Path) -> None
     marker = f"kiln-magma-{time.time_ns()}"
     script = (
         "import sys, time\n"
-        f"sys.stdout.write(open({str(sample)!r}).read())\n"
+        "sys.stdout.write(open(sys.argv[1]).read())\n"
         "sys.stdout.write('[1/9000] Building CXX object caffe2/CMakeFiles/torch_cpu.dir/a.cpp.o\\n')\n"
         "sys.stdout.flush()\n"
         "time.sleep(600)\n"
     )
-    step = Step("torch:wheel", "compile", "torch", (sys.executable, "-c", script, marker), env, str(tmp_path))
+    step = Step(
+        "torch:wheel",
+        "compile",
+        "torch",
+        (sys.executable, "-c", script, str(sample), marker),
+        env,
+        str(tmp_path),
+    )
     with pytest.raises(ConfigureMismatch) as info:
         build(replace(plan, steps=[step]), skip_checks=True)
     message = str(info.value)
