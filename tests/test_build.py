@@ -567,7 +567,7 @@ def test_nothing_of_a_sigkilled_build_survives_and_the_rerun_recovers(world) -> 
         assert time.monotonic() < deadline, "the compile never started"
         time.sleep(0.2)
     servers = _sccache_servers(s["ccache"])
-    sockets = sorted(Path(tempfile.gettempdir()).glob(f"torchkiln-sccache-{proc.pid}-*.sock"))
+    sockets = sorted(Path(tempfile.gettempdir()).glob(f"torchkiln-sccache-{proc.pid}-*"))
     assert servers and sockets, "the build's own sccache server is running"
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=60)
@@ -601,12 +601,16 @@ def test_configure_summary_contradicting_the_recipe_stops_the_build(tmp_path: Pa
     marker = f"kiln-watch-{time.time_ns()}"
     script = (
         "import sys, time\n"
-        f"sys.stdout.write(open({str(SUMMARIES / 'pytorch-2.6.0-no-cuda-no-mkl.log')!r}).read())\n"
+        "sys.stdout.write(open(sys.argv[1]).read())\n"
         "sys.stdout.write('[1/9000] Building CXX object caffe2/CMakeFiles/torch_cpu.dir/a.cpp.o\\n')\n"
         "sys.stdout.flush()\n"
         "time.sleep(600)\n"
     )
-    step = Step("torch:wheel", "compile", "torch", (sys.executable, "-c", script, marker), env, str(tmp_path))
+    # the log an argument of its own: a build step's sandbox shows the paths its command names
+    sample = str(SUMMARIES / "pytorch-2.6.0-no-cuda-no-mkl.log")
+    step = Step(
+        "torch:wheel", "compile", "torch", (sys.executable, "-c", script, sample, marker), env, str(tmp_path)
+    )
     with pytest.raises(ConfigureMismatch) as info:
         build(replace(plan, steps=[step]), skip_checks=True)
     message = str(info.value)
@@ -633,12 +637,19 @@ def test_magma_not_found_stops_the_build_after_configure(tmp_path: Path) -> None
     marker = f"kiln-magma-{time.time_ns()}"
     script = (
         "import sys, time\n"
-        f"sys.stdout.write(open({str(sample)!r}).read())\n"
+        "sys.stdout.write(open(sys.argv[1]).read())\n"
         "sys.stdout.write('[1/9000] Building CXX object caffe2/CMakeFiles/torch_cpu.dir/a.cpp.o\\n')\n"
         "sys.stdout.flush()\n"
         "time.sleep(600)\n"
     )
-    step = Step("torch:wheel", "compile", "torch", (sys.executable, "-c", script, marker), env, str(tmp_path))
+    step = Step(
+        "torch:wheel",
+        "compile",
+        "torch",
+        (sys.executable, "-c", script, str(sample), marker),
+        env,
+        str(tmp_path),
+    )
     with pytest.raises(ConfigureMismatch) as info:
         build(replace(plan, steps=[step]), skip_checks=True)
     message = str(info.value)
@@ -1144,6 +1155,7 @@ def compile_cgroup(tmp_path: Path) -> Iterator[tuple[MemCgroup, dict[str, str]]]
         wrappers = tmp_path / "compilers"
         wrappers.mkdir()
         wrapper = wrappers / "c++"
+        # (the builds run unsandboxed, isolation=False: a build step's sandbox shows no /sys to write to)
         wrapper.write_text(f'#!/bin/sh\necho $$ > {group.procs}\nexec {real} "$@"\n')
         wrapper.chmod(0o755)
         yield group, {**os.environ, "PATH": f"{wrappers}{os.pathsep}{os.environ['PATH']}"}
@@ -1163,7 +1175,9 @@ def test_a_compile_killed_for_memory_resumes_with_fewer_jobs_and_builds_the_whee
 ) -> None:
     group, environ = compile_cgroup
     s = oom_scenario(world, "oom")
-    result, out, _ = build(plan_for(world, s, cache_kind="none"), skip_checks=True, environ=environ)
+    result, out, _ = build(
+        plan_for(world, s, cache_kind="none"), skip_checks=True, environ=environ, isolation=False
+    )
 
     killed_at_first = group.dir / "memory.oom_control" if group.version == 1 else group.dir / "memory.events"
     assert "oom_kill 0" not in killed_at_first.read_text(), "the kernel killed a compile"
@@ -1196,7 +1210,7 @@ def test_a_unit_killed_even_alone_stops_the_build_naming_it(world, compile_cgrou
     huge = '#include "table.h"\n\nKILN_TABLE_SUM(kiln_sum_b, KILN_ROWS5() KILN_ROWS5() KILN_ROWS5())\n'
     s = oom_scenario(world, "oom-huge", heavy_b=huge)
     with pytest.raises(BuildFailed) as info:
-        build(plan_for(world, s, cache_kind="none"), skip_checks=True, environ=environ)
+        build(plan_for(world, s, cache_kind="none"), skip_checks=True, environ=environ, isolation=False)
     message = str(info.value)
     assert "killed for memory even when compiled alone: fewer jobs cannot help" in message, message
     line = next(x for x in message.splitlines() if x.strip().startswith("csrc/heavy_b.cpp:"))
@@ -1210,7 +1224,7 @@ def test_without_retries_a_compile_killed_for_memory_stops_the_build_naming_it(w
     s = oom_scenario(world, "oom-no-retry")
     plan = replace(plan_for(world, s, cache_kind="none"), memory_retries=0)
     with pytest.raises(BuildFailed) as info:
-        build(plan, skip_checks=True, environ=environ)
+        build(plan, skip_checks=True, environ=environ, isolation=False)
     lines = str(info.value).splitlines()
     assert lines[0] == "torch:wheel: compiles kept dying for memory after 0 retries (MAX_JOBS 2)", lines
     named = [x for x in lines if x.startswith(("  csrc/heavy_a.cpp:", "  csrc/heavy_b.cpp:"))]

@@ -49,8 +49,14 @@ def public(config: cache.CacheConfig) -> dict[str, str]:
 
 
 def secret_layer(config: cache.CacheConfig, environ: dict[str, str]) -> dict[str, str]:
-    """The tool's secret layer, computed at run time only."""
-    return cache.tool_for(config).secret_env(config, environ)
+    """The tool's secret layers, computed at run time only: the compiles' (ccache's URL) and its server's
+    (sccache's credentials, which its clients, the compiles, never get)."""
+    tool = cache.tool_for(config)
+    compiles, server = tool.secret_env(config, environ), tool.server_env(config, environ)
+    assert not (compiles and server), "a secret goes to one process: the compiles or the tool's server"
+    if config.kind == "sccache":
+        assert compiles == {}, "sccache's compiles are its server's clients: they hold no credentials"
+    return {**compiles, **server}
 
 
 def run_env(environ: dict[str, str], session: cache.CacheSession) -> dict[str, str]:
@@ -542,11 +548,11 @@ def test_cache_show_masks_secrets_and_names_secret_variables(
     assert main(["cache", "show", str(recipe)]) == 0
     out = capsys.readouterr().out
     assert "S3CR3T-value-42" not in out
-    assert "SCCACHE_REDIS_PASSWORD" in out and "(secret, added at run time)" in out
+    assert "SCCACHE_REDIS_PASSWORD" in out and "(secret, for the sccache server only" in out
     assert "remote cache redis://127.0.0.1:1/0 is unreachable (Connection refused)" in out
     assert main(["cache", "show", str(recipe), "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
-    assert shown["secret_variables"] == ["SCCACHE_REDIS_PASSWORD"]
+    assert shown["secret_variables"] == [] and shown["server_secret_variables"] == ["SCCACHE_REDIS_PASSWORD"]
     assert shown["env"]["SCCACHE_DIR"] == str(tmp_path / "caches" / "sccache")
     assert main(["cache", "zero", "--cache", "none"]) == 2
     assert "the cache kind is none" in capsys.readouterr().err

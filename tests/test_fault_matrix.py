@@ -291,8 +291,9 @@ def test_full_compiler_cache_still_builds_with_real_ccache(tmp_path: Path, mount
         plan.steps[2],
         argv=(sys.executable, "-c",
               "import shutil, subprocess, sys; subprocess.run(['ccache', 'gcc', '-c', sys.argv[1], '-o', "
-              "sys.argv[1] + '.o'], check=True); shutil.copy(sys.argv[2], sys.argv[3])",
-              str(source), str(wheels / "torch-2.13.0+cpu-py3-none-any.whl"), str(plan.paths.wheelhouse / "torch")),
+              "sys.argv[4]], check=True); shutil.copy(sys.argv[2], sys.argv[3])",
+              str(source), str(wheels / "torch-2.13.0+cpu-py3-none-any.whl"), str(plan.paths.wheelhouse / "torch"),
+              str(plan.paths.workdir / "hello.c.o")),  # a build step writes where the build lets it
     )  # fmt: skip
     plan = replace(plan, cache=resolve_cache(None, kind="ccache", dir=cache / "ccache"))
     plan = replace(plan, steps=[plan.steps[0], plan.steps[1], compile_step, plan.steps[3]])
@@ -301,7 +302,7 @@ def test_full_compiler_cache_still_builds_with_real_ccache(tmp_path: Path, mount
     warning = f"compiler cache {cache / 'ccache'}: the filesystem at {cache} has 0 B free of 256.0 KiB: compiles run"
     assert warning in said and any(w.startswith(warning) for w in manifest["warnings"])
     assert manifest["cache"]["tool"] == "ccache" and manifest["cache"]["hits"] == 0
-    assert (tmp_path / "hello.c.o").is_file(), "ccache ran the compiler"
+    assert (plan.paths.workdir / "hello.c.o").is_file(), "ccache ran the compiler"
 
 
 # --------------------------------------------------------------------------------------------------

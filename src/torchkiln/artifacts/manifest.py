@@ -212,6 +212,14 @@ class Rebuild:
     # the compiler cache the compiles ran through (ccache rewrites paths under its basedir to relative ones in
     # the command it runs, so the tool is an input of the objects, whatever the cache held)
     cache: str = ""
+class Isolation:
+    """How the build steps (env, compile, package, checks) ran (torchkiln.build.sandbox): ``bubblewrap`` when
+    every one ran in a sandbox that hides the signing key, the user's home and the build's other secrets
+    from it; ``none`` when any did not, with the reason and those steps."""
+
+    mode: str  # "bubblewrap" | "none"
+    reason: str | None = None
+    steps: list[str] = field(default_factory=list)  # the build steps that ran without a sandbox
 
 
 @dataclass(frozen=True)
@@ -240,6 +248,7 @@ class Manifest:
     python_checks: dict[str, Checks] = field(default_factory=dict)
     # What `torchkiln reproduce` rebuilds with (None in manifests from before issue 35)
     rebuild: Rebuild | None = None
+    isolation: Isolation | None = None  # None: a manifest from before isolation was recorded
 
     def wheel(self, project: str) -> WheelRecord | None:
         return next((w for w in self.wheels if w.project == project), None)

@@ -7,7 +7,9 @@ project, version, source commit and installed-files digest as annotations) and h
 * ``buildDefinition.buildType``: :data:`BUILD_TYPE` (how to read the rest; docs/supply-chain.md);
 * ``externalParameters``: what the user chose: the recipe (name, path, sha256, its text's digest) and the
   command line's choices (projects, jobs, cache, source trees given, a given torch, skipped checks);
-* ``internalParameters``: the environment each compile ran with (ENV_TABLE's variables: no secrets);
+* ``internalParameters``: the environment each compile ran with (ENV_TABLE's variables: no secrets), and
+  ``isolation``: whether every build step ran in a sandbox that hides the signing key and the build's other
+  secrets from it (``bubblewrap``), or not (``none``, with the reason and the steps);
 * ``resolvedDependencies``: each project's source (``git+<repo>@<ref>`` at its commit, or its tree's
   sha256; a tree that differed from its commit names each path in ``annotations.tree_changes``: its kind,
   extra / modified / removed, and the sha256 of what was built), every submodule at its commit, and the
@@ -182,6 +184,15 @@ def _cluster(record: DistRecord | None) -> dict[str, Any] | None:
     }
 
 
+def _isolation(manifest: Manifest) -> dict[str, Any]:
+    """How the build steps ran (the manifest's record): ``isolation`` with mode, reason and the unsandboxed
+    steps; nothing for a manifest from before it was recorded."""
+    record = manifest.isolation
+    if record is None:
+        return {}
+    return {"isolation": {"mode": record.mode, "reason": record.reason, "steps": list(record.steps)}}
+
+
 def statement(
     manifest: Manifest,
     *,
@@ -214,6 +225,7 @@ def statement(
                     "build_env": manifest.build_env,
                     "projects": manifest.projects,
                     **_rebuild_parameters(manifest),
+                    **_isolation(manifest),
                 },
                 "resolvedDependencies": _resolved(manifest),
             },

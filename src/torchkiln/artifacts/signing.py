@@ -10,9 +10,11 @@ Keys:
 
 * the private key is a PEM file (PKCS#8 or the traditional OpenSSL form, unencrypted: ``openssl genpkey
   -algorithm ed25519``, ``openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256``), read from a
-  file or from an environment variable that holds the PEM text. Only the file's path or the variable's
-  *name* is ever on a command line; the key never reaches argv, a log, a manifest or an image (errors
-  name where it was read from, never what it holds);
+  file or from an environment variable that holds the PEM text, once, before the build's first step; the
+  variable then leaves torchkiln's environment, and the file is masked in every build step's sandbox
+  (torchkiln.build.sandbox), so only torchkiln's own signing code, in its own process, ever holds the key.
+  Only the file's path or the variable's *name* is ever on a command line; the key never reaches argv, a
+  log, a manifest or an image (errors name where it was read from, never what it holds);
 * the public key is a PEM ``PUBLIC KEY`` (SubjectPublicKeyInfo): ``openssl pkey -pubout``;
 * ``keyid`` is the hex sha256 of the public key's DER SubjectPublicKeyInfo: computable from the public key
   alone with any tool (``openssl pkey -pubin -outform DER | sha256sum``), so another verifier (e.g.
@@ -136,8 +138,12 @@ def load_signing_key(
 ) -> PrivateKey | None:
     """The private key named by a file path or an environment variable's name; None when neither is given.
 
-    A named variable that is unset or empty, an unreadable file, and a key of another kind are usage
-    errors naming ``--sign-key-env NAME`` or ``--sign-key-file PATH``, never the key."""
+    Read once: a variable read from this process's own environment (``environ`` not given) is removed from
+    it once the key is parsed, so that no process torchkiln starts afterwards inherits it (the build
+    steps, the compiler cache's server, git). A named variable that is unset or empty, an unreadable file,
+    and a key of another kind are usage errors naming ``--sign-key-env NAME`` or ``--sign-key-file PATH``,
+    never the key."""
+    own = environ is None
     environ = os.environ if environ is None else environ
     if file and env_name:
         raise UsageError(
@@ -150,7 +156,10 @@ def load_signing_key(
                 f"--sign-key-env {env_name}: the environment variable is not set or empty "
                 f"(valid: a variable holding {KEY_KINDS})"
             )
-        return _parse_private(value.encode("utf-8"), f"--sign-key-env {env_name}")
+        key = _parse_private(value.encode("utf-8"), f"--sign-key-env {env_name}")
+        if own:
+            os.environ.pop(env_name, None)
+        return key
     if file:
         path = Path(os.path.expanduser(file))
         return _parse_private(_read(path, "--sign-key-file", KEY_KINDS), f"--sign-key-file {path}")

@@ -9,6 +9,7 @@ timings per run) belong here.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
 import shutil
 import tempfile
@@ -39,6 +40,7 @@ from .display import Display
 from .envstore import EnvStore
 from .fingerprint import State
 from .progress import format_duration
+from .sandbox import Isolating, server_sandbox
 
 TAIL_LINES = 25
 
@@ -52,6 +54,10 @@ class Options:
     allow_dirty: bool = False
     # The key the publish step signs the provenance statement with (None: no statement); never shown.
     sign_key: PrivateKey | None = field(default=None, repr=False)
+    # Files a secret was read from before the build (the signing key's): no build step sees them.
+    secret_files: tuple[str, ...] = ()
+    # Build steps in a sandbox where the host can (build.sandbox); False: never (--no-sandbox, recorded).
+    isolation: bool = True
 
 
 @dataclass
@@ -81,15 +87,22 @@ class Context:
     cache_stats: CacheStats | None = None  # this run's, once the session closed
     dist: PreparedDist | None = None  # distributed compiles, once the cache session opened
     dist_env: dict[str, str] = field(default_factory=dict)  # compile steps' run-time layer for them
+    # What the sccache server alone starts with for them: SCCACHE_CONF, the client config holding the token.
+    dist_server_env: dict[str, str] = field(default_factory=dict)
     dist_stats: DistStats | None = None  # where this run's compiles ran, once the session closed
-    # The cluster's client token, taken out of ``environ`` so that no step's process sees it; only the
-    # preflight and the client config file read it.
-    dist_token_env: dict[str, str] = field(default_factory=dict, repr=False)
+    # The variables secrets are read from (the cache's credentials_env, the cluster's token), taken out of
+    # ``environ`` so that no step's process sees them; only the cache session, its server and broker, the
+    # preflight and the client config file read them.
+    held: dict[str, str] = field(default_factory=dict, repr=False)
+    isolating: Isolating = field(default_factory=Isolating)  # the build steps' sandboxes (build.sandbox)
 
     def __post_init__(self) -> None:
-        name = self.plan.dist.credentials_env if self.plan.dist is not None else None
-        if name and name in self.environ:
-            self.dist_token_env[name] = self.environ.pop(name)
+        names = [self.plan.cache.credentials_env]
+        if self.plan.dist is not None:
+            names.append(self.plan.dist.credentials_env)
+        for name in names:
+            if name and name in self.environ:
+                self.held[name] = self.environ.pop(name)
 
     checks: Checks | None = None
     # A build for several Pythons (python.versions): each later Python's post-build check, by Python
@@ -136,7 +149,17 @@ class Context:
         if self.cache is None:
             tool_environ = compose(self.environ, step.env, path_prepend=step.path_prepend)
             self._prepare_dist(tool_environ)
-            self.cache = open_session(self.plan.cache, tool_environ, extra_env=self.dist_env)
+            cache_secret = {k: v for k, v in self.held.items() if k == self.plan.cache.credentials_env}
+            self.cache = open_session(
+                self.plan.cache,
+                {**tool_environ, **cache_secret},  # the session reads it; its tool does not get the variable
+                extra_env=self.dist_server_env,
+                sandbox=server_sandbox(self),
+            )
+            if self.dist is not None and self.dist.conf_path is not None:
+                # sccache read its client config (the token) once, when its server started: emptied now, the
+                # token lives in that server's memory only, not in a file the compiles it runs could read
+                os.truncate(self.dist.conf_path, 0)
             for warning in self.cache.warnings:
                 self.warn(warning)
         return self.cache
@@ -148,7 +171,7 @@ class Context:
         run_dir = Path(tempfile.mkdtemp(prefix="torchkiln-dist-"))  # 0700: the token lands in it
         self.dist = prepare_client(
             spec,
-            {**environ, **self.dist_token_env},
+            {**environ, **self.held},
             run_dir=run_dir,
             toolchain_dir=default_toolchain_dir(self.plan.cache.dir),
         )
@@ -157,7 +180,7 @@ class Context:
         if self.dist.spec is None:  # the preflight failed: local compiles
             shutil.rmtree(run_dir, ignore_errors=True)
             return
-        self.dist_env = dict(self.dist.env)
+        self.dist_server_env = dict(self.dist.env)  # the server's alone: the compiles are its clients
         if self.plan.jobs.source == "auto" and self.dist.status is not None:
             # Remote compiles cost this machine preprocessing only: one job per core of the cluster too.
             jobs = str(dist_jobs(self.plan.jobs.value, self.dist.status))

@@ -110,6 +110,8 @@ from .treeguard import (
     written,
 )
 from .treelabel import check_label
+from .sandbox import isolated, probing
+from .sandbox import record as isolation_record
 from .vision_watch import VisionWatcher
 from .watch import Contradiction, Expectations, SummaryWatcher, Watcher
 
@@ -205,15 +207,17 @@ class StepKind:
         """Run the command once (``layer`` over its environment), its output into its log and its observer."""
         observer = self.observer(step, ctx)
         try:
-            done = runner.stream(
-                step.argv,
-                log=ctx.step_log(step),
-                env=self.environment(step, ctx, layer),
-                cwd=step.cwd,
-                observe=observer,
-                redact=ctx.redact,
-                header=f"# {step.name}: {' '.join(step.argv)}",
-            )
+            # a build step in its sandbox (torchkiln.build.sandbox); the log's header shows the step's own argv
+            with isolated(step, ctx, step.argv, self.environment(step, ctx, layer), step.cwd) as (argv, env):
+                done = runner.stream(
+                    argv,
+                    log=ctx.step_log(step),
+                    env=env,
+                    cwd=step.cwd,
+                    observe=observer,
+                    redact=ctx.redact,
+                    header=f"# {step.name}: {' '.join(step.argv)}",
+                )
         except runner.ProcessError as exc:
             raise BuildFailed(f"{step.name}: {exc}", step=step.name) from None
         return done, observer
@@ -243,7 +247,7 @@ class StepKind:
 
     def outputs(self, step: Step, ran: Ran, ctx: Context) -> dict[str, Any]:
         """What to record of a successful run (read back by :meth:`intact` and later steps)."""
-        out: dict[str, Any] = {}
+        out: dict[str, Any] = dict(isolation_record(step, ctx))  # how it ran: sandboxed or not
         if step.venv is not None:  # what the venv holds now: read back by intact() (_venv_as_recorded)
             out["venv"] = venv_distributions(Path(step.venv))
         if step.wheels is not None:
@@ -523,6 +527,7 @@ class CompileKind(StepKind):
 
     def layers(self, step: Step, ctx: Context) -> tuple[Mapping[str, str], ...]:
         session = ctx.open_cache(step)
+        # the cache's server holds its credentials (and the cluster's token): the compiles get none of them
         return (step.env, self._reproducible(step, ctx), session.public_env, ctx.dist_env, session.secret_env)
 
     def _reproducible(self, step: Step, ctx: Context) -> dict[str, str]:
@@ -575,12 +580,13 @@ class CompileKind(StepKind):
         out = super().outputs(step, ran, ctx)
         session = ctx.open_cache(step)
         env = compose(ctx.environ, step.env, session.public_env, path_prepend=step.path_prepend)
-        toolchain = collect(
-            env,
-            Path(step.argv[0]),  # the build venv's python: the step's own Python's
-            cuda=ctx.plan.recipe.accelerator.is_cuda,
-            cache_tool=session.config.kind if session.config.enabled else None,
-        )
+        with probing(step, ctx, env):  # the venv's python, cmake, ninja: in the step's sandbox
+            toolchain = collect(
+                env,
+                Path(step.argv[0]),  # the build venv's python: the step's own Python's
+                cuda=ctx.plan.recipe.accelerator.is_cuda,
+                cache_tool=session.config.kind if session.config.enabled else None,
+            )
         out["toolchain"] = jsonfile.to_data(toolchain)
         ctx.cache_causes += _miss_causes(step, ctx, self._compilers.get(step.name, {}), out["toolchain"])
         # what it ran with: the cache's effective variables, and the wheel's SOURCE_DATE_EPOCH

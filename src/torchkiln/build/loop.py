@@ -65,6 +65,8 @@ class BuildOptions:
     environ: Mapping[str, str] | None = None
     allow_dirty: bool = False  # a fetched checkout changed after its fetch is built and published (warned)
     sign_key: PrivateKey | None = field(default=None, repr=False)  # signs dist/<recipe>.intoto.jsonl
+    secret_files: tuple[str, ...] = ()  # files secrets were read from (the key's): no build step sees them
+    isolation: bool = True  # build steps sandboxed where the host can (False: --no-sandbox, recorded)
 
 
 @dataclass
@@ -258,6 +260,8 @@ def run_build(plan: Plan, options: BuildOptions | None = None) -> BuildResult:
                 options.min_hit_rate,
                 options.allow_dirty,
                 options.sign_key,
+                options.secret_files,
+                options.isolation,
             ),
             environ=dict(options.environ if options.environ is not None else os.environ),
             state=State(paths.workdir / STATE_NAME),

@@ -36,6 +36,7 @@ from torchkiln.process import runner
 from torchkiln.process.killed import KilledEdge, read_kills
 
 from .context import Context, failure_message
+from .sandbox import isolated, probing
 
 # Where an in-tree build keeps its build.ninja, under a step's scratch directory: CMake's build/ (torch),
 # torch.utils.cpp_extension's build/temp.<platform>-<python>/ (torchvision), one level deeper for a
@@ -112,7 +113,8 @@ class Resume:
         self.spent += done.seconds
         log = _set_aside(done.log, f"killed-{attempt}")
         env = self.environment(self.layer())
-        located = [(edge, _locate(edge.target, self.step, env)) for edge in death.edges]
+        with probing(self.step, self.ctx, env):  # the build venv's ninja: in the step's sandbox
+            located = [(edge, _locate(edge.target, self.step, env)) for edge in death.edges]
         if attempt > self.ctx.plan.memory_retries:
             raise self._give_up(death, [_unit(e, found, self.step) for e, found in located], log, spent=True)
         before, self.jobs = self.jobs, max(1, self.jobs // 2)
@@ -138,14 +140,11 @@ class Resume:
         log = self.ctx.step_log(self.step).with_suffix(f".retry-{attempt}.unit-{index}.log")
         argv = [found.ninja, "-C", str(found.directory), "-j1", edge.target]
         before = self.counter()
-        done = runner.stream(
-            argv,
-            log=log,
-            env=self.environment(self.layer()),
-            redact=self.ctx.redact,
-            header=f"# {' '.join(argv)}",
-            measure=True,
-        )
+        # ninja runs the tree's compile commands: in the step's sandbox, as the step itself
+        with isolated(self.step, self.ctx, argv, self.environment(self.layer())) as (run, env):
+            done = runner.stream(
+                run, log=log, env=env, redact=self.ctx.redact, header=f"# {' '.join(argv)}", measure=True
+            )
         self.spent += done.seconds
         if done.returncode == 0:
             self.ctx.display.note(f"{found.unit}: built alone (peak {_size(done.peak_rss)})")

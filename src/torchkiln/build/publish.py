@@ -46,6 +46,7 @@ from .buildreqs import read_constraints
 from .context import Context, Published
 from .fingerprint import file_sha256
 from .treeguard import foreign, observe, owned_in, skipped
+from .sandbox import summary as isolation_summary
 
 
 def publish(ctx: Context) -> bool:
@@ -244,6 +245,7 @@ def _manifest(ctx: Context, locks: list[SourceLock], wheels: list[WheelRecord]) 
         dist=_dist_record(ctx),
         python_checks={} if ctx.options.skip_checks else dict(sorted(ctx.python_checks.items())),
         rebuild=_rebuild(ctx, build_env),
+        isolation=isolation_summary(ctx),
     )
 
 

@@ -11,8 +11,12 @@ Why each variable (checked against real builds on torch 2.13.0):
   ``CCACHE_NOHASHDIR=1`` keeps the working directory out of the hash (Python's sysconfig flags contain
   ``-g``, which otherwise makes ccache hash the cwd); ``CCACHE_COMPILERCHECK=content`` identifies the
   compiler by its bytes, not its mtime, which differs between machines that installed the same compiler.
-* The remote store is ``CCACHE_REMOTE_STORAGE``, a URL; with credentials the URL carries them, so the whole
-  variable is then a secret.
+* The remote store is ``CCACHE_REMOTE_STORAGE``, a URL; ccache takes credentials only inside it (from its
+  environment or its configuration file, either readable by every process of the compile step). A Redis
+  store is therefore reached through torchkiln (:mod:`.broker`, where ccache has ``redis+unix`` storage):
+  the compiles get a Unix socket and no credentials, and need no network. An HTTP store's URL with
+  credentials goes into the compiles' environment (a secret variable): the one case where the compile
+  step's processes can read a cache credential (docs/supply-chain.md, "Isolation and secrets").
 * Statistics per build: ``CCACHE_STATSLOG`` points each build at a log of its own, where every ccache call
   appends the counters it incremented; the cache directory's counters (``--print-stats``) are shared by all
   builds using the directory, and zeroing them would wipe another build's figures.
@@ -20,6 +24,7 @@ Why each variable (checked against real builds on torch 2.13.0):
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 import uuid
@@ -28,8 +33,10 @@ from pathlib import Path
 
 from torchkiln.errors import TorchkilnError, UsageError
 from torchkiln.process import runner
+from torchkiln.process.isolation import Sandbox
 from torchkiln.process.runner import Redact
 
+from .broker import RedisBroker
 from .config import CacheConfig
 from .remote import Remote, login, parse_remote
 from .stats import CacheStats
@@ -109,6 +116,19 @@ def _from_counters(counters: Mapping[str, int]) -> CacheStats:
     )
 
 
+@functools.cache
+def _has_unix_redis(executable: str | None) -> bool:
+    """Whether this ccache reaches a Redis store on a Unix socket (``redis+unix-storage`` among the
+    features ``ccache --version`` lists, ccache 4.7+)."""
+    if executable is None:
+        return False
+    try:
+        done = runner.run([executable, "--version"], timeout=30)
+    except runner.ProcessError:
+        return False
+    return "redis+unix-storage" in done.stdout
+
+
 class Ccache(CacheTool):
     kind = "ccache"
     schemes = ("redis", "http")
@@ -143,6 +163,37 @@ class Ccache(CacheTool):
         user, password = login(config, remote, environ)
         return {"CCACHE_REMOTE_STORAGE": storage_url(remote, user, password)}
 
+    def broker(self, config: CacheConfig, environ: Mapping[str, str]) -> RedisBroker | None:
+        """A Redis store through torchkiln's broker, when this ccache can reach a Unix socket (4.7+)."""
+        remote = self._remote(config)
+        if remote is None or remote.scheme != "redis" or not _has_unix_redis(self.executable(environ)):
+            return None
+        user, password = login(config, remote, environ)
+        return RedisBroker(remote, user, password, "ccache")
+
+    def through(
+        self, broker: RedisBroker, public: dict[str, str], secret: dict[str, str], server: dict[str, str]
+    ) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+        """``CCACHE_REMOTE_STORAGE`` is the broker's socket (public: no credentials in it)."""
+        secret = {k: v for k, v in secret.items() if k != "CCACHE_REMOTE_STORAGE"}
+        return {**public, "CCACHE_REMOTE_STORAGE": broker.url}, secret, server
+
+    def step_paths(self, config: CacheConfig, env: Mapping[str, str]) -> tuple[Path, ...]:
+        """The cache directory (ccache writes objects itself), the build's statistics log, the broker's
+        socket directory."""
+        paths = [config.dir]
+        if env.get("CCACHE_STATSLOG"):
+            paths.append(Path(env["CCACHE_STATSLOG"]))
+        storage = env.get("CCACHE_REMOTE_STORAGE", "")
+        if storage.startswith("redis+unix:"):
+            paths.append(Path(storage.removeprefix("redis+unix:")).parent)
+        return tuple(paths)
+
+    def step_network(self, config: CacheConfig, env: Mapping[str, str]) -> bool:
+        """A store not behind the broker (HTTP; Redis with a ccache older than 4.7) is reached by ccache."""
+        storage = env.get("CCACHE_REMOTE_STORAGE")
+        return bool(config.remote and not (storage or "").startswith("redis+unix:"))
+
     def run_env(self, config: CacheConfig) -> dict[str, str]:
         """This build's own statistics log (``CCACHE_STATSLOG``): the cache directory's counters are shared
         by every build using it (the default directory by all of a user's builds), this file is not."""
@@ -153,7 +204,7 @@ class Ccache(CacheTool):
             raise UsageError(f"TMPDIR: {problem} (valid: a temporary directory without '$')")
         return {"CCACHE_STATSLOG": log}
 
-    def start(self, env: Mapping[str, str], redact: Redact) -> str | None:
+    def start(self, env: Mapping[str, str], redact: Redact, sandbox: Sandbox | None = None) -> str | None:
         log = env.get("CCACHE_STATSLOG")
         if log:
             runner.remove_at_exit(Path(log))  # also when torchkiln is killed (torchkiln.process.supervisor)
@@ -165,10 +216,12 @@ class Ccache(CacheTool):
             Path(log).unlink(missing_ok=True)
 
     def zero_stats(self, env: Mapping[str, str], redact: Redact) -> None:
-        """A build's log starts empty; without one (``torchkiln cache zero``) the directory's counters."""
+        """A build's log starts empty (and exists: a sandboxed compile step gets it mounted); without one
+        (``torchkiln cache zero``) the directory's counters."""
         log = env.get("CCACHE_STATSLOG")
         if log:
-            Path(log).unlink(missing_ok=True)
+            fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.close(fd)
             return
         self._output(["ccache", "--zero-stats"], env, redact)
 

@@ -10,18 +10,33 @@ as ccache, ``USE_CCACHE=0`` so PyTorch's own ccache detection stays out, and for
 Remote back ends are a table, :data:`BACKENDS` (URL scheme -> sccache back end and its variables), layered
 after the local disk cache (``SCCACHE_MULTILEVEL_CHAIN=disk,<back end>``).
 
-The server: each build starts its own (:meth:`Sccache.start`) on a socket of its own, so a second build on
-the same cache directory neither reuses a server started with other settings nor stops this one; the plan
-shows a stable socket name (what ``torchkiln cache stats`` uses).
+The server: each build starts its own (:meth:`Sccache.start`) on a socket of its own (in a directory of its
+own, 0700), so a second build on the same cache directory neither reuses a server started with other settings
+nor stops this one; the plan shows a stable socket name (what ``torchkiln cache stats`` uses).
+
+Secrets: the compiles are sccache clients that talk to the server over its socket and hold none. A Redis
+store (``redis://``) is reached through torchkiln's broker (:mod:`.broker`): the server gets a Unix socket and
+no password. The other back ends' credentials go to the server alone (:meth:`Sccache.server_env`: sccache
+reads ``SCCACHE_*_PASSWORD``, ``AWS_*``... from its environment once, when the server starts), as does the
+distributed-compile token (from the file ``SCCACHE_CONF`` names, emptied once the server has read it). The
+server runs the compiles it is sent (it preprocesses and compiles itself, and identifies a compiler by running
+it with its own environment), so in a sandboxed build it runs in the build's sandbox too (foreground,
+``SCCACHE_START_SERVER=1``), with the network its store needs: a compile sent to it sees what a build step
+sees, not the signing key or the user's home; what it can see is the server's own environment.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
+import shutil
+import socket
+import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -31,12 +46,14 @@ from pathlib import Path
 from torchkiln.distributed.stats import DistStats
 from torchkiln.errors import TorchkilnError, UsageError
 from torchkiln.process import runner
+from torchkiln.process.isolation import Prepared, Sandbox
 from torchkiln.process.runner import Redact
 from torchkiln.process.supervisor import pid_alive
 from torchkiln.urlreading import HOST_VALID, host_problem, printable_problem
 
+from .broker import RedisBroker
 from .config import CacheConfig
-from .remote import Remote, parse_remote, secret_of, split_user
+from .remote import Remote, login, parse_remote, secret_of, split_user
 from .stats import CacheStats
 from .tool import CacheTool, cmake_launchers
 
@@ -243,27 +260,47 @@ def parse_stats(text: str) -> CacheStats:
     )
 
 
+BROKERED = "redis+unix://localhost"  # SCCACHE_REDIS_ENDPOINT of a store behind torchkiln's broker
 SOCKET_PREFIX = "torchkiln-sccache-"
+SOCKET_NAME = "server.sock"
+START_TIMEOUT_S = 120.0
 
 
 def stop_orphans(env: Mapping[str, str]) -> list[Path]:
     """Stop the servers of builds that died without stopping theirs (a torchkiln older than its watchdog,
-    or one whose watchdog was killed too) and remove their sockets: a socket of this form whose build pid
-    is gone. Returns the sockets removed."""
+    or one whose watchdog was killed too) and remove their sockets: a socket (or a socket's directory) of
+    this form whose build pid is gone. Returns what was removed."""
     removed = []
-    for sock in sorted(Path(tempfile.gettempdir()).glob(f"{SOCKET_PREFIX}*.sock")):
-        pid = sock.name[len(SOCKET_PREFIX) :].partition("-")[0]
+    for entry in sorted(Path(tempfile.gettempdir()).glob(f"{SOCKET_PREFIX}*")):
+        pid = entry.name[len(SOCKET_PREFIX) :].partition("-")[0]
         if not pid.isdigit() or pid_alive(int(pid)):
             continue
+        sock = entry / SOCKET_NAME if entry.is_dir() else entry
         runner.run(["sccache", "--stop-server"], env={**env, "SCCACHE_SERVER_UDS": str(sock)}, timeout=30)
-        sock.unlink(missing_ok=True)
-        removed.append(sock)
+        if entry.is_dir():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+        removed.append(entry)
     return removed
+
+
+def _accepting(sock: str) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(sock)
+        except OSError:
+            return False
+    return True
 
 
 class Sccache(CacheTool):
     kind = "sccache"
     schemes = tuple(BACKENDS)
+
+    def __init__(self) -> None:
+        # servers started in a sandbox, by socket: (the foreground process, its sandbox's /tmp, its output)
+        self._servers: dict[str, tuple[subprocess.Popen[bytes], Prepared]] = {}
 
     def _remote(self, config: CacheConfig) -> Remote | None:
         if not config.remote:
@@ -295,7 +332,9 @@ class Sccache(CacheTool):
             env["SCCACHE_BASEDIRS"] = str(config.basedir)
         return env
 
-    def secret_env(self, config: CacheConfig, environ: Mapping[str, str]) -> dict[str, str]:
+    def server_env(self, config: CacheConfig, environ: Mapping[str, str]) -> dict[str, str]:
+        """The store's credentials, for the server (it reads them once, at its start); the compiles, its
+        clients, get none."""
         remote = self._remote(config)
         if remote is None:
             return {}
@@ -305,24 +344,96 @@ class Sccache(CacheTool):
         return BACKENDS[remote.scheme].secret(remote, remote.user, secret)
 
     def run_env(self, config: CacheConfig) -> dict[str, str]:
-        """This build's own server socket: short (a Unix socket path has 107 bytes) and unique."""
-        name = f"{SOCKET_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}.sock"
-        return {"SCCACHE_SERVER_UDS": str(Path(tempfile.gettempdir()) / name)}
+        """This build's own server socket, in a directory of its own (a sandboxed server makes its socket
+        there, and the compile steps' sandboxes mount it): short (a Unix socket path has 107 bytes) and
+        unique."""
+        name = f"{SOCKET_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        return {"SCCACHE_SERVER_UDS": str(Path(tempfile.gettempdir()) / name / SOCKET_NAME)}
 
-    def start(self, env: Mapping[str, str], redact: Redact) -> str | None:
+    def broker(self, config: CacheConfig, environ: Mapping[str, str]) -> RedisBroker | None:
+        """A Redis store (not TLS) through torchkiln's broker: the server then holds no credentials."""
+        remote = self._remote(config)
+        if remote is None or remote.scheme != "redis":
+            return None
+        user, password = login(config, remote, environ)
+        return RedisBroker(remote, user, password, "sccache")
+
+    def through(
+        self, broker: RedisBroker, public: dict[str, str], secret: dict[str, str], server: dict[str, str]
+    ) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+        """The server reaches Redis through the broker's socket: no user, password or database of its own
+        (the broker authenticates and selects the URL's database)."""
+        public = {k: v for k, v in public.items() if k not in ("SCCACHE_REDIS_DB", "SCCACHE_REDIS_USERNAME")}
+        server = {k: v for k, v in server.items() if not k.startswith("SCCACHE_REDIS_")}
+        return {**public, "SCCACHE_REDIS_ENDPOINT": broker.url}, secret, server
+
+    def step_paths(self, config: CacheConfig, env: Mapping[str, str]) -> tuple[Path, ...]:
+        """The server's socket directory: the compiles are its clients (the cache directory is the
+        server's alone)."""
+        sock = env.get("SCCACHE_SERVER_UDS")
+        return (Path(sock).parent,) if sock else ()
+
+    def start(self, env: Mapping[str, str], redact: Redact, sandbox: Sandbox | None = None) -> str | None:
+        """The build's own server, in ``sandbox`` when given (with the network its store needs, its cache
+        directory and socket directory writable, the file ``SCCACHE_CONF`` names readable)."""
         stop_orphans(env)
         self.stop(env)  # a stale socket file (a crashed server) would block the start
         sock = env.get("SCCACHE_SERVER_UDS", "")
         if sock:
-            runner.remove_at_exit(Path(sock))  # also when torchkiln is killed (torchkiln.process.supervisor)
-        done = runner.run(["sccache", "--start-server"], env=env, timeout=120, redact=redact)
-        return None if done.ok else (done.first_error() or f"exit status {done.returncode}")
+            Path(sock).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            # also when torchkiln is killed (torchkiln.process.supervisor)
+            own = Path(sock).parent.name.startswith(SOCKET_PREFIX)
+            runner.remove_at_exit(Path(sock).parent if own else Path(sock))
+        if sandbox is None or not sock:
+            done = runner.run(["sccache", "--start-server"], env=env, timeout=START_TIMEOUT_S, redact=redact)
+            return None if done.ok else (done.first_error() or f"exit status {done.returncode}")
+        return self._start_sandboxed(env, sock, sandbox, redact)
+
+    def _start_sandboxed(
+        self, env: Mapping[str, str], sock: str, sandbox: Sandbox, redact: Redact
+    ) -> str | None:
+        writable = [Path(sock).parent, Path(env.get("SCCACHE_DIR", sock)).absolute()]
+        endpoint = env.get("SCCACHE_REDIS_ENDPOINT", "")
+        if endpoint.startswith(BROKERED):  # the broker's socket
+            writable.append(Path(endpoint.removeprefix(BROKERED)).parent)
+        conf = env.get("SCCACHE_CONF")
+        inner = sandbox.extended(writable=writable, read_only=[Path(conf)] if conf else [], network=True)
+        exe = shutil.which("sccache", path=env.get("PATH", os.defpath)) or "sccache"
+        prepared = inner.prepare([exe], {**env, "SCCACHE_START_SERVER": "1", "SCCACHE_NO_DAEMON": "1"})
+        output = prepared.tmp / "sccache-server.log" if prepared.tmp else Path(os.devnull)
+        with output.open("wb") as log:
+            proc = runner.spawn(
+                prepared.argv, env=prepared.env, stdout=log, stderr=subprocess.STDOUT, text=False
+            )
+        self._servers[sock] = (proc, prepared)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not _accepting(sock):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                said = output.read_text(errors="replace").strip().splitlines() if output.is_file() else []
+                self._reap(sock)
+                return redact(said[-1]) if said else f"the server exited with status {proc.returncode}"
+            time.sleep(0.02)
+        return None
+
+    def _reap(self, sock: str) -> None:
+        found = self._servers.pop(sock, None)
+        if found is None:
+            return
+        proc, prepared = found
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=30)
+        if proc.poll() is None:
+            runner.stop_group(proc, grace=5)
+        prepared.cleanup()  # its /tmp, the output with it
 
     def stop(self, env: Mapping[str, str]) -> None:
         runner.run(["sccache", "--stop-server"], env=env, timeout=60)
         sock = Path(env.get("SCCACHE_SERVER_UDS", ""))
+        self._reap(str(sock))
         if sock.name and sock.exists():
             sock.unlink()
+        if sock.parent.name.startswith(SOCKET_PREFIX):
+            shutil.rmtree(sock.parent, ignore_errors=True)
 
     def zero_stats(self, env: Mapping[str, str], redact: Redact) -> None:
         self._output(["sccache", "--zero-stats"], env, redact)

@@ -1,8 +1,9 @@
 """A build's compiler cache at run time: opened before the first compile, closed after the last.
 
 :func:`open_session` gets the tool ready and fixes what the compile steps get (the public and the secret
-layer of their environment); :meth:`CacheSession.stats` reads this build's counters (they were zeroed at
-open), :meth:`CacheSession.close` reads them a last time and stops what the tool started.
+layer of their environment) and what the tool's own server gets (its credentials); :meth:`CacheSession.stats`
+reads this build's counters (they were zeroed at open), :meth:`CacheSession.close` reads them a last time and
+stops what the tool started (its server, the broker of a store reached through torchkiln).
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from pathlib import Path
 
 from torchkiln.errors import TorchkilnError, space_on
 from torchkiln.process.environ import compose
+from torchkiln.process.isolation import Sandbox
 from torchkiln.process.secrets import loose_permissions, redact
 
+from .broker import RedisBroker
 from .config import CacheConfig
 from .probe import check_remote
 from .registry import remote_of, tool_for
@@ -40,6 +43,8 @@ class CacheSession:
     # Run-time variables of another part of the build that the tool's server must start with
     # (SCCACHE_CONF of distributed compiles): not secrets, not part of the plan.
     extra_env: dict[str, str] = field(default_factory=dict)
+    server_env: dict[str, str] = field(default_factory=dict)  # the tool's server's credentials, its alone
+    broker: RedisBroker | None = None  # the store reached through torchkiln (Redis)
     closed: bool = field(default=False, init=False)
 
     def redact(self, text: str) -> str:
@@ -47,7 +52,19 @@ class CacheSession:
 
     @property
     def tool_env(self) -> dict[str, str]:
-        return compose(self.environ, self.public_env, self.extra_env, self.secret_env)
+        """What the tool itself runs with (its server, its statistics)."""
+        return compose(self.environ, self.public_env, self.extra_env, self.secret_env, self.server_env)
+
+    def step_paths(self) -> tuple[Path, ...]:
+        """What a sandboxed compile step must be able to write for the cache (the tool's own answer)."""
+        if not self.config.enabled:
+            return ()
+        return self.tool.step_paths(self.config, self.public_env)
+
+    def step_network(self) -> bool:
+        """Whether a sandboxed compile step needs the network for the cache (a store ccache reaches itself)."""
+        env = {**self.public_env, **self.secret_env}
+        return self.config.enabled and self.tool.step_network(self.config, env)
 
     def zero_stats(self) -> None:
         """Reset the counters (opening the session did; a caller may again, e.g. after a configure)."""
@@ -65,14 +82,50 @@ class CacheSession:
         try:
             return self.stats()
         finally:
-            self.tool.stop(self.tool_env)
+            try:
+                self.tool.stop(self.tool_env)
+            finally:
+                if self.broker is not None:
+                    self.broker.close()
 
 
 def _layers(
-    tool: CacheTool, config: CacheConfig, environ: Mapping[str, str]
-) -> tuple[dict[str, str], dict[str, str]]:
+    tool: CacheTool, config: CacheConfig, environ: Mapping[str, str], broker: RedisBroker | None = None
+) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+    """The public, secret and server layers; a broker's socket replaces the store's URL (and its secret)."""
     public = {**tool.public_env(config), **tool.run_env(config)}
-    return public, tool.secret_env(config, environ)
+    secret, server = tool.secret_env(config, environ), tool.server_env(config, environ)
+    if broker is not None:
+        return tool.through(broker, public, secret, server)
+    return public, secret, server
+
+
+def _session(
+    tool: CacheTool,
+    config: CacheConfig,
+    environ: Mapping[str, str],
+    secrets: tuple[str, ...],
+    extra: dict[str, str],
+) -> CacheSession:
+    broker = tool.broker(config, environ)
+    public, secret, server = _layers(tool, config, environ, broker)
+    return CacheSession(
+        tool,
+        config,
+        public,
+        secret,
+        _without_secret(config, environ),
+        secrets,
+        extra_env=extra,
+        server_env=server,
+        broker=broker,
+    )
+
+
+def _without_secret(config: CacheConfig, environ: Mapping[str, str]) -> dict[str, str]:
+    """What the tool runs with: ``environ`` without the variable the store's secret was read from (its
+    server gets the secret as its own variables, or none: a broker holds it)."""
+    return {k: v for k, v in environ.items() if k != config.credentials_env}
 
 
 FULL_BELOW = 1 << 20  # free bytes under which a cache directory's filesystem counts as full
@@ -92,22 +145,27 @@ def _full(directory: Path) -> str | None:
 
 
 def open_session(
-    config: CacheConfig, environ: Mapping[str, str], extra_env: Mapping[str, str] | None = None
+    config: CacheConfig,
+    environ: Mapping[str, str],
+    extra_env: Mapping[str, str] | None = None,
+    sandbox: Sandbox | None = None,
 ) -> CacheSession:
-    """Get the cache ready for a build (``extra_env``: see :attr:`CacheSession.extra_env`).
+    """Get the cache ready for a build (``extra_env``: see :attr:`CacheSession.extra_env`; ``sandbox``: where
+    the tool's server runs when the build is sandboxed, its compiles being the build's).
 
     * the tool must be on PATH (TorchkilnError otherwise: the CMake launcher would fail every compile);
     * the cache directory is created;
     * a remote store that is unreachable or refuses the credentials yields ONE warning, and the build goes
       on with the local cache only;
+    * a store reached through torchkiln gets its broker (Redis: :mod:`.broker`);
     * the tool's server (sccache) is started with this configuration, and the statistics are zeroed.
     """
     tool = tool_for(config)
     secrets = secret_values(config, remote_of(config), environ)
-    base = dict(environ)
+    base = _without_secret(config, environ)
     if not config.enabled:
-        public, secret = _layers(tool, config, environ)
-        return CacheSession(tool, config, public, secret, base, secrets)
+        public, secret, server = _layers(tool, config, environ)
+        return CacheSession(tool, config, public, secret, base, secrets, server_env=server)
     if tool.executable(environ) is None:
         raise TorchkilnError(
             f"cache kind {config.kind}: `{config.kind}` is not on PATH (install it, or choose another kind "
@@ -126,13 +184,15 @@ def open_session(
         warnings.append(f"{redact(problem, secrets)}: {SLOWER}")
         config = config.local_only()
     extra = dict(extra_env or {})
-    session = CacheSession(tool, config, *_layers(tool, config, environ), base, secrets, extra_env=extra)
-    failure = tool.start(session.tool_env, session.redact)
+    session = _session(tool, config, environ, secrets, extra)
+    failure = tool.start(session.tool_env, session.redact, sandbox)
     if failure is not None and config.remote:
+        if session.broker is not None:
+            session.broker.close()
         warnings.append(f"remote cache {redact(config.remote)} cannot be used ({failure}): {SLOWER}")
         config = config.local_only()
-        session = CacheSession(tool, config, *_layers(tool, config, environ), base, secrets, extra_env=extra)
-        failure = tool.start(session.tool_env, session.redact)
+        session = _session(tool, config, environ, secrets, extra)
+        failure = tool.start(session.tool_env, session.redact, sandbox)
     if failure is not None:
         raise TorchkilnError(f"{config.kind} server does not start: {failure}")
     session.warnings = tuple(warnings)

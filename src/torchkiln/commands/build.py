@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 from pathlib import Path
 
 from rich.console import Console
@@ -19,6 +20,7 @@ from torchkiln.build.loop import BuildOptions, run_build
 from torchkiln.build.progress import format_duration
 from torchkiln.errors import UsageError
 from torchkiln.plan.preflight import require
+from torchkiln.process.secrets import take
 
 from .plan import add_plan_arguments, plan_from_args
 
@@ -61,6 +63,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         "such a checkout is refused. A tree you change: --source-dir",
     )
     parser.add_argument(
+        "--no-sandbox",
+        action="store_true",
+        help="run the build steps without a sandbox (they then see what this user sees: the signing key's "
+        "file, the home directory); one warning, and the manifest and provenance record isolation: none",
+    )
+    parser.add_argument(
         "--min-cache-hit-rate",
         type=_fraction,
         default=None,
@@ -97,16 +105,21 @@ def _absolute(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     _absolute(args)
-    # The key first: a build told to sign must not run for hours and then find it cannot.
+    # The key first: a build told to sign must not run for hours and then find it cannot. Read once: its
+    # variable leaves this process's environment (artifacts.signing), its file every build step's view.
     sign_key = load_signing_key(file=args.sign_key_file, env_name=args.sign_key_env)
+    secret_files = (str(Path(args.sign_key_file).expanduser().absolute()),) if args.sign_key_file else ()
     plan = plan_from_args(args, "build")
+    # The cache's and the cluster's credential variables too: the build holds them, no process inherits them.
+    held = take(os.environ, [plan.cache.credentials_env, plan.dist.credentials_env if plan.dist else None])
+    environ = {**os.environ, **held}
     if plan.paths.dist.resolve() == plan.paths.workdir.resolve():
         raise UsageError("--dist and --workdir must be different directories")
     # Before the first step: a build that cannot succeed is refused with every reason, nothing fetched.
     if args.no_preflight:
         plan = dataclasses.replace(plan, notes=(*plan.notes, "--no-preflight: the host was not checked"))
     else:
-        require(plan)
+        require(plan, environ)
     console = Console(highlight=False)
     r = plan.recipe
     console.print(
@@ -121,7 +134,10 @@ def run(args: argparse.Namespace) -> int:
             min_hit_rate=args.min_cache_hit_rate,
             allow_dirty=args.allow_dirty,
             console=console,
+            environ=environ,
             sign_key=sign_key,
+            secret_files=secret_files,
+            isolation=not args.no_sandbox,
         ),
     )
     total = sum(s.duration_s for s in result.steps)

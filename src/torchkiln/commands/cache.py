@@ -63,6 +63,7 @@ def _show(config: cache_mod.CacheConfig, as_json: bool, console: Console) -> int
     tool = cache_mod.tool_for(config)
     shown = tool.public_env(config)
     secret_names = sorted(tool.secret_env(config, os.environ))
+    server_names = sorted(tool.server_env(config, os.environ))
     version = _tool_version(tool)
     remote_problem = cache_mod.check_remote(config, os.environ)
     if as_json:
@@ -72,6 +73,7 @@ def _show(config: cache_mod.CacheConfig, as_json: bool, console: Console) -> int
                     "config": config.to_dict(),
                     "env": shown,
                     "secret_variables": secret_names,
+                    "server_secret_variables": server_names,
                     "tool": version,
                     "remote_problem": remote_problem,
                 },
@@ -92,6 +94,8 @@ def _show(config: cache_mod.CacheConfig, as_json: bool, console: Console) -> int
         table.add_row(key, value)
     for key in secret_names:
         table.add_row(key, "(secret, added at run time)")
+    for key in server_names:
+        table.add_row(key, f"(secret, for the {config.kind} server only: the compiles get none)")
     console.print(table)
     return 0
 
@@ -108,7 +112,13 @@ def run(args: argparse.Namespace) -> int:
     tool = cache_mod.tool_for(config)
     if tool.executable(os.environ) is None:
         raise UsageError(f"torchkiln cache {args.action}: `{config.kind}` is not on PATH (install it)")
-    env = compose(os.environ, tool.public_env(config), tool.secret_env(config, os.environ))
+    # the statistics may start the tool's server (sccache): it gets the store's credentials, as in a build
+    env = compose(
+        os.environ,
+        tool.public_env(config),
+        tool.secret_env(config, os.environ),
+        tool.server_env(config, os.environ),
+    )
     if args.action == "zero":
         tool.zero_stats(env, redact)
         console.print(f"{config.kind} statistics in {config.dir} zeroed")

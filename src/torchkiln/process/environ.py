@@ -57,6 +57,27 @@ STEERING_NAMES = frozenset(
 )
 
 
+# Credentials the caller's environment may hold for the compiler cache's server or for the user's own tools,
+# which no build step needs: sccache's cloud back ends read the AWS and GitHub Actions variables themselves
+# (sccache docs/S3.md, docs/GHA.md; its server gets them, torchkiln.cache), Google's client libraries
+# GOOGLE_APPLICATION_CREDENTIALS, and SSH_AUTH_SOCK reaches the user's ssh agent, which signs with the user's
+# keys for whoever asks. The build steps get none of them (torchkiln.build.sandbox), fetch steps keep them
+# (git may fetch over ssh or through a cloud credential helper).
+CREDENTIAL_PREFIXES = ("AWS_", "ACTIONS_")
+CREDENTIAL_NAMES = frozenset(
+    {"GOOGLE_APPLICATION_CREDENTIALS", "SSH_AUTH_SOCK", "GPG_AGENT_INFO", "KRB5CCNAME"}
+)
+
+
+def without_credentials(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` without :data:`CREDENTIAL_NAMES` and the variables of :data:`CREDENTIAL_PREFIXES`."""
+    return {
+        k: v
+        for k, v in environ.items()
+        if k not in CREDENTIAL_NAMES and not k.startswith(CREDENTIAL_PREFIXES)
+    }
+
+
 def base_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The caller's environment minus every variable that steers the build or the compiler cache."""
     environ = os.environ if environ is None else environ

@@ -180,7 +180,8 @@ def supervised() -> Iterator[str]:
 
 
 def remove_at_exit(path: Path) -> None:
-    """Have the watchdog remove ``path`` when this run ends, however it ends (a server's socket)."""
+    """Have the watchdog remove ``path`` (a file, or a directory and all it holds) when this run ends, however
+    it ends (a server's socket, a sandbox's private /tmp)."""
     if _WATCH is not None and _WATCH.watchdog.stdin is not None:
         with contextlib.suppress(OSError):
             _WATCH.watchdog.stdin.write(f"file {path}\n")
@@ -191,6 +192,31 @@ def _marked(env: Mapping[str, str] | None) -> dict[str, str] | None:
     if _WATCH is None:
         return dict(env) if env is not None else None
     return {**(env if env is not None else os.environ), MARK: _WATCH.run_id}
+
+
+# --------------------------------------------------------------------------------------------------
+# Confinement: a block whose processes all start in a sandbox (torchkiln.process.isolation).
+# --------------------------------------------------------------------------------------------------
+
+# (argv, env or None for this process's, cwd) -> the argv and env that run it confined
+Confine = Callable[
+    [list[str], Mapping[str, str] | None, "str | Path | None"], tuple[list[str], dict[str, str]]
+]
+_CONFINE: Confine | None = None
+
+
+@contextlib.contextmanager
+def confined(confine: Confine) -> Iterator[None]:
+    """Within the block, every process :func:`spawn` starts is started as ``confine`` says: torchkiln's own
+    probes of what a build step installed (the build venv's python, cmake, ninja are build dependencies'
+    code) run in that step's sandbox, as the step did."""
+    global _CONFINE
+    previous = _CONFINE
+    _CONFINE = confine
+    try:
+        yield
+    finally:
+        _CONFINE = previous
 
 
 # --------------------------------------------------------------------------------------------------
@@ -216,6 +242,9 @@ def spawn(
     """
     if cwd is not None and not Path(cwd).is_dir():
         raise ProcessError(f"working directory {cwd} does not exist")
+    if _CONFINE is not None:
+        confined_argv, env = _CONFINE(list(argv), env, cwd)
+        argv = confined_argv
     try:
         return subprocess.Popen(  # noqa: S603 - an argv list, never a shell
             list(argv),

@@ -1,7 +1,10 @@
 """Credentials for remote stores: loaded from the environment or a file, never printed.
 
-A secret enters torchkiln in exactly one place (:func:`load_secret`) and leaves it only as an
-environment variable of the build process (a cache tool's secret layer, :mod:`torchkiln.cache.tool`). Everything that
+A secret enters torchkiln in exactly one place (:func:`load_secret`) and leaves it only for the one process
+that needs it: the compiler cache's server (sccache's, :meth:`torchkiln.cache.tool.CacheTool.server_env`),
+torchkiln's own broker (a Redis store, :mod:`torchkiln.cache.broker`), or, where the tool can take it no
+other way, the compiles' environment (ccache's HTTP store). The variables secrets come from are taken out of
+torchkiln's environment before the build (:func:`take`), so no step inherits them. Everything that
 is shown or written (plans, logs, manifests, warnings) goes through :func:`redact` first, which removes
 known secret values and the password part of any URL, so a secret that slipped into a URL or an error
 message still does not reach the screen.
@@ -12,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, MutableMapping
 from pathlib import Path
 
 from torchkiln.errors import UsageError
@@ -106,3 +109,9 @@ def loose_permissions(file: str | None) -> str | None:
     if mode & (stat.S_IRGRP | stat.S_IROTH):
         return f"credentials file {path} is readable by other users (chmod 600 {path})"
     return None
+
+
+def take(environ: MutableMapping[str, str], names: Iterable[str | None]) -> dict[str, str]:
+    """Remove the variables ``names`` (those set) from ``environ`` and return them: a secret's variable,
+    held by the code that reads it, inherited by no process started afterwards."""
+    return {name: environ.pop(name) for name in dict.fromkeys(n for n in names if n) if name in environ}

@@ -7,7 +7,8 @@ the read end of a pipe whose only write end is torchkiln's. Every process torchk
 inherit: ninja, the compilers, pip, the sccache server (which leaves its process group and session when it
 daemonizes, so killing process groups alone would miss it). When the pipe closes (torchkiln exited, however
 it died), the watchdog SIGKILLs every process whose environment carries the id until none is left, then
-removes the files torchkiln asked it to (the sccache server's socket). A normal end closes the pipe too:
+removes the files and directories torchkiln asked it to (the sccache server's socket, a sandbox's private
+/tmp: its processes are gone by then, and with them the sandbox's mounts). A normal end closes the pipe too:
 what a build left running is stopped then as well. Process ids are never remembered (a pid or group id is
 reused once its process is gone); the environment mark names this run's processes only.
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import sys
 import time
@@ -73,6 +75,9 @@ def sweep(run_id: str, files: list[str]) -> int:
             break
         time.sleep(0.1)
     for name in files:
+        if os.path.isdir(name) and not os.path.islink(name):  # a sandbox's private /tmp, a socket's directory
+            shutil.rmtree(name, ignore_errors=True)
+            continue
         with contextlib.suppress(OSError):
             os.unlink(name)
     return len(killed)

@@ -1,0 +1,352 @@
+"""Which steps of a build run in a sandbox, what each one sees, and what the manifest says about it.
+
+The build steps are the steps that run code from the source trees or from their build dependencies: ``env``
+(pip runs build backends and the setup.py of what it builds from source), ``compile`` (the tree's setup.py,
+CMake, ninja, the compilers), ``package`` and ``checks`` (the built wheels, imported). Each runs in a
+bubblewrap sandbox (:mod:`torchkiln.process.isolation`) that shows it:
+
+* writable: the work directory (but its records, ``state.json``, ``build.lock`` and ``logs/``, read-only)
+  and the source trees; for a compile step, what the compiler cache needs
+  (:meth:`torchkiln.cache.CacheSession.step_paths`: ccache's directory and statistics log, the socket of
+  the sccache server or of the Redis broker);
+* read-only: the system's toolchain (/usr, /etc, /opt, /bin, /lib...), torchkiln's own Python and package
+  (the build's helper scripts run from it), the Python a step runs and its venv's base interpreter, every
+  directory on the step's PATH, the toolchain directories the plan names (``CUDA_HOME``, ``NCCL_*``,
+  ``MAGMA_HOME``, ``TORCHVISION_INCLUDE``/``_LIBRARY``, ``CC``...), absolute paths the step's command names
+  (a given torch wheel), and for pip's steps pip's own configuration files and the local indexes they name;
+* HOME: an empty directory at the same path (pip's configuration mounted back);
+* not there: the files secrets are read from (the signing key's, the cache's and the cluster's credential
+  files: masked even inside a visible directory), everything else under the user's home, the host's /tmp
+  (a private one instead), /run, every process outside the sandbox (its own PID namespace and /proc: not
+  torchkiln's argv or environment), and for compile and package steps the network (pip's steps, ``env`` and
+  ``checks``, reach the index; compiles need none, unless ccache itself reaches an HTTP store).
+
+Whether or not the host can sandbox, a build step's environment is without the variables secrets came from
+(taken out of torchkiln's own by :class:`~torchkiln.build.context.Context`) and without the caller's cloud
+and agent credentials (:data:`torchkiln.process.environ.CREDENTIAL_NAMES`). Fetch steps run unsandboxed: git
+runs no code of the tree (hooks and filters are not cloned), and reaching a private repository may take the
+user's ssh keys or credential helper.
+
+Where bubblewrap cannot sandbox (not installed, no user namespaces), the build says so once and every build
+step runs as it did before; each step records how it ran (``isolation`` in its ``state.json`` entry, kept
+with a venv in the environment store), and the manifest and the provenance say ``isolation: none`` with
+the reason when any step of the build (this run's or an earlier run's whose result is used) ran without one.
+"""
+
+from __future__ import annotations
+
+import configparser
+import contextlib
+import os
+import shutil
+import sys
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torchkiln
+from torchkiln.artifacts.manifest import Isolation
+from torchkiln.distributed.client import default_toolchain_dir
+from torchkiln.plan.model import Step
+from torchkiln.process import isolation
+from torchkiln.process.environ import without_credentials
+from torchkiln.process.isolation import Availability, Sandbox, View
+
+from .workdir import LOCK_NAME, STATE_NAME
+
+if TYPE_CHECKING:
+    from .context import Context
+
+SANDBOXED_KINDS = frozenset({"env", "compile", "package", "checks"})
+NETWORK_KINDS = frozenset({"env", "checks"})  # pip reaches the index; a compile or packaging needs none
+BUBBLEWRAP = "bubblewrap"
+NONE = "none"
+# Variables of a step naming toolchain directories or files (the plan's ENV_TABLE and the caller's CC/CXX).
+TOOLCHAIN_VARIABLES = (
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "CUDACXX",
+    "CUDAHOSTCXX",
+    "NCCL_ROOT",
+    "NCCL_INCLUDE_DIR",
+    "NCCL_LIB_DIR",
+    "CUDNN_ROOT",
+    "CUDNN_INCLUDE_DIR",
+    "CUDNN_LIB_DIR",
+    "CUDNN_LIBRARY",
+    "MAGMA_HOME",
+    "TORCHVISION_INCLUDE",
+    "TORCHVISION_LIBRARY",
+    "CMAKE_INCLUDE_PATH",
+    "CMAKE_LIBRARY_PATH",
+    "CC",
+    "CXX",
+)
+# pip's settings that name where it reads distributions (a local directory or file:// index).
+PIP_LOCATIONS = ("find-links", "index-url", "extra-index-url")
+PIP_SECTIONS = ("global", "install", "download", "wheel")
+
+
+@dataclass
+class Isolating:
+    """A build's sandboxing: whether the host can (probed at the first build step that runs), the one
+    warning, and how each step of this run ran."""
+
+    availability: Availability | None = None
+    by_step: dict[str, str] = field(default_factory=dict)
+
+
+def is_build_step(step: Step) -> bool:
+    return step.kind in SANDBOXED_KINDS
+
+
+def _home(environ: Mapping[str, str]) -> Path:
+    """The HOME a sandboxed step sees (empty): the caller's own path, unless it is no place for a mount."""
+    home = environ.get("HOME", "")
+    path = Path(home)
+    if not home or not path.is_absolute() or path == Path("/") or Path("/tmp") == path:
+        return Path("/tmp/home")
+    if any(path == Path(entry) or path.is_relative_to(entry) for entry in isolation.SYSTEM):
+        return Path("/tmp/home")
+    return path
+
+
+def _derived(paths: Iterable[Path], home: Path) -> list[Path]:
+    """Paths found in a step's command and variables, fit to mount: absolute, existing, and not the root, the
+    home directory or one of its parents (they would show the whole home)."""
+    out = []
+    for path in paths:
+        if not path.is_absolute() or not path.exists() or path == Path("/"):
+            continue
+        if home == path or home.is_relative_to(path):
+            continue
+        out.append(path)
+    return out
+
+
+def _prefixes(exe: str, search: str) -> list[Path]:
+    """The installation a program belongs to: its ``bin/``'s parent, as named and resolved, and a venv's base
+    interpreter's (``home`` in pyvenv.cfg)."""
+    found = exe if os.path.isabs(exe) else shutil.which(exe, path=search)
+    if not found:
+        return []
+    path = Path(found)
+    out = [path.parent.parent, Path(os.path.realpath(path)).parent.parent]
+    cfg = path.parent.parent / "pyvenv.cfg"
+    with contextlib.suppress(OSError):
+        for line in cfg.read_text(encoding="utf-8").splitlines():
+            key, sep, value = line.partition("=")
+            if sep and key.strip() == "home":
+                out.append(Path(os.path.realpath(value.strip())).parent)
+    return out
+
+
+def _argument_paths(argv: Sequence[str]) -> list[Path]:
+    """Absolute paths a command names (as an argument, or after ``=`` in one: ``--source torch=/src``)."""
+    out = []
+    for arg in argv[1:]:
+        for text in (arg, arg.partition("=")[2]):
+            if text.startswith("/"):
+                out.append(Path(text))
+    return out
+
+
+def _pip_config_files(environ: Mapping[str, str]) -> list[Path]:
+    """pip's per-user configuration files and ``PIP_CONFIG_FILE`` (pip's "Configuration" documentation)."""
+    home = Path(environ.get("HOME", "/nonexistent"))
+    config_home = Path(environ.get("XDG_CONFIG_HOME") or home / ".config")
+    files = [config_home / "pip" / "pip.conf", home / ".pip" / "pip.conf"]
+    if environ.get("PIP_CONFIG_FILE") and environ["PIP_CONFIG_FILE"] != os.devnull:
+        files.append(Path(environ["PIP_CONFIG_FILE"]))
+    return [f for f in files if f.is_file()]
+
+
+def _local(value: str) -> Iterator[Path]:
+    for word in value.split():
+        if word.startswith("file://"):
+            yield Path(word.removeprefix("file://"))
+        elif word.startswith("/"):
+            yield Path(word)
+
+
+def _pip_locations(environ: Mapping[str, str], files: Sequence[Path]) -> list[Path]:
+    """Local directories pip is told to read distributions from, in its variables and configuration."""
+    out: list[Path] = []
+    for name in PIP_LOCATIONS:
+        out += _local(environ.get("PIP_" + name.upper().replace("-", "_"), ""))
+    for file in [Path("/etc/pip.conf"), *files]:
+        parser = configparser.RawConfigParser()
+        with contextlib.suppress(OSError, configparser.Error):
+            parser.read(file, encoding="utf-8")
+        for section in PIP_SECTIONS:
+            for name in PIP_LOCATIONS:
+                if parser.has_option(section, name):
+                    out += _local(parser.get(section, name))
+    return out
+
+
+def _entries(directory: Path) -> list[Path]:
+    try:
+        return list(directory.iterdir())
+    except OSError:
+        return []
+
+
+def secret_files(ctx: Context) -> list[Path]:
+    """The files this build read a secret from (masked in every sandbox): the signing key's, the cache's
+    and the cluster's credentials, the cluster's client configuration (it holds the token)."""
+    plan = ctx.plan
+    names = [*ctx.options.secret_files, plan.cache.credentials_file]
+    if plan.dist is not None:
+        names.append(plan.dist.credentials_file)
+    if ctx.dist is not None and ctx.dist.conf_path is not None:
+        names.append(str(ctx.dist.conf_path))
+    return [Path(os.path.expanduser(n)).absolute() for n in names if n]
+
+
+def base_view(ctx: Context) -> View:
+    """What every build step of this build sees (see the module's docstring)."""
+    paths = ctx.plan.paths
+    home = _home(ctx.environ)
+    own = [Path(sys.prefix), Path(sys.base_prefix), Path(torchkiln.__file__).resolve().parents[1]]
+    own += _prefixes(sys.executable, "")
+    records = [paths.workdir / STATE_NAME, paths.workdir / LOCK_NAME, paths.logs]
+    # entries of the work directory linked elsewhere (a wheelhouse or venv on another disk): their targets
+    linked = [e.resolve() for e in _entries(paths.workdir) if e.is_symlink() and e.resolve().is_dir()]
+    return View(
+        read_only=tuple(_derived(own, home)),
+        writable=(paths.workdir, *(s.path for s in ctx.plan.sources), *linked),
+        protected=tuple(records),
+        hidden=tuple(secret_files(ctx)),
+        home=home,
+    )
+
+
+def step_view(step: Step, ctx: Context, env: Mapping[str, str], argv: Sequence[str]) -> View:
+    """What ``step`` sees, running ``argv`` with ``env``: the build's view, and what this step names."""
+    view = base_view(ctx)
+    assert view.home is not None
+    search = env.get("PATH", os.defpath)
+    named: list[Path] = [*_prefixes(argv[0], search)]
+    for path in _argument_paths(
+        argv
+    ):  # a program named as an argument (buildreqs' --python): its install too
+        named += [path, *(_prefixes(str(path), search) if path.is_file() else [])]
+    named += [Path(p) for p in search.split(os.pathsep) if p]
+    for name in TOOLCHAIN_VARIABLES:
+        for part in env.get(name, "").split(os.pathsep):
+            named += [Path(w) for w in part.split() if w.startswith("/")]
+    if step.cwd:
+        named.append(Path(step.cwd))
+    pip_files: list[Path] = []
+    if step.kind in NETWORK_KINDS:
+        pip_files = _pip_config_files(env)
+        named += _pip_locations(env, pip_files)
+    writable: list[Path] = []
+    network = step.kind in NETWORK_KINDS
+    if step.kind == "compile" and ctx.cache is not None:
+        writable += ctx.cache.step_paths()
+        network = network or ctx.cache.step_network()
+    return view.extended(
+        read_only=[*_derived(named, view.home), *pip_files], writable=writable, network=network
+    )
+
+
+def server_sandbox(ctx: Context) -> Sandbox | None:
+    """Where the compiler cache's server runs (sccache: it runs the compiles it is sent), when this build
+    sandboxes: the build steps' view, with the network and the distributed-compile toolchain directory."""
+    if not _available(ctx).ok:
+        return None
+    availability = _available(ctx)
+    assert availability.bwrap is not None
+    view = base_view(ctx)
+    extra: list[Path] = []
+    if ctx.dist is not None and ctx.dist.spec is not None:  # distributed compiles in use (preflight passed)
+        extra.append(default_toolchain_dir(ctx.plan.cache.dir))
+        if ctx.dist.conf_path is not None:  # the one sandbox that reads the client config: the server's
+            conf = ctx.dist.conf_path.absolute()
+            view = replace(view, hidden=tuple(p for p in view.hidden if p != conf))
+    return Sandbox(availability.bwrap, view.extended(writable=extra, network=True))
+
+
+def _available(ctx: Context) -> Availability:
+    """Whether this build sandboxes: probed once, at its first build step; one warning when it cannot."""
+    state = ctx.isolating
+    if state.availability is None and not ctx.options.isolation:
+        state.availability = Availability(None, "--no-sandbox: the build was told not to sandbox its steps")
+    if state.availability is None:
+        state.availability = isolation.probe(ctx.environ.get("PATH", os.defpath))
+        if not state.availability.ok:
+            ctx.warn(
+                f"build steps run without isolation: {state.availability.reason}; the setup.py of the trees "
+                "and their build dependencies can read what this user can (the manifest and provenance "
+                "record isolation: none)"
+            )
+    return state.availability
+
+
+def environment(step: Step, env: Mapping[str, str]) -> dict[str, str]:
+    """A step's environment: a build step's without the caller's cloud and agent credentials."""
+    return without_credentials(env) if is_build_step(step) else dict(env)
+
+
+@contextlib.contextmanager
+def isolated(
+    step: Step, ctx: Context, argv: Sequence[str], env: Mapping[str, str], cwd: str | Path | None = None
+) -> Iterator[tuple[list[str], dict[str, str]]]:
+    """``argv`` and ``env`` as ``step`` runs them: a build step in its sandbox (its private /tmp removed when
+    the block ends), or as it is where the host cannot sandbox; fetch steps as they are."""
+    env = environment(step, env)
+    if not is_build_step(step):
+        yield list(argv), env
+        return
+    availability = _available(ctx)
+    if not availability.ok:
+        ctx.isolating.by_step[step.name] = NONE
+        yield list(argv), env
+        return
+    assert availability.bwrap is not None
+    sandbox = Sandbox(availability.bwrap, step_view(step, ctx, env, argv))
+    ctx.isolating.by_step[step.name] = BUBBLEWRAP
+    with sandbox.running(argv, env, cwd=cwd) as prepared:
+        yield prepared.argv, prepared.env
+
+
+@contextlib.contextmanager
+def probing(step: Step, ctx: Context, env: Mapping[str, str]) -> Iterator[None]:
+    """torchkiln's own probes of what ``step`` installed or built (the build venv's python, cmake and ninja
+    are build dependencies' code: the toolchain record, ninja's queries of a compile killed for memory) run
+    in the step's sandbox, as the step did; as they are where the step ran unsandboxed."""
+    availability = _available(ctx) if is_build_step(step) else None
+    if availability is None or not availability.ok or availability.bwrap is None:
+        yield
+        return
+    with Sandbox(availability.bwrap, step_view(step, ctx, env, step.argv)).confining():
+        yield
+
+
+def record(step: Step, ctx: Context) -> dict[str, Any]:
+    """What a step's ``state.json`` entry keeps of how it ran (nothing for a step that is not a build step)."""
+    how = ctx.isolating.by_step.get(step.name)
+    return {"isolation": how} if how is not None and is_build_step(step) else {}
+
+
+def summary(ctx: Context) -> Isolation:
+    """How this build's build steps ran, from their records (this run's, or an earlier one's whose result
+    is used): bubblewrap when every one ran sandboxed, else none with the reason and the steps."""
+    skipped = ctx.options.skip_checks
+    steps = [s for s in ctx.plan.steps if is_build_step(s) and not (s.kind == "checks" and skipped)]
+    outside = []
+    for step in steps:
+        entry = ctx.state.get(step.name) or {}
+        if entry.get("outputs", {}).get("isolation") != BUBBLEWRAP:
+            outside.append(step.name)
+    if not outside:
+        return Isolation(BUBBLEWRAP, None, [])
+    availability = ctx.isolating.availability
+    if availability is not None and not availability.ok:
+        reason = availability.reason
+    else:
+        reason = "ran without a sandbox in an earlier run, whose result this build used"
+    return Isolation(NONE, reason, outside)

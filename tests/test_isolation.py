@@ -1,0 +1,403 @@
+"""The sandbox of build steps (torchkiln.process.isolation) with real bubblewrap: what a view shows, hides,
+lets write; its own /proc, network, /tmp, HOME; no capabilities; and the probe's answer where bubblewrap
+cannot sandbox.
+
+Each view property is a row of a table (a path, where it lies, what the process inside must find there),
+checked by one real sandboxed Python that reports on every row; milliseconds each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from imagekit import require
+
+from torchkiln.process import isolation, runner
+from torchkiln.process.isolation import Sandbox, View
+
+REPORT = textwrap.dedent(
+    """
+    import json, os, sys
+    out = {}
+    for path in json.loads(sys.argv[1]):
+        row = {"exists": os.path.lexists(path)}
+        try:
+            with open(path) as handle:
+                row["content"] = handle.read()
+        except OSError as exc:
+            row["content"] = type(exc).__name__
+        try:
+            with open(path, "a"):
+                row["writable"] = True
+        except OSError:
+            row["writable"] = False
+        out[path] = row
+    print(json.dumps(out))
+    """
+)
+
+
+def bwrap() -> str:
+    found = isolation.probe()
+    require(found.ok, f"bubblewrap cannot sandbox here: {found.reason}")
+    assert found.bwrap is not None
+    return found.bwrap
+
+
+def run_in(sandbox: Sandbox, argv: list[str], env: dict[str, str] | None = None) -> runner.Completed:
+    environ = {**os.environ, **(env or {})}
+    with sandbox.running(argv, environ) as prepared:
+        return runner.run(prepared.argv, env=prepared.env, timeout=60)
+
+
+def python_view(tmp_path: Path, **view: object) -> View:
+    """A view holding this Python (its prefix and the test's own files are not: only what the rows add)."""
+    prefixes = {Path(sys.prefix), Path(sys.base_prefix), Path(os.path.realpath(sys.executable)).parent.parent}
+    base = View(read_only=tuple(prefixes))
+    return base.extended(**view)  # type: ignore[arg-type]
+
+
+def test_a_view_shows_hides_and_protects_as_its_table_says(tmp_path: Path) -> None:
+    exe = bwrap()
+    work, tools, home, outside = (
+        tmp_path / "work",
+        tmp_path / "tools",
+        tmp_path / "home",
+        tmp_path / "outside",
+    )
+    for directory in (work, tools, home / ".config" / "pip", outside):
+        directory.mkdir(parents=True)
+    files = {
+        "work file": (work / "a.txt", "work"),
+        "record in work": (work / "state.json", "record"),
+        "secret in work": (work / "kiln.key", "KEY-IN-WORK"),
+        "tool": (tools / "tool.txt", "tool"),
+        "secret in tools": (tools / "kiln.key", "KEY-IN-TOOLS"),
+        "secret outside": (outside / "kiln.key", "KEY-OUTSIDE"),
+        "home file": (home / ".netrc", "HOME-SECRET"),
+        "home, mounted back": (home / ".config" / "pip" / "pip.conf", "pip"),
+        "system file": (Path("/etc/hostname"), None),
+        "link to a secret": (work / "key-link", None),
+    }
+    for path, text in files.values():
+        if text is not None:
+            path.write_text(text)
+    (work / "key-link").symlink_to(tools / "kiln.key")  # hidden as given: the link, masked at its target
+    view = python_view(
+        tmp_path,
+        read_only=[tools, home / ".config" / "pip" / "pip.conf"],
+        writable=[work],
+        protected=[work / "state.json"],
+        hidden=[work / "kiln.key", work / "key-link", outside / "kiln.key"],
+    )
+    view = View(view.read_only, view.writable, view.protected, view.hidden, home=home)
+    done = run_in(
+        Sandbox(exe, view), [sys.executable, "-c", REPORT, json.dumps([str(p) for p, _ in files.values()])]
+    )
+    assert done.ok, done.describe()
+    seen = {name: json.loads(done.stdout)[str(path)] for name, (path, _) in files.items()}
+    # name -> (there, what it reads as, writable)
+    expected = {
+        "work file": (True, "work", True),
+        "record in work": (True, "record", False),  # protected: read-only inside a writable directory
+        "secret in work": (True, "", False),  # masked: an empty file over it
+        "tool": (True, "tool", False),
+        "secret in tools": (True, "", False),
+        "secret outside": (False, "FileNotFoundError", False),  # never mounted: not there at all
+        "home file": (False, "FileNotFoundError", True),  # HOME is empty (a fresh tmpfs: writable)
+        "home, mounted back": (True, "pip", False),
+        "system file": (True, Path("/etc/hostname").read_text(), False),
+        "link to a secret": (True, "", False),
+    }
+    for name, (there, content, writable) in expected.items():
+        assert (seen[name]["exists"], seen[name]["content"], seen[name]["writable"]) == (
+            there,
+            content,
+            writable,
+        ), name
+
+
+def test_its_own_processes_tmp_home_and_environment(tmp_path: Path) -> None:
+    """Only its own processes in /proc (not this one, not bubblewrap, whose argv lists the mounts), a private
+    /tmp that is gone afterwards, TMPDIR pointing at it, an empty HOME, no XDG_RUNTIME_DIR, no capabilities."""
+    exe = bwrap()
+    script = textwrap.dedent(
+        """
+        import json, os
+        procs = {p: open(f"/proc/{p}/cmdline", "rb").read().decode().replace("\\0", " ")
+                 for p in os.listdir("/proc") if p.isdigit()}
+        caps = [l.split()[1] for l in open("/proc/self/status") if l.startswith("CapEff")][0]
+        open("/tmp/mine", "w").write("x")
+        print(json.dumps({"procs": procs, "tmp": sorted(os.listdir("/tmp")), "home": os.listdir(os.environ["HOME"]),
+                          "TMPDIR": os.environ.get("TMPDIR"), "xdg": os.environ.get("XDG_RUNTIME_DIR"),
+                          "caps": caps, "parent": os.getppid()}))
+        """
+    )
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".netrc").write_text("secret")
+    sandbox = Sandbox(exe, View(read_only=python_view(tmp_path).read_only, home=home))
+    env = {**os.environ, "TMPDIR": str(tmp_path), "XDG_RUNTIME_DIR": "/run/user/0", "KILN_MARK": "outside"}
+    with sandbox.running([sys.executable, "-c", script], env) as prepared:
+        assert prepared.tmp is not None and prepared.tmp.is_dir()
+        done = runner.run(prepared.argv, env=prepared.env, timeout=60)
+        private = prepared.tmp
+    assert done.ok, done.describe()
+    got = json.loads(done.stdout)
+    assert list(got["procs"]) == ["1"] and got["procs"]["1"].startswith(sys.executable), got["procs"]
+    assert got["parent"] == 0, "the command is the sandbox's first process: nothing above it is visible"
+    assert "mine" in got["tmp"] and not private.exists(), "a private /tmp, removed afterwards"
+    assert (got["TMPDIR"], got["xdg"], got["home"]) == ("/tmp", None, [])
+    assert int(got["caps"], 16) == 0, "no capabilities, for root too"
+
+
+@pytest.mark.parametrize("network", [False, True])
+def test_network_only_when_the_view_says_so(tmp_path: Path, network: bool) -> None:
+    exe = bwrap()
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        port = server.getsockname()[1]
+        script = (
+            "import socket, sys\n"
+            "try:\n"
+            f"    socket.create_connection(('127.0.0.1', {port}), timeout=5).close(); print('reached')\n"
+            "except OSError as exc:\n"
+            "    print('refused', exc)\n"
+        )
+        view = python_view(tmp_path).extended(network=network)
+        done = run_in(Sandbox(exe, view), [sys.executable, "-c", script])
+    assert done.ok, done.describe()
+    assert done.stdout.startswith("reached" if network else "refused"), done.stdout
+
+
+def test_the_probe_says_why_a_host_cannot_sandbox(tmp_path: Path) -> None:
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "bwrap").write_text(
+        "#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n"
+    )
+    (fake / "bwrap").chmod(0o755)
+    found = isolation.probe(str(fake))
+    assert not found.ok
+    assert (
+        found.reason
+        == f"{fake / 'bwrap'} cannot make a sandbox here: bwrap: setting up uid map: Permission denied"
+    )
+    missing = isolation.probe(str(tmp_path / "nothing"))
+    assert missing.reason == "bubblewrap (bwrap) is not installed (apt-get install bubblewrap)"
+
+
+def test_a_real_bwrap_refused_user_namespaces_is_reported(tmp_path: Path) -> None:
+    """A real bubblewrap inside a sandbox made with --disable-userns, as an unprivileged user: the inner one
+    cannot make its namespaces, and the probe says so in bubblewrap's own words."""
+    exe = bwrap()
+    if os.geteuid() != 0:
+        pytest.skip("runs the outer sandbox as root, the inner probe as nobody")
+    script = (
+        "import json, sys; sys.path.insert(0, sys.argv[1]); from torchkiln.process import isolation; "
+        "found = isolation.probe(); print(json.dumps([found.ok, found.reason]))"
+    )
+    src = str(Path(isolation.__file__).resolve().parents[2])
+    argv = [
+        exe,
+        "--unshare-user",
+        "--uid",
+        "65534",
+        "--gid",
+        "65534",
+        "--disable-userns",
+        "--ro-bind",
+        "/",
+        "/",
+    ]
+    argv += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--", sys.executable, "-c", script, src]
+    done = runner.run(argv, timeout=60)
+    if not done.ok and "disable-userns" in done.output:
+        pytest.skip(f"this bubblewrap cannot --disable-userns: {done.output.strip()}")
+    assert done.ok, done.describe()
+    ok, reason = json.loads(done.stdout)
+    assert not ok and "cannot make a sandbox here: bwrap:" in reason, reason
+
+
+# --------------------------------------------------------------------------------------------------
+# The build's policy (torchkiln.build.sandbox): what each step sees, what the record says.
+# --------------------------------------------------------------------------------------------------
+
+
+def build_context(tmp_path: Path, environ: dict[str, str], **options: object):  # type: ignore[no-untyped-def]
+    import datetime as dt
+    import io
+
+    from rich.console import Console
+
+    from torchkiln.build.context import Context, Options
+    from torchkiln.build.display import Display
+    from torchkiln.build.fingerprint import State
+    from torchkiln.cache import resolve_cache
+    from torchkiln.plan.make import make_plan
+    from torchkiln.recipe.loader import load_recipe
+
+    recipe = load_recipe(Path(__file__).parent / "data" / "ext-cpu-test.toml")
+    home = Path(environ["HOME"])
+    (home / ".config" / "kiln").mkdir(parents=True, exist_ok=True)
+    secret = home / ".config" / "kiln" / "cache.secret"
+    secret.write_text("builder:pw\n")
+    cache = resolve_cache(
+        recipe.cache,
+        kind="ccache",
+        dir=tmp_path / "cc",
+        remote="redis://127.0.0.1:1",
+        credentials_file=str(secret),
+    )
+    src = tmp_path / "src"
+    src.mkdir(parents=True, exist_ok=True)
+    plan = make_plan(recipe, workdir=tmp_path / "work", source_dirs={"torch": src}, only="torch", cache=cache)
+    plan.paths.workdir.mkdir(parents=True, exist_ok=True)
+    console = Console(file=io.StringIO())
+    state = State(plan.paths.workdir / "state.json")
+    return Context(
+        plan, Options(**options), environ, state, Display(console), console, dt.datetime.now(dt.UTC)
+    )
+
+
+def test_what_a_build_step_sees_is_the_plans_not_the_users(tmp_path: Path) -> None:
+    from torchkiln.build import sandbox
+
+    home = tmp_path / "home"
+    tools = home / ".local" / "bin"
+    tools.mkdir(parents=True)
+    key = tmp_path / "work" / "kiln.key"  # inside the work directory, which the steps see: masked
+    environ = {"HOME": str(home), "PATH": f"{tools}:{home}:/usr/bin", "CUDA_HOME": "/usr/local/cuda"}
+    ctx = build_context(tmp_path, environ, secret_files=(str(key),))
+    steps = {s.kind: s for s in ctx.plan.steps}
+    env = {**environ, "PIP_FIND_LINKS": f"{tmp_path / 'wheels'} https://example.org/simple"}
+    (tmp_path / "wheels").mkdir()
+    for kind, network in (("env", True), ("compile", False), ("checks", True)):
+        step = steps[kind]
+        view = sandbox.step_view(step, ctx, env, step.argv)
+        assert view.network is network, kind
+        assert view.home == home
+        assert {ctx.plan.paths.workdir, tmp_path / "src"} <= set(view.writable)
+        assert ctx.plan.paths.workdir / "state.json" in view.protected
+        assert key in view.hidden and home / ".config" / "kiln" / "cache.secret" in view.hidden
+        assert tools in view.read_only, "a PATH directory under the home is the toolchain"
+        assert home not in view.read_only and Path("/") not in view.read_only, "never the whole home"
+        assert (tmp_path / "wheels" in view.read_only) is network, "pip's local index, for pip's steps"
+
+
+def test_the_record_says_none_when_any_build_step_ran_without_a_sandbox(tmp_path: Path) -> None:
+    from torchkiln.artifacts.manifest import Isolation
+    from torchkiln.build import sandbox
+
+    ctx = build_context(tmp_path, {"HOME": str(tmp_path / "home")})
+    built = [s for s in ctx.plan.steps if sandbox.is_build_step(s)]
+    assert [s.kind for s in ctx.plan.steps if not sandbox.is_build_step(s)] == ["publish"]
+    for step in built:
+        ctx.state.record(step.name, {"fingerprint": "f", "outputs": {"isolation": "bubblewrap"}})
+    assert sandbox.summary(ctx) == Isolation("bubblewrap", None, [])
+    ctx.state.record(built[1].name, {"fingerprint": "f", "outputs": {}})  # an older record: unknown
+    ctx.state.record(built[2].name, {"fingerprint": "f", "outputs": {"isolation": "none"}})
+    found = sandbox.summary(ctx)
+    assert (found.mode, found.steps) == ("none", [built[1].name, built[2].name])
+    assert found.reason == "ran without a sandbox in an earlier run, whose result this build used"
+    off = build_context(tmp_path / "off", {"HOME": str(tmp_path / "home")}, isolation=False)
+    with sandbox.isolated(built[0], off, ["true"], {}) as (argv, _):
+        assert argv == ["true"]
+    assert sandbox.summary(off).reason == "--no-sandbox: the build was told not to sandbox its steps"
+
+
+def test_build_steps_get_no_cloud_or_agent_credentials_fetch_steps_keep_them(tmp_path: Path) -> None:
+    from torchkiln.build import sandbox
+    from torchkiln.plan.model import Step
+
+    env = {"PATH": "/usr/bin", "AWS_SECRET_ACCESS_KEY": "k", "SSH_AUTH_SOCK": "/tmp/agent", "KEEP": "1"}
+    for kind in ("env", "compile", "package", "checks"):
+        assert sandbox.environment(Step("s", kind, "", ("x",)), env) == {"PATH": "/usr/bin", "KEEP": "1"}
+    assert sandbox.environment(Step("s", "fetch", "torch", ("git",)), env) == env
+
+
+def test_the_variables_secrets_come_from_leave_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The signing key's variable leaves torchkiln's own environment once read; a Context holds the cache's
+    credential variable apart from the environment every step composes its own from."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
+    from torchkiln.artifacts.signing import load_signing_key
+    from torchkiln.process.secrets import take
+
+    pem = ed25519.Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    monkeypatch.setenv("KILN_KEY", pem.decode())
+    assert load_signing_key(file=None, env_name="KILN_KEY") is not None
+    assert "KILN_KEY" not in os.environ
+    given = {"KILN_KEY": pem.decode()}
+    assert load_signing_key(file=None, env_name="KILN_KEY", environ=given) is not None
+    assert "KILN_KEY" in given, "a mapping the caller passes is the caller's"
+    environ = {"A": "1", "PW": "s", "TOKEN": "t"}
+    assert take(environ, ["PW", None, "TOKEN", "MISSING"]) == {"PW": "s", "TOKEN": "t"} and environ == {
+        "A": "1"
+    }
+
+
+def test_within_confining_every_process_torchkiln_starts_is_sandboxed(tmp_path: Path) -> None:
+    """torchkiln's own probes of a build venv (its python, cmake, ninja) run in the step's sandbox: within
+    ``confining()`` every process :mod:`torchkiln.process.runner` starts does, and none after it."""
+    exe = bwrap()
+    secret = tmp_path / "kiln.key"
+    secret.write_text("KEY")
+    sandbox = Sandbox(exe, python_view(tmp_path))
+    script = "import os, sys; print([p for p in os.listdir('/proc') if p.isdigit()] == ['1'], os.path.exists(sys.argv[1]))"
+    with sandbox.confining():
+        inside = runner.run([sys.executable, "-c", script, str(secret)], timeout=60)
+    outside = runner.run([sys.executable, "-c", script, str(secret)], timeout=60)
+    assert inside.ok and outside.ok, inside.describe() + outside.describe()
+    assert inside.stdout.split() == ["True", "False"], "its own /proc, and no key"
+    assert outside.stdout.split()[1] == "True"
+
+
+def test_nested_in_a_root_sandbox_as_the_cuda_tests_run_torchkiln(tmp_path: Path) -> None:
+    """tests/cudakit.py runs torchkiln in ``bwrap --unshare-pid --bind / / --dev /dev --proc /proc`` as root: a
+    build step's sandbox still works in there (the probe says so, and a sandboxed command runs)."""
+    exe = bwrap()
+    if os.geteuid() != 0:
+        pytest.skip("the CUDA tests' outer sandbox runs as root")
+    src = str(Path(isolation.__file__).resolve().parents[2])
+    script = textwrap.dedent(
+        """
+        import json, os, sys
+        from pathlib import Path
+        sys.path.insert(0, sys.argv[1])
+        from torchkiln.process import isolation, runner
+        found = isolation.probe()
+        view = isolation.View(read_only=(Path(sys.prefix), Path(sys.base_prefix),
+                                         Path(os.path.realpath(sys.executable)).parent.parent))
+        with isolation.Sandbox(found.bwrap, view).running([sys.executable, "-c", "print('inside')"], os.environ) as p:
+            done = runner.run(p.argv, env=p.env, timeout=60)
+        print(json.dumps([found.ok, found.reason, done.stdout.strip()]))
+        """
+    )
+    outer = [
+        exe,
+        "--unshare-pid",
+        "--die-with-parent",
+        "--bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+    ]
+    done = runner.run([*outer, "--", sys.executable, "-c", script, src], timeout=60)
+    assert done.ok, done.describe()
+    assert json.loads(done.stdout.splitlines()[-1]) == [True, None, "inside"]
