@@ -155,12 +155,13 @@ class World:
 
 def edit_step(name: str, edit: str, tree: Path) -> Step:
     """A step of the build that applies the table's edit ``edit`` to ``tree`` (in a child process, as every
-    step runs: it imports this module and calls the edit by name)."""
+    step runs: it imports this module and calls the edit by name). The tests' directory is an argument of
+    its own: an env step runs sandboxed and sees the absolute paths its command names."""
     code = (
-        f"import sys, pathlib; sys.path.insert(0, {str(Path(__file__).parent)!r}); import test_tree_exact as t; "
-        f"t.EDITS[{edit!r}](pathlib.Path({str(tree)!r}))"
+        "import sys, pathlib; sys.path.insert(0, sys.argv[1]); import test_tree_exact as t; "
+        f"t.EDITS[{edit!r}](pathlib.Path(sys.argv[2]))"
     )
-    return Step(name, "env", "", (sys.executable, "-c", code))
+    return Step(name, "env", "", (sys.executable, "-c", code, str(Path(__file__).parent), str(tree)))
 
 
 @pytest.fixture
@@ -261,7 +262,8 @@ def index_without_the_file(tree: Path) -> None:
 
 
 def submodule_at_other_commit(tree: Path) -> None:
-    _run(tree / "third_party" / "dep", "fetch", "-q", "origin")
+    """The submodule's clone already has its branch's tip (no fetch: an edit step runs sandboxed, without
+    the submodule's origin in its view)."""
     _run(tree / "third_party" / "dep", "checkout", "-q", "origin/HEAD")
 
 

@@ -212,6 +212,9 @@ class Rebuild:
     # the compiler cache the compiles ran through (ccache rewrites paths under its basedir to relative ones in
     # the command it runs, so the tool is an input of the objects, whatever the cache held)
     cache: str = ""
+
+
+@dataclass(frozen=True)
 class Isolation:
     """How the build steps (env, compile, package, checks) ran (torchkiln.build.sandbox): ``bubblewrap`` when
     every one ran in a sandbox that hides the signing key, the user's home and the build's other secrets

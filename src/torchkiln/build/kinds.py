@@ -97,6 +97,8 @@ from .progress import CompileProgress, PhaseTracker
 from .publish import publish
 from .pythons import bring_in, torch_in_place
 from .reconfigure import reconfigure
+from .sandbox import isolated, probing
+from .sandbox import record as isolation_record
 from .treeguard import (
     Observed,
     Records,
@@ -110,8 +112,6 @@ from .treeguard import (
     written,
 )
 from .treelabel import check_label
-from .sandbox import isolated, probing
-from .sandbox import record as isolation_record
 from .vision_watch import VisionWatcher
 from .watch import Contradiction, Expectations, SummaryWatcher, Watcher
 

@@ -45,8 +45,8 @@ from . import portable
 from .buildreqs import read_constraints
 from .context import Context, Published
 from .fingerprint import file_sha256
-from .treeguard import foreign, observe, owned_in, skipped
 from .sandbox import summary as isolation_summary
+from .treeguard import foreign, observe, owned_in, skipped
 
 
 def publish(ctx: Context) -> bool:
