@@ -34,6 +34,7 @@ from torchkiln.files import atomic
 from torchkiln.files.digests import file_sha256
 
 from . import wheelfile
+from .dist import STATEMENT_SUFFIX, statement_name
 from .manifest import CacheRecord, DistRecord, Manifest
 from .signing import Envelope, PrivateKey, sign
 
@@ -44,11 +45,7 @@ PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
 DOCS = "https://github.com/torchkiln/torchkiln/blob/main/docs/supply-chain.md"
 BUILD_TYPE = f"{DOCS}#build-type-wheels-v1"
 BUILDER_ID = f"{DOCS}#builder-local"
-SUFFIX = ".intoto.jsonl"
-
-
-def statement_name(recipe_name: str) -> str:
-    return f"{recipe_name}{SUFFIX}"
+SUFFIX = STATEMENT_SUFFIX
 
 
 @dataclass(frozen=True)

@@ -14,12 +14,11 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
 from torchkiln.artifacts.manifest import Checks, MemoryRetry, StepRecord
-from torchkiln.artifacts.signing import PrivateKey
 from torchkiln.cache import CacheSession, CacheStats, open_session
 from torchkiln.distributed.client import (
     PreparedDist,
@@ -38,6 +37,9 @@ from .display import Display
 from .envstore import EnvStore
 from .fingerprint import State
 from .progress import format_duration
+
+if TYPE_CHECKING:  # the signing machinery is imported only by a build given a key
+    from torchkiln.artifacts.signing import PrivateKey
 
 TAIL_LINES = 25
 

@@ -73,8 +73,6 @@ from torchkiln.source.git import (
 )
 from torchkiln.source.submodules import FIX as SUBMODULE_FIX
 from torchkiln.source.submodules import missing_submodules
-from torchkiln.verify.buildconfig import postbuild_checks
-from torchkiln.verify.facts import BuildFacts
 
 from .context import Context, Ran, failure_message
 from .display import Display
@@ -747,6 +745,10 @@ def _compare_with_recipe(
     mismatch stops the build before anything is published."""
     if facts_doc is None:
         raise BuildFailed(f"{step.name} printed no build facts (full log: {log})", step=step.name)
+    # the verification support only where a check's facts are compared (not in a --skip-checks build)
+    from torchkiln.verify.buildconfig import postbuild_checks  # noqa: PLC0415
+    from torchkiln.verify.facts import BuildFacts  # noqa: PLC0415
+
     facts = BuildFacts.from_dict(facts_doc)
     # The commit each project was built from (its checkout's HEAD), for a recipe that pins none.
     commits = {s.name: head_commit(s.path) for s in ctx.plan.sources if is_git_checkout(s.path)}

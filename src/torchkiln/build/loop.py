@@ -27,12 +27,11 @@ import signal
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
 from torchkiln.artifacts.manifest import StepRecord
-from torchkiln.artifacts.signing import PrivateKey
 from torchkiln.errors import BuildFailed, ConfigureMismatch, Interrupted, TorchkilnError, name_path
 from torchkiln.files.atomic import clean_partials
 from torchkiln.plan.model import Plan, Step
@@ -44,6 +43,9 @@ from .envstore import EnvStore
 from .fingerprint import State, digest, result_identity, step_fingerprint
 from .kinds import KINDS, kept_files
 from .workdir import STATE_NAME, check_dist, holding_lock, repair_layout
+
+if TYPE_CHECKING:  # the signing machinery is imported only by a build given a key
+    from torchkiln.artifacts.signing import PrivateKey
 
 __all__ = [
     "BuildFailed",

@@ -222,6 +222,7 @@ def make_plan(
         memory_retries=next(
             n for n in (memory_retries, recipe.build.memory_retries, MEMORY_RETRIES) if n is not None
         ),
+        given_torch=torch.install if torch is not None else None,
     )
 
 

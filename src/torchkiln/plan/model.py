@@ -192,6 +192,9 @@ class Plan:
     # How often a compile step resumes with fewer jobs after compiles died for memory (torchkiln.build.memory):
     # --memory-retries, else the recipe's build.memory_retries, else MEMORY_RETRIES.
     memory_retries: int = MEMORY_RETRIES
+    # --torch's value as pip installs it (a wheel path or a requirement), None when the build installs the
+    # recipe's own torch build: what tells the two apart (the same text, torch==2.13.0+cpu, can be either).
+    given_torch: str | None = None
 
     def env_for(self, project: str) -> dict[str, str]:
         """The env of the project's compile step (what its build reads, without the secrets)."""
