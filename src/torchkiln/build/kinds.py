@@ -258,6 +258,9 @@ class StepKind:
         chain = ctx.plan.venv_steps(step.venv)
         position = chain.index(step.name)
         previous = ctx.env_keys.get(chain[position - 1]) if position else ""
+        if not position and step.clones:  # a clone holds what the venv it clones held: that venv's key
+            cloned = ctx.plan.venv_steps(step.clones)
+            previous = ctx.env_keys.get(cloned[-1]) if cloned else ""
         if previous is None:
             return None
         local = _localizer(ctx)

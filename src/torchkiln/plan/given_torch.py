@@ -19,6 +19,8 @@ refused, naming ``--torch`` and what would do.
 
 from __future__ import annotations
 
+import configparser
+import contextlib
 import importlib.util
 import json
 import os
@@ -287,17 +289,34 @@ def _pip_config_files(environ: Mapping[str, str]) -> list[str]:
     return files
 
 
+def _configured_find_links(environ: Mapping[str, str], files: Sequence[str]) -> list[str]:
+    """The find-links directories pip is configured with (``PIP_FIND_LINKS``, ``find-links`` of the
+    configuration files' ``[global]`` and ``[install]``), as pip splits them (whitespace)."""
+    found = environ.get("PIP_FIND_LINKS", "").split()
+    parser = configparser.RawConfigParser()
+    for path in files:
+        with contextlib.suppress(OSError, configparser.Error):
+            parser.read(path, encoding="utf-8")
+    for section in ("global", "install"):
+        if parser.has_option(section, "find-links"):
+            found += parser.get(section, "find-links").split()
+    return [unquote(urlparse(d).path) if d.startswith("file://") else d for d in found]
+
+
 def _resolution_key(text: str, python: str, find_links: Sequence[Path]) -> str:
-    """What pip's answer for ``text`` depends on: the requirement, the Python, the torch wheels in the
-    find-links directories, pip's configuration (every ``PIP_*`` variable, every configuration file by its
-    identity) and pip itself. The index's content is not in it: :func:`_still_there` checks the wheel."""
+    """What pip's answer for ``text`` depends on: the requirement, the Python, the torch wheels in every
+    find-links directory (install-torch's and pip's configured ones: a new wheel there is a new answer),
+    pip's configuration (every ``PIP_*`` variable, every configuration file by its identity) and pip
+    itself. An index's content is not in it: :func:`_still_there` checks that the wheel is still there."""
     environ = os.environ
     spec = importlib.util.find_spec("pip")
+    config = _pip_config_files(environ)
+    directories = [str(d) for d in find_links] + _configured_find_links(environ, config)
     torch_files = {
-        str(d): sorted(
+        d: sorted(
             (p.name, file_identity(p)) for p in (Path(d).glob("torch-*.whl") if Path(d).is_dir() else ())
         )
-        for d in find_links
+        for d in directories
     }
     return Records.key(
         "torch-resolution",
@@ -306,7 +325,7 @@ def _resolution_key(text: str, python: str, find_links: Sequence[Path]) -> str:
             "python": python,
             "find_links": torch_files,
             "pip_env": {k: v for k, v in sorted(environ.items()) if k.startswith("PIP_")},
-            "pip_config": {f: file_identity(f) for f in _pip_config_files(environ)},
+            "pip_config": {f: file_identity(f) for f in config},
             "pip": file_identity(spec.origin) if spec and spec.origin else None,
             "code": _code(),
         },

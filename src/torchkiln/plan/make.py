@@ -433,14 +433,20 @@ def _check_steps(
     builder compares them with the recipe (torchkiln.verify.buildconfig, the same comparison as
     `torchkiln verify --recipe`)."""
     check_python = paths.check_venv / "bin" / "python"
+    # The build venv cloned, less what the wheels' runtime does not need (torchkiln.build.checkvenv): torch
+    # and its requirements are not installed again; the wheels the check installs are removed from it.
+    clone = (sys.executable, "-m", "torchkiln.build.checkvenv", "--from", str(paths.venv))
+    clone += ("--python", f"python{python}", "--keep=torch", *(f"--drop={p}" for p in projects))
+    clone += ("--", str(paths.check_venv))
     venv = Step(
         "checks:venv",
         "checks",
         "",
-        (f"python{python}", "-m", "venv", "--clear", "--", str(paths.check_venv)),
+        clone,
         fresh=str(paths.check_venv),
         creates=str(check_python),
         venv=str(paths.check_venv),
+        clones=str(paths.venv),
     )
     check_argv = [str(check_python), str(POSTCHECK)]
     wheel_dirs = {s.project: s.wheels for s in steps if s.wheels is not None}

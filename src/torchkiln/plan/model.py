@@ -150,6 +150,9 @@ class Step:
     # torchvision's compile: the directory on its PYTHONPATH where the build venv's torch is linked before it
     # runs, so torch.utils.cpp_extension puts torch's headers at one path for every Python ("": none).
     torch_site: str = ""
+    # The venv this step's venv starts as a clone of (the check venv: the build venv's): its content is an
+    # input of the step's environment-store key ("": none).
+    clones: str = ""
 
     @property
     def shown_env(self) -> dict[str, str]:

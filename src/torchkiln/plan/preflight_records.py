@@ -52,7 +52,15 @@ from .records import Records, file_identity
 # Read by every probe that starts a process (what the process resolves and loads, where it writes).
 COMMON_VARS = ("PATH", "LD_LIBRARY_PATH", "LD_PRELOAD", "TMPDIR")
 # What gcc's and clang's drivers read, and the compiler caches a CC may name.
-COMPILER_VARS = ("CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "LIBRARY_PATH", "COMPILER_PATH", "CC", "CXX")
+COMPILER_VARS = (
+    "CPATH",
+    "C_INCLUDE_PATH",
+    "CPLUS_INCLUDE_PATH",
+    "LIBRARY_PATH",
+    "COMPILER_PATH",
+    "CC",
+    "CXX",
+)
 COMPILER_PREFIXES = ("GCC_", "CCACHE_", "SCCACHE_")
 
 Key = dict[str, Any]
@@ -110,10 +118,10 @@ def _python(plan: Plan, host: Host, *, headers: bool) -> Key:
     return found
 
 
-def _compilers(plan: Plan, host: Host) -> Key:
+def _compilers(plan: Plan, host: Host, checks: tuple[str, ...] = ("cxx", "cc")) -> Key:
     invoked = preflight._compilers(plan, host)
     return {
-        "programs": {name: program(how.command, host.environ) for name, how in invoked.items()},
+        "programs": {name: program(invoked[name].command, host.environ) for name in checks},
         "vars": _vars(host.environ, COMPILER_VARS, COMPILER_PREFIXES),
     }
 
@@ -125,7 +133,7 @@ def _toolchain_key(plan: Plan, host: Host) -> Key:
 def _compiler_key(plan: Plan, host: Host) -> Key:
     r = plan.recipe
     return {
-        **_compilers(plan, host),
+        **_compilers(plan, host, ("cc",)),  # $CC (the plan's, else the caller's), else cc, else gcc
         "defaults": {name: program(name, host.environ) for name in ("cc", "gcc")},
         "recipe": [r.build.gcc, str(r.torch.version), str(r.accelerator.cuda)],
     }
@@ -165,7 +173,9 @@ KEYS: dict[str, Callable[[Plan, Host], Key]] = {
 
 def _code() -> Key:
     """The code that checks: a changed check is a new question."""
-    return {name: file_identity(path) for name, path in (("preflight", preflight.__file__), ("keys", __file__))}
+    return {
+        name: file_identity(path) for name, path in (("preflight", preflight.__file__), ("keys", __file__))
+    }
 
 
 def check_key(name: str, plan: Plan, host: Host) -> str | None:
@@ -177,7 +187,9 @@ def check_key(name: str, plan: Plan, host: Host) -> str | None:
         parts = make(plan, host)
     except (Uncacheable, OSError):
         return None
-    return Records.key(f"preflight-{name}", {"check": parts, "vars": _vars(host.environ, COMMON_VARS), "code": _code()})
+    return Records.key(
+        f"preflight-{name}", {"check": parts, "vars": _vars(host.environ, COMMON_VARS), "code": _code()}
+    )
 
 
 @dataclass(frozen=True)
