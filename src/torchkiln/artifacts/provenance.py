@@ -34,7 +34,8 @@ from torchkiln.files import atomic
 from torchkiln.files.digests import file_sha256
 
 from . import wheelfile
-from .dist import STATEMENT_SUFFIX, statement_name
+from .dist import STATEMENT_SUFFIX
+from .dist import statement_name as statement_name  # named in .dist (no signing needed to find one)
 from .manifest import CacheRecord, DistRecord, Manifest
 from .signing import Envelope, PrivateKey, sign
 

@@ -35,6 +35,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--keep", action="append", default=[], metavar="NAME")
     parser.add_argument("--drop", action="append", default=[], metavar="NAME")
+    parser.add_argument(
+        "--requirements-of",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="DIR",
+        help="a wheelhouse: what its wheels require is kept (the check installs them)",
+    )
     parser.add_argument("target", type=Path, help="the check venv (made)")
     args = parser.parse_args(argv)
     source, target = args.source.absolute(), args.target.absolute()
@@ -51,9 +59,11 @@ def main(argv: list[str] | None = None) -> int:
             return made.returncode or 1
     argv = [str(target / "bin" / "python"), str(PRUNE)]
     argv += [f"--keep={name}" for name in args.keep] + [f"--drop={name}" for name in args.drop]
+    wheels = sorted(w for d in args.requirements_of if d.is_dir() for w in d.glob("*.whl"))
+    argv += [f"--keep-for={wheel}" for wheel in wheels]
     # the clone's python, with the standard library and pip only: a separate process, as the check's
     done = runner.run(argv, capture=False)
-    return done.returncode
+    return 0 if done.ok else done.returncode or 1
 
 
 if __name__ == "__main__":  # pragma: no cover

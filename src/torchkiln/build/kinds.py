@@ -58,8 +58,8 @@ from torchkiln.errors import (
     describe_os_error,
     few,
 )
-from torchkiln.host.toolchain import collect
 from torchkiln.plan.model import Source, Step
+from torchkiln.plan.records import Records
 from torchkiln.process import runner
 from torchkiln.process.environ import compose
 from torchkiln.source.git import (
@@ -92,6 +92,7 @@ from .progress import CompileProgress, PhaseTracker
 from .publish import publish
 from .pythons import bring_in, torch_in_place
 from .reconfigure import reconfigure
+from .toolchain_records import remembered_toolchain
 from .vision_watch import VisionWatcher
 from .watch import Contradiction, Expectations, SummaryWatcher, Watcher
 
@@ -495,9 +496,11 @@ class CompileKind(StepKind):
         out = super().outputs(step, ran, ctx)
         session = ctx.open_cache(step)
         env = compose(ctx.environ, step.env, session.public_env, path_prepend=step.path_prepend)
-        toolchain = collect(
+        toolchain = remembered_toolchain(
             env,
             Path(step.argv[0]),  # the build venv's python: the step's own Python's
+            Records.for_build(ctx.plan.paths.workdir, ctx.plan.env_store),
+            workdir=ctx.plan.paths.workdir,
             cuda=ctx.plan.recipe.accelerator.is_cuda,
             cache_tool=session.config.kind if session.config.enabled else None,
         )

@@ -66,7 +66,7 @@ def publish(ctx: Context) -> bool:
     manifest_path = paths.dist / dist.MANIFEST_NAME
     manifest = _manifest(ctx, locks, [WheelRecord.of(w, p, python) for w, p, python in wheels])
     write_manifest(manifest_path, manifest)
-    sboms = publish_sboms(paths.dist, manifest, recipe, Records.for_build(paths.workdir, None))
+    sboms = publish_sboms(paths.dist, manifest, recipe, Records.for_build(paths.workdir, ctx.plan.env_store))
     statement = _attest(ctx, manifest, [manifest_path, lock_path, *sboms])
     ctx.published = Published([w for w, _, _ in wheels], manifest_path, lock_path, sboms, statement)
     return changed

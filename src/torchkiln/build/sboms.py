@@ -8,7 +8,9 @@ and the code that writes it. Those, digested, are the key of a record (:mod:`tor
 work directory) of the SBOM file written for them and its sha256. When the key is unchanged and that file is
 still in dist/ with that sha256, it is kept as it is: its timestamp stays that of the build that published
 the wheel it describes, and the origins it gives for the bundled libraries stay those found when they were
-bundled (the wheel holds those). Anything else writes it afresh.
+bundled (the wheel holds those). The record keeps the SBOM's text too, in the work directory and the
+environment store: another work directory's build of the same wheel from the same inputs (a fresh dist/)
+gets the same SBOM written from it. Anything else writes it afresh.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 from torchkiln import __version__, artifacts
 from torchkiln.artifacts import jsonfile
 from torchkiln.artifacts.manifest import Manifest, WheelRecord
+from torchkiln.files import atomic
 from torchkiln.files.digests import file_sha256
 from torchkiln.plan.records import Records, file_identity
 from torchkiln.recipe.model import Recipe
@@ -39,21 +42,27 @@ def _key(record: WheelRecord, manifest: Manifest, recipe: Recipe) -> str:
     return Records.key("sbom", parts)
 
 
-def _kept(records: Records, key: str) -> Path | None:
+def _kept(records: Records, key: str, dist: Path) -> Path | None:
+    """The SBOM for ``key`` in ``dist``: the file there when it is the one recorded, else the recorded text
+    written there (another work directory's dist/ of the same build); None when none is recorded."""
     answer = records.get(key)
-    if not answer or not isinstance(answer.get("path"), str):
+    if not answer or not isinstance(answer.get("name"), str) or not isinstance(answer.get("text"), str):
         return None
-    path = Path(answer["path"])
-    return path if path.is_file() and file_sha256(path) == answer.get("sha256") else None
+    path = dist / answer["name"]
+    if path.is_file() and file_sha256(path) == answer.get("sha256"):
+        return path
+    atomic.write_text(path, answer["text"])
+    return path
 
 
 def publish_sboms(dist: Path, manifest: Manifest, recipe: Recipe, records: Records) -> list[Path]:
-    """An SBOM beside every wheel the manifest lists in ``dist``: the one there when it says what this
-    build's would, else a new one (atomically). Their paths, in the manifest's order."""
+    """An SBOM beside every wheel the manifest lists in ``dist``: the one recorded for the same inputs
+    (the file there, or its text written there), else a new one (atomically). Their paths, in the
+    manifest's order."""
     written: list[Path] = []
     for record in manifest.wheels:
         key = _key(record, manifest, recipe)
-        path = _kept(records, key)
+        path = _kept(records, key, dist)
         if path is None:
             from torchkiln.artifacts import sbom  # noqa: PLC0415 - CycloneDX only when an SBOM is written
 
@@ -61,6 +70,7 @@ def publish_sboms(dist: Path, manifest: Manifest, recipe: Recipe, records: Recor
                 dist / record.name, record, manifest, recipe, library_path=sbom.library_path_of(manifest)
             )
             path = sbom.write_sbom(dist / sbom.sbom_name(record.name), bom)
-            records.put(key, {"path": str(path), "sha256": file_sha256(path)})
+            text = path.read_text(encoding="utf-8")
+            records.put(key, {"name": path.name, "sha256": file_sha256(path), "text": text})
         written.append(path)
     return written

@@ -435,8 +435,11 @@ def _check_steps(
     check_python = paths.check_venv / "bin" / "python"
     # The build venv cloned, less what the wheels' runtime does not need (torchkiln.build.checkvenv): torch
     # and its requirements are not installed again; the wheels the check installs are removed from it.
-    clone = (sys.executable, "-m", "torchkiln.build.checkvenv", "--from", str(paths.venv))
+    wheel_dirs = {s.project: s.wheels for s in steps if s.wheels is not None}
+    # what the checked wheels require stays in the clone too (numpy for torchvision): not installed again
+    clone: tuple[str, ...] = (sys.executable, "-m", "torchkiln.build.checkvenv", "--from", str(paths.venv))
     clone += ("--python", f"python{python}", "--keep=torch", *(f"--drop={p}" for p in projects))
+    clone += tuple(f"--requirements-of={wheel_dirs[p]}" for p in projects)
     clone += ("--", str(paths.check_venv))
     venv = Step(
         "checks:venv",
@@ -447,9 +450,9 @@ def _check_steps(
         creates=str(check_python),
         venv=str(paths.check_venv),
         clones=str(paths.venv),
+        reads=tuple(str(wheel_dirs[p]) for p in projects),  # what it keeps depends on their requirements
     )
     check_argv = [str(check_python), str(POSTCHECK)]
-    wheel_dirs = {s.project: s.wheels for s in steps if s.wheels is not None}
     for project in projects:
         version = recipe.torch_wheel_version if project == "torch" else recipe.torchvision_wheel_version
         check_argv += ["--expect", f"{project}=={version}", "--wheelhouse", str(wheel_dirs[project])]

@@ -74,7 +74,8 @@ def _vars(environ: Mapping[str, str], names: tuple[str, ...], prefixes: tuple[st
     return {k: v for k, v in sorted(environ.items()) if k in names or k.startswith(prefixes)}
 
 
-def _is_script(path: str) -> bool:
+def is_script(path: str) -> bool:
+    """Whether ``path`` is a ``#!`` script (what it runs is not in its own file)."""
     try:
         with open(path, "rb") as handle:
             return handle.read(2) == b"#!"
@@ -94,7 +95,7 @@ def program(command: str, environ: Mapping[str, str]) -> Key:
         path = shutil.which(word, path=environ.get("PATH", os.defpath))
         if path is None:
             continue
-        if _is_script(path):
+        if is_script(path):
             raise Uncacheable(path)
         found[word] = file_identity(path)
     return found

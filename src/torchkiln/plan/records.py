@@ -97,6 +97,7 @@ class Records:
         text = json.dumps(document, indent=1, sort_keys=True) + "\n"
         for directory in dirs:
             tmp: str | None = None
+            made = not directory.exists()
             try:
                 directory.mkdir(parents=True, exist_ok=True)
                 fd, tmp = tempfile.mkstemp(prefix=f".{key}.", dir=directory)
@@ -104,7 +105,11 @@ class Records:
                     handle.write(text)
                 os.replace(tmp, directory / f"{key}.json")
             except OSError:
-                # a record that cannot be kept costs the next run a question, never this one
+                # a record that cannot be kept costs the next run a question, never this one; nothing of
+                # it is left behind (a full filesystem keeps no empty directory of ours either)
                 if tmp is not None:
                     with contextlib.suppress(OSError):
                         os.unlink(tmp)
+                if made:
+                    with contextlib.suppress(OSError):
+                        directory.rmdir()
