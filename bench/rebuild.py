@@ -80,7 +80,7 @@ from torchkiln.recipe.model import CacheSpec  # noqa: E402
 VISION = ROOT / "tests" / "data" / "vision_like"
 BASE_RECIPE = ROOT / "tests" / "data" / "ext-cpu-test.toml"
 # what torchkiln's build venv holds for these trees (its build requirements, pip's upgrade, the torch)
-BUILD_TOOLS = ("torch==2.13.0", "build", "wheel", "ninja", "numpy", "cmake")
+BUILD_TOOLS = ("torch==2.13.0+cpu", "build", "wheel", "ninja", "numpy", "cmake")
 FEATURES_OFF = "\n[torchvision.features]\npng = false\njpeg = false\nwebp = false\n"
 # the form preflight's message suggests for a torch the recipe's own build is not (issue 38 item 6)
 TORCH = "torch==2.13.0+cpu"

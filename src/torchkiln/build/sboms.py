@@ -36,7 +36,8 @@ def _key(record: WheelRecord, manifest: Manifest, recipe: Recipe) -> str:
         "recipe": jsonfile.to_data(manifest.recipe),
         "recipe_sha256": recipe.sha256,
         "toolchain": jsonfile.to_data(manifest.toolchain),
-        "build_env": jsonfile.to_data(manifest.build_env),
+        # of the build environment, the SBOM reads the CUDA homes only (where bundled libraries came from)
+        "cuda_homes": sorted(str(env.get("CUDA_HOME")) for env in manifest.build_env.values()),
         "code": [__version__, file_identity(SBOM_CODE)],
     }
     return Records.key("sbom", parts)
@@ -48,10 +49,10 @@ def _kept(records: Records, key: str, dist: Path) -> Path | None:
     answer = records.get(key)
     if not answer or not isinstance(answer.get("name"), str) or not isinstance(answer.get("text"), str):
         return None
-    path = dist / answer["name"]
+    path: Path = dist / str(answer["name"])
     if path.is_file() and file_sha256(path) == answer.get("sha256"):
         return path
-    atomic.write_text(path, answer["text"])
+    atomic.write_text(path, str(answer["text"]))
     return path
 
 
