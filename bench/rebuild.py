@@ -87,6 +87,7 @@ TORCH = "torch==2.13.0+cpu"
 COMPILE = "torchvision:wheel"
 PARTS = ("PNG", "JPEG", "WEBP", "NVJPEG", "VIDEO_CODEC", "FFMPEG")
 TREES = ("vision_like", "torchvision-0.21")
+WIDE = Console(highlight=False, width=220, soft_wrap=True)  # a row per line, also into a log file
 QUICK_UNITS = ("csrc/vision.cpp", "csrc/ops/op_00.cpp", "csrc/io/image.cpp", "csrc/io/codec_00.cpp")
 
 
@@ -202,11 +203,10 @@ def hits_text(stats: dict[str, Any] | None) -> str:
 
 def row(name: str, seconds: float, **fields: Any) -> dict[str, Any]:
     found = {"name": name, "seconds": round(seconds, 3), **fields}
-    console.print(
+    WIDE.print(
         f"  {name:<60} {seconds:8.2f} s  compile {fields.get('compile_s', 0):6.2f}  around "
         f"{fields.get('around_compile_s', 0):6.2f}  steps' own {fields.get('steps_overhead_s', 0):5.2f}  "
-        f"unaccounted {fields.get('unaccounted_s', 0):5.2f}  hits {hits_text(found.get('stats'))}",
-        width=220,
+        f"unaccounted {fields.get('unaccounted_s', 0):5.2f}  hits {hits_text(found.get('stats'))}"
     )
     return found
 
@@ -365,7 +365,7 @@ def print_table(rows: list[dict[str, Any]], title: str) -> None:
             hits_text(r.get("stats")),
             str(r.get("wheel_sha256", "-"))[:12],
         )
-    Console(highlight=False, width=220).print(table)
+    WIDE.print(table)
 
 
 def main(argv: list[str] | None = None) -> int:
