@@ -77,7 +77,8 @@ def test_the_same_requirement_is_not_asked_again_while_nothing_it_depends_on_cha
     assert resolve("torch==2.13.0+cpu", cpu, records, links) == first and len(asked) == 1
     # a fresh work directory of the same machine: the environment store's record
     other = Records.for_build(tmp_path / "work-2", tmp_path / "store")
-    assert resolve("torch==2.13.0+cpu", cpu, other, links) == first and len(asked) == 1
+    elsewhere = (tmp_path / "work-2" / "wheelhouse" / "torch", tmp_path / "dist-2")  # empty, other paths
+    assert resolve("torch==2.13.0+cpu", cpu, other, elsewhere) == first and len(asked) == 1
     # each thing the answer depends on, changed: asked again (then kept again)
     changes = [
         ("another requirement", lambda: "torch===2.13.0+cpu"),

@@ -287,7 +287,12 @@ class StepKind:
             return None
         try:
             found = ctx.env_store.restore(key, Path(step.venv), kept_files(step), clone=False)
-            if found is None or replaced():
+            if found is None:
+                # a step whose venv is not kept (Step.stored): the next step's entry, when the store has
+                # it, replaces the venv: nothing to restore for this one
+                unkept = not step.stored and not kept_files(step) and replaced()
+                return Restored({}, 0.0, ctx.env_store.root, "", cloned=False) if unkept else None
+            if replaced():
                 return found
             return ctx.env_store.clone(found, Path(step.venv))
         except OSError as exc:
@@ -316,7 +321,7 @@ class StepKind:
         may hold what no key says, a hand-made ``pip install``), and no later step on the same venv has run
         before in this work directory (the venv would hold more than this step's key says). A store that
         cannot be written costs the next work directory a rebuild, never this build: one note."""
-        if key is None or ctx.env_store is None or step.venv is None:
+        if key is None or ctx.env_store is None or step.venv is None or not step.stored:
             return
         chain = ctx.plan.venv_steps(step.venv)
         made_now = step.name == chain[0] or any(

@@ -312,12 +312,17 @@ def _resolution_key(text: str, python: str, find_links: Sequence[Path]) -> str:
     spec = importlib.util.find_spec("pip")
     config = _pip_config_files(environ)
     directories = [str(d) for d in find_links] + _configured_find_links(environ, config)
-    torch_files = {
-        d: sorted(
-            (p.name, file_identity(p)) for p in (Path(d).glob("torch-*.whl") if Path(d).is_dir() else ())
-        )
-        for d in directories
-    }
+    # the torch wheels found, not the directories' names: another work directory's empty wheelhouse and
+    # dist/ are the same answer (the configured directories are in pip's configuration below)
+    torch_files = sorted(
+        {
+            (p.name, file_identity(p))
+            for d in directories
+            if Path(d).is_dir()
+            for p in Path(d).glob("torch-*.whl")
+        },
+        key=str,
+    )
     return Records.key(
         "torch-resolution",
         {

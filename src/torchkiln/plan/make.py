@@ -451,6 +451,9 @@ def _check_steps(
         venv=str(paths.check_venv),
         clones=str(paths.venv),
         reads=tuple(str(wheel_dirs[p]) for p in projects),  # what it keeps depends on their requirements
+        # keyed by the same wheels as checks:import, which always follows: that step's entry is kept
+        # (a second copy of a venv of tens of thousands of files would cost the first check a second)
+        stored=False,
     )
     check_argv = [str(check_python), str(POSTCHECK)]
     for project in projects:

@@ -153,6 +153,9 @@ class Step:
     # The venv this step's venv starts as a clone of (the check venv: the build venv's): its content is an
     # input of the step's environment-store key ("": none).
     clones: str = ""
+    # Whether the venv is kept in the environment store after this step (False: the next step on the venv,
+    # keyed by the same inputs and always run right after it, is kept instead; its entry serves both).
+    stored: bool = True
 
     @property
     def shown_env(self) -> dict[str, str]:
