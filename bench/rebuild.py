@@ -1,34 +1,56 @@
-"""Cached rebuilds of a tree shaped like torchvision (issue 15): by hand beside torchkiln, in one run.
+"""Cached rebuilds of torchvision (issues 15, 38): by hand beside torchkiln, in one run.
 
-The tree is tests/data/vision_like (44 translation units in two extensions, headers from the build venv's
-torch, an in-tree build/, a version.py rewritten by every build, not a git checkout), built as torchvision
-(``--only torchvision --source-dir torchvision=<copy>``) with a recipe whose local label is ``+cpu``, so the
-CPU torch 2.13.0+cpu wheel of the package index satisfies its ``torchvision:install-torch`` step. The
-post-build check is skipped (``--skip-checks``): it installs a wheel named torchvision, and this tree's wheel
-is kiln_vision_like.
+One command, whatever machine (the lead's quiet one included)::
 
-Rows, all in one run, on one machine, with ``MAX_JOBS`` the same everywhere:
+    python bench/rebuild.py --tree torchvision-0.21     # the real tree: upstream's torchvision 0.21.0
+    python bench/rebuild.py                             # the stand-in tree, tests/data/vision_like
+    python bench/rebuild.py --quick                     # CI's form (tests/test_bench.py): 4 units, 3 rows
 
-* by hand (the floor): ``python -m build --wheel --no-isolation`` in a venv holding torch and the build
-  tools, with the same ccache variables; cold, then warm (a fresh copy of the tree at the same path);
-* torchkiln cold (empty local cache and empty Redis: fills both), no-op (the same command again), ``--force``;
-* torchkiln warm local, same path (a fresh work directory and tree copy, the local cache warm);
-* torchkiln warm remote, same path (fresh work directory, an empty local cache, Redis warm);
-* a second builder at another path (its tree and work directory side by side elsewhere), warm local, and
-  warm remote with an empty local cache;
-* a new machine: another path, warm remote, and both the local cache and the environment store empty.
+Trees (``--tree``):
 
-Every torchkiln row but the last shares one environment store (``--env-store``, empty before the cold
-build), as the builds of one machine do: a fresh work directory gets its venvs from it.
+* ``torchvision-0.21``: upstream's torchvision 0.21.0 (Debian's orig tarball, unpatched; tests/realtrees.py
+  fetches and checks it), its C++ ops compiled against torch 2.13.0+cpu with its optional codecs off. The
+  package index has no CPU build of torch 2.6 (the torch 0.21 pairs with), so the recipe is the test recipe
+  for torch 2.13 / torchvision 0.28 (tests/data/ext-cpu-test.toml) and the copy's ``version.txt`` says
+  ``0.28.0a0`` (nothing else of the tree is changed): the wheel is named torchvision, so the post-build
+  check runs on it. Its setup.py imports ``pkg_resources``: the build venvs get ``setuptools<81`` (torchkiln
+  derives that pin itself; by hand it is given).
+* ``vision_like`` (default): tests/data/vision_like, 44 units in two extensions, the wheel kiln_vision_like
+  (the post-build check, which installs a wheel named torchvision, is skipped in every row).
 
-Each torchkiln row records its wall time, its compile step's time (``torchvision:wheel``), the time of the
-steps around the compile (those that ran or were reused from the store), the cache's hits, and the wheel's sha256 (a rebuild of unchanged sources must give
-the same bytes). Results: bench/results/rebuild-<UTC time>.json (or ``--results``) and a table.
+Rows, all in one run, on one machine, ``MAX_JOBS`` the same everywhere, a Redis for the by-hand rows and one for
+torchkiln's (each cold build starts from an empty one):
+
+* by hand: ``python -m venv`` + ``pip install`` of the build tools torchkiln's build venv holds, then
+  ``python -m build --wheel --no-isolation`` with the same compiler cache variables: cold (fills its local
+  cache and Redis), warm (a fresh copy of the tree at the same path: **the floor**), and a new machine (a
+  fresh venv and pip install and the build at another path, an empty local cache, Redis warm from the by-hand
+  builds: torchkiln's Redis entries are of no use to it, they are compiled against
+  ``<workdir>/torch-site/torch/include``);
+* torchkiln, builder A: cold (empty local cache, Redis and environment store: fills all three), no-op, then
+  ``--force``, no-op again, then (real tree) the first checked build (a fresh work directory, the post-build
+  check's first run), warm local (fresh work directory and tree copy, same path), warm remote (empty local
+  cache); a second builder at other paths, warm local and warm remote; a new machine: another path, warm
+  Redis, empty local cache and an empty environment store (compared with the by-hand new machine).
+
+Every torchkiln row but the new machine shares one environment store (``--env-store``, empty before the cold
+build), as the builds of one machine do. Each row records its wall time, the compile step (``torchvision:wheel``
+by torchkiln; ``python -m build`` by hand), the steps around it (torchkiln's other steps that ran or were
+reused; by hand the venv and pip install), the **unaccounted** time (wall time minus every step's: what no step
+says it spent), the cache's hits and the wheel's sha256 (a rebuild of unchanged sources gives the same bytes),
+with the load average when the row started. ``x floor``: wall over the by-hand warm build's; the new machine
+row also over the by-hand new machine's. Results: bench/results/rebuild-<tree>-<UTC time>.json (or
+``--results``) and a table.
+
+Before the rows, torchkiln's own modules are compiled to bytecode (``compileall``): an installed torchkiln
+has it (pip writes it), an editable one under ``PYTHONDONTWRITEBYTECODE=1`` never would, and each row would
+then pay for compiling torchkiln's sources.
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import datetime as dt
 import json
 import os
@@ -37,9 +59,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
 from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,35 +80,119 @@ from torchkiln.recipe.model import CacheSpec  # noqa: E402
 
 VISION = ROOT / "tests" / "data" / "vision_like"
 BASE_RECIPE = ROOT / "tests" / "data" / "ext-cpu-test.toml"
-BUILD_TOOLS = ["torch==2.13.0", "build", "wheel", "setuptools>=77.0.3", "ninja", "numpy"]
+# what torchkiln's build venv holds for these trees (its build requirements, pip's upgrade, the torch)
+BUILD_TOOLS = ("torch==2.13.0+cpu", "build", "wheel", "ninja", "numpy", "cmake")
 FEATURES_OFF = "\n[torchvision.features]\npng = false\njpeg = false\nwebp = false\n"
+# the form preflight's message suggests for a torch the recipe's own build is not (issue 38 item 6)
+TORCH = "torch==2.13.0+cpu"
+COMPILE = "torchvision:wheel"
+PARTS = ("PNG", "JPEG", "WEBP", "NVJPEG", "VIDEO_CODEC", "FFMPEG")
+TREES = ("vision_like", "torchvision-0.21")
+WIDE = Console(highlight=False, width=220, soft_wrap=True)  # a row per line, also into a log file
+QUICK_UNITS = ("csrc/vision.cpp", "csrc/ops/op_00.cpp", "csrc/io/image.cpp", "csrc/io/codec_00.cpp")
 
 
-def fresh_tree(path: Path) -> Path:
+@dataclass(frozen=True)
+class Tree:
+    """A bench tree: how a copy is made, what by hand installs, whether the post-build check can run."""
+
+    name: str
+    description: str
+    copy: Callable[[Path], None]
+    setuptools: str  # the build venvs' setuptools requirement by hand
+    checked: bool  # the wheel is named torchvision: the post-build check can run on it
+
+
+def stand_in(quick: bool) -> Tree:
+    def copy(path: Path) -> None:
+        shutil.copytree(VISION, path, ignore=shutil.ignore_patterns("build", "*.egg-info", "version.py"))
+        if quick:  # two units of each extension: its module and one more
+            for unit in path.glob("csrc/**/*.cpp"):
+                if str(unit.relative_to(path)) not in QUICK_UNITS:
+                    unit.unlink()
+
+    units = f"{len(QUICK_UNITS)} of its 44 units" if quick else "44 translation units, 2 extensions"
+    return Tree("vision_like", f"tests/data/vision_like ({units})", copy, "setuptools>=77.0.3", False)
+
+
+def real_vision(scratch: Path) -> Tree:
+    sys.path.insert(0, str(ROOT / "tests"))
+    import realtrees  # noqa: PLC0415 - the tests' helper: Debian's orig tarball, checked and cached
+
+    extracted = realtrees.extract(realtrees.VISION_0_21_0, scratch / "upstream")
+
+    def copy(path: Path) -> None:
+        shutil.copytree(extracted, path, symlinks=True)
+        (path / "version.txt").write_text("0.28.0a0\n")  # the recipe's torchvision, paired with torch 2.13
+
+    description = (
+        "torchvision 0.21.0 (Debian's orig tarball, unpatched but version.txt), CPU, codecs off, "
+        "against torch 2.13.0+cpu"
+    )
+    return Tree("torchvision-0.21", description, copy, "setuptools<81", True)
+
+
+def loadavg() -> str:
+    """The 1, 5 and 15 minute load averages (other work on the machine: the numbers' noise)."""
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "-"
+
+
+def fresh_tree(tree: Tree, path: Path) -> Path:
     if path.exists():
         shutil.rmtree(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(VISION, path, ignore=shutil.ignore_patterns("build", "*.egg-info", "version.py"))
+    tree.copy(path)
     return path
 
 
-def by_hand(root: Path, jobs: int) -> list[dict[str, Any]]:
-    """The floor: the same tree built by hand with the same cache, cold then warm (a fresh copy)."""
-    venv = root / "venv"
-    subprocess.run(["python3.11", "-m", "venv", str(venv)], check=True)
-    subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", *BUILD_TOOLS], check=True
-    )
-    config = cache.resolve_cache(CacheSpec(kind="ccache"), dir=root / "ccache", basedir=root)
-    environ = {**base_environment(os.environ), "PATH": f"{venv / 'bin'}{os.pathsep}{tool_path()}"}
-    rows = []
-    for name in ("by hand cold", "by hand warm (fresh copy, same path)"):
-        tree = fresh_tree(root / "vision")
+def timed(argv: list[str], **kwargs: Any) -> float:
+    start = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, **kwargs)
+    if done.returncode != 0:
+        raise SystemExit(f"bench: {' '.join(argv)} failed:\n{(done.stdout + done.stderr)[-3000:]}")
+    return time.perf_counter() - start
+
+
+class ByHand:
+    """The same tree built by hand: a venv, pip, ``python -m build``, the compiler cache's variables."""
+
+    def __init__(self, tree: Tree, jobs: int, redis_url: str | None) -> None:
+        self.tree, self.jobs, self.redis_url = tree, jobs, redis_url
+
+    def venv(self, where: Path) -> tuple[Path, float]:
+        """A fresh venv with the build tools: its python and the seconds it took."""
+        seconds = timed(["python3.11", "-m", "venv", str(where)])
+        python = where / "bin" / "python"
+        seconds += timed([str(python), "-m", "pip", "install", "--quiet", "--upgrade", "pip"])
+        tools = [*BUILD_TOOLS, self.tree.setuptools]
+        seconds += timed([str(python), "-m", "pip", "install", "--quiet", *tools])
+        return python, seconds
+
+    def build(
+        self, name: str, python: Path, root: Path, cache_dir: Path, *, remote: bool, around: float = 0.0
+    ) -> dict[str, Any]:
+        spec = CacheSpec(kind="ccache", remote=self.redis_url if remote else None)
+        config = cache.resolve_cache(spec, dir=cache_dir, basedir=root)
+        environ = {**base_environment(os.environ), "PATH": f"{python.parent}{os.pathsep}{tool_path()}"}
         session = cache.open_session(config, environ)
-        extra = {"MAX_JOBS": str(jobs), "BUILD_VERSION": "0.28.0+cpu"}
-        seconds, stats = wheel_by_hand(str(venv / "bin" / "python"), tree, session, extra)
-        rows.append(row(name, seconds, compile_s=seconds, stats=stats.as_dict() if stats else None))
-    return rows
+        tree = fresh_tree(self.tree, root / "vision")
+        # what torchkiln's plan sets for torchvision's compile (torchkiln plan shows it), by hand
+        extra = {"MAX_JOBS": str(self.jobs), "BUILD_VERSION": "0.28.0+cpu", "PYTORCH_VERSION": "2.13.0+cpu"}
+        extra |= {"FORCE_CUDA": "0"} | {f"TORCHVISION_USE_{part}": "0" for part in PARTS}
+        load = loadavg()
+        seconds, stats = wheel_by_hand(str(python), tree, session, extra)
+        return row(
+            name,
+            seconds + around,
+            compile_s=round(seconds, 3),
+            around_compile_s=round(around, 3),
+            unaccounted_s=0.0,
+            stats=stats.as_dict() if stats else None,
+            load=load,
+        )
 
 
 def hits_text(stats: dict[str, Any] | None) -> str:
@@ -94,8 +204,10 @@ def hits_text(stats: dict[str, Any] | None) -> str:
 
 def row(name: str, seconds: float, **fields: Any) -> dict[str, Any]:
     found = {"name": name, "seconds": round(seconds, 3), **fields}
-    console.print(
-        f"  {name:<48} {seconds:8.2f} s  hits {hits_text(found.get('stats'))}  {fields.get('ran', '')}"
+    WIDE.print(
+        f"  {name:<60} {seconds:8.2f} s  compile {fields.get('compile_s', 0):6.2f}  around "
+        f"{fields.get('around_compile_s', 0):6.2f}  steps' own {fields.get('steps_overhead_s', 0):5.2f}  "
+        f"unaccounted {fields.get('unaccounted_s', 0):5.2f}  hits {hits_text(found.get('stats'))}"
     )
     return found
 
@@ -103,12 +215,11 @@ def row(name: str, seconds: float, **fields: Any) -> dict[str, Any]:
 class Torchkiln:
     """``torchkiln build`` of a tree as torchvision, one row per call."""
 
-    def __init__(self, scratch: Path, redis_url: str, jobs: int) -> None:
-        self.scratch = scratch
-        self.jobs = jobs
+    def __init__(self, tree: Tree, scratch: Path, redis_url: str | None, jobs: int) -> None:
+        self.tree, self.scratch, self.jobs = tree, scratch, jobs
         self.local = scratch / "recipe-local.toml"
         self.remote = scratch / "recipe-remote.toml"
-        text = BASE_RECIPE.read_text().replace('name = "ext-cpu-test"', 'name = "bench-vision-like"')
+        text = BASE_RECIPE.read_text().replace('name = "ext-cpu-test"', 'name = "bench-vision"')
         self.local.write_text(text + FEATURES_OFF)
         with_remote = text.replace('kind = "ccache"', f'kind = "ccache"\nremote = "{redis_url}"')
         self.remote.write_text(with_remote + FEATURES_OFF)
@@ -121,130 +232,203 @@ class Torchkiln:
         *,
         remote: bool,
         force: bool = False,
+        checks: bool = False,
         env_store: str = "envs",
     ) -> dict[str, Any]:
         recipe = self.remote if remote else self.local
-        argv = [str(recipe), "--only", "torchvision"]
+        argv = [str(recipe), "--only", "torchvision", "--torch", TORCH]
         argv += ["--source-dir", f"torchvision={builder / 'vision'}", "--workdir", str(builder / "work")]
         argv += ["--dist", str(builder / "dist"), "--jobs", str(self.jobs), "--cache", "ccache"]
-        argv += ["--cache-dir", str(cache_dir), "--skip-checks", *(["--force"] if force else [])]
-        argv += ["--env-store", str(self.scratch / env_store)]
+        argv += ["--cache-dir", str(cache_dir), *([] if checks else ["--skip-checks"])]
+        argv += ["--env-store", str(self.scratch / env_store), *(["--force"] if force else [])]
         env = {**os.environ, "PATH": tool_path()}
+        load = loadavg()
         seconds, manifest = torchkiln_build(name, argv, env, builder / "dist")
         steps = {s["name"]: s for s in manifest["steps"]}
-        ran = [n for n, s in steps.items() if s["status"] == "ran"]
-        reused = [n for n, s in steps.items() if s["status"] == "reused"]
-        compile_s = steps["torchvision:wheel"]["duration_s"] if "torchvision:wheel" in ran else 0.0
-        around = sum(
-            s["duration_s"] or 0.0 for n, s in steps.items() if n in ran + reused and n != "torchvision:wheel"
-        )
+        spent = {n: s["duration_s"] or 0.0 for n, s in steps.items() if s["status"] in ("ran", "reused")}
+        compile_s = spent.get(COMPILE, 0.0)
+        around = sum(v for n, v in spent.items() if n != COMPILE)
+        # torchkiln's own time for each step (deciding, hashing, probing, recording, keeping), by step
+        overhead = sum(s.get("overhead_s") or 0.0 for s in steps.values())
         return row(
             name,
             seconds,
             compile_s=round(compile_s, 3),
             around_compile_s=round(around, 3),
-            ran=ran,
-            reused=reused,
-            steps={n: {"status": s["status"], "seconds": s["duration_s"]} for n, s in steps.items()},
+            steps_overhead_s=round(overhead, 3),
+            unaccounted_s=round(seconds - compile_s - around - overhead, 3),
+            ran=[n for n, s in steps.items() if s["status"] == "ran"],
+            reused=[n for n, s in steps.items() if s["status"] == "reused"],
+            steps={
+                n: {"status": s["status"], "seconds": s["duration_s"], "overhead_s": s.get("overhead_s")}
+                for n, s in steps.items()
+            },
             stats=manifest.get("cache"),
             wheel_sha256=manifest["wheels"][0]["sha256"],
+            checks=None if not checks else manifest.get("checks", {}).get("torchvision"),
+            load=load,
         )
 
+    def fresh_builder(self, path: Path) -> Path:
+        for part in ("work", "dist"):
+            shutil.rmtree(path / part, ignore_errors=True)
+        fresh_tree(self.tree, path / "vision")
+        return path
 
-def fresh_builder(path: Path) -> Path:
-    for part in ("work", "dist"):
-        shutil.rmtree(path / part, ignore_errors=True)
-    fresh_tree(path / "vision")
-    return path
+
+def full_rows(tree: Tree, scratch: Path, redis: tuple[str, str], jobs: int) -> list[dict[str, Any]]:
+    """Every row; ``redis``: the by-hand builds' Redis and torchkiln's (two servers: each cold build is cold,
+    though a unit that includes nothing of torch's has the same hash either way)."""
+    rows: list[dict[str, Any]] = []
+    hand = ByHand(tree, jobs, redis[0])
+    console.print("[bold]by hand[/bold] (the floor)")
+    python, around = hand.venv(scratch / "hand" / "venv")
+    rows.append(hand.build("by hand cold (fills local + Redis)", python, scratch / "hand", scratch / "hand-cache", remote=True, around=around))  # fmt: skip
+    rows.append(hand.build("by hand warm (fresh copy, same path): the floor", python, scratch / "hand", scratch / "hand-cache", remote=False))  # fmt: skip
+    other = scratch / "hand-elsewhere" / "deeper"
+    python, around = hand.venv(other / "venv")
+    rows.append(hand.build("by hand new machine: fresh venv + pip at another path, warm Redis", python, other, scratch / "hand-cache-new", remote=True, around=around))  # fmt: skip
+
+    kiln = Torchkiln(tree, scratch, redis[1], jobs)
+    a = kiln.fresh_builder(scratch / "a")
+    console.print("[bold]torchkiln[/bold], builder A")
+    rows.append(
+        kiln.build("torchkiln cold (fills local + Redis + env store)", a, scratch / "cache-a", remote=True)
+    )
+    rows.append(kiln.build("torchkiln no-op", a, scratch / "cache-a", remote=True))
+    rows.append(kiln.build("torchkiln --force", a, scratch / "cache-a", remote=True, force=True))
+    rows.append(kiln.build("torchkiln no-op after --force", a, scratch / "cache-a", remote=True))
+    if tree.checked:
+        rows.append(kiln.build("torchkiln first checked build: fresh workdir, the check's first run", kiln.fresh_builder(a), scratch / "cache-a", remote=False, checks=True))  # fmt: skip
+    rows.append(kiln.build("torchkiln warm local, fresh workdir, same path", kiln.fresh_builder(a), scratch / "cache-a", remote=False))  # fmt: skip
+    rows.append(kiln.build("torchkiln warm remote, empty local, same path", kiln.fresh_builder(a), scratch / "cache-b", remote=True))  # fmt: skip
+    b = kiln.fresh_builder(scratch / "elsewhere" / "deeper" / "b")
+    rows.append(kiln.build("second builder, other path, warm local", b, scratch / "cache-a", remote=False))
+    c = kiln.fresh_builder(scratch / "x" / "c")
+    rows.append(kiln.build("second builder, other path, warm remote", c, scratch / "cache-c", remote=True))
+    d = kiln.fresh_builder(scratch / "y" / "d")
+    rows.append(kiln.build("torchkiln new machine: other path, warm remote, empty local cache, empty env store", d, scratch / "cache-d", remote=True, env_store="envs-new-machine"))  # fmt: skip
+    return rows
+
+
+def quick_rows(tree: Tree, scratch: Path, jobs: int) -> list[dict[str, Any]]:
+    """CI's form: torchkiln cold and no-op, and the floor's code once (by hand in torchkiln's build venv)."""
+    kiln = Torchkiln(tree, scratch, None, jobs)
+    a = kiln.fresh_builder(scratch / "a")
+    rows = [kiln.build("torchkiln cold", a, scratch / "cache-a", remote=False)]
+    rows.append(kiln.build("torchkiln no-op", a, scratch / "cache-a", remote=False))
+    hand = ByHand(tree, jobs, None)
+    rows.append(
+        hand.build(
+            "by hand warm (quick form: torchkiln's build venv, its cache)",
+            a / "work" / "venv" / "bin" / "python",
+            scratch / "hand",
+            scratch / "cache-hand",
+            remote=False,
+        )
+    )
+    return rows
+
+
+def ratios(rows: list[dict[str, Any]]) -> None:
+    """``x floor`` of every row; the torchkiln new machine's also against the by-hand new machine's."""
+    floor = next((r["seconds"] for r in rows if r["name"].startswith("by hand warm")), None)
+    new = next((r["seconds"] for r in rows if r["name"].startswith("by hand new machine")), None)
+    for r in rows:
+        r["ratio_to_floor"] = round(r["seconds"] / floor, 2) if floor else None
+        if new and r["name"].startswith("torchkiln new machine"):
+            r["ratio_to_by_hand_new_machine"] = round(r["seconds"] / new, 2)
+
+
+def print_table(rows: list[dict[str, Any]], title: str) -> None:
+    table = Table(
+        "run",
+        "wall (s)",
+        "x floor",
+        "compile (s)",
+        "around (s)",
+        "steps' own (s)",
+        "unaccounted (s)",
+        "hits",
+        "wheel",
+        title=title,
+    )
+    for r in rows:
+        ratio = "-" if r.get("ratio_to_floor") is None else f"{r['ratio_to_floor']:.2f}"
+        if "ratio_to_by_hand_new_machine" in r:
+            ratio += f" ({r['ratio_to_by_hand_new_machine']:.2f} x by hand)"
+        table.add_row(
+            r["name"],
+            f"{r['seconds']:.2f}",
+            ratio,
+            f"{r['compile_s']:.2f}",
+            f"{r['around_compile_s']:.2f}",
+            f"{r.get('steps_overhead_s', 0.0):.2f}",
+            f"{r['unaccounted_s']:.2f}",
+            hits_text(r.get("stats")),
+            str(r.get("wheel_sha256", "-"))[:12],
+        )
+    WIDE.print(table)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
+    parser.add_argument("--tree", choices=TREES, default="vision_like", help="(vision_like)")
+    parser.add_argument("--quick", action="store_true", help="CI's form: the stand-in's 4 units, 3 rows")
     parser.add_argument("--jobs", type=int, default=2, help="MAX_JOBS for every build (2)")
     parser.add_argument("--scratch", type=Path, default=None, help="where the trees and caches go")
     parser.add_argument("--results", type=Path, default=None, help="results JSON (bench/results/...)")
     args = parser.parse_args(argv)
-    require("ccache", "redis-server", "ninja", "python3.11")
+    if args.quick and args.tree != "vision_like":
+        parser.error("--quick builds the stand-in tree (vision_like)")
+    require("ccache", "ninja", "python3.11", *([] if args.quick else ["redis-server"]))
+    compileall.compile_dir(ROOT / "src" / "torchkiln", quiet=1)  # as an install does: see the docstring
     scratch = Path(tempfile.mkdtemp(prefix="kiln-rebuild-", dir=args.scratch))
     started = dt.datetime.now(dt.UTC)
-    rows: list[dict[str, Any]] = []
-    (scratch / "redis").mkdir()
-    redis = RedisServer(scratch / "redis")
+    tree = real_vision(scratch) if args.tree == "torchvision-0.21" else stand_in(args.quick)
+    load = loadavg()
     try:
-        console.print("[bold]by hand[/bold] (the floor)")
-        rows += by_hand(scratch / "hand", args.jobs)
-        kiln = Torchkiln(scratch, redis.url, args.jobs)
-        a = fresh_builder(scratch / "a")
-        console.print("[bold]torchkiln[/bold], builder A")
-        rows.append(kiln.build("torchkiln cold (fills local + Redis)", a, scratch / "cache-a", remote=True))
-        rows.append(kiln.build("torchkiln no-op", a, scratch / "cache-a", remote=True))
-        rows.append(kiln.build("torchkiln --force", a, scratch / "cache-a", remote=True, force=True))
-        rows.append(kiln.build("torchkiln no-op after --force", a, scratch / "cache-a", remote=True))
-        rows.append(
-            kiln.build(
-                "torchkiln warm local, fresh workdir, same path",
-                fresh_builder(a),
-                scratch / "cache-a",
-                remote=False,
-            )
+        if args.quick:
+            rows = quick_rows(tree, scratch, args.jobs)
+        else:
+            servers = []
+            try:
+                for name in ("redis-hand", "redis-kiln"):
+                    (scratch / name).mkdir()
+                    servers.append(RedisServer(scratch / name))
+                rows = full_rows(tree, scratch, (servers[0].url, servers[1].url), args.jobs)
+            finally:
+                for server in servers:
+                    server.stop()
+        ratios(rows)
+        results = {
+            "benchmark": "rebuild",
+            "started": started.isoformat(timespec="seconds"),
+            "host": {
+                "machine": platform.machine(),
+                "cpus": os.cpu_count(),
+                "python": platform.python_version(),
+            },
+            "load": {"start": load, "end": loadavg()},
+            "jobs": args.jobs,
+            "tree": tree.description,
+            "quick": args.quick,
+            "torch": TORCH,
+            "command": " ".join(
+                ["python", "bench/rebuild.py", *(argv if argv is not None else sys.argv[1:])]
+            ),
+            "rows": rows,
+        }
+        name = (
+            f"rebuild-{tree.name}{'-quick' if args.quick else ''}-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
         )
-        rows.append(
-            kiln.build(
-                "torchkiln warm remote, empty local, same path",
-                fresh_builder(a),
-                scratch / "cache-b",
-                remote=True,
-            )
-        )
-        b = fresh_builder(scratch / "elsewhere" / "deeper" / "b")
-        rows.append(
-            kiln.build("second builder, other path, warm local", b, scratch / "cache-a", remote=False)
-        )
-        c = fresh_builder(scratch / "x" / "c")
-        rows.append(
-            kiln.build("second builder, other path, warm remote", c, scratch / "cache-c", remote=True)
-        )
-        d = fresh_builder(scratch / "y" / "d")
-        rows.append(
-            kiln.build(
-                "new machine: other path, warm remote, empty local cache, empty env store",
-                d,
-                scratch / "cache-d",
-                remote=True,
-                env_store="envs-new-machine",
-            )
-        )
+        out = args.results or ROOT / "bench" / "results" / name
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(results, indent=2) + "\n")
+        print_table(rows, f"rebuild: {tree.description} (load {load} at the start)")
+        console.print(f"results: {out}")
     finally:
-        redis.stop()
-    floor = next(r["seconds"] for r in rows if r["name"].startswith("by hand warm"))
-    for r in rows:
-        r["ratio_to_floor"] = round(r["seconds"] / floor, 2)
-    results = {
-        "benchmark": "rebuild",
-        "started": started.isoformat(timespec="seconds"),
-        "host": {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version()},
-        "jobs": args.jobs,
-        "tree": "tests/data/vision_like (44 translation units, 2 extensions)",
-        "command": " ".join(["python", "bench/rebuild.py", *(argv if argv is not None else sys.argv[1:])]),
-        "rows": rows,
-    }
-    out = args.results or ROOT / "bench" / "results" / f"rebuild-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
-    table = Table("run", "wall (s)", "x floor", "compile (s)", "around (s)", "hits", "wheel", title="rebuild")
-    for r in rows:
-        table.add_row(
-            r["name"],
-            f"{r['seconds']:.1f}",
-            f"{r['ratio_to_floor']:.2f}",
-            str(r.get("compile_s", "-")),
-            str(r.get("around_compile_s", "-")),
-            hits_text(r.get("stats")),
-            str(r.get("wheel_sha256", "-"))[:12],
-        )
-    console.print(table)
-    console.print(f"results: {out}")
-    shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
     return 0
 
 

@@ -35,6 +35,7 @@ import pytest
 from imagekit import need
 from kiln_with_torch import with_torch
 from memcg import MemCgroup, memory_cgroup
+from modulekit import heavy, imported
 from rich.console import Console
 
 from torchkiln.artifacts.dist import PARTIAL_MARK
@@ -274,6 +275,23 @@ def test_rerun_with_nothing_changed_skips_everything(cold) -> None:
         "what built the wheels, recorded when they were built"
     )
     assert "unchanged, skipped" in cold["second_out"]
+
+
+def test_a_no_op_imports_no_sbom_signing_or_image_machinery(world, cold) -> None:
+    """Issue 38 item 3: the same build from the command line, in a fresh interpreter, runs nothing and
+    imports none of the SBOM, signing or image modules (the manifest and lock are written; the SBOM on
+    disk still says what it would)."""
+    s = cold["s"]
+    argv = ["build", str(world["recipe"]), "--workdir", str(s["work"]), "--dist", str(s["dist"])]
+    argv += ["--source-dir", f"torch={s['src']}", "--only", "torch", "--cache", "ccache"]
+    argv += ["--cache-dir", str(s["ccache"]), "--jobs", "2", "--skip-checks", "--no-preflight"]
+    argv += ["--env-store", "off"]
+    sbom = s["dist"] / WHEEL.replace(".whl", ".cdx.json")
+    before = sbom.read_bytes()
+    code, modules, output = imported(argv, module="kiln_with_torch")
+    assert code == 0 and "(0 step(s) ran" in output, output
+    assert "torchkiln.build.loop" in modules and heavy(modules) == [], heavy(modules)
+    assert sbom.read_bytes() == before, "the SBOM still describes the same wheel: kept as it was"
 
 
 def test_changed_recipe_field_rebuilds_only_what_reads_it(world, cold) -> None:

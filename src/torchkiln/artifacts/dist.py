@@ -25,6 +25,13 @@ from .manifest import Manifest, load_manifest
 __all__ = ["PARTIAL_MARK", "clean_partials", "publish", "read_published", "remove_superseded", "wheels_in"]
 
 MANIFEST_NAME = "manifest.json"
+# The signed provenance statement of a recipe's build (torchkiln.artifacts.provenance): named here so that a
+# build without a key finds an earlier statement without importing the signing machinery.
+STATEMENT_SUFFIX = ".intoto.jsonl"
+
+
+def statement_name(recipe_name: str) -> str:
+    return f"{recipe_name}{STATEMENT_SUFFIX}"
 
 
 def publish(source: Path, dist: Path) -> Path:

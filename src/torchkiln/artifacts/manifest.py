@@ -118,6 +118,10 @@ class StepRecord:
     last_run_s: float | None = None  # seconds of the step's last real run (this one, or an earlier)
     # compile steps: each time this run resumed the step with fewer jobs after compiles died for memory
     memory_retries: list[MemoryRetry] = field(default_factory=list)
+    # torchkiln's own time for the step beyond its command (duration_s) in this run: deciding it is unchanged
+    # (hashing what it reads), preparing it, probing the tools it used, hashing what it wrote, recording it,
+    # keeping its venv in the environment store (issue 38: no time the steps do not account for)
+    overhead_s: float = 0.0
 
 
 @dataclass(frozen=True)

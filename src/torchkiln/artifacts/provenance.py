@@ -38,6 +38,8 @@ from torchkiln.files import atomic
 from torchkiln.files.digests import file_sha256
 
 from . import wheelfile
+from .dist import STATEMENT_SUFFIX
+from .dist import statement_name as statement_name  # named in .dist (no signing needed to find one)
 from .intoto import PREDICATE_TYPE as PREDICATE_TYPE
 from .intoto import STATEMENT_TYPE as STATEMENT_TYPE
 from .intoto import read_statement_data
@@ -49,11 +51,7 @@ from .signing import Envelope, PrivateKey, sign
 DOCS = "https://github.com/torchkiln/torchkiln/blob/main/docs/supply-chain.md"
 BUILD_TYPE = f"{DOCS}#build-type-wheels-v1"
 BUILDER_ID = f"{DOCS}#builder-local"
-SUFFIX = ".intoto.jsonl"
-
-
-def statement_name(recipe_name: str) -> str:
-    return f"{recipe_name}{SUFFIX}"
+SUFFIX = STATEMENT_SUFFIX
 
 
 @dataclass(frozen=True)

@@ -15,21 +15,13 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
 from torchkiln.artifacts.manifest import Checks, MemoryRetry, StepRecord
 from torchkiln.artifacts.portability import Portability
-from torchkiln.artifacts.signing import PrivateKey
 from torchkiln.cache import CacheSession, CacheStats, open_session
-from torchkiln.distributed.client import (
-    PreparedDist,
-    default_toolchain_dir,
-    dist_jobs,
-    finish_client,
-    prepare_client,
-)
 from torchkiln.distributed.stats import DistStats
 from torchkiln.errors import TorchkilnError, space_on
 from torchkiln.plan.model import Plan, Step
@@ -41,6 +33,10 @@ from .envstore import EnvStore
 from .fingerprint import State
 from .progress import format_duration
 from .sandbox import Isolating, server_sandbox
+
+if TYPE_CHECKING:  # the signing machinery is imported only by a build given a key
+    from torchkiln.artifacts.signing import PrivateKey
+    from torchkiln.distributed.client import PreparedDist  # the client only by a build with a scheduler
 
 TAIL_LINES = 25
 
@@ -168,6 +164,12 @@ class Context:
         spec = self.plan.dist
         if spec is None:
             return
+        from torchkiln.distributed.client import (  # noqa: PLC0415 - only a build with a scheduler
+            default_toolchain_dir,
+            dist_jobs,
+            prepare_client,
+        )
+
         run_dir = Path(tempfile.mkdtemp(prefix="torchkiln-dist-"))  # 0700: the token lands in it
         self.dist = prepare_client(
             spec,
@@ -216,6 +218,8 @@ class Context:
     def _finish_dist(self) -> None:
         """The client config (and the token in it) removed once the server that read it has stopped."""
         assert self.dist is not None
+        from torchkiln.distributed.client import finish_client  # noqa: PLC0415 - see _prepare_dist
+
         finish_client(self.dist)
         if self.dist.conf_path is not None:
             shutil.rmtree(self.dist.conf_path.parent, ignore_errors=True)

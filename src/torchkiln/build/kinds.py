@@ -62,8 +62,8 @@ from torchkiln.errors import (
     describe_os_error,
     few,
 )
-from torchkiln.host.toolchain import collect
 from torchkiln.plan.model import Source, Step
+from torchkiln.plan.records import Records
 from torchkiln.process import runner
 from torchkiln.process.environ import compose
 from torchkiln.source.git import (
@@ -76,8 +76,6 @@ from torchkiln.source.git import (
 )
 from torchkiln.source.submodules import FIX as SUBMODULE_FIX
 from torchkiln.source.submodules import missing_submodules
-from torchkiln.verify.buildconfig import postbuild_checks
-from torchkiln.verify.facts import BuildFacts
 
 from . import portable
 from .context import Context, Ran, failure_message
@@ -99,9 +97,10 @@ from .pythons import bring_in, torch_in_place
 from .reconfigure import reconfigure
 from .sandbox import isolated, probing
 from .sandbox import record as isolation_record
+from .toolchain_records import remembered_toolchain
 from .treeguard import (
     Observed,
-    Records,
+    OutputRecords,
     check_source,
     compile_steps,
     foreign,
@@ -280,6 +279,9 @@ class StepKind:
         chain = ctx.plan.venv_steps(step.venv)
         position = chain.index(step.name)
         previous = ctx.env_keys.get(chain[position - 1]) if position else ""
+        if not position and step.clones:  # a clone holds what the venv it clones held: that venv's key
+            cloned = ctx.plan.venv_steps(step.clones)
+            previous = ctx.env_keys.get(cloned[-1]) if cloned else ""
         if previous is None:
             return None
         local = _localizer(ctx)
@@ -305,7 +307,12 @@ class StepKind:
             return None
         try:
             found = ctx.env_store.restore(key, Path(step.venv), kept_files(step), clone=False)
-            if found is None or replaced():
+            if found is None:
+                # a step whose venv is not kept (Step.stored): the next step's entry, when the store has
+                # it, replaces the venv: nothing to restore for this one
+                unkept = not step.stored and not kept_files(step) and replaced()
+                return Restored({}, 0.0, ctx.env_store.root, "", cloned=False) if unkept else None
+            if replaced():
                 return found
             return ctx.env_store.clone(found, Path(step.venv))
         except OSError as exc:
@@ -334,7 +341,7 @@ class StepKind:
         may hold what no key says, a hand-made ``pip install``), and no later step on the same venv has run
         before in this work directory (the venv would hold more than this step's key says). A store that
         cannot be written costs the next work directory a rebuild, never this build: one note."""
-        if key is None or ctx.env_store is None or step.venv is None:
+        if key is None or ctx.env_store is None or step.venv is None or not step.stored:
             return
         chain = ctx.plan.venv_steps(step.venv)
         made_now = step.name == chain[0] or any(
@@ -517,12 +524,12 @@ class CompileKind(StepKind):
 
     def _record_tree(self, step: Step, ctx: Context) -> None:
         """After the compile (also one that failed or was stopped, whose partial outputs are in the tree):
-        what it created or changed in the tree, recorded as its own (torchkiln.build.treeguard.Records)."""
+        what it created or changed in the tree, recorded as its own (torchkiln.build.treeguard.OutputRecords)."""
         source, before = _source_of(step, ctx), self._tree.pop(step.name, None)
         if source is None or before is None:
             return
         after = observe(source.path, skipped(ctx.plan))
-        Records(ctx.plan.paths.workdir).save(step.name, written(before[0], after, before[1]))
+        OutputRecords(ctx.plan.paths.workdir).save(step.name, written(before[0], after, before[1]))
         self._after[step.name] = after
 
     def layers(self, step: Step, ctx: Context) -> tuple[Mapping[str, str], ...]:
@@ -580,10 +587,12 @@ class CompileKind(StepKind):
         out = super().outputs(step, ran, ctx)
         session = ctx.open_cache(step)
         env = compose(ctx.environ, step.env, session.public_env, path_prepend=step.path_prepend)
-        with probing(step, ctx, env):  # the venv's python, cmake, ninja: in the step's sandbox
-            toolchain = collect(
+        with probing(step, ctx, env):  # the venv's python, cmake, ninja: in the step's sandbox (when probed)
+            toolchain = remembered_toolchain(
                 env,
                 Path(step.argv[0]),  # the build venv's python: the step's own Python's
+                Records.for_build(ctx.plan.paths.workdir, ctx.plan.env_store),
+                workdir=ctx.plan.paths.workdir,
                 cuda=ctx.plan.recipe.accelerator.is_cuda,
                 cache_tool=session.config.kind if session.config.enabled else None,
             )
@@ -837,6 +846,10 @@ def _compare_with_recipe(
     mismatch stops the build before anything is published."""
     if facts_doc is None:
         raise BuildFailed(f"{step.name} printed no build facts (full log: {log})", step=step.name)
+    # the verification support only where a check's facts are compared (not in a --skip-checks build)
+    from torchkiln.verify.buildconfig import postbuild_checks  # noqa: PLC0415
+    from torchkiln.verify.facts import BuildFacts  # noqa: PLC0415
+
     facts = BuildFacts.from_dict(facts_doc)
     # The commit each project was built from (its checkout's HEAD), for a recipe that pins none.
     commits = {s.name: head_commit(s.path) for s in ctx.plan.sources if is_git_checkout(s.path)}

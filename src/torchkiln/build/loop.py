@@ -24,15 +24,15 @@ import datetime as dt
 import functools
 import os
 import signal
+import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
 from torchkiln.artifacts.manifest import StepRecord
-from torchkiln.artifacts.signing import PrivateKey
 from torchkiln.errors import BuildFailed, ConfigureMismatch, Interrupted, TorchkilnError, name_path
 from torchkiln.files.atomic import clean_partials
 from torchkiln.plan.model import Plan, Step
@@ -44,6 +44,9 @@ from .envstore import EnvStore
 from .fingerprint import State, digest, result_identity, step_fingerprint
 from .kinds import KINDS, kept_files
 from .workdir import STATE_NAME, check_dist, holding_lock, repair_layout
+
+if TYPE_CHECKING:  # the signing machinery is imported only by a build given a key
+    from torchkiln.artifacts.signing import PrivateKey
 
 __all__ = [
     "BuildFailed",
@@ -115,30 +118,52 @@ def _run_steps(ctx: Context) -> None:
         if kind.optional and ctx.options.skip_checks:
             fingerprints[step.name] = digest({"skipped": step.name})
             continue
-        ctx.display.start_step(index + 1, len(plan.steps), step)
-        if kind.always_runs:
-            ran = kind.execute(step, ctx)
-            ctx.records.append(StepRecord(step.name, step.kind, step.project, ran.status, ran.seconds, None))
-            ctx.display.end_step(step, ran.status, ran.seconds)
-            continue
-        deps = [fingerprints[plan.steps[i].name] for i in plan.dependencies(index)]
-        inputs = ctx.lookahead_inputs.pop(step.name, None)
-        if inputs is None:
-            inputs = kind.inputs(step, ctx)
-        fingerprint = step_fingerprint(step.argv, step.shown_env, step.cwd, inputs, deps)
-        key = kind.store_key(step, ctx, inputs)
-        if key is not None:
-            ctx.env_keys[step.name] = key
-        forced = ctx.options.force and kind.forced
-        identity = None if forced else _unchanged(ctx, step, fingerprint)
-        if identity is None:  # it runs or is restored: its earlier record is gone, its venv made again
-            ctx.state.forget(step.name)
-            if step.venv is not None:
-                ctx.remade_venvs.add(step.venv)
-            identity = (None if forced else _reused(ctx, step, index, fingerprint, key)) or _ran(
-                ctx, step, fingerprint, deps, key
-            )
-        fingerprints[step.name] = identity
+        with _overhead(ctx, step):
+            ctx.display.start_step(index + 1, len(plan.steps), step)
+            if kind.always_runs:
+                ran = kind.execute(step, ctx)
+                record = StepRecord(step.name, step.kind, step.project, ran.status, ran.seconds, None)
+                ctx.records.append(record)
+                ctx.display.end_step(step, ran.status, ran.seconds)
+                continue
+            fingerprints[step.name] = _one_step(ctx, step, index, fingerprints)
+
+
+@contextlib.contextmanager
+def _overhead(ctx: Context, step: Step) -> Iterator[None]:
+    """The step's record gets torchkiln's own time for it: the whole time spent on it, less its command's
+    (``duration_s``): what a run spends that no step accounts for is then its start and its end alone."""
+    started = time.monotonic()
+    try:
+        yield
+    finally:
+        if ctx.records and ctx.records[-1].name == step.name:
+            record = ctx.records[-1]
+            spent = time.monotonic() - started
+            ctx.records[-1] = replace(record, overhead_s=round(max(0.0, spent - record.duration_s), 3))
+
+
+def _one_step(ctx: Context, step: Step, index: int, fingerprints: Mapping[str, str]) -> str:
+    """One step that has a fingerprint: skipped, reused or run; its result identity."""
+    plan, kind = ctx.plan, KINDS[step.kind]
+    deps = [fingerprints[plan.steps[i].name] for i in plan.dependencies(index)]
+    inputs = ctx.lookahead_inputs.pop(step.name, None)
+    if inputs is None:
+        inputs = kind.inputs(step, ctx)
+    fingerprint = step_fingerprint(step.argv, step.shown_env, step.cwd, inputs, deps)
+    key = kind.store_key(step, ctx, inputs)
+    if key is not None:
+        ctx.env_keys[step.name] = key
+    forced = ctx.options.force and kind.forced
+    identity = None if forced else _unchanged(ctx, step, fingerprint)
+    if identity is None:  # it runs or is restored: its earlier record is gone, its venv made again
+        ctx.state.forget(step.name)
+        if step.venv is not None:
+            ctx.remade_venvs.add(step.venv)
+        identity = (None if forced else _reused(ctx, step, index, fingerprint, key)) or _ran(
+            ctx, step, fingerprint, deps, key
+        )
+    return identity
 
 
 def _unchanged(ctx: Context, step: Step, fingerprint: str) -> str | None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from torchkiln import __version__
-from torchkiln.artifacts import dist, jsonfile, provenance, sbom
+from torchkiln.artifacts import dist, jsonfile
 from torchkiln.artifacts.lockfile import SourceLock, write_lock
 from torchkiln.artifacts.manifest import (
     MANIFEST_FORMAT,
@@ -38,6 +38,7 @@ from torchkiln.artifacts.manifest import (
 from torchkiln.cache import CacheStats, enforce_min_hit_rate
 from torchkiln.errors import BuildFailed
 from torchkiln.host.toolchain import Tool, Toolchain, tool_version
+from torchkiln.plan.records import Records
 from torchkiln.source.exact import Difference, changes, describe
 from torchkiln.source.git import dirty_checkout, is_git_checkout, lock_source
 
@@ -46,6 +47,7 @@ from .buildreqs import read_constraints
 from .context import Context, Published
 from .fingerprint import file_sha256
 from .sandbox import summary as isolation_summary
+from .sboms import publish_sboms
 from .treeguard import foreign, observe, owned_in, skipped
 
 
@@ -61,7 +63,9 @@ def publish(ctx: Context) -> bool:
     wheels, changed = _publish_wheels(ctx)
     for stale in dist.remove_superseded(paths.dist, [w for w, _, _ in wheels]):
         ctx.display.note(f"removed superseded wheel {stale}")
-        (paths.dist / sbom.sbom_name(stale.name)).unlink(missing_ok=True)
+        from torchkiln.artifacts.sbom import sbom_name  # noqa: PLC0415 - CycloneDX only where needed
+
+        (paths.dist / sbom_name(stale.name)).unlink(missing_ok=True)
         changed = True
     recipe = ctx.plan.recipe
     lock_path = paths.dist / f"{recipe.name}.lock.json"
@@ -70,7 +74,7 @@ def publish(ctx: Context) -> bool:
     found = [WheelRecord.of(w, p, python) for w, p, python in wheels]
     manifest = _manifest(ctx, locks, portable.attach(ctx, wheels, found))  # with each wheel's portability
     write_manifest(manifest_path, manifest)
-    sboms = sbom.write_wheel_sboms(paths.dist, manifest, recipe)
+    sboms = publish_sboms(paths.dist, manifest, recipe, Records.for_build(paths.workdir, ctx.plan.env_store))
     statement = _attest(ctx, manifest, [manifest_path, lock_path, *sboms])
     ctx.published = Published([w for w, _, _ in wheels], manifest_path, lock_path, sboms, statement)
     return changed
@@ -78,12 +82,14 @@ def publish(ctx: Context) -> bool:
 
 def _attest(ctx: Context, manifest: Manifest, byproducts: list[Path]) -> Path | None:
     """The signed statement of this build (None without a key: an earlier one is removed)."""
-    path = ctx.plan.paths.dist / provenance.statement_name(ctx.plan.recipe.name)
+    path = ctx.plan.paths.dist / dist.statement_name(ctx.plan.recipe.name)
     if ctx.options.sign_key is None:
         if path.exists():
             path.unlink()
             ctx.display.note(f"removed {path}: no signing key given, and it described an earlier build")
         return None
+    from torchkiln.artifacts import provenance  # noqa: PLC0415 - the signing machinery: a signed build's
+
     data = provenance.statement(manifest, parameters=_parameters(ctx), byproducts=byproducts)
     provenance.write_signed(path, data, ctx.options.sign_key)
     return path

@@ -57,7 +57,7 @@ def observe(tree: Path, skip: Collection[Path] = ()) -> Observed:
     return Observed(False, stats(tree, tree_paths(tree, skip=skip)))
 
 
-class Records:
+class OutputRecords:
     """``<workdir>/tree-outputs/<step>.json``: per compile step, the paths it wrote into its tree with their
     stat (``null``: it removed the path)."""
 
@@ -109,7 +109,7 @@ def compile_steps(plan: Plan, project: str) -> list[Step]:
 
 def owned_in(plan: Plan, project: str) -> dict[str, set[Stat]]:
     """What the compiles of ``project`` recorded writing into its tree, in ``plan``'s work directory."""
-    return Records(plan.paths.workdir).owned(project, compile_steps(plan, project))
+    return OutputRecords(plan.paths.workdir).owned(project, compile_steps(plan, project))
 
 
 def own_paths(observed: Observed, owned: Mapping[str, set[Stat]]) -> set[str]:

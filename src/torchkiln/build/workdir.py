@@ -27,6 +27,7 @@ from typing import Literal
 from torchkiln.artifacts.dist import MANIFEST_NAME
 from torchkiln.errors import TorchkilnError, describe_os_error, name_path
 from torchkiln.files.atomic import clean_partials
+from torchkiln.plan.records import PROBES_DIR
 
 LOCK_NAME = "build.lock"
 STATE_NAME = "state.json"
@@ -41,6 +42,7 @@ LAYOUT: dict[str, Literal["file", "dir"]] = {
     "launchers": "dir",
     "tree-outputs": "dir",  # what each compile step wrote into its source tree (torchkiln.build.treeguard)
     "portability.json": "file",  # the publish step's portability records of unchecked wheels (build.portable)
+    PROBES_DIR: "dir",  # what the host answered, by key (torchkiln.plan.records)
 }
 
 Note = Callable[[str], None]

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import base64
 import socket
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 
 from torchkiln.process.secrets import redact
@@ -61,6 +59,9 @@ def _check_redis(remote: Remote, user: str | None, password: str | None, shown: 
 
 
 def _check_http(remote: Remote, user: str | None, password: str | None, shown: str) -> str | None:
+    import urllib.error  # noqa: PLC0415 - only for an HTTP store (a no-op rebuild probes none)
+    import urllib.request  # noqa: PLC0415
+
     scheme = remote.scheme.removeprefix("webdav+")
     request = urllib.request.Request(f"{scheme}://{remote.netloc}{remote.path or '/'}", method="HEAD")
     if password is not None:

@@ -15,11 +15,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from torchkiln.artifacts.signing import load_signing_key
 from torchkiln.build.loop import BuildOptions, run_build
 from torchkiln.build.progress import format_duration
-from torchkiln.errors import UsageError
-from torchkiln.plan.preflight import require
+from torchkiln.errors import BuildFailed, UsageError
+from torchkiln.plan.model import Plan
+from torchkiln.plan.preflight_records import diagnose, require_remembered
+from torchkiln.plan.records import Records
 from torchkiln.process.secrets import take
 
 from .plan import add_plan_arguments, plan_from_args
@@ -107,7 +108,11 @@ def run(args: argparse.Namespace) -> int:
     _absolute(args)
     # The key first: a build told to sign must not run for hours and then find it cannot. Read once: its
     # variable leaves this process's environment (artifacts.signing), its file every build step's view.
-    sign_key = load_signing_key(file=args.sign_key_file, env_name=args.sign_key_env)
+    sign_key = None
+    if args.sign_key_file is not None or args.sign_key_env is not None:
+        from torchkiln.artifacts.signing import load_signing_key  # noqa: PLC0415 - only a signed build
+
+        sign_key = load_signing_key(file=args.sign_key_file, env_name=args.sign_key_env)
     secret_files = (str(Path(args.sign_key_file).expanduser().absolute()),) if args.sign_key_file else ()
     plan = plan_from_args(args, "build")
     # The cache's and the cluster's credential variables too: the build holds them, no process inherits them.
@@ -116,30 +121,36 @@ def run(args: argparse.Namespace) -> int:
     if plan.paths.dist.resolve() == plan.paths.workdir.resolve():
         raise UsageError("--dist and --workdir must be different directories")
     # Before the first step: a build that cannot succeed is refused with every reason, nothing fetched.
+    # What the host answered before is read back while nothing it depends on changed
+    # (torchkiln.plan.preflight_records); a failed step has every check asked afresh (_diagnosed).
+    records = Records.for_build(plan.paths.workdir, plan.env_store)
     if args.no_preflight:
         plan = dataclasses.replace(plan, notes=(*plan.notes, "--no-preflight: the host was not checked"))
     else:
-        require(plan, environ)
+        require_remembered(plan, records, environ)
     console = Console(highlight=False)
     r = plan.recipe
     console.print(
         f"[bold]torchkiln build[/bold] {r.name}: {', '.join(plan.projects)} "
         f"(MAX_JOBS={plan.jobs.value}, cache {plan.cache.kind}, logs in {plan.paths.logs}/latest)"
     )
-    result = run_build(
-        plan,
-        BuildOptions(
-            force=args.force,
-            skip_checks=args.skip_checks,
-            min_hit_rate=args.min_cache_hit_rate,
-            allow_dirty=args.allow_dirty,
-            console=console,
-            environ=environ,
-            sign_key=sign_key,
-            secret_files=secret_files,
-            isolation=not args.no_sandbox,
-        ),
+    options = BuildOptions(
+        force=args.force,
+        skip_checks=args.skip_checks,
+        min_hit_rate=args.min_cache_hit_rate,
+        allow_dirty=args.allow_dirty,
+        console=console,
+        environ=environ,
+        sign_key=sign_key,
+        secret_files=secret_files,
+        isolation=not args.no_sandbox,
     )
+    try:
+        result = run_build(plan, options)
+    except BuildFailed as exc:
+        if args.no_preflight:
+            raise
+        raise _diagnosed(exc, plan, records, environ) from None
     total = sum(s.duration_s for s in result.steps)
     ran = len(result.ran)
     reused = sum(1 for s in result.steps if s.status == "reused")
@@ -154,3 +165,21 @@ def run(args: argparse.Namespace) -> int:
     for path in [*result.sboms, *([result.provenance] if result.provenance else [])]:
         console.print(f"  {path}")
     return 0
+
+
+def _diagnosed(failure: BuildFailed, plan: Plan, records: Records, environ: dict[str, str]) -> BuildFailed:
+    """A failed step with the full preflight asked afresh: what a kept answer could not see (a compiler that
+    broke without changing its file, a header removed) is named with the failure. The failure itself when
+    the host checks still pass."""
+    findings = diagnose(plan, records, environ)
+    if not findings:
+        return failure
+    lines = "\n".join(str(f) for f in findings)
+    error = type(failure)(
+        f"{failure}\npreflight, asked afresh after this failure, finds {len(findings)} problem(s) of this "
+        f"host:\n{lines}",
+        step=failure.step,
+        log=failure.log,
+    )
+    error.exit_code = failure.exit_code
+    return error

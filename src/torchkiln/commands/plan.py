@@ -21,6 +21,7 @@ from torchkiln.plan.labels import require_labels
 from torchkiln.plan.make import make_plan
 from torchkiln.plan.model import PROJECTS, Plan
 from torchkiln.plan.preflight import adopt_source_versions, adopted_rule_problems
+from torchkiln.plan.records import Records
 from torchkiln.recipe.loader import load_recipe, path_problem, plain_string, resolve_recipe_path
 from torchkiln.recipe.model import Recipe
 from torchkiln.recipe.rules import remote_secret
@@ -195,6 +196,9 @@ def env_store_from_args(args: argparse.Namespace, environ: Mapping[str, str] | N
 
 
 def plan_from_args(args: argparse.Namespace, command: str = "plan") -> Plan:
+    """The plan of ``torchkiln plan|check|build``. ``--torch``'s resolution reads what an earlier run found
+    (torchkiln.plan.records: the same requirement, index configuration and wheel) for ``plan`` and
+    ``build``, and only ``build`` records it; ``check``, the diagnosis, asks pip every time."""
     recipe = recipe_from_args(args, command)
     check_cache_arguments(
         args, credentials=bool(recipe.cache.credentials_env or recipe.cache.credentials_file)
@@ -214,7 +218,11 @@ def plan_from_args(args: argparse.Namespace, command: str = "plan") -> Plan:
         # install-torch's pip looks in these too (plan.make._install_torch_step): so does the resolution
         wheelhouse = Path(args.workdir).absolute() / "wheelhouse" / "torch"
         find_links = (wheelhouse, Path(args.dist).absolute())
-        torch = resolve_given_torch(args.given_torch, recipe, args.only, find_links)
+        records = None
+        if command != "check":
+            store = env_store_from_args(args)
+            records = Records.for_build(Path(args.workdir).absolute(), store, write=command == "build")
+        torch = resolve_given_torch(args.given_torch, recipe, args.only, find_links, records)
     plan = make_plan(
         recipe,
         workdir=args.workdir,

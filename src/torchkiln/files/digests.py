@@ -17,13 +17,28 @@ from typing import Any
 IGNORED_DIRS = frozenset({".git"})
 
 
+# sha256 by (device, inode, size, mtime, ctime) in this process: a build reads the same wheels several times
+# (a step's inputs, the next step's, the check's, publish), 0.2 to 2.5 GB each for torch. ctime changes with
+# any write to the file and cannot be set back (os.utime sets it to now), so a file whose bytes changed is
+# never answered from here, whatever its mtime says.
+_KNOWN: dict[tuple[int, int, int, int, int], str] = {}
+
+
 def file_sha256(path: Path) -> str:
-    """Hex sha256 of a file's bytes, read in 1 MiB blocks."""
-    h = hashlib.sha256()
+    """Hex sha256 of a file's bytes, read in 1 MiB blocks (once per file version in a process)."""
     with path.open("rb") as handle:
+        st = os.fstat(handle.fileno())
+        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        known = _KNOWN.get(key)
+        if known is not None:
+            return known
+        h = hashlib.sha256()
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             h.update(chunk)
-    return h.hexdigest()
+    if len(_KNOWN) > 4096:
+        _KNOWN.clear()
+    _KNOWN[key] = found = h.hexdigest()
+    return found
 
 
 def digest(data: Any) -> str:

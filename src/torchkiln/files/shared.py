@@ -76,12 +76,15 @@ def share_identical(
     links to ``tree``'s (the venv ``tree`` was cloned from): each is linked to the object too, or the space
     would stay taken there. Returns what was shared with files that were there before."""
     files = saved = 0
+    known = _object_inodes(objects)
     for directory, _dirs, names in os.walk(tree):
         for name in names:
             path = Path(directory, name)
             st = os.lstat(path)
             if not stat.S_ISREG(st.st_mode) or st.st_size < min_bytes or name.endswith(".py"):
                 continue
+            if (st.st_dev, st.st_ino) in known:
+                continue  # a link to an object already (a venv cloned from one the store holds): not hashed
             target = _object(objects, path)
             try:
                 found = os.stat(target)
@@ -112,6 +115,17 @@ def share_identical(
                     if (tw.st_ino, tw.st_dev) == (st.st_ino, st.st_dev):
                         _link_over(target, twin)
     return Shared(files, saved)
+
+
+def _object_inodes(objects: Path) -> set[tuple[int, int]]:
+    """The (device, inode) of every object: a file that is one of them needs no hashing to know it."""
+    found: set[tuple[int, int]] = set()
+    for directory, _dirs, names in os.walk(objects):
+        for name in names:
+            with contextlib.suppress(FileNotFoundError):
+                st = os.lstat(os.path.join(directory, name))
+                found.add((st.st_dev, st.st_ino))
+    return found
 
 
 def sweep(objects: Path) -> int:

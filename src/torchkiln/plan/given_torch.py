@@ -19,14 +19,19 @@ refused, naming ``--torch`` and what would do.
 
 from __future__ import annotations
 
+import configparser
+import contextlib
+import importlib.util
 import json
+import os
 import re
 import sys
 import tempfile
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from packaging.markers import UndefinedEnvironmentName
@@ -40,6 +45,8 @@ from torchkiln.files.digests import file_sha256
 from torchkiln.process import runner
 from torchkiln.recipe.compat import compat, minor, torch_release_range
 from torchkiln.recipe.model import Recipe
+
+from .records import Records, file_identity
 
 VALID = "a torch wheel file, or a requirement such as torch==2.13.0"
 RESOLVE_TIMEOUT_S = 300.0
@@ -77,7 +84,7 @@ class Found:
     wheel: str  # the wheel's file name
 
 
-def _version(text: str) -> tuple[str, Version, str]:
+def _version(text: str, records: Records | None = None) -> tuple[str, Version, str]:
     """(what pip installs, the version, how it was given) of ``--torch TEXT``; UsageError when unusable."""
     if text.endswith(".whl"):
         path = Path(text).absolute()
@@ -92,7 +99,7 @@ def _version(text: str) -> tuple[str, Version, str]:
             raise UsageError(
                 f"--torch {text!r}: {name.version!r} is not a version (valid: {VALID})"
             ) from None
-        return str(path), version, f"wheel {path.name} (sha256 {file_sha256(path)})"
+        return str(path), version, f"wheel {path.name} (sha256 {_wheel_sha256(path, records)})"
     try:
         req = Requirement(text)
     except InvalidRequirement as exc:
@@ -135,18 +142,29 @@ def _label_cuda(local: str) -> tuple[bool, str | None]:
     return (True, f"{match.group(1)}.{match.group(2)}") if match else (False, None)
 
 
+def suited_requirement(recipe: Recipe, version: Version | None = None) -> tuple[str, str]:
+    """The requirement of the torch build that suits ``recipe``'s accelerator, at ``version``'s release (the
+    recipe's torch by default), and the PyTorch index that has it: (``torch===2.13.0+cpu``,
+    ``https://download.pytorch.org/whl/cpu``). Every message that suggests a ``--torch`` requirement names
+    this one, which :func:`resolve_given_torch` accepts wherever the index offers it."""
+    release = (version or recipe.torch.version).base_version
+    cuda = recipe.accelerator.cuda
+    label = "cpu" if cuda is None else _label(f"{cuda.major}.{cuda.minor}")
+    return f"torch==={release}+{label}", f"https://download.pytorch.org/whl/{label}"
+
+
 def _valid(recipe: Recipe, version: Version) -> str:
+    requirement, index = suited_requirement(recipe, version)
     release = version.base_version
     cuda = recipe.accelerator.cuda
     if cuda is None:
         return (
-            f"a CPU build of torch {release}: torch==={release}+cpu from PyTorch's CPU index (pip "
-            "--extra-index-url https://download.pytorch.org/whl/cpu), or a CPU torch wheel file"
+            f"a CPU build of torch {release}: {requirement} from PyTorch's CPU index (pip "
+            f"--extra-index-url {index}), or a CPU torch wheel file"
         )
-    label = _label(f"{cuda.major}.{cuda.minor}")
     return (
-        f"a CUDA {cuda} build of torch {release}: torch==={release}+{label} from PyTorch's index "
-        f"https://download.pytorch.org/whl/{label}, or such a torch wheel file"
+        f"a CUDA {cuda} build of torch {release}: {requirement} from PyTorch's index {index}, or such a "
+        "torch wheel file"
     )
 
 
@@ -211,7 +229,156 @@ def read_wheel(path: Path) -> Found:
     return Found(version, cuda, how, path.name)
 
 
-def resolve_requirement(text: str, python: str, find_links: Sequence[Path] = ()) -> Found:
+def _wheel_sha256(path: Path, records: Records | None) -> str:
+    """The wheel's sha256, read back while the file is the one hashed (its identity: a torch wheel is 0.2 to
+    2.5 GB, hashed once, not on every run)."""
+    key = Records.key("torch-wheel-sha256", {"file": file_identity(path)}) if records else None
+    kept = records.get(key) if records and key else None
+    if kept is not None and isinstance(kept.get("sha256"), str):
+        return str(kept["sha256"])
+    sha = file_sha256(path)
+    if records and key:
+        records.put(key, {"sha256": sha})
+    return sha
+
+
+def _read_wheel(path: Path, records: Records | None) -> Found:
+    """:func:`read_wheel`, read back while the file is the one read."""
+    key = Records.key("torch-wheel-read", {"file": file_identity(path), "code": _code()}) if records else None
+    kept = _found(records.get(key)) if records and key else None
+    if kept is not None:
+        return kept
+    found = read_wheel(path)
+    if records and key:
+        records.put(key, _answer(found))
+    return found
+
+
+def _code() -> str | None:
+    return file_identity(__file__)
+
+
+def _answer(found: Found, url: str = "") -> dict[str, Any]:
+    answer: dict[str, Any] = {"version": str(found.version), "cuda": found.cuda, "how": found.how}
+    answer |= {"wheel": found.wheel, "url": url}
+    if url.startswith("file://"):
+        answer["file"] = file_identity(unquote(urlparse(url).path))
+    return answer
+
+
+def _found(answer: dict[str, Any] | None) -> Found | None:
+    if not answer:
+        return None
+    try:
+        return Found(Version(answer["version"]), answer["cuda"], str(answer["how"]), str(answer["wheel"]))
+    except (KeyError, TypeError, InvalidVersion):
+        return None
+
+
+# pip's configuration files (pip's docs, "Configuration"): site-wide, per user, per environment; the
+# environment's is that of the interpreter running pip (torchkiln's own).
+def _pip_config_files(environ: Mapping[str, str]) -> list[str]:
+    home = Path(environ.get("HOME", "~")).expanduser()
+    xdg_dirs = environ.get("XDG_CONFIG_DIRS") or "/etc/xdg"
+    files = [str(Path(d) / "pip" / "pip.conf") for d in xdg_dirs.split(os.pathsep) if d]
+    files += ["/etc/pip.conf", str(home / ".pip" / "pip.conf")]
+    files.append(str(Path(environ.get("XDG_CONFIG_HOME") or home / ".config") / "pip" / "pip.conf"))
+    files.append(str(Path(sys.prefix) / "pip.conf"))
+    if environ.get("PIP_CONFIG_FILE"):
+        files.append(environ["PIP_CONFIG_FILE"])
+    return files
+
+
+def _configured_find_links(environ: Mapping[str, str], files: Sequence[str]) -> list[str]:
+    """The find-links directories pip is configured with (``PIP_FIND_LINKS``, ``find-links`` of the
+    configuration files' ``[global]`` and ``[install]``), as pip splits them (whitespace)."""
+    found = environ.get("PIP_FIND_LINKS", "").split()
+    parser = configparser.RawConfigParser()
+    for path in files:
+        with contextlib.suppress(OSError, configparser.Error):
+            parser.read(path, encoding="utf-8")
+    for section in ("global", "install"):
+        if parser.has_option(section, "find-links"):
+            found += parser.get(section, "find-links").split()
+    return [unquote(urlparse(d).path) if d.startswith("file://") else d for d in found]
+
+
+def _resolution_key(text: str, python: str, find_links: Sequence[Path]) -> str:
+    """What pip's answer for ``text`` depends on: the requirement, the Python, the torch wheels in every
+    find-links directory (install-torch's and pip's configured ones: a new wheel there is a new answer),
+    pip's configuration (every ``PIP_*`` variable, every configuration file by its identity) and pip
+    itself. An index's content is not in it: :func:`_still_there` checks that the wheel is still there."""
+    environ = os.environ
+    spec = importlib.util.find_spec("pip")
+    config = _pip_config_files(environ)
+    directories = [str(d) for d in find_links] + _configured_find_links(environ, config)
+    # the torch wheels found, not the directories' names: another work directory's empty wheelhouse and
+    # dist/ are the same answer (the configured directories are in pip's configuration below)
+    torch_files = sorted(
+        {
+            (p.name, file_identity(p))
+            for d in directories
+            if Path(d).is_dir()
+            for p in Path(d).glob("torch-*.whl")
+        },
+        key=str,
+    )
+    return Records.key(
+        "torch-resolution",
+        {
+            "requirement": text,
+            "python": python,
+            "find_links": torch_files,
+            "pip_env": {k: v for k, v in sorted(environ.items()) if k.startswith("PIP_")},
+            "pip_config": {f: file_identity(f) for f in config},
+            "pip": file_identity(spec.origin) if spec and spec.origin else None,
+            "code": _code(),
+        },
+    )
+
+
+HEAD_TIMEOUT_S = 5.0
+
+
+def _still_there(answer: Mapping[str, Any]) -> bool:
+    """Whether the wheel a recorded resolution named is still where pip found it: a local file with the same
+    identity, or a URL that answers a HEAD request (any doubt: asked again)."""
+    url = str(answer.get("url", ""))
+    if url.startswith("file://"):
+        return answer.get("file") is not None and file_identity(unquote(urlparse(url).path)) == answer["file"]
+    if not url.startswith(("https://", "http://")):
+        return False
+    import ssl  # noqa: PLC0415 - only for a recorded resolution from an index over HTTP
+    import urllib.request  # noqa: PLC0415
+
+    cert = os.environ.get("PIP_CERT")
+    context = ssl.create_default_context(cafile=cert if cert and Path(cert).is_file() else None)
+    try:
+        request = urllib.request.Request(url, method="HEAD")
+        with urllib.request.urlopen(request, timeout=HEAD_TIMEOUT_S, context=context) as response:
+            return 200 <= int(response.status) < 400
+    except (OSError, ValueError):
+        return False
+
+
+def resolve_requirement(
+    text: str, python: str, find_links: Sequence[Path] = (), records: Records | None = None
+) -> Found:
+    """:func:`ask_pip`, unless ``records`` hold its answer for the same requirement, Python, find-links and
+    pip configuration, and the wheel it named is still there: a no-op rebuild does not ask the index."""
+    key = _resolution_key(text, python, find_links) if records else None
+    kept = records.get(key) if records and key else None
+    if kept is not None and _still_there(kept):
+        found = _found(kept)
+        if found is not None:
+            return found
+    found, url = ask_pip(text, python, find_links)
+    if records and key:
+        records.put(key, _answer(found, url))
+    return found
+
+
+def ask_pip(text: str, python: str, find_links: Sequence[Path] = ()) -> tuple[Found, str]:
     """What pip would install for ``text`` with the configured index, the recipe's Python and ``find_links``
     (what install-torch passes), without installing it: ``pip install --dry-run --report``. A wheel pip
     would take from a directory is read itself; one from an index is known by its metadata."""
@@ -240,32 +407,37 @@ def resolve_requirement(text: str, python: str, find_links: Sequence[Path] = ())
     url = item.get("download_info", {}).get("url", "")
     wheel = unquote(urlparse(url).path.rsplit("/", 1)[-1])
     if url.startswith("file://") and wheel.endswith(".whl"):
-        return read_wheel(Path(unquote(urlparse(url).path)))
+        return read_wheel(Path(unquote(urlparse(url).path))), url
     metadata = item.get("metadata", {})
     version = Version(metadata.get("version", "0"))
     cuda, how = _metadata_cuda(version, metadata.get("requires_dist", []))
-    return Found(version, cuda, how, wheel)
+    return Found(version, cuda, how, wheel), url
 
 
 def resolve_given_torch(
-    text: str, recipe: Recipe, only: str | None, find_links: Sequence[Path] = ()
+    text: str,
+    recipe: Recipe,
+    only: str | None,
+    find_links: Sequence[Path] = (),
+    records: Records | None = None,
 ) -> GivenTorch:
     """Check ``--torch TEXT`` against the recipe: it pairs with its torchvision, and what it really is (the
     wheel read, or what pip would install for the requirement, ``find_links`` as install-torch passes
-    them) suits its accelerator."""
+    them) suits its accelerator. ``records``: what was found before, kept by what it depends on
+    (:mod:`torchkiln.plan.records`), read back instead of asked again."""
     if only != "torchvision":
         raise UsageError("--torch: only with --only torchvision (a build of torch makes its own)")
-    install, version, given = _version(text)
+    install, version, given = _version(text, records)
     _check_pairing(text, version, recipe)
     named, cuda = _label_cuda(version.local or "")
     if named:  # torch==2.13.0+cu130 says what it is: no need to ask anyone
         asked = Found(version, cuda, f"its local version label +{version.local}", "")
         _check_accelerator(text, "the version asked for", asked, recipe)
     if install.endswith(".whl"):
-        found = read_wheel(Path(install))
+        found = _read_wheel(Path(install), records)
         subject = f"the wheel {found.wheel} (torch {found.version})"
     else:
-        found = resolve_requirement(install, recipe.python, find_links)
+        found = resolve_requirement(install, recipe.python, find_links, records)
         subject = f"pip would install torch {found.version} ({found.wheel})"
     _check_accelerator(text, subject, found, recipe)
     if install.endswith(".whl"):

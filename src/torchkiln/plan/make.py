@@ -487,17 +487,29 @@ def _check_steps(
     builder compares them with the recipe (torchkiln.verify.buildconfig, the same comparison as
     `torchkiln verify --recipe`)."""
     check_python = paths.check_venv / "bin" / "python"
+    # The build venv cloned, less what the wheels' runtime does not need (torchkiln.build.checkvenv): torch
+    # and its requirements are not installed again; the wheels the check installs are removed from it.
+    wheel_dirs = {s.project: s.wheels for s in steps if s.wheels is not None}
+    # what the checked wheels require stays in the clone too (numpy for torchvision): not installed again
+    clone: tuple[str, ...] = (sys.executable, "-m", "torchkiln.build.checkvenv", "--from", str(paths.venv))
+    clone += ("--python", f"python{python}", "--keep=torch", *(f"--drop={p}" for p in projects))
+    clone += tuple(f"--requirements-of={wheel_dirs[p]}" for p in projects)
+    clone += ("--", str(paths.check_venv))
     venv = Step(
         "checks:venv",
         "checks",
         "",
-        (f"python{python}", "-m", "venv", "--clear", "--", str(paths.check_venv)),
+        clone,
         fresh=str(paths.check_venv),
         creates=str(check_python),
         venv=str(paths.check_venv),
+        clones=str(paths.venv),
+        reads=tuple(str(wheel_dirs[p]) for p in projects),  # what it keeps depends on their requirements
+        # keyed by the same wheels as checks:import, which always follows: that step's entry is kept
+        # (a second copy of a venv of tens of thousands of files would cost the first check a second)
+        stored=False,
     )
     check_argv = [str(check_python), str(POSTCHECK)]
-    wheel_dirs = {s.project: s.wheels for s in steps if s.wheels is not None}
     for project in projects:
         version = recipe.torch_wheel_version if project == "torch" else recipe.torchvision_wheel_version
         check_argv += ["--expect", f"{project}=={version}", "--wheelhouse", str(wheel_dirs[project])]

@@ -150,6 +150,12 @@ class Step:
     # torchvision's compile: the directory on its PYTHONPATH where the build venv's torch is linked before it
     # runs, so torch.utils.cpp_extension puts torch's headers at one path for every Python ("": none).
     torch_site: str = ""
+    # The venv this step's venv starts as a clone of (the check venv: the build venv's): its content is an
+    # input of the step's environment-store key ("": none).
+    clones: str = ""
+    # Whether the venv is kept in the environment store after this step (False: the next step on the venv,
+    # keyed by the same inputs and always run right after it, is kept instead; its entry serves both).
+    stored: bool = True
 
     @property
     def shown_env(self) -> dict[str, str]:
@@ -192,7 +198,8 @@ class Plan:
     # How often a compile step resumes with fewer jobs after compiles died for memory (torchkiln.build.memory):
     # --memory-retries, else the recipe's build.memory_retries, else MEMORY_RETRIES.
     memory_retries: int = MEMORY_RETRIES
-    # --torch as pip installs it (a wheel's absolute path or a requirement): recorded for `torchkiln reproduce`
+    # --torch's value as pip installs it (a wheel path or a requirement), None when the build installs the
+    # recipe's own torch build: what tells the two apart (the same text, torch==2.13.0+cpu, can be either). Recorded for `torchkiln reproduce`.
     given_torch: str | None = None
 
     def env_for(self, project: str) -> dict[str, str]:

@@ -69,6 +69,7 @@ from torchkiln.source import submodules
 from torchkiln.source.version import TreeVersion, tree_version
 
 from . import vision_parts
+from .given_torch import suited_requirement
 from .jobs import GIB, PER_JOB_GIB, RESERVE_GIB
 from .model import Plan
 
@@ -786,9 +787,11 @@ def _torch_wheel(plan: Plan, host: Host) -> Iterator[Finding]:
     r = plan.recipe
     wanted = f"torch=={r.torch_wheel_version}"
     install = next((s for s in plan.steps if s.name == "torchvision:install-torch"), None)
-    if "torch" in plan.projects or install is None or install.argv[-1] != wanted:
+    # --torch's torch is checked where it is given (plan.given_torch), also when it reads as the recipe's own
+    if "torch" in plan.projects or install is None or plan.given_torch is not None:
         return
     places = (plan.paths.dist, plan.paths.wheelhouse / "torch")
+    requirement, index = suited_requirement(r)
     for place in places:
         for wheel in place.glob("torch-*.whl") if place.is_dir() else ():
             name = parse(wheel.name)
@@ -799,7 +802,8 @@ def _torch_wheel(plan: Plan, host: Host) -> Iterator[Finding]:
         f"no torch {r.torch_wheel_version} wheel in {places[0]} or {places[1]}",
         f"the recipe's own torch build ({wanted}), which --only torchvision builds against",
         f"build torch first (torchkiln build {r.name} --only torch, with the same --dist), or build against "
-        "a torch you have: --torch WHEEL, or --torch torch==X.Y.Z",
+        f"a torch you have: --torch WHEEL (a torch wheel file), or --torch {requirement} where pip's index "
+        f"has it (PyTorch's: --extra-index-url {index})",
     )
 
 

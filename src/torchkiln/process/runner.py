@@ -139,7 +139,7 @@ class Streamed:
 @dataclass
 class _Watch:
     run_id: str
-    watchdog: subprocess.Popen[str]
+    watchdog: subprocess.Popen[str] | None = None  # started with the run's first process (a no-op has none)
 
 
 _WATCH: _Watch | None = None
@@ -149,48 +149,58 @@ _WATCH: _Watch | None = None
 def supervised() -> Iterator[str]:
     """Within the block every process :func:`spawn` starts carries this run's mark, and a watchdog
     (:mod:`torchkiln.process.supervisor`) SIGKILLs whatever carries it once torchkiln is gone: at the block's end,
-    or when torchkiln dies in any way, SIGKILL included. Yields the run's id. Nested blocks share one."""
+    or when torchkiln dies in any way, SIGKILL included. Yields the run's id. Nested blocks share one. The
+    watchdog starts with the block's first process: a block that starts none (a no-op rebuild) needs none."""
     global _WATCH
     if _WATCH is not None:
         yield _WATCH.run_id
         return
-    run_id = uuid.uuid4().hex
-    env = {k: v for k, v in os.environ.items() if k != MARK}
-    package_root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
-    watchdog = subprocess.Popen(  # noqa: S603 - this Python, this package's module
-        [sys.executable, "-m", "torchkiln.process.supervisor", run_id],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env=env,
-        start_new_session=True,  # Ctrl-C in the terminal is torchkiln's to handle, not the watchdog's
-    )
-    _WATCH = _Watch(run_id, watchdog)
+    watch = _WATCH = _Watch(uuid.uuid4().hex)
     try:
-        yield run_id
+        yield watch.run_id
     finally:
         _WATCH = None
-        assert watchdog.stdin is not None
-        with contextlib.suppress(OSError):
-            watchdog.stdin.close()  # the watchdog sweeps now, as it would if torchkiln had died
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            watchdog.wait(timeout=30)
+        watchdog = watch.watchdog
+        if watchdog is not None:
+            assert watchdog.stdin is not None
+            with contextlib.suppress(OSError):
+                watchdog.stdin.close()  # the watchdog sweeps now, as it would if torchkiln had died
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                watchdog.wait(timeout=30)
+
+
+def _watchdog(watch: _Watch) -> subprocess.Popen[str]:
+    """The run's watchdog, started now if it was not yet (before the process it is to watch)."""
+    if watch.watchdog is None:
+        env = {k: v for k, v in os.environ.items() if k != MARK}
+        package_root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+        watch.watchdog = subprocess.Popen(  # noqa: S603 - this Python, this package's module
+            [sys.executable, "-m", "torchkiln.process.supervisor", watch.run_id],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+            start_new_session=True,  # Ctrl-C in the terminal is torchkiln's to handle, not the watchdog's
+        )
+    return watch.watchdog
 
 
 def remove_at_exit(path: Path) -> None:
     """Have the watchdog remove ``path`` (a file, or a directory and all it holds) when this run ends, however
     it ends (a server's socket, a sandbox's private /tmp)."""
-    if _WATCH is not None and _WATCH.watchdog.stdin is not None:
+    watchdog = _watchdog(_WATCH) if _WATCH is not None else None
+    if watchdog is not None and watchdog.stdin is not None:
         with contextlib.suppress(OSError):
-            _WATCH.watchdog.stdin.write(f"file {path}\n")
-            _WATCH.watchdog.stdin.flush()
+            watchdog.stdin.write(f"file {path}\n")
+            watchdog.stdin.flush()
 
 
 def _marked(env: Mapping[str, str] | None) -> dict[str, str] | None:
     if _WATCH is None:
         return dict(env) if env is not None else None
+    _watchdog(_WATCH)  # up before the process it must be able to kill
     return {**(env if env is not None else os.environ), MARK: _WATCH.run_id}
 
 

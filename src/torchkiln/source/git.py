@@ -9,6 +9,7 @@ no git checkout the sha256 of its contents.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -65,6 +66,8 @@ def is_git_checkout(path: Path) -> bool:
     """Whether ``path`` is the top of a git work tree (not merely inside one)."""
     if not path.is_dir():
         return False
+    if not os.path.lexists(path / ".git") and not ({"GIT_DIR", "GIT_WORK_TREE"} & os.environ.keys()):
+        return False  # a work tree's top holds .git (a directory, or a file naming it): no git to ask
     try:
         done = runner.run(["git", "-C", str(path), "rev-parse", "--show-toplevel"])
     except runner.ProcessError:

@@ -1,0 +1,77 @@
+"""The published wheels' SBOMs, written only when what they say changed (issue 38).
+
+Every build publishes (:mod:`torchkiln.build.publish`), a no-op included; writing an SBOM means importing
+the CycloneDX library (a fifth of a second, more than the rest of a no-op's work) and looking up the origin of
+every bundled library. An SBOM says what :func:`torchkiln.artifacts.sbom.wheel_sbom` reads: the wheel (its
+record: name, sha256, project), the manifest's sources, recipe, toolchain and build environment, the recipe,
+and the code that writes it. Those, digested, are the key of a record (:mod:`torchkiln.plan.records`, in the
+work directory) of the SBOM file written for them and its sha256. When the key is unchanged and that file is
+still in dist/ with that sha256, it is kept as it is: its timestamp stays that of the build that published
+the wheel it describes, and the origins it gives for the bundled libraries stay those found when they were
+bundled (the wheel holds those). The record keeps the SBOM's text too, in the work directory and the
+environment store: another work directory's build of the same wheel from the same inputs (a fresh dist/)
+gets the same SBOM written from it. Anything else writes it afresh.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from torchkiln import __version__, artifacts
+from torchkiln.artifacts import jsonfile
+from torchkiln.artifacts.manifest import Manifest, WheelRecord
+from torchkiln.files import atomic
+from torchkiln.files.digests import file_sha256
+from torchkiln.plan.records import Records, file_identity
+from torchkiln.recipe.model import Recipe
+
+SBOM_CODE = Path(artifacts.__file__).parent / "sbom.py"
+
+
+def _key(record: WheelRecord, manifest: Manifest, recipe: Recipe) -> str:
+    parts: dict[str, Any] = {
+        "wheel": jsonfile.to_data(record),
+        "sources": jsonfile.to_data(manifest.sources),
+        "recipe": jsonfile.to_data(manifest.recipe),
+        "recipe_sha256": recipe.sha256,
+        "toolchain": jsonfile.to_data(manifest.toolchain),
+        # of the build environment, the SBOM reads the CUDA homes only (where bundled libraries came from)
+        "cuda_homes": sorted(str(env.get("CUDA_HOME")) for env in manifest.build_env.values()),
+        "code": [__version__, file_identity(SBOM_CODE)],
+    }
+    return Records.key("sbom", parts)
+
+
+def _kept(records: Records, key: str, dist: Path) -> Path | None:
+    """The SBOM for ``key`` in ``dist``: the file there when it is the one recorded, else the recorded text
+    written there (another work directory's dist/ of the same build); None when none is recorded."""
+    answer = records.get(key)
+    if not answer or not isinstance(answer.get("name"), str) or not isinstance(answer.get("text"), str):
+        return None
+    path: Path = dist / str(answer["name"])
+    if path.is_file() and file_sha256(path) == answer.get("sha256"):
+        return path
+    atomic.write_text(path, str(answer["text"]))
+    return path
+
+
+def publish_sboms(dist: Path, manifest: Manifest, recipe: Recipe, records: Records) -> list[Path]:
+    """An SBOM beside every wheel the manifest lists in ``dist``: the one recorded for the same inputs
+    (the file there, or its text written there), else a new one (atomically). Their paths, in the
+    manifest's order."""
+    written: list[Path] = []
+    for record in manifest.wheels:
+        key = _key(record, manifest, recipe)
+        path = _kept(records, key, dist)
+        if path is None:
+            from torchkiln.artifacts import sbom  # noqa: PLC0415 - CycloneDX only when an SBOM is written
+
+            bom = sbom.wheel_sbom(
+                dist / record.name, record, manifest, recipe, library_path=sbom.library_path_of(manifest)
+            )
+            path = sbom.write_sbom(dist / sbom.sbom_name(record.name), bom)
+            text = path.read_text(encoding="utf-8")
+            records.put(key, {"name": path.name, "sha256": file_sha256(path), "text": text})
+        written.append(path)
+    return written

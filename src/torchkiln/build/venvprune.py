@@ -1,0 +1,102 @@
+"""Leave in a venv only what its runtime needs: run with the venv's own python (issue 38).
+
+The post-build check's venv is a clone of the build venv (:mod:`torchkiln.build.checkvenv`). This removes
+from it every distribution that is not needed at run time by ``--keep`` (torch: what torchvision is built
+against) or by the wheels the check installs (``--keep-for WHEEL``: their METADATA's requirements), and so is
+one of the build's tools (cmake, ninja, build, wheel, setuptools, ...): the distributions required by the
+kept ones, with their markers and extras evaluated by this interpreter, stay; pip stays (the check installs
+with it); the ``--drop`` ones (the wheels the check installs, which pip would otherwise take as already
+installed) go whatever needs them. Removal is pip's own ``uninstall``.
+
+Standard library and pip's vendored ``packaging`` only: it runs in a venv where torchkiln is not installed,
+as :mod:`torchkiln.build.postcheck` does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import email.parser
+import importlib.metadata
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from pip._vendor.packaging.requirements import InvalidRequirement, Requirement
+from pip._vendor.packaging.utils import canonicalize_name
+
+ALWAYS = ("pip",)
+
+
+def installed() -> dict[str, importlib.metadata.Distribution]:
+    """The distributions of this venv (not of the base interpreter), by canonical name."""
+    prefix = Path(sys.prefix).resolve()
+    found: dict[str, importlib.metadata.Distribution] = {}
+    for dist in importlib.metadata.distributions():
+        location = Path(str(dist.locate_file(""))).resolve()
+        name = dist.metadata["Name"]
+        if name and location.is_relative_to(prefix):
+            found.setdefault(canonicalize_name(name), dist)
+    return found
+
+
+def needed(roots: list[str], dists: dict[str, importlib.metadata.Distribution]) -> set[str]:
+    """``roots`` and everything they require here, transitively (each requirement's extras followed)."""
+    keep: set[tuple[str, str]] = set()
+    stack = [(canonicalize_name(r), "") for r in roots]
+    while stack:
+        name, extra = stack.pop()
+        if (name, extra) in keep or name not in dists:
+            continue
+        keep.add((name, extra))
+        for line in dists[name].requires or []:
+            try:
+                req = Requirement(line)
+            except InvalidRequirement:
+                continue
+            if req.marker is not None and not req.marker.evaluate({"extra": extra}):
+                continue
+            child = canonicalize_name(req.name)
+            stack += [(child, "")] + [(child, canonicalize_name(e)) for e in sorted(req.extras)]
+    return {name for name, _ in keep}
+
+
+def wheel_requirements(wheel: Path) -> list[str]:
+    """The names a wheel requires here (its METADATA's ``Requires-Dist``, markers evaluated, no extra)."""
+    with zipfile.ZipFile(wheel) as archive:
+        name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1)
+        metadata = email.parser.BytesParser().parsebytes(archive.read(name))
+    found = []
+    for line in metadata.get_all("Requires-Dist") or []:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if req.marker is None or req.marker.evaluate({"extra": ""}):
+            found.append(req.name)
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
+    parser.add_argument("--keep", action="append", default=[], metavar="NAME")
+    parser.add_argument("--keep-for", action="append", default=[], metavar="WHEEL", type=Path)
+    parser.add_argument("--drop", action="append", default=[], metavar="NAME")
+    args = parser.parse_args(argv)
+    dists = installed()
+    roots = [*args.keep, *(name for wheel in args.keep_for for name in wheel_requirements(wheel))]
+    keep = needed(roots, dists) | set(ALWAYS)
+    keep -= {canonicalize_name(n) for n in args.drop}
+    remove = sorted(dists[name].metadata["Name"] for name in set(dists) - keep)
+    print(f"venvprune: kept {', '.join(sorted(keep & set(dists))) or 'nothing'}")
+    if not remove:
+        return 0
+    print(f"venvprune: removing {', '.join(remove)}")
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "uninstall", "--yes", "--quiet", *remove], check=False
+    )
+    return done.returncode
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

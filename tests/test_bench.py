@@ -1,0 +1,41 @@
+"""The rebuild benchmark runs (issue 38 item 5): CI runs bench/rebuild.py in its quick form, so a change that
+breaks the benchmark fails CI instead of going unnoticed until someone measures. Nothing here is timed: the
+benchmark measures; this checks that it ran every row to the end and reports what it says it reports."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from imagekit import need
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parent.parent
+COLUMNS = ("seconds", "compile_s", "around_compile_s", "unaccounted_s", "ratio_to_floor", "load")
+
+
+def test_the_rebuild_benchmark_runs_in_its_quick_form(tmp_path: Path) -> None:
+    for tool in ("ccache", "ninja", "python3.11"):
+        need(tool)
+    results = tmp_path / "rebuild.json"
+    argv = [sys.executable, str(ROOT / "bench" / "rebuild.py"), "--quick", "--scratch", str(tmp_path)]
+    done = subprocess.run(
+        [*argv, "--results", str(results)], capture_output=True, text=True, check=False, timeout=1800
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    data = json.loads(results.read_text())
+    rows = {row["name"]: row for row in data["rows"]}
+    cold, noop = rows["torchkiln cold"], rows["torchkiln no-op"]
+    by_hand = next(row for name, row in rows.items() if name.startswith("by hand"))
+    for row in (cold, noop, by_hand):
+        assert all(column in row for column in COLUMNS), row
+    assert set(cold["ran"]) == set(cold["steps"]) and "torchvision:wheel" in cold["ran"]
+    assert noop["ran"] == [] and noop["reused"] == [], "the rerun is a no-op"
+    assert noop["wheel_sha256"] == cold["wheel_sha256"]
+    assert cold["stats"]["misses"] == 4 and by_hand["stats"]["misses"] == 4, "every unit of the tree compiled"
+    assert "unaccounted (s)" in done.stdout and "torchkiln no-op" in done.stdout, "the table"
+    assert not any(tmp_path.glob("kiln-rebuild-*")), "the scratch trees are removed"
