@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     require("ccache", "redis-server", "ninja", "python3.11")
     scratch = Path(tempfile.mkdtemp(prefix="kiln-rebuild-", dir=args.scratch))
-    started = dt.datetime.now(dt.UTC)
+    started = dt.datetime.now(dt.timezone.utc)
     rows: list[dict[str, Any]] = []
     (scratch / "redis").mkdir()
     redis = RedisServer(scratch / "redis")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import platform
-import tomllib
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +22,11 @@ from torchkiln.plan.make import make_plan
 from torchkiln.plan.model import Plan
 from torchkiln.recipe.compat import compat
 from torchkiln.recipe.loader import load_recipe
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 AARCH64 = ROOT / "recipes" / "torch-2.13-cu130-py312-aarch64.toml"

@@ -12,7 +12,6 @@ import os
 import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -29,6 +28,11 @@ from torchkiln.errors import RecipeError, UsageError
 from torchkiln.plan.make import make_plan
 from torchkiln.recipe.loader import parse_recipe
 from torchkiln.source.git import fetch_commands
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPE = Path(__file__).parent / "data" / "ext-cpu-test.toml"
