@@ -365,7 +365,7 @@ def describing_recipe(local_version: str | None = None) -> Recipe:
     if local_version is not None:
         data = re.sub(r'(?m)^local_version = "[^"]*"', f"local_version = {local_version!r}", data)
     # the Python running the tests (any of 3.10 to 3.14: upstream publishes the release's wheels for each)
-    running = "%d.%d" % sys.version_info[:2]
+    running = f"{sys.version_info.major}.{sys.version_info.minor}"
     data, replaced = re.subn(r'(?m)^(\[python\]\nversion = )"[^"]*"', rf'\g<1>"{running}"', data)
     assert replaced == 1, f"{name}: no [python] version to set"
     return parse_recipe(data.encode(), name)
