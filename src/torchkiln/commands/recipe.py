@@ -1,4 +1,4 @@
-"""``torchkiln recipe check FILE...`` and ``torchkiln recipe list``."""
+"""``torchkiln recipe check FILE...``, ``torchkiln recipe list`` and ``torchkiln recipe new RECIPE --python X.Y``."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from torchkiln.errors import EXIT_OK, EXIT_USAGE, RecipeError
 from torchkiln.recipe.loader import load_recipe, recipes_dir, resolve_recipe_path
 from torchkiln.recipe.model import Recipe
 
+from . import recipe_new
+
 
 def register(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="recipe_command", metavar="ACTION", required=True)
@@ -23,11 +25,14 @@ def register(parser: argparse.ArgumentParser) -> None:
     check.add_argument("files", nargs="+", metavar="RECIPE", help="recipe files, or names of shipped recipes")
     lst = sub.add_parser("list", allow_abbrev=False, help="show the shipped recipes as a table")
     lst.add_argument("--dir", default=None, help="directory of recipes (default: the shipped recipes/)")
+    recipe_new.register(sub)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.recipe_command == "check":
         return check(args.files)
+    if args.recipe_command == "new":
+        return recipe_new.run(args)
     return list_recipes(args.dir)
 
 
