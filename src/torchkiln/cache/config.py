@@ -92,3 +92,17 @@ def default_cache_dir(kind: str, environ: Mapping[str, str] | None = None) -> Pa
 
 def valid_size(size: str) -> bool:
     return re.fullmatch(r"\d+(\.\d+)?[KMGT]i?", size) is not None
+
+
+_UNITS = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4}
+
+
+def size_bytes(size: str) -> int:
+    """A recipe's ``cache.max_size`` in bytes, as ccache reads a size with a unit: ``K``, ``M``, ``G``, ``T``
+    are powers of 1000, ``Ki`` ... ``Ti`` of 1024 (ccache 4.7 and 4.11 alike; only a bare number differs:
+    gigabytes in 4.7, gibibytes from 4.10, which is why a recipe's size must have its unit)."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGT])(i?)", size)
+    if match is None:
+        raise ValueError(f"not a size with a unit: {size!r}")
+    number, unit, binary = match.groups()
+    return round(float(number) * float((1024 if binary else 1000) ** _UNITS[unit]))
