@@ -248,6 +248,23 @@ def test_pyenv_from_debians_package_gets_a_root_the_user_can_write(
     assert "export PYENV_ROOT" not in steps and f'export PATH="{own}/shims:$PATH"' in steps
 
 
+def test_a_version_pyenv_has_but_does_not_select_is_selected_not_compiled_again(tmp_path: Path) -> None:
+    """pyenv's shims on PATH (pyenv itself not: a git install's bin/ left off PATH), 3.12.1 in versions/ but
+    not selected: its shim python3.12 does not run, and the fix is `pyenv global`, not another compile."""
+    root = tmp_path / ".pyenv"
+    for sub in ("bin", "shims", "versions/3.12.1", "versions/3.13.0t"):
+        (root / sub).mkdir(parents=True)
+    (root / "bin" / "pyenv").write_text("#!/bin/sh\n")
+    env = {"PATH": f"{root / 'shims'}:/usr/bin", "HOME": str(tmp_path)}
+    steps = distro.pyenv_steps(of("debian-12"), "3.12", env)
+    assert steps == (
+        f"pyenv: pyenv global system 3.12 ({root}/versions/3.12.1 is installed, not selected) (python3 stays the "
+        "system's, python3.12 runs 3.12)"
+    )
+    assert f"({root}/versions/3.13.0t is installed" in distro.pyenv_steps(of("debian-12"), "3.13t", env)
+    assert "pyenv install 3.13 " in distro.pyenv_steps(of("debian-12"), "3.13", env)  # 3.13t is not 3.13
+
+
 def test_a_pyenv_root_the_user_cannot_write_is_replaced(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

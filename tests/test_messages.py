@@ -30,15 +30,22 @@ BIG = Resources(cpus=4, memory_bytes=64 * GIB)
 def test_readmes_newcomer_path_is_marked_and_quotes_a_whole_check() -> None:
     """The blocks `nox -s newcomer` runs (tests/newcomer) are in README.md in their order; the check it quotes is
     a whole preflight report (a line per problem and the count), one line per missing tool, each with its fix;
-    the first build's --torch is the wheel the block before it downloads; the apt-get lines a user with sudo
-    prefixes start their lines."""
+    the checkout is a clone; the recipe is made for the system's python3 and is what the check and the build
+    use; the first build's --torch is the wheel the block before it downloads; the apt-get lines a user with
+    sudo prefixes start their lines."""
     blocks = {b.name: b for b in readme_blocks()}
     quoted = blocks["check-missing"].quoted
     problems = quoted[:-1]
     assert quoted[-1] == f"preflight: {len(problems)} problem(s); nothing was fetched or built"
-    named = [re.match(r"host: ([a-z-]+): found ", line) for line in problems]
+    named = [re.match(r"host: ([a-z.-]+): found ", line) for line in problems]
     assert all(named) and all("(fix: apt-get install " in line for line in problems), quoted
-    assert {m.group(1) for m in named if m} == {"cxx", "cc", "python-headers", "cache"}
+    assert {m.group(1) for m in named if m} == {
+        "cxx", "cc", "python-headers", "cache", *(f"torchvision.features.{p}" for p in ("png", "jpeg", "webp"))
+    }  # fmt: skip
+    assert blocks["checkout"].commands.startswith('git clone "$TORCHKILN_URL" torchkiln')
+    assert "recipe new torch-2.13-cpu-py311 --python python3 --output cpu.toml" in blocks["recipe"].commands
+    for name in ("check-missing", "check-ok", "main-job"):
+        assert re.search(r"torchkiln (check|build) cpu\.toml", blocks[name].commands), name
     assert (
         "torch==2.13.0+cpu" in blocks["torch-wheel"].commands
         and "--dest wheels " in blocks["torch-wheel"].commands

@@ -214,17 +214,39 @@ def _writable(root: str) -> bool:
     return os.access(probe, os.W_OK)
 
 
+def _shims_root(environ: Mapping[str, str]) -> str | None:
+    """The root of a pyenv whose ``shims`` directory is on PATH (pyenv itself need not be)."""
+    for entry in environ.get("PATH", "").split(os.pathsep):
+        shims = Path(entry)
+        if shims.name == "shims" and any((shims.parent / d / "pyenv").exists() for d in ("bin", "libexec")):
+            return str(shims.parent)
+    return None
+
+
+def _installed(root: str, want: str) -> str | None:
+    """The version directory of ``want`` (3.12: 3.12.1; 3.13t: 3.13.0t) under ``root``/versions, if any."""
+    base, free = want.rstrip(FREE_THREADED), want.endswith(FREE_THREADED)
+    pattern = re.compile(rf"{re.escape(base)}(\.\d+)?{'t' if free else ''}")
+    versions = Path(root) / "versions"
+    found = (
+        sorted(p.name for p in versions.iterdir() if pattern.fullmatch(p.name)) if versions.is_dir() else []
+    )
+    return found[-1] if found else None
+
+
 def pyenv_steps(distro: Distro, want: str, environ: Mapping[str, str]) -> str:
     """How to get Python ``want`` from pyenv on this machine, from where it stands: pyenv installed or not
     (Debian 13 packages it), its root (Debian's package sets /usr/share/pyenv for login shells, which a user
-    cannot write), then the install, its shims first on PATH and the version selected next to the system's."""
+    cannot write), the version installed already or not, its shims first on PATH, the version selected next
+    to the system's."""
     found = shutil.which("pyenv", path=environ.get("PATH", os.defpath))
+    shims_root = _shims_root(environ)
     packaged = distro.release is not None and distro.release.pyenv
     debian = os.path.realpath(found).startswith(DEBIAN_PYENV_ROOT + "/") if found else packaged
     steps = []
-    if found is None:
+    if found is None and shims_root is None:
         steps.append(install(distro, "pyenv") if packaged else f"install pyenv ({PYENV_INSTALL})")
-    chosen = environ.get("PYENV_ROOT", "").rstrip("/")
+    chosen = environ.get("PYENV_ROOT", "").rstrip("/") or (shims_root or "")
     root = chosen or "$HOME/.pyenv"  # pyenv's own default
     if debian and chosen in ("", DEBIAN_PYENV_ROOT):
         steps.append(
@@ -235,9 +257,15 @@ def pyenv_steps(distro: Distro, want: str, environ: Mapping[str, str]) -> str:
     elif chosen and not _writable(chosen):
         steps.append(f"export PYENV_ROOT=$HOME/.pyenv (this user cannot write PYENV_ROOT={chosen})")
         root = "$HOME/.pyenv"
-    steps.append(f"pyenv install {want} (it compiles Python: {PYENV_DOCS} lists what that needs)")
-    steps.append(f'export PATH="{root}/shims:$PATH" (pyenv\'s shims first)')
-    steps.append(f"pyenv global system {want} (python3 stays the system's, python{want} runs {want})")
+    installed = _installed(root, want) if not root.startswith("$") else None
+    if installed is None:
+        steps.append(f"pyenv install {want} (it compiles Python: {PYENV_DOCS} lists what that needs)")
+    if shims_root != root:
+        steps.append(f'export PATH="{root}/shims:$PATH" (pyenv\'s shims first)')
+    selected = f" ({root}/versions/{installed} is installed, not selected)" if installed else ""
+    steps.append(
+        f"pyenv global system {want}{selected} (python3 stays the system's, python{want} runs {want})"
+    )
     return "pyenv: " + ", then ".join(steps)
 
 

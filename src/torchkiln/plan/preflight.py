@@ -36,7 +36,9 @@ vision   each part of ``[torchvision.features]`` asked for is where torchvision'
 cmake and ninja are not checked on the host: the build venv gets them from pip (``cmake>=3.27``, ``ninja``;
 the CMake range of the release in data/host_tools.toml: ``cmake>=3.18,<4`` for 2.6) and its ``bin/`` comes first on the compile steps' PATH.
 
-Each problem names what was found, what the recipe wants and the fix (:class:`Finding`).
+Each problem names what was found, what the recipe wants and the fix (:class:`Finding`), the fix as this
+host's distribution has it (/etc/os-release: :mod:`torchkiln.host.distro`, whose table says what each known
+release packages; another distribution gets no apt-get it may not have).
 """
 
 from __future__ import annotations
