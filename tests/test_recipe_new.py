@@ -77,6 +77,10 @@ def test_names_say_the_new_pythons() -> None:
 def test_several_pythons_make_python_versions(tmp_path: Path) -> None:
     made = for_pythons(load_recipe(CPU), CPU.read_text(), ["3.12", "3.13"])
     assert made.recipe.python_versions == ("3.12", "3.13") and 'versions = ["3.12", "3.13"]' in made.text
+    several = tmp_path / "several.toml"
+    several.write_text(made.text)
+    back = for_pythons(load_recipe(several), made.text, ["3.11"])  # versions replaced by one version
+    assert back.recipe.python_versions == ("3.11",) and "versions" not in back.text.split("[python]")[1]
     with pytest.raises(UsageError, match=r"^--python: '3\.x' \(valid: MAJOR\.MINOR"):
         for_pythons(load_recipe(CPU), CPU.read_text(), ["3.x"])
     with pytest.raises(UsageError, match=r"^--python: none, or one given twice"):
