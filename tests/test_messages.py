@@ -189,3 +189,16 @@ def test_fix_hints_say_where_a_python_or_gcc_the_distribution_lacks_comes_from(
     assert found["cc"].fix.startswith(
         "gcc 13 (build.gcc = 13: the build runs gcc-13 and g++-13): apt-get install"
     )
+
+
+def test_readmes_test_packages_are_what_ci_installs() -> None:
+    """README.md's apt-get line of the tests' system packages names exactly what .ci/run installs."""
+    readme = (ROOT / "README.md").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    line = re.search(r"apt-get install -y (git ccache redis-server[^`]*?)\n```", readme)
+    installed = re.search(
+        r"apt-get install -y -qq --no-install-recommends \\\n(.*?)>/dev/null", ci, re.DOTALL
+    )
+    assert line and installed
+    words = {w for w in line.group(1).split() if w != "\\"}
+    assert words == {w for w in installed.group(1).split() if w != "\\"}
