@@ -7,7 +7,8 @@ them, nothing stays mounted on the host). The host's network (PyPI, Debian's arc
 What the harness does besides the README's commands, each what a newcomer's machine already has:
 ``/etc/resolv.conf`` and ``/etc/hosts``; the host's CA bundle as a local CA (this machine reaches the
 internet through a TLS-intercepting egress proxy, as a corporate network would; ``ca-certificates``, which
-the README installs, adds it to the system bundle); for the user with sudo, ``sudo`` and the user.
+the README installs, adds it to the system bundle); for the user with sudo, ``sudo`` and the user; pip
+without a cache (``PIP_NO_CACHE_DIR``: the disk is shared, and the root is removed at the end anyway).
 """
 
 from __future__ import annotations

@@ -257,7 +257,9 @@ def pyenv_steps(distro: Distro, want: str, environ: Mapping[str, str]) -> str:
     elif chosen and not _writable(chosen):
         steps.append(f"export PYENV_ROOT=$HOME/.pyenv (this user cannot write PYENV_ROOT={chosen})")
         root = "$HOME/.pyenv"
-    installed = _installed(root, want) if not root.startswith("$") else None
+    home = environ.get("HOME", "")
+    where = root.replace("$HOME", home, 1) if root.startswith("$HOME") and home else root
+    installed = _installed(where, want) if not where.startswith("$") else None
     if installed is None:
         steps.append(f"pyenv install {want} (it compiles Python: {PYENV_DOCS} lists what that needs)")
     if shims_root != root:
