@@ -148,9 +148,11 @@ def test_the_readme_takes_a_newcomer_from_a_minimal_debian_root_to_a_wheel_and_g
             done = run(name)
             assert done.returncode == 0, done.stdout[-3000:]
         checkout = root.host_path(root.checkout)
+        # (the user's clone: root reads it here, which git allows by safe.directory)
         head = subprocess.run(
-            ["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True
-        )
+            ["git", "-c", f"safe.directory={checkout}", "-C", str(checkout), "rev-parse", "HEAD"],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
         assert head.stdout.strip() == commit  # the clone is this checkout as it is
         recipe = json.loads(subprocess.run(
             [sys.executable, "-c", "import json, sys; from torchkiln.recipe.loader import load_recipe; "
