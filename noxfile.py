@@ -195,9 +195,12 @@ def newcomer(session: nox.Session, suite: str) -> None:
     .torchkiln/newcomer/<suite>-<mode>.md."""
     session.install(PIP)
     session.install("-e", ".[test]")
+    # Its own temporary directory: each pytest session under /tmp/pytest-of-USER removes all but the newest
+    # three there, so on a machine where others run pytest meanwhile, a 40-minute root vanished under apt.
+    basetemp = ROOT / ".torchkiln" / f"newcomer-tmp-{suite}"
     session.run(
-        "python", "-m", "pytest", str(NEWCOMER_DIR), DURATIONS, "-p", "no:cacheprovider", *session.posargs,
-        env={"TORCHKILN_NEWCOMER_SUITE": suite},
+        "python", "-m", "pytest", str(NEWCOMER_DIR), DURATIONS, "-p", "no:cacheprovider",
+        f"--basetemp={basetemp}", *session.posargs, env={"TORCHKILN_NEWCOMER_SUITE": suite},
     )  # fmt: skip
 
 
