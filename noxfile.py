@@ -198,6 +198,7 @@ def newcomer(session: nox.Session, suite: str) -> None:
     # Its own temporary directory: each pytest session under /tmp/pytest-of-USER removes all but the newest
     # three there, so on a machine where others run pytest meanwhile, a 40-minute root vanished under apt.
     basetemp = ROOT / ".torchkiln" / f"newcomer-tmp-{suite}"
+    basetemp.parent.mkdir(parents=True, exist_ok=True)  # pytest makes the directory, not its parents
     session.run(
         "python", "-m", "pytest", str(NEWCOMER_DIR), DURATIONS, "-p", "no:cacheprovider",
         f"--basetemp={basetemp}", *session.posargs, env={"TORCHKILN_NEWCOMER_SUITE": suite},
