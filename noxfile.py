@@ -322,17 +322,26 @@ def _gpu_site(session: nox.Session, python: str) -> Path:
 
 
 @nox.session
-def newcomer(session: nox.Session) -> None:
-    """README.md's way through on a fresh minimal Debian, as a newcomer (tests/newcomer): debootstrap, then only
-    the README's marked commands in a chroot, as root and as a user with sudo: set-up, `torchkiln check`, the
-    first build from a local tree, `nox -s unit`. Needs root, debootstrap, unshare and chroot, PyPI and
-    Debian's archive; heavy (apt, a 4.7 GB torch, a compile, the unit tests, twice), so not a default
-    session. Transcripts in .torchkiln/newcomer/."""
+@nox.parametrize("suite", ["bookworm", "trixie"])
+def newcomer(session: nox.Session, suite: str) -> None:
+    """README.md's way through on a fresh minimal Debian, as a newcomer (tests/newcomer): debootstrap of the
+    suite (bookworm: Debian 12, python3 3.11; trixie: Debian 13, python3 3.13), then only the README's marked
+    commands in a chroot, as root and as a user with sudo: set-up, the clone, the recipe for the system's
+    python3, `torchkiln check`, the first build from a local tree, `nox -s unit`; the README's quoted outputs
+    compared with what each printed. Needs root, debootstrap, unshare and chroot, PyPI and Debian's archive;
+    heavy (apt, a 4.7 GB torch, a compile, the unit tests, twice per suite), so not a default session.
+    `nox -s newcomer` runs both suites, `nox -s "newcomer(suite='trixie')"` one. Transcripts in
+    .torchkiln/newcomer/<suite>-<mode>.md."""
     session.install(PIP)
     session.install("-e", ".[test]")
+    # Its own temporary directory: each pytest session under /tmp/pytest-of-USER removes all but the newest
+    # three there, so on a machine where others run pytest meanwhile, a 40-minute root vanished under apt.
+    basetemp = ROOT / ".torchkiln" / f"newcomer-tmp-{suite}"
+    basetemp.parent.mkdir(parents=True, exist_ok=True)  # pytest makes the directory, not its parents
     session.run(
-        "python", "-m", "pytest", str(NEWCOMER_DIR), DURATIONS, "-p", "no:cacheprovider", *session.posargs
-    )
+        "python", "-m", "pytest", str(NEWCOMER_DIR), DURATIONS, "-p", "no:cacheprovider",
+        f"--basetemp={basetemp}", *session.posargs, env={"TORCHKILN_NEWCOMER_SUITE": suite},
+    )  # fmt: skip
 
 
 @nox.session(python="3.11")

@@ -395,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     if problems or bwrap is None:
         raise SystemExit("bench: " + "; ".join(problems))
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     results: dict[str, Any] = {
         "started": stamp,
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load": os.getloadavg()},

@@ -47,7 +47,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +59,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
 from run import console, require, tool_path, torchkiln_build  # noqa: E402 - after the path set-up
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
+    import tomli as tomllib
 
 TREE = ROOT / "tests" / "data" / "pythons_project"
 BASE_RECIPE = ROOT / "tests" / "data" / "ext-cpu-test.toml"
@@ -276,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     scratch = Path(tempfile.mkdtemp(prefix="kiln-pythons-", dir=args.scratch))
     trees = {"pythons": lambda: pythons_tree(args.heavy), "vision_like": vision_tree}
     tree = trees.get(args.tree, lambda: real_vision_tree(scratch))()
-    started = dt.datetime.now(dt.UTC)
+    started = dt.datetime.now(dt.timezone.utc)
     env = {**os.environ, "PATH": f"{python_dir(scratch, PYTHONS)}{os.pathsep}{tool_path()}"}
     a = scratch / "a"
     tree.fresh(a / "src")

@@ -384,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     require("ccache", "ninja", "python3.11", *([] if args.quick else ["redis-server"]))
     compileall.compile_dir(ROOT / "src" / "torchkiln", quiet=1)  # as an install does: see the docstring
     scratch = Path(tempfile.mkdtemp(prefix="kiln-rebuild-", dir=args.scratch))
-    started = dt.datetime.now(dt.UTC)
+    started = dt.datetime.now(dt.timezone.utc)
     tree = real_vision(scratch) if args.tree == "torchvision-0.21" else stand_in(args.quick)
     load = loadavg()
     try:

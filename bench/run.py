@@ -294,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeat < 1:
         parser.error("--repeat must be >= 1")
     parts = set(args.only or ("cache", "noop", "verify"))
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     results_path = args.results or ROOT / "bench" / "results" / f"bench-{stamp}.json"
     results: dict[str, Any] = {
         "started": stamp,

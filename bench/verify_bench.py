@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{'wall (median)':<20}{wall:>10.1f}   budget {BUDGET_S:.0f} s: {'within' if wall <= BUDGET_S else 'OVER'}"
     )
-    now = dt.datetime.now(dt.UTC)
+    now = dt.datetime.now(dt.timezone.utc)
     results = args.results or ROOT / "bench" / "results" / f"verify-{now:%Y%m%dT%H%M%SZ}.json"
     results.parent.mkdir(parents=True, exist_ok=True)
     doc = {

@@ -21,7 +21,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import realtrees
@@ -29,6 +28,11 @@ import tomli_w
 
 from torchkiln.images.platforms import platform_named
 from torchkiln.recipe.loader import load_recipe
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
+    import tomli as tomllib
 
 SUITE = "bookworm"
 ARCHIVE = "http://deb.debian.org/debian"

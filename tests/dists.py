@@ -153,7 +153,7 @@ def manifest_for_upstream(recipe: Recipe, dist: Path, origin: str) -> Path:
         )
         for w in wheels
     }
-    now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     manifest = Manifest(
         format=MANIFEST_FORMAT,
         torchkiln=__version__,

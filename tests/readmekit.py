@@ -9,7 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 README = Path(__file__).resolve().parents[1] / "README.md"
-BLOCKS = ("run-deps", "setup", "check-missing", "build-deps", "check-ok", "torch-wheel", "main-job", "unit")
+BLOCKS = (
+    "run-deps", "checkout", "setup", "recipe", "check-missing", "build-deps", "check-ok", "torch-wheel", "main-job",
+    "unit",
+)  # fmt: skip
 MARKED = re.compile(r"<!-- newcomer: ([a-z-]+) -->\n```bash\n(.*?)\n```\n", re.DOTALL)
 CONSOLE = re.compile(r"\s*```console\n(.*?)\n```", re.DOTALL)
 

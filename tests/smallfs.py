@@ -10,11 +10,12 @@ from pathlib import Path
 def fill(directory: Path) -> Path:
     """Fill ``directory``'s filesystem up: the next write there is a real ENOSPC."""
     filler = directory / "filler"
-    with filler.open("wb") as handle:
+    # unbuffered: a buffered file keeps what did not fit, and Python 3.14 tries it again on close (ENOSPC
+    # out of the ``with``; 3.13 and older dropped it)
+    with filler.open("wb", buffering=0) as handle:
         try:
             while True:
                 handle.write(b"\0" * 65536)
-                handle.flush()
         except OSError as exc:
             assert exc.errno == errno.ENOSPC
     return filler

@@ -269,7 +269,13 @@ def test_a_tree_outside_the_cache_basedir_or_a_changed_compiler_is_named_as_a_mi
     )
     console = Console(file=io.StringIO())
     ctx = Context(
-        plan, Options(), {}, State(tmp_path / "s.json"), Display(console), console, dt.datetime.now(dt.UTC)
+        plan,
+        Options(),
+        {},
+        State(tmp_path / "s.json"),
+        Display(console),
+        console,
+        dt.datetime.now(dt.timezone.utc),
     )
     step = next(s for s in plan.steps if s.kind == "compile")
     before = {"g++": "12.2.0"}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-import tomllib
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +13,11 @@ from packaging.version import Version
 from torchkiln.recipe import cmake_options as co
 from torchkiln.recipe.compat import compat
 from torchkiln.recipe.loader import FLAG_RE
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted((ROOT / "recipes").glob("*.toml"))

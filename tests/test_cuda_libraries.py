@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 import posixpath
 import re
-import tomllib
 from pathlib import Path, PurePosixPath
 
 import pytest
 import tomli_w
+import tomllib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from packaging.requirements import Requirement

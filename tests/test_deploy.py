@@ -26,7 +26,6 @@ import shutil
 import subprocess
 import sys
 import time
-import tomllib
 import zipfile
 from pathlib import Path
 
@@ -34,6 +33,7 @@ import cudakit
 import deployroot
 import pytest
 import tomli_w
+import tomllib
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 

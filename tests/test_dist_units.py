@@ -13,7 +13,6 @@ import shutil
 import subprocess
 import sys
 import threading
-import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -25,6 +24,11 @@ from torchkiln.cli import main
 from torchkiln.distributed import client, cluster, loopback, spec, tokens
 from torchkiln.distributed.stats import DistStats
 from torchkiln.errors import TorchkilnError, UsageError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
+    import tomli as tomllib
 
 IN_CI = os.environ.get("CI") == "true"
 

@@ -12,6 +12,7 @@ from dists import tiny_wheel
 from readmekit import readme_blocks
 
 from torchkiln.cli import COMMANDS, build_parser, main
+from torchkiln.host import distro
 from torchkiln.plan import preflight
 from torchkiln.plan.jobs import GIB, Resources
 from torchkiln.plan.make import make_plan
@@ -22,21 +23,29 @@ ROOT = Path(__file__).resolve().parent.parent
 CPU = ROOT / "recipes" / "torch-2.13-cpu-py311.toml"
 CU130 = ROOT / "recipes" / "torch-2.13-cu130-py312.toml"
 VISION_LIKE = ROOT / "tests" / "data" / "vision_like"
+OS_RELEASES = ROOT / "tests" / "data" / "os-release"
 BIG = Resources(cpus=4, memory_bytes=64 * GIB)
 
 
 def test_readmes_newcomer_path_is_marked_and_quotes_a_whole_check() -> None:
     """The blocks `nox -s newcomer` runs (tests/newcomer) are in README.md in their order; the check it quotes is
     a whole preflight report (a line per problem and the count), one line per missing tool, each with its fix;
-    the first build's --torch is the wheel the block before it downloads; the apt-get lines a user with sudo
-    prefixes start their lines."""
+    the checkout is a clone; the recipe is made for the system's python3 and is what the check and the build
+    use; the first build's --torch is the wheel the block before it downloads; the apt-get lines a user with
+    sudo prefixes start their lines."""
     blocks = {b.name: b for b in readme_blocks()}
     quoted = blocks["check-missing"].quoted
     problems = quoted[:-1]
     assert quoted[-1] == f"preflight: {len(problems)} problem(s); nothing was fetched or built"
-    named = [re.match(r"host: ([a-z-]+): found ", line) for line in problems]
+    named = [re.match(r"host: ([a-z.-]+): found ", line) for line in problems]
     assert all(named) and all("(fix: apt-get install " in line for line in problems), quoted
-    assert {m.group(1) for m in named if m} == {"cxx", "cc", "python-headers", "cache"}
+    assert {m.group(1) for m in named if m} == {
+        "cxx", "cc", "python-headers", "cache", *(f"torchvision.features.{p}" for p in ("png", "jpeg", "webp"))
+    }  # fmt: skip
+    assert blocks["checkout"].commands.startswith('git clone "$TORCHKILN_URL" torchkiln')
+    assert "recipe new torch-2.13-cpu-py311 --python python3 --output cpu.toml" in blocks["recipe"].commands
+    for name in ("check-missing", "check-ok", "main-job"):
+        assert re.search(r"torchkiln (check|build) cpu\.toml", blocks[name].commands), name
     assert (
         "torch==2.13.0+cpu" in blocks["torch-wheel"].commands
         and "--dest wheels " in blocks["torch-wheel"].commands
@@ -148,27 +157,48 @@ def test_only_torchvision_without_a_torch_wheel_is_refused_at_preflight(tmp_path
     assert "torch-wheel" not in {f.check for f in preflight.preflight(plan, {"PATH": ""})}
 
 
-def test_fix_hints_say_where_a_python_or_gcc_the_distribution_lacks_comes_from(tmp_path: Path) -> None:
-    """CUDA recipes want Python 3.12 and gcc 13, which Debian 12 does not package: the hints say where they
-    come from (pyenv, deadsnakes, a distribution that has them, the devel image)."""
+def test_fix_hints_say_where_a_python_or_gcc_the_distribution_lacks_comes_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CUDA recipes want Python 3.12 and gcc 13, which Debian 12 does not package: on Debian 12 the hints say
+    where they come from (pyenv, a distribution that has them, the devel image); on Ubuntu 24.04, which
+    packages both, its apt-get (tests/test_distro.py goes through every distribution, Python and gcc)."""
     plan = make_plan(load_recipe(CU130), workdir=tmp_path / "w", dist=tmp_path / "d", resources=BIG)
     gcc12 = tmp_path / "bin" / "gcc"
     gcc12.parent.mkdir()
     gcc12.write_text('#!/bin/sh\ncase "$1" in -dumpfullversion) echo 12.2.0;; *) echo "gcc (Debian 12.2.0-14) 12.2.0"; '
                      'echo "Free Software Foundation";; esac\n')  # fmt: skip
     gcc12.chmod(0o755)
-    found = {f.check: f for f in preflight.preflight(plan, {"PATH": str(gcc12.parent), "CC": str(gcc12)})}
+    env = {"PATH": str(gcc12.parent), "CC": str(gcc12)}
     devel = "torchkiln images --recipe torch-2.13-cu130-py312 --target devel"
+    monkeypatch.setattr(distro, "OS_RELEASE", (OS_RELEASES / "debian-12",))
+    found = {f.check: f for f in preflight.preflight(plan, env)}
     python_fix = found["python"].fix
-    assert "pyenv install 3.12" in python_fix and "deadsnakes" in python_fix and devel in python_fix
-    assert "Debian 12 packages 3.11 only" in python_fix and "python3.12-dev" in python_fix
+    assert python_fix.startswith("Debian 12 (bookworm) packages Python 3.11 only, not 3.12; pyenv: ")
+    assert "pyenv install 3.12" in python_fix and devel in python_fix and "apt-get" not in python_fix
+    assert "torchkiln recipe new torch-2.13-cu130-py312 --python python3" in python_fix
     # build.gcc = 13 is what the build runs (CC=gcc-13): this host has no gcc-13
-    compiler = next(
-        f for f in preflight.preflight(plan, {"PATH": str(gcc12.parent), "CC": str(gcc12)}) if f.check == "cc"
+    assert found["cc"].found == "$CC=gcc-13, and no gcc-13 on PATH"
+    assert "Debian 12 (bookworm) packages gcc 11 and 12 only, not 13" in found["cc"].fix
+    assert "Ubuntu 24.04 (noble)" in found["cc"].fix and devel in found["cc"].fix
+    monkeypatch.setattr(distro, "OS_RELEASE", (OS_RELEASES / "ubuntu-24.04",))
+    found = {f.check: f for f in preflight.preflight(plan, env)}
+    assert found["python"].fix.startswith(
+        "apt-get install python3.12-venv python3.12-dev (Ubuntu 24.04 (noble)"
     )
-    assert compiler.found == "$CC=gcc-13, and no gcc-13 on PATH" and "install gcc-13 g++-13" in compiler.fix
-    assert (
-        "Ubuntu 24.04" in compiler.fix
-        and "Debian 12 has gcc 12 only" in compiler.fix
-        and devel in compiler.fix
+    assert found["cc"].fix.startswith(
+        "gcc 13 (build.gcc = 13: the build runs gcc-13 and g++-13): apt-get install"
     )
+
+
+def test_readmes_test_packages_are_what_ci_installs() -> None:
+    """README.md's apt-get line of the tests' system packages names exactly what .ci/run installs."""
+    readme = (ROOT / "README.md").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    line = re.search(r"apt-get install -y (git ccache redis-server[^`]*?)\n```", readme)
+    installed = re.search(
+        r"apt-get install -y -qq --no-install-recommends \\\n(.*?)>/dev/null", ci, re.DOTALL
+    )
+    assert line and installed
+    words = {w for w in line.group(1).split() if w != "\\"}
+    assert words == {w for w in installed.group(1).split() if w != "\\"}

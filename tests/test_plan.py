@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import tomllib
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +15,11 @@ from torchkiln.plan.jobs import GIB, PER_JOB_GIB, RESERVE_GIB, Resources, decide
 from torchkiln.plan.make import make_plan
 from torchkiln.process.environ import base_environment
 from torchkiln.recipe.loader import load_recipe, parse_recipe
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = ROOT / "recipes"

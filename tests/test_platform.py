@@ -9,19 +9,25 @@ from __future__ import annotations
 import dataclasses
 import os
 import platform
-import tomllib
+import sys
 from pathlib import Path
 
 import pytest
 import tomli_w
 
 from torchkiln.cli import main
+from torchkiln.host import distro
 from torchkiln.plan import preflight
 from torchkiln.plan.jobs import GIB, Resources
 from torchkiln.plan.make import make_plan
 from torchkiln.plan.model import Plan
 from torchkiln.recipe.compat import compat
 from torchkiln.recipe.loader import load_recipe
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 AARCH64 = ROOT / "recipes" / "torch-2.13-cu130-py312-aarch64.toml"
@@ -287,10 +293,14 @@ def test_upstreams_aarch64_build_settings_match_the_aarch64_reference_recipe_not
     }
 
 
-def test_fix_hints_offer_the_devel_image_only_where_images_are_made(tmp_path: Path) -> None:
-    """The aarch64 NVPL recipe wants Python 3.12, which this PATH lacks: the fix names pyenv and the
-    distribution, not a devel image, which cannot install NVPL (data/compat.toml: image_blas); the x86_64
-    recipe's fix for the same Python offers its devel image, and so does the aarch64 OpenBLAS recipe's."""
+def test_fix_hints_offer_the_devel_image_only_where_images_are_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The aarch64 NVPL recipe wants Python 3.12, which this PATH lacks (and Debian 12 does not package): the
+    fix names pyenv and the distribution, not a devel image, which cannot install NVPL (data/compat.toml:
+    image_blas); the x86_64 recipe's fix for the same Python offers its devel image, and so does the aarch64
+    OpenBLAS recipe's."""
+    monkeypatch.setattr(distro, "OS_RELEASE", (ROOT / "tests" / "data" / "os-release" / "debian-12",))
     env = {"PATH": str(tmp_path / "empty")}
     arm = {f.check: f for f in preflight.preflight(_plan(AARCH64, tmp_path), env)}["python"].fix
     x86 = {f.check: f for f in preflight.preflight(_plan(X86_64, tmp_path), env)}["python"].fix

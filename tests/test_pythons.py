@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import tomllib
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,6 +24,11 @@ from torchkiln.recipe.loader import parse_recipe
 from torchkiln.verify import provenance
 from torchkiln.verify.buildconfig import recipe_checks
 from torchkiln.verify.facts import BuildFacts, collect_facts
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 CPU_RECIPE = ROOT / "recipes" / "torch-2.13-cpu-py311.toml"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,11 @@ from torchkiln.cli import main
 from torchkiln.errors import RecipeError
 from torchkiln.recipe.compat import compat
 from torchkiln.recipe.loader import load_recipe, parse_recipe
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted((ROOT / "recipes").glob("*.toml"))

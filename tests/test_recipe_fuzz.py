@@ -9,7 +9,7 @@ trailing newline in pattern-checked fields, NUL bytes, deep nesting. Together th
 from __future__ import annotations
 
 import re
-import tomllib
+import sys
 from pathlib import Path
 
 import tomli_w
@@ -21,6 +21,11 @@ from torchkiln.plan.jobs import Resources
 from torchkiln.plan.make import make_plan
 from torchkiln.recipe.loader import FIELDS, PLAIN_RE, parse_recipe
 from torchkiln.recipe.model import Recipe
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 BASES = [tomllib.loads(p.read_text()) for p in sorted((ROOT / "recipes").glob("*.toml"))]

@@ -29,13 +29,13 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-import tomllib
 import zipfile
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import tomli_w
+import tomllib
 from dists import pip_install_target, tiny_wheel
 
 from torchkiln.artifacts import abi, repair, sbom, wheelfile

@@ -12,7 +12,6 @@ import os
 import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -23,12 +22,18 @@ from test_build_fetch import ENV as GIT_ENV
 from test_build_fetch import git
 
 from torchkiln.cache import resolve_cache
-from torchkiln.cache.ccache import Ccache, storage_url
+from torchkiln.cache.ccache import Ccache, parse_printed_size, storage_url
+from torchkiln.cache.config import size_bytes
 from torchkiln.cache.remote import parse_remote
 from torchkiln.errors import RecipeError, UsageError
 from torchkiln.plan.make import make_plan
 from torchkiln.recipe.loader import parse_recipe
 from torchkiln.source.git import fetch_commands
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPE = Path(__file__).parent / "data" / "ext-cpu-test.toml"
@@ -254,12 +259,35 @@ def test_cache_secret_in_ccache_url() -> None:
     assert said.returncode != 0 and 'environment variable "word" not set' in said.stderr
 
 
+# What real ccache printed for `ccache -k max_size` (CCACHE_MAXSIZE=the key): 4.7.5 (Debian 12) and 4.11.2
+# (Debian 13, in a trixie debootstrap root), so the parser is checked on both whichever is installed here.
+PRINTED_SIZES = {
+    "4.7.5": {"20G": "20.0G", "20Gi": "21.5G", "500M": "500.0M", "1.5T": "1500.0G", "100K": "100000", "0": "0"},
+    "4.11.2": {"20G": "20.0 GB", "20Gi": "20.0 GiB", "500M": "500.0 MB", "1.5T": "1500.0 GB", "100K": "100.0 kB",
+               "1024Mi": "1.0 GiB", "0": "0"},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("version", sorted(PRINTED_SIZES))
+def test_ccaches_printed_sizes_of_either_version_are_read(version: str) -> None:
+    for given, printed in PRINTED_SIZES[version].items():
+        got, precision = parse_printed_size(printed)
+        meant = 0 if given == "0" else size_bytes(given)
+        assert abs(got - meant) <= precision, (version, given, printed)
+
+
 def test_cache_max_size_size_syntax() -> None:
     assert "r.toml: cache.max_size: malformed value '1G$X'" in problems(cache__max_size="1G$X")
     assert "r.toml: cache.max_size: malformed value '-1G'" in problems(cache__max_size="-1G")
+    assert "r.toml: cache.max_size: malformed value '20'" in problems(
+        cache__max_size="20"
+    )  # 4.7: GB, 4.11: GiB
     assert problems(cache__max_size="20G") == ""
-    said = ccache_reads("max_size", "CCACHE_MAXSIZE", "20G")
-    assert said.stdout.strip() == "20.0G"
+    # the installed ccache (4.7's "20.0G", 4.10+'s "20.0 GB") reads each size of the recipe's grammar as meant
+    for size in ("20G", "20Gi", "500M", "1.5T", "100K", "7.5G", "1024Mi", "2T", "999Ki"):
+        said = ccache_reads("max_size", "CCACHE_MAXSIZE", size)
+        got, precision = parse_printed_size(said.stdout)
+        assert abs(got - size_bytes(size)) <= precision, (size, said.stdout)
 
 
 def test_basedir_ccache_expansion_and_sccache_list(tmp_path: Path) -> None:

@@ -366,8 +366,9 @@ def describing_recipe(local_version: str | None = None) -> Recipe:
     torch==2.13.0: a CPU build where a CPU index or find-links offer 2.13.0+cpu, else upstream's 2.13.0
     (CUDA 13.0). For the CPU build, the shipped CPU recipe with its local label (+cpu) and gcc 13 (the wheel
     says "GCC 13.3"; the shipped recipe leaves gcc to the host); for a CUDA build, the reference tier's recipe
-    of that upstream wheel (tests/reference/recipes, which `nox -s reference` proves on it). ``local_version``
-    replaces the recipe's label."""
+    of that upstream wheel (tests/reference/recipes, which `nox -s reference` proves on it). Either with the
+    Python running the tests as python.version (the installed wheel's), whichever of 3.10 to 3.14 it is.
+    ``local_version`` replaces the recipe's label."""
     release = torch.__version__.split("+")[0]
     if torch.version.cuda is None:
         data = CPU.read_text().replace('local_version = "+cpu.kiln1"', 'local_version = "+cpu"\ngcc = 13')
@@ -381,6 +382,10 @@ def describing_recipe(local_version: str | None = None) -> Recipe:
         data, name = path.read_text(), path.name
     if local_version is not None:
         data = re.sub(r'(?m)^local_version = "[^"]*"', f"local_version = {local_version!r}", data)
+    # the Python running the tests (any of 3.10 to 3.14: upstream publishes the release's wheels for each)
+    running = f"{sys.version_info.major}.{sys.version_info.minor}"
+    data, replaced = re.subn(r'(?m)^(\[python\]\nversion = )"[^"]*"', rf'\g<1>"{running}"', data)
+    assert replaced == 1, f"{name}: no [python] version to set"
     return parse_recipe(data.encode(), name)
 
 

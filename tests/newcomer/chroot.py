@@ -1,12 +1,14 @@
 """A minimal Debian root to run README.md's commands in, as a newcomer's fresh machine: a copy of the session's
-debootstrap root (tests/conftest.py), the checkout in the user's home, commands run through ``chroot`` in a
-private mount namespace (``unshare --mount``: /dev, /proc and /sys are mounted for the commands and vanish with
+debootstrap root of the suite (tests/newcomer/conftest.py), the checkout as a bare repository the README's
+``git clone`` clones (``/srv/torchkiln.git``, by a file:// URL in ``$TORCHKILN_URL``: where the user's URL
+would point), commands run through ``chroot`` in a private mount namespace (``unshare --mount``: /dev, /proc and /sys are mounted for the commands and vanish with
 them, nothing stays mounted on the host). The host's network (PyPI, Debian's archive) is the root's.
 
 What the harness does besides the README's commands, each what a newcomer's machine already has:
 ``/etc/resolv.conf`` and ``/etc/hosts``; the host's CA bundle as a local CA (this machine reaches the
 internet through a TLS-intercepting egress proxy, as a corporate network would; ``ca-certificates``, which
-the README installs, adds it to the system bundle); for the user with sudo, ``sudo`` and the user.
+the README installs, adds it to the system bundle); for the user with sudo, ``sudo`` and the user; pip
+without a cache (``PIP_NO_CACHE_DIR``: the disk is shared, and the root is removed at the end anyway).
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ import os
 import shutil
 import socket
 import subprocess
-import tarfile
-from dataclasses import dataclass
+import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
@@ -34,6 +36,7 @@ class Root:
     user: str  # "root" or USER
     uid: int
     gid: int
+    environ: dict[str, str] = field(default_factory=dict)  # more of the terminal's environment
 
     @property
     def home(self) -> str:
@@ -59,6 +62,7 @@ class Root:
         file.write_text(prelude + "set -e\n" + script + "\n")
         userspec = "0:0" if as_root else f"{self.uid}:{self.gid}"
         env = [
+            *(f"{k}={v}" for k, v in sorted(self.environ.items())),
             "HOME=" + home,
             "PATH=" + PATH,
             "LANG=C.UTF-8",
@@ -109,23 +113,31 @@ def make_root(debootstrap_root: Path, where: Path, user: str) -> Root:
     return Root(path, user, uid, gid)
 
 
-def copy_checkout(source: Path, root: Root) -> Path:
-    """The checkout's files as git sees them (tracked, and untracked ones it does not ignore), into the user's
-    home, owned by the user: the newcomer's clone."""
-    listed = subprocess.run(
-        ["git", "-C", str(source), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        capture_output=True, check=True,
-    ).stdout.decode().split("\0")  # fmt: skip
-    target = root.host_path(root.checkout)
-    target.mkdir()
-    archive = target.parent / ".checkout.tar"
-    with tarfile.open(archive, "w") as tar:
-        for name in filter(None, listed):
-            if (source / name).exists():
-                tar.add(source / name, arcname=name, recursive=False)
-    with tarfile.open(archive) as tar:
-        tar.extractall(target, filter="tar")
-    archive.unlink()
-    for path in [target, *target.rglob("*")]:
-        os.lchown(path, root.uid, root.gid)
-    return target
+def publish_checkout(source: Path, root: Root) -> tuple[str, str]:
+    """The checkout as git sees it (tracked files as they are now, and untracked ones it does not ignore),
+    committed to a bare repository in the root that the user owns: what the README's ``git clone`` clones,
+    by its file:// URL. Returns (the URL, the commit). The commit is made with a temporary index, so the
+    checkout's own index and branches are untouched (it is an unreferenced object there, for git gc)."""
+    with tempfile.TemporaryDirectory(prefix="newcomer-index-") as scratch:
+        env = {
+            **os.environ, "GIT_INDEX_FILE": str(Path(scratch) / "index"),
+            "GIT_AUTHOR_NAME": "newcomer", "GIT_AUTHOR_EMAIL": "newcomer@localhost",
+            "GIT_COMMITTER_NAME": "newcomer", "GIT_COMMITTER_EMAIL": "newcomer@localhost",
+        }  # fmt: skip
+
+        def git(*args: str) -> str:
+            return subprocess.run(
+                ["git", "-C", str(source), *args], env=env, capture_output=True, text=True, check=True
+            ).stdout.strip()
+
+        git("add", "--all", ".")
+        commit = git("commit-tree", git("write-tree"), "-m", "the checkout as it is, for tests/newcomer")
+    inside = "/srv/torchkiln.git"
+    bare = root.host_path(inside)
+    bare.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["git", "init", "--quiet", "--bare", "--initial-branch=main", str(bare)], check=True)
+    subprocess.run(
+        ["git", "-C", str(source), "push", "--quiet", str(bare), f"{commit}:refs/heads/main"], check=True
+    )
+    subprocess.run(["chown", "-R", f"{root.uid}:{root.gid}", str(bare)], check=True)
+    return f"file://{inside}", commit

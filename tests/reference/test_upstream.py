@@ -17,7 +17,6 @@ import json
 import os
 import subprocess
 import sys
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,11 @@ from torchkiln.recipe.compat import compat
 from torchkiln.recipe.loader import load_recipe
 from torchkiln.verify import buildconfig, report
 from torchkiln.verify.facts import BuildFacts
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = "TORCHKILN_REFERENCE_RECIPE"  # set by `nox -s reference` (see conftest.py)

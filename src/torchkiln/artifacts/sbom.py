@@ -484,9 +484,10 @@ def _wheel_component(wheel: Path, record: WheelRecord, manifest: Manifest) -> Co
 
 def _timestamp(text: str) -> dt.datetime:
     try:
-        return dt.datetime.fromisoformat(text)
+        # Python 3.10's fromisoformat does not read RFC 3339's "Z" (3.11's does)
+        return dt.datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
     except ValueError:
-        return dt.datetime.now(dt.UTC)
+        return dt.datetime.now(dt.timezone.utc)
 
 
 def wheel_sbom(

@@ -28,7 +28,6 @@ import json
 import re
 import sys
 import tempfile
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +37,11 @@ from packaging.utils import canonicalize_name
 from torchkiln.errors import EXIT_USAGE
 from torchkiln.files import atomic
 from torchkiln.process import runner
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
+    import tomli as tomllib
 
 REQUIREMENT_FILES = ("requirements-build.txt", "requirements.txt")
 # Requirements in those files that are not build requirements of the wheel (test and lint tools).

@@ -325,7 +325,7 @@ class EnvStore:
                 "venv": str(venv),
                 "step": step,
                 "outputs": dict(outputs),
-                "kept": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                "kept": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             }
             (tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
             try:

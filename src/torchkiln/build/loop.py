@@ -292,7 +292,7 @@ def run_build(plan: Plan, options: BuildOptions | None = None) -> BuildResult:
             state=State(paths.workdir / STATE_NAME),
             display=display,
             console=console,
-            started=dt.datetime.now(dt.UTC),
+            started=dt.datetime.now(dt.timezone.utc),
             env_store=EnvStore(plan.env_store) if plan.env_store is not None else None,
         )
         for name in ctx.state.dropped:

@@ -234,7 +234,7 @@ def _manifest(ctx: Context, locks: list[SourceLock], wheels: list[WheelRecord]) 
         format=MANIFEST_FORMAT,
         torchkiln=__version__,
         started=ctx.started.isoformat(timespec="seconds"),
-        finished=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        finished=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         recipe=RecipeInfo.of(recipe),
         projects=list(plan.projects),
         jobs=Jobs(plan.jobs.value, plan.jobs.source, plan.jobs.reason),

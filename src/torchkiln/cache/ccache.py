@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import tempfile
 import uuid
 from collections.abc import Mapping
@@ -74,6 +75,24 @@ def storage_url(remote: Remote, user: str | None, password: str | None) -> str:
             )
         netloc = f"{user}:{password}@{netloc}" if user else f"{password}@{netloc}"
     return f"{remote.scheme}://{netloc}{remote.path}"
+
+
+# How ccache prints a size (``ccache -k max_size``, ``--show-stats``): 4.7 ``20.0G``, ``21.5G`` (a binary size
+# in decimal units), ``100000`` (bytes, under a megabyte); 4.10 and later ``20.0 GB``, ``20.0 GiB``,
+# ``100.0 kB`` (Debian 12 has 4.7.5, Debian 13 4.11.2: both read by real ccache in tests/test_values_to_tools.py).
+PRINTED_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:([kKMGT])(i?)B?)?\s*$")
+
+
+def parse_printed_size(text: str) -> tuple[float, float]:
+    """(bytes, precision) of a size ccache printed, in either form: the precision is half its last digit's
+    worth (``20.0 GB`` is 20e9 give or take 5e7), so a caller compares within it."""
+    match = PRINTED_SIZE.match(text)
+    if match is None:
+        raise TorchkilnError(f"ccache printed {text.strip()[:40]!r}, not a size (ccache 4.x is required)")
+    number, unit, binary = match.groups()
+    scale = float((1024 if binary else 1000) ** " KMGT".index((unit or " ").upper()))
+    digits = len(number.partition(".")[2])
+    return float(number) * scale, 0.5 * scale / 10**digits
 
 
 def parse_stats(text: str) -> CacheStats:
@@ -224,6 +243,10 @@ class Ccache(CacheTool):
             os.close(fd)
             return
         self._output(["ccache", "--zero-stats"], env, redact)
+
+    def max_size_read(self, env: Mapping[str, str], redact: Redact) -> str:
+        """What ccache makes of ``CCACHE_MAXSIZE`` in ``env`` (``ccache -k max_size``), as it prints it."""
+        return self._output(["ccache", "-k", "max_size"], env, redact).strip()
 
     def read_stats(self, env: Mapping[str, str], redact: Redact) -> CacheStats:
         """A build's statistics from its own log (none yet: nothing compiled); without one (``torchkiln

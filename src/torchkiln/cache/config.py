@@ -11,6 +11,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -92,3 +93,18 @@ def default_cache_dir(kind: str, environ: Mapping[str, str] | None = None) -> Pa
 
 def valid_size(size: str) -> bool:
     return re.fullmatch(r"[0-9]+(\.[0-9]+)?[KMGT]i?", size, re.ASCII) is not None
+
+
+_UNITS = {"K": 1, "M": 2, "G": 3, "T": 4}
+
+
+def size_bytes(size: str) -> int:
+    """A recipe's ``cache.max_size`` in bytes, as ccache reads a size with a unit: ``K``, ``M``, ``G``, ``T``
+    are powers of 1000, ``Ki`` ... ``Ti`` of 1024, with a fraction (ccache 4.7 and 4.11 alike, v4.7.5
+    src/Util.cpp ``parse_size``; only a bare number differs: gigabytes in 4.7, gibibytes from 4.10, which is
+    why a recipe's size must have its unit). sccache is given this byte count (cache.sccache.sccache_size)."""
+    match = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)([KMGT])(i?)", size, re.ASCII)
+    if match is None:
+        raise ValueError(f"not a size with a unit: {size!r}")
+    number, unit, binary = match.groups()
+    return int(Decimal(number) * (1024 if binary else 1000) ** _UNITS[unit])

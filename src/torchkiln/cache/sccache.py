@@ -40,7 +40,6 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from decimal import Decimal
 from pathlib import Path
 
 from torchkiln.distributed.stats import DistStats
@@ -52,7 +51,7 @@ from torchkiln.process.supervisor import pid_alive
 from torchkiln.urlreading import HOST_VALID, host_problem, printable_problem
 
 from .broker import RedisBroker
-from .config import CacheConfig
+from .config import CacheConfig, size_bytes
 from .remote import Remote, login, parse_remote, secret_of, split_user
 from .stats import CacheStats
 from .tool import CacheTool, cmake_launchers
@@ -180,10 +179,7 @@ def sccache_size(size: str) -> str:
     ``parse_size``); sccache reads only an integer with K/M/G/T, as powers of 1024 (src/config.rs
     ``parse_size``), and anything else ("20Gi", "1.5G") as no size at all, keeping its 10G default without a
     word. So "20G" is 20*1000**3 bytes to both, and "1.5Gi" 1.5*1024**3."""
-    number, unit = size.rstrip("KMGTi"), size[len(size.rstrip("KMGTi")) :]
-    power = "KMGT".index(unit[0]) + 1
-    base = 1024 if unit.endswith("i") else 1000
-    return str(int(Decimal(number) * base**power))
+    return str(size_bytes(size))
 
 
 def as_written(remote: Remote) -> None:

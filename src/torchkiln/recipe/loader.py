@@ -22,7 +22,7 @@ import json
 import os
 import re
 import stat
-import tomllib
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +54,11 @@ from .model import (
 )
 from .rules import check_rules
 from .spelling import flag_value
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
+    import tomli as tomllib
 
 __all__ = [
     "FIELDS",

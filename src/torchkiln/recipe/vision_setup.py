@@ -9,10 +9,15 @@ check can read what each part needs from the same rows.
 
 from __future__ import annotations
 
-import tomllib
+import sys
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
+    import tomli as tomllib
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import array
 import base64
 import json
 import math
-import tomllib
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -25,6 +25,11 @@ from packaging.version import InvalidVersion, Version
 from torchkiln.errors import UsageError
 
 from .battery import FORMAT
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
+    import tomli as tomllib
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,336 @@
+"""Which distribution this machine runs, and what it packages: so that a fix hint is true where it is printed.
+
+A hint such as ``apt-get install python3.11-dev`` is true on Debian 12 and false on Debian 13 (which packages
+Python 3.13 only), on a release torchkiln knows nothing of, and on a distribution without apt. So the hints
+of ``torchkiln check`` (:mod:`torchkiln.plan.preflight`) are made here, from three things:
+
+* ``/etc/os-release`` (else ``/usr/lib/os-release``; os-release(5)): ``ID``, ``VERSION_ID``, ``ID_LIKE``,
+  ``VERSION_CODENAME``, ``UBUNTU_CODENAME``, ``PRETTY_NAME``;
+* ``data/distros.toml``: per known release, the Pythons and gcc majors it packages and whether it packages
+  pyenv, each read from the release's package index (the file says where and when);
+* the caller's environment, for pyenv: where its root is (``PYENV_ROOT``; Debian's pyenv package sets
+  ``/usr/share/pyenv`` in ``/etc/profile.d/pyenv.sh``, which only root can write) and whether it is installed.
+
+The invariants (tests/test_distro.py checks them over real os-release files and every recipe Python and gcc):
+a known release's hint names only packages its index has; a release of an apt distribution that is not in the
+table gets ``apt-get install X if ... (apt-cache policy X says)``, never a claim about what it packages; a
+distribution without apt (or without os-release) gets no apt-get command at all.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
+    import tomli as tomllib
+
+# Where os-release(5) says the file is: /etc/os-release, else /usr/lib/os-release.
+OS_RELEASE = (Path("/etc/os-release"), Path("/usr/lib/os-release"))
+# Debian's pyenv package: /usr/bin/pyenv links to its libexec/pyenv here, and /etc/profile.d/pyenv.sh sets
+# PYENV_ROOT to it (pyenv 2.5.4-1, Debian 13).
+DEBIAN_PYENV_ROOT = "/usr/share/pyenv"
+PYENV_INSTALL = "https://github.com/pyenv/pyenv#installation"
+# A free-threaded CPython (PEP 703): "3.13t". Debian and Ubuntu package none under python3.13t-* names.
+FREE_THREADED = "t"
+APT_FAMILY = ("debian", "ubuntu")
+PYENV_DOCS = "docs/build.md#a-python-the-distribution-does-not-package"
+
+
+@dataclass(frozen=True)
+class Release:
+    """A row of data/distros.toml: what one distribution release packages."""
+
+    key: str  # "debian:13": os-release's ID and VERSION_ID
+    name: str  # "Debian 13 (trixie)"
+    codename: str
+    python3: str
+    pythons: tuple[str, ...]
+    gcc: tuple[int, ...]
+    gcc_default: int
+    pyenv: bool
+    python_notes: Mapping[str, str] = field(default_factory=dict)
+    ppa: str | None = None
+
+
+@cache
+def releases() -> dict[str, Release]:
+    """data/distros.toml's rows, by key."""
+    text = resources.files("torchkiln").joinpath("data/distros.toml").read_text("utf-8")
+    rows = tomllib.loads(text)["release"]
+    return {
+        key: Release(
+            key=key,
+            name=row["name"],
+            codename=row["codename"],
+            python3=row["python3"],
+            pythons=tuple(row["pythons"]),
+            gcc=tuple(row["gcc"]),
+            gcc_default=row["gcc_default"],
+            pyenv=row["pyenv"],
+            python_notes=dict(row.get("python_notes", {})),
+            ppa=row.get("ppa"),
+        )
+        for key, row in rows.items()
+    }
+
+
+def parse_os_release(text: str) -> dict[str, str]:
+    """os-release(5): ``KEY=VALUE`` lines, the value unquoted as a shell would (quotes, backslash escapes);
+    comments, blank lines and lines that are not an assignment are skipped."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        key, sep, value = line.partition("=")
+        if not sep or line.startswith("#") or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            continue
+        try:
+            words = shlex.split(value, comments=False, posix=True)
+        except ValueError:
+            continue
+        fields[key] = " ".join(words)
+    return fields
+
+
+@dataclass(frozen=True)
+class Distro:
+    """This machine's distribution: its os-release fields and, when the table knows it, its release."""
+
+    fields: Mapping[str, str]
+    release: Release | None
+    source: str = ""  # the os-release file read ("" when there was none)
+
+    @property
+    def id(self) -> str:
+        return self.fields.get("ID", "").strip().lower()
+
+    @property
+    def like(self) -> tuple[str, ...]:
+        return tuple(self.fields.get("ID_LIKE", "").lower().split())
+
+    @property
+    def apt(self) -> bool:
+        """Debian, Ubuntu or a distribution like them (ID_LIKE): apt-get and Debian's package names."""
+        return self.id in APT_FAMILY or any(x in APT_FAMILY for x in self.like)
+
+    @property
+    def name(self) -> str:
+        """How a hint names it: the table's name where known (with the derivative's own name), else
+        PRETTY_NAME, else NAME and VERSION_ID, else ID."""
+        own = self.fields.get("PRETTY_NAME") or " ".join(
+            x for x in (self.fields.get("NAME"), self.fields.get("VERSION_ID")) if x
+        )
+        if self.release is not None:
+            if self.id == self.release.key.partition(":")[0]:
+                return self.release.name
+            return f"{own or self.id} (on {self.release.name}'s packages)"
+        return own or self.id or "this system (it has no /etc/os-release)"
+
+
+def identify(fields: Mapping[str, str]) -> Release | None:
+    """The table's release for these os-release fields: ``ID:VERSION_ID``, else, for a derivative of Ubuntu
+    that names its base (``UBUNTU_CODENAME``), that Ubuntu release. None for anything else."""
+    table = releases()
+    key = f"{fields.get('ID', '').strip().lower()}:{fields.get('VERSION_ID', '').strip()}"
+    if key in table:
+        return table[key]
+    like = fields.get("ID_LIKE", "").lower().split()
+    base = fields.get("UBUNTU_CODENAME", "").strip()
+    if "ubuntu" in like and base:
+        return next((r for r in table.values() if r.key.startswith("ubuntu:") and r.codename == base), None)
+    return None
+
+
+def read_distro(paths: Sequence[Path] = OS_RELEASE) -> Distro:
+    """This machine's distribution, from the first os-release file that can be read."""
+    for path in paths:
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        fields = parse_os_release(text)
+        return Distro(fields, identify(fields), str(path))
+    return Distro({}, None)
+
+
+def this_host() -> Distro:
+    """This machine's distribution (:data:`OS_RELEASE`)."""
+    return read_distro(OS_RELEASE)
+
+
+# ------------------------------------------------------------------------------------------------------
+# The hints.
+# ------------------------------------------------------------------------------------------------------
+
+
+def _listed(items: Sequence[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def _gcc_range(majors: Sequence[int]) -> str:
+    """``12, 13 and 14``, or ``9 to 14`` for a run of four or more."""
+    if len(majors) >= 4 and list(majors) == list(range(majors[0], majors[-1] + 1)):
+        return f"{majors[0]} to {majors[-1]}"
+    return _listed([str(m) for m in majors])
+
+
+def install(distro: Distro, *packages: str) -> str:
+    """How to install packages named as Debian and Ubuntu name them: ``apt-get install ...`` on their
+    family, else the counterpart in the distribution's own packages (whose names torchkiln does not know)."""
+    if distro.apt:
+        return "apt-get install " + " ".join(packages)
+    return f"install {distro.name}'s package(s) for what Debian calls {' '.join(packages)}"
+
+
+# "apt-get install A B (why)", "apt install A, or ...", "apt-get install A if ...": the package names run to a
+# parenthesis, a comma, a semicolon, a word of prose or the end.
+_PACKAGE = r"(?!(?:if|or|and|where|then|else|with|for|from|on)\b)[a-z0-9][a-z0-9.+-]*"
+APT_INSTALL = re.compile(rf"\bapt(?:-get)? install ({_PACKAGE}(?: {_PACKAGE})*)(?=$|[ ,;(])")
+
+
+def portable(distro: Distro, text: str) -> str:
+    """A hint written with Debian's ``apt-get install PACKAGES`` (data/host_tools.toml's ``provides``), as
+    :func:`install` says it on ``distro``."""
+    if distro.apt:
+        return text
+    return APT_INSTALL.sub(lambda m: install(distro, *m.group(1).split()), text)
+
+
+def _writable(root: str) -> bool:
+    """Whether this user can create ``root`` or write in it (its nearest existing ancestor decides)."""
+    probe = Path(root)
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return os.access(probe, os.W_OK)
+
+
+def _shims_root(environ: Mapping[str, str]) -> str | None:
+    """The root of a pyenv whose ``shims`` directory is on PATH (pyenv itself need not be)."""
+    for entry in environ.get("PATH", "").split(os.pathsep):
+        shims = Path(entry)
+        if shims.name == "shims" and any((shims.parent / d / "pyenv").exists() for d in ("bin", "libexec")):
+            return str(shims.parent)
+    return None
+
+
+def _installed(root: str, want: str) -> str | None:
+    """The version directory of ``want`` (3.12: 3.12.1; 3.13t: 3.13.0t) under ``root``/versions, if any."""
+    base, free = want.rstrip(FREE_THREADED), want.endswith(FREE_THREADED)
+    pattern = re.compile(rf"{re.escape(base)}(\.\d+)?{'t' if free else ''}")
+    versions = Path(root) / "versions"
+    found = (
+        sorted(p.name for p in versions.iterdir() if pattern.fullmatch(p.name)) if versions.is_dir() else []
+    )
+    return found[-1] if found else None
+
+
+def pyenv_steps(distro: Distro, want: str, environ: Mapping[str, str]) -> str:
+    """How to get Python ``want`` from pyenv on this machine, from where it stands: pyenv installed or not
+    (Debian 13 packages it), its root (Debian's package sets /usr/share/pyenv for login shells, which a user
+    cannot write), the version installed already or not, its shims first on PATH, the version selected next
+    to the system's."""
+    found = shutil.which("pyenv", path=environ.get("PATH", os.defpath))
+    shims_root = _shims_root(environ)
+    packaged = distro.release is not None and distro.release.pyenv
+    debian = os.path.realpath(found).startswith(DEBIAN_PYENV_ROOT + "/") if found else packaged
+    steps = []
+    if found is None and shims_root is None:
+        steps.append(install(distro, "pyenv") if packaged else f"install pyenv ({PYENV_INSTALL})")
+    chosen = environ.get("PYENV_ROOT", "").rstrip("/") or (shims_root or "")
+    root = chosen or "$HOME/.pyenv"  # pyenv's own default
+    if debian and chosen in ("", DEBIAN_PYENV_ROOT):
+        steps.append(
+            f"export PYENV_ROOT=$HOME/.pyenv (Debian's pyenv package sets PYENV_ROOT={DEBIAN_PYENV_ROOT} for "
+            "login shells in /etc/profile.d/pyenv.sh, which only root can write)"
+        )
+        root = "$HOME/.pyenv"
+    elif chosen and not _writable(chosen):
+        steps.append(f"export PYENV_ROOT=$HOME/.pyenv (this user cannot write PYENV_ROOT={chosen})")
+        root = "$HOME/.pyenv"
+    home = environ.get("HOME", "")
+    where = root.replace("$HOME", home, 1) if root.startswith("$HOME") and home else root
+    installed = _installed(where, want) if not where.startswith("$") else None
+    if installed is None:
+        steps.append(f"pyenv install {want} (it compiles Python: {PYENV_DOCS} lists what that needs)")
+    if shims_root != root:
+        steps.append(f'export PATH="{root}/shims:$PATH" (pyenv\'s shims first)')
+    selected = f" ({root}/versions/{installed} is installed, not selected)" if installed else ""
+    steps.append(
+        f"pyenv global system {want}{selected} (python3 stays the system's, python{want} runs {want})"
+    )
+    return "pyenv: " + ", then ".join(steps)
+
+
+def python_fix(distro: Distro, want: str, environ: Mapping[str, str]) -> str:
+    """Where Python ``want`` (a recipe's python.version) with its venv module and headers comes from here: the
+    distribution's packages where it has them, else pyenv (and an Ubuntu release's PPA)."""
+    release = distro.release
+    if release is not None:
+        if want in release.pythons:
+            note = release.python_notes.get(want)
+            return (
+                f"{install(distro, f'python{want}-venv', f'python{want}-dev')} ({distro.name} packages Python "
+                f"{_listed(release.pythons)}{f'; {want} is {note}' if note else ''})"
+            )
+        ppa = f"; or {release.ppa}" if release.ppa else ""
+        return (
+            f"{distro.name} packages Python {_listed(release.pythons)} only, not {want}; "
+            f"{pyenv_steps(distro, want, environ)}{ppa}"
+        )
+    pyenv = pyenv_steps(distro, want, environ)
+    if distro.apt and not want.endswith(FREE_THREADED):
+        package = f"python{want}-dev"
+        return (
+            f"apt-get install python{want}-venv {package} if {distro.name} packages Python {want} "
+            f"(apt-cache policy {package} says; data/distros.toml has no row for it); else {pyenv}"
+        )
+    return (
+        f"Python {want} with its venv module and C headers from {distro.name}'s packages if it has them; "
+        f"else {pyenv}"
+    )
+
+
+def python_headers_fix(distro: Distro, want: str, include: Path, interpreter: str) -> str:
+    """How to get the C headers of Python ``want`` that ``interpreter`` lacks (its include directory,
+    ``include``): the distribution's headers package for the distribution's own Python, else a Python
+    installed with them."""
+    if str(include).startswith("/usr/include/"):  # the distribution's own python3.X
+        if distro.apt:
+            return f"apt-get install python{want}-dev (the headers of the distribution's python{want})"
+        return f"install the C headers of {distro.name}'s Python {want} (its development package)"
+    return (
+        f"a Python {want} installed with its headers ({interpreter} was installed without them): "
+        f"pyenv install --force {want} installs them"
+    )
+
+
+def gcc_fix(distro: Distro, major: int) -> str:
+    """Where gcc ``major`` (``gcc-N``/``g++-N``, what the build runs for build.gcc) comes from here."""
+    release = distro.release
+    packages = (f"gcc-{major}", f"g++-{major}")
+    if release is not None:
+        if major in release.gcc:
+            return f"{install(distro, *packages)} ({distro.name} packages gcc {_gcc_range(release.gcc)})"
+        others = [r.name for r in releases().values() if major in r.gcc and r.key != release.key]
+        elsewhere = (
+            f"a distribution that packages it ({_listed(others)} do)"
+            if others
+            else "a build of gcc from source (no release in data/distros.toml packages it)"
+        )
+        return f"{distro.name} packages gcc {_gcc_range(release.gcc)} only, not {major}: gcc {major} from {elsewhere}"
+    if distro.apt:
+        return (
+            f"apt-get install {' '.join(packages)} if {distro.name} packages them (apt-cache policy g++-{major} "
+            "says; data/distros.toml has no row for it)"
+        )
+    return f"gcc {major} as gcc-{major} and g++-{major}, from {distro.name}'s packages if it has them"
