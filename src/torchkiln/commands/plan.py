@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from rich.table import Table
 from torchkiln.build.envstore import default_env_store
 from torchkiln.cache import resolve_cache
 from torchkiln.distributed.spec import DistSpec, resolve_dist
-from torchkiln.errors import RecipeError, UsageError
+from torchkiln.errors import RecipeError, TorchkilnError, UsageError
 from torchkiln.plan.environment import ENV_TABLE
 from torchkiln.plan.given_torch import resolve_given_torch
 from torchkiln.plan.labels import require_labels
@@ -196,6 +197,19 @@ def env_store_from_args(args: argparse.Namespace, environ: Mapping[str, str] | N
 
 
 def plan_from_args(args: argparse.Namespace, command: str = "plan") -> Plan:
+    """:func:`_plan_from_args`; refused, it leaves no work directory behind that it made (``build`` keeps
+    what ``--torch``'s resolution found there: torchkiln.plan.records)."""
+    workdir = Path(args.workdir).absolute()
+    made = not workdir.exists()
+    try:
+        return _plan_from_args(args, command)
+    except TorchkilnError:
+        if made:
+            shutil.rmtree(workdir, ignore_errors=True)
+        raise
+
+
+def _plan_from_args(args: argparse.Namespace, command: str) -> Plan:
     """The plan of ``torchkiln plan|check|build``. ``--torch``'s resolution reads what an earlier run found
     (torchkiln.plan.records: the same requirement, index configuration and wheel) for ``plan`` and
     ``build``, and only ``build`` records it; ``check``, the diagnosis, asks pip every time."""
