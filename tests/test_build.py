@@ -979,6 +979,8 @@ def test_a_second_work_directory_builds_in_the_venvs_the_first_kept(world) -> No
         if not src.exists():
             shutil.copytree(EXT, src)
             (src / "version.txt").write_text("0.28.0a0\n")  # it stands in for torchvision 0.28.0 here
+            # a tree without git: its SOURCE_DATE_EPOCH is its newest mtime, the same for both trees
+            os.utime(src / "version.txt", (1_700_000_000, 1_700_000_000))
         r = load_recipe(recipe)
         return make_plan(
             r,

