@@ -25,6 +25,11 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
 import realtrees
 from imagekit import require
 
@@ -34,11 +39,18 @@ KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 PACKAGES = ("python3", "python3-venv")
 PATH = "/opt/venv/bin:/usr/local/bin:/usr/bin:/bin"
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _runtime_dependencies() -> tuple[str, ...]:
+    """torchkiln's own dependencies as pyproject.toml declares them (so the root cannot lag behind a new
+    one, as it did when verify's library check began to read auditwheel's policies)."""
+    with (ROOT / "pyproject.toml").open("rb") as handle:
+        declared = tomllib.load(handle)["project"]["dependencies"]
+    return tuple(req for req in declared if "python_version <" not in req)  # the root's Python is 3.11
+
+
 # What torchkiln's verify imports, and its suite runs with (torchkiln itself comes from the checkout).
-VERIFY_DEPS = (
-    "packaging", "rich", "tomli-w", "cyclonedx-python-lib", "cryptography", "pyelftools", "pytest",
-    "pytest-timeout",
-)  # fmt: skip
+VERIFY_DEPS = (*_runtime_dependencies(), "pytest", "pytest-timeout")
 
 
 def cache() -> Path:

@@ -22,6 +22,7 @@ torchvision deployment in tests/test_vision_build.py), the CUDA 12.4 toolkit (te
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -50,6 +51,7 @@ STAND_IN = HERE / "data" / "cuda_torch_like"
 RECIPE = HERE / "data" / "vision-0.21-cu124-test.toml"  # torch 2.6, CUDA 12.4: upstream's 2.6.0+cu124 pins
 LINKED = ("nvidia-cuda-runtime-cu12", "nvidia-cublas-cu12")  # the wheels of libcudart.so.12, libcublas.so.12
 WHEELHOUSE = ("torch==2.6.0", "numpy", "pillow", *deployroot.VERIFY_DEPS)
+VERIFY_REQUIREMENTS = " ".join(shlex.quote(r) for r in deployroot.VERIFY_DEPS)  # verify's, from pyproject
 MISSING = re.compile(r"ImportError: (lib[\w.+-]+\.so[.\d]*): cannot open shared object file")
 
 
@@ -236,7 +238,7 @@ def test_the_stand_in_runs_where_deployed_and_each_control_fails_naming_the_libr
     # verify itself needs installed beside the wheel, as on a GPU host
     linkage = in_root(
         root,
-        "/opt/deployed/bin/pip install --quiet --no-compile --find-links /wheels pyelftools packaging && "
+        f"/opt/deployed/bin/pip install --quiet --no-compile --find-links /wheels {VERIFY_REQUIREMENTS} && "
         "/opt/deployed/bin/python -c 'from torchkiln.verify import linkage; i = linkage.installed();"
         ' r = linkage.check_distribution(i["torchlike"], i, linkage.System.of_this_machine());'
         ' print(len(r.objects), "objects, unresolved:", r.unresolved)\'',

@@ -29,6 +29,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -307,7 +308,7 @@ def test_the_wheel_runs_where_deployed_and_passes_verify_release(
         "for t in cc gcc g++ nvcc; do command -v $t && exit 10; done; ls -d /usr/local/cuda* && exit 11; "
         "dpkg-query -W -f '${Package}\\n' | grep -E -- '-dev$' && exit 12; ls /usr/lib/*/libpng16* && exit 13; "
         f"python3 -m venv /opt/venv && pip install --quiet --no-compile --find-links /wheels /dist/{WHEEL} && "
-        f"pip install --quiet --no-compile --find-links /wheels {' '.join(deployroot.VERIFY_DEPS)} && "
+        f"pip install --quiet --no-compile --find-links /wheels {' '.join(shlex.quote(r) for r in deployroot.VERIFY_DEPS)} && "
         "python /check/check.py && cd /tmp && python -m torchkiln verify --area release --report /tmp/report",
         binds=binds,
     )
