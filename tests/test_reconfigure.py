@@ -112,7 +112,15 @@ def compile_step(tree: Path, argv: tuple[str, ...], env: dict[str, str], tmp_pat
     plan; what the build showed."""
     recipe = load_recipe(HERE / "data" / "ext-cpu-test.toml")
     cache = resolve_cache(recipe.cache, kind="none")
-    plan = make_plan(recipe, workdir=tmp_path / "work", dist=tmp_path / "dist", only="torch", cache=cache)
+    # the tree is the plan's torch tree: a compile step's sandbox writes to the plan's trees and work directory
+    plan = make_plan(
+        recipe,
+        workdir=tmp_path / "work",
+        dist=tmp_path / "dist",
+        only="torch",
+        cache=cache,
+        source_dirs={"torch": tree},
+    )
     step = Step("torch:wheel", "compile", "torch", argv, env, str(tree), scratch=(str(tree / "build"),))
     out = io.StringIO()
     options = BuildOptions(console=Console(file=out, width=200), skip_checks=True)
@@ -179,7 +187,7 @@ def test_a_changed_passthrough_variable_reaches_a_scikit_build_core_wheel(tmp_pa
         pytest.skip("scikit-build-core is not installed")
     tree = tmp_path / "tree"
     shutil.copytree(PROJECT, tree)
-    wheels = tmp_path / "wheels"
+    wheels = tmp_path / "work" / "out"  # in the work directory: a compile step writes there and to its tree
     argv = (sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(wheels), str(tree))
 
     def built() -> str:
