@@ -47,7 +47,6 @@ from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 
 from torchkiln.errors import EXIT_OK, TorchkilnError, UsageError
-from torchkiln.files import atomic
 from torchkiln.process import runner
 
 from . import wheelfile
@@ -259,21 +258,14 @@ def _record_line(name: str, path: Path) -> str:
 
 def repack(source: zipfile.ZipFile, root: Path, out: Path) -> None:
     """Write the tree at ``root`` as a wheel at ``out``: the source's members in its order with their
-    permissions, new files after them (mode 755), RECORD anew and last."""
+    permissions and timestamps, new files after them, RECORD anew and last (wheelfile.write_members)."""
     infos = {i.filename: i for i in source.infolist() if not i.is_dir()}
     (record,) = [n for n in infos if n.endswith(".dist-info/RECORD")]
     files = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
     order = [n for n in infos if n in files and n != record] + [n for n in files if n not in infos]
     lines = [_record_line(name, root / name) for name in order] + [f"{record},,"]
     (root / record).write_text("\n".join(lines) + "\n", encoding="utf-8")
-    with atomic.replacing(out) as handle, zipfile.ZipFile(handle, "w", zipfile.ZIP_DEFLATED) as zf:
-        for name in [*order, record]:
-            info = zipfile.ZipInfo.from_file(root / name, name)
-            old = infos.get(name)
-            info.external_attr = old.external_attr if old is not None else (0o100755 << 16)
-            info.compress_type = zipfile.ZIP_DEFLATED
-            with (root / name).open("rb") as src, zf.open(info, "w") as dst:
-                shutil.copyfileobj(src, dst, 1 << 20)
+    wheelfile.write_members(out, root, [root / name for name in [*order, record]], infos)
 
 
 def rewrite_wheel(

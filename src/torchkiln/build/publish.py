@@ -38,6 +38,7 @@ from torchkiln.artifacts.manifest import (
 from torchkiln.cache import CacheStats, enforce_min_hit_rate
 from torchkiln.errors import BuildFailed
 from torchkiln.host.toolchain import Tool, Toolchain, tool_version
+from torchkiln.plan.model import Step
 from torchkiln.plan.records import Records
 from torchkiln.source.exact import Difference, changes, describe
 from torchkiln.source.git import dirty_checkout, is_git_checkout, lock_source
@@ -137,17 +138,8 @@ def _locks(ctx: Context) -> list[SourceLock]:
     """Each source as built: its commit and every way its tree differs from it (the build's own outputs are
     no difference: torchkiln.build.treeguard), or its digest."""
     locks = []
-    first = ("", ctx.plan.recipe.python)
     for source in ctx.plan.sources:
-        # the tree as its compile step found it (not the final wheel's step: torch:repair reads no tree)
-        step = next(
-            (
-                s
-                for s in ctx.plan.steps
-                if s.kind == "compile" and s.project == source.name and s.python in first
-            ),
-            None,
-        )
+        step = _tree_step(ctx, source.name)
         entry = (ctx.state.get(step.name) or {}) if step is not None else {}
         found = None
         if is_git_checkout(source.path):
@@ -255,13 +247,26 @@ def _manifest(ctx: Context, locks: list[SourceLock], wheels: list[WheelRecord]) 
     )
 
 
+def _tree_step(ctx: Context, project: str) -> Step | None:
+    """The step that built ``project``'s tree: its compile step (the first Python's), whose record holds the
+    tree as it found it and what it wrote there; not the final wheel step (torch:repair and
+    torchvision:bundle rewrite wheels and read no tree)."""
+    first = ("", ctx.plan.recipe.python)
+    steps = ctx.plan.steps
+    return next(
+        (s for s in steps if s.kind == "compile" and s.project == project and s.python in first), None
+    )
+
+
 def _rebuild(ctx: Context, build_env: dict[str, dict[str, str]]) -> Rebuild:
     """What `torchkiln reproduce` needs: each compile's SOURCE_DATE_EPOCH (as it ran), the in-tree outputs a
     tree without git left out of its digest, the torch a --torch build installed (and its wheel's digest)."""
     epochs = {p: int(env["SOURCE_DATE_EPOCH"]) for p, env in build_env.items() if "SOURCE_DATE_EPOCH" in env}
     outputs = {}
-    for project, step in ctx.plan.wheel_steps().items():
-        written = ((ctx.state.get(step.name) or {}).get("outputs") or {}).get("tree_outputs")
+    for project in ctx.plan.wheel_steps():
+        step = _tree_step(ctx, project)
+        entry = (ctx.state.get(step.name) or {}) if step is not None else {}
+        written = (entry.get("outputs") or {}).get("tree_outputs")
         if written is not None:
             outputs[project] = sorted(written)
     torch = None
