@@ -217,6 +217,8 @@ def check_controls(output: str, seen: dict[str, str]) -> None:
     result = json.loads(output.split("RESULT ", 1)[1].splitlines()[0])
     assert result[seen["reference"]] == [], result
     for name, (_, field) in CONTROLS.items():
-        assert result[seen[name]] == [field], (name, result[seen[name]])
+        # by its field alone (one recipe field can fail several checks: `cudnn` without `cudnn_runtime` is
+        # both the cuDNN compiled against and the one shipped)
+        assert set(result[seen[name]]) == {field}, (name, result[seen[name]])
     x86 = result[seen["x86_64"]]
     assert {"build.platform", "blas.kind", "accelerator.arch_list"} <= set(x86), x86

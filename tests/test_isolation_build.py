@@ -510,7 +510,13 @@ def test_without_a_sandbox_the_build_says_so_and_the_same_probes_find_the_secret
     )
     isolation = built.manifest["isolation"]
     assert isolation["mode"] == "none" and isolation["reason"].endswith(reason.split(": ", 1)[1])
-    assert isolation["steps"] == ["build-env:venv", "build-env:pip", "build-env:deps", "torch:wheel"]
+    assert isolation["steps"] == [
+        "build-env:venv",
+        "build-env:pip",
+        "build-env:deps",
+        "torch:wheel",
+        "torch:repair",
+    ]
     provenance = built.statement["predicate"]["buildDefinition"]["internalParameters"]["isolation"]
     assert provenance == isolation
     assert built.output.count("build steps run without isolation") == 1
