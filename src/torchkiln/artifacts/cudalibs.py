@@ -50,7 +50,7 @@ from torchkiln.errors import EXIT_OK, TorchkilnError, UsageError
 from torchkiln.process import runner
 
 from . import wheelfile
-from .bundle import SYSTEM_LIBRARIES
+from .bundle import SYSTEM_LIBRARIES, write_members
 
 # What the target machine's driver provides: never bundled, never looked for in the wheel.
 DRIVER_LIBRARIES = frozenset({"libcuda.so.1", "libnvidia-ml.so.1"})
@@ -258,14 +258,14 @@ def _record_line(name: str, path: Path) -> str:
 
 def repack(source: zipfile.ZipFile, root: Path, out: Path) -> None:
     """Write the tree at ``root`` as a wheel at ``out``: the source's members in its order with their
-    permissions and timestamps, new files after them, RECORD anew and last (wheelfile.write_members)."""
+    permissions and timestamps, new files after them, RECORD anew and last (bundle.write_members)."""
     infos = {i.filename: i for i in source.infolist() if not i.is_dir()}
     (record,) = [n for n in infos if n.endswith(".dist-info/RECORD")]
     files = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
     order = [n for n in infos if n in files and n != record] + [n for n in files if n not in infos]
     lines = [_record_line(name, root / name) for name in order] + [f"{record},,"]
     (root / record).write_text("\n".join(lines) + "\n", encoding="utf-8")
-    wheelfile.write_members(out, root, [root / name for name in [*order, record]], infos)
+    write_members(out, root, [root / name for name in [*order, record]], infos)
 
 
 def rewrite_wheel(

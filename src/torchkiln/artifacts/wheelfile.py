@@ -19,14 +19,10 @@ import csv
 import hashlib
 import io
 import re
-import shutil
-import stat
 import zipfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-
-from torchkiln.files import atomic
 
 _NAME_RE = re.compile(
     r"^(?P<distribution>[^-]+)-(?P<version>[^-]+)(?:-(?P<build>\d[^-]*))?"
@@ -144,23 +140,3 @@ def wheel_record(path: Path) -> str:
         if name is None:
             raise ValueError(f"{path}: no .dist-info/RECORD inside (not a wheel)")
         return archive.read(name).decode("utf-8")
-
-
-def write_members(target: Path, root: Path, files: list[Path], entries: dict[str, zipfile.ZipInfo]) -> None:
-    """The wheel at ``target`` from the files under ``root``, in ``files``' order (complete or absent: a
-    temporary next to it, renamed when whole): each member with its entry's timestamp and mode from the input
-    wheel (``entries``), a new one (a bundled library) with the input's newest timestamp and its file's mode;
-    never the time it is written, so a rewritten wheel is as reproducible as the wheel step's (whose times
-    come from ``SOURCE_DATE_EPOCH``)."""
-    newest = max((info.date_time for info in entries.values()), default=(1980, 1, 1, 0, 0, 0))
-    with atomic.replacing(target) as handle, zipfile.ZipFile(handle, "w", zipfile.ZIP_DEFLATED) as zf:
-        for path in files:
-            name = path.relative_to(root).as_posix()
-            old = entries.get(name)
-            info = zipfile.ZipInfo(name, date_time=old.date_time if old else newest)
-            info.external_attr = (
-                old.external_attr if old else (stat.S_IFREG | (path.stat().st_mode & 0o777)) << 16
-            )
-            info.compress_type = zipfile.ZIP_DEFLATED
-            with path.open("rb") as source, zf.open(info, "w") as sink:
-                shutil.copyfileobj(source, sink, 1 << 20)
