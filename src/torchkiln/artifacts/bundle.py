@@ -164,9 +164,7 @@ def bundle_wheel(
             )
             + f"{record.relative_to(root).as_posix()},,\n"
         )
-        write_members(
-            out / wheel.name, root, [*files, record], entries
-        )  # RECORD last, as wheels have it
+        write_members(out / wheel.name, root, [*files, record], entries)  # RECORD last, as wheels have it
     return Bundled(out / wheel.name, bundled)
 
 
