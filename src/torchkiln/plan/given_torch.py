@@ -108,7 +108,11 @@ def _version(text: str, records: Records | None = None) -> tuple[str, Version, s
     pins = [s for s in req.specifier if s.operator in ("==", "===") and "*" not in s.version]
     if canonicalize_name(req.name) != "torch" or len(pins) != 1 or req.url or req.marker:
         raise UsageError(f"--torch {text!r}: not torch pinned to one version with == (valid: {VALID})")
-    return str(req), Version(pins[0].version), f"requirement {req} (from the configured index)"
+    try:  # '===' compares strings: its value need not be a version at all
+        version = Version(pins[0].version)
+    except InvalidVersion:
+        raise UsageError(f"--torch {text!r}: {pins[0].version!r} is not a version (valid: {VALID})") from None
+    return str(req), version, f"requirement {req} (from the configured index)"
 
 
 def python_tags(python: str, platforms: Sequence[str]) -> frozenset[Tag]:
