@@ -33,7 +33,7 @@ import stat
 import sys
 import tempfile
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -188,6 +188,22 @@ def write_members(target: Path, root: Path, files: list[Path], entries: dict[str
                 shutil.copyfileobj(source, sink, 1 << 20)
 
 
+def given_wheels(given: Iterable[Path]) -> list[Path]:
+    """The wheels of the command line: each file given, and the wheels of each directory given."""
+    wheels: list[Path] = []
+    for path in given:
+        if path.is_dir():
+            found = wheelfile.find([path])
+            if not found:
+                raise UsageError(f"{path}: no wheels in this directory")
+            wheels += found
+        elif path.is_file():
+            wheels.append(path)
+        else:
+            raise UsageError(f"{path}: no such wheel")
+    return wheels
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         allow_abbrev=False, prog="python -m torchkiln.artifacts.bundle", description=__doc__.splitlines()[0]
@@ -202,18 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        wheels: list[Path] = []
-        for given in args.wheels:
-            if given.is_dir():
-                found = wheelfile.find([given])
-                if not found:
-                    raise UsageError(f"{given}: no wheels in this directory")
-                wheels += found
-            elif given.is_file():
-                wheels.append(given)
-            else:
-                raise UsageError(f"{given}: no such wheel")
-        for wheel in wheels:
+        for wheel in given_wheels(args.wheels):
             done = bundle_wheel(wheel, args.out, package=args.package, library_path=args.library_path)
             names = ", ".join(f"{k} -> {v}" for k, v in sorted(done.libraries.items())) or "nothing to bundle"
             print(f"{done.wheel.name}: {names}")

@@ -38,7 +38,7 @@ import shutil
 import sys
 import tempfile
 import zipfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -50,7 +50,7 @@ from torchkiln.errors import EXIT_OK, TorchkilnError, UsageError
 from torchkiln.process import runner
 
 from . import wheelfile
-from .bundle import SYSTEM_LIBRARIES, write_members
+from .bundle import SYSTEM_LIBRARIES, given_wheels, write_members
 
 # What the target machine's driver provides: never bundled, never looked for in the wheel.
 DRIVER_LIBRARIES = frozenset({"libcuda.so.1", "libnvidia-ml.so.1"})
@@ -288,22 +288,6 @@ def rewrite_wheel(
             repack(source, root, out / wheel.name)
     done.wheel = out / wheel.name
     return done
-
-
-def given_wheels(given: Iterable[Path]) -> list[Path]:
-    """The wheels of the command line: each file given, and the wheels of each directory given."""
-    wheels: list[Path] = []
-    for path in given:
-        if path.is_dir():
-            found = wheelfile.find([path])
-            if not found:
-                raise UsageError(f"{path}: no wheels in this directory")
-            wheels += found
-        elif path.is_file():
-            wheels.append(path)
-        else:
-            raise UsageError(f"{path}: no such wheel")
-    return wheels
 
 
 def summary(done: Rewrite) -> list[str]:

@@ -45,7 +45,7 @@ from pathlib import Path, PurePosixPath
 from torchkiln.errors import EXIT_OK, TorchkilnError
 from torchkiln.process import runner
 
-from . import cudalibs
+from . import bundle, cudalibs
 from .elf import ElfDynamic, read_elf
 
 ORIGIN = cudalibs.ORIGIN
@@ -320,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         bundle_extra=tuple(args.bundle_extra),
     )
     try:
-        for wheel in cudalibs.given_wheels(args.wheels):
+        for wheel in bundle.given_wheels(args.wheels):
             print("\n".join(summary(repair_wheel(wheel, args.out, options))), flush=True)
     except TorchkilnError as exc:
         print(f"error: {exc}", file=sys.stderr)
