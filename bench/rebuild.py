@@ -123,7 +123,12 @@ def real_vision(scratch: Path) -> Tree:
 
     def copy(path: Path) -> None:
         shutil.copytree(extracted, path, symlinks=True)
-        (path / "version.txt").write_text("0.28.0a0\n")  # the recipe's torchvision, paired with torch 2.13
+        version = path / "version.txt"
+        version.write_text("0.28.0a0\n")  # the recipe's torchvision, paired with torch 2.13
+        # the extracted file's mtime: a tree without git takes SOURCE_DATE_EPOCH from its newest file, so a
+        # copy written now would give every row another epoch, and another wheel (one sha256 per run)
+        stamp = (extracted / "version.txt").stat().st_mtime_ns
+        os.utime(version, ns=(stamp, stamp))
 
     description = (
         "torchvision 0.21.0 (Debian's orig tarball, unpatched but version.txt), CPU, codecs off, "

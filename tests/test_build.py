@@ -301,6 +301,9 @@ def test_a_no_op_imports_no_sbom_signing_or_image_machinery(world, cold) -> None
     code, modules, output = imported(argv, module="kiln_with_torch")
     assert code == 0 and "(0 step(s) ran" in output, output
     assert "torchkiln.build.loop" in modules and heavy(modules) == [], heavy(modules)
+    # the wheel's portability record is read back by its key, not analysed again (no ELF reader), and no
+    # distributed-compile client is asked for anything (no HTTP)
+    assert not {"torchkiln.artifacts.abi", "elftools", "urllib.request"} & modules, output
     assert sbom.read_bytes() == before, "the SBOM still describes the same wheel: kept as it was"
 
 

@@ -13,11 +13,14 @@ test venv's) and upstream's torchvision 0.28.0 wheel.
 
 from __future__ import annotations
 
+import csv
+import io
 import os
 import platform
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -587,3 +590,39 @@ def test_upstreams_cuda_torchvision_against_the_cpu_torch_names_what_that_torch_
     )
     assert any("RPATH /__w/_temp/conda_environment" in note and "not counted" in note for note in found.notes)
     assert found.pip_brings == [f"torch {installed.installed()['torch'].version}"]
+
+
+# RECORD paths as pip writes them (csv.writer over the relative path, its hash and size): any character a
+# file name may hold, commas and quotes among them, and the `../` of a script outside site-packages
+RECORD_PATHS = st.lists(
+    st.text(
+        st.characters(blacklist_categories=("Cs", "Cc"), blacklist_characters="/\x00"),
+        min_size=1,
+        max_size=12,
+    ).filter(lambda part: part not in (".", "..")),
+    min_size=1,
+    max_size=3,
+).map("/".join)
+
+
+@given(paths=st.lists(RECORD_PATHS, min_size=1, max_size=8, unique=True), outside=st.booleans())
+@settings(max_examples=60, deadline=None)
+def test_recorded_files_reads_a_record_as_importlib_metadata_does(paths: list[str], outside: bool) -> None:
+    """installed.recorded_files (a CSV read of RECORD, issue 38: torch's 40,000 rows without a path object
+    each) lists what ``Distribution.files`` lists, in order, and locates each where ``locate_file`` does."""
+    with tempfile.TemporaryDirectory() as tmp:
+        info = Path(tmp) / "demo-1.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text("Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n")
+        rows = [*paths, *(["../../bin/demo-tool"] if outside else []), "demo-1.0.dist-info/RECORD"]
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        for row in rows:
+            writer.writerow([row, "sha256=AAAA" if not row.endswith("RECORD") else "", "1"])
+        (info / "RECORD").write_text(out.getvalue())
+        dist = installed.installed([tmp])["demo"]
+        expected = [str(entry) for entry in dist.files or ()]
+        assert installed.recorded_files(dist) == expected == rows
+        assert [installed.located(dist, r) for r in rows] == [
+            Path(str(dist.locate_file(e))) for e in dist.files or ()
+        ]

@@ -14,7 +14,6 @@ instead of stopping, about what the check would have refused.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -24,9 +23,9 @@ from torchkiln.artifacts import jsonfile, wheelfile
 from torchkiln.artifacts.manifest import WheelRecord
 from torchkiln.artifacts.portability import Portability, one_line, refusal, retarget
 from torchkiln.errors import BuildFailed
-from torchkiln.files import atomic
-from torchkiln.files.digests import digest, file_sha256
+from torchkiln.files.digests import file_sha256
 from torchkiln.plan.model import Step
+from torchkiln.plan.records import Records
 
 from .context import Context
 
@@ -105,7 +104,6 @@ def judge(ctx: Context, step: Step, outputs: Mapping[str, Any], log: str | None)
         )
 
 
-CACHE_NAME = "portability.json"  # in the work directory: the records read beside the build venv, by key
 CODE = tuple(
     Path(__file__).resolve().parents[1] / "artifacts" / f"{m}.py"
     for m in ("abi", "elf", "installed", "portability")
@@ -117,7 +115,9 @@ def _key(sha256: str, sites: Sequence[Path], target: Sequence[str]) -> str:
     versions: their dist-info directories), the recipe's system libraries, the analysis's code."""
     dists = sorted(p.name for site in sites for p in site.glob("*.dist-info"))
     code = [file_sha256(path) for path in CODE]
-    return digest({"wheel": sha256, "dists": dists, "target": sorted(target), "code": code})
+    return Records.key(
+        "portability", {"wheel": sha256, "dists": dists, "target": sorted(target), "code": code}
+    )
 
 
 def attach(
@@ -125,16 +125,12 @@ def attach(
 ) -> list[WheelRecord]:
     """``found`` (the published wheels' records, in the order of ``wheels``: (path in dist/, project,
     Python)) with their portability: the post-build check's, else read now beside the build venv's
-    distributions (checks skipped; kept in the work directory by what it depends on, so a run that changed
-    nothing reads nothing), with a warning for what the check would have refused."""
-    from torchkiln.artifacts.abi import analyse_wheel
-
-    cache_path = ctx.plan.paths.workdir / CACHE_NAME
-    try:
-        cached = json.loads(cache_path.read_text()) if cache_path.is_file() else {}
-    except (OSError, ValueError):
-        cached = {}
-    kept: dict[str, Any] = {}
+    distributions (checks skipped). A record read that way is kept by what it depends on (:func:`_key`), in
+    the work directory's records and the environment store's (:class:`~torchkiln.plan.records.Records`): the
+    same wheel bytes beside the same distributions read the same, so a run that changed nothing, or a fresh
+    work directory on the same machine building the same bytes, reads nothing again (about a second for
+    torchvision beside torch's 40,000 files). Each run warns about what the check would have refused."""
+    records = Records.for_build(ctx.plan.paths.workdir, ctx.plan.env_store)
     out = []
     target = ctx.plan.recipe.deploy.system_libraries
     for (path, _, python), wheel in zip(wheels, found, strict=True):
@@ -144,16 +140,17 @@ def attach(
                 ctx.plan.paths.for_python("" if python == ctx.plan.recipe.python else python).venv
             )
             key = _key(wheel.sha256, sites, target)
-            if isinstance(cached.get(key), dict):
-                record = jsonfile.from_data(Portability, cached[key], file=str(cache_path))
+            kept = records.get(key)
+            if kept is not None:
+                record = jsonfile.from_data(Portability, kept, file=f"{key}.json")
             else:
+                from torchkiln.artifacts.abi import analyse_wheel  # noqa: PLC0415 - ELF readers: on a miss only
+
                 record = analyse_wheel(path, sites, target=target, analysed=IN_BUILD_VENV)
-            kept[key] = jsonfile.to_data(record)
+                records.put(key, jsonfile.to_data(record))
             reason = refusal(path.name, record)
             if reason is not None:
                 ctx.warn(f"--skip-checks: the post-build check would have refused it: {reason}")
         out.append(replace(wheel, portability=record))
         ctx.display.note(f"{path.name}: {one_line(record)}")
-    if kept != cached and (kept or cached):
-        atomic.write_json(cache_path, kept)
     return out

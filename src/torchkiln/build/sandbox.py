@@ -47,7 +47,6 @@ from typing import TYPE_CHECKING, Any
 
 import torchkiln
 from torchkiln.artifacts.manifest import Isolation
-from torchkiln.distributed.client import default_toolchain_dir
 from torchkiln.plan.model import Step
 from torchkiln.process import isolation
 from torchkiln.process.environ import without_credentials
@@ -263,6 +262,8 @@ def server_sandbox(ctx: Context) -> Sandbox | None:
     view = base_view(ctx)
     extra: list[Path] = []
     if ctx.dist is not None and ctx.dist.spec is not None:  # distributed compiles in use (preflight passed)
+        from torchkiln.distributed.client import default_toolchain_dir  # noqa: PLC0415 - HTTP: only with dist
+
         extra.append(default_toolchain_dir(ctx.plan.cache.dir))
         if ctx.dist.conf_path is not None:  # the one sandbox that reads the client config: the server's
             conf = ctx.dist.conf_path.absolute()

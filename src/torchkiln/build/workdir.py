@@ -41,7 +41,6 @@ LAYOUT: dict[str, Literal["file", "dir"]] = {
     "src": "dir",
     "launchers": "dir",
     "tree-outputs": "dir",  # what each compile step wrote into its source tree (torchkiln.build.treeguard)
-    "portability.json": "file",  # the publish step's portability records of unchecked wheels (build.portable)
     PROBES_DIR: "dir",  # what the host answered, by key (torchkiln.plan.records)
 }
 
