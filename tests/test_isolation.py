@@ -401,3 +401,49 @@ def test_nested_in_a_root_sandbox_as_the_cuda_tests_run_torchkiln(tmp_path: Path
     done = runner.run([*outer, "--", sys.executable, "-c", script, src], timeout=60)
     assert done.ok, done.describe()
     assert json.loads(done.stdout.splitlines()[-1]) == [True, None, "inside"]
+
+
+# A version manager's shims on PATH, as pyenv lays them out (pyenv 2.x: a shim is a bash script that execs
+# "$PYENV_ROOT/libexec/pyenv" exec <program>, which reads $PYENV_ROOT/version): where the recipe's Python is a
+# pyenv one under the home (Debian 13's way to 3.11), every sandboxed step that runs it must see that root.
+SHIM = '#!/usr/bin/env bash\nset -e\nexport PYENV_ROOT="{root}"\nexec "{root}/libexec/pyenv" exec "${{0##*/}}" "$@"\n'
+LIBEXEC = '#!/usr/bin/env bash\nshift\nprogram="$1"; shift\nexec "$(cat "$PYENV_ROOT/version")" "$@"\n'
+
+
+@pytest.mark.parametrize(
+    "layout",
+    ["pyenv-in-home", "pyenv-root-variable", "asdf-like", "shims-beside-real-bin"],
+)
+def test_a_python_behind_shims_on_path_runs_in_every_build_step(tmp_path: Path, layout: str) -> None:
+    """The build's view of a step (sandbox.step_view) shows the root a ``shims`` directory on PATH belongs
+    to (and $PYENV_ROOT), so ``python3.11`` that is a shim runs in the real sandbox, in each kind of build
+    step; the rest of the home stays hidden."""
+    from torchkiln.build import sandbox
+
+    exe = bwrap()
+    home = tmp_path / "home"
+    root = {"pyenv-in-home": home / ".pyenv", "pyenv-root-variable": home / "tools" / "pyenv"}.get(
+        layout, home / (".asdf" if layout == "asdf-like" else ".local")
+    )
+    shims = root / "shims"
+    (root / "libexec").mkdir(parents=True)
+    shims.mkdir()
+    (root / "version").write_text(os.path.realpath(sys.executable))
+    (root / "libexec" / "pyenv").write_text(LIBEXEC)
+    (shims / "python3.11").write_text(SHIM.format(root=root))
+    for script in (root / "libexec" / "pyenv", shims / "python3.11"):
+        script.chmod(0o755)
+    (home / ".netrc").write_text("HOME-SECRET")
+    environ = {"HOME": str(home), "PATH": f"{shims}:/usr/bin:/bin"}
+    if layout == "pyenv-root-variable":
+        environ["PYENV_ROOT"] = str(root)
+    ctx = build_context(tmp_path, environ)
+    for step in (s for s in ctx.plan.steps if s.kind in ("env", "compile", "checks")):
+        view = sandbox.step_view(step, ctx, environ, step.argv)
+        assert root in view.read_only, (layout, step.kind)
+        assert home not in view.read_only
+        box = Sandbox(exe, view)  # the step's own view, as the build runs it
+        probe = "import sys, os; print(sys.version_info[:2], os.path.exists(os.path.expanduser('~/.netrc')))"
+        done = run_in(box, ["python3.11", "-c", probe], {"PATH": environ["PATH"], "HOME": str(home)})
+        assert done.ok, (layout, step.kind, done.output)
+        assert "False" in done.output, "the rest of the home is still hidden"

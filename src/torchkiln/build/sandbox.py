@@ -141,6 +141,17 @@ def _prefixes(exe: str, search: str) -> list[Path]:
     return out
 
 
+def shim_roots(search: str, env: Mapping[str, str]) -> list[Path]:
+    """The roots of the version managers whose shims are on PATH: a ``shims`` directory's parent (pyenv's
+    ``~/.pyenv``, rbenv's, asdf's) and ``$PYENV_ROOT``. A shim is a script that runs the manager's own
+    ``libexec`` and reads its ``version`` files: the directory on PATH alone is not enough to run
+    ``python3.11`` where pyenv provides it (a recipe's Python on Debian 13, docs/build.md)."""
+    roots = [Path(p).parent for p in search.split(os.pathsep) if p and Path(p).name == "shims"]
+    if env.get("PYENV_ROOT"):
+        roots.append(Path(env["PYENV_ROOT"]))
+    return roots
+
+
 def _argument_paths(argv: Sequence[str]) -> list[Path]:
     """Absolute paths a command names (as an argument, or after ``=`` in one: ``--source torch=/src``)."""
     out = []
@@ -233,6 +244,7 @@ def step_view(step: Step, ctx: Context, env: Mapping[str, str], argv: Sequence[s
     ):  # a program named as an argument (buildreqs' --python): its install too
         named += [path, *(_prefixes(str(path), search) if path.is_file() else [])]
     named += [Path(p) for p in search.split(os.pathsep) if p]
+    named += shim_roots(search, env)
     for name in TOOLCHAIN_VARIABLES:
         for part in env.get(name, "").split(os.pathsep):
             named += [Path(w) for w in part.split() if w.startswith("/")]
