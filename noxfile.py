@@ -43,9 +43,9 @@ PIP = "pip>=24"
 # latest patch of each minor, with the newest torchvision of the paired minor (0.(N+15)) built with the same
 # CUDA: 0.29.1+cu130 for 2.14.1+cu130 (0.29.2 is +cu132; from 0.29 torchvision requires torch>=2.14.0, built
 # on its stable ABI). `torch===` (three '='): an exact match, so pip takes upstream's CUDA build, not a local
-# +cpu wheel `==` would also accept. `nox -s releases` runs them all (not a default session). torch 2.15.0 has
-# no pair: no torchvision 0.30 is on the index; the only one that installs with it is 0.29.2+cu132 (released
-# the same day, requires torch>=2.14.0), which compat.toml's 0.(N+15) pairing does not accept.
+# +cpu wheel `==` would also accept. `nox -s releases` runs them all (not a default session). torch 2.15.0
+# pairs with 0.29.2+cu132: no 0.30 was released; 0.29.2 was built the day 2.15.0 was, with its CUDA 13.2
+# (data/compat.toml's 2.15 row names the source).
 RELEASE_PAIRS = {
     "2.6.0": ("torch===2.6.0", "torchvision==0.21.0"),
     "2.7.1": ("torch===2.7.1", "torchvision==0.22.1"),
@@ -56,6 +56,7 @@ RELEASE_PAIRS = {
     "2.12.1": ("torch===2.12.1", "torchvision==0.27.1"),
     "2.13.0": ("torch===2.13.0", "torchvision==0.28.0"),
     "2.14.1": ("torch===2.14.1", "torchvision==0.29.1"),
+    "2.15.0": ("torch===2.15.0", "torchvision==0.29.2"),
 }
 # CI's reference tier keeps a spread of them: 2.8.0 (CUDA 12.8, compiled against cuDNN 9.8.0 but shipping
 # 9.10.2.21; get_arch_list() is [] without a GPU), 2.13.0 (the last setup.py build, CUDA 13.0, C++20; the

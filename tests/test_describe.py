@@ -163,3 +163,15 @@ def test_ptx_without_its_cubin_is_refused_by_name() -> None:
 def test_without_torchvision_it_says_so() -> None:
     with pytest.raises(UsageError, match="torchvision is not installed in that Python"):
         describe.describe(facts(torchvision=None), name="x")
+
+
+def test_what_the_wheels_need_and_do_not_bundle_is_the_recipes_deploy_promise() -> None:
+    """Upstream's torch 2.15.0 ships torch/lib/libgfortran.so.5 without the libquadmath.so.0 it needs
+    (readelf -d of the wheel's file; no file of the wheel bundles it): describe says so in ``[deploy]
+    system_libraries``, the one field that makes verify's release check pass there, and names the file."""
+    needs = {"libquadmath.so.0": ["torch/lib/libgfortran.so.5"]}
+    text = describe.describe(facts(), name="n", needs=needs)
+    recipe = parse_recipe(text.encode(), "<described>")
+    assert recipe.deploy.system_libraries == ("libquadmath.so.0",)
+    assert "libquadmath.so.0: torch/lib/libgfortran.so.5" in text
+    assert "[deploy]" not in describe.describe(facts(), name="n", needs={}), "nothing needed: no promise"

@@ -521,6 +521,23 @@ def test_a_library_only_this_machine_has_is_named_even_though_it_loads_here(
 
 
 @pytest.mark.integration
+def test_describe_promises_exactly_what_the_installed_torch_needs_unbundled(
+    png_ext: bytes, tmp_path: Path
+) -> None:
+    """``recipe describe``'s ``[deploy] system_libraries`` (describe.unresolved_needs) on a real ELF file in an
+    installed distribution named torch: the library only this machine has, named with the file; promised, the
+    release check's linkage finds nothing unresolved."""
+    from torchkiln.commands import describe
+
+    wheel = tiny_wheel(tmp_path, "torch", "2.15.0", files={"torch/lib/libkiln.so": png_ext}, tag=TAG)
+    site = pip_install_target(tmp_path / "site", wheel)
+    needs = describe.unresolved_needs([str(site)])
+    assert needs == {"libpng16.so.16": ["torch/lib/libkiln.so"]}
+    index = installed.installed([str(site)])
+    assert linkage.check_distribution(index["torch"], index, target=sorted(needs)).unresolved == ()
+
+
+@pytest.mark.integration
 def test_the_policy_agrees_with_auditwheel_show_where_nothing_is_excluded(tmp_path: Path) -> None:
     """auditwheel's own analysis of the same wheel file (its lddtree, this machine's libraries): for a wheel
     that needs only what policies allow, torchkiln's policy is auditwheel's."""

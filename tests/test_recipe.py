@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 import tomli_w
+from packaging.version import Version
 
 from torchkiln.cli import main
 from torchkiln.errors import RecipeError
-from torchkiln.recipe.compat import compat
+from torchkiln.recipe.compat import compat, vision_pairs
 from torchkiln.recipe.loader import load_recipe, parse_recipe
 
 if sys.version_info >= (3, 11):
@@ -45,7 +46,8 @@ def test_shipped_recipe_is_valid(path: Path) -> None:
     assert recipe.name == path.stem
     assert recipe.torch.repo == "https://github.com/pytorch/pytorch.git"
     assert recipe.torchvision.repo == "https://github.com/pytorch/vision.git"
-    assert recipe.torchvision.version.minor == recipe.torch.version.minor + 15
+    row = compat()["torch"][f"{recipe.torch.version.major}.{recipe.torch.version.minor}"]
+    assert vision_pairs(row, recipe.torchvision.version), "the torchvision released for its torch"
 
 
 def test_cli_check_accepts_all_shipped(capsys: pytest.CaptureFixture[str]) -> None:
@@ -244,15 +246,16 @@ INVALID: list[tuple[str, str, str, str]] = [
         mutate(
             torch__version="2.15.0",
             torch__ref="v2.15.0",
-            torchvision__version="0.30.0",
-            torchvision__ref="v0.30.0",
+            torchvision__version="0.29.2",
+            torchvision__ref="v0.29.2",
             python__version="3.10",
         ),
         "python.version",
         "not supported by torch 2.15",
     ),
     (
-        "torch-2.15-pairs-with-0.30",
+        # 0.29.0 requires torch==2.14.0; 2.15's torchvision is 0.29.2 (compat.toml's torchvision_min)
+        "torch-2.15-pairs-from-0.29.2",
         mutate(torch__version="2.15.0", torch__ref="v2.15.0", torchvision__version="0.29.0"),
         "torchvision.version",
         "does not pair",
@@ -293,8 +296,8 @@ VALID: list[tuple[str, str]] = [
         mutate(
             torch__version="2.15.0",
             torch__ref="v2.15.0",
-            torchvision__version="0.30.0",
-            torchvision__ref="v0.30.0",
+            torchvision__version="0.29.2",
+            torchvision__ref="v0.29.2",
             accelerator__cuda="13.2",
             accelerator__cudnn="9.26.0.51",
             accelerator__nccl="2.30.7",
@@ -428,3 +431,39 @@ def test_vision_features_default_per_accelerator_and_nvjpeg_needs_cuda(tmp_path:
         RecipeError, match=r"torchvision.features.avif: unknown key \(valid: ffmpeg, jpeg, nvjpeg"
     ):
         parse_recipe(unknown.encode(), "u.toml")
+
+
+# What upstream's own wheels on PyPI say (METADATA Requires-Dist torch, version.py, the day each was built),
+# read 2026-11-27: a torchvision pairs with a torch release when it was released for it. 0.28.0: torch==2.13.0;
+# 0.29.0: torch==2.14.0; 0.29.1 (2026-09-29, +cu130) and 0.29.2 (2026-10-28, the day of torch 2.15.0, +cu132,
+# py3-none on the stable ABI): torch>=2.14.0; no 0.30 on the index.
+PAIRINGS = [
+    ("2.13.0", "0.28.0", True),
+    ("2.13.0", "0.29.2", False),
+    ("2.14.0", "0.29.0", True),
+    ("2.14.1", "0.29.1", True),
+    ("2.14.1", "0.29.2", True),
+    ("2.15.0", "0.29.2", True),
+    ("2.15.0", "0.29.2+cu132", True),
+    ("2.15.0", "0.29.1", False),  # released before 2.15 (its first torchvision is 0.29.2)
+    ("2.15.0", "0.29.0", False),  # requires torch==2.14.0
+    ("2.15.0", "0.30.0", False),  # never released; compat pairs 2.15 with 0.29
+    ("2.6.0", "0.21.0", True),
+    ("2.6.0", "0.22.1", False),
+]
+
+
+@pytest.mark.parametrize(("torch", "vision", "pairs"), PAIRINGS)
+def test_torchvision_pairs_torch_as_upstreams_wheels_say(torch: str, vision: str, pairs: bool) -> None:
+    """One rule for the recipe check, --torch and verify (recipe.compat.vision_pairs), checked against the
+    pairings upstream's wheels declare; a recipe of a pairing the rule refuses names torchvision.version."""
+    row = compat()["torch"][".".join(torch.split(".")[:2])]
+    assert vision_pairs(row, Version(vision)) is pairs
+    public = vision.split("+")[0]
+    text = mutate(torch__version=torch, torch__ref=f"v{torch}", torchvision__version=public)
+    try:
+        parse_recipe(text.encode(), "pairing.toml")
+        named = False
+    except RecipeError as exc:
+        named = "torchvision.version: torchvision" in str(exc) and "does not pair" in str(exc)
+    assert named is not pairs

@@ -28,7 +28,7 @@ from packaging.version import Version
 
 from torchkiln.recipe.compat import compat
 from torchkiln.recipe.loader import load_recipe
-from torchkiln.verify import buildconfig, report
+from torchkiln.verify import buildconfig, linkage, report
 from torchkiln.verify.facts import BuildFacts
 
 if sys.version_info >= (3, 11):
@@ -520,3 +520,22 @@ def test_the_reference_recipe_is_what_describe_writes(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert out.read_text() == reference_path().read_text()
+
+
+def test_each_promised_system_library_is_one_the_pair_needs_unbundled() -> None:
+    """The control of ``[deploy] system_libraries`` (describe writes it where upstream's wheel needs a library
+    it does not bundle: torch 2.15.0's libgfortran.so.5 and libquadmath.so.0): with any one promise taken
+    away, verify's release check (linkage.check_distribution, as test_libraries_resolve_without_ld_library_path
+    calls it) names that library and the file that needs it; with all of them, nothing is unresolved."""
+    promised = list(reference_doc().get("deploy", {}).get("system_libraries", []))
+    if not promised:
+        pytest.skip("the recipe promises no system library: the pair bundles or declares all it needs")
+    index = linkage.installed()
+    projects = [index[p] for p in ("torch", "torchvision") if p in index]
+    for name in promised:
+        rest = [p for p in promised if p != name]
+        named = {
+            e.needed for d in projects for e in linkage.check_distribution(d, index, target=rest).unresolved
+        }
+        assert named == {name}, (name, named)
+    assert not [e for d in projects for e in linkage.check_distribution(d, index, target=promised).unresolved]

@@ -27,7 +27,7 @@ Pure: :func:`describe` turns facts into TOML text; the command runs the facts sc
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from packaging.version import Version
@@ -219,8 +219,16 @@ def _vision(facts: BuildFacts) -> tuple[list[Line], list[Line]]:
     return [line for line in head if line is not None], parts
 
 
-def describe(facts: BuildFacts, *, name: str, description: str | None = None) -> str:
-    """The recipe ``facts`` satisfy, as TOML text with the source of each value beside it."""
+def describe(
+    facts: BuildFacts,
+    *,
+    name: str,
+    description: str | None = None,
+    needs: Mapping[str, Sequence[str]] | None = None,
+) -> str:
+    """The recipe ``facts`` satisfy, as TOML text with the source of each value beside it. ``needs``: the
+    sonames the wheels' shared objects need that nothing the target is known to have provides
+    (:func:`unresolved_needs`), each with the files that need it: ``[deploy] system_libraries``."""
     torch_v = Version(facts.torch_version)
     vision_head, vision_parts = _vision(facts)
     settings = facts.settings
@@ -283,6 +291,8 @@ def describe(facts: BuildFacts, *, name: str, description: str | None = None) ->
         )
     )
     sections.append(("cache", [Line("kind", "none")]))
+    if needs:
+        sections.append(("deploy", [Line("system_libraries", sorted(needs), _needed_by(needs))]))
     out = [
         f"# Written by `torchkiln recipe describe` from what the installed wheels report about themselves: {title}.",
         "# `torchkiln verify --recipe` with this file passes on that installation. Regenerate it rather than edit it.",
@@ -290,6 +300,28 @@ def describe(facts: BuildFacts, *, name: str, description: str | None = None) ->
     for table, lines in sections:
         out += ["", f"[{table}]", *(line.render() for line in lines)]
     return "\n".join(out) + "\n"
+
+
+def _needed_by(needs: Mapping[str, Sequence[str]]) -> str:
+    said = "; ".join(f"{name}: {', '.join(sorted(files))}" for name, files in sorted(needs.items()))
+    return f"needed by the wheels' own files and not bundled ({said})"
+
+
+def unresolved_needs(paths: Sequence[str]) -> dict[str, list[str]]:
+    """Soname -> the files of torch and torchvision (installed on ``paths``: the described interpreter's
+    sys.path) that need it and find it in nothing a target machine is known to have (their own files, a
+    declared distribution's, a manylinux policy's, the NVIDIA driver's): what verify's release check
+    (``test_libraries_resolve_without_ld_library_path``) asks a recipe's ``[deploy] system_libraries`` to
+    promise. Upstream's torch 2.15.0 ships torch/lib/libgfortran.so.5 without the libquadmath.so.0 it needs."""
+    from torchkiln.verify import linkage  # noqa: PLC0415 - ELF readers: describe only
+
+    index = linkage.installed(list(paths))
+    found: dict[str, list[str]] = {}
+    for project in ("torch", "torchvision"):
+        if project in index:
+            for entry in linkage.check_distribution(index[project], index).unresolved:
+                found.setdefault(entry.needed, []).append(entry.obj)
+    return found
 
 
 def default_name(facts: BuildFacts) -> str:

@@ -63,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
 def describe(python: str, *, name: str | None, description: str | None, out: str | None) -> int:
     """Run the facts script (:mod:`torchkiln.verify.facts`, standard library only) in ``python``, write the
     recipe they satisfy (:func:`torchkiln.commands.describe.describe`) after loading it as ``verify`` will."""
+    import json
     from pathlib import Path
 
     from torchkiln.commands import describe as describing
@@ -80,7 +81,13 @@ def describe(python: str, *, name: str | None, description: str | None, out: str
     if not result.ok:
         raise UsageError(f"--python {python}: importing its torch failed: {result.failure()}")
     found = describing.facts_from_output(result.stdout, python)
-    text = describing.describe(found, name=name or describing.default_name(found), description=description)
+    path = runner.run([python, "-c", "import json, sys; print(json.dumps(sys.path))"], cwd="/", timeout=60)
+    if not path.ok:
+        raise UsageError(f"--python {python}: its sys.path could not be read: {path.failure()}")
+    needs = describing.unresolved_needs(json.loads(path.stdout.strip().splitlines()[-1]))
+    text = describing.describe(
+        found, name=name or describing.default_name(found), description=description, needs=needs
+    )
     try:
         parse_recipe(text.encode(), out or "<described recipe>")
     except RecipeError as exc:  # a build this recipe format cannot say: name what, write nothing

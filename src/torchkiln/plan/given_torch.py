@@ -3,7 +3,7 @@
 Without it, ``--only torchvision`` installs exactly the recipe's torch (``torch==2.13.0+cpu.kiln1``), which
 exists only where an earlier torchkiln build left it. With it, the build env gets the given torch (a wheel
 file, or a requirement pinned with ``==``), after a check that it pairs with the recipe's torchvision
-(torch 2.N <-> torchvision 0.(N+15), data/compat.toml) and suits its accelerator; torchvision's
+(torch 2.N <-> torchvision 0.(N+15) up to 2.14, 2.15 <-> 0.29: data/compat.toml) and suits its accelerator; torchvision's
 ``PYTORCH_VERSION`` (its wheel's torch requirement) is that torch's version, and the manifest records what
 was used (the wheel's sha256).
 
@@ -44,7 +44,7 @@ from torchkiln.artifacts.wheelfile import parse
 from torchkiln.errors import UsageError
 from torchkiln.files.digests import file_sha256
 from torchkiln.process import runner
-from torchkiln.recipe.compat import compat, minor, torch_release_range
+from torchkiln.recipe.compat import compat, minor, torch_release_range, vision_pairs
 from torchkiln.recipe.model import Recipe
 
 from .records import Records, file_identity
@@ -162,7 +162,8 @@ def _check_python_tags(text: str, path: Path, version: Version, recipe: Recipe) 
 
 
 def _check_pairing(text: str, version: Version, recipe: Recipe) -> None:
-    """torch 2.N pairs with the recipe's torchvision 0.(N+15); a release without data is said to be one."""
+    """torch pairs with the recipe's torchvision as data/compat.toml says (0.(N+15) with 2.N up to 2.14; 2.15
+    with 0.29); a release without data is said to be one."""
     release = compat()["torch"].get(minor(version))
     if release is None:
         raise UsageError(
@@ -171,8 +172,8 @@ def _check_pairing(text: str, version: Version, recipe: Recipe) -> None:
             f"{minor(recipe.torch.version)}.x, which pairs with the recipe's torchvision "
             f"{recipe.torchvision.version})"
         )
-    if release["torchvision"] != minor(recipe.torchvision.version):
-        wanted = f"torch {minor(recipe.torch.version)}.x (torchvision 0.(N+15) pairs with torch 2.N)"
+    if not vision_pairs(release, recipe.torchvision.version):
+        wanted = f"torch {minor(recipe.torch.version)}.x (the torch release data/compat.toml pairs it with)"
         raise UsageError(
             f"--torch {text!r}: torch {version} does not pair with the recipe's torchvision "
             f"{recipe.torchvision.version} (valid: {wanted})"

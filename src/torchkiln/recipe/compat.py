@@ -35,6 +35,20 @@ def minor(version: Version) -> str:
     return f"{version.major}.{version.minor}"
 
 
+def vision_pairing(release: dict[str, Any]) -> str:
+    """The torchvision a torch release (its compat.toml row) pairs with, as a finding's valid values say it:
+    ``0.28.x``, or ``0.29.x from 0.29.2`` where the row names a first release (``torchvision_min``)."""
+    first = release.get("torchvision_min")
+    return f"{release['torchvision']}.x" + (f" from {first}" if first else "")
+
+
+def vision_pairs(release: dict[str, Any], torchvision: Version) -> bool:
+    """Whether ``torchvision`` is of the minor the torch release pairs with (0.(N+15) for 2.N up to 2.14; 0.29
+    for 2.15, a stable-ABI torchvision) and not before the row's first torchvision of it."""
+    first = release.get("torchvision_min")
+    return minor(torchvision) == release["torchvision"] and (first is None or torchvision >= Version(first))
+
+
 def torch_release(recipe: Recipe) -> dict[str, Any] | None:
     release: dict[str, Any] | None = compat()["torch"].get(minor(recipe.torch.version))
     return release

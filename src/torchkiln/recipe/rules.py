@@ -18,7 +18,7 @@ from torchkiln.errors import Problem, UsageError
 
 from . import cmake_options, cuda_libraries, libcompat
 from .archs import ENTRY_RE
-from .compat import compat, cuda_release, minor, platform_data, torch_release
+from .compat import compat, cuda_release, minor, platform_data, torch_release, vision_pairing, vision_pairs
 from .model import Recipe
 
 
@@ -63,12 +63,12 @@ def _vision_pairs_torch(r: Recipe) -> Iterator[Finding]:
     release = torch_release(r)
     if release is None:
         return
-    want = release["torchvision"]
-    if minor(r.torchvision.version) != want:
+    if not vision_pairs(release, r.torchvision.version):
         yield (
             "torchvision.version",
             f"torchvision {r.torchvision.version} does not pair with torch {r.torch.version}",
-            f"{want}.x (torchvision 0.(N+15) pairs with torch 2.N)",
+            f"{vision_pairing(release)} (data/compat.toml: 0.(N+15) pairs with torch 2.N up to 2.14; 2.15 "
+            "with 0.29, torch's stable ABI)",
         )
 
 
@@ -524,7 +524,7 @@ RULES: tuple[Rule, ...] = (
     Rule("torch-known", "the torch release has compatibility data", _known_torch, ("torch.version",)),
     Rule(
         "torchvision-pairs-torch",
-        "torchvision 0.(N+15) pairs with torch 2.N",
+        "torchvision pairs with torch as data/compat.toml says (0.(N+15) with 2.N up to 2.14)",
         _vision_pairs_torch,
         ("torch.version", "torchvision.version"),
     ),

@@ -22,7 +22,7 @@ from packaging.version import InvalidVersion, Version
 
 from torchkiln.recipe import libcompat
 from torchkiln.recipe.archs import expected_arch_list
-from torchkiln.recipe.compat import blas_kind, compat
+from torchkiln.recipe.compat import blas_kind, compat, vision_pairing, vision_pairs
 from torchkiln.recipe.model import Recipe
 from torchkiln.recipe.spelling import truth
 
@@ -795,12 +795,13 @@ def _parts_vs_recipe(recipe: Recipe | None, facts: BuildFacts, tv: TorchvisionFa
     return Check("features", "pass", f"torchvision's optional parts: {actual}", expected, actual, field)
 
 
-def expected_torchvision_minor(torch_version: Version) -> str:
-    """The torchvision release that pairs with this torch: compat.toml, else upstream's 0.(N+15) rule."""
+def expected_torchvision(torch_version: Version) -> dict[str, Any]:
+    """The torchvision that pairs with this torch: compat.toml's row (``torchvision``, ``torchvision_min``),
+    else upstream's 0.(N+15) rule for a release it has no row for."""
     entry = compat().get("torch", {}).get(f"{torch_version.major}.{torch_version.minor}")
     if entry and "torchvision" in entry:
-        return str(entry["torchvision"])
-    return f"0.{torch_version.minor + 15}"
+        return dict(entry)
+    return {"torchvision": f"0.{torch_version.minor + 15}"}
 
 
 def torchvision_checks(
@@ -816,15 +817,15 @@ def torchvision_checks(
         return {c: Check(c, status, reason) for c in TORCHVISION_CHECKS}
     out: dict[str, Check] = {}
     torch_v, tv_v = Version(facts.torch_version), Version(tv.version)
-    want_minor = expected_torchvision_minor(torch_v)
-    have_minor = f"{tv_v.major}.{tv_v.minor}"
+    row = expected_torchvision(torch_v)
+    pairs, wanted = vision_pairs(row, tv_v), vision_pairing(row)
     out["pairs_torch"] = Check(
         "pairs_torch",
-        "pass" if have_minor == want_minor else "fail",
+        "pass" if pairs else "fail",
         f"torchvision {tv_v} pairs with torch {torch_v}"
-        if have_minor == want_minor
-        else f"torchvision {tv_v} does not pair with torch {torch_v}: expected torchvision {want_minor}.x",
-        f"{want_minor}.x",
+        if pairs
+        else f"torchvision {tv_v} does not pair with torch {torch_v}: expected torchvision {wanted}",
+        wanted,
         str(tv_v),
         "torchvision.version" if recipe is not None else "",
     )
