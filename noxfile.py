@@ -60,8 +60,9 @@ RELEASE_PAIRS = {
 }
 # CI's reference tier keeps a spread of them: 2.8.0 (CUDA 12.8, compiled against cuDNN 9.8.0 but shipping
 # 9.10.2.21; get_arch_list() is [] without a GPU), 2.13.0 (the last setup.py build, CUDA 13.0, C++20; the
-# --compare-with run) and 2.14.1 (scikit-build-core).
-REFERENCE_PAIRS = ("2.8.0", "2.13.0", "2.14.1")
+# --compare-with run) and 2.15.0 (scikit-build-core, torchvision 0.29.2 on torch's stable ABI, a library the wheel
+# needs unbundled: [deploy] system_libraries).
+REFERENCE_PAIRS = ("2.8.0", "2.13.0", "2.15.0")
 # verify --compare-with on real wheels: the pair's CUDA build against upstream's CPU wheel of the same release
 # (`torch==2.13.0` finds 2.13.0+cpu; the venv it is installed into is cached, ~/.cache/torchkiln/compare).
 REFERENCE_COMPARE = {"2.13.0": "torch==2.13.0"}
