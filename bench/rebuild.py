@@ -36,8 +36,10 @@ torchkiln's (each cold build starts from an empty one):
 Every torchkiln row but the new machine shares one environment store (``--env-store``, empty before the cold
 build), as the builds of one machine do. Each row records its wall time, the compile step (``torchvision:wheel``
 by torchkiln; ``python -m build`` by hand), the steps around it (torchkiln's other steps that ran or were
-reused; by hand the venv and pip install), the **unaccounted** time (wall time minus every step's: what no step
-says it spent), the cache's hits and the wheel's sha256 (a rebuild of unchanged sources gives the same bytes),
+reused; by hand the venv and pip install), torchkiln's own time (``steps' own``: each step's deciding, hashing
+and recording, and what the manifest's ``overhead`` says of the time outside the steps: the host's checks before
+the first step, publishing up to the manifest), the **unaccounted** time (wall time minus all of those: start-up,
+imports, the plan, the SBOMs and signature after the manifest), the cache's hits and the wheel's sha256 (a rebuild of unchanged sources gives the same bytes),
 with the load average when the row started. ``x floor``: wall over the by-hand warm build's; the new machine
 row also over the by-hand new machine's. Results: bench/results/rebuild-<tree>-<UTC time>.json (or
 ``--results``) and a table.
@@ -253,8 +255,10 @@ class Torchkiln:
         spent = {n: s["duration_s"] or 0.0 for n, s in steps.items() if s["status"] in ("ran", "reused")}
         compile_s = spent.get(COMPILE, 0.0)
         around = sum(v for n, v in spent.items() if n != COMPILE)
-        # torchkiln's own time for each step (deciding, hashing, probing, recording, keeping), by step
+        # torchkiln's own time for each step (deciding, hashing, probing, recording, keeping), by step, and
+        # outside them: the host's checks before the first step, publishing up to the manifest
         overhead = sum(s.get("overhead_s") or 0.0 for s in steps.values())
+        overhead += sum((manifest.get("overhead") or {}).values())
         return row(
             name,
             seconds,
@@ -268,6 +272,7 @@ class Torchkiln:
                 n: {"status": s["status"], "seconds": s["duration_s"], "overhead_s": s.get("overhead_s")}
                 for n, s in steps.items()
             },
+            outside_steps_s=manifest.get("overhead") or {},
             stats=manifest.get("cache"),
             wheel_sha256=manifest["wheels"][0]["sha256"],
             checks=None if not checks else manifest.get("checks", {}).get("torchvision"),

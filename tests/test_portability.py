@@ -643,3 +643,45 @@ def test_recorded_files_reads_a_record_as_importlib_metadata_does(paths: list[st
         assert [installed.located(dist, r) for r in rows] == [
             Path(str(dist.locate_file(e))) for e in dist.files or ()
         ]
+
+
+@pytest.mark.parametrize(
+    ("change", "shared"),
+    [("hard-link", True), ("same-file", True), ("copy", False), ("rewritten", False), ("touched", False)],
+)
+def test_an_elf_reading_is_kept_by_file_identity(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: str, shared: bool
+) -> None:
+    """elf.keep_in (issue 38: the check reads torch's libraries that publish read, hard links of one inode):
+    a kept reading serves every path of the same inode, size and mtime, and never a file copied, rewritten
+    or touched since; the reading kept is the reader's own."""
+    from torchkiln.artifacts import elf
+
+    original = tmp_path / "libkiln.so"
+    shutil.copy2(Path(sys.executable).resolve(), original)  # a real ELF executable, as a file of the wheel
+    other = tmp_path / "other.so"
+    if change == "hard-link":
+        os.link(original, other)
+    elif change == "same-file":
+        other = original
+    else:
+        shutil.copy2(original, other)
+    monkeypatch.setattr(elf, "_KEPT", [])
+    elf.keep_in([tmp_path / "keep-a", tmp_path / "keep-b"])
+    elf.elf_cached.cache_clear()
+    first = elf.elf_cached(str(original))
+    assert first == elf.read_elf(original) and first is not None
+    assert len(list((tmp_path / "keep-b").glob("elf-*.json"))) == 1, "kept in every directory"
+    if change == "rewritten":
+        with other.open("ab") as handle:
+            handle.write(b"\0")
+    if change == "touched":
+        os.utime(other, ns=(os.stat(other).st_atime_ns, os.stat(other).st_mtime_ns + 1))
+    elf.elf_cached.cache_clear()
+    read = []
+    real = elf.read_elf
+    monkeypatch.setattr(elf, "read_elf", lambda *a, **k: read.append(a) or real(*a, **k))
+    again = elf.elf_cached(str(other))
+    assert again == first if change != "rewritten" else again is not None
+    assert (read == []) is shared, (change, read)
+    elf.elf_cached.cache_clear()

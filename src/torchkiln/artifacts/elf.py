@@ -9,8 +9,14 @@ rests on the same reading as auditwheel's).
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from dataclasses import dataclass
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -86,10 +92,75 @@ def read_elf(path: Path, *, versions: bool = False) -> ElfDynamic | None:
         return None
 
 
+# Where what read_elf found is kept between processes (keep_in), by the file's identity: a build reads the
+# same torch libraries beside the build venv (publish) and in the check's venv, hard links of one inode.
+_KEPT: list[Path] = []
+_FORMAT = 1
+
+
+def keep_in(directories: Sequence[Path]) -> None:
+    """Keep what :func:`elf_cached` reads in ``directories`` (read in order, written to all; empty: nothing is
+    kept), under the file's identity: device, inode, size and modification time (ns), never its path, so the
+    hard links of one library (an environment store's venvs, their clones) share one reading; a file
+    replaced or rewritten has another identity. A record that cannot be read or written costs a reading."""
+    _KEPT[:] = [Path(d) for d in directories]
+
+
+@functools.cache
+def _code() -> str:
+    text = Path(__file__).read_bytes()
+    return hashlib.sha256(text).hexdigest()[:16]
+
+
+def _kept_name(path: str, versions: bool) -> str | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    identity = f"{_FORMAT}:{_code()}:{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{versions}"
+    return f"elf-{hashlib.sha256(identity.encode()).hexdigest()[:40]}.json"
+
+
+def _read_kept(name: str) -> ElfDynamic | None:
+    for directory in _KEPT:
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            data = json.loads((directory / name).read_text(encoding="utf-8"))
+            data["versions"] = tuple(tuple(v) for v in data["versions"])
+            for key in ("needed", "rpath", "runpath"):
+                data[key] = tuple(data[key])
+            return ElfDynamic(**data)
+    return None
+
+
+def _keep(name: str, found: ElfDynamic) -> None:
+    text = json.dumps(asdict(found), sort_keys=True)
+    for directory in _KEPT:
+        tmp = None
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=directory)
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(text)
+            os.replace(tmp, directory / name)
+        except OSError:
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+
+
 @functools.lru_cache(maxsize=8192)
 def elf_cached(path: str, versions: bool = False) -> ElfDynamic | None:
-    """:func:`read_elf` of a regular file, kept (a library many objects need is read once)."""
-    return read_elf(Path(path), versions=versions) if Path(path).is_file() else None
+    """:func:`read_elf` of a regular file, kept (a library many objects need is read once; in the
+    directories of :func:`keep_in`, once per file identity)."""
+    if not Path(path).is_file():
+        return None
+    name = _kept_name(path, versions) if _KEPT else None
+    found = _read_kept(name) if name else None
+    if found is None:
+        found = read_elf(Path(path), versions=versions)
+        if found is not None and name and _kept_name(path, versions) == name:  # not replaced while read
+            _keep(name, found)
+    return found
 
 
 def compatible(path: Path, want: ElfDynamic) -> bool:

@@ -632,7 +632,7 @@ class ChecksKind(StepKind):
         out = super().outputs(step, ran, ctx)
         if step.facts:
             out["facts"] = _last_json(ran.tail)
-            out["portability"] = portable.analyse_checked(step)  # the installed wheels, read where they are
+            out["portability"] = portable.analyse_checked(step, ctx)  # the installed wheels, where they are
         return out
 
     def verify(self, step: Step, entry: Mapping[str, Any], ctx: Context) -> None:

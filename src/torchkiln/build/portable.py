@@ -62,10 +62,22 @@ def checked_wheels(step: Step) -> list[Path]:
     return found
 
 
-def analyse_checked(step: Step) -> dict[str, Any]:
+def keep_elf_readings(ctx: Context) -> None:
+    """What the ELF reader finds is kept with the build's records (the work directory's and the environment
+    store's, ``elf/``), by file identity: the check's venv and the build venv hold hard links of the same
+    torch libraries, and a fresh work directory on this machine links the same store objects."""
+    from torchkiln.artifacts import elf
+
+    elf.keep_in([d / "elf" for d in Records.for_build(ctx.plan.paths.workdir, ctx.plan.env_store).dirs])
+
+
+def analyse_checked(step: Step, ctx: Context | None = None) -> dict[str, Any]:
     """Wheel file name -> its record (JSON data), read in the check step's venv (the step's outputs)."""
     from torchkiln.artifacts.abi import analyse_installed
     from torchkiln.artifacts.installed import installed
+
+    if ctx is not None:
+        keep_elf_readings(ctx)
 
     if step.venv is None:
         return {}
@@ -146,6 +158,7 @@ def attach(
             else:
                 from torchkiln.artifacts.abi import analyse_wheel  # noqa: PLC0415 - ELF readers: on a miss only
 
+                keep_elf_readings(ctx)
                 record = analyse_wheel(path, sites, target=target, analysed=IN_BUILD_VENV)
                 records.put(key, jsonfile.to_data(record))
             reason = refusal(path.name, record)

@@ -13,6 +13,7 @@ this run has just rewritten, so it no longer describes dist/.
 from __future__ import annotations
 
 import datetime as dt
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,7 @@ from .treeguard import foreign, observe, owned_in, skipped
 
 def publish(ctx: Context) -> bool:
     """Publish the build; whether dist/ changed (a wheel copied in or a superseded one removed)."""
+    started = time.perf_counter()
     ctx.close_cache()
     if ctx.cache is not None:
         enforce_min_hit_rate(ctx.cache_stats, ctx.options.min_hit_rate, ctx.cache_causes)
@@ -74,6 +76,8 @@ def publish(ctx: Context) -> bool:
     manifest_path = paths.dist / dist.MANIFEST_NAME
     found = [WheelRecord.of(w, p, python) for w, p, python in wheels]
     manifest = _manifest(ctx, locks, portable.attach(ctx, wheels, found))  # with each wheel's portability
+    overhead = {"preflight": ctx.options.preflight_s, "publish": round(time.perf_counter() - started, 3)}
+    manifest = replace(manifest, overhead=overhead)
     write_manifest(manifest_path, manifest)
     sboms = publish_sboms(paths.dist, manifest, recipe, Records.for_build(paths.workdir, ctx.plan.env_store))
     statement = _attest(ctx, manifest, [manifest_path, lock_path, *sboms])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import time
 from pathlib import Path
 
 from rich.console import Console
@@ -124,10 +125,12 @@ def run(args: argparse.Namespace) -> int:
     # What the host answered before is read back while nothing it depends on changed
     # (torchkiln.plan.preflight_records); a failed step has every check asked afresh (_diagnosed).
     records = Records.for_build(plan.paths.workdir, plan.env_store)
+    started = time.perf_counter()
     if args.no_preflight:
         plan = dataclasses.replace(plan, notes=(*plan.notes, "--no-preflight: the host was not checked"))
     else:
         require_remembered(plan, records, environ)
+    preflight_s = round(time.perf_counter() - started, 3)
     console = Console(highlight=False)
     r = plan.recipe
     console.print(
@@ -144,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
         sign_key=sign_key,
         secret_files=secret_files,
         isolation=not args.no_sandbox,
+        preflight_s=preflight_s,
     )
     try:
         result = run_build(plan, options)
