@@ -1,5 +1,6 @@
-"""linux/arm64 images built on this x86_64 machine, their RUN steps through qemu-user (issue 22), in CI's tests
-session; `nox -s aarch64` runs the same module in full (TORCHKILN_ARM64_FULL=1).
+"""linux/arm64 images built on this x86_64 machine, their RUN steps through qemu-user (issue 22): `nox -s
+aarch64` runs this module in full (TORCHKILN_ARM64_FULL=1); `pytest tests/test_images_arm64.py` in its quick
+form. Not in CI's tests session (about 14 of its minutes; it builds the same images for x86_64: docs/aarch64.md).
 
 * the runtime image of the aarch64 reference recipe (tests/reference/recipes/upstream-2.13.0-cu130-py311-
   aarch64.toml), upstream's aarch64 torch 2.13.0 / torchvision 0.28.0 standing in for dist/
@@ -12,10 +13,10 @@ session; `nox -s aarch64` runs the same module in full (TORCHKILN_ARM64_FULL=1).
   aarch64 binary, emulated) compiling and linking a kernel, and the CUDA test extension built twice through
   ccache against upstream's aarch64 torch.
 
-What CI runs and what only the full run does (CI's 60 minutes; measured times in docs/aarch64.md):
+What the quick form runs and what only the full run does (measured times in docs/aarch64.md):
 
 =====================  ==========================================  ==========================================
-                       CI (tests session)                          full (`nox -s aarch64`)
+                       quick (pytest of this module)               full (`nox -s aarch64`)
 =====================  ==========================================  ==========================================
 verify areas           build_config, cuda_visibility, release      every area but ddp (tests/aarch64 runs one
                                                                    DDP launch)
@@ -64,7 +65,7 @@ from torchkiln.images.spec import DISTROS, image_tag
 from torchkiln.process.logs import first_error, tail
 from torchkiln.recipe.loader import load_recipe
 
-# Emulated: the two images and their checks take about 10 minutes here in CI's form, more in full; pytest-timeout's
+# Emulated: the two images and their checks take about 10 minutes here in the quick form, more in full; pytest-timeout's
 # default is 900 s.
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(5400)]
 
