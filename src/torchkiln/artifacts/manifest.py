@@ -258,7 +258,7 @@ class Manifest:
     isolation: Isolation | None = None  # None: a manifest from before isolation was recorded
     # torchkiln's own seconds outside the steps: "preflight" (the host's checks before the first step) and
     # "publish" (from the last step to this manifest: the trees' locks, the wheels copied, their portability
-    # records). What neither says (start-up, the plan, the SBOMs and signature after this file) is not here.
+    # records and SBOMs). What neither says (start-up, the plan, the signature after this file) is not here.
     overhead: dict[str, float] = field(default_factory=dict)
 
     def wheel(self, project: str) -> WheelRecord | None:
