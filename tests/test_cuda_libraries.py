@@ -41,7 +41,8 @@ def document_for(torch: str, cuda: str, **deploy: str) -> dict[str, dict[str, ob
     doc = tomllib.loads(CU130.read_text())
     release = compat()["torch"][torch]
     doc["torch"].update(version=f"{torch}.0", ref=f"v{torch}.0")
-    doc["torchvision"].update(version=f"{release['torchvision']}.0", ref=f"v{release['torchvision']}.0")
+    vision = release.get("torchvision_min", f"{release['torchvision']}.0")  # 2.15's first is 0.29.2
+    doc["torchvision"].update(version=vision, ref=f"v{vision}")
     doc["python"]["version"] = "3.11"
     major = cuda.split(".")[0]
     doc["accelerator"].update(

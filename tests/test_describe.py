@@ -84,7 +84,8 @@ def installations(draw: st.DrawFn) -> BuildFacts:
     release = compat()["torch"][minor]
     torch_v = f"{minor}.{draw(st.integers(0, 3))}"
     python = draw(st.sampled_from(["3.11", "3.12"]))
-    vision = f"{release['torchvision']}.{draw(st.integers(0, 2))}"
+    first = int(release.get("torchvision_min", f"{release['torchvision']}.0").split(".")[2])  # 2.15: 0.29.2
+    vision = f"{release['torchvision']}.{draw(st.integers(first, first + 2))}"
     cuda = draw(st.sampled_from([None, *[c for c in compat()["cuda"] if _in(c, release["cuda"])]]))
     number = draw(st.sampled_from([0, 0, 2, 3]))
     label = f"cu{cuda.replace('.', '')}" if cuda else draw(st.sampled_from(["cpu", "", "kiln1"]))
