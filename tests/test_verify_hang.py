@@ -69,3 +69,29 @@ def test_a_bad_deadline_is_a_usage_error_before_anything_runs() -> None:
         done.stderr
         == "TORCHKILN_VERIFY_DDP_TIMEOUT='soon': not a positive number of seconds (valid: e.g. 120)\n"
     )
+
+
+@pytest.mark.parametrize("frames", [0, 1, 15, 40])
+def test_a_cpp_stack_trace_does_not_push_c10ds_words_out(frames: int) -> None:
+    """What torchrun printed on a machine whose hostname does not resolve (CI, 27 Nov 2026): c10d's warning,
+    then an error with up to 40 C++ frames; the report keeps the warning and the error, not the frames."""
+    host = "kiln-verify.invalid"
+    warning = f"[W1127 21:40:00.1 socket.cpp:767] [c10d] The IPv6 network addresses of ({host}, 29500) cannot be retrieved (gai error: -2 - Name or service not known)."
+    error = "torch.distributed.DistNetworkError: wait timeout after 10000ms"
+    trace = [
+        f"frame #{i}: c10d::TCPStore::doWait(c10::ArrayRef<std::string>) + 0xc5 (0x7fddc4142d35 in /x/libtorch_cpu.so)"
+        for i in range(frames)
+    ]
+    stderr = "\n".join(
+        [
+            warning,
+            error,
+            "Exception raised from doWait at tcpstore.cpp:1:",
+            *trace[:10],
+            "<omitting python frames>",
+            *trace[10:],
+        ]
+    )
+    text = hang.report("two-node torchrun", "", stderr, 10, ["the hostname"])
+    assert warning in text and error in text
+    assert "frame #" not in text and "<omitting python frames>" not in text

@@ -12,6 +12,7 @@ writes the report a hung launch fails with. Standard library only.
 from __future__ import annotations
 
 import math
+import re
 import socket
 import threading
 from collections.abc import Mapping
@@ -101,9 +102,16 @@ def likely_causes(environ: Mapping[str, str], timeout: float = RESOLVE_TIMEOUT_S
     return ([resolution] if resolution else []) + causes
 
 
+# The frames of a C++ stack trace c10 prints with an error (``frame #12: c10d::TCPStore::doWait(...) + 0xc5
+# (0x7f... in .../libtorch_cpu.so)``, ``<omitting python frames>``): addresses that say nothing of why a launch
+# hung, and 40 of them push c10d's own warning (the hostname whose addresses cannot be retrieved) out of the tail.
+STACK_FRAME = re.compile(r"^\s*(frame #\d+: |<omitting python frames>$)")
+
+
 def _last_lines(text: str) -> list[str]:
-    """The last :data:`TAIL_LINES` distinct non-empty lines (three workers print the same warning thrice)."""
-    lines = [line.rstrip() for line in text.splitlines() if line.strip()]
+    """The last :data:`TAIL_LINES` distinct non-empty lines (three workers print the same warning thrice),
+    without the frames of a C++ stack trace (:data:`STACK_FRAME`)."""
+    lines = [line.rstrip() for line in text.splitlines() if line.strip() and not STACK_FRAME.match(line)]
     distinct = list(dict.fromkeys(reversed(lines)))[:TAIL_LINES]
     return list(reversed(distinct))
 
