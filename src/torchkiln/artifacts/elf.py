@@ -14,9 +14,8 @@ import functools
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -25,6 +24,11 @@ from elftools.elf.dynamic import DynamicSegment
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import NoteSection
 from elftools.elf.segments import InterpSegment
+
+from torchkiln.errors import DocumentError
+from torchkiln.files import atomic
+
+from . import jsonfile
 
 
 @dataclass(frozen=True)
@@ -123,29 +127,19 @@ def _kept_name(path: str, versions: bool) -> str | None:
 
 def _read_kept(name: str) -> ElfDynamic | None:
     for directory in _KEPT:
-        with contextlib.suppress(OSError, ValueError, TypeError):
-            data = json.loads((directory / name).read_text(encoding="utf-8"))
-            data["versions"] = tuple(tuple(v) for v in data["versions"])
-            for key in ("needed", "rpath", "runpath"):
-                data[key] = tuple(data[key])
-            return ElfDynamic(**data)
+        path = directory / name
+        with contextlib.suppress(OSError, ValueError, DocumentError):
+            return jsonfile.from_data(
+                ElfDynamic, json.loads(path.read_text(encoding="utf-8")), file=str(path)
+            )
     return None
 
 
 def _keep(name: str, found: ElfDynamic) -> None:
-    text = json.dumps(asdict(found), sort_keys=True)
+    text = json.dumps(jsonfile.to_data(found), sort_keys=True)
     for directory in _KEPT:
-        tmp = None
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=directory)
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(text)
-            os.replace(tmp, directory / name)
-        except OSError:
-            if tmp is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
+        with contextlib.suppress(OSError):
+            atomic.keep_text(directory, name, text)
 
 
 @functools.lru_cache(maxsize=8192)

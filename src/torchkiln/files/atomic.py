@@ -74,6 +74,29 @@ def write_text(path: Path, text: str) -> None:
     write_bytes(path, text.encode("utf-8"))
 
 
+def keep_text(directory: Path, name: str, text: str) -> None:
+    """``text`` as ``directory/name`` (the directory made as needed), renamed into place, without fsync: for
+    records whose loss costs a recomputation, never a wrong answer (torchkiln.plan.records, the ELF readings
+    of torchkiln.artifacts.elf), written by the dozen where a build must stay fast. Raises OSError with
+    nothing of the write left behind; a directory it made stays only when the record was written."""
+    made = not directory.exists()
+    tmp: str | None = None
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=directory)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, directory / name)
+    except OSError:
+        if tmp is not None:
+            with suppress(OSError):
+                os.unlink(tmp)
+        if made:  # a full filesystem keeps no empty directory of ours either
+            with suppress(OSError):
+                directory.rmdir()
+        raise
+
+
 def write_json(path: Path, data: Any) -> None:
     """``data`` as indented JSON (keys in the order given) with a final newline."""
     write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")

@@ -21,11 +21,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from torchkiln.files import atomic
 from torchkiln.files.digests import digest
 
 __all__ = ["PROBES_DIR", "STORE_PROBES_DIR", "Records", "file_identity"]
@@ -96,20 +96,6 @@ class Records:
     def _put(dirs: Sequence[Path], key: str, document: Mapping[str, Any]) -> None:
         text = json.dumps(document, indent=1, sort_keys=True) + "\n"
         for directory in dirs:
-            tmp: str | None = None
-            made = not directory.exists()
-            try:
-                directory.mkdir(parents=True, exist_ok=True)
-                fd, tmp = tempfile.mkstemp(prefix=f".{key}.", dir=directory)
-                with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                    handle.write(text)
-                os.replace(tmp, directory / f"{key}.json")
-            except OSError:
-                # a record that cannot be kept costs the next run a question, never this one; nothing of
-                # it is left behind (a full filesystem keeps no empty directory of ours either)
-                if tmp is not None:
-                    with contextlib.suppress(OSError):
-                        os.unlink(tmp)
-                if made:
-                    with contextlib.suppress(OSError):
-                        directory.rmdir()
+            # a record that cannot be kept costs the next run a question, never this one
+            with contextlib.suppress(OSError):
+                atomic.keep_text(directory, f"{key}.json", text)
