@@ -190,7 +190,8 @@ def test_cold_build_produces_the_wheel_manifest_and_lock(cold) -> None:
     assert set(m["stages"]) == {"env", "configure", "compile", "wheel", "package"}  # package: torch:repair
     assert m["stages"]["compile"] > 0 and m["stages"]["configure"] > 0 and m["stages"]["wheel"] > 0
     # torchkiln's own time outside the steps (bench/rebuild.py counts it): publishing read the wheel's records
-    assert set(m["overhead"]) == {"preflight", "publish"} and m["overhead"]["publish"] > 0
+    assert set(m["overhead"]) == {"plan", "preflight", "publish"} and m["overhead"]["publish"] > 0
+    assert m["overhead"]["plan"] > 0
     wheel_step = next(step for step in m["steps"] if step["name"] == "torch:wheel")
     assert sum(wheel_step["phases"].values()) == pytest.approx(wheel_step["duration_s"], abs=0.15)
     assert all(step["status"] == "ran" for step in m["steps"])

@@ -93,3 +93,61 @@ def test_without_a_build_venv_the_check_venv_is_made_afresh(tmp_path: Path) -> N
     ]
     assert checkvenv.main(argv) == 0
     assert (target / "bin" / "python").exists() and names(target) <= {"pip", "setuptools"}
+
+
+# Every shape of installed distribution the build's tools come in, each removed as pip's own uninstall removes
+# it (pip is the oracle): a module, a package with a subpackage and data, a script (a wheel's .data/scripts,
+# under bin/), a namespace directory shared with a kept distribution, a top-level .pth file.
+SHAPES: dict[str, dict[str, object]] = {
+    "amodule": {},
+    "apackage": {
+        "module": False,
+        "files": {
+            "apackage/__init__.py": "",
+            "apackage/sub/__init__.py": "X = 1\n",
+            "apackage/sub/table.bin": b"\0\1\2",
+        },
+    },
+    "ascript": {"files": {"ascript-1.0.data/scripts/ascript-tool": "#!python\nprint('tool')\n"}},
+    "nsgone": {"module": False, "files": {"sharedns/gone/__init__.py": ""}},
+    "nskept": {"module": False, "files": {"sharedns/kept/__init__.py": ""}},
+    "apth": {"files": {"apth.pth": "import os\n"}},
+}
+
+
+def tree_of(venv: Path) -> set[str]:
+    return {str(p.relative_to(venv)) for p in venv.rglob("*")}
+
+
+def test_pruning_removes_what_pip_uninstall_removes(tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    made = [tiny_wheel(wheels, name, "1.0", **shape) for name, shape in SHAPES.items()]  # type: ignore[arg-type]
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    # not compiled by pip (whose RECORD would list the .pyc), but by imports: bytecode no RECORD names
+    pip = [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-compile", *map(str, made)]
+    subprocess.run(pip, check=True, env=OFFLINE)
+    imports = "import amodule, apackage.sub, ascript, sharedns.gone, sharedns.kept"
+    writing = {k: v for k, v in OFFLINE.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    subprocess.run([str(python), "-c", imports], check=True, env=writing)
+    assert any(venv.rglob("apackage/sub/__pycache__/*.pyc"))
+    gone = sorted(set(SHAPES) - {"nskept"})
+    by_pip = tmp_path / "by-pip"
+    subprocess.run(["cp", "-a", str(venv), str(by_pip)], check=True)
+    prune = [str(python), str(Path(checkvenv.PRUNE)), "--keep=nskept"]
+    done = subprocess.run(prune, capture_output=True, text=True, check=True, env=OFFLINE)
+    removed = done.stdout.split("venvprune: removing ")[1].split()[0:]
+    removed = [name.rstrip(",") for name in removed]
+    assert set(removed) - {"setuptools"} == set(gone), done.stdout  # the venv's own setuptools goes too
+    subprocess.run(  # the copy's own pip (its scripts name the original's path: run as a module)
+        [str(by_pip / "bin" / "python"), "-m", "pip", "uninstall", "-y", "-q", *removed],
+        check=True,
+        env=OFFLINE,
+    )
+    assert tree_of(venv) == tree_of(by_pip)
+    left = tree_of(venv)
+    assert not [p for p in left if any(name in p for name in gone) and "sharedns" not in p], left
+    assert any(p.endswith("sharedns/kept/__init__.py") for p in left), "the kept half of the namespace stays"
+    assert names(venv) == names(by_pip) == {"nskept", "pip"}

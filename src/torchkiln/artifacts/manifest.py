@@ -256,9 +256,11 @@ class Manifest:
     # What `torchkiln reproduce` rebuilds with (None in manifests from before issue 35)
     rebuild: Rebuild | None = None
     isolation: Isolation | None = None  # None: a manifest from before isolation was recorded
-    # torchkiln's own seconds outside the steps: "preflight" (the host's checks before the first step) and
-    # "publish" (from the last step to this manifest: the trees' locks, the wheels copied, their portability
-    # records and SBOMs). What neither says (start-up, the plan, the signature after this file) is not here.
+    # torchkiln's own seconds outside the steps: "plan" (the recipe read, the plan made, a --torch requirement
+    # resolved), "preflight" (the host's checks before the first step) and "publish" (from the last step to
+    # this manifest: the trees' locks, the wheels copied, their portability records and SBOMs). What none
+    # says (start-up and imports, the signature after this file) is not here. A library caller's build has
+    # "publish" only.
     overhead: dict[str, float] = field(default_factory=dict)
 
     def wheel(self, project: str) -> WheelRecord | None:

@@ -54,8 +54,8 @@ class Options:
     secret_files: tuple[str, ...] = ()
     # Build steps in a sandbox where the host can (build.sandbox); False: never (--no-sandbox, recorded).
     isolation: bool = True
-    # Seconds the host's checks took before the build (preflight, run by the command): the manifest says them.
-    preflight_s: float = 0.0
+    # Seconds the command spent before the build, by part ("plan", "preflight"): the manifest says them.
+    before: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass

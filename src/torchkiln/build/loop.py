@@ -70,7 +70,9 @@ class BuildOptions:
     sign_key: PrivateKey | None = field(default=None, repr=False)  # signs dist/<recipe>.intoto.jsonl
     secret_files: tuple[str, ...] = ()  # files secrets were read from (the key's): no build step sees them
     isolation: bool = True  # build steps sandboxed where the host can (False: --no-sandbox, recorded)
-    preflight_s: float = 0.0  # the host's checks before this call (the manifest's overhead.preflight)
+    # seconds the command spent before this call, by part ("plan": the recipe read and --torch resolved;
+    # "preflight": the host's checks): the manifest's overhead says them beside "publish"
+    before: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -288,7 +290,7 @@ def run_build(plan: Plan, options: BuildOptions | None = None) -> BuildResult:
                 options.sign_key,
                 options.secret_files,
                 options.isolation,
-                options.preflight_s,
+                dict(options.before),
             ),
             environ=dict(options.environ if options.environ is not None else os.environ),
             state=State(paths.workdir / STATE_NAME),

@@ -78,7 +78,7 @@ def publish(ctx: Context) -> bool:
     manifest = _manifest(ctx, locks, portable.attach(ctx, wheels, found))  # with each wheel's portability
     # the SBOMs before the manifest file (they read the record, not the file), so its overhead counts them
     sboms = publish_sboms(paths.dist, manifest, recipe, Records.for_build(paths.workdir, ctx.plan.env_store))
-    overhead = {"preflight": ctx.options.preflight_s, "publish": round(time.perf_counter() - started, 3)}
+    overhead = {**ctx.options.before, "publish": round(time.perf_counter() - started, 3)}
     manifest = replace(manifest, overhead=overhead)
     write_manifest(manifest_path, manifest)
     statement = _attest(ctx, manifest, [manifest_path, lock_path, *sboms])

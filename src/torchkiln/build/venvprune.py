@@ -6,7 +6,13 @@ against) or by the wheels the check installs (``--keep-for WHEEL``: their METADA
 one of the build's tools (cmake, ninja, build, wheel, setuptools, ...): the distributions required by the
 kept ones, with their markers and extras evaluated by this interpreter, stay; pip stays (the check installs
 with it); the ``--drop`` ones (the wheels the check installs, which pip would otherwise take as already
-installed) go whatever needs them. Removal is pip's own ``uninstall``.
+installed) go whatever needs them.
+
+Removal is what ``pip uninstall`` does, in this process: every path the distribution's RECORD lists (its
+scripts under ``bin/`` included), the ``.pyc`` of each listed ``.py``, its ``.dist-info``, then the
+directories left empty. pip's own uninstall took a second interpreter with pip's whole machinery: half of
+the check venv's cost in a fresh work directory (issue 38). A distribution without a RECORD (installed by
+something other than a wheel installer) is still handed to pip. Nothing outside the venv is ever removed.
 
 Standard library and pip's vendored ``packaging`` only: it runs in a venv where torchkiln is not installed,
 as :mod:`torchkiln.build.postcheck` does.
@@ -15,8 +21,11 @@ as :mod:`torchkiln.build.postcheck` does.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import email.parser
 import importlib.metadata
+import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -77,6 +86,50 @@ def wheel_requirements(wheel: Path) -> list[str]:
     return found
 
 
+def _pyc(path: Path) -> list[Path]:
+    """The bytecode of a ``.py`` file (any interpreter's, any optimisation level)."""
+    cache = path.parent / "__pycache__"
+    return list(cache.glob(f"{path.stem}.*.pyc")) if cache.is_dir() else []
+
+
+def remove_recorded(dist: importlib.metadata.Distribution, prefix: Path) -> bool:
+    """The distribution's files, as its RECORD lists them, removed; False (nothing removed) without a RECORD.
+    A listed path that is not under ``prefix`` (the venv) is left alone."""
+    files = dist.files
+    if files is None:
+        return False
+    base = os.path.realpath(str(dist.locate_file("")))  # prefix is resolved too
+    parents: set[Path] = set()
+    for item in files:
+        path = Path(os.path.normpath(os.path.join(base, str(item))))
+        if not path.is_relative_to(prefix):
+            continue
+        if path.name == "RECORD" and path.parent.name.endswith(".dist-info"):
+            shutil.rmtree(path.parent, ignore_errors=True)  # what else the installer wrote there too
+        for each in [path, *(_pyc(path) if path.suffix == ".py" else [])]:
+            with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+                each.unlink()
+        parents.add(path.parent)
+    for directory in sorted(parents, key=lambda d: len(d.parts), reverse=True):  # deepest first
+        _remove_empty(directory, prefix)
+    return True
+
+
+def _remove_empty(directory: Path, prefix: Path) -> None:
+    """``directory`` and its parents up to ``prefix``, each while it is empty (or holds only an empty
+    ``__pycache__``)."""
+    while directory != prefix and directory.is_relative_to(prefix):
+        with contextlib.suppress(OSError):
+            (directory / "__pycache__").rmdir()
+        try:
+            directory.rmdir()
+        except FileNotFoundError:
+            pass
+        except OSError:  # not empty: what is left is another distribution's
+            return
+        directory = directory.parent
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--keep", action="append", default=[], metavar="NAME")
@@ -92,8 +145,12 @@ def main(argv: list[str] | None = None) -> int:
     if not remove:
         return 0
     print(f"venvprune: removing {', '.join(remove)}")
+    prefix = Path(sys.prefix).resolve()
+    unrecorded = [name for name in remove if not remove_recorded(dists[canonicalize_name(name)], prefix)]
+    if not unrecorded:
+        return 0
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "uninstall", "--yes", "--quiet", *remove], check=False
+        [sys.executable, "-m", "pip", "uninstall", "--yes", "--quiet", *unrecorded], check=False
     )
     return done.returncode
 

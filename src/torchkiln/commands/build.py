@@ -115,7 +115,9 @@ def run(args: argparse.Namespace) -> int:
 
         sign_key = load_signing_key(file=args.sign_key_file, env_name=args.sign_key_env)
     secret_files = (str(Path(args.sign_key_file).expanduser().absolute()),) if args.sign_key_file else ()
-    plan = plan_from_args(args, "build")
+    started = time.perf_counter()
+    plan = plan_from_args(args, "build")  # a --torch requirement is resolved here (plan.given_torch)
+    before = {"plan": round(time.perf_counter() - started, 3)}
     # The cache's and the cluster's credential variables too: the build holds them, no process inherits them.
     held = take(os.environ, [plan.cache.credentials_env, plan.dist.credentials_env if plan.dist else None])
     environ = {**os.environ, **held}
@@ -130,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
         plan = dataclasses.replace(plan, notes=(*plan.notes, "--no-preflight: the host was not checked"))
     else:
         require_remembered(plan, records, environ)
-    preflight_s = round(time.perf_counter() - started, 3)
+    before["preflight"] = round(time.perf_counter() - started, 3)
     console = Console(highlight=False)
     r = plan.recipe
     console.print(
@@ -147,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
         sign_key=sign_key,
         secret_files=secret_files,
         isolation=not args.no_sandbox,
-        preflight_s=preflight_s,
+        before=before,
     )
     try:
         result = run_build(plan, options)

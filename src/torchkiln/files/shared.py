@@ -79,10 +79,13 @@ def share_identical(
     known = _object_inodes(objects)
     for directory, _dirs, names in os.walk(tree):
         for name in names:
-            path = Path(directory, name)
-            st = os.lstat(path)
+            # strings until a file is large enough to matter: a venv is tens of thousands of small files,
+            # and a Path for each cost a clone's keep half a second (issue 38)
+            text = os.path.join(directory, name)
+            st = os.lstat(text)
             if not stat.S_ISREG(st.st_mode) or st.st_size < min_bytes or name.endswith(".py"):
                 continue
+            path = Path(text)
             if (st.st_dev, st.st_ino) in known:
                 continue  # a link to an object already (a venv cloned from one the store holds): not hashed
             target = _object(objects, path)
