@@ -36,6 +36,11 @@ def test_the_rebuild_benchmark_runs_in_its_quick_form(tmp_path: Path) -> None:
     assert set(cold["ran"]) == set(cold["steps"]) and "torchvision:wheel" in cold["ran"]
     assert noop["ran"] == [] and noop["reused"] == [], "the rerun is a no-op"
     assert noop["wheel_sha256"] == cold["wheel_sha256"]
+    # the command's own time outside the steps is said (the plan, --torch resolved there; the host checks;
+    # publishing), so what no field says is start-up, imports and the signature only
+    for row in (cold, noop):
+        assert set(row["outside_steps_s"]) == {"plan", "preflight", "publish"}, row
+        assert row["outside_steps_s"]["plan"] > 0 and row["unaccounted_s"] < row["seconds"]
     assert cold["stats"]["misses"] == 4 and by_hand["stats"]["misses"] == 4, "every unit of the tree compiled"
     assert "unaccounted (s)" in done.stdout and "torchkiln no-op" in done.stdout, "the table"
     assert not any(tmp_path.glob("kiln-rebuild-*")), "the scratch trees are removed"

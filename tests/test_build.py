@@ -190,8 +190,9 @@ def test_cold_build_produces_the_wheel_manifest_and_lock(cold) -> None:
     assert set(m["stages"]) == {"env", "configure", "compile", "wheel", "package"}  # package: torch:repair
     assert m["stages"]["compile"] > 0 and m["stages"]["configure"] > 0 and m["stages"]["wheel"] > 0
     # torchkiln's own time outside the steps (bench/rebuild.py counts it): publishing read the wheel's records
-    assert set(m["overhead"]) == {"plan", "preflight", "publish"} and m["overhead"]["publish"] > 0
-    assert m["overhead"]["plan"] > 0
+    # (a library caller's build: what it did before run_build is its own; the command adds "plan" and
+    # "preflight", tests/test_bench.py)
+    assert set(m["overhead"]) == {"publish"} and m["overhead"]["publish"] > 0
     wheel_step = next(step for step in m["steps"] if step["name"] == "torch:wheel")
     assert sum(wheel_step["phases"].values()) == pytest.approx(wheel_step["duration_s"], abs=0.15)
     assert all(step["status"] == "ran" for step in m["steps"])
@@ -822,6 +823,8 @@ def test_post_build_check_passes_a_wheel_that_is_what_the_recipe_asked_for(wheel
     # the wheel's portability record, read in the check's venv (kept with the step's outputs; this plan
     # publishes no wheel): upstream's CPU wheel is what its tag says
     state = json.loads((wheel_world["work"] / "state.json").read_text())["steps"]["checks:import"]
+    # pip installed torch itself here (no build venv to clone): the facts came from a fresh interpreter
+    assert "postcheck: the facts from a fresh interpreter" in Path(state["log"]).read_text()
     record = state["outputs"]["portability"][wheel_world["wheel"].name]
     assert record["analysed"].startswith("installed by the post-build check")
     assert (record["policy"], record["glibc"], record["tags"]) == (

@@ -119,6 +119,7 @@ def tree_of(venv: Path) -> set[str]:
     return {str(p.relative_to(venv)) for p in venv.rglob("*")}
 
 
+@pytest.mark.integration  # a venv and pip, twice
 def test_pruning_removes_what_pip_uninstall_removes(tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
     wheels.mkdir()

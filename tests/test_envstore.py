@@ -286,6 +286,33 @@ def test_keep_and_restore_round_trip_outputs_and_files(tmp_path: Path) -> None:
     assert store.restore("k1", target, {"other.txt": tmp_path / "x"}) is None, "a file it does not hold"
 
 
+def test_an_entry_staged_while_its_step_runs_is_whole_only_once_committed(tmp_path: Path) -> None:
+    """The post-build check stages its venv's entry while it imports the wheels (issue 38): until the step
+    is over nothing under the key is visible; committed, it is the entry keep makes; discarded, nothing is
+    left; a key the store has already is not staged again."""
+    venv = make_venv(tmp_path / "one" / "venv")
+    side = tmp_path / "one" / "constraints.txt"
+    side.write_text("torch==2.13.0\n")
+    store = EnvStore(tmp_path / "store")
+    staged = store.stage("k1", venv)
+    assert staged is not None and staged.parent == store.root and staged.name.startswith(".")
+    assert store.entry("k1") is None and store.lookup("k1") is None, "not an entry before the commit"
+    outputs = {"facts": {"torch_version": "2.13.0+cpu"}}
+    entry = store.commit("k1", staged, venv, {"constraints.txt": side}, "checks:import", outputs)
+    assert entry == store.entry("k1") and not staged.exists()
+    restored = store.restore("k1", tmp_path / "two" / "venv", {"constraints.txt": tmp_path / "two" / "c.txt"})
+    assert restored is not None and restored.outputs == outputs
+    assert (tmp_path / "two" / "c.txt").read_text() == "torch==2.13.0\n"
+    assert store.stage("k1", venv) is None, "kept once"
+    gone = store.stage("k2", venv)
+    EnvStore.discard(gone)
+    assert gone is not None and not gone.exists() and store.entry("k2") is None
+    assert (
+        sorted(p.name for p in store.root.iterdir() if p.name.startswith(".") and p.name != ".objects") == []
+    )
+    assert store.stage("k3", tmp_path / "no-venv") is None
+
+
 def test_clone_tree_copies_across_filesystems_when_links_fail(tmp_path: Path) -> None:
     """/dev/shm is another filesystem (tmpfs): cp --link fails there, and a real copy is made."""
     shm = Path("/dev/shm")

@@ -212,6 +212,11 @@ def test_the_real_tree_builds_a_wheel_with_its_codecs_against_torch_2_6(
         }, results
         assert results["torchvision.features"]["message"].endswith("png, jpeg, webp, nvjpeg")
         assert manifest["checks"]["torch"] == "2.6.0+cu124" and manifest["checks"]["cuda"] == "12.4"
+        # the check venv is the build venv's clone: torch was imported while pip installed the wheel
+        # (torchkiln.build.postcheck), its portability read meanwhile (build.kinds.InstalledObserver)
+        log = (tmp_path / "work" / "logs" / "latest" / "checks-import.log").read_text()
+        assert "postcheck: installed" in log
+        assert "postcheck: the facts from the interpreter that imported torch while pip installed" in log, log
         env = manifest["build_env"]["torchvision"]
         assert env["TORCH_CUDA_ARCH_LIST"] == "8.0" and env["FORCE_CUDA"] == "1"
         assert [env[f"TORCHVISION_USE_{p}"] for p in ("PNG", "JPEG", "WEBP", "NVJPEG")] == ["1"] * 4

@@ -12,7 +12,8 @@
 * :mod:`.reconfigure`: a compile step's CMake cache dropped when its configuration changed;
 * :mod:`.memory`: a compile step whose compiles the kernel killed for memory resumes with fewer jobs;
 * :mod:`.buildreqs`: both projects' build requirements resolved together (``python -m torchkiln.build.buildreqs``);
-* :mod:`.postcheck`: the post-build check, run as a script in a clean venv;
+* :mod:`.postcheck`: the post-build check, run as a script in a clean venv (:mod:`.checkvenv` makes that
+  venv, :mod:`.venvprune` prunes it, :mod:`.warmcheck` clones it while the compile runs);
 * :mod:`.portable`: its portability part (each installed wheel's record; the refusal of a wheel that needs
   what its targets lack), and the record of a build whose check was skipped;
 * :mod:`.publish`: the last step: wheels, lock file and manifest into ``dist/``;

@@ -23,6 +23,7 @@ from pathlib import Path
 from torchkiln.process import runner
 
 from .envstore import clone_tree, relocate_venv
+from .warmcheck import take
 
 PRUNE = Path(__file__).resolve().parent / "venvprune.py"
 
@@ -43,6 +44,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="DIR",
         help="a wheelhouse: what its wheels require is kept (the check installs them)",
     )
+    parser.add_argument(
+        "--warm",
+        type=Path,
+        default=None,
+        help="a clone of the build venv made while the compile ran (build.warmcheck): taken when whole",
+    )
     parser.add_argument("target", type=Path, help="the check venv (made)")
     args = parser.parse_args(argv)
     source, target = args.source.absolute(), args.target.absolute()
@@ -50,7 +57,9 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(target)
     elif target.exists() or target.is_symlink():
         target.unlink()
-    if (source / "bin" / "python").exists():
+    if args.warm is not None and take(args.warm.absolute(), source, target):
+        print(f"checkvenv: {target} is the clone of {source} made while the compile ran")
+    elif (source / "bin" / "python").exists():
         clone_tree(source, target)
         relocate_venv(target, str(source), str(target))
     else:  # a plan without the build venv's steps (a library caller's subset of one): a venv of its own

@@ -33,6 +33,7 @@ from .envstore import EnvStore
 from .fingerprint import State
 from .progress import format_duration
 from .sandbox import Isolating, server_sandbox
+from .warmcheck import Warming
 
 if TYPE_CHECKING:  # the signing machinery is imported only by a build given a key
     from torchkiln.artifacts.signing import PrivateKey
@@ -92,6 +93,10 @@ class Context:
     # ``environ`` so that no step's process sees them; only the cache session, its server and broker, the
     # preflight and the client config file read them.
     held: dict[str, str] = field(default_factory=dict, repr=False)
+    # venvs cloned from the store and unchanged since, and check venvs cloned while a compile runs
+    warming: Warming = field(default_factory=Warming)
+    # the environment store's entries begun while their step ran (the check's venv), by step: keep commits them
+    staged: dict[str, Path] = field(default_factory=dict)
     isolating: Isolating = field(default_factory=Isolating)  # the build steps' sandboxes (build.sandbox)
 
     def __post_init__(self) -> None:
@@ -238,6 +243,8 @@ class Ran:
     status: str = "ran"
     # compile steps: each resumption after compiles died for memory (torchkiln.build.memory)
     memory_retries: list[MemoryRetry] = field(default_factory=list)
+    # outputs the builder worked out while the command ran (the check's portability: build.kinds)
+    early: dict[str, Any] = field(default_factory=dict)
 
 
 _OUT_OF_SPACE = re.compile(r"No space left on device|Disk quota exceeded")

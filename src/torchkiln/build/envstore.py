@@ -307,7 +307,14 @@ class EnvStore:
         existing = self.entry(key)
         if existing is not None:
             return existing
-        if not venv.is_dir():
+        staged = self.stage(key, venv)
+        return self.commit(key, staged, venv, files, step, outputs) if staged is not None else None
+
+    def stage(self, key: str, venv: Path) -> Path | None:
+        """The first half of :meth:`keep`: ``venv`` cloned into a new temporary entry, its large files shared
+        with the other entries'; None when the store has ``key`` or there is no venv. The post-build check
+        stages its venv while it imports the wheels (build.kinds); :meth:`commit` or :meth:`discard` after."""
+        if self.entry(key) is not None or not venv.is_dir():
             return None
         self.root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{key[:16]}.", dir=self.root))
@@ -317,9 +324,26 @@ class EnvStore:
             # copy, in the entry and in the work directory's venv
             shared.sweep(self.objects)
             shared.share_identical(tmp / "venv", self.objects, also=venv)
-            (tmp / "files").mkdir()
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return tmp
+
+    def commit(
+        self,
+        key: str,
+        staged: Path,
+        venv: Path,
+        files: Mapping[str, Path],
+        step: str,
+        outputs: Mapping[str, Any],
+    ) -> Path:
+        """A staged entry completed (``files``, what the step recorded) and put in place under ``key``; a
+        build that got there first keeps its own."""
+        try:
+            (staged / "files").mkdir()
             for name, path in files.items():
-                shutil.copy2(path, tmp / "files" / name)
+                shutil.copy2(path, staged / "files" / name)
             meta = {
                 "format": FORMAT,
                 "venv": str(venv),
@@ -327,14 +351,20 @@ class EnvStore:
                 "outputs": dict(outputs),
                 "kept": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             }
-            (tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+            (staged / META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
             try:
-                os.rename(tmp, self.root / key)
+                os.rename(staged, self.root / key)
             except OSError:
                 if self.entry(key) is None:  # not another build's entry: a real failure
                     raise
-                shutil.rmtree(tmp, ignore_errors=True)
+                shutil.rmtree(staged, ignore_errors=True)
         except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.rmtree(staged, ignore_errors=True)
             raise
         return self.root / key
+
+    @staticmethod
+    def discard(staged: Path | None) -> None:
+        """A staged entry that will not be kept (its step failed) removed."""
+        if staged is not None:
+            shutil.rmtree(staged, ignore_errors=True)

@@ -48,6 +48,7 @@ import errno
 import json
 import os
 import shutil
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -80,7 +81,7 @@ from torchkiln.source.submodules import missing_submodules
 from . import portable
 from .context import Context, Ran, failure_message
 from .display import Display
-from .envstore import Restored, interpreter_identity, tree_bytes, venv_distributions
+from .envstore import EnvStore, Restored, interpreter_identity, tree_bytes, venv_distributions
 from .fingerprint import (
     Snapshot,
     digest,
@@ -91,6 +92,7 @@ from .fingerprint import (
     tree_snapshot,
 )
 from .memory import Resume
+from .postcheck import INSTALLED
 from .progress import CompileProgress, PhaseTracker
 from .publish import publish
 from .pythons import bring_in, torch_in_place
@@ -314,7 +316,9 @@ class StepKind:
                 return Restored({}, 0.0, ctx.env_store.root, "", cloned=False) if unkept else None
             if replaced():
                 return found
-            return ctx.env_store.clone(found, Path(step.venv))
+            cloned = ctx.env_store.clone(found, Path(step.venv))
+            ctx.warming.cloned(step.venv, cloned.entry / "venv", cloned.kept_from)  # build.warmcheck
+            return cloned
         except OSError as exc:
             # The venv may be half cloned: every step on it runs again next time.
             for name in ctx.plan.venv_steps(step.venv):
@@ -335,29 +339,50 @@ class StepKind:
                 step=step.name,
             ) from None
 
-    def keep(self, step: Step, ctx: Context, key: str | None, outputs: Mapping[str, Any]) -> None:
-        """After the step ran: its venv kept in the store, only when this run made that venv from nothing
-        (the venv step ran, or the venv was cloned from the store, in this run: a venv an earlier run left
-        may hold what no key says, a hand-made ``pip install``), and no later step on the same venv has run
-        before in this work directory (the venv would hold more than this step's key says). A store that
-        cannot be written costs the next work directory a rebuild, never this build: one note."""
+    def keepable(self, step: Step, ctx: Context, key: str | None) -> bool:
+        """Whether the step's venv is kept in the store after it ran: only when this run made that venv from
+        nothing (the venv step ran, or the venv was cloned from the store, in this run: a venv an earlier run
+        left may hold what no key says, a hand-made ``pip install``), and no later step on the same venv has
+        run before in this work directory (the venv would hold more than this step's key says)."""
         if key is None or ctx.env_store is None or step.venv is None or not step.stored:
-            return
+            return False
         chain = ctx.plan.venv_steps(step.venv)
         made_now = step.name == chain[0] or any(
             r.name == chain[0] and r.status in ("ran", "reused") for r in ctx.records
         )
-        if not made_now:
+        later = chain[chain.index(step.name) + 1 :]
+        return made_now and not any(ctx.state.get(name) is not None for name in later)
+
+    def keep(self, step: Step, ctx: Context, key: str | None, outputs: Mapping[str, Any]) -> None:
+        """After the step ran: its venv kept in the store when :meth:`keepable` (what was staged while it ran
+        completed, else cloned now). A store that cannot be written costs the next work directory a rebuild,
+        never this build: one note."""
+        staged = ctx.staged.pop(step.name, None)
+        if not self.keepable(step, ctx, key):
+            EnvStore.discard(staged)
             return
-        if any(ctx.state.get(name) is not None for name in chain[chain.index(step.name) + 1 :]):
-            return
+        assert key is not None and ctx.env_store is not None and step.venv is not None
         try:
-            ctx.env_store.keep(key, Path(step.venv), kept_files(step), step.name, outputs)
+            if staged is not None:
+                ctx.env_store.commit(key, staged, Path(step.venv), kept_files(step), step.name, outputs)
+            else:
+                ctx.env_store.keep(key, Path(step.venv), kept_files(step), step.name, outputs)
         except OSError as exc:
             ctx.display.note(
                 f"environment store {ctx.env_store.root}: could not keep {step.venv} (this build goes on; "
                 f"the next work directory makes it again): {describe_os_error(exc)}"
             )
+
+    def stage(self, step: Step, ctx: Context) -> Path | None:
+        """The store's entry for the step's venv begun while the step still runs (:meth:`EnvStore.stage`);
+        None when it will not be kept or cannot be staged (:meth:`keep` then tries again, and says why)."""
+        key = ctx.env_keys.get(step.name)
+        if not self.keepable(step, ctx, key) or ctx.env_store is None or step.venv is None or key is None:
+            return None
+        try:
+            return ctx.env_store.stage(key, Path(step.venv))
+        except OSError:
+            return None
 
 
 class FetchKind(StepKind):
@@ -567,6 +592,8 @@ class CompileKind(StepKind):
         """As every kind; a run whose compiles died for memory resumes with fewer jobs, the killed units
         first, each alone (torchkiln.build.memory), until it succeeds or the retries are spent. However it
         ends, what it wrote into the tree is recorded as the build's own."""
+        if not ctx.options.skip_checks:
+            ctx.warming.start(ctx.plan.steps)  # the check venv cloned meanwhile (build.warmcheck)
         try:
             resume = Resume.start(step, ctx, lambda layer: self.environment(step, ctx, layer))
             while True:
@@ -628,11 +655,44 @@ class ChecksKind(StepKind):
     name = "checks"
     optional = True
 
+    def prepare(self, step: Step, ctx: Context) -> None:
+        ctx.warming.join(step.venv)  # its venv's warm clone, when one was started, is whole or gone
+        super().prepare(step, ctx)
+
+    def observer(self, step: Step, ctx: Context) -> LineObserver | None:
+        if not step.facts:
+            return None
+        # Once pip has installed the wheels, while the check imports them (which changes no file of the
+        # venv): the store's entry for the venv is staged and the wheels' portability read (issue 38).
+        jobs = {
+            "staged": lambda: self.stage(step, ctx),
+            "portability": lambda: portable.analyse_checked(step, ctx),
+        }
+        return InstalledObserver(jobs)
+
+    def execute(self, step: Step, ctx: Context) -> Ran:
+        """As every kind; what the observer worked out meanwhile goes to :meth:`outputs` and :meth:`keep`."""
+        done, observer = self.stream(step, ctx)
+        early = observer if isinstance(observer, InstalledObserver) else None
+        try:
+            ran = self.result(step, done, observer)
+            found = early.results() if early is not None else {}
+        except BaseException:
+            if early is not None:
+                EnvStore.discard(early.wait().get("staged"))
+            raise
+        staged = found.pop("staged", None)
+        if staged is not None:
+            ctx.staged[step.name] = staged
+        return replace(ran, early={k: v for k, v in found.items() if v is not None})
+
     def outputs(self, step: Step, ran: Ran, ctx: Context) -> dict[str, Any]:
         out = super().outputs(step, ran, ctx)
         if step.facts:
             out["facts"] = _last_json(ran.tail)
-            out["portability"] = portable.analyse_checked(step, ctx)  # the installed wheels, where they are
+            # the installed wheels, where they are (read while the check ran, or now)
+            early = ran.early.get("portability")
+            out["portability"] = early if early is not None else portable.analyse_checked(step, ctx)
         return out
 
     def verify(self, step: Step, entry: Mapping[str, Any], ctx: Context) -> None:
@@ -681,6 +741,46 @@ class LineObserver:
 
     def phases(self) -> dict[str, float] | None:
         return None
+
+
+class InstalledObserver(LineObserver):
+    """The post-build check's output: at its line saying pip has installed the wheels
+    (:data:`~torchkiln.build.postcheck.INSTALLED`), ``jobs`` run in a thread, in order, beside the check's
+    import of them (issue 38): each reads the installed files, which the import does not change."""
+
+    def __init__(self, jobs: Mapping[str, Callable[[], Any]]) -> None:
+        self.jobs = dict(jobs)
+        self.thread: threading.Thread | None = None
+        self.found: dict[str, Any] = {}
+        self.error: BaseException | None = None
+
+    def __call__(self, line: str) -> bool:
+        if self.thread is None and line.rstrip("\n") == INSTALLED:
+            self.thread = threading.Thread(target=self._run, name="after-install", daemon=True)
+            self.thread.start()
+        return False
+
+    def _run(self) -> None:
+        for name, job in self.jobs.items():
+            try:
+                self.found[name] = job()
+            except BaseException as exc:  # noqa: BLE001 - raised again in the builder's thread (results)
+                self.error = exc
+                return
+
+    def wait(self) -> dict[str, Any]:
+        """What the jobs returned, once they are done (none: the line never came)."""
+        if self.thread is not None:
+            self.thread.join()
+        return self.found
+
+    def results(self) -> dict[str, Any]:
+        """:meth:`wait`, a job's exception raised here (what was staged before it discarded)."""
+        found = self.wait()
+        if self.error is not None:
+            EnvStore.discard(found.get("staged"))
+            raise self.error
+        return found
 
 
 class CompileObserver(LineObserver):

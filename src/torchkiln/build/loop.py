@@ -163,9 +163,10 @@ def _one_step(ctx: Context, step: Step, index: int, fingerprints: Mapping[str, s
         ctx.state.forget(step.name)
         if step.venv is not None:
             ctx.remade_venvs.add(step.venv)
-        identity = (None if forced else _reused(ctx, step, index, fingerprint, key)) or _ran(
-            ctx, step, fingerprint, deps, key
-        )
+        identity = None if forced else _reused(ctx, step, index, fingerprint, key)
+        if identity is None:
+            return _ran(ctx, step, fingerprint, deps, key)
+    ctx.warming.drop(step.venv)  # skipped or reused: a warm clone of its venv is of no use (build.warmcheck)
     return identity
 
 
@@ -206,19 +207,24 @@ def _reused(ctx: Context, step: Step, index: int, fingerprint: str, key: str | N
 def _ran(ctx: Context, step: Step, fingerprint: str, deps: list[str], key: str | None) -> str:
     """The step run, recorded, kept in the environment store and checked: its result identity."""
     kind = KINDS[step.kind]
+    if step.venv is not None:  # it changes its venv: no longer what the store entry it was cloned from holds
+        ctx.warming.changed(step.venv)
     kind.prepare(step, ctx)
     try:
         ran = kind.execute(step, ctx)
     finally:
         ctx.display.stop_live()
     log = str(ran.log) if ran.log else None
-    outputs = kind.outputs(step, ran, ctx)
-    settled = kind.settled_inputs(step, ctx, outputs)
-    if settled is not None:
-        fingerprint = step_fingerprint(step.argv, step.shown_env, step.cwd, settled, deps)
-    entry = {"fingerprint": fingerprint, "outputs": outputs, "log": log, "duration_s": ran.seconds}
-    _record(ctx, step, entry)
-    kind.keep(step, ctx, key, outputs)
+    try:
+        outputs = kind.outputs(step, ran, ctx)
+        settled = kind.settled_inputs(step, ctx, outputs)
+        if settled is not None:
+            fingerprint = step_fingerprint(step.argv, step.shown_env, step.cwd, settled, deps)
+        entry = {"fingerprint": fingerprint, "outputs": outputs, "log": log, "duration_s": ran.seconds}
+        _record(ctx, step, entry)
+        kind.keep(step, ctx, key, outputs)
+    finally:
+        EnvStore.discard(ctx.staged.pop(step.name, None))  # staged while it ran, and not kept
     # After recording: what was found stays valid when the check fails, and a fixed recipe only checks again.
     kind.verify(step, entry, ctx)
     ctx.records.append(
@@ -311,6 +317,7 @@ def run_build(plan: Plan, options: BuildOptions | None = None) -> BuildResult:
                 try:
                     _run_steps(ctx)
                 finally:
+                    ctx.warming.finish()  # a warm check venv no step took is removed
                     display.close()  # the final message (or the error) is the last thing shown
                     ctx.close_cache()
             except KeyboardInterrupt:

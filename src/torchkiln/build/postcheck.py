@@ -7,6 +7,13 @@ verification suite (:func:`torchkiln.verify.buildconfig.recipe_checks`), so the 
 verify`` can never disagree about what "matches the recipe" means. A wheel that does not install or import
 fails here.
 
+The two overlap (issue 38): the interpreter that collects the facts is started before pip and imports torch
+while pip installs. It goes on only where a fresh interpreter would see the same: pip replaced or removed no
+distribution that was there (each ``.dist-info`` and its RECORD compared before and after), what it added
+(pillow, the checked wheels) has no ``.pth`` file (run at start-up) and none of its top-level names was looked
+for, and missed, while torch was imported (``facts.py``'s ``--import-torch-then-wait``). Otherwise the facts
+come from a fresh interpreter, as before. On two cores this takes the install's second off the check.
+
 Standard library only: this file runs outside torchkiln's own environment, in a clean venv where torchkiln
 is not installed. So it runs its two commands with :mod:`subprocess` itself rather than through
 :mod:`torchkiln.process.runner`, and finds the wheels with :mod:`torchkiln.artifacts.wheelfile` loaded by path (a
@@ -16,10 +23,14 @@ standard-library-only module without relative imports).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import csv
 import importlib.util
 import json
+import os
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 from types import ModuleType
 
@@ -43,6 +54,80 @@ def built_wheel(project: str, version: str, wheelhouses: list[str]) -> Path | No
     local label such as +cpu can also exist upstream, and the check must test what was built)."""
     found: list[Path] = _wheelfile().find([Path(d) for d in wheelhouses], project=project, version=version)
     return found[0] if found else None
+
+
+WAIT = "--import-torch-then-wait"  # facts.py's early start (its WAIT)
+INSTALLED = "postcheck: installed"  # printed once pip has put the wheels in place (torchkiln reads it)
+RESTART = "facts.py: restart"  # its answer when torch's import looked for what pip then installed
+Listing = dict[str, "tuple[int, int, int] | None"]
+
+
+def dist_infos(directories: list[str] | None = None) -> Listing:
+    """Each ``.dist-info`` directory of this venv (or of ``directories``), with its RECORD's identity (device,
+    inode, mtime): pip writes a new RECORD for whatever it installs, so what an install changed shows."""
+    found: Listing = {}
+    default = [sysconfig.get_path("purelib"), sysconfig.get_path("platlib")]
+    for directory in sorted(set(directories if directories is not None else default)):
+        with contextlib.suppress(FileNotFoundError):
+            for entry in os.scandir(directory):
+                if entry.name.endswith(".dist-info"):
+                    try:
+                        st = os.stat(os.path.join(entry.path, "RECORD"))
+                    except OSError:
+                        found[entry.path] = None
+                    else:
+                        found[entry.path] = (st.st_dev, st.st_ino, st.st_mtime_ns)
+    return found
+
+
+def top_level_names(dist_info: str) -> set[str] | None:
+    """What a distribution installed at the top of site-packages, by its RECORD: importable names (``PIL``,
+    ``torchvision``, a module's name without its suffix) and ``.pth`` files as themselves. None without a
+    RECORD."""
+    try:
+        with open(os.path.join(dist_info, "RECORD"), newline="", encoding="utf-8") as handle:
+            rows = list(csv.reader(handle))
+    except OSError:
+        return None
+    names = set()
+    for row in rows:
+        first = row[0].replace("\\", "/").split("/")[0] if row and row[0] else ""
+        if (
+            not first
+            or first.startswith("..")
+            or first.endswith((".dist-info", ".data"))
+            or first == "__pycache__"
+        ):
+            continue
+        names.add(first if first.endswith(".pth") else first.split(".")[0])
+    return names
+
+
+def early_words(before: Listing, after: Listing) -> list[str] | None:
+    """What the early interpreter is told (``go`` and the added distributions' top-level names), or None when
+    it cannot be used: a distribution that was there was replaced or removed, or an added one has a ``.pth``
+    file or no RECORD."""
+    if any(after.get(path) != identity for path, identity in before.items()):
+        return None
+    names: set[str] = set()
+    for path in sorted(set(after) - set(before)):
+        found = top_level_names(path)
+        if found is None or any(name.endswith(".pth") for name in found):
+            return None
+        names |= found
+    return ["go", *sorted(names)]
+
+
+def _facts(early: subprocess.Popen[str], words: list[str] | None) -> tuple[int, str, str, bool]:
+    """The early interpreter's result when it can be used; else a fresh one's. The last item: early."""
+    out, err = early.communicate(" ".join(words) + "\n" if words else "", timeout=600)
+    if words and out.strip() != RESTART:
+        return early.returncode, out, err, True
+    # cwd=/: the wheels are imported from site-packages, never from a source tree next to the cwd.
+    probe = subprocess.run(
+        [sys.executable, str(FACTS)], check=False, capture_output=True, text=True, cwd="/", timeout=600
+    )
+    return probe.returncode, probe.stdout, probe.stderr, False
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,24 +167,43 @@ def main(argv: list[str] | None = None) -> int:
     constraint = (
         ["--constraint", args.constraints] if args.constraints and Path(args.constraints).is_file() else []
     )
-    # The built wheels by path; their dependencies (and nothing of theirs) from the configured index.
-    result = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", *constraint, "--", *wheels, *args.also],
-        check=False,
-        capture_output=True,
+    early = subprocess.Popen(  # imports torch while pip installs (see the module's docstring)
+        [sys.executable, str(FACTS), WAIT],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
+        cwd="/",
     )
-    if result.returncode != 0:
-        print(f"postcheck: installing {' '.join(wheels)} failed:\n{result.stderr[-4000:]}", file=sys.stderr)
+    try:
+        before = dist_infos()
+        # The built wheels by path; their dependencies (and nothing of theirs) from the configured index.
+        result = subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--quiet", *constraint, "--", *wheels, *args.also],
+            check=False,
+            capture_output=True,
+            text=True,
+        )
+        if result.returncode != 0:
+            print(
+                f"postcheck: installing {' '.join(wheels)} failed:\n{result.stderr[-4000:]}", file=sys.stderr
+            )
+            return 1
+        print(INSTALLED, flush=True)  # the builder analyses the installed wheels meanwhile (build.kinds)
+        words = early_words(before, dist_infos())
+        returncode, stdout, stderr, used = _facts(early, words)
+        print(
+            "postcheck: the facts from "
+            + ("the interpreter that imported torch while pip installed" if used else "a fresh interpreter")
+        )
+    finally:
+        if early.poll() is None:
+            early.kill()
+            early.wait()
+    if returncode != 0:
+        print(f"postcheck: importing the wheels failed:\n{stderr[-4000:]}", file=sys.stderr)
         return 1
-    # cwd=/: the wheels are imported from site-packages, never from a source tree next to the cwd.
-    probe = subprocess.run(
-        [sys.executable, str(FACTS)], check=False, capture_output=True, text=True, cwd="/", timeout=600
-    )
-    if probe.returncode != 0:
-        print(f"postcheck: importing the wheels failed:\n{probe.stderr[-4000:]}", file=sys.stderr)
-        return 1
-    facts = json.loads(probe.stdout.strip().splitlines()[-1])
+    facts = json.loads(stdout.strip().splitlines()[-1])
     print(json.dumps(facts, sort_keys=True))
     return 0
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
 import email.parser
 import importlib.metadata
 import os
@@ -39,7 +40,7 @@ ALWAYS = ("pip",)
 
 def installed() -> dict[str, importlib.metadata.Distribution]:
     """The distributions of this venv (not of the base interpreter), by canonical name."""
-    prefix = Path(sys.prefix).resolve()
+    prefix = os.path.realpath(sys.prefix)
     found: dict[str, importlib.metadata.Distribution] = {}
     for dist in importlib.metadata.distributions():
         location = Path(str(dist.locate_file(""))).resolve()
@@ -86,48 +87,60 @@ def wheel_requirements(wheel: Path) -> list[str]:
     return found
 
 
-def _pyc(path: Path) -> list[Path]:
+def _pyc(path: str) -> list[str]:
     """The bytecode of a ``.py`` file (any interpreter's, any optimisation level)."""
-    cache = path.parent / "__pycache__"
-    return list(cache.glob(f"{path.stem}.*.pyc")) if cache.is_dir() else []
+    directory, name = os.path.split(path)
+    cache = os.path.join(directory, "__pycache__")
+    stem = name[: -len(".py")] + "."
+    try:
+        return [
+            os.path.join(cache, n) for n in os.listdir(cache) if n.startswith(stem) and n.endswith(".pyc")
+        ]
+    except OSError:
+        return []
 
 
-def remove_recorded(dist: importlib.metadata.Distribution, prefix: Path) -> bool:
+def remove_recorded(dist: importlib.metadata.Distribution, prefix: str) -> bool:
     """The distribution's files, as its RECORD lists them, removed; False (nothing removed) without a RECORD.
-    A listed path that is not under ``prefix`` (the venv) is left alone."""
-    files = dist.files
-    if files is None:
+    A listed path that is not under ``prefix`` (the venv, resolved) is left alone. Strings, not paths: cmake's
+    RECORD alone is four thousand lines."""
+    text = dist.read_text("RECORD")
+    if text is None:
         return False
     base = os.path.realpath(str(dist.locate_file("")))  # prefix is resolved too
-    parents: set[Path] = set()
-    for item in files:
-        path = Path(os.path.normpath(os.path.join(base, str(item))))
-        if not path.is_relative_to(prefix):
+    inside = prefix.rstrip(os.sep) + os.sep
+    parents: set[str] = set()
+    for row in csv.reader(text.splitlines()):
+        if not row or not row[0]:
             continue
-        if path.name == "RECORD" and path.parent.name.endswith(".dist-info"):
-            shutil.rmtree(path.parent, ignore_errors=True)  # what else the installer wrote there too
-        for each in [path, *(_pyc(path) if path.suffix == ".py" else [])]:
+        path = os.path.normpath(os.path.join(base, row[0]))
+        if not path.startswith(inside):
+            continue
+        directory, name = os.path.split(path)
+        if name == "RECORD" and directory.endswith(".dist-info"):
+            shutil.rmtree(directory, ignore_errors=True)  # what else the installer wrote there too
+        for each in [path, *(_pyc(path) if name.endswith(".py") else [])]:
             with contextlib.suppress(FileNotFoundError, IsADirectoryError):
-                each.unlink()
-        parents.add(path.parent)
-    for directory in sorted(parents, key=lambda d: len(d.parts), reverse=True):  # deepest first
-        _remove_empty(directory, prefix)
+                os.unlink(each)
+        parents.add(directory)
+    for directory in sorted(parents, key=lambda d: d.count(os.sep), reverse=True):  # deepest first
+        _remove_empty(directory, inside)
     return True
 
 
-def _remove_empty(directory: Path, prefix: Path) -> None:
-    """``directory`` and its parents up to ``prefix``, each while it is empty (or holds only an empty
-    ``__pycache__``)."""
-    while directory != prefix and directory.is_relative_to(prefix):
+def _remove_empty(directory: str, inside: str) -> None:
+    """``directory`` and its parents below ``inside`` (the venv), each while it is empty (or holds only an
+    empty ``__pycache__``)."""
+    while directory.startswith(inside):
         with contextlib.suppress(OSError):
-            (directory / "__pycache__").rmdir()
+            os.rmdir(os.path.join(directory, "__pycache__"))
         try:
-            directory.rmdir()
+            os.rmdir(directory)
         except FileNotFoundError:
             pass
         except OSError:  # not empty: what is left is another distribution's
             return
-        directory = directory.parent
+        directory = os.path.dirname(directory)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -145,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     if not remove:
         return 0
     print(f"venvprune: removing {', '.join(remove)}")
-    prefix = Path(sys.prefix).resolve()
+    prefix = os.path.realpath(sys.prefix)
     unrecorded = [name for name in remove if not remove_recorded(dists[canonicalize_name(name)], prefix)]
     if not unrecorded:
         return 0

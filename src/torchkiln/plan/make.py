@@ -493,6 +493,7 @@ def _check_steps(
     # what the checked wheels require stays in the clone too (numpy for torchvision): not installed again
     clone: tuple[str, ...] = (sys.executable, "-m", "torchkiln.build.checkvenv", "--from", str(paths.venv))
     clone += ("--python", f"python{python}", "--keep=torch", *(f"--drop={p}" for p in projects))
+    clone += ("--warm", str(paths.warm_check_venv))  # cloned while the compile ran, when it could be
     clone += tuple(f"--requirements-of={wheel_dirs[p]}" for p in projects)
     clone += ("--", str(paths.check_venv))
     venv = Step(

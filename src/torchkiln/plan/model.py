@@ -88,6 +88,11 @@ class Paths:
         return self.workdir / f"check-venv{self._tag}"
 
     @property
+    def warm_check_venv(self) -> Path:
+        """Where the check venv is cloned while the compile runs (torchkiln.build.warmcheck)."""
+        return self.workdir / f"check-venv{self._tag}.warm"
+
+    @property
     def torch_site(self) -> Path:
         """One directory for every Python of the build, on torchvision's compile PYTHONPATH, holding ``torch``:
         a link to the torch of the Python compiling (torchkiln.build.pythons.torch_in_place)."""

@@ -438,8 +438,48 @@ def collect_facts() -> BuildFacts:
     )
 
 
-def main() -> int:
-    """``python facts.py``: the facts of the torch this interpreter imports, as one JSON line."""
+WAIT = "--import-torch-then-wait"  # the post-build check's early start (torchkiln.build.postcheck)
+RESTART = "facts.py: restart"  # the early start's answer when what it imported may have changed
+
+
+class _Misses:
+    """The last finder on ``sys.meta_path``: asked only for what no other finder found, it remembers the
+    top-level names that were looked for and not there."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        self.names.add(name.partition(".")[0])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python facts.py``: the facts of the torch this interpreter imports, as one JSON line.
+
+    ``python facts.py --import-torch-then-wait``: torch is imported first, then one line is read from stdin,
+    ``go`` and the top-level names of the distributions installed meanwhile. When torch's import looked for
+    none of them (:class:`_Misses`), the facts are collected as above, the import caches invalidated first;
+    otherwise it prints :data:`RESTART` (a fresh interpreter would find what this one did not). Anything
+    else (end of input) exits without a word. The post-build check starts it before its pip install."""
+    args = sys.argv[1:] if argv is None else argv
+    if args == [WAIT]:
+        import importlib
+
+        misses = _Misses()
+        sys.meta_path.append(misses)
+        import torch  # noqa: F401 - imported while pip installs the checked wheels
+
+        sys.meta_path.remove(misses)
+        words = sys.stdin.readline().split()
+        if words[:1] != ["go"]:
+            return 0
+        if misses.names & set(words[1:]):
+            print(RESTART)
+            return 0
+        importlib.invalidate_caches()
+    elif args:
+        print(f"facts.py: unknown arguments {args} (valid: none, or {WAIT})", file=sys.stderr)
+        return 2
     print(collect_facts().to_json())
     return 0
 

@@ -1,0 +1,132 @@
+"""The post-build check's venv cloned while the compile runs (issue 38): a fresh work directory's first check.
+
+``checks:venv`` makes the check venv a clone of the build venv (:mod:`torchkiln.build.checkvenv`). In a fresh
+work directory the build venv is itself a clone of an environment store entry, made just before the compile;
+cloning it again for the check (tens of thousands of hard links, a quarter of a second) waited for the
+compile, whose second core is mostly idle once its objects come from the cache. So while a compile step runs,
+:meth:`Warming.start` clones that same store entry, which nothing changes, into ``<check venv>.warm`` in a thread,
+relocated to the check venv's path, and marks it with the build venv it stands for (:data:`MARK`).
+``checks:venv`` (run with ``--warm``) takes it in place of its own clone when the mark names its ``--from``
+(:func:`take`), and prunes it as before.
+
+Only a venv that no step has changed since it was cloned from the store is warmed: a step that runs on it
+(pip installing into it) drops its origin and any warm clone of it (:meth:`Warming.changed`). The compile itself installs nothing; the bytecode a
+compile may write into the build venv is a cache the check writes again if it needs it. What is not taken
+(a check that is skipped or reused: :meth:`Warming.drop`, beside the steps after it; a build that stops) is
+removed before the build ends (:meth:`Warming.finish`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from torchkiln.plan.model import Step
+
+from .envstore import clone_tree, relocate_venv
+
+MARK = ".torchkiln-warm"  # in the warm venv: the build venv it is a clone of, written last
+
+
+def warm_path(check_venv: Path) -> Path:
+    """Where the check venv is warmed (beside it: the same filesystem, so taking it is a rename); the plan's
+    ``Paths.warm_check_venv``."""
+    return check_venv.with_name(check_venv.name + ".warm")
+
+
+@dataclass
+class Warming:
+    """The build's venvs cloned from the store in this run and unchanged since (venv -> the entry's venv and
+    the path it was kept from), and the warm clones under way (check venv -> its thread and the build venv
+    it clones)."""
+
+    origins: dict[str, tuple[Path, str]] = field(default_factory=dict)
+    threads: dict[str, tuple[threading.Thread, str]] = field(default_factory=dict)
+    removers: list[threading.Thread] = field(default_factory=list)
+
+    def cloned(self, venv: str, entry_venv: Path, kept_from: str) -> None:
+        self.origins[venv] = (entry_venv, kept_from)
+
+    def changed(self, venv: str) -> None:
+        """A step is about to change ``venv``: it has no origin any more, and a warm clone of it is dropped
+        (a whole build's torch compile warms the check venv before install-torch puts that torch in)."""
+        self.origins.pop(venv, None)
+        for check_venv, (thread, source) in list(self.threads.items()):
+            if source == venv:
+                thread.join()
+                shutil.rmtree(warm_path(Path(check_venv)), ignore_errors=True)
+                del self.threads[check_venv]
+
+    def start(self, steps: Iterable[Step]) -> None:
+        """A thread for each check venv of ``steps`` (a plan's) whose build venv has an origin and no warm
+        clone yet."""
+        for step in steps:
+            origin = self.origins.get(step.clones) if step.clones and step.venv else None
+            if origin is None or step.venv is None or step.venv in self.threads:
+                continue
+            target = Path(step.venv)
+            thread = threading.Thread(
+                target=_warm, args=(*origin, step.clones, target), name="warm-check-venv", daemon=True
+            )
+            self.threads[step.venv] = (thread, step.clones)
+            thread.start()
+
+    def join(self, venv: str | None) -> None:
+        """The warm clone of ``venv`` finished (or failed: then nothing is marked), before its step runs."""
+        found = self.threads.get(venv) if venv else None
+        if found is not None:
+            found[0].join()
+
+    def drop(self, venv: str | None) -> None:
+        """The warm clone of ``venv`` will not be taken (its step was skipped or reused): removed in a thread,
+        beside the steps that follow."""
+        found = self.threads.pop(venv, None) if venv else None
+        if found is not None:
+            remover = threading.Thread(target=_remove, args=(found[0], venv), name="drop-warm", daemon=True)
+            self.removers.append(remover)
+            remover.start()
+
+    def finish(self) -> None:
+        """Every warm clone finished, and what no step took removed."""
+        for venv in list(self.threads):
+            self.drop(venv)
+        for remover in self.removers:
+            remover.join()
+        self.removers.clear()
+
+
+def _remove(thread: threading.Thread, venv: str) -> None:
+    thread.join()
+    shutil.rmtree(warm_path(Path(venv)), ignore_errors=True)
+
+
+def _warm(entry_venv: Path, kept_from: str, build_venv: str, target: Path) -> None:
+    warm = warm_path(target)
+    try:
+        shutil.rmtree(warm, ignore_errors=True)
+        clone_tree(entry_venv, warm)
+        relocate_venv(warm, kept_from, str(target))
+        (warm / MARK).write_text(build_venv, encoding="utf-8")
+    except OSError:  # a store entry swept meanwhile, a full disk: checks:venv clones as it always did
+        shutil.rmtree(warm, ignore_errors=True)
+
+
+def take(warm: Path, source: Path, target: Path) -> bool:
+    """``warm`` renamed to ``target`` when it is whole and marked as a clone of ``source``; False (and
+    ``warm`` removed) otherwise."""
+    mark = warm / MARK
+    try:
+        whole = mark.read_text(encoding="utf-8") == str(source)
+    except OSError:
+        whole = False
+    if whole:
+        mark.unlink()
+        with contextlib.suppress(OSError):
+            warm.rename(target)
+            return True
+    shutil.rmtree(warm, ignore_errors=True)
+    return False

@@ -1,0 +1,160 @@
+"""The post-build check's overlap (issue 38): the interpreter that collects the facts imports torch while pip
+installs the built wheels, and is used only where a fresh interpreter would see the same.
+
+The rule, in torchkiln.build.postcheck: pip replaced or removed no distribution that was there, what it added
+has a RECORD and no ``.pth`` file, and none of the added top-level names was looked for and missed while torch
+was imported (facts.py ``--import-torch-then-wait``). The listings are real ``.dist-info`` directories; the
+early interpreter imports the real torch of this environment (a CPU or a CUDA build)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from torchkiln.build import postcheck
+
+FACTS = Path(postcheck.FACTS)
+
+# RECORD lines as installers write them -> the top-level names they give (None: no RECORD at all).
+RECORDS: list[tuple[str, list[str], set[str]]] = [
+    ("a module", ["amodule.py,sha256=x,1", "amodule-1.0.dist-info/RECORD,,"], {"amodule"}),
+    ("a package", ["PIL/__init__.py,sha256=x,1", "PIL/_imaging.cpython-311-x86_64-linux-gnu.so,,"], {"PIL"}),
+    ("an extension module", ["_cffi_backend.cpython-311-x86_64-linux-gnu.so,sha256=x,9"], {"_cffi_backend"}),
+    ("its bundled libraries", ["pillow.libs/libjpeg-8a13f4d6.so.62.4.0,sha256=x,9"], {"pillow"}),
+    ("a script outside site-packages", ["../../../bin/tool,sha256=x,1"], set()),
+    ("a wheel's .data", ["pkg-1.0.data/scripts/tool,,"], set()),
+    ("a .pth file", ["distutils-precedence.pth,sha256=x,1", "_distutils_hack/__init__.py,,"],
+     {"distutils-precedence.pth", "_distutils_hack"}),
+    ("a quoted path with a comma", ['"odd,name.py",sha256=x,1'], {"odd,name"}),
+    ("bytecode pip wrote", ["__pycache__/amodule.cpython-311.pyc,,", "amodule.py,,"], {"amodule"}),
+]  # fmt: skip
+
+
+def dist_info(site: Path, name: str, lines: list[str] | None) -> Path:
+    info = site / f"{name}-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    if lines is not None:
+        (info / "RECORD").write_text("\n".join(lines) + "\n")
+    return info
+
+
+@pytest.mark.parametrize(("lines", "names"), [(r[1], r[2]) for r in RECORDS], ids=[r[0] for r in RECORDS])
+def test_top_level_names_of_a_record(tmp_path: Path, lines: list[str], names: set[str]) -> None:
+    info = dist_info(tmp_path, "dist", lines)
+    assert postcheck.top_level_names(str(info)) == names
+
+
+def test_without_a_record_nothing_is_known(tmp_path: Path) -> None:
+    assert postcheck.top_level_names(str(dist_info(tmp_path, "legacy", None))) is None
+
+
+# What pip did between two listings -> whether the early interpreter may be used (and told which names).
+def _unchanged(site: Path) -> None:
+    pass
+
+
+def _added(site: Path) -> None:
+    dist_info(site, "pillow", ["PIL/__init__.py,,", "pillow.libs/libz.so,,"])
+
+
+def _added_with_pth(site: Path) -> None:
+    dist_info(site, "setuptools", ["setuptools/__init__.py,,", "distutils-precedence.pth,,"])
+
+
+def _added_without_record(site: Path) -> None:
+    dist_info(site, "legacy", None)
+
+
+def _replaced(site: Path) -> None:  # a reinstall of the same version writes a new RECORD
+    record = site / "numpy-1.0.dist-info" / "RECORD"
+    text = record.read_text()
+    record.unlink()
+    record.write_text(text)
+
+
+def _removed(site: Path) -> None:
+    for path in sorted((site / "numpy-1.0.dist-info").iterdir()):
+        path.unlink()
+    (site / "numpy-1.0.dist-info").rmdir()
+
+
+CHANGES = [
+    (_unchanged, ["go"]),
+    (_added, ["go", "PIL", "pillow"]),
+    (_added_with_pth, None),
+    (_added_without_record, None),
+    (_replaced, None),
+    (_removed, None),
+]
+
+
+@pytest.mark.parametrize(("change", "words"), CHANGES, ids=[c[0].__name__.strip("_") for c in CHANGES])
+def test_the_early_interpreter_is_used_only_when_pip_added_what_torch_could_not_have_seen(
+    tmp_path: Path, change, words: list[str] | None
+) -> None:
+    site = tmp_path / "site-packages"
+    dist_info(site, "numpy", ["numpy/__init__.py,,"])
+    dist_info(site, "torch", ["torch/__init__.py,,"])
+    before = postcheck.dist_infos([str(site)])
+    change(site)
+    assert postcheck.early_words(before, postcheck.dist_infos([str(site)])) == words
+
+
+def early(words: str) -> subprocess.CompletedProcess[str]:
+    """facts.py's early start in this environment's Python (its real torch), told ``words``."""
+    return subprocess.run(
+        [sys.executable, str(FACTS), postcheck.WAIT],
+        input=words,
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd="/",
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        timeout=600,
+    )
+
+
+@pytest.mark.integration  # imports the real torch
+def test_the_early_interpreter_collects_the_facts_when_torch_missed_none_of_the_added_names() -> None:
+    done = early("go PIL pillow\n")
+    assert done.returncode == 0, done.stderr[-2000:]
+    facts = json.loads(done.stdout.strip().splitlines()[-1])
+    fresh = subprocess.run([sys.executable, str(FACTS)], capture_output=True, text=True, check=True, cwd="/")
+    assert facts == json.loads(fresh.stdout.strip().splitlines()[-1]), "what a fresh interpreter says"
+
+
+MISSES = """
+import importlib.util, sys
+sys.path.insert(0, sys.argv[1])
+import facts
+misses = facts._Misses()
+sys.meta_path.append(misses)
+import torch
+sys.meta_path.remove(misses)
+print(" ".join(sorted(n for n in misses.names if importlib.util.find_spec(n) is None)))
+"""
+
+
+@pytest.mark.integration  # imports the real torch
+def test_the_early_interpreter_asks_for_a_fresh_one_when_torch_looked_for_an_added_name() -> None:
+    """torch's import looks for optional modules it does without (``dill``, ``tqdm``; numpy where it is
+    not installed): pip adding one would change what a fresh interpreter finds."""
+    found = subprocess.run(
+        [sys.executable, "-c", MISSES, str(FACTS.parent)], capture_output=True, text=True, check=True
+    )
+    missed = found.stdout.split()
+    assert missed, "torch 2.x looks for optional modules at import (dill, tqdm, opt_einsum...)"
+    done = early(f"go PIL {missed[0]}\n")
+    assert done.returncode == 0 and done.stdout.strip() == postcheck.RESTART, done.stdout + done.stderr
+
+
+@pytest.mark.integration  # imports the real torch
+def test_the_early_interpreter_says_nothing_without_go() -> None:
+    done = early("")
+    assert done.returncode == 0 and done.stdout == "", done.stdout
