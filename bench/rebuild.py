@@ -37,9 +37,10 @@ Every torchkiln row but the new machine shares one environment store (``--env-st
 build), as the builds of one machine do. Each row records its wall time, the compile step (``torchvision:wheel``
 by torchkiln; ``python -m build`` by hand), the steps around it (torchkiln's other steps that ran or were
 reused; by hand the venv and pip install), torchkiln's own time (``steps' own``: each step's deciding, hashing
-and recording, and what the manifest's ``overhead`` says of the time outside the steps: the host's checks before
-the first step, publishing up to the manifest, the SBOMs included), the **unaccounted** time (wall time minus all
-of those: start-up, imports, the plan, the signature after the manifest), the cache's hits and the wheel's sha256 (a rebuild of unchanged sources gives the same bytes),
+and recording, and what the manifest's ``overhead`` says of the time outside the steps: the plan, a ``--torch``
+requirement resolved there, the host's checks before the first step, publishing up to the manifest, the SBOMs
+included), the **unaccounted** time (wall time minus all of those: start-up, imports, the signature after the
+manifest), the cache's hits and the wheel's sha256 (a rebuild of unchanged sources gives the same bytes),
 with the load average when the row started. ``x floor``: wall over the by-hand warm build's; the new machine
 row also over the by-hand new machine's. Results: bench/results/rebuild-<tree>-<UTC time>.json (or
 ``--results``) and a table.

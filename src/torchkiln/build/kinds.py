@@ -206,10 +206,11 @@ class StepKind:
         self, step: Step, ctx: Context, layer: Mapping[str, str] | None = None
     ) -> tuple[runner.Streamed, LineObserver | None]:
         """Run the command once (``layer`` over its environment), its output into its log and its observer."""
-        observer = self.observer(step, ctx)
         try:
             # a build step in its sandbox (torchkiln.build.sandbox); the log's header shows the step's own argv
             with isolated(step, ctx, step.argv, self.environment(step, ctx, layer), step.cwd) as (argv, env):
+                # made last: a compile's phases are timed from here, as the step's duration is from its start
+                observer = self.observer(step, ctx)
                 done = runner.stream(
                     argv,
                     log=ctx.step_log(step),
