@@ -12,6 +12,7 @@ runs, so a problem in one area (or a heavy import) never breaks the others.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import sys
 from collections.abc import Sequence
@@ -39,7 +40,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def _command_module(name: str) -> ModuleType:
     module, _ = COMMANDS[name]
-    return importlib.import_module(f"torchkiln.commands.{module}")
+    # A command's modules make hundreds of classes (dataclasses) and nothing to free: the cyclic collector,
+    # set off again and again while they are made, scans them for nothing. Off while importing, and what
+    # was made is then kept out of its later scans (gc.freeze): a tenth of a no-op build's start (issue 38).
+    gc.disable()
+    try:
+        return importlib.import_module(f"torchkiln.commands.{module}")
+    finally:
+        gc.freeze()
+        gc.enable()
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
