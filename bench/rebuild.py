@@ -23,7 +23,8 @@ torchkiln's (each cold build starts from an empty one):
 
 * by hand: ``python -m venv`` + ``pip install`` of the build tools torchkiln's build venv holds, then
   ``python -m build --wheel --no-isolation`` with the same compiler cache variables: cold (fills its local
-  cache and Redis), warm (a fresh copy of the tree at the same path: **the floor**), and a new machine (a
+  cache and Redis), warm (a fresh copy of the tree at the same path: **the floor**, the median of three such
+  builds, at the start, among torchkiln's rows and at the end), and a new machine (a
   fresh venv and pip install and the build at another path, an empty local cache, Redis warm from the by-hand
   builds: torchkiln's Redis entries are of no use to it, they are compiled against
   ``<workdir>/torch-site/torch/include``);
@@ -41,7 +42,7 @@ and recording, and what the manifest's ``overhead`` says of the time outside the
 requirement resolved there, the host's checks before the first step, publishing up to the manifest, the SBOMs
 included), the **unaccounted** time (wall time minus all of those: start-up, imports, the signature after the
 manifest), the cache's hits and the wheel's sha256 (a rebuild of unchanged sources gives the same bytes),
-with the load average when the row started. ``x floor``: wall over the by-hand warm build's; the new machine
+with the load average when the row started. ``x floor``: wall over the floor (``floor_s`` in the results); the new machine
 row also over the by-hand new machine's. Results: bench/results/rebuild-<tree>-<UTC time>.json (or
 ``--results``) and a table.
 
@@ -59,6 +60,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -296,6 +298,7 @@ def full_rows(tree: Tree, scratch: Path, redis: tuple[str, str], jobs: int) -> l
     python, around = hand.venv(scratch / "hand" / "venv")
     rows.append(hand.build("by hand cold (fills local + Redis)", python, scratch / "hand", scratch / "hand-cache", remote=True, around=around))  # fmt: skip
     rows.append(hand.build("by hand warm (fresh copy, same path): the floor", python, scratch / "hand", scratch / "hand-cache", remote=False))  # fmt: skip
+    floor_python = python
     other = scratch / "hand-elsewhere" / "deeper"
     python, around = hand.venv(other / "venv")
     rows.append(hand.build("by hand new machine: fresh venv + pip at another path, warm Redis", python, other, scratch / "hand-cache-new", remote=True, around=around))  # fmt: skip
@@ -309,6 +312,7 @@ def full_rows(tree: Tree, scratch: Path, redis: tuple[str, str], jobs: int) -> l
     rows.append(kiln.build("torchkiln no-op", a, scratch / "cache-a", remote=True))
     rows.append(kiln.build("torchkiln --force", a, scratch / "cache-a", remote=True, force=True))
     rows.append(kiln.build("torchkiln no-op after --force", a, scratch / "cache-a", remote=True))
+    rows.append(hand.build("by hand warm again (the floor's second sample)", floor_python, scratch / "hand", scratch / "hand-cache", remote=False))  # fmt: skip
     if tree.checked:
         rows.append(kiln.build("torchkiln first checked build: fresh workdir, the check's first run", kiln.fresh_builder(a), scratch / "cache-a", remote=False, checks=True))  # fmt: skip
     rows.append(kiln.build("torchkiln warm local, fresh workdir, same path", kiln.fresh_builder(a), scratch / "cache-a", remote=False))  # fmt: skip
@@ -319,6 +323,7 @@ def full_rows(tree: Tree, scratch: Path, redis: tuple[str, str], jobs: int) -> l
     rows.append(kiln.build("second builder, other path, warm remote", c, scratch / "cache-c", remote=True))
     d = kiln.fresh_builder(scratch / "y" / "d")
     rows.append(kiln.build("torchkiln new machine: other path, warm remote, empty local cache, empty env store", d, scratch / "cache-d", remote=True, env_store="envs-new-machine"))  # fmt: skip
+    rows.append(hand.build("by hand warm at the end (the floor's third sample)", floor_python, scratch / "hand", scratch / "hand-cache", remote=False))  # fmt: skip
     return rows
 
 
@@ -341,14 +346,18 @@ def quick_rows(tree: Tree, scratch: Path, jobs: int) -> list[dict[str, Any]]:
     return rows
 
 
-def ratios(rows: list[dict[str, Any]]) -> None:
-    """``x floor`` of every row; the torchkiln new machine's also against the by-hand new machine's."""
-    floor = next((r["seconds"] for r in rows if r["name"].startswith("by hand warm")), None)
+def ratios(rows: list[dict[str, Any]]) -> float | None:
+    """``x floor`` of every row; the torchkiln new machine's also against the by-hand new machine's. The floor
+    is the median of the by-hand warm builds: one at the start, one among torchkiln's rows and one at the end
+    of a full run (a single 5 s build moved by up to 8 % between runs; one sample in the quick form)."""
+    samples = [r["seconds"] for r in rows if r["name"].startswith("by hand warm")]
+    floor = statistics.median(samples) if samples else None
     new = next((r["seconds"] for r in rows if r["name"].startswith("by hand new machine")), None)
     for r in rows:
         r["ratio_to_floor"] = round(r["seconds"] / floor, 2) if floor else None
         if new and r["name"].startswith("torchkiln new machine"):
             r["ratio_to_by_hand_new_machine"] = round(r["seconds"] / new, 2)
+    return floor
 
 
 def print_table(rows: list[dict[str, Any]], title: str) -> None:
@@ -411,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 for server in servers:
                     server.stop()
-        ratios(rows)
+        floor = ratios(rows)
         results = {
             "benchmark": "rebuild",
             "started": started.isoformat(timespec="seconds"),
@@ -425,6 +434,7 @@ def main(argv: list[str] | None = None) -> int:
             "tree": tree.description,
             "quick": args.quick,
             "torch": TORCH,
+            "floor_s": floor,
             "command": " ".join(
                 ["python", "bench/rebuild.py", *(argv if argv is not None else sys.argv[1:])]
             ),
