@@ -106,6 +106,17 @@ def test_the_early_interpreter_is_used_only_when_pip_added_what_torch_could_not_
     assert postcheck.early_words(before, postcheck.dist_infos([str(site)])) == words
 
 
+def test_the_check_and_the_facts_script_speak_the_same_words() -> None:
+    """Both run as standalone scripts in the check venv (no shared import): their protocol's words are kept
+    twice, and must agree."""
+    sys.path.insert(0, str(FACTS.parent))
+    try:
+        import facts  # noqa: PLC0415 - the script, as the check venv's interpreter loads it
+    finally:
+        sys.path.remove(str(FACTS.parent))
+    assert (postcheck.WAIT, postcheck.RESTART) == (facts.WAIT, facts.RESTART)
+
+
 def early(words: str) -> subprocess.CompletedProcess[str]:
     """facts.py's early start in this environment's Python (its real torch), told ``words``."""
     return subprocess.run(

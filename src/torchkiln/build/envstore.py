@@ -304,11 +304,8 @@ class EnvStore:
     ) -> Path | None:
         """Keep ``venv`` (and ``files``) under ``key`` unless the store has it already. Returns the entry, or
         None when there was nothing to keep."""
-        existing = self.entry(key)
-        if existing is not None:
-            return existing
-        staged = self.stage(key, venv)
-        return self.commit(key, staged, venv, files, step, outputs) if staged is not None else None
+        staged = self.stage(key, venv)  # None: the store has the key already, or there is no venv
+        return self.entry(key) if staged is None else self.commit(key, staged, venv, files, step, outputs)
 
     def stage(self, key: str, venv: Path) -> Path | None:
         """The first half of :meth:`keep`: ``venv`` cloned into a new temporary entry, its large files shared
