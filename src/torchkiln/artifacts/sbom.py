@@ -40,7 +40,6 @@ import email.parser
 import hashlib
 import importlib.metadata
 import io
-import os
 import re
 import struct
 import sys
@@ -72,6 +71,7 @@ from . import wheelfile
 from .elf import build_id
 from .manifest import Manifest, WheelRecord
 from .repair import compiler_file
+from .sbom_inputs import compiler_of, library_path_of
 
 SUFFIX = ".cdx.json"
 MEDIA_TYPE = "application/vnd.cyclonedx+json"
@@ -534,18 +534,6 @@ def to_json(bom: Bom) -> str:
 def write_sbom(path: Path, bom: Bom) -> Path:
     atomic.write_text(path, to_json(bom))
     return path
-
-
-def library_path_of(manifest: Manifest) -> list[str]:
-    """Where the bundle step looked first for libraries: the CUDA toolkit's lib64 of a CUDA build."""
-    homes = {env.get("CUDA_HOME") for env in manifest.build_env.values()}
-    return [f"{home}/lib64" for home in sorted(h for h in homes if h)]
-
-
-def compiler_of(manifest: Manifest) -> str:
-    """The C compiler torch's compile step ran with (its CC: build.gcc's ``gcc-12``), else this process's CC,
-    else ``cc``: the one whose search the repair step asked for the runtime libraries."""
-    return manifest.build_env.get("torch", {}).get("CC") or os.environ.get("CC") or "cc"
 
 
 def write_wheel_sboms(dist: Path, manifest: Manifest, recipe: Recipe | None = None) -> list[Path]:

@@ -2,9 +2,10 @@
 
 Every build publishes (:mod:`torchkiln.build.publish`), a no-op included; writing an SBOM means importing
 the CycloneDX library (a fifth of a second, more than the rest of a no-op's work) and looking up the origin of
-every bundled library. An SBOM says what :func:`torchkiln.artifacts.sbom.wheel_sbom` reads: the wheel (its
-record: name, sha256, project), the manifest's sources, recipe, toolchain and build environment, the recipe,
-and the code that writes it. Those, digested, are the key of a record (:mod:`torchkiln.plan.records`, in the
+every bundled library. An SBOM says what :func:`torchkiln.artifacts.sbom.wheel_sbom` reads, listed by
+:func:`torchkiln.artifacts.sbom_inputs.sbom_inputs`: the wheel (its record but its portability), the
+manifest's sources, recipe, toolchain and build environment, the recipe, and the code that writes it. Those,
+digested, are the key of a record (:mod:`torchkiln.plan.records`, in the
 work directory) of the SBOM file written for them and its sha256. When the key is unchanged and that file is
 still in dist/ with that sha256, it is kept as it is: its timestamp stays that of the build that published
 the wheel it describes, and the origins it gives for the bundled libraries stay those found when they were
@@ -16,31 +17,21 @@ gets the same SBOM written from it. Anything else writes it afresh.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from torchkiln import __version__, artifacts
-from torchkiln.artifacts import jsonfile
+from torchkiln import artifacts
 from torchkiln.artifacts.manifest import Manifest, WheelRecord
+from torchkiln.artifacts.sbom_inputs import compiler_of, library_path_of, sbom_inputs
 from torchkiln.files import atomic
 from torchkiln.files.digests import file_sha256
 from torchkiln.plan.records import Records, file_identity
 from torchkiln.recipe.model import Recipe
 
-SBOM_CODE = Path(artifacts.__file__).parent / "sbom.py"
+SBOM_CODE = [Path(artifacts.__file__).parent / name for name in ("sbom.py", "sbom_inputs.py")]
 
 
 def _key(record: WheelRecord, manifest: Manifest, recipe: Recipe) -> str:
-    parts: dict[str, Any] = {
-        "wheel": jsonfile.to_data(record),
-        "sources": jsonfile.to_data(manifest.sources),
-        "recipe": jsonfile.to_data(manifest.recipe),
-        "recipe_sha256": recipe.sha256,
-        "toolchain": jsonfile.to_data(manifest.toolchain),
-        # of the build environment, the SBOM reads the CUDA homes only (where bundled libraries came from)
-        "cuda_homes": sorted(str(env.get("CUDA_HOME")) for env in manifest.build_env.values()),
-        "code": [__version__, file_identity(SBOM_CODE)],
-    }
-    return Records.key("sbom", parts)
+    """What the SBOM is written from (torchkiln.artifacts.sbom_inputs)."""
+    return Records.key("sbom", sbom_inputs(record, manifest, recipe, [file_identity(f) for f in SBOM_CODE]))
 
 
 def _kept(records: Records, key: str, dist: Path) -> Path | None:
@@ -68,7 +59,12 @@ def publish_sboms(dist: Path, manifest: Manifest, recipe: Recipe, records: Recor
             from torchkiln.artifacts import sbom  # noqa: PLC0415 - CycloneDX only when an SBOM is written
 
             bom = sbom.wheel_sbom(
-                dist / record.name, record, manifest, recipe, library_path=sbom.library_path_of(manifest)
+                dist / record.name,
+                record,
+                manifest,
+                recipe,
+                library_path=library_path_of(manifest),
+                compiler=compiler_of(manifest),
             )
             path = sbom.write_sbom(dist / sbom.sbom_name(record.name), bom)
             text = path.read_text(encoding="utf-8")
