@@ -42,7 +42,10 @@ and recording, and what the manifest's ``overhead`` says of the time outside the
 requirement resolved there, the host's checks before the first step, publishing up to the manifest, the SBOMs
 included), the **unaccounted** time (wall time minus all of those: start-up, imports, the signature after the
 manifest), the cache's hits and the wheel's sha256 (a rebuild of unchanged sources gives the same bytes),
-with the load average when the row started. ``x floor``: wall over the floor (``floor_s`` in the results); the new machine
+with the load average when the row started. Before each timed row (torchkiln's, by hand's build, by hand's
+venv), what earlier rows and its set-up wrote is written back (``sync``): a cold build's hundreds of
+megabytes, a removed work directory, the tree's fresh copy are not flushed under the next row's timing.
+``x floor``: wall over the floor (``floor_s`` in the results); the new machine
 row also over the by-hand new machine's. Results: bench/results/rebuild-<tree>-<UTC time>.json (or
 ``--results``) and a table.
 
@@ -77,7 +80,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "src"))
 
-from run import RedisServer, console, require, tool_path, torchkiln_build, wheel_by_hand  # noqa: E402 - after the path set-up
+from run import RedisServer, console, require, settle, tool_path, torchkiln_build, wheel_by_hand  # noqa: E402 - after the path set-up
 
 from torchkiln import cache  # noqa: E402
 from torchkiln.process.environ import base_environment  # noqa: E402
@@ -174,6 +177,7 @@ class ByHand:
 
     def venv(self, where: Path) -> tuple[Path, float]:
         """A fresh venv with the build tools: its python and the seconds it took."""
+        settle()
         seconds = timed(["python3.11", "-m", "venv", str(where)])
         python = where / "bin" / "python"
         seconds += timed([str(python), "-m", "pip", "install", "--quiet", "--upgrade", "pip"])
@@ -193,6 +197,8 @@ class ByHand:
         extra = {"MAX_JOBS": str(self.jobs), "BUILD_VERSION": "0.28.0+cpu", "PYTORCH_VERSION": "2.13.0+cpu"}
         extra |= {"FORCE_CUDA": "0"} | {f"TORCHVISION_USE_{part}": "0" for part in PARTS}
         load = loadavg()
+        if not around:  # a row of its own (the new machine's settled before its venv), as torchkiln's are
+            settle()
         seconds, stats = wheel_by_hand(str(python), tree, session, extra)
         return row(
             name,

@@ -62,11 +62,18 @@ def require(*tools: str) -> None:
         raise SystemExit(f"bench: {', '.join(missing)} not installed (apt-get install ccache redis-server)")
 
 
+def settle() -> None:
+    """Before a timed row: what the previous rows and this row's set-up wrote (a cold build's objects, a
+    removed work directory, a fresh copy of the tree) written back now, not under the row's own timing."""
+    os.sync()
+
+
 def torchkiln_build(
     name: str, argv: list[str], env: dict[str, str], dist: Path, prefix: Sequence[str] = ()
 ) -> tuple[float, dict[str, Any]]:
     """``python -m torchkiln build <argv>`` (run by ``prefix``: a sandbox): its wall time and the manifest it
-    published in ``dist``; a failed build stops the benchmark with the end of its output."""
+    published in ``dist``; a failed build stops the benchmark with the end of its output. Settled first."""
+    settle()
     start = time.perf_counter()
     done = subprocess.run(
         [*prefix, sys.executable, "-m", "torchkiln", "build", *argv],
