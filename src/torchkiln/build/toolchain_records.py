@@ -125,6 +125,8 @@ def _key(
         "cudnn": [file_identity(Path(cuda_home, "include", "cudnn_version.h")), cuda] if cuda else None,
         "vars": {k: environ.get(k) or "" for k in VARIABLES},
         "code": file_identity(toolchain.__file__),
+        # answers kept before the work directory was placeheld in them name the directory that kept them
+        "answer": "placeheld",
     }
     # the work directory's own paths taken out: the same toolchain in another work directory, the same key
     return Records.key("toolchain", _placeheld(parts, workdir))
