@@ -307,7 +307,8 @@ SAMPLES = 3  # each cached torchkiln row: the median of this many builds from th
 def sampled(name: str, one: Callable[[str], dict[str, Any]], n: int = SAMPLES) -> dict[str, Any]:
     """The row ``name`` measured ``n`` times, each sample from the same starting state (``one`` prepares and
     builds one, given its name): the median sample (by wall time, its parts as measured in it), with every
-    sample's wall time (``samples_s``) and its parts (``samples``: the unaccounted time, the wheel's sha256). One build of 5 s on a shared 2-core machine moves by up to 10 %."""
+    sample's wall time (``samples_s``) and its parts (``samples``: the unaccounted time, the wheel's sha256).
+    One build of 5 s on a shared 2-core machine moves by up to 10 %."""
     samples = [one(f"{name} ({i + 1}/{n})") for i in range(n)]
     middle = sorted(samples, key=lambda r: r["seconds"])[len(samples) // 2]
     parts = ("seconds", "compile_s", "steps_overhead_s", "unaccounted_s", "wheel_sha256")
