@@ -5,7 +5,8 @@ wrong (the recipe, the report directory, whether torch and pytest are importable
 and starts ``python -m pytest <verify dir>`` with the current interpreter (an argv list, no shell).
 
 Where the suite is: ``$TORCHKILN_VERIFY_DIR`` (the runtime image copies ``verify/`` to a fixed path and
-sets it), else ``verify/`` of the checkout torchkiln is installed from.
+sets it), else ``verify/`` of the checkout torchkiln is installed from, else the copy inside the installed
+wheel (``torchkiln/verify_suite``).
 """
 
 from __future__ import annotations
@@ -90,7 +91,8 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def find_suite() -> Path:
-    """The verify/ directory: $TORCHKILN_VERIFY_DIR, else the checkout's verify/ next to src/."""
+    """The verify/ directory: $TORCHKILN_VERIFY_DIR, else the checkout's verify/ next to src/, else the copy an
+    installed wheel carries (torchkiln/verify_suite: pyproject.toml's package-dir)."""
     env = os.environ.get(ENV_DIR)
     if env:
         path = Path(env)
@@ -100,8 +102,8 @@ def find_suite() -> Path:
                 "(valid: the directory holding verify/conftest.py)"
             )
         return path
-    for parent in Path(__file__).resolve().parents:
-        candidate = parent / "verify"
+    package = Path(__file__).resolve().parents[1]
+    for candidate in (*(parent / "verify" for parent in package.parents), package / "verify_suite"):
         if (candidate / "conftest.py").is_file() and (candidate / "test_build_config.py").is_file():
             return candidate
     raise UsageError(
@@ -142,6 +144,8 @@ def build_argv(args: argparse.Namespace, suite: Path) -> list[str]:
                 f"--report {args.report}: exists and is not a directory (valid: a directory path)"
             )
         argv += ["--report", str(report.resolve())]
+    if args.compare_with:
+        refenv.check_requirement(args.compare_with)
     if args.area:
         if "parity" in args.area and not args.compare_with:
             raise UsageError("--area parity needs --compare-with REQ (the upstream wheel to compare with)")

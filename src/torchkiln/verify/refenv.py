@@ -53,11 +53,17 @@ def _torch_version(python: Path) -> str | None:
     return done.stdout.strip().splitlines()[-1] if done.returncode == 0 and done.stdout.strip() else None
 
 
+def check_requirement(requirement: str) -> None:
+    """A ``--compare-with`` that names a wheel file names one that exists (a usage error before anything
+    runs, torch or not)."""
+    if requirement.endswith(".whl") and not Path(requirement).is_file():
+        raise UsageError(f"--compare-with {requirement}: no such wheel file (valid: a requirement or a .whl)")
+
+
 def reference_python(requirement: str, *, python: str = sys.executable) -> Path:
     """The interpreter of a venv holding ``requirement``: the cached one, or a new one (see the module
     docstring). A requirement pip cannot install is a usage error naming it and pip's reason."""
-    if requirement.endswith(".whl") and not Path(requirement).is_file():
-        raise UsageError(f"--compare-with {requirement}: no such wheel file (valid: a requirement or a .whl)")
+    check_requirement(requirement)
     venv = cache_root() / _key(requirement, python)
     if (venv / MARKER).is_file() and _torch_version(_venv_python(venv)):
         return _venv_python(venv)
