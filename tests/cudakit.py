@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 import realtrees
-from imagekit import require
+from imagekit import need_sandbox, require
 
 ROOT = Path(__file__).resolve().parents[1]
 CUDA = "12.4"
@@ -122,9 +122,8 @@ CUDA_HOME = Path(f"/usr/local/cuda-{CUDA}")
 def sandbox(toolkit: Path, *, hide_libpng: bool = False) -> list[str]:
     """bubblewrap: the host as it is, with /usr/local a fresh tmpfs holding the host's own entries and the
     toolkit at /usr/local/cuda-12.4; with ``hide_libpng``, libpng-config not executable and no png.h."""
-    require(shutil.which("bwrap") is not None, "bubblewrap is not installed (apt-get install bubblewrap)")
     # --unshare-pid, --die-with-parent: nothing of the build outlives the test (a timeout kills it all)
-    argv = ["bwrap", "--unshare-pid", "--die-with-parent", "--bind", "/", "/", "--dev", "/dev"]
+    argv = [need_sandbox(), "--unshare-pid", "--die-with-parent", "--bind", "/", "/", "--dev", "/dev"]
     argv += ["--proc", "/proc", "--tmpfs", "/usr/local"]
     for entry in sorted(Path("/usr/local").iterdir()):
         if entry == CUDA_HOME:

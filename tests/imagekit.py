@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -37,12 +38,40 @@ REPORT = ROOT / ".torchkiln" / "images-report.json"
 
 
 def require(condition: bool, reason: str) -> None:
-    """Skip without the condition; under CI=true it is a failure instead (CI installs what these need)."""
+    """Skip without the condition; under CI=true it is a failure instead (CI installs what these need).
+    Called at a module's top level, it skips (or fails) the whole module."""
     if condition:
         return
     if os.environ.get("CI") == "true":
-        pytest.fail(f"CI=true but {reason}")
-    pytest.skip(reason)
+        pytest.fail(f"CI=true but {reason}", pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
+
+
+TORCH_MISSING = (
+    "torch is not installed: `nox -s unit` takes only a torch this machine's pip offers without a download "
+    "(find-links), `nox -s tests` installs TORCHKILN_TORCH (torch==2.13.0)"
+)
+
+
+def need_torch() -> ModuleType:
+    """torch, for a test that runs it; skipped without it (failed under CI=true)."""
+    try:
+        import torch  # noqa: PLC0415
+    except ImportError:
+        require(False, TORCH_MISSING)
+    return torch
+
+
+def need_sandbox() -> str:
+    """bwrap's path, for a test that runs something in a bubblewrap sandbox; skipped where bubblewrap is
+    missing or cannot make namespaces here (a chroot, an unprivileged container: bubblewrap's own reason),
+    failed under CI=true. Asks the product's own probe (torchkiln.process.isolation.probe)."""
+    from torchkiln.process import isolation  # noqa: PLC0415
+
+    found = isolation.probe()
+    require(found.ok, found.reason or "bubblewrap cannot make a sandbox here")
+    assert found.bwrap is not None
+    return found.bwrap
 
 
 def need(tool: str, path: str | None = None) -> str:

@@ -16,6 +16,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from imagekit import need_sandbox
 
 from torchkiln.artifacts import bundle
 
@@ -85,7 +86,7 @@ def install(wheel: Path, target: Path) -> None:
 
 def without_system_codecs(target: Path) -> subprocess.CompletedProcess[str]:
     """Import the module with the system's codec libraries replaced by empty files."""
-    argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    argv = [need_sandbox(), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     for soname in (*CODECS, "libz.so.1"):
         for directory in ("/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu"):
             path = Path(directory) / soname

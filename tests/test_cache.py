@@ -25,6 +25,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from imagekit import need as need_on
+from imagekit import need_torch
 
 from torchkiln import cache
 from torchkiln.cache.ccache import storage_url
@@ -192,6 +193,7 @@ def test_cpp_extension_uses_the_configured_launcher(
     Runs the installed torch's own ``_wrap_compiler`` under the launcher variables with both tools on PATH,
     then runs the resulting command on a tiny source (real ccache/sccache) and checks which cache saw it.
     """
+    need_torch()
     from torch.utils import cpp_extension
 
     need("ccache")

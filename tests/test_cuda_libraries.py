@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 import posixpath
 import re
+import sys
 from pathlib import Path, PurePosixPath
 
 import pytest
 import tomli_w
-import tomllib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from packaging.requirements import Requirement
@@ -28,6 +28,11 @@ from torchkiln.plan.make import make_plan
 from torchkiln.recipe.compat import compat
 from torchkiln.recipe.loader import load_recipe, parse_recipe
 from torchkiln.recipe.model import Recipe
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10 (Ubuntu 22.04's python3)
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 CU130 = ROOT / "recipes" / "torch-2.13-cu130-py312.toml"

@@ -217,7 +217,11 @@ def test_a_real_bwrap_refused_user_namespaces_is_reported(tmp_path: Path) -> Non
         "/",
         "/",
     ]
-    argv += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--", sys.executable, "-c", script, src]
+    argv += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    # this interpreter and its venv may live under /tmp, which the sandbox replaces
+    for prefix in sorted({sys.prefix, sys.base_prefix, src}):
+        argv += ["--ro-bind", prefix, prefix]
+    argv += ["--", sys.executable, "-c", script, src]
     done = runner.run(argv, timeout=60)
     if not done.ok and "disable-userns" in done.output:
         pytest.skip(f"this bubblewrap cannot --disable-userns: {done.output.strip()}")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from dists import manifest_of, pip_install_target, source_lock, tiny_wheel
+from imagekit import need_torch
 from packaging.version import Version
 
 from torchkiln.artifacts.manifest import WheelRecord, load_manifest, write_manifest
@@ -43,6 +44,7 @@ def pip_install(wheel: Path, target: Path) -> None:
 @pytest.fixture(scope="module")
 def real_facts() -> BuildFacts:
     """The facts of the installed torch (the suite's torch 2.13.0 CPU wheel)."""
+    need_torch()
     return collect_facts()
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import tomli_w
+from imagekit import need_torch
 
 from torchkiln.cli import main
 from torchkiln.host import distro
@@ -239,6 +240,7 @@ def test_verify_names_build_platform_when_the_installed_torch_runs_on_another_ma
     recipe passes it. Under emulation tests/aarch64/ runs the same check the other way round."""
     from torchkiln.verify import buildconfig  # noqa: PLC0415 - imports torch's facts lazily, as verify does
 
+    need_torch()
     facts = buildconfig.collect_facts()
     arm = buildconfig.recipe_checks(load_recipe(AARCH64), facts)["platform"]
     x86 = buildconfig.recipe_checks(load_recipe(X86_64), facts)["platform"]

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import tomli_w
 from dists import manifest_of, pip_install_target, tiny_wheel
+from imagekit import need_torch
 
 from torchkiln.artifacts.manifest import WheelRecord
 from torchkiln.build.pythons import MARK, bring_in, torch_in_place
@@ -245,6 +246,7 @@ def test_the_compiling_pythons_torch_is_the_one_imported_from_the_shared_path(tm
 @pytest.fixture(scope="module")
 def real_facts() -> BuildFacts:
     """The facts of the installed torch (the suite's torch 2.13.0 CPU wheel), its Python's among them."""
+    need_torch()
     return collect_facts()
 
 

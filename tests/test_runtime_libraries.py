@@ -35,8 +35,8 @@ from types import SimpleNamespace
 
 import pytest
 import tomli_w
-import tomllib
 from dists import pip_install_target, tiny_wheel
+from imagekit import need_sandbox
 
 from torchkiln.artifacts import abi, repair, sbom, wheelfile
 from torchkiln.artifacts.elf import ElfDynamic, read_elf
@@ -48,6 +48,11 @@ from torchkiln.recipe import runtime_libraries
 from torchkiln.recipe.compat import compat
 from torchkiln.recipe.loader import load_recipe, parse_recipe
 from torchkiln.recipe.model import Recipe
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10 (Ubuntu 22.04's python3)
+    import tomli as tomllib
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -354,7 +359,18 @@ def in_deployment_root(site: Path, code: str) -> subprocess.CompletedProcess[str
     import deployroot
 
     root = deployroot.cached_root()
-    argv = ["bwrap", "--ro-bind", str(root), "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    argv = [
+        need_sandbox(),
+        "--ro-bind",
+        str(root),
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--tmpfs",
+        "/tmp",
+    ]
     argv += [
         "--ro-bind",
         str(site),
@@ -375,7 +391,7 @@ def test_the_repaired_wheel_runs_where_no_libgomp_is_installed_and_the_built_one
 
     if sys.version_info[:2] != (3, 11):
         pytest.skip("the deployment root's Python is 3.11 (bookworm's): the stand-in's _C is this Python's")
-    deployroot.require(shutil.which("bwrap") is not None, "bwrap is not installed (CI installs it)")
+    need_sandbox()
     root = deployroot.cached_root()
     assert not list(root.glob("usr/lib/*/libgomp.so*")), "the deployment root has no libgomp"
     code = "import torch; print(torch.parallel(3, 100))"

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from dists import tiny_wheel
+from imagekit import need_torch
 from rich.console import Console
 from test_verify_lib import describing_recipe
 
@@ -197,7 +198,7 @@ def test_an_unchecked_wheels_portability_is_read_once_and_recorded(
     """--skip-checks: the publish step reads the wheel beside the build venv (here: none) for its record, warns
     about what the post-build check would have refused, and a run that changed nothing reads nothing again
     (the record is kept in the work directory by what it depends on)."""
-    import torch
+    torch = need_torch()
 
     from torchkiln.artifacts import abi
 

@@ -13,9 +13,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from imagekit import need_torch
 
 from torchkiln.nox_support import find_wheels, install_for_verify, verify_args, wheel_requirements
 from torchkiln.recipe import archs
@@ -51,6 +51,7 @@ def test_parse_build_settings_keeps_values_with_commas() -> None:
 
 
 def test_parse_build_settings_of_the_installed_torch() -> None:
+    torch = need_torch()
     settings = buildconfig.parse_build_settings(torch.__config__.show())
     assert settings["TORCH_VERSION"] == torch.__version__.split("+")[0]
     assert buildconfig.flag(settings["USE_CUDA"]) is (torch.version.cuda is not None)
@@ -73,6 +74,7 @@ def test_gencode_archs_are_the_builds_own_arch_list() -> None:
 def test_compiled_arch_list_of_the_installed_torch() -> None:
     """No device is asked: a CUDA build gives its recorded list, a CPU build (no _cuda_getArchFlags, no
     -gencode) an empty one."""
+    torch = need_torch()
     settings = buildconfig.parse_build_settings(torch.__config__.show())
     archs_found, source = facts_mod.compiled_arch_list(torch, settings)
     if torch.version.cuda is None:
@@ -369,6 +371,7 @@ def describing_recipe(local_version: str | None = None) -> Recipe:
     of that upstream wheel (tests/reference/recipes, which `nox -s reference` proves on it). Either with the
     Python running the tests as python.version (the installed wheel's), whichever of 3.10 to 3.14 it is.
     ``local_version`` replaces the recipe's label."""
+    torch = need_torch()
     release = torch.__version__.split("+")[0]
     if torch.version.cuda is None:
         data = CPU.read_text().replace('local_version = "+cpu.kiln1"', 'local_version = "+cpu"\ngcc = 13')
@@ -454,6 +457,7 @@ def test_skip_kinds(message: str, kind: str) -> None:
 
 
 def test_environment_names_the_torch_under_test() -> None:
+    torch = need_torch()
     env = report.environment()
     assert env["torch_version"] == str(torch.__version__)
     assert env["torch_git_version"] == torch.version.git_version
@@ -738,6 +742,7 @@ def test_torchvision_parts_without_a_recipe_are_upstreams_and_unprobed_facts_ski
 
 def test_postbuild_checks_are_the_recipe_checks_of_each_built_project() -> None:
     """What `torchkiln build` compares after installing its wheels (tests/test_build.py runs it for real)."""
+    torch = need_torch()
     facts = buildconfig.collect_facts()
     # a recipe describing the installed wheel but for its label, as a torchkiln build's (+cpu.kiln1 for
     # upstream's +cpu, +cu130.kiln1 for upstream's 2.13.0 whose torch.version.cuda is 13.0)

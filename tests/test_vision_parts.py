@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from imagekit import require
+from imagekit import need_sandbox, require
 
 from torchkiln.cli import main
 from torchkiln.plan import preflight, vision_parts
@@ -72,8 +72,7 @@ print(json.dumps({p: vision_parts.missing(p, setup) is None for p in ("png", "jp
 
 def bwrap_empty_includes() -> list[str]:
     """A sandbox in which /usr/include and /usr/local/include are empty (every header gone)."""
-    require(shutil.which("bwrap") is not None, "bubblewrap is not installed (CI installs it)")
-    return ["bwrap", "--bind", "/", "/", "--dev", "/dev", "--proc", "/proc"] + [
+    return [need_sandbox(), "--bind", "/", "/", "--dev", "/dev", "--proc", "/proc"] + [
         arg for d in ("/usr/include", "/usr/local/include") for arg in ("--tmpfs", d)
     ]
 
