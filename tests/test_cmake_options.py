@@ -12,7 +12,7 @@ from packaging.version import Version
 
 from torchkiln.recipe import cmake_options as co
 from torchkiln.recipe.compat import compat
-from torchkiln.recipe.loader import FLAG_RE
+from torchkiln.recipe.validators import FLAG_RE
 
 if sys.version_info >= (3, 11):
     import tomllib

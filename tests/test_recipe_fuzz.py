@@ -19,8 +19,10 @@ from hypothesis import strategies as st
 from torchkiln.errors import RecipeError
 from torchkiln.plan.jobs import Resources
 from torchkiln.plan.make import make_plan
-from torchkiln.recipe.loader import FIELDS, PLAIN_RE, parse_recipe
+from torchkiln.recipe.loader import parse_recipe
 from torchkiln.recipe.model import Recipe
+from torchkiln.recipe.schema import FIELDS
+from torchkiln.recipe.validators import PLAIN_RE
 
 if sys.version_info >= (3, 11):
     import tomllib

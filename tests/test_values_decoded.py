@@ -598,7 +598,7 @@ def test_dist_scheduler_decoded(value: str) -> None:
 @SETTINGS
 @given(value=changed("https://icl.utk.edu/projectsfiles/magma/downloads/magma-2.6.1.tar.gz", "%@:/[]{} "))
 def test_magma_url_decoded(value: str) -> None:
-    from torchkiln.recipe.loader import FIELDS
+    from torchkiln.recipe.schema import FIELDS
 
     check = FIELDS["magma.url"].check
     assert check is not None

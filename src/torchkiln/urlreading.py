@@ -35,7 +35,7 @@ HOST_VALID = (
     "bracketed IPv6 address"
 )
 # What every part of a URL must be once its tool decoded it: printable ASCII, no space (what a recipe
-# string is before any decoding: torchkiln.recipe.loader.plain_string, URL_RE).
+# string is before any decoding: torchkiln.recipe.validators.plain_string, URL_RE).
 PRINTABLE = re.compile(r"[!-~]*", re.ASCII)
 
 

@@ -23,9 +23,10 @@ from torchkiln.plan.make import make_plan
 from torchkiln.plan.model import PROJECTS, Plan
 from torchkiln.plan.preflight import adopt_source_versions, adopted_rule_problems
 from torchkiln.plan.records import Records
-from torchkiln.recipe.loader import load_recipe, path_problem, plain_string, resolve_recipe_path
+from torchkiln.recipe.loader import load_recipe, resolve_recipe_path
 from torchkiln.recipe.model import Recipe
 from torchkiln.recipe.rules import remote_secret
+from torchkiln.recipe.validators import path_problem, plain_string
 
 
 def add_plan_arguments(parser: argparse.ArgumentParser) -> None:

@@ -23,8 +23,8 @@ from torchkiln.cache.syntax import basedir_problem
 from torchkiln.distributed.spec import DistSpec, resolve_dist
 from torchkiln.errors import UsageError
 from torchkiln.recipe import cmake_options, compat, cuda_libraries, runtime_libraries
-from torchkiln.recipe.loader import MAX_MEMORY_RETRIES
 from torchkiln.recipe.model import Recipe, SourceSpec
+from torchkiln.recipe.schema import MAX_MEMORY_RETRIES
 from torchkiln.source.git import fetch_commands
 
 from .environment import EnvInputs, project_env

@@ -1,8 +1,10 @@
 """Recipes: what a recipe is, how one is read, and which recipes can work.
 
 * :mod:`.model`: the typed, frozen recipe (:class:`.model.Recipe` and its sections);
-* :mod:`.loader`: a TOML file checked field by field against :data:`.loader.SCHEMA` and built into the model,
+* :mod:`.loader`: a TOML file checked field by field against :data:`.schema.SCHEMA` and built into the model,
   every problem reported in one pass (:func:`.loader.load_recipe`);
+* :mod:`.schema`: every field a recipe may have, one row each (type, check, where the model keeps it);
+  :mod:`.validators`: the checks of one field's value, and the grammar every string field obeys;
 * :mod:`.rules`: the compatibility rules (:data:`.rules.RULES`) over the data of :mod:`.compat`;
 * :mod:`.compat`: ``data/compat.toml``, the facts per torch release and CUDA version, each with its source;
 * :mod:`.cmake_options`: the CMake options and environment knobs each torch release reads, host-tool minimums;

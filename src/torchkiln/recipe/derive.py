@@ -28,8 +28,9 @@ import tomli_w
 
 from torchkiln.errors import Problem, RecipeError, UsageError
 
-from .loader import NAME_RE, parse_recipe
+from .loader import parse_recipe
 from .model import Recipe
+from .validators import NAME_RE
 
 if sys.version_info >= (3, 11):
     import tomllib

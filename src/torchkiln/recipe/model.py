@@ -1,6 +1,6 @@
 """What a loaded recipe is: frozen, typed dataclasses, one per table of the recipe file.
 
-:mod:`torchkiln.recipe.loader` reads a recipe file into these (its :data:`~torchkiln.recipe.loader.SCHEMA` says which
+:mod:`torchkiln.recipe.loader` reads a recipe file into these (:data:`~torchkiln.recipe.schema.SCHEMA` says which
 field goes where); :mod:`torchkiln.recipe.rules` checks them for compatibility; everything else reads them. This
 module imports nothing of torchkiln, so both can depend on it without depending on each other.
 """

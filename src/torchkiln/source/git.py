@@ -37,7 +37,7 @@ def fetch_commands(spec: SourceSpec, dest: Path, *, jobs: int = 4) -> list[tuple
     git = ("git", "-C", str(dest))
     submodule_git = (*git, "-c", "protocol.file.allow=always") if _is_local_url(spec.repo) else git
     # `--` before every positional that comes from the recipe or the command line: git never reads one as
-    # an option, whatever it holds (the recipe check refuses such values too: recipe.loader.repo_problem).
+    # an option, whatever it holds (the recipe check refuses such values too: recipe.validators.repo_problem).
     return [
         ("git", "init", "--quiet", "--", str(dest)),
         (*git, "remote", "add", "--", "origin", spec.repo),
