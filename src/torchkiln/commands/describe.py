@@ -36,7 +36,7 @@ from torchkiln.errors import UsageError
 from torchkiln.recipe import cmake_options
 from torchkiln.recipe.archs import parse_compiled
 from torchkiln.recipe.compat import compat
-from torchkiln.recipe.rules import MANAGED_FLAGS
+from torchkiln.recipe.rules_settings import MANAGED_FLAGS
 from torchkiln.recipe.spelling import truth
 from torchkiln.verify.facts import BuildFacts, dotted
 

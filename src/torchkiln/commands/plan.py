@@ -25,7 +25,7 @@ from torchkiln.plan.preflight import adopt_source_versions, adopted_rule_problem
 from torchkiln.plan.records import Records
 from torchkiln.recipe.loader import load_recipe, resolve_recipe_path
 from torchkiln.recipe.model import Recipe
-from torchkiln.recipe.rules import remote_secret
+from torchkiln.recipe.rules_settings import remote_secret
 from torchkiln.recipe.validators import path_problem, plain_string
 
 

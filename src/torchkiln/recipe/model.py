@@ -38,7 +38,8 @@ class Accelerator:
     nccl: Version | None = None  # the NCCL torch is compiled against (torch.cuda.nccl.version())
     # The cuDNN / NCCL the wheel runs with (the nvidia-cudnn-cuXX / nvidia-nccl-cuXX it requires and loads),
     # where it differs from the compiled one: upstream's 2.8.0 is compiled against cuDNN 9.8.0 and ships
-    # 9.10.2.21. None: the same as cudnn / nccl. rules.py requires the compatibility rule of each library.
+    # 9.10.2.21. None: the same as cudnn / nccl. rules_cuda.py requires the compatibility rule of each
+    # library.
     cudnn_runtime: Version | None = None
     nccl_runtime: Version | None = None
 
