@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, assume, event, example, given, settings
 from hypothesis import strategies as st
-from imagekit import need
+from imagekit import examples, need
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -45,7 +45,7 @@ from torchkiln.urlreading import (
     host_problem,
 )
 
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+SETTINGS = settings(max_examples=examples(60), deadline=None, suppress_health_check=list(HealthCheck))
 PRINTABLE = re.compile(r"[!-~]*", re.ASCII)
 
 LOOKALIKES: dict[str, tuple[str, ...]] = {
@@ -235,6 +235,91 @@ def test_ref_decoded(value: str) -> None:
     assert printable(value) and "%" not in value and not value.startswith(("-", "+"))
     checked = subprocess.run(["git", "check-ref-format", "--allow-onelevel", value], check=False)
     assert checked.returncode == 0, value
+
+
+def git_accepts_ref(value: str) -> bool:
+    """Real git's own judgement: a name it accepts as a branch (``check-ref-format --branch``) and as a tag
+    (``check-ref-format refs/tags/NAME``)."""
+    runs = (["--branch", value], [f"refs/tags/{value}"])
+    return all(
+        subprocess.run(["git", "check-ref-format", *args], capture_output=True, check=False).returncode == 0
+        for args in runs
+    )
+
+
+# Ref names from the pieces git's ref grammar turns on (check-ref-format(1) and refs.c): dots leading a
+# component, '..', '.lock' ending a component, '@{' and a lone '@', slashes leading, trailing and doubled,
+# control characters, the characters git forbids, symbolic refs and full ref names, option-like starts.
+REF_PIECES = (
+    "v2",
+    ".6",
+    "0",
+    "release",
+    "main",
+    "rc1",
+    "_x",
+    ".",
+    "..",
+    ".lock",
+    "lock",
+    "/",
+    "//",
+    "@",
+    "@{",
+    "{",
+    "}",
+    "-",
+    "+",
+    "~",
+    "^",
+    ":",
+    "?",
+    "*",
+    "[",
+    "\\",
+    " ",
+    "\t",
+    "\x7f",
+    "\x01",
+    "HEAD",
+    "FETCH_HEAD",
+    "refs/",
+    "heads/",
+    "tags/",
+    "é",
+)
+REFS = st.lists(st.sampled_from(REF_PIECES), min_size=1, max_size=6).map("".join)
+# what torchkiln narrows git's grammar to on purpose (validators.REF_CHARS_RE's comment): its alphabet, no
+# leading '-' or '+', no symbolic ref, no full refs/ name
+NARROWED = re.compile(r"(?![-+])(?!refs/)(?!(?:[A-Z]+_)*HEAD$)[A-Za-z0-9_./+-]{1,200}", re.ASCII)
+
+
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=list(HealthCheck))
+@given(value=REFS)
+@example(".v2.6.0")  # git refuses a component beginning with '.': a newcomer's machine found it (issue 44)
+@example("release/.2.6")
+@example("v2.6.0.lock/x")
+@example("/v2.6.0")
+@example("v2.6.0/")
+@example("v2.6.0.")
+@example("HEAD")
+@example("refs/heads/main")
+@example("FETCH_HEAD")
+@example("fix_build")
+@example("@")
+def test_a_ref_is_what_git_takes_as_a_branch_or_tag_name(value: str) -> None:
+    """The recipe's ref against real git over a generated corpus, both ways: what torchkiln accepts, git
+    accepts as a branch name and as a tag name, and it is neither a symbolic ref nor a full ref name (docs:
+    'a branch or tag name'); what git accepts within torchkiln's narrower alphabet, torchkiln accepts. Any
+    disagreement fails, naming the value."""
+    said = problems(torch__ref=value)
+    accepted = not said
+    assert accepted or "r.toml: torch.ref: " in said, said
+    if accepted:
+        assert git_accepts_ref(value), f"torchkiln accepts {value!r}, git refuses it"
+        assert NARROWED.fullmatch(value), f"torchkiln accepts {value!r}, outside its documented alphabet"
+    elif NARROWED.fullmatch(value) and git_accepts_ref(value):
+        raise AssertionError(f"git takes {value!r} as a branch and a tag, torchkiln refuses it: {said}")
 
 
 @SETTINGS
@@ -721,7 +806,7 @@ def redis_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
 
 
 @pytest.mark.integration
-@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     path=st.lists(
         st.sampled_from(("1", "2", "07", ".", "..", "%2e", "%2E%2e", "", "+3", "%33", "%20")), max_size=3

@@ -37,7 +37,6 @@ from .validators import (
     MAJOR_MINOR_RE,
     NAME_RE,
     PYTHON_RE,
-    REF_RE,
     SHA1_RE,
     SHA256_RE,
     SIZE_RE,
@@ -55,6 +54,7 @@ from .validators import (
     _scheduler_url,
     _search_dirs,
     _sonames,
+    git_ref,
     path_problem,
     repo_problem,
 )
@@ -111,7 +111,7 @@ SCHEMA: tuple[Field, ...] = (
         "torch.ref",
         str,
         True,
-        _match(REF_RE, "a branch or tag name such as v2.13.0 or release/2.13", "malformed git ref"),
+        git_ref("v2.13.0 or release/2.13"),
         doc="branch or tag",
     ),
     Field(
@@ -138,7 +138,7 @@ SCHEMA: tuple[Field, ...] = (
         "torchvision.ref",
         str,
         True,
-        _match(REF_RE, "a branch or tag name such as v0.28.0", "malformed git ref"),
+        git_ref("v0.28.0"),
     ),
     Field("torchvision.commit", str, check=_match(SHA1_RE, "a full 40-character lowercase hex SHA-1")),
     Field(

@@ -43,12 +43,51 @@ FLAG_RE = re.compile(r"(USE|BUILD|CMAKE)_[A-Z0-9_]{1,60}", re.ASCII)
 FLAG_VALUE_RE = re.compile(r"[A-Za-z0-9._/:+-]{0,200}", re.ASCII)
 SIZE_RE = re.compile(r"[0-9]{1,6}(\.[0-9]{1,3})?[KMGT]i?", re.ASCII)
 ENV_NAME_RE = re.compile(r"[A-Z_][A-Z0-9_]{0,63}", re.ASCII)
-# A git ref name as git check-ref-format accepts it, restricted further: no whitespace, no shell
-# metacharacters are *needed* (we never use a shell), but refusing them catches copy-paste accidents.
-# A leading '-' is an option of git fetch, a leading '+' a forced refspec (git fetch takes the ref as one).
-REF_RE = re.compile(
-    r"(?![-+])(?!.*\.\.)(?!.*//)(?!.*@\{)[A-Za-z0-9._/+-]{1,200}(?<!\.lock)(?<![./])", re.ASCII
-)
+# A ref is a branch or tag name (docs/build.md): what git check-ref-format accepts as refs/heads/NAME and
+# refs/tags/NAME (git's refs.c, check_refname_component), in a narrower alphabet (no whitespace or shell
+# metacharacters: no shell ever sees it, but they are copy-paste accidents), never HEAD or another symbolic
+# ref (FETCH_HEAD, ORIG_HEAD: git fetch takes those as the remote's), never a full refs/... name, and without
+# a leading '-' (an option of git fetch) or '+' (a forced refspec). tests/test_values_decoded.py checks this
+# against the real git over a generated corpus, both ways.
+REF_CHARS_RE = re.compile(r"[A-Za-z0-9_./+-]{1,200}", re.ASCII)
+SYMBOLIC_REF_RE = re.compile(r"(?:[A-Z]+_)*HEAD", re.ASCII)
+
+
+def ref_problem(value: str) -> str | None:
+    """Why ``value`` is not a branch or tag name, or None (see REF_CHARS_RE's comment)."""
+    if not REF_CHARS_RE.fullmatch(value):
+        return "only letters, digits and . _ / + - may be in it (at most 200)"
+    if value[0] in "-+":
+        meaning = "an option" if value[0] == "-" else "a forced refspec"
+        return f"it begins with {value[0]!r}, which git fetch reads as {meaning}"
+    if SYMBOLIC_REF_RE.fullmatch(value):
+        return f"{value} is a symbolic ref, not a branch or tag"
+    if value.startswith("refs/"):
+        return "it is a full ref name: give the branch or tag name alone"
+    if ".." in value:
+        return "it holds '..', which git refuses in a ref"
+    for component in value.split("/"):
+        if not component:
+            return "it has an empty component (a leading, trailing or doubled '/'), which git refuses"
+        if component.startswith("."):
+            return f"its component {component!r} begins with '.', which git refuses"
+        if component.endswith(".lock"):
+            return f"its component {component!r} ends with '.lock', which git refuses"
+    if value.endswith("."):
+        return "it ends with '.', which git refuses"
+    return None
+
+
+def git_ref(example: str) -> Check:
+    valid = f"a branch or tag name such as {example}"
+
+    def check(value: Any) -> tuple[str, str] | None:
+        problem = ref_problem(value)
+        return None if problem is None else (f"malformed git ref {shown(value)}: {problem}", valid)
+
+    return check
+
+
 URL_RE = re.compile(r"(https?|ssh|git|file)://[!-~]+|[\w.-]+@[\w.-]+:[!-~]+|/[!-~]+", re.ASCII)
 
 # The string grammar every string field obeys before its own check: printable ASCII (no control
