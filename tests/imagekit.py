@@ -47,6 +47,16 @@ def require(condition: bool, reason: str) -> None:
     pytest.skip(reason, allow_module_level=True)
 
 
+# Hypothesis: CI explores more (tests/conftest.py loads the "ci" profile under CI=true: derandomized, so a
+# failure there is the same on a rerun). A test's own count is what a quick local run draws.
+EXPLORE = int(os.environ.get("TORCHKILN_HYPOTHESIS_EXPLORE", "4" if os.environ.get("CI") == "true" else "1"))
+
+
+def examples(count: int) -> int:
+    """A test's max_examples: its own count, times TORCHKILN_HYPOTHESIS_EXPLORE (4 under CI=true)."""
+    return count * EXPLORE
+
+
 TORCH_MISSING = (
     "torch is not installed: `nox -s unit` takes only a torch this machine's pip offers without a download "
     "(find-links), `nox -s tests` installs TORCHKILN_TORCH (torch==2.13.0)"

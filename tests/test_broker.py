@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from imagekit import need
+from imagekit import examples, need
 
 from torchkiln.cache import broker
 from torchkiln.cache.remote import Remote
@@ -104,7 +104,7 @@ def test_what_sccache_sends_passes_for_sccache_only(args: list[bytes]) -> None:
         assert broker.refusal(dangerous, "sccache") is not None
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(args=st.lists(st.binary(max_size=64), min_size=1, max_size=5))
 def test_commands_and_replies_read_back_as_sent(args: list[bytes]) -> None:
     wire = broker.encode(args)

@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from imagekit import examples, need_torch
 from imagekit import need as need_on
-from imagekit import need_torch
 
 from torchkiln import cache
 from torchkiln.cache.ccache import storage_url
@@ -229,7 +229,7 @@ secret_text = st.text(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(secret=secret_text, kind=st.sampled_from(["ccache", "sccache"]), user=st.sampled_from(["", "kiln:"]))
 def test_secret_never_in_plan_variables_or_manifest(secret: str, kind: str, user: str) -> None:
     config = cache.resolve_cache(

@@ -17,6 +17,7 @@ import pytest
 import tomli_w
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from imagekit import examples
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
@@ -223,7 +224,7 @@ def resolved(member: str, entry: str) -> str:
     )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     member=MEMBER,
     current=st.lists(st.one_of(ORIGIN_ENTRY, ABSOLUTE), max_size=5),

@@ -12,6 +12,7 @@ import dataclasses
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from imagekit import examples
 
 from torchkiln.commands import describe
 from torchkiln.errors import UsageError
@@ -143,7 +144,7 @@ def _in(version: str, spec: str) -> bool:
     return version in SpecifierSet(spec)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(installations())
 def test_every_described_installation_passes_its_own_recipe(found: BuildFacts) -> None:
     checks = round_trip(found)

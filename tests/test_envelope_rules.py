@@ -32,6 +32,7 @@ from cryptography.hazmat.primitives import serialization
 from dists import manifest_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from imagekit import examples
 from securesystemslib.dsse import Envelope as SslibEnvelope
 from securesystemslib.signer import SSlibKey
 
@@ -558,7 +559,7 @@ def test_the_generic_json_type_validly_signed_fails_verify_provenance_by_name(
 # ------------------------------------------------------------------------------------------------------
 
 SETTINGS = settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 
 

@@ -31,7 +31,7 @@ from auditwheel.policy import WheelPolicies
 from dists import pip_install_target, tiny_wheel
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from imagekit import require
+from imagekit import examples, require
 
 from torchkiln.artifacts import abi, installed, portability
 from torchkiln.artifacts.elf import ElfDynamic
@@ -173,7 +173,7 @@ def installations(draw: st.DrawFn) -> tuple[ElfDynamic, abi.Installation, dict[s
     return obj, inst, expected
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(installations())
 def test_each_needed_entry_resolves_as_the_installation_says(case) -> None:  # noqa: ANN001
     obj, inst, expected = case
@@ -247,7 +247,7 @@ def version_needs(draw: st.DrawFn) -> list[tuple[str, str]]:
     return picked
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=examples(120), deadline=None)
 @given(st.lists(version_needs(), min_size=1, max_size=3))
 def test_the_policy_of_symbol_versions_is_auditwheels(files: list[list[tuple[str, str]]]) -> None:
     objects = [(f"pkg/_m{i}.so", elf(versions=needs), Path("/nonexistent")) for i, needs in enumerate(files)]
@@ -326,7 +326,7 @@ def with_deploy(value: str) -> str:
     return RECIPE + f"\n[deploy]\nsystem_libraries = {value}\n"
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     st.lists(
         st.from_regex(r"lib[a-z0-9_+-]{1,12}\.so(\.[0-9]{1,3}){0,3}", fullmatch=True), unique=True, max_size=5
@@ -633,7 +633,7 @@ def _no_path_is_a_directory_of_another(paths: list[str]) -> bool:
     outside=st.booleans(),
     removed=st.sets(st.integers(min_value=0, max_value=7), max_size=3),
 )
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 def test_recorded_files_reads_a_record_as_importlib_metadata_does(
     paths: list[str], outside: bool, removed: set[int]
 ) -> None:

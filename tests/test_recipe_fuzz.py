@@ -15,6 +15,7 @@ from pathlib import Path
 import tomli_w
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from imagekit import examples
 
 from torchkiln.errors import RecipeError
 from torchkiln.plan.jobs import Resources
@@ -107,7 +108,7 @@ def check(doc_text: bytes, tmp: Path = Path("/nonexistent-fuzz")) -> None:
         make_plan(recipe, workdir=tmp / "w", dist=tmp / "d", resources=RESOURCES)
 
 
-@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(600), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.dictionaries(
         st.sampled_from(
@@ -136,7 +137,7 @@ def test_random_documents(doc: dict) -> None:
     check(tomli_w.dumps(doc).encode())
 
 
-@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(1000), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.sampled_from(range(len(BASES))),
     st.lists(
@@ -164,13 +165,13 @@ def test_mutated_shipped_recipes(index: int, mutations: list[tuple[str, object]]
     check(tomli_w.dumps(doc).encode())
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.binary(max_size=200))
 def test_arbitrary_bytes(data: bytes) -> None:
     check(data)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.integers(min_value=1, max_value=3000), st.sampled_from(["[", "{a = "]), st.booleans())
 def test_deep_nesting(depth: int, opener: str, in_field: bool) -> None:
     closer = "]" if opener == "[" else "}"
@@ -179,7 +180,7 @@ def test_deep_nesting(depth: int, opener: str, in_field: bool) -> None:
     check(text.encode())
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.sampled_from(range(len(BASES))),
     st.sampled_from(STRING_FIELDS),
@@ -224,7 +225,7 @@ cache_remotes = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.sampled_from(range(len(BASES))),
     st.sampled_from(["none", "ccache", "sccache"]),

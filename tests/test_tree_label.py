@@ -22,6 +22,7 @@ import pytest
 from dists import tiny_wheel
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from imagekit import examples
 from rich.console import Console
 from test_build_fetch import fetch_recipe_text, git
 
@@ -99,7 +100,9 @@ OPTIONS: tuple[tuple[str, ...], ...] = (
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     command=st.sampled_from(("plan", "build")),
     options=st.sampled_from(OPTIONS),
