@@ -18,10 +18,11 @@ from imagekit import need_torch
 
 from torchkiln.cli import main
 from torchkiln.host import distro
-from torchkiln.plan import preflight
+from torchkiln.plan import preflight, preflight_libraries, preflight_machine
 from torchkiln.plan.jobs import GIB, Resources
 from torchkiln.plan.make import make_plan
 from torchkiln.plan.model import Plan
+from torchkiln.plan.preflight_findings import Host
 from torchkiln.recipe.compat import compat
 from torchkiln.recipe.loader import load_recipe
 
@@ -184,11 +185,11 @@ def test_aarch64_recipe_on_this_x86_64_machine_is_refused_as_cross_compiling(tmp
     machine = platform.machine()
     if machine != "x86_64":
         pytest.skip(f"this machine is {machine}: the x86_64 case is the next test's")
-    here = preflight.Host(dict(os.environ))  # its machine: platform.machine()
-    [found] = list(preflight._platform(_plan(AARCH64, tmp_path), here))
+    here = Host(dict(os.environ))  # its machine: platform.machine()
+    [found] = list(preflight_machine._platform(_plan(AARCH64, tmp_path), here))
     assert "this machine is x86_64" in found.found
     assert "build.platform = 'aarch64'" in found.wanted and "does not cross-compile" in found.wanted
-    assert not list(preflight._platform(_plan(X86_64, tmp_path), here))
+    assert not list(preflight_machine._platform(_plan(X86_64, tmp_path), here))
     # and `torchkiln check` runs that check: the whole preflight names it among its findings
     assert "platform" in {f.check for f in preflight.preflight(_plan(AARCH64, tmp_path))}
 
@@ -196,11 +197,11 @@ def test_aarch64_recipe_on_this_x86_64_machine_is_refused_as_cross_compiling(tmp
 def test_x86_64_recipe_on_an_aarch64_machine_is_refused_by_name(tmp_path: Path) -> None:
     """The other way round, with the machine given as `uname -m` says it on a GH200 (Host.machine: the
     preflight's one input about the machine); under emulation tests/aarch64/ runs it for real."""
-    host = preflight.Host(dict(os.environ), machine="aarch64")
-    [found] = [f for f in preflight._platform(_plan(X86_64, tmp_path), host)]
+    host = Host(dict(os.environ), machine="aarch64")
+    [found] = [f for f in preflight_machine._platform(_plan(X86_64, tmp_path), host)]
     assert "this machine is aarch64" in found.found and "build.platform = 'x86_64'" in found.wanted
     assert "a recipe for aarch64" in found.fix
-    assert not list(preflight._platform(_plan(AARCH64, tmp_path), host))
+    assert not list(preflight_machine._platform(_plan(AARCH64, tmp_path), host))
 
 
 def test_a_toolkit_of_the_other_platform_is_named(tmp_path: Path) -> None:
@@ -220,16 +221,16 @@ def test_a_toolkit_of_the_other_platform_is_named(tmp_path: Path) -> None:
         for s in plan.steps
     ]
     plan = dataclasses.replace(plan, steps=steps)
-    found = [f for f in preflight._nvcc(plan, preflight.Host(dict(os.environ))) if f.check == "nvcc"]
+    found = [f for f in preflight_libraries._nvcc(plan, Host(dict(os.environ))) if f.check == "nvcc"]
     assert len(found) == 1 and "holds x86_64-linux" in found[0].found
     assert found[0].wanted.endswith("targets/sbsa-linux (build.platform)")
     (home / "targets" / "sbsa-linux").mkdir()
-    assert not list(preflight._nvcc(plan, preflight.Host(dict(os.environ))))
+    assert not list(preflight_libraries._nvcc(plan, Host(dict(os.environ))))
 
 
 def test_nvpl_is_looked_for_where_upstream_installs_it(tmp_path: Path) -> None:
     """No NVPL on this machine: the blas finding names the library, the header and /opt/nvpl."""
-    found = [f for f in preflight._blas(_plan(AARCH64, tmp_path), preflight.Host(dict(os.environ)))]
+    found = [f for f in preflight_libraries._blas(_plan(AARCH64, tmp_path), Host(dict(os.environ)))]
     if Path("/opt/nvpl/include/nvpl_blas.h").is_file():
         pytest.skip("NVPL is installed in /opt/nvpl here")
     assert len(found) == 1 and "libnvpl_blas_lp64_gomp.so" in found[0].found and "/opt/nvpl" in found[0].found

@@ -17,12 +17,14 @@ import pytest
 from imagekit import require
 
 from torchkiln.cli import main
-from torchkiln.plan import preflight
+from torchkiln.plan import preflight, preflight_machine
 from torchkiln.plan.jobs import GIB, Resources
 from torchkiln.plan.make import make_plan
 from torchkiln.plan.model import Plan
-from torchkiln.plan.preflight import Finding, adopt_source_versions, tree_version
+from torchkiln.plan.preflight_findings import Finding
+from torchkiln.plan.source_adoption import adopt_source_versions
 from torchkiln.recipe.loader import load_recipe
+from torchkiln.source.version import tree_version
 
 ROOT = Path(__file__).resolve().parent.parent
 CU130 = ROOT / "recipes" / "torch-2.13-cu130-py312.toml"
@@ -182,7 +184,7 @@ def test_the_interpreter_is_run_not_just_found(tmp_path: Path) -> None:
 def test_memory_and_disk_figures_are_stated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     small = Resources(cpus=2, memory_bytes=8 * GIB)
     plan = make_plan(load_recipe(CPU), workdir=tmp_path / "w", dist=tmp_path / "d", jobs=16, resources=small)
-    monkeypatch.setitem(preflight.DISK_GIB, "cpu", 10.0**9)
+    monkeypatch.setitem(preflight_machine.DISK_GIB, "cpu", 10.0**9)
     found = {f.check: f for f in preflight.preflight(plan, {"PATH": ""})}
     assert "2 GiB per cpu compile job" in found["memory"].wanted and found["memory"].fix == "--jobs 3"
     assert "GiB free under" in found["disk"].found

@@ -19,7 +19,7 @@ from dists import tiny_wheel
 from imagekit import require
 
 from torchkiln.cli import main
-from torchkiln.plan import preflight
+from torchkiln.plan import preflight, preflight_findings
 from torchkiln.plan.jobs import GIB, Resources
 from torchkiln.plan.make import make_plan
 from torchkiln.plan.model import Plan
@@ -109,8 +109,8 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """The names of the checks that ran, in order (each wrapped, still run whole)."""
     ran: list[str] = []
 
-    def wrap(name: str, check: preflight.Check) -> preflight.Check:
-        def counting(plan: Plan, host: preflight.Host) -> Iterator[preflight.Finding]:
+    def wrap(name: str, check: preflight_findings.Check) -> preflight_findings.Check:
+        def counting(plan: Plan, host: preflight_findings.Host) -> Iterator[preflight_findings.Finding]:
             ran.append(name)
             yield from check(plan, host)
 
@@ -120,7 +120,9 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     yield ran
 
 
-def run(plan: Plan, records: Records, counted: list[str]) -> tuple[set[str], list[preflight.Finding]]:
+def run(
+    plan: Plan, records: Records, counted: list[str]
+) -> tuple[set[str], list[preflight_findings.Finding]]:
     counted.clear()
     outcome = remembered_preflight(plan, records)
     assert set(outcome.remembered) | set(counted) == {n for n, _ in preflight.CHECKS}

@@ -24,7 +24,7 @@ from torchkiln.build.loop import BuildOptions, run_build
 from torchkiln.cache import resolve_cache
 from torchkiln.cli import main
 from torchkiln.errors import BuildFailed
-from torchkiln.plan import preflight
+from torchkiln.plan import preflight, preflight_findings
 from torchkiln.plan.jobs import GIB, Resources
 from torchkiln.plan.make import make_plan
 from torchkiln.recipe.loader import load_recipe, parse_recipe
@@ -96,7 +96,7 @@ def source_plan(tree: Path, tmp_path: Path):  # noqa: ANN201 - a Plan
     )
 
 
-def submodule_findings(tree: Path, tmp_path: Path) -> list[preflight.Finding]:
+def submodule_findings(tree: Path, tmp_path: Path) -> list[preflight_findings.Finding]:
     found = preflight.preflight(source_plan(tree, tmp_path), {"PATH": ""})
     return [f for f in found if f.check == "submodules:torch"]
 

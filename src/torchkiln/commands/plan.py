@@ -21,8 +21,8 @@ from torchkiln.plan.given_torch import resolve_given_torch
 from torchkiln.plan.labels import require_labels
 from torchkiln.plan.make import make_plan
 from torchkiln.plan.model import PROJECTS, Plan
-from torchkiln.plan.preflight import adopt_source_versions, adopted_rule_problems
 from torchkiln.plan.records import Records
+from torchkiln.plan.source_adoption import adopt_source_versions, adopted_rule_problems
 from torchkiln.recipe.loader import load_recipe, resolve_recipe_path
 from torchkiln.recipe.model import Recipe
 from torchkiln.recipe.rules_settings import remote_secret

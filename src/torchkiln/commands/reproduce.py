@@ -38,7 +38,6 @@ from torchkiln.files.digests import file_sha256
 from torchkiln.plan.given_torch import GivenTorch, resolve_given_torch
 from torchkiln.plan.make import make_plan
 from torchkiln.plan.model import PROJECTS, Plan
-from torchkiln.plan.preflight import adopt_source_versions
 from torchkiln.plan.rebuild import (
     accepted_versions,
     check_recipe,
@@ -47,6 +46,7 @@ from torchkiln.plan.rebuild import (
     pinned_recipe,
     refuse_changed,
 )
+from torchkiln.plan.source_adoption import adopt_source_versions
 from torchkiln.recipe.loader import load_recipe, resolve_recipe_path
 from torchkiln.recipe.model import Recipe
 

@@ -19,13 +19,13 @@ git            ``git`` on PATH and the torch release's minimum (only when a sour
 ============== ===========================================================================================
 
 plus, for every key, ``PATH``, ``LD_LIBRARY_PATH``, ``LD_PRELOAD``, ``TMPDIR`` and the identity of the code
-that checks (this module and :mod:`~torchkiln.plan.preflight`). A check whose key is unchanged since it
-last passed is not run again; a changed key runs it. Only passes are kept: a check that found a problem runs
-again next time, whatever its key. A program that is a script (``#!``: a pyenv shim, a wrapper) runs what its
-own identity does not say, so a check that invokes one is never kept. Every other check (disk, memory,
-platform, the trees' versions and submodules, the torch wheel, torchvision's parts, the cache tool, the
-headers of cuDNN, NCCL, MAGMA, BLAS) costs a ``stat`` or a read and runs every time: free disk is asked
-afresh on every build.
+that checks (this module, :mod:`~torchkiln.plan.preflight` and the modules of its checks). A check whose key
+is unchanged since it last passed is not run again; a changed key runs it. Only passes are kept: a check that
+found a problem runs again next time, whatever its key. A program that is a script (``#!``: a pyenv shim, a
+wrapper) runs what its own identity does not say, so a check that invokes one is never kept. Every other check
+(disk, memory, platform, the trees' versions and submodules, the torch wheel, torchvision's parts, the cache
+tool, the headers of cuDNN, NCCL, MAGMA, BLAS) costs a ``stat`` or a read and runs every time: free disk is
+asked afresh on every build.
 
 What no key can see (a header removed from the compiler's search path, a library the linker no longer
 finds) shows as a failed step; :func:`diagnose` then runs every check afresh, and the build's error says
@@ -44,9 +44,19 @@ from typing import Any
 
 from torchkiln.recipe.compat import platform_data
 
-from . import preflight
+from . import (
+    preflight,
+    preflight_findings,
+    preflight_libraries,
+    preflight_machine,
+    preflight_python,
+    preflight_sources,
+    preflight_toolchain,
+    source_adoption,
+)
 from .model import Plan
-from .preflight import COMPILERS, Finding, Host, PreflightError
+from .preflight_findings import Finding, Host, PreflightError
+from .preflight_toolchain import COMPILERS
 from .records import Records, file_identity
 
 # Read by every probe that starts a process (what the process resolves and loads, where it writes).
@@ -120,7 +130,7 @@ def _python(plan: Plan, host: Host, *, headers: bool) -> Key:
 
 
 def _compilers(plan: Plan, host: Host, checks: tuple[str, ...] = ("cxx", "cc")) -> Key:
-    invoked = preflight._compilers(plan, host)
+    invoked = preflight_toolchain._compilers(plan, host)
     return {
         "programs": {name: program(invoked[name].command, host.environ) for name in checks},
         "vars": _vars(host.environ, COMPILER_VARS, COMPILER_PREFIXES),
@@ -144,7 +154,7 @@ def _nvcc_key(plan: Plan, host: Host) -> Key:
     r = plan.recipe
     if r.accelerator.cuda is None:
         return {"cuda": None}
-    env = preflight._env(plan)
+    env = preflight_findings._env(plan)
     home = env.get("CUDA_HOME", "")
     nvcc = env.get("CUDACXX") or f"{home}/bin/nvcc"
     targets = Path(home, "targets")
@@ -175,7 +185,18 @@ KEYS: dict[str, Callable[[Plan, Host], Key]] = {
 def _code() -> Key:
     """The code that checks: a changed check is a new question."""
     return {
-        name: file_identity(path) for name, path in (("preflight", preflight.__file__), ("keys", __file__))
+        name: file_identity(path)
+        for name, path in (
+            ("preflight", preflight.__file__),
+            ("findings", preflight_findings.__file__),
+            ("python", preflight_python.__file__),
+            ("toolchain", preflight_toolchain.__file__),
+            ("libraries", preflight_libraries.__file__),
+            ("machine", preflight_machine.__file__),
+            ("sources", preflight_sources.__file__),
+            ("adoption", source_adoption.__file__),
+            ("keys", __file__),
+        )
     }
 
 

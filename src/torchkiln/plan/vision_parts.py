@@ -4,7 +4,7 @@ torchvision's setup.py decides on each codec (and, up to 0.23, each video decode
 ``libpng-config``, for a header, for ``nvjpeg.h`` under CUDA_HOME, for an ``ffmpeg`` binary; a part it does
 not find it warns about ("Building torchvision without PNG support") and leaves out, whatever
 ``TORCHVISION_USE_PNG`` says. The wheel then lacks what the recipe asked for and nothing fails until someone
-decodes a PNG. So preflight (:mod:`torchkiln.plan.preflight`) runs :func:`missing` for every part the recipe
+decodes a PNG. So preflight (:mod:`torchkiln.plan.preflight_libraries`) runs :func:`missing` for every part the recipe
 asks for, before anything is fetched, in the environment the ``torchvision:wheel`` step will run in.
 
 Where each part is looked for and what provides it is data (``data/host_tools.toml``, ``[vision_part.NAME]``,
