@@ -24,8 +24,10 @@ MAX_HOME_ENTRIES = 400
 
 
 def loot_dir() -> Path | None:
-    venv = os.environ.get("VIRTUAL_ENV") or (sys.prefix if sys.prefix != sys.base_prefix else "")
-    return Path(venv).parent / "kiln-loot" if venv else None
+    """Beside the venv this process runs in (a build venv, in the work directory the test reads), never
+    $VIRTUAL_ENV's: that is whatever shell started the tests, a checkout's .venv among them (issue 48: loot
+    was written into the checkout)."""
+    return Path(sys.prefix).parent / "kiln-loot" if sys.prefix != sys.base_prefix else None
 
 
 def _read(path: str) -> str:
