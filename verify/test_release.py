@@ -24,6 +24,7 @@ import pytest
 import torch
 
 from torchkiln.verify import buildconfig, linkage, smoke
+from torchkiln.verify.check import flag
 
 pytestmark = pytest.mark.release
 
@@ -81,7 +82,7 @@ def test_cpu_matmul_is_exact_on_small_integers(shape: tuple[int, int], dtype: st
 
 def test_onednn_runs_cpu_convolution() -> None:
     settings = buildconfig.parse_build_settings(torch.__config__.show())
-    claimed = buildconfig.flag(settings.get("USE_MKLDNN"))
+    claimed = flag(settings.get("USE_MKLDNN"))
     if claimed is False:
         pytest.skip(f"built without oneDNN (Build settings USE_MKLDNN={settings['USE_MKLDNN']})")
     verdict = smoke.onednn_verdict(torch.backends.mkldnn.is_available(), claimed, smoke.cpu_conv_ops())
