@@ -267,7 +267,7 @@ def build_context(tmp_path: Path, environ: dict[str, str], **options: object):  
     console = Console(file=io.StringIO())
     state = State(plan.paths.workdir / "state.json")
     return Context(
-        plan, Options(**options), environ, state, Display(console), console, dt.datetime.now(dt.UTC)
+        plan, Options(**options), environ, state, Display(console), console, dt.datetime.now(dt.timezone.utc)
     )
 
 

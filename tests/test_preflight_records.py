@@ -28,7 +28,8 @@ from torchkiln.plan.records import Records
 from torchkiln.recipe.loader import load_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
-RECIPE = ROOT / "tests" / "data" / "ext-cpu-test.toml"  # torchvision alone: no BLAS, one Python (3.11)
+RECIPE = ROOT / "tests" / "data" / "ext-cpu-test.toml"  # torchvision alone: no BLAS, one Python
+RUNNING = f"{sys.version_info.major}.{sys.version_info.minor}"  # the recipe's Python, made this one's
 BIG = Resources(cpus=4, memory_bytes=64 * GIB)
 KEYED = frozenset(KEYS)
 KEPT = KEYED - {"git"}  # git: asked only when a source is fetched (here none is: a pass, trivially kept)
@@ -77,13 +78,12 @@ def drivers(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, drivers: Path) -> dict[str, Path]:
-    """A PATH whose first directory holds this interpreter as python3.11 and compiler drivers of their own
-    (real ELF files: their identities are what the keys name) as cc and c++, then the system's
-    directories (as, ld)."""
-    require(sys.version_info[:2] == (3, 11), "the test recipe is for Python 3.11")
+    """A PATH whose first directory holds this interpreter as python3.X (the recipe's, made this one's) and
+    compiler drivers of their own (real ELF files: their identities are what the keys name) as cc and c++,
+    then the system's directories (as, ld)."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    (bindir / "python3.11").symlink_to(os.path.realpath(sys.executable))
+    (bindir / f"python{RUNNING}").symlink_to(os.path.realpath(sys.executable))
     for name in ("cc", "c++"):
         shutil.copy2(drivers / name, bindir / name)
     for name in ("CC", "CXX", "CPATH", "LIBRARY_PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "TMPDIR"):
@@ -96,7 +96,7 @@ def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, drivers: Path) -> dict
 
 
 def plan_of(host: dict[str, Path], **recipe_changes: object) -> Plan:
-    recipe = load_recipe(RECIPE)
+    recipe = dataclasses.replace(load_recipe(RECIPE), python=RUNNING)
     if recipe_changes:
         recipe = dataclasses.replace(recipe, build=dataclasses.replace(recipe.build, **recipe_changes))
     return make_plan(
