@@ -250,9 +250,9 @@ def test_a_tree_outside_the_cache_basedir_or_a_changed_compiler_is_named_as_a_mi
 
     from rich.console import Console
 
+    from torchkiln.build.compilekind import _miss_causes
     from torchkiln.build.context import Context, Options
     from torchkiln.build.display import Display
-    from torchkiln.build.kinds import _miss_causes
     from torchkiln.cache import resolve_cache
     from torchkiln.plan.make import make_plan
     from torchkiln.recipe.loader import load_recipe

@@ -243,7 +243,7 @@ class Ran:
     status: str = "ran"
     # compile steps: each resumption after compiles died for memory (torchkiln.build.memory)
     memory_retries: list[MemoryRetry] = field(default_factory=list)
-    # outputs the builder worked out while the command ran (the check's portability: build.kinds)
+    # outputs the builder worked out while the command ran (the check's portability: build.wheelkinds)
     early: dict[str, Any] = field(default_factory=dict)
 
 

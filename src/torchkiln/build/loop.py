@@ -42,7 +42,8 @@ from .context import Context, Options
 from .display import Display
 from .envstore import EnvStore
 from .fingerprint import State, digest, result_identity, step_fingerprint
-from .kinds import KINDS, kept_files
+from .kinds import KINDS
+from .stepkind import kept_files
 from .workdir import STATE_NAME, check_dist, holding_lock, repair_layout
 
 if TYPE_CHECKING:  # the signing machinery is imported only by a build given a key

@@ -1,0 +1,99 @@
+"""The ``fetch`` kind: the steps that make a source checkout, one chain per checkout.
+
+Which steps of the chain still count as done (the checkout intact), and, after the step that leaves the
+checkout at its ref, the recipe's pin, the submodules, the tree against its commit
+(:mod:`torchkiln.build.treeguard`) and the tree's version against the wheel's label
+(:mod:`torchkiln.build.treelabel`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from torchkiln.errors import BuildFailed
+from torchkiln.plan.model import Step
+from torchkiln.source.git import (
+    check_pin,
+    checkout_intact,
+    dirty_checkout,
+    head_commit,
+)
+from torchkiln.source.submodules import FIX as SUBMODULE_FIX
+from torchkiln.source.submodules import missing_submodules
+
+from .context import Context, Ran
+from .fingerprint import digest
+from .stepkind import StepKind
+from .treeguard import check_source, compile_steps
+from .treelabel import check_label
+
+
+class FetchKind(StepKind):
+    name = "fetch"
+    forced = False
+
+    def inputs(self, step: Step, ctx: Context) -> dict[str, str]:
+        # One identity for all fetch steps of a checkout: a changed URL, ref or pin fetches it from scratch
+        # (git remote add would fail on the old checkout); a resumed fetch continues.
+        source = ctx.plan.source(step.project)
+        group = [s.argv for s in ctx.plan.steps if s.kind == "fetch" and s.project == step.project]
+        return {"commit": source.commit or "", "fetch": digest(group)}
+
+    def intact(self, step: Step, entry: Mapping[str, Any], ctx: Context) -> bool:
+        """A checkout's fetch steps are one chain: a step counts as done only while the checkout is still
+        what the chain left (:func:`~torchkiln.source.git.checkout_intact`: a removed ``.git``, an emptied
+        directory, a file in its place, a HEAD or object store that is gone), no earlier step of the chain
+        ran again in this build, and no earlier step's record is missing while a later one's is there.
+        Otherwise the chain starts over from its first step, which empties the directory."""
+        chain = [s for s in ctx.plan.steps if s.kind == "fetch" and s.project == step.project]
+        ran = {r.name for r in ctx.records if r.status == "ran"}
+        if any(s.name in ran for s in chain):
+            return False
+        recorded = [ctx.state.get(s.name) is not None for s in chain]
+        if False in recorded and any(recorded[recorded.index(False) :]):
+            return False
+        pinned = next((ctx.state.get(s.name) for s in chain if s.pins), None)
+        head = (pinned or {}).get("outputs", {}).get("head")
+        return checkout_intact(ctx.plan.source(step.project).path, head)
+
+    def execute(self, step: Step, ctx: Context) -> Ran:
+        """As every kind, and a failed fetch also names the ways out (issue 11)."""
+        try:
+            return super().execute(step, ctx)
+        except BuildFailed as exc:
+            ways = (
+                f"\nways out: a mirror you can reach as the recipe's {step.project}.repo (a URL or a local "
+                f"clone's path), or an existing checkout with --source-dir {step.project}=PATH"
+            )
+            raise BuildFailed(f"{exc}{ways}", step=exc.step, log=exc.log) from None
+
+    def outputs(self, step: Step, ran: Ran, ctx: Context) -> dict[str, Any]:
+        return {"head": head_commit(ctx.plan.source(step.project).path)} if step.pins else {}
+
+    def verify(self, step: Step, entry: Mapping[str, Any], ctx: Context) -> None:
+        """The checkout the chain left (also when skipped): at the recipe's pin, with its submodules (a
+        repository whose ``.gitmodules`` lists one that ``submodule update`` does not check out, e.g. with
+        ``update = none``, would otherwise fail in the compile, after the env steps)."""
+        if step.pins:
+            source = ctx.plan.source(step.project)
+            check_pin(ctx.plan.recipe.spec(step.project), source.path)
+            missing = missing_submodules(source.path)
+            if missing is not None:
+                raise BuildFailed(
+                    f"{step.name}: the fetched checkout lacks its submodules: {missing.found()}; "
+                    f"`{SUBMODULE_FIX}` did not check them out (nothing was built)\nways out: a repository "
+                    f"(the recipe's {step.project}.repo) whose submodules all check out, or a complete "
+                    f"checkout with --source-dir {step.project}=PATH",
+                    step=step.name,
+                )
+            # the commit's tree and the build's own outputs only (torchkiln.build.treeguard)
+            differences = check_source(ctx.plan, source, force=ctx.options.force)
+            if differences and not ctx.options.allow_dirty:
+                spec = ctx.plan.recipe.spec(step.project)
+                raise BuildFailed(
+                    dirty_checkout(spec, source.path, differences, "nothing was built"), step=step.name
+                )
+            # the version the wheel is labelled with is the tree's own (torchkiln.build.treelabel)
+            for compile_step in compile_steps(ctx.plan, step.project):
+                check_label(compile_step, source.path)
