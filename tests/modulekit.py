@@ -16,6 +16,10 @@ HERE = Path(__file__).resolve().parent
 # an image).
 HEAVY = (
     "torchkiln.artifacts.sbom",
+    "torchkiln.artifacts.sbom_bundled",
+    "torchkiln.artifacts.sbom_debian",
+    "torchkiln.artifacts.sbom_image",
+    "torchkiln.artifacts.sbom_toolchain",
     "torchkiln.artifacts.signing",
     "torchkiln.artifacts.provenance",
     "torchkiln.images",
