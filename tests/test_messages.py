@@ -202,3 +202,23 @@ def test_readmes_test_packages_are_what_ci_installs() -> None:
     assert line and installed
     words = {w for w in line.group(1).split() if w != "\\"}
     assert words == {w for w in installed.group(1).split() if w != "\\"}
+
+
+def test_readmes_recipe_table_is_the_shipped_recipes() -> None:
+    """README.md's table of shipped recipes has a row per recipe file, each with the file's torch release,
+    Python, and accelerator (its CUDA, cuDNN and NCCL where it pins them; aarch64 named)."""
+    text = (ROOT / "README.md").read_text()
+    rows = re.findall(r"(?m)^\| `([\w.-]+)` \| ([0-9.]+) \| ([0-9.]+) \| ([^|]+) \|$", text)
+    assert sorted(r[0] for r in rows) == shipped_names()
+    for name, torch, python, accelerator in rows:
+        recipe = load_recipe(ROOT / "recipes" / f"{name}.toml")
+        assert (torch, python) == (str(recipe.torch.version), recipe.python), name
+        acc = recipe.accelerator
+        if acc.kind == "cpu":
+            assert accelerator.startswith("CPU"), name
+            continue
+        assert f"CUDA {acc.cuda}" in accelerator and accelerator.startswith(
+            "aarch64: " if recipe.build.platform == "aarch64" else "CUDA "
+        ), name
+        for pinned in (acc.cudnn, acc.nccl):
+            assert pinned is None or str(pinned) in accelerator or "aarch64" in accelerator, (name, pinned)
