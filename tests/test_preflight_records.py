@@ -92,7 +92,18 @@ def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, drivers: Path) -> dict
     dist = tmp_path / "dist"
     dist.mkdir()
     tiny_wheel(dist, "torch", "2.13.0+cpu")  # the recipe's own torch: what --only torchvision builds against
-    return {"bin": bindir, "dist": dist, "work": tmp_path / "work", "store": tmp_path / "store"}
+    recipe = tmp_path / "recipe.toml"  # the recipe file for the CLI, made this Python's as plan_of makes it
+    recipe.write_text(
+        RECIPE.read_text().replace('[python]\nversion = "3.11"', f'[python]\nversion = "{RUNNING}"')
+    )
+    assert load_recipe(recipe).python == RUNNING
+    return {
+        "bin": bindir,
+        "dist": dist,
+        "work": tmp_path / "work",
+        "store": tmp_path / "store",
+        "recipe": recipe,
+    }
 
 
 def plan_of(host: dict[str, Path], **recipe_changes: object) -> Plan:
@@ -250,7 +261,16 @@ def test_a_failed_build_gets_the_full_diagnosis(
     here is the fetch of the recipe's (unreachable) torchvision repository: the first step, in a second."""
     exe, flag = brittle_compiler(host)
     monkeypatch.setenv("CXX", str(exe))
-    argv = ["build", str(RECIPE), "--only", "torchvision", "--jobs", "1", "--env-store", str(host["store"])]
+    argv = [
+        "build",
+        str(host["recipe"]),
+        "--only",
+        "torchvision",
+        "--jobs",
+        "1",
+        "--env-store",
+        str(host["store"]),
+    ]
     argv += ["--workdir", str(host["work"]), "--dist", str(host["dist"])]
     assert main(argv) == 1
     err = capsys.readouterr().err
@@ -272,7 +292,16 @@ def test_check_always_asks_the_host(host, counted, capsys: pytest.CaptureFixture
     records = Records.for_build(host["work"], host["store"])
     run(plan_of(host), records, counted)
     counted.clear()
-    argv = ["check", str(RECIPE), "--only", "torchvision", "--jobs", "1", "--env-store", str(host["store"])]
+    argv = [
+        "check",
+        str(host["recipe"]),
+        "--only",
+        "torchvision",
+        "--jobs",
+        "1",
+        "--env-store",
+        str(host["store"]),
+    ]
     assert main([*argv, "--workdir", str(host["work"]), "--dist", str(host["dist"])]) == 0
     assert KEYED <= set(counted), capsys.readouterr()
 
