@@ -16,11 +16,11 @@ import pytest
 
 from torchkiln.host import distro
 from torchkiln.host.distro import Distro, read_distro
-from torchkiln.images.spec import DISTROS
 from torchkiln.plan import preflight
 from torchkiln.plan.jobs import GIB, Resources
 from torchkiln.plan.make import make_plan
 from torchkiln.recipe.compat import compat
+from torchkiln.recipe.image_bases import DISTROS
 from torchkiln.recipe.loader import load_recipe, recipes_dir
 
 ROOT = Path(__file__).resolve().parent.parent
