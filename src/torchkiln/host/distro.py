@@ -355,11 +355,14 @@ def pyenv_steps(distro: Distro, want: str, environ: Mapping[str, str]) -> str:
     steps = list(source.before)
     chosen = environ.get("PYENV_ROOT", "").rstrip("/") or (shims_root or "")
     root = chosen or "$HOME/.pyenv"  # pyenv's own default
-    if source.profile and chosen in ("", DEBIAN_PYENV_ROOT):
-        steps.append(
-            f"export PYENV_ROOT=$HOME/.pyenv (Debian's pyenv package sets PYENV_ROOT={DEBIAN_PYENV_ROOT} for "
-            "login shells in /etc/profile.d/pyenv.sh, which only root can write)"
+    if chosen == DEBIAN_PYENV_ROOT or (source.profile and not chosen):
+        why = (
+            f"Debian's pyenv package sets PYENV_ROOT={DEBIAN_PYENV_ROOT} for login shells in "
+            "/etc/profile.d/pyenv.sh, which only root can write"
+            if source.profile
+            else f"PYENV_ROOT={DEBIAN_PYENV_ROOT} is Debian's pyenv package's own directory, which only root can write"
         )
+        steps.append(f"export PYENV_ROOT=$HOME/.pyenv ({why})")
         root = "$HOME/.pyenv"
     elif chosen and not _writable(chosen):
         steps.append(f"export PYENV_ROOT=$HOME/.pyenv (this user cannot write PYENV_ROOT={chosen})")

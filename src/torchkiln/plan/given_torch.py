@@ -122,13 +122,15 @@ def _version(
     text: str, records: Records | None = None, recipe: Recipe | None = None
 ) -> tuple[str, Version, str]:
     """(what pip installs, the version, how it was given) of ``--torch TEXT``; UsageError when unusable. A
-    wheel file that is not there is said to be missing first, whatever its name (a pattern no file matched)."""
+    wheel file that is not there is said to be missing before its name is read (a pattern no file matched is
+    no wheel name), unless it names another project's wheel."""
     if text.endswith(".whl"):
         path = Path(text).absolute()
-        if not path.is_file():
-            raise UsageError(_no_wheel(text, recipe))
         name = parse(path.name)
-        if name is None or canonicalize_name(name.distribution) != "torch":
+        other = name is not None and canonicalize_name(name.distribution) != "torch"
+        if not other and not path.is_file():
+            raise UsageError(_no_wheel(text, recipe))
+        if name is None or other:
             raise UsageError(f"--torch {text!r}: not a torch wheel file name (valid: {VALID})")
         try:
             version = Version(name.version)
