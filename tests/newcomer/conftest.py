@@ -17,7 +17,7 @@ from imagekit import HOST_CAS, report, require
 
 from torchkiln.images import rootfs
 from torchkiln.images.platforms import platform_named
-from torchkiln.images.spec import DISTROS
+from torchkiln.recipe.image_bases import DISTROS
 
 # suite -> the DISTROS row debootstrap makes it from
 SUITES = {"bookworm": "debian12", "trixie": "debian13"}
