@@ -246,3 +246,21 @@ def test_readmes_recipe_table_is_the_shipped_recipes() -> None:
         ), name
         for pinned in (acc.cudnn, acc.nccl):
             assert pinned is None or str(pinned) in accelerator or "aarch64" in accelerator, (name, pinned)
+
+
+def test_readmes_missing_torch_wheel_message_is_the_builds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """README.md quotes what the first build says when the torch download found nothing (the shell passes its
+    pattern on as typed): the build's own words, before any step."""
+    text = " ".join((ROOT / "README.md").read_text().split())
+    quoted = re.search(r"before any step with `(--torch '[^`]*)` and what to do", text)
+    assert quoted, "README.md quotes no message for a missing torch wheel"
+    blocks = {b.name: b for b in readme_blocks()}
+    pattern = re.search(r"--torch (\S+)", blocks["main-job"].commands)
+    assert pattern
+    monkeypatch.chdir(tmp_path)
+    argv = ["build", str(ROOT / "recipes" / "torch-2.13-cpu-py311.toml"), "--only", "torchvision"]
+    assert main([*argv, "--torch", pattern.group(1), "--skip-checks", "--workdir", str(tmp_path / "w")]) == 2
+    said = " ".join(capsys.readouterr().err.split())
+    assert quoted.group(1) in said, said
