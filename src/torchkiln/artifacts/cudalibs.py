@@ -46,11 +46,11 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 
-from torchkiln.errors import EXIT_OK, TorchkilnError, UsageError
+from torchkiln.errors import TorchkilnError, UsageError
 from torchkiln.process import runner
 
-from . import wheelfile
-from .bundle import SYSTEM_LIBRARIES, given_wheels, write_members
+from . import wheelfile, wheeltool
+from .bundle import SYSTEM_LIBRARIES, write_members
 
 # What the target machine's driver provides: never bundled, never looked for in the wheel.
 DRIVER_LIBRARIES = frozenset({"libcuda.so.1", "libnvidia-ml.so.1"})
@@ -299,16 +299,7 @@ def summary(done: Rewrite) -> list[str]:
     return lines
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        allow_abbrev=False, prog="python -m torchkiln.artifacts.cudalibs", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument(
-        "wheels", nargs="+", type=Path, metavar="WHEEL", help="wheels, or directories of wheels"
-    )
-    parser.add_argument(
-        "--out", type=Path, required=True, help="directory the rewritten wheels are written to"
-    )
+def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--lib-dir",
         action="append",
@@ -320,23 +311,26 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--into", default="torch/lib", help="bundled: where the copies go in the wheel")
     parser.add_argument("--bundle-extra", action="append", default=[], help="bundled: dlopen'ed libraries")
-    args = parser.parse_args(argv)
-    try:
-        for wheel in given_wheels(args.wheels):
-            args.out.mkdir(parents=True, exist_ok=True)
-            done = rewrite_wheel(
-                wheel,
-                args.out,
-                lib_dirs=args.lib_dir,
-                bundle_from=[Path(os.path.abspath(d)) for d in args.bundle_from],
-                into=args.into,
-                extra=args.bundle_extra,
-            )
-            print("\n".join(summary(done)), flush=True)
-    except TorchkilnError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    return EXIT_OK
+
+
+def _rewrite(wheel: Path, args: argparse.Namespace) -> list[str]:
+    args.out.mkdir(parents=True, exist_ok=True)
+    done = rewrite_wheel(
+        wheel,
+        args.out,
+        lib_dirs=args.lib_dir,
+        bundle_from=[Path(os.path.abspath(d)) for d in args.bundle_from],
+        into=args.into,
+        extra=args.bundle_extra,
+    )
+    return summary(done)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return wheeltool.run(
+        argv, module="cudalibs", description=__doc__.splitlines()[0],
+        out_help="directory the rewritten wheels are written to", options=_options, rewrite=_rewrite,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":
