@@ -201,11 +201,7 @@ def _rewrite(wheel: Path, args: argparse.Namespace) -> list[str]:
     return [f"{done.wheel.name}: {names}"]
 
 
-def main(argv: list[str] | None = None) -> int:
-    return wheeltool.run(
-        argv, module="bundle", description=__doc__.splitlines()[0],
-        out_help="directory the bundled wheels are written to", options=_options, rewrite=_rewrite,
-    )  # fmt: skip
+main = wheeltool.command("bundle", __doc__, "directory the bundled wheels are written to", _options, _rewrite)
 
 
 if __name__ == "__main__":

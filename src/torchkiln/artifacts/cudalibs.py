@@ -326,11 +326,9 @@ def _rewrite(wheel: Path, args: argparse.Namespace) -> list[str]:
     return summary(done)
 
 
-def main(argv: list[str] | None = None) -> int:
-    return wheeltool.run(
-        argv, module="cudalibs", description=__doc__.splitlines()[0],
-        out_help="directory the rewritten wheels are written to", options=_options, rewrite=_rewrite,
-    )  # fmt: skip
+main = wheeltool.command(
+    "cudalibs", __doc__, "directory the rewritten wheels are written to", _options, _rewrite
+)
 
 
 if __name__ == "__main__":

@@ -315,11 +315,9 @@ def _rewrite(wheel: Path, args: argparse.Namespace) -> list[str]:
     return summary(repair_wheel(wheel, args.out, options))
 
 
-def main(argv: list[str] | None = None) -> int:
-    return wheeltool.run(
-        argv, module="repair", description=__doc__.splitlines()[0],
-        out_help="directory the repaired wheels are written to", options=_options, rewrite=_rewrite,
-    )  # fmt: skip
+main = wheeltool.command(
+    "repair", __doc__, "directory the repaired wheels are written to", _options, _rewrite
+)
 
 
 if __name__ == "__main__":

@@ -31,17 +31,25 @@ def given_wheels(given: Iterable[Path]) -> list[Path]:
     return wheels
 
 
+Options = Callable[[argparse.ArgumentParser], None]
+Rewrite = Callable[[Path, argparse.Namespace], list[str]]
+
+
+def command(
+    module: str, doc: str | None, out_help: str, options: Options, rewrite: Rewrite
+) -> Callable[..., int]:
+    """The ``main`` of ``python -m torchkiln.artifacts.MODULE WHEEL... --out DIR [options]``: ``rewrite`` each
+    wheel, printing the lines it returns."""
+
+    def main(argv: list[str] | None = None) -> int:
+        return run(argv, module, (doc or "").splitlines()[0], out_help, options, rewrite)
+
+    return main
+
+
 def run(
-    argv: list[str] | None,
-    *,
-    module: str,
-    description: str,
-    out_help: str,
-    options: Callable[[argparse.ArgumentParser], None],
-    rewrite: Callable[[Path, argparse.Namespace], list[str]],
+    argv: list[str] | None, module: str, description: str, out_help: str, options: Options, rewrite: Rewrite
 ) -> int:
-    """``python -m torchkiln.artifacts.MODULE WHEEL... --out DIR [options]``: ``rewrite`` each wheel, printing
-    the lines it returns."""
     parser = argparse.ArgumentParser(
         allow_abbrev=False, prog=f"python -m torchkiln.artifacts.{module}", description=description
     )
