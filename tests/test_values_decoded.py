@@ -958,6 +958,8 @@ def test_repo_host_means_where_git_connects(
     an accepted URL's host is written as the one address git reached, and its request names the URL's own
     path and host; every other spelling is refused naming the field."""
     url = f"{scheme}://{parts['host']}:{parts['port']}{loopback.port}/p.git"
+    if scheme == "ssh":
+        need("ssh")
     said = problems(torch__repo=url)
     hits = git_consumes(url, loopback, tmp_path_factory.mktemp("home"))
     event(f"{scheme} {'refused' if said else 'accepted'}")
@@ -1090,6 +1092,7 @@ def test_magma_url_means_what_curl_fetches(
 ) -> None:
     """magma.url through install_magma.sh's curl (real TLS, the recorder's certificate trusted): an accepted
     URL reaches the address its host is and asks for its own path and query, as written."""
+    need("curl")
     path = parts["path"]
     url = f"https://{parts['host']}:{parts['port']}{loopback.port}{path}"
     check = FIELDS["magma.url"].check

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 
-from torchkiln.urlreading import USER, host_problem
+from torchkiln.urlreading import USER, git_decode, host_problem
 
 SCHEME = re.compile(r"[a-z][a-z0-9+.-]*", re.ASCII)
 PATH_CHARS = re.compile(r"[A-Za-z0-9._~!$&'()*+,;=:@/-]*", re.ASCII)
@@ -39,7 +39,6 @@ URL_CHARS = re.compile(r"[A-Za-z0-9._~!$&'()*+,;=:@/?-]*", re.ASCII)
 # password: characters no tool decodes or expands (no '%', no '$')
 USERINFO = re.compile(r"[A-Za-z0-9._~!&'()*+,;=-]*(?::[A-Za-z0-9._~!&'()*+,;=-]*)?", re.ASCII)
 PORT = re.compile(r"[1-9][0-9]{0,4}", re.ASCII)
-WHY_PERCENT = "git decodes %XX in some URLs, curl and sccache in none: write the character itself"
 
 
 def url_form_problem(
@@ -54,7 +53,7 @@ def url_form_problem(
         if sep and SCHEME.fullmatch(scheme.lower()):
             return f"its scheme {scheme!r} is written in capitals: write {scheme.lower()}://"
         return "it is not a URL (scheme://HOST[:PORT]/PATH)"
-    problem = _characters_problem(rest)
+    problem = _percent_problem("it", url) if "%" in rest else _characters_problem(rest)
     if problem:
         return problem
     rest, mark, text = rest.partition("?")
@@ -78,14 +77,23 @@ def url_form_problem(
 
 
 def _characters_problem(rest: str) -> str | None:
-    if "%" in rest:
-        return f"it holds '%' ({WHY_PERCENT})"
     if "#" in rest:
         return "it holds a '#' fragment (curl, git's https and sccache drop it, ccache refuses it)"
     bad = _first_bad(rest.replace("[", "").replace("]", ""), URL_CHARS)
     if bad is not None:
         return f"it holds {bad!r}, which a URL cannot hold as written"
     return None
+
+
+def _percent_problem(what: str, text: str) -> str:
+    """'%' refused, saying what git and ccache decode it to (curl and sccache decode nothing)."""
+    decoded = git_decode(":" + text)[1:]
+    shown = decoded.isascii() and decoded.isprintable() and decoded != text
+    reading = f" (to {decoded!r})" if shown else ""
+    return (
+        f"{what} holds '%': git (ssh://, git://, file://) and ccache decode %XX{reading}, curl and sccache do "
+        "not; write it without percent-encoding"
+    )
 
 
 def _first_bad(text: str, allowed: re.Pattern[str]) -> str | None:
@@ -123,7 +131,7 @@ def path_form_problem(path: str, *, what: str = "path", relative: bool = False) 
     if not path:
         return None
     if "%" in path:
-        return f"its {what} {path!r} holds '%' ({WHY_PERCENT})"
+        return _percent_problem(f"its {what} {path!r}", path)
     bad = _first_bad(path, PATH_CHARS)
     if bad is not None:
         return f"its {what} {path!r} holds {bad!r}, which a path cannot hold as written"
