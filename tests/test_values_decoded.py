@@ -1245,7 +1245,10 @@ def cache_consumes(kind: str, env: dict[str, str], tmp: Path) -> subprocess.Comp
 @given(
     kind=st.sampled_from(("ccache", "sccache")),
     parts=one_changed(
-        host=(st.sampled_from(("127.0.0.1", "127.0.0.2", "localhost", "127.1.2.3")), urlkit.host_spelling()),
+        host=(
+            st.sampled_from(("127.0.0.1", "127.0.0.2", "localhost", "127.1.2.3", "[::1]")),
+            urlkit.host_spelling(),
+        ),
         port=(st.just(""), st.sampled_from(("0", "00"))),
         path=(st.sampled_from(("", "/0", "/3", "/5")), st.sampled_from(REDIS_PATHS)),
     ),
@@ -1258,6 +1261,9 @@ def cache_consumes(kind: str, env: dict[str, str], tmp: Path) -> subprocess.Comp
 @example(kind="sccache", parts={"host": "0x7f.2", "port": "", "path": "/3"})
 @example(kind="ccache", parts={"host": "127.0.0.1", "port": "", "path": "/%33"})
 @example(kind="sccache", parts={"host": "127.0.0.2", "port": "", "path": "/03"})
+@example(
+    kind="ccache", parts={"host": "[::1]", "port": "", "path": "/3"}
+)  # ccache was given redis://::1:PORT/3
 def test_cache_remote_means_the_redis_database_the_tool_writes(
     kind: str, parts: dict[str, str], two_redis: int, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
