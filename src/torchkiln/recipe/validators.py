@@ -16,6 +16,7 @@ from packaging.version import InvalidVersion, Version
 
 from torchkiln.distributed.spec import scheduler_url as normal_scheduler_url
 from torchkiln.errors import UsageError
+from torchkiln.urlform import repo_form_problem, url_form_problem
 from torchkiln.urlreading import download_url_problem, repo_reading_problem
 
 from .archs import ENTRY_RE as ARCH_RE
@@ -137,23 +138,26 @@ def repo_problem(value: Any) -> tuple[str, str] | None:
     its host and user reach ssh as an argument (``ssh://-oProxyCommand=x/p``: ssh's option). Checked on
     git's own reading of it (torchkiln.urlreading.repo_reading_problem: git percent-decodes a URL before it
     splits it, so ``ssh://%2doProxyCommand=x/p`` is the same host). git refuses some of these itself today;
-    torchkiln does not rely on that."""
+    torchkiln does not rely on that. And written in its one form (torchkiln.urlform.repo_form_problem: no
+    ``%``, query, fragment or dot-segment, a canonical host), so the lock file and the provenance hold the
+    string git was given and it means one repository."""
     if value.startswith("-"):
         return (f"{shown(value)} begins with '-', which git reads as an option", REPO_VALID)
     if not URL_RE.fullmatch(value):
         return (f"malformed value {shown(value)}", REPO_VALID)
-    problem = repo_reading_problem(value)
+    problem = repo_reading_problem(value) or repo_form_problem(value)
     if problem:
         return (f"{shown(value)}: {problem}", REPO_VALID)
     return None
 
 
 def _download_url(value: Any) -> tuple[str, str] | None:
-    """An https:// URL as curl reads it (torchkiln.urlreading.download_url_problem)."""
+    """An https:// URL as curl reads it (torchkiln.urlreading.download_url_problem), in its one form
+    (torchkiln.urlform: a query passes, curl sends it as written)."""
     valid = "an https:// URL of the release tarball"
     if not URL_RE.fullmatch(value):
         return (f"malformed value {shown(value)}", valid)
-    problem = download_url_problem(value)
+    problem = url_form_problem(value, query=True) or download_url_problem(value)
     return (f"{shown(value)}: {problem}", valid) if problem else None
 
 
