@@ -14,11 +14,11 @@ from __future__ import annotations
 import ast
 import io
 import re
-import tomllib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from torchkiln import printing
 from torchkiln.build.display import Display
@@ -160,7 +160,10 @@ def test_the_templates_are_collected_from_the_code() -> None:
     texts = [text for _, text in TEMPLATES]
     assert len(texts) > 2000, len(texts)
     assert any("list it in the recipe: [deploy] system_libraries = [" in t for t in texts)
-    assert any(t.startswith("warning:") or "--skip-checks: the post-build check would have refused" in t for t in texts)
+    assert any(
+        t.startswith("warning:") or "--skip-checks: the post-build check would have refused" in t
+        for t in texts
+    )
 
 
 @pytest.mark.parametrize("path", list(PATHS))

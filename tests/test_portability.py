@@ -308,7 +308,8 @@ def test_retarget_and_refusal_follow_the_recipes_list() -> None:
     reason = portability.refusal("tv.whl", found)
     assert reason is not None and reason.startswith("tv.whl needs libpng16.so.16, which the target machines")
     assert "torchvision/_C.so needs libpng16.so.16 (not bundled" in reason
-    assert '[deploy] system_libraries = ["libpng16.so.16"]' in reason
+    fix = portability.system_libraries_fix([], portability.unresolved_names([found]))
+    assert fix.endswith('list it in the recipe: [deploy] system_libraries = ["libpng16.so.16"]'), fix
     promised = portability.retarget(found, ["libpng16.so.16"], abi.UNRESOLVED)
     assert portability.refusal("tv.whl", promised) is None
     assert [n.kind for n in promised.needs] == ["target", "policy"]
