@@ -51,7 +51,7 @@ if not os.environ.get(SCRATCH_ENV):
     OWN_SCRATCH = Path(tempfile.mkdtemp(prefix="torchkiln-verify-"))
     os.environ.update(scratch_environment(OWN_SCRATCH))
     tempfile.tempdir = None  # read TMPDIR again
-    sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"]
+    sys.dont_write_bytecode = True
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -186,7 +186,9 @@ def _listeners(port: int) -> dict[int, str]:
                 argv = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             except OSError:
                 argv = "?"
-            found[int(target[8:-1])] = f"pid {pid}: {argv.strip()[:120]}"
+            found[int(target[8:-1])] = (
+                f"pid {pid}: {' '.join(argv.split())[:120]}"  # one line, a -c script too
+            )
     return found
 
 

@@ -78,16 +78,21 @@ SCRATCH_DIRS: dict[str, str] = {
     "PYTORCH_KERNEL_CACHE_PATH": "kernels",
     "CUDA_CACHE_PATH": "cuda",
     "XDG_CACHE_HOME": "cache",
-    "PYTHONPYCACHEPREFIX": "pycache",
 }
 
 
 def scratch_environment(root: Path) -> dict[str, str]:
-    """The variables that put every temp file and cache of the suite under ``root`` (made here)."""
+    """The variables that put every temp file and cache of the suite under ``root`` (made here), and no
+    bytecode written beside the suite's or torchkiln's sources (what is compiled already is still read: a
+    cache prefix of its own would make every worker compile torch's 3,000 modules again)."""
     made = {name: root / sub for name, sub in SCRATCH_DIRS.items()}
     for directory in made.values():
         directory.mkdir(parents=True, exist_ok=True)
-    return {SCRATCH_ENV: str(root), **{name: str(path) for name, path in made.items()}}
+    return {
+        SCRATCH_ENV: str(root),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        **{name: str(path) for name, path in made.items()},
+    }
 
 
 def worker_environment(environ: Mapping[str, str]) -> dict[str, str]:
