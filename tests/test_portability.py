@@ -516,7 +516,10 @@ def test_a_library_only_this_machine_has_is_named_even_though_it_loads_here(
     assert kinds.pop("libm.so.6") == "policy" and set(kinds.values()) <= {"policy"}  # libc.so.6, if linked
     found = linkage.check_distribution(index["kilnpng"], index, linkage.System.of_this_machine())
     assert [(e.obj, e.needed) for e in found.unresolved] == [("kilnpng/_png.so", "libpng16.so.16")]
-    assert f"kilnpng/_png.so needs libpng16.so.16 (this machine has it at {host_png}" in found.message()
+    assert (
+        f"kilnpng/_png.so needs libpng16.so.16: {abi.UNRESOLVED} (this machine has it at {host_png}"
+        in found.message()
+    )
     promised = linkage.check_distribution(index["kilnpng"], index, target=["libpng16.so.16"])
     assert promised.unresolved == () and "1 target" in promised.message()
 
