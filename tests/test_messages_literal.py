@@ -205,3 +205,20 @@ def test_only_the_printing_module_imports_rich() -> None:
         )
     ]
     assert others == [], f"these modules import rich: print through torchkiln.printing instead: {others}"
+
+
+@pytest.mark.parametrize("value", ["[red]w[/red]", "[deploy]", "a\\[b]", "[bold]x[/bold]"])
+def test_the_commands_print_a_users_values_verbatim(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    """End to end: ``torchkiln plan`` (its tables) and ``torchkiln cache show`` given paths that hold markup."""
+    from torchkiln.cli import main
+
+    where = tmp_path / value
+    recipe = ROOT / "recipes" / "torch-2.13-cpu-py311.toml"
+    assert main(["plan", str(recipe), "--workdir", str(where / "work"), "--dist", str(where / "dist")]) == 0
+    shown = capsys.readouterr().out
+    assert squeezed(str(where / "work")) in squeezed(shown), shown[-2000:]
+    assert main(["cache", "show", "--cache", "ccache", "--cache-dir", str(where / "cache")]) == 0
+    shown = capsys.readouterr().out
+    assert f"cache: ccache in {where / 'cache'}" in shown, shown
