@@ -129,10 +129,33 @@ def test_a_declared_library_of_another_version_is_named_and_the_fix_ends_it(
         "requires kilnaux==9.10.2 (found 9.1.0)"
     ) in message, message
     assert "resolves through nothing" not in message and "does not declare" not in message
-    assert message.splitlines()[-1] == "fix: install the versions it requires: pip install 'kilnaux==9.10.2'"
+    assert message.splitlines()[-1] == "fix: install what it requires: pip install 'kilnaux==9.10.2'"
     # the fix, followed: the problem is gone
     (requirement,) = re.findall(r"'([^']+)'", message.splitlines()[-1])
     pip(python, "--find-links", str(wheels), requirement)
+    assert check(site).unresolved == ()
+
+
+def test_a_required_distribution_not_installed_is_named_and_the_fix_ends_it(
+    built: dict[str, bytes], tmp_path: Path
+) -> None:
+    """libkilnaux.so.9 is its required distribution's, which is not installed (this machine may have a copy of
+    the library: that is not what the wheel requires): named, and installed by the fix."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    aux_wheel(wheels, "9.10.2", built)
+    python, site = venv_site(tmp_path)
+    pip(python, "--no-deps", str(probe_wheel(wheels, built, ("kilnaux==9.10.2",))))
+    message = check(site).message()
+    assert (
+        "; kilnprobe 1.0 requires what is not installed at all, whose libraries these may be: kilnaux==9.10.2"
+        in message
+    )
+    fix = message.splitlines()[-1]
+    assert fix.startswith(
+        "fix: install what it requires: pip install 'kilnaux==9.10.2'; of what that leaves"
+    ), fix
+    pip(python, "--find-links", str(wheels), *re.findall(r"pip install '([^']+)'", fix))
     assert check(site).unresolved == ()
 
 

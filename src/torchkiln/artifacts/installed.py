@@ -54,12 +54,19 @@ def unsatisfied_requirements(dist: Distribution, index: Mapping[str, Distributio
     return _requirements(dist, index)[1]
 
 
+def missing_requirements(dist: Distribution, index: Mapping[str, Distribution]) -> dict[str, str]:
+    """Distribution -> the requirement on it, for each one ``dist`` requires (as :func:`declared_dependencies`
+    follows them) that is not installed at all."""
+    return _requirements(dist, index)[2]
+
+
 def _requirements(
     dist: Distribution, index: Mapping[str, Distribution]
-) -> tuple[dict[str, Distribution], dict[str, str]]:
+) -> tuple[dict[str, Distribution], dict[str, str], dict[str, str]]:
     seen: set[tuple[str, frozenset[str]]] = set()
     out: dict[str, Distribution] = {}
     other: dict[str, str] = {}
+    missing: dict[str, str] = {}
     todo: list[tuple[Distribution, frozenset[str]]] = [(dist, frozenset())]
     while todo:
         current, extras = todo.pop()
@@ -74,7 +81,10 @@ def _requirements(
                 continue
             name = canonicalize_name(req.name)
             key = (name, frozenset(req.extras))
-            if name not in index or key in seen:
+            if name not in index:
+                missing.setdefault(name, f"{req.name}{req.specifier}")
+                continue
+            if key in seen:
                 continue
             if not _satisfies(index[name], req):
                 other.setdefault(name, f"{req.name}{req.specifier}")
@@ -82,7 +92,7 @@ def _requirements(
             seen.add(key)
             out[name] = index[name]
             todo.append((index[name], frozenset(req.extras)))
-    return out, {name: req for name, req in other.items() if name not in out}
+    return out, {name: req for name, req in other.items() if name not in out}, missing
 
 
 def _satisfies(dist: Distribution, req: Requirement) -> bool:

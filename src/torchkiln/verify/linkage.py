@@ -32,6 +32,7 @@ from torchkiln.artifacts.installed import (
     Distribution,
     declared_dependencies,
     installed,
+    missing_requirements,
     name_of,
     provided_libraries,
     shared_objects,
@@ -120,6 +121,9 @@ class Linkage:
     # entry's ``via`` names it: :func:`torchkiln.artifacts.abi.mismatch_words`)
     mismatched: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     target: tuple[str, ...] = ()  # the recipe's [deploy] system_libraries it was judged against
+    missing: Mapping[str, str] = field(
+        default_factory=dict
+    )  # required distributions not installed -> requirement
 
     @property
     def unresolved(self) -> tuple[Resolved, ...]:
@@ -146,7 +150,8 @@ class Linkage:
                 f"{self.distribution}: {len(self.unresolved)} NEEDED entries do not resolve on the target machines "
                 "(through the wheel's own files, a declared distribution's at the version it requires, a system "
                 "library a manylinux policy allows, the NVIDIA driver's, the recipe's [deploy] system_libraries; "
-                f"never this machine's system directories); cause: {listed}\nfix: {self.fix()}"
+                f"never this machine's system directories); cause: {listed}{self._not_installed()}\n"
+                f"fix: {self.fix()}"
             )
         routes = ", ".join(f"{n} {kind}" for kind, n in sorted(self.routes().items()))
         return (
@@ -154,29 +159,40 @@ class Linkage:
             f"on the target without LD_LIBRARY_PATH ({routes or 'none needed'}){record}"
         )
 
+    def _not_installed(self) -> str:
+        if not self.missing:
+            return ""
+        return (
+            f"; {self.distribution} requires what is not installed at all, whose libraries these may be: "
+            + ", ".join(sorted(self.missing.values()))
+        )
+
     def fix(self) -> str:
-        """The way out of every unresolved entry at once: the required versions of the distributions installed
-        at another (one pip command naming them all), then, for the rest, the complete recipe line."""
+        """The way out of every unresolved entry at once: what it requires at the version it requires (one pip
+        command naming every distribution installed at another version or not at all), then, for the rest, the
+        complete recipe line."""
         wrong = {
             req: words
             for req, words in self.mismatched.values()
             if any(words in e.via for e in self.unresolved)
         }
         rest = sorted({e.needed for e in self.unresolved if not any(w in e.via for w in wrong.values())})
+        install = sorted({*wrong, *self.missing.values()})
         parts = []
-        if wrong:
-            parts.append(
-                "install the versions it requires: pip install " + " ".join(f"'{r}'" for r in sorted(wrong))
-            )
+        if install:
+            parts.append("install what it requires: pip install " + " ".join(f"'{r}'" for r in install))
         if rest:
-            parts.append(system_libraries_fix(self.target, rest))
+            then = "of what that leaves unresolved: " if self.missing else ""
+            parts.append(then + system_libraries_fix(self.target, rest))
         return "; ".join(parts)
 
     def _named(self, entry: Resolved) -> str:
         here = self.here.get(entry.needed)
         others = self.here_other.get(entry.needed)
         if here:
-            where = f" (this machine has it at {here}: the wheel works here only)"
+            real = Path(here).resolve().name  # the file a soname link names says its full version
+            full = f" ({real})" if real != Path(here).name else ""
+            where = f" (this machine has it at {here}{full}: the wheel works here only)"
         elif others:
             where = f" (this machine has only another version of it: {few(list(others), 3)})"
         else:
@@ -214,7 +230,8 @@ def check_distribution(
         name: (req, mismatch_words(name, index[name].version, req, wheel))
         for name, req in unsatisfied_requirements(dist, index).items()
     }
-    return Linkage(label, objects, entries, record, here, here_other, mismatched, target)
+    missing = missing_requirements(dist, index)
+    return Linkage(label, objects, entries, record, here, here_other, mismatched, target, missing)
 
 
 # --- what torch's CUDA libraries link: NCCL and MAGMA (buildconfig's self-checks) ---------------------
