@@ -20,6 +20,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -931,7 +932,10 @@ def test_post_build_check_refuses_a_library_only_the_build_machine_has_unless_th
     assert f"{wheel_world['wheel'].name} needs libpng16.so.16, which the target machines" in message
     assert "torch/lib/libshm.so needs libpng16.so.16 (not bundled" in message
     assert not (wheel_world["root"] / "dist-png").exists(), "nothing published"
-    promised = describing_the_wheel() + b'\n[deploy]\nsystem_libraries = ["libpng16.so.16"]\n'
+    # the fix as printed, applied: its recipe line under its table (issue 46: it names every library at once)
+    (line,) = re.findall(r"fix: .*\[deploy\] (system_libraries = \[.*\])$", message, re.MULTILINE)
+    assert line == 'system_libraries = ["libpng16.so.16"]', message
+    promised = describing_the_wheel() + f"\n[deploy]\n{line}\n".encode()
     result, _, _ = build(checks_only(world, promised, "png"))
     assert result.ran == [], "the same wheels: the check's steps are skipped and judged again"
     assert (wheel_world["root"] / "dist-png" / "manifest.json").is_file()

@@ -308,7 +308,8 @@ def test_retarget_and_refusal_follow_the_recipes_list() -> None:
     reason = portability.refusal("tv.whl", found)
     assert reason is not None and reason.startswith("tv.whl needs libpng16.so.16, which the target machines")
     assert "torchvision/_C.so needs libpng16.so.16 (not bundled" in reason
-    assert '[deploy] system_libraries = ["libpng16.so.16"]' in reason
+    fix = portability.system_libraries_fix([], portability.unresolved_names([found]))
+    assert fix.endswith('list it in the recipe: [deploy] system_libraries = ["libpng16.so.16"]'), fix
     promised = portability.retarget(found, ["libpng16.so.16"], abi.UNRESOLVED)
     assert portability.refusal("tv.whl", promised) is None
     assert [n.kind for n in promised.needs] == ["target", "policy"]
@@ -515,7 +516,10 @@ def test_a_library_only_this_machine_has_is_named_even_though_it_loads_here(
     assert kinds.pop("libm.so.6") == "policy" and set(kinds.values()) <= {"policy"}  # libc.so.6, if linked
     found = linkage.check_distribution(index["kilnpng"], index, linkage.System.of_this_machine())
     assert [(e.obj, e.needed) for e in found.unresolved] == [("kilnpng/_png.so", "libpng16.so.16")]
-    assert f"kilnpng/_png.so needs libpng16.so.16 (this machine has it at {host_png}" in found.message()
+    assert (
+        f"kilnpng/_png.so needs libpng16.so.16: {abi.UNRESOLVED} (this machine has it at {host_png}"
+        in found.message()
+    )
     promised = linkage.check_distribution(index["kilnpng"], index, target=["libpng16.so.16"])
     assert promised.unresolved == () and "1 target" in promised.message()
 

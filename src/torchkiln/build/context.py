@@ -17,14 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-
 from torchkiln.artifacts.manifest import Checks, MemoryRetry, StepRecord
 from torchkiln.artifacts.portability import Portability
 from torchkiln.cache import CacheSession, CacheStats, open_session
 from torchkiln.distributed.stats import DistStats
 from torchkiln.errors import TorchkilnError, space_on
 from torchkiln.plan.model import Plan, Step
+from torchkiln.printing import Console
 from torchkiln.process.environ import compose
 from torchkiln.process.logs import first_error, log_name, start_run_logs, tail
 
@@ -213,11 +212,11 @@ class Context:
                 self._finish_dist()
         self.cache_stats = stats
         if stats is not None:
-            self.console.print(f"  compiler cache: {stats.summary()}")
+            self.display.note(f"compiler cache: {stats.summary()}")
         if stats is not None and self.dist is not None and self.dist.spec is not None:
             self.dist_stats = stats.dist  # read with the cache's counters, before the server stopped
         if self.dist_stats is not None:
-            self.console.print(f"  {self.dist_stats.summary()}")
+            self.display.note(self.dist_stats.summary())
             fallback = self.dist_stats.fallback_warning()
             if fallback:
                 self.warn(fallback)

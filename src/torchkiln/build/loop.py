@@ -30,12 +30,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-
 from torchkiln.artifacts.manifest import StepRecord
 from torchkiln.errors import BuildFailed, ConfigureMismatch, Interrupted, TorchkilnError, name_path
 from torchkiln.files.atomic import clean_partials
 from torchkiln.plan.model import Plan, Step
+from torchkiln.printing import Console, make_console
 from torchkiln.process import runner
 
 from .context import Context, Options
@@ -276,7 +275,7 @@ def _replaced_next(ctx: Context, index: int) -> bool:
 def run_build(plan: Plan, options: BuildOptions | None = None) -> BuildResult:
     """Execute ``plan``; raises BuildFailed / ConfigureMismatch / Interrupted (all TorchkilnError)."""
     options = options or BuildOptions()
-    console = options.console or Console(highlight=False)
+    console = options.console or make_console()
     display = Display(console)
     paths = plan.paths
     try:

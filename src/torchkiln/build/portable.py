@@ -21,7 +21,14 @@ from typing import Any
 
 from torchkiln.artifacts import jsonfile, wheelfile
 from torchkiln.artifacts.manifest import WheelRecord
-from torchkiln.artifacts.portability import Portability, one_line, refusal, retarget
+from torchkiln.artifacts.portability import (
+    Portability,
+    one_line,
+    refusal,
+    retarget,
+    system_libraries_fix,
+    unresolved_names,
+)
 from torchkiln.errors import BuildFailed
 from torchkiln.files.digests import file_sha256
 from torchkiln.plan.model import Step
@@ -109,9 +116,10 @@ def judge(ctx: Context, step: Step, outputs: Mapping[str, Any], log: str | None)
             refused.append(reason)
     if refused:
         lines = "\n".join(f"  - {reason}" for reason in refused)
+        fix = system_libraries_fix(system, unresolved_names(ctx.portability.values()))
         raise BuildFailed(
             f"{step.name}: the built wheels need libraries the machines they are deployed to may lack:\n"
-            f"{lines}\nnothing was published (docs/portability.md; full log: {log})",
+            f"{lines}\nfix: {fix}\nnothing was published (docs/portability.md; full log: {log})",
             step=step.name,
         )
 
@@ -161,9 +169,12 @@ def attach(
                 keep_elf_readings(ctx)
                 record = analyse_wheel(path, sites, target=target, analysed=IN_BUILD_VENV)
                 records.put(key, jsonfile.to_data(record))
-            reason = refusal(path.name, record)
-            if reason is not None:
-                ctx.warn(f"--skip-checks: the post-build check would have refused it: {reason}")
         out.append(replace(wheel, portability=record))
         ctx.display.note(f"{path.name}: {one_line(record)}")
+    judged = {wheel.name: wheel.portability for wheel in out if wheel.portability is not None}
+    fix = system_libraries_fix(target, unresolved_names(judged.values()))
+    for name, record in judged.items():
+        reason = refusal(name, record)
+        if reason is not None:  # each warning complete: its fix covers every wheel's libraries
+            ctx.warn(f"--skip-checks: the post-build check would have refused it: {reason}; fix: {fix}")
     return out

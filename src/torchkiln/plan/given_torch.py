@@ -184,12 +184,15 @@ def _check_python_tags(text: str, path: Path, version: Version, recipe: Recipe) 
     theirs = sorted(
         {f"{m.group(1)}.{m.group(2)}" for t in tags if (m := re.fullmatch(r"cp(\d)(\d+)", t.interpreter))}
     )
-    download = (
-        f": pip download --no-deps --only-binary=:all: --python-version {missing[0]} --dest DIR "
-        f"'torch=={version}' (from the index that has it)"
-        if not missing[0].endswith("t")
-        else ""
-    )
+    if len(recipe.python_versions) > 1:  # one file serves one CPython: the requirement, resolved per Python
+        download = f": --torch 'torch=={version}' (pip takes each Python's wheel from the index that has it)"
+    elif not missing[0].endswith("t"):
+        download = (
+            f": pip download --no-deps --only-binary=:all: --python-version {missing[0]} --dest DIR "
+            f"'torch=={version}' (from the index that has it)"
+        )
+    else:
+        download = ""
     other = (
         f"; or a recipe for the wheel's Python: torchkiln recipe new RECIPE --python {theirs[0]}"
         if theirs

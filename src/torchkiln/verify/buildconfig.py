@@ -69,14 +69,17 @@ __all__ = [
 
 def collect_facts() -> BuildFacts:
     """The importable torch's facts (:func:`torchkiln.verify.facts.collect_facts`, standard library only)
-    and what its ELF files say about NCCL and MAGMA (:mod:`torchkiln.verify.linkage`, with pyelftools)."""
-    from . import linkage  # pyelftools: imported when the suite asks, not by the build's post-build check
+    and what the ELF files of the torch ``import`` loads say about NCCL and MAGMA (:mod:`torchkiln.verify.linkage`,
+    with pyelftools)."""
+    from . import imported, linkage  # pyelftools: imported when the suite asks, not by the post-build check
 
     found = _facts.collect_facts()
     index = linkage.installed()
-    torch_dist = index.get("torch")
-    if torch_dist is None:  # a torch not installed as a distribution (a source tree on sys.path)
+    installed = index.get("torch")
+    if installed is None:  # a torch not installed as a distribution (a source tree on sys.path)
         return found
+    # the libraries of the torch that is imported: a copy shadowing the installed one is what runs
+    torch_dist = imported.as_distribution(imported.find("torch", installed), installed)
     linked = linkage.check_distribution(torch_dist, index, linkage.System.of_this_machine())
     return dataclasses.replace(found, **linkage.library_facts(torch_dist, linked))  # type: ignore[arg-type]
 
