@@ -271,6 +271,7 @@ def stop_signals(interrupt: Callable[[int], BaseException]) -> Iterator[None]:
     (``nohup``'s SIGHUP, a background job's SIGINT) stays ignored. Outside the main thread: nothing."""
 
     fired: list[int] = []
+    _STOPPING.clear()
 
     def handler(signum: int, frame: object) -> None:
         first = not fired and not _STOPPING  # nor an interrupt another handler raised (the build loop's)
