@@ -22,6 +22,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,9 @@ EDITED = {
     "vision_like": ("csrc/ops/op_00.cpp", "csrc/kiln_macros.h"),
     "torchvision-0.21": ("torchvision/csrc/ops/cpu/nms_kernel.cpp", "torchvision/csrc/macros.h"),
 }
-DEBUG_RECIPE = 'local_version = "+cpu"\ntype = "Debug"'  # [build] of tests/data/ext-cpu-test.toml, plus the type
+DEBUG_RECIPE = (
+    'local_version = "+cpu"\ntype = "Debug"'  # [build] of tests/data/ext-cpu-test.toml, plus the type
+)
 
 
 @dataclass(frozen=True)
@@ -52,13 +55,19 @@ def _append(relative: str, text: str) -> Callable[[Path], None]:
 def edits(tree_name: str) -> list[Edit]:
     unit, header = EDITED[tree_name]
     return [
-        Edit("code", f"a code change in one .cpp ({unit})", _append(unit, "\nint kiln_edited() { return 47; }\n")),
+        Edit(
+            "code",
+            f"a code change in one .cpp ({unit})",
+            _append(unit, "\nint kiln_edited() { return 47; }\n"),
+        ),
         Edit(
             "header",
             f"a header many units include ({header})",
             _append(header, "\ninline int kiln_header_edited() { return 47; }\n"),
         ),
-        Edit("flag", 'a recipe flag: [build] type = "Debug" (by hand DEBUG=1)', lambda tree: None, debug=True),
+        Edit(
+            "flag", 'a recipe flag: [build] type = "Debug" (by hand DEBUG=1)', lambda tree: None, debug=True
+        ),
     ]
 
 
@@ -72,10 +81,10 @@ def debug_recipe(recipe: Path) -> Path:
     return out
 
 
-def fresh_of(builder: Path, build: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
+def fresh_of(builder: Path, build: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """A build of ``builder``'s tree as it is now, at the same path, from an empty work directory: the tree,
     work directory and dist/ are set aside, the tree's sources copied back (no ``build/``), built by
-    ``build(builder)``, and everything put back as it was."""
+    ``build()`` (a build of ``builder``), and everything put back as it was."""
     parts = ("vision", "work", "dist")
     for part in parts:
         if (builder / part).exists():
@@ -87,7 +96,7 @@ def fresh_of(builder: Path, build: Callable[[Path], dict[str, Any]]) -> dict[str
             symlinks=True,
             ignore=shutil.ignore_patterns("build", "*.egg-info", "version.py"),  # what a build writes
         )
-        return build(builder)
+        return build()
     finally:
         for part in parts:
             shutil.rmtree(builder / part, ignore_errors=True)
@@ -120,7 +129,9 @@ def edit_rows(
         hand = hand_build(f"by hand in place: {edit.what}", hand_tree, hand_env)
         edit.apply(kiln_builder / "vision")
         kiln = kiln_build(f"torchkiln in place: {edit.what}", kiln_builder, debug)
-        fresh = fresh_of(kiln_builder, lambda b: kiln_build(f"  fresh build of the same state ({edit.name})", b, debug))
+        fresh = fresh_of(
+            kiln_builder, partial(kiln_build, f"  fresh build ({edit.name})", kiln_builder, debug)
+        )
         kiln["edit"] = hand["edit"] = edit.name
         kiln["fresh_wheel_sha256"] = fresh.get("wheel_sha256")
         kiln["same_wheel_as_fresh"] = fresh.get("wheel_sha256") == kiln.get("wheel_sha256")

@@ -90,7 +90,12 @@ def one_cell(
         extra: tuple[str, ...] = ()
         environ: dict[str, str] = {}
         if kind == "sccache-dist" and cluster is not None and cluster.found is not None:
-            extra = ("--dist-scheduler", cluster.found.url.rstrip("/"), "--dist-token-env", "KILN_BENCH_TOKEN")
+            extra = (
+                "--dist-scheduler",
+                cluster.found.url.rstrip("/"),
+                "--dist-token-env",
+                "KILN_BENCH_TOKEN",
+            )
             environ = {"KILN_BENCH_TOKEN": cluster.found.client_token}
         cell = signalkit.Cell(
             scratch / f"{name}-{index}",
@@ -103,7 +108,9 @@ def one_cell(
         signalkit.make_tree(cell.tree)
         load = loadavg()
         stopped = signalkit.signal_in_flight(cell, step, signum)
-        left = signalkit.settled(lambda: signalkit.survivors(cell, stopped.snapshot, foreign=_cluster_of(cluster)), 3.0)
+        left = signalkit.settled(
+            lambda: signalkit.survivors(cell, stopped.snapshot, foreign=_cluster_of(cluster)), 3.0
+        )
         left += signalkit.sccache_servers(cell)
         shutil.rmtree(cell.base, ignore_errors=True)
         return {
@@ -120,7 +127,9 @@ def one_cell(
 
 def _cluster_of(cluster: Cluster | None) -> Callable[[signalkit.Proc], bool]:
     """Whether a process is the loopback cluster's (its daemons and what they run), not the build's."""
-    return signalkit.below({p.pid for p in cluster.found.processes.values()} if cluster and cluster.found else set())
+    return signalkit.below(
+        {p.pid for p in cluster.found.processes.values()} if cluster and cluster.found else set()
+    )
 
 
 def fill_store(scratch: Path, recipe: Path, store: Path) -> None:
@@ -135,7 +144,9 @@ def fill_store(scratch: Path, recipe: Path, store: Path) -> None:
 
 
 def print_table(rows: list[dict[str, Any]], title: str) -> None:
-    table = Table("signal", "cache", "step", "exit (s), median", "samples (s)", "exit code", "left", title=title)
+    table = Table(
+        "signal", "cache", "step", "exit (s), median", "samples (s)", "exit code", "left", title=title
+    )
     for r in rows:
         median = r.get("median_exit_s")
         shown = "-" if median is None else f"{median:.2f}" + ("" if median <= GOAL_S else " (over 2 s)")
@@ -155,15 +166,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3, help="samples per cell, the median reported (3)")
     parser.add_argument("--signal", choices=SIGNALS, action="append", help="only these signals (repeatable)")
-    parser.add_argument("--kind", choices=signalkit.KINDS, action="append", help="only these caches (repeatable)")
-    parser.add_argument("--step", choices=signalkit.STEPS, action="append", help="only these steps (repeatable)")
+    parser.add_argument(
+        "--kind", choices=signalkit.KINDS, action="append", help="only these caches (repeatable)"
+    )
+    parser.add_argument(
+        "--step", choices=signalkit.STEPS, action="append", help="only these steps (repeatable)"
+    )
     parser.add_argument("--scratch", type=Path, default=None, help="where the trees and caches go")
     parser.add_argument("--results", type=Path, default=None, help="results JSON (bench/results/...)")
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error("--repeat must be >= 1")
     for tool in ("ccache", "sccache", "ninja", "c++", "python3.11"):
-        if shutil.which(tool, path=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])) is None:
+        if (
+            shutil.which(tool, path=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
+            is None
+        ):
             raise SystemExit(f"bench: {tool} is not installed")
     signals = args.signal or list(SIGNALS)
     kinds, steps = args.kind or list(signalkit.KINDS), args.step or list(signalkit.STEPS)

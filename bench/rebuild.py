@@ -407,7 +407,9 @@ def edit_loop(
     in place by both (the local cache of the rows before: warm)."""
     console.print("[bold]the edit loop[/bold]: rebuilt where it was built")
     e = kiln.fresh_builder(scratch / "e")
-    rows = [kiln.build("torchkiln edit loop: the first build of its tree", e, scratch / "cache-a", remote=False)]
+    rows = [
+        kiln.build("torchkiln edit loop: the first build of its tree", e, scratch / "cache-a", remote=False)
+    ]
     rows.append(hand.build("by hand edit loop: the first build of its tree", python, scratch / "hand-e", scratch / "hand-cache", remote=False))  # fmt: skip
 
     def kiln_build(name: str, builder: Path, recipe: Path | None) -> dict[str, Any]:
@@ -416,7 +418,9 @@ def edit_loop(
     def hand_build(name: str, where: Path, extra: dict[str, str]) -> dict[str, Any]:
         return hand.build(name, python, where.parent, scratch / "hand-cache", remote=False, in_place=True, extra_env=extra)  # fmt: skip
 
-    return rows + edit_rows(tree.name, kiln_build, hand_build, e, scratch / "hand-e" / "vision", kiln.local, only)
+    return rows + edit_rows(
+        tree.name, kiln_build, hand_build, e, scratch / "hand-e" / "vision", kiln.local, only
+    )
 
 
 def quick_rows(tree: Tree, scratch: Path, jobs: int) -> list[dict[str, Any]]:

@@ -176,7 +176,9 @@ def processes() -> list[Proc]:
         state = fields[0].decode()
         if state in ("Z", "X"):
             continue
-        found.append(Proc(int(entry.name), int(fields[1]), int(fields[2]), int(fields[3]), state, cmdline, cwd))
+        found.append(
+            Proc(int(entry.name), int(fields[1]), int(fields[2]), int(fields[3]), state, cmdline, cwd)
+        )
     return found
 
 
@@ -259,9 +261,7 @@ class Snapshot:
     seconds_to_flight: float
 
 
-def wait_in_flight(
-    cell: Cell, step: str, proc: subprocess.Popen[bytes], timeout: float = 900
-) -> Snapshot:
+def wait_in_flight(cell: Cell, step: str, proc: subprocess.Popen[bytes], timeout: float = 900) -> Snapshot:
     """Once ``step`` is in flight: the run's mark and the process groups and sessions of its processes
     (torchkiln's descendants and what carries its mark: a daemonized sccache server is no descendant)."""
     start = time.monotonic()
@@ -271,7 +271,9 @@ def wait_in_flight(
             break
         if proc.poll() is not None:
             out = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
-            raise AssertionError(f"the build ended (exit {proc.returncode}) before {step} was in flight:\n{out[-3000:]}")
+            raise AssertionError(
+                f"the build ended (exit {proc.returncode}) before {step} was in flight:\n{out[-3000:]}"
+            )
         if time.monotonic() - start > timeout:
             raise AssertionError(f"{step} never got in flight within {timeout} s")
         time.sleep(0.05)
@@ -288,7 +290,9 @@ def wait_in_flight(
     )
 
 
-def survivors(cell: Cell, snapshot: Snapshot, *, foreign: Callable[[Proc], bool] = lambda p: False) -> list[str]:
+def survivors(
+    cell: Cell, snapshot: Snapshot, *, foreign: Callable[[Proc], bool] = lambda p: False
+) -> list[str]:
     """What of the build still runs: a process carrying its mark, in one of its process groups or sessions,
     or naming the cell's directory in its argv or working directory (``foreign``: what is not the build's,
     e.g. a loopback cluster's build servers)."""
