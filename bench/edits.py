@@ -65,9 +65,7 @@ def edits(tree_name: str) -> list[Edit]:
             f"a header many units include ({header})",
             _append(header, "\ninline int kiln_header_edited() { return 47; }\n"),
         ),
-        Edit(
-            "flag", 'a recipe flag: [build] type = "Debug" (by hand DEBUG=1)', lambda tree: None, debug=True
-        ),
+        Edit("flag", 'a recipe flag: build.type = "Debug" (by hand DEBUG=1)', lambda tree: None, debug=True),
     ]
 
 
