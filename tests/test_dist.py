@@ -638,3 +638,28 @@ def test_a_build_whose_scheduler_is_unreachable_warns_once_and_builds_locally(ho
     assert out.count("is unreachable") == 1
     assert manifest["cache"]["misses"] == EXT_UNITS  # compiled here, through the cache
     assert (base / "dist" / "kiln_ext-2.13.0+cpu-cp311-cp311-linux_x86_64.whl").is_file()
+
+
+def test_a_signal_with_a_distributed_compile_in_flight(make_cluster, tmp_path: Path) -> None:
+    """Issue 47 item 3, sccache-dist's cell (tests/test_signals.py has the others): SIGHUP while the build's
+    compiles go to the cluster ends torchkiln with 129, its sccache server killed with what it runs (not
+    asked to wait for the cluster's answers), nothing of the build running on (the cluster's own build
+    servers are not the build's), and the rerun gives the wheel a build from an empty work directory gives."""
+    import signal
+
+    from signalkit import Cell, below, check_stopped, write_recipe
+
+    for tool in ("ninja", "c++", "python3.11"):
+        if shutil.which(tool, path=tool_path()) is None:
+            unavailable(f"{tool} is not installed")
+    found = make_cluster(servers=1)
+    cell = Cell(
+        tmp_path / "cell",
+        write_recipe(tmp_path / "signals.toml"),
+        "sccache-dist",
+        env_store=str(tmp_path / "envs"),
+        environ={TOKEN_ENV: found.client_token},
+        extra=("--dist-scheduler", found.url.rstrip("/"), "--dist-token-env", TOKEN_ENV),
+    )
+    daemons = {proc.pid for proc in found.processes.values()}
+    check_stopped(cell, "compile", signal.SIGHUP, foreign=below(daemons))

@@ -34,6 +34,7 @@ import os
 import re
 import shutil
 import socket
+import struct
 import subprocess
 import tempfile
 import time
@@ -281,6 +282,26 @@ def stop_orphans(env: Mapping[str, str]) -> list[Path]:
     return removed
 
 
+def _server_pid(sock: str) -> int | None:
+    """The pid of the process listening on ``sock`` (SO_PEERCRED); None when nothing does."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(sock)
+            pid, _, _ = struct.unpack("3i", probe.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+        except OSError:
+            return None
+    return pid if pid > 0 else None
+
+
+def _own_group(pid: int) -> int | None:
+    """``pid``'s process group, unless it is torchkiln's own (then only ``pid`` may be killed)."""
+    try:
+        group = os.getpgid(pid)
+    except ProcessLookupError:
+        return None
+    return None if group == os.getpgrp() else group
+
+
 def _accepting(sock: str) -> bool:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
         try:
@@ -422,14 +443,34 @@ class Sccache(CacheTool):
             runner.stop_group(proc, grace=5)
         prepared.cleanup()  # its /tmp, the output with it
 
-    def stop(self, env: Mapping[str, str]) -> None:
-        runner.run(["sccache", "--stop-server"], env=env, timeout=60)
+    def stop(self, env: Mapping[str, str], *, now: bool = False) -> None:
+        """Asked to stop (``sccache --stop-server``: the server finishes the compiles in flight and writes
+        what they leave to the cache first), or with ``now`` killed at once with them (:meth:`_kill`)."""
         sock = Path(env.get("SCCACHE_SERVER_UDS", ""))
-        self._reap(str(sock))
+        if now:
+            self._kill(str(sock))
+        else:
+            runner.run(["sccache", "--stop-server"], env=env, timeout=60)
+            self._reap(str(sock))
         if sock.name and sock.exists():
             sock.unlink()
         if sock.parent.name.startswith(SOCKET_PREFIX):
             shutil.rmtree(sock.parent, ignore_errors=True)
+
+    def _kill(self, sock: str) -> None:
+        """The server at ``sock`` and the compiles it runs, SIGKILLed as one process group: a sandboxed
+        server's (torchkiln started its bubblewrap), or a daemon's (it stays in the group of the
+        ``sccache --start-server`` that started it, and its compilers with it), found by the socket's peer."""
+        found = self._servers.pop(sock, None)
+        if found is not None:
+            proc, prepared = found
+            runner.end_group(proc.pid)
+            proc.wait()
+            prepared.cleanup()
+            return
+        pid = _server_pid(sock)
+        if pid is not None:
+            runner.end_group(_own_group(pid), pid=pid)
 
     def zero_stats(self, env: Mapping[str, str], redact: Redact) -> None:
         self._output(["sccache", "--zero-stats"], env, redact)

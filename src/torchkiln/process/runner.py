@@ -18,6 +18,11 @@ verification suite runs it inside slim runtime images.
 
 * within :func:`supervised` (a build), every process carries the run's mark and a watchdog
   (:mod:`torchkiln.process.supervisor`) kills all of them once torchkiln is gone, SIGKILL of torchkiln included.
+* a stop signal (SIGINT, SIGTERM, SIGHUP: :func:`stop_signals`) ends torchkiln within 2 s, whatever runs: the
+  run in flight gets SIGTERM and, :data:`STOP_GRACE_S` later, SIGKILL (not :data:`KILL_GRACE_S`); what is
+  waited for afterwards is only what is still *running* (a zombie, whose reaping this machine's init may
+  delay by seconds, is gone); and :func:`stopping` tells what a build started beside its steps (the
+  compiler cache's server) to be killed, not asked to finish its work.
 
 :func:`spawn` is the one place a process is created; :class:`Completed` / :class:`Streamed` carry the
 seconds each run took.
@@ -37,13 +42,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from torchkiln.errors import TorchkilnError, name_path
+from torchkiln.errors import Interrupted, TorchkilnError, name_path
 from torchkiln.process import peak
 
 from .logs import first_error
 from .supervisor import MARK
 
 KILL_GRACE_S = 10.0
+# After a stop signal: SIGTERM, then SIGKILL this much later. A tool that cleans up on SIGTERM does it in
+# milliseconds (ninja, pip, the compilers die at once); one that ignores it must not hold torchkiln's exit.
+STOP_GRACE_S = 0.5
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 TAIL_KEEP = 200
 
 Redact = Callable[[str], str]
@@ -156,10 +165,12 @@ def supervised() -> Iterator[str]:
         yield _WATCH.run_id
         return
     watch = _WATCH = _Watch(uuid.uuid4().hex)
+    _STOPPING.clear()  # a run of its own: an earlier run's stop (an in-process caller's) is not this one's
     try:
         yield watch.run_id
     finally:
         _WATCH = None
+        _STOPPING.clear()
         watchdog = watch.watchdog
         if watchdog is not None:
             assert watchdog.stdin is not None
@@ -230,6 +241,60 @@ def confined(confine: Confine) -> Iterator[None]:
 
 
 # --------------------------------------------------------------------------------------------------
+# Stop signals: SIGINT, SIGTERM, SIGHUP end torchkiln within 2 s, with nothing it started left running.
+# --------------------------------------------------------------------------------------------------
+
+_STOPPING: list[int] = []  # the stop signals this run received (0: an interrupt seen only as its exception)
+
+
+def stopping() -> bool:
+    """Whether this run is stopping on a signal: what it started is killed, not waited for (the compiler
+    cache's server is not asked to finish the compiles in flight, its statistics are not read)."""
+    return bool(_STOPPING)
+
+
+def _note_interrupt(exc: BaseException) -> bool:
+    """Remember an interrupt seen as its exception (Ctrl-C's KeyboardInterrupt, a handler's
+    :class:`~torchkiln.errors.Interrupted`, whoever installed the handler); whether ``exc`` is one."""
+    if isinstance(exc, KeyboardInterrupt | Interrupted):
+        if not _STOPPING:
+            _STOPPING.append(0)
+        return True
+    return False
+
+
+@contextlib.contextmanager
+def stop_signals(interrupt: Callable[[int], BaseException]) -> Iterator[None]:
+    """Within the block, the first of SIGINT, SIGTERM, SIGHUP raises ``interrupt(signum)`` where the main
+    thread is (the run in flight is stopped on the way out: :func:`finish`, :func:`stream`); later ones are
+    only remembered, so they cannot break off the cleanup the first started. A signal the caller ignores
+    (``nohup``'s SIGHUP, a background job's SIGINT) stays ignored. Outside the main thread: nothing."""
+
+    fired: list[int] = []
+    _STOPPING.clear()
+
+    def handler(signum: int, frame: object) -> None:
+        first = not fired and not _STOPPING  # nor an interrupt another handler raised (the build loop's)
+        _STOPPING.append(signum)
+        fired.append(signum)
+        if first:
+            raise interrupt(signum)
+
+    previous: dict[signal.Signals, Any] = {}
+    try:
+        for signum in STOP_SIGNALS:
+            if signal.getsignal(signum) != signal.SIG_IGN:
+                previous[signum] = signal.signal(signum, handler)
+    except ValueError:  # not the main thread: signals are the main thread's
+        pass
+    try:
+        yield
+    finally:
+        for number, before in previous.items():
+            signal.signal(number, before)
+
+
+# --------------------------------------------------------------------------------------------------
 # Starting and stopping.
 # --------------------------------------------------------------------------------------------------
 
@@ -274,13 +339,32 @@ def spawn(
 
 
 def _group_alive(pgid: int) -> bool:
+    """Whether a member of process group ``pgid`` still runs. A zombie does not: it is dead, only not yet
+    reaped, and who reaps it may take seconds (the init of this machine, for the pid-1 process of a sandbox
+    whose bubblewrap died first)."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    return any(state not in "ZX" for state in _member_states(pgid))
+
+
+def _member_states(pgid: int) -> Iterator[str]:
+    """The state letter (``ps``'s STAT) of each process of group ``pgid``, read from /proc."""
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue  # gone meanwhile
+        # pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses, the last ')' ends it
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 2 and int(fields[2]) == pgid:
+            yield fields[0].decode("ascii", "replace")
 
 
 def kill_group(proc: subprocess.Popen[Any]) -> None:
@@ -289,9 +373,37 @@ def kill_group(proc: subprocess.Popen[Any]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
-def stop_group(proc: subprocess.Popen[Any], *, grace: float = KILL_GRACE_S) -> None:
-    """Stop ``proc``'s whole process group: SIGTERM, then SIGKILL after ``grace`` seconds. Returns once the
-    leader and every other member are gone, so nothing keeps compiling."""
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] not in (b"Z", b"X")
+
+
+def end_group(pgid: int | None, *, pid: int | None = None, wait: float = 2.0) -> None:
+    """SIGKILL process group ``pgid`` (and ``pid``, which need not lead it), without a word first: for what
+    a stopping run must not wait on (the compiler cache's server and the compiles it runs). Returns once
+    none of them runs, or after ``wait`` seconds."""
+    for kill, target in ((os.killpg, pgid), (os.kill, pid)):
+        if target is not None and target > 0:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                kill(target, signal.SIGKILL)
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline and (
+        (pgid is not None and _group_alive(pgid)) or (pid is not None and _running(pid))
+    ):
+        time.sleep(0.01)
+
+
+def stop_group(proc: subprocess.Popen[Any], *, grace: float | None = None) -> None:
+    """Stop ``proc``'s whole process group: SIGTERM, then SIGKILL after ``grace`` seconds (default
+    :data:`KILL_GRACE_S`, :data:`STOP_GRACE_S` once this run is :func:`stopping`). Returns once the leader and
+    every other member are gone, so nothing keeps compiling."""
+    if grace is None:
+        grace = STOP_GRACE_S if stopping() else KILL_GRACE_S
     pgid = proc.pid  # start_new_session: the process leads its own group
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGTERM)
@@ -332,7 +444,8 @@ def finish(
             kill_group(proc)
             out, err = proc.communicate()
             code = None
-    except BaseException:
+    except BaseException as exc:
+        _note_interrupt(exc)
         stop_group(proc)
         raise
     finally:
@@ -416,8 +529,11 @@ def stream(
             measured = _reported_peak(report) if report else None
     except OSError as exc:  # the log's disk is full or gone: say which file
         raise name_path(exc, log) from None
+    except BaseException as exc:
+        _note_interrupt(exc)
+        raise
     finally:
-        if not finished:  # stopped by the observer, Ctrl-C or SIGTERM
+        if not finished:  # stopped by the observer, Ctrl-C or a stop signal
             stop_group(proc)
         proc.stdout.close()
         if report is not None:
