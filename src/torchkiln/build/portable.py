@@ -14,6 +14,7 @@ instead of stopping, about what the check would have refused.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -62,22 +63,26 @@ def checked_wheels(step: Step) -> list[Path]:
     return found
 
 
-def keep_elf_readings(ctx: Context) -> None:
-    """What the ELF reader finds is kept with the build's records (the work directory's and the environment
-    store's, ``elf/``), by file identity: the check's venv and the build venv hold hard links of the same
-    torch libraries, and a fresh work directory on this machine links the same store objects."""
+def kept_readings(ctx: Context) -> contextlib.AbstractContextManager[None]:
+    """Within it, what the ELF reader finds is kept with the build's records (the work directory's and the
+    environment store's, ``elf/``), by file identity: the check's venv and the build venv hold hard links of
+    the same torch libraries, and a fresh work directory on this machine links the same store objects."""
     from torchkiln.artifacts import elf
 
-    elf.keep_in([d / "elf" for d in Records.for_build(ctx.plan.paths.workdir, ctx.plan.env_store).dirs])
+    return elf.keeping(
+        [d / "elf" for d in Records.for_build(ctx.plan.paths.workdir, ctx.plan.env_store).dirs]
+    )
 
 
 def analyse_checked(step: Step, ctx: Context | None = None) -> dict[str, Any]:
     """Wheel file name -> its record (JSON data), read in the check step's venv (the step's outputs)."""
+    with kept_readings(ctx) if ctx is not None else contextlib.nullcontext():
+        return _analyse_checked(step)
+
+
+def _analyse_checked(step: Step) -> dict[str, Any]:
     from torchkiln.artifacts.abi import analyse_installed
     from torchkiln.artifacts.installed import installed
-
-    if ctx is not None:
-        keep_elf_readings(ctx)
 
     if step.venv is None:
         return {}
@@ -98,7 +103,7 @@ def judge(ctx: Context, step: Step, outputs: Mapping[str, Any], log: str | None)
     needs what the target is not known to have stops the build, naming it."""
     raw = outputs.get("portability")
     if raw is None:  # a record from before the check read portability: read it now, in the same venv
-        raw = analyse_checked(step) if step.venv and Path(step.venv).is_dir() else {}
+        raw = analyse_checked(step, ctx) if step.venv and Path(step.venv).is_dir() else {}
     system = ctx.plan.recipe.deploy.system_libraries
     refused = []
     for name, data in sorted(raw.items()):
@@ -158,8 +163,8 @@ def attach(
             else:
                 from torchkiln.artifacts.abi import analyse_wheel  # noqa: PLC0415 - ELF readers: on a miss only
 
-                keep_elf_readings(ctx)
-                record = analyse_wheel(path, sites, target=target, analysed=IN_BUILD_VENV)
+                with kept_readings(ctx):
+                    record = analyse_wheel(path, sites, target=target, analysed=IN_BUILD_VENV)
                 records.put(key, jsonfile.to_data(record))
             reason = refusal(path.name, record)
             if reason is not None:
