@@ -60,9 +60,16 @@ class VenvReuse:
     # -- around each step ------------------------------------------------------------------------------
 
     def key(self, step: Step, inputs: Mapping[str, str]) -> str | None:
-        """The step's key in the environment store: what is in its venv after it, without this work
-        directory's paths (so another work directory finds it). None: not kept (no venv, no store, or the
-        step before it on the venv has no key)."""
+        """The step's key in the environment store (:meth:`_key`), kept for the steps after it on its venv."""
+        key = self._key(step, inputs)
+        if key is not None:
+            self.keys[step.name] = key
+        return key
+
+    def _key(self, step: Step, inputs: Mapping[str, str]) -> str | None:
+        """What is in the step's venv after it, without this work directory's paths (so another work
+        directory finds it). None: not kept (no venv, no store, or the step before it on the venv has no
+        key)."""
         setup = self.setup
         if step.venv is None or setup.env_store is None:
             return None
@@ -75,7 +82,7 @@ class VenvReuse:
         if previous is None:
             return None
         local = _localizer(setup)
-        key = setup.env_store.key(
+        return setup.env_store.key(
             {
                 "step": step.name,
                 "argv": [local(a) for a in step.argv],
@@ -88,8 +95,6 @@ class VenvReuse:
                 ),
             }
         )
-        self.keys[step.name] = key
-        return key
 
     def made_again(self, step: Step) -> bool:
         """Whether an earlier step made ``step``'s venv again in this run (it no longer holds what this step
@@ -160,8 +165,7 @@ class VenvReuse:
         run = self.start(following)
         inputs = run.inputs()
         self.ahead[following.name] = (run, inputs)
-        key = self.key(following, inputs)
-        self.keys.pop(following.name, None)  # taken again at its turn, as every step's
+        key = self._key(following, inputs)  # kept at its turn, as every step's
         return key is not None and setup.env_store.lookup(key, kept_files(following)) is not None
 
     def save(self, step: Step, entry: dict[str, Any], *, deferred: bool = False) -> None:
