@@ -44,7 +44,7 @@ def imported(
     argv: Sequence[str], *, module: str = "torchkiln.cli", env: Mapping[str, str] | None = None
 ) -> tuple[int, set[str], str]:
     """(exit status, the modules imported, the output) of ``main(argv)`` of ``module`` in a fresh
-    interpreter (``kiln_with_torch`` for the tests' stand-in builds)."""
+    interpreter."""
     code = _RUN.format(tests=str(HERE), module=module)
     done = subprocess.run(
         [sys.executable, "-c", code, json.dumps(list(argv))],

@@ -696,22 +696,58 @@ def test_an_elf_reading_is_kept_by_file_identity(
         other = original
     else:
         shutil.copy2(original, other)
-    monkeypatch.setattr(elf, "_KEPT", [])
-    elf.keep_in([tmp_path / "keep-a", tmp_path / "keep-b"])
-    elf.elf_cached.cache_clear()
-    first = elf.elf_cached(str(original))
-    assert first == elf.read_elf(original) and first is not None
-    assert len(list((tmp_path / "keep-b").glob("elf-*.json"))) == 1, "kept in every directory"
+    elf.forget_readings()
+    with elf.keeping([tmp_path / "keep-a", tmp_path / "keep-b"]):
+        first = elf.elf_cached(str(original))
+        assert first == elf.read_elf(original) and first is not None
+        assert len(list((tmp_path / "keep-b").glob("elf-*.json"))) == 1, "kept in every directory"
+        if change == "rewritten":
+            with other.open("ab") as handle:
+                handle.write(b"\0")
+        if change == "touched":
+            os.utime(other, ns=(os.stat(other).st_atime_ns, os.stat(other).st_mtime_ns + 1))
+        elf.forget_readings()
+        read = []
+        real = elf.read_elf
+        monkeypatch.setattr(elf, "read_elf", lambda *a, **k: read.append(a) or real(*a, **k))
+        again = elf.elf_cached(str(other))
+    assert again == first if change != "rewritten" else again is not None
+    assert (read == []) is shared, (change, read)
+    elf.forget_readings()
+
+
+@pytest.mark.parametrize("change", ["none", "rewritten", "touched", "replaced"])
+def test_an_elf_reading_in_this_process_answers_what_a_fresh_process_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: str
+) -> None:
+    """The process's memo of ``elf_cached`` (issue 48: two builds in one process): a file changed at the same
+    path is read again, and a build keeping its readings elsewhere gets them kept in its own directories,
+    whatever another build of the process read before."""
+    from torchkiln.artifacts import elf
+
+    path = tmp_path / "libkiln.so"
+    shutil.copy2(Path(sys.executable).resolve(), path)
+    elf.forget_readings()
+    with elf.keeping([tmp_path / "one"]):
+        assert elf.elf_cached(str(path)) is not None
     if change == "rewritten":
-        with other.open("ab") as handle:
+        with path.open("ab") as handle:
             handle.write(b"\0")
-    if change == "touched":
-        os.utime(other, ns=(os.stat(other).st_atime_ns, os.stat(other).st_mtime_ns + 1))
-    elf.elf_cached.cache_clear()
+    elif change == "touched":
+        os.utime(path, ns=(os.stat(path).st_atime_ns, os.stat(path).st_mtime_ns + 1))
+    elif change == "replaced":
+        fresh = tmp_path / "fresh.so"
+        shutil.copy2(path, fresh)
+        fresh.replace(path)
     read = []
     real = elf.read_elf
     monkeypatch.setattr(elf, "read_elf", lambda *a, **k: read.append(a) or real(*a, **k))
-    again = elf.elf_cached(str(other))
-    assert again == first if change != "rewritten" else again is not None
-    assert (read == []) is shared, (change, read)
-    elf.elf_cached.cache_clear()
+    with elf.keeping([tmp_path / "two"]):
+        assert elf.elf_cached(str(path)) == real(path)
+    assert len(list((tmp_path / "two").glob("elf-*.json"))) == 1, "kept where this build keeps them"
+    assert read, "what the first build read and kept is not where this one keeps its readings: read again"
+    with elf.keeping([tmp_path / "one"]):
+        read.clear()
+        elf.elf_cached(str(path))
+    assert (read == []) is (change == "none"), "a changed file is read afresh under the first build's too"
+    elf.forget_readings()

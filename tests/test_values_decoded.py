@@ -605,6 +605,29 @@ def test_build_requirements_decoded(lines: list[str], tmp_path_factory: pytest.T
 
 
 @SETTINGS
+@given(value=st.sampled_from(("numpy>=2", "torch==2.13.0", "pyyaml", "ninja==1.11.1.4")).flatmap(
+    lambda b: changed(b, " =<>!~;@[],%-_./:#")))  # fmt: skip
+@example(value="torch.whl")  # pip reads a name ending like an archive as a file (relative to its cwd)
+@example(value="tinydep-1.0-py3-none-any.whl")
+@example(value="tinydep @ https://x.invalid/tinydep-1.0-py3-none-any.whl")
+@example(value="torch == 2.13.0")
+@example(value="tоrch==2.13.0")  # a Cyrillic о: no project of the index's grammar
+def test_recipe_build_requirements_decoded(value: str) -> None:
+    """What ``build.requirements`` accepts, pip reads as itself: its own reading of a requirement argument
+    (``install_req_from_line``, what ``pip install -- REQ`` does) is a project from the index, no file or
+    URL, whose text is the value; what it refuses is named."""
+    from pip._internal.req.constructors import install_req_from_line
+
+    said = problems(build__requirements=[value])
+    if said:
+        assert "build.requirements" in said, said
+        return
+    read = install_req_from_line(value)
+    assert read.link is None and str(read.req) == value, (value, read.link, read.req)
+    assert value.isascii() and printable(value.replace(" ", "")), value
+
+
+@SETTINGS
 @given(value=changed("3.11", ".t0123"))
 def test_python_version_decoded(value: str) -> None:
     said = problems(python__version=value)

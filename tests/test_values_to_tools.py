@@ -27,7 +27,7 @@ from torchkiln.cache.config import size_bytes
 from torchkiln.cache.remote import parse_remote
 from torchkiln.errors import RecipeError, UsageError
 from torchkiln.plan.make import make_plan
-from torchkiln.recipe.loader import parse_recipe
+from torchkiln.recipe.loader import load_recipe, parse_recipe
 from torchkiln.source.git import fetch_commands
 
 if sys.version_info >= (3, 11):
@@ -593,3 +593,33 @@ def test_verify_options_are_values(tmp_path: Path) -> None:
     assert argv[len(argv) - 1 - argv[::-1].index("-m") + 1] == "ddp"
     with pytest.raises(SystemExit):
         parser.parse_args(["--area", "ddp or not x"])
+
+
+def test_recipe_build_requirements_pip_syntax(tmp_path: Path) -> None:
+    """``build.requirements`` reach build-env:deps' pip (``--extra``, after its ``--``) as requirements of
+    projects from the index: pip's options, direct URLs, a name pip reads as a file, a form pip reads as
+    another text, a project twice are refused naming the field and what is valid."""
+    refused = {
+        "-r reqs.txt": "is not a PEP 508 requirement",
+        "--index-url=http://x.invalid/simple": "is not a PEP 508 requirement",
+        "tinydep @ https://x.invalid/tinydep-1.0-py3-none-any.whl": "names a URL",
+        "tinydep-1.0-py3-none-any.whl": "is read by pip as a file to install",
+        "tinydep.tar.gz": "is read by pip as a file to install",
+        "tinydep == 1.0": "is read by pip as 'tinydep==1.0' (valid: 'tinydep==1.0')",
+    }
+    for value, said in refused.items():
+        found = problems(build__requirements=[value])
+        assert f"r.toml: build.requirements: {value!r} {said}" in found, (value, found)
+    assert "tinydep listed more than once" in problems(build__requirements=["tinydep", "TinyDep>=1"])
+    from pip._internal.utils.filetypes import ARCHIVE_EXTENSIONS
+
+    from torchkiln.recipe.validators import PIP_ARCHIVES
+
+    assert set(PIP_ARCHIVES) == set(ARCHIVE_EXTENSIONS), "the names pip reads as files: this pip's"
+    assert problems(build__requirements=["tinydep==1.0", 'pyyaml; python_version < "3.12"']) == ""
+    recipe_file = tmp_path / "r.toml"
+    recipe_file.write_bytes(recipe_with(build__requirements=["tinydep==1.0"]))
+    plan = make_plan(load_recipe(recipe_file), workdir=tmp_path / "w", dist=tmp_path / "d", only="torch",
+                     source_dirs={"torch": tmp_path}, cache=resolve_cache(None, kind="none"))  # fmt: skip
+    deps = next(s for s in plan.steps if s.name == "build-env:deps").argv
+    assert deps[deps.index("tinydep==1.0") - 1] == "--extra", deps

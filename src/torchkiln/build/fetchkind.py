@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from torchkiln.errors import BuildFailed
-from torchkiln.plan.model import Step
 from torchkiln.source.git import (
     check_pin,
     checkout_intact,
@@ -22,62 +21,66 @@ from torchkiln.source.git import (
 from torchkiln.source.submodules import FIX as SUBMODULE_FIX
 from torchkiln.source.submodules import missing_submodules
 
-from .context import Context, Ran
+from .context import Ran
 from .fingerprint import digest
-from .stepkind import StepKind
+from .stepkind import StepKind, StepRun
 from .treeguard import check_source, compile_steps
 from .treelabel import check_label
 
 
-class FetchKind(StepKind):
-    name = "fetch"
-    forced = False
+class FetchRun(StepRun):
+    """A step of a checkout's fetch chain."""
 
-    def inputs(self, step: Step, ctx: Context) -> dict[str, str]:
+    def inputs(self) -> dict[str, str]:
         # One identity for all fetch steps of a checkout: a changed URL, ref or pin fetches it from scratch
         # (git remote add would fail on the old checkout); a resumed fetch continues.
-        source = ctx.plan.source(step.project)
-        group = [s.argv for s in ctx.plan.steps if s.kind == "fetch" and s.project == step.project]
+        plan, step = self.setup.plan, self.step
+        source = plan.source(step.project)
+        group = [s.argv for s in plan.steps if s.kind == "fetch" and s.project == step.project]
         return {"commit": source.commit or "", "fetch": digest(group)}
 
-    def intact(self, step: Step, entry: Mapping[str, Any], ctx: Context) -> bool:
+    def intact(self, entry: Mapping[str, Any]) -> bool:
         """A checkout's fetch steps are one chain: a step counts as done only while the checkout is still
         what the chain left (:func:`~torchkiln.source.git.checkout_intact`: a removed ``.git``, an emptied
         directory, a file in its place, a HEAD or object store that is gone), no earlier step of the chain
         ran again in this build, and no earlier step's record is missing while a later one's is there.
         Otherwise the chain starts over from its first step, which empties the directory."""
-        chain = [s for s in ctx.plan.steps if s.kind == "fetch" and s.project == step.project]
-        ran = {r.name for r in ctx.records if r.status == "ran"}
+        plan, state, step = self.setup.plan, self.setup.state, self.step
+        chain = [s for s in plan.steps if s.kind == "fetch" and s.project == step.project]
+        ran = {r.name for r in self.record.steps if r.status == "ran"}
         if any(s.name in ran for s in chain):
             return False
-        recorded = [ctx.state.get(s.name) is not None for s in chain]
+        recorded = [state.get(s.name) is not None for s in chain]
         if False in recorded and any(recorded[recorded.index(False) :]):
             return False
-        pinned = next((ctx.state.get(s.name) for s in chain if s.pins), None)
+        pinned = next((state.get(s.name) for s in chain if s.pins), None)
         head = (pinned or {}).get("outputs", {}).get("head")
-        return checkout_intact(ctx.plan.source(step.project).path, head)
+        return checkout_intact(plan.source(step.project).path, head)
 
-    def execute(self, step: Step, ctx: Context) -> Ran:
+    def execute(self) -> Ran:
         """As every kind, and a failed fetch also names the ways out (issue 11)."""
         try:
-            return super().execute(step, ctx)
+            return super().execute()
         except BuildFailed as exc:
+            project = self.step.project
             ways = (
-                f"\nways out: a mirror you can reach as the recipe's {step.project}.repo (a URL or a local "
-                f"clone's path), or an existing checkout with --source-dir {step.project}=PATH"
+                f"\nways out: a mirror you can reach as the recipe's {project}.repo (a URL or a local "
+                f"clone's path), or an existing checkout with --source-dir {project}=PATH"
             )
             raise BuildFailed(f"{exc}{ways}", step=exc.step, log=exc.log) from None
 
-    def outputs(self, step: Step, ran: Ran, ctx: Context) -> dict[str, Any]:
-        return {"head": head_commit(ctx.plan.source(step.project).path)} if step.pins else {}
+    def outputs(self, ran: Ran) -> dict[str, Any]:
+        step = self.step
+        return {"head": head_commit(self.setup.plan.source(step.project).path)} if step.pins else {}
 
-    def verify(self, step: Step, entry: Mapping[str, Any], ctx: Context) -> None:
+    def verify(self, entry: Mapping[str, Any]) -> None:
         """The checkout the chain left (also when skipped): at the recipe's pin, with its submodules (a
         repository whose ``.gitmodules`` lists one that ``submodule update`` does not check out, e.g. with
         ``update = none``, would otherwise fail in the compile, after the env steps)."""
+        step, plan, options = self.step, self.setup.plan, self.setup.options
         if step.pins:
-            source = ctx.plan.source(step.project)
-            check_pin(ctx.plan.recipe.spec(step.project), source.path)
+            source = plan.source(step.project)
+            check_pin(plan.recipe.spec(step.project), source.path)
             missing = missing_submodules(source.path)
             if missing is not None:
                 raise BuildFailed(
@@ -88,12 +91,15 @@ class FetchKind(StepKind):
                     step=step.name,
                 )
             # the commit's tree and the build's own outputs only (torchkiln.build.treeguard)
-            differences = check_source(ctx.plan, source, force=ctx.options.force)
-            if differences and not ctx.options.allow_dirty:
-                spec = ctx.plan.recipe.spec(step.project)
+            differences = check_source(plan, source, force=options.force)
+            if differences and not options.allow_dirty:
+                spec = plan.recipe.spec(step.project)
                 raise BuildFailed(
                     dirty_checkout(spec, source.path, differences, "nothing was built"), step=step.name
                 )
             # the version the wheel is labelled with is the tree's own (torchkiln.build.treelabel)
-            for compile_step in compile_steps(ctx.plan, step.project):
+            for compile_step in compile_steps(plan, step.project):
                 check_label(compile_step, source.path)
+
+
+FETCH = StepKind("fetch", FetchRun, forced=False)

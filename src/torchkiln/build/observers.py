@@ -10,6 +10,8 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from torchkiln.process.runner import in_context
+
 from .display import Display
 from .envstore import EnvStore
 from .postcheck import INSTALLED
@@ -46,7 +48,7 @@ class InstalledObserver(LineObserver):
 
     def __call__(self, line: str) -> bool:
         if self.thread is None and line.rstrip("\n") == INSTALLED:
-            self.thread = threading.Thread(target=self._run, name="after-install", daemon=True)
+            self.thread = threading.Thread(target=in_context(self._run), name="after-install", daemon=True)
             self.thread.start()
         return False
 

@@ -17,83 +17,79 @@ from torchkiln.plan.model import Step
 from torchkiln.source.git import head_commit, is_git_checkout
 
 from . import portable
-from .context import Context, Ran
+from .context import BuildSetup, Ran
 from .envstore import EnvStore
 from .observers import InstalledObserver, LineObserver
 from .publish import publish
-from .stepkind import StepKind
+from .stepkind import StepKind, StepRun
+
+# Rewrites wheels another step made (torchvision's bundling): its input is their content (``reads``), its
+# output a wheel directory of its own, which then holds the project's final wheels.
+PACKAGE = StepKind("package", StepRun)
 
 
-class PackageKind(StepKind):
-    """Rewrites wheels another step made (torchvision's bundling): its input is their content (``reads``),
-    its output a wheel directory of its own, which then holds the project's final wheels."""
+class ChecksRun(StepRun):
+    """The post-build check: the wheels installed in a clean venv, what they say compared with the recipe."""
 
-    name = "package"
-
-
-class ChecksKind(StepKind):
-    name = "checks"
-    optional = True
-
-    def prepare(self, step: Step, ctx: Context) -> None:
-        ctx.warming.join(step.venv)  # its venv's warm clone, when one was started, is whole or gone
-        super().prepare(step, ctx)
-
-    def observer(self, step: Step, ctx: Context) -> LineObserver | None:
+    def observer(self) -> LineObserver | None:
+        step, setup = self.step, self.setup
         if not step.facts:
             return None
         # Once pip has installed the wheels, while the check imports them (which changes no file of the
         # venv): the store's entry for the venv is staged and the wheels' portability read (issue 38).
         jobs = {
-            "staged": lambda: self.stage(step, ctx),
-            "portability": lambda: portable.analyse_checked(step, ctx),
+            "staged": self.stage,
+            "portability": lambda: portable.analyse_checked(step, setup),
         }
         return InstalledObserver(jobs)
 
-    def execute(self, step: Step, ctx: Context) -> Ran:
-        """As every kind; what the observer worked out meanwhile goes to :meth:`outputs` and :meth:`keep`."""
-        done, observer = self.stream(step, ctx)
+    def execute(self) -> Ran:
+        """As every kind; what the observer worked out meanwhile goes to :meth:`outputs`, and what it
+        staged to the loop (the environment store keeps it)."""
+        done, observer = self.stream()
         early = observer if isinstance(observer, InstalledObserver) else None
         try:
-            ran = self.result(step, done, observer)
+            ran = self.result(done, observer)
             found = early.results() if early is not None else {}
         except BaseException:
             if early is not None:
                 EnvStore.discard(early.wait().get("staged"))
             raise
         staged = found.pop("staged", None)
-        if staged is not None:
-            ctx.staged[step.name] = staged
-        return replace(ran, early={k: v for k, v in found.items() if v is not None})
+        return replace(ran, early={k: v for k, v in found.items() if v is not None}, staged=staged)
 
-    def outputs(self, step: Step, ran: Ran, ctx: Context) -> dict[str, Any]:
-        out = super().outputs(step, ran, ctx)
+    def outputs(self, ran: Ran) -> dict[str, Any]:
+        step = self.step
+        out = super().outputs(ran)
         if step.facts:
             out["facts"] = _last_json(ran.tail)
             # the installed wheels, where they are (read while the check ran, or now)
             early = ran.early.get("portability")
-            out["portability"] = early if early is not None else portable.analyse_checked(step, ctx)
+            out["portability"] = early if early is not None else portable.analyse_checked(step, self.setup)
         return out
 
-    def verify(self, step: Step, entry: Mapping[str, Any], ctx: Context) -> None:
+    def verify(self, entry: Mapping[str, Any]) -> None:
+        step = self.step
         if step.facts:
             # Also when skipped: the wheels are unchanged, the recipe may not be.
-            checks = _compare_with_recipe(ctx, step, entry.get("outputs", {}).get("facts"), entry.get("log"))
-            if step.python:  # a later Python of several (python.versions): recorded beside the first's
-                ctx.python_checks[step.python] = checks
-            else:
-                ctx.checks = checks
-            portable.judge(ctx, step, entry.get("outputs", {}), entry.get("log"))
+            outputs, log = entry.get("outputs", {}), entry.get("log")
+            checks = _compare_with_recipe(self.setup, step, outputs.get("facts"), log)
+            # a later Python of several (python.versions) is recorded beside the first's
+            self.record.add_checks(step.python, checks)
+            portable.judge(self.setup, self.record, step, outputs, log)
 
 
-class PublishKind(StepKind):
-    name = "publish"
-    always_runs = True
+CHECKS = StepKind("checks", ChecksRun, optional=True)
 
-    def execute(self, step: Step, ctx: Context) -> Ran:
+
+class PublishRun(StepRun):
+    def execute(self) -> Ran:
         """The end of a build that succeeded (torchkiln.build.publish): wheels, lock file, manifest."""
-        changed = publish(ctx)
-        return Ran(0.0, None, status="ran" if changed else "skipped")
+        changed, published = publish(self.setup, self.record)
+        return Ran(0.0, None, status="ran" if changed else "skipped", published=published)
+
+
+PUBLISH = StepKind("publish", PublishRun, always_runs=True)
 
 
 def _last_json(lines: list[str]) -> dict[str, Any] | None:
@@ -108,7 +104,7 @@ def _last_json(lines: list[str]) -> dict[str, Any] | None:
 
 
 def _compare_with_recipe(
-    ctx: Context, step: Step, facts_doc: dict[str, Any] | None, log: str | None
+    setup: BuildSetup, step: Step, facts_doc: dict[str, Any] | None, log: str | None
 ) -> Checks:
     """The post-build check's verdict: the built wheels' facts against the recipe, with the comparison the
     verification suite uses, and each torch/torchvision commit against the checkout it was built from. Any
@@ -121,10 +117,11 @@ def _compare_with_recipe(
 
     facts = BuildFacts.from_dict(facts_doc)
     # The commit each project was built from (its checkout's HEAD), for a recipe that pins none.
-    commits = {s.name: head_commit(s.path) for s in ctx.plan.sources if is_git_checkout(s.path)}
+    plan = setup.plan
+    commits = {s.name: head_commit(s.path) for s in plan.sources if is_git_checkout(s.path)}
     # the wheels of the step's Python, in a build for several (python.versions)
-    recipe = replace(ctx.plan.recipe, python=step.python, pythons=()) if step.python else ctx.plan.recipe
-    results = postbuild_checks(recipe, facts, ctx.plan.projects, commits=commits)
+    recipe = replace(plan.recipe, python=step.python, pythons=()) if step.python else plan.recipe
+    results = postbuild_checks(recipe, facts, plan.projects, commits=commits)
     failed = [c.message for c in results.values() if c.status == "fail"]
     if failed:
         lines = "\n".join(f"  - {message}" for message in failed)

@@ -24,6 +24,11 @@ verification suite runs it inside slim runtime images.
   delay by seconds, is gone); and :func:`stopping` tells what a build started beside its steps (the
   compiler cache's server) to be killed, not asked to finish its work.
 
+The run a process belongs to (:func:`supervised`) and the sandbox it starts in (:func:`confined`) are context
+variables, never module globals: two builds in two threads of one process each mark and confine their own
+processes only (issue 48). A thread a build starts runs in a copy of the build's context
+(:func:`in_context`) to share them.
+
 :func:`spawn` is the one place a process is created; :class:`Completed` / :class:`Streamed` carry the
 seconds each run took.
 """
@@ -31,6 +36,8 @@ seconds each run took.
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import functools
 import os
 import signal
 import subprocess
@@ -151,7 +158,8 @@ class _Watch:
     watchdog: subprocess.Popen[str] | None = None  # started with the run's first process (a no-op has none)
 
 
-_WATCH: _Watch | None = None
+# The run of this thread's build (None: outside supervised()).
+_WATCH: contextvars.ContextVar[_Watch | None] = contextvars.ContextVar("torchkiln_watch", default=None)
 
 
 @contextlib.contextmanager
@@ -160,17 +168,17 @@ def supervised() -> Iterator[str]:
     (:mod:`torchkiln.process.supervisor`) SIGKILLs whatever carries it once torchkiln is gone: at the block's end,
     or when torchkiln dies in any way, SIGKILL included. Yields the run's id. Nested blocks share one. The
     watchdog starts with the block's first process: a block that starts none (a no-op rebuild) needs none."""
-    global _WATCH
-    if _WATCH is not None:
-        yield _WATCH.run_id
+    outer = _WATCH.get()
+    if outer is not None:
+        yield outer.run_id
         return
-    watch = _WATCH = _Watch(uuid.uuid4().hex)
+    watch = _Watch(uuid.uuid4().hex)
+    token = _WATCH.set(watch)
     _STOPPING.clear()  # a run of its own: an earlier run's stop (an in-process caller's) is not this one's
     try:
         yield watch.run_id
     finally:
-        _WATCH = None
-        _STOPPING.clear()
+        _WATCH.reset(token)
         watchdog = watch.watchdog
         if watchdog is not None:
             assert watchdog.stdin is not None
@@ -201,7 +209,8 @@ def _watchdog(watch: _Watch) -> subprocess.Popen[str]:
 def remove_at_exit(path: Path) -> None:
     """Have the watchdog remove ``path`` (a file, or a directory and all it holds) when this run ends, however
     it ends (a server's socket, a sandbox's private /tmp)."""
-    watchdog = _watchdog(_WATCH) if _WATCH is not None else None
+    watch = _WATCH.get()
+    watchdog = _watchdog(watch) if watch is not None else None
     if watchdog is not None and watchdog.stdin is not None:
         with contextlib.suppress(OSError):
             watchdog.stdin.write(f"file {path}\n")
@@ -209,10 +218,17 @@ def remove_at_exit(path: Path) -> None:
 
 
 def _marked(env: Mapping[str, str] | None) -> dict[str, str] | None:
-    if _WATCH is None:
+    watch = _WATCH.get()
+    if watch is None:
         return dict(env) if env is not None else None
-    _watchdog(_WATCH)  # up before the process it must be able to kill
-    return {**(env if env is not None else os.environ), MARK: _WATCH.run_id}
+    _watchdog(watch)  # up before the process it must be able to kill
+    return {**(env if env is not None else os.environ), MARK: watch.run_id}
+
+
+def in_context(target: Callable[..., Any]) -> Callable[..., Any]:
+    """``target`` run in a copy of the calling thread's context: a thread a build starts marks (and
+    confines) the processes it starts as the build's own thread does."""
+    return functools.partial(contextvars.copy_context().run, target)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -223,7 +239,7 @@ def _marked(env: Mapping[str, str] | None) -> dict[str, str] | None:
 Confine = Callable[
     [list[str], Mapping[str, str] | None, "str | Path | None"], tuple[list[str], dict[str, str]]
 ]
-_CONFINE: Confine | None = None
+_CONFINE: contextvars.ContextVar[Confine | None] = contextvars.ContextVar("torchkiln_confine", default=None)
 
 
 @contextlib.contextmanager
@@ -231,13 +247,11 @@ def confined(confine: Confine) -> Iterator[None]:
     """Within the block, every process :func:`spawn` starts is started as ``confine`` says: torchkiln's own
     probes of what a build step installed (the build venv's python, cmake, ninja are build dependencies'
     code) run in that step's sandbox, as the step did."""
-    global _CONFINE
-    previous = _CONFINE
-    _CONFINE = confine
+    token = _CONFINE.set(confine)
     try:
         yield
     finally:
-        _CONFINE = previous
+        _CONFINE.reset(token)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -317,8 +331,9 @@ def spawn(
     """
     if cwd is not None and not Path(cwd).is_dir():
         raise ProcessError(f"working directory {cwd} does not exist")
-    if _CONFINE is not None:
-        confined_argv, env = _CONFINE(list(argv), env, cwd)
+    confine = _CONFINE.get()
+    if confine is not None:
+        confined_argv, env = confine(list(argv), env, cwd)
         argv = confined_argv
     try:
         return subprocess.Popen(  # noqa: S603 - an argv list, never a shell

@@ -51,6 +51,7 @@ from .validators import (
     _pep440,
     _python_versions,
     _release,
+    _requirements,
     _scheduler_url,
     _search_dirs,
     _sonames,
@@ -287,6 +288,13 @@ SCHEMA: tuple[Field, ...] = (
     ),
     Field("build.pytorch_build_version", str, check=_pep440, doc="PYTORCH_BUILD_VERSION override"),
     Field("build.pytorch_build_number", int, check=_int_range(0, 9999), doc="PYTORCH_BUILD_NUMBER"),
+    Field(
+        "build.requirements",
+        list,
+        check=_requirements,
+        doc="more requirements of the build venv, resolved with the trees' own (build-env:deps)",
+        convert=tuple,
+    ),
     Field(
         "build.flags",
         dict,

@@ -12,6 +12,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from torchkiln.distributed.spec import scheduler_url as normal_scheduler_url
@@ -310,6 +312,43 @@ def _sonames(value: Any) -> tuple[str, str] | None:
     twice = sorted({v for v in value if value.count(v) > 1})
     if twice:
         return (f"{', '.join(twice)} listed more than once", valid)
+    return None
+
+
+MAX_REQUIREMENTS = 64
+# A requirement whose name ends like an archive is a file to pip, relative to where it runs, not a project
+# (pip 26: pip/_internal/utils/filetypes.py ARCHIVE_EXTENSIONS, req/constructors.py _get_url_from_path).
+PIP_ARCHIVES = (
+    *(".zip", ".whl", ".tar.bz2", ".tbz", ".tar.gz", ".tgz"),
+    *(".tar", ".tar.xz", ".txz", ".tlz", ".tar.lz", ".tar.lzma"),
+)
+
+
+def _requirements(value: Any) -> tuple[str, str] | None:
+    """``build.requirements``: PEP 508 requirements, each as pip will be handed it (packaging's normal form,
+    which reads back as itself), of a project from the index (no direct URL, no name pip reads as a file),
+    each project once."""
+    valid = 'PEP 508 requirements from the index, e.g. ["pyyaml>=6", "ninja==1.11.1.4"]'
+    if len(value) > MAX_REQUIREMENTS:
+        return (f"{len(value)} entries, more than {MAX_REQUIREMENTS}", valid)
+    names: list[str] = []
+    for item in value:
+        if not isinstance(item, str):
+            return (f"not a requirement: {shown(item)}", valid)
+        try:
+            requirement = Requirement(item)
+        except InvalidRequirement:
+            return (f"{shown(item)} is not a PEP 508 requirement", valid)
+        if requirement.url is not None:
+            return (f"{shown(item)} names a URL", f"a requirement the index resolves; {valid}")
+        if requirement.name.lower().endswith(PIP_ARCHIVES):
+            return (f"{shown(item)} is read by pip as a file to install", f"a project's name; {valid}")
+        if str(requirement) != item:
+            return (f"{shown(item)} is read by pip as {str(requirement)!r}", f"{str(requirement)!r}")
+        names.append(canonicalize_name(requirement.name))
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        return (f"{', '.join(twice)} listed more than once", f"each project once; {valid}")
     return None
 
 
