@@ -28,6 +28,7 @@ from torchkiln.artifacts import jsonfile
 from torchkiln.artifacts.manifest import load_manifest
 from torchkiln.artifacts.portability import Need, Portability, summarise
 from torchkiln.build import portable
+from torchkiln.build.context import BuildRecord
 from torchkiln.errors import BuildFailed, RecipeError, UsageError
 from torchkiln.plan.given_torch import resolve_given_torch
 from torchkiln.plan.model import Step
@@ -66,11 +67,11 @@ def judged(recipe_text: str, tmp_path: Path, records: dict[str, Portability]) ->
     path = tmp_path / "r.toml"
     path.write_text(recipe_text)
     recipe = load_recipe(path)
-    ctx = SimpleNamespace(plan=SimpleNamespace(recipe=recipe), portability={})
+    setup = SimpleNamespace(plan=SimpleNamespace(recipe=recipe))  # judge reads only the plan's recipe
     step = Step("checks:import", "checks", "", ("true",))
     outputs = {"portability": {name: jsonfile.to_data(r) for name, r in records.items()}}
     try:
-        portable.judge(ctx, step, outputs, "check.log")  # type: ignore[arg-type]
+        portable.judge(setup, BuildRecord(), step, outputs, "check.log")  # type: ignore[arg-type]
     except BuildFailed as exc:
         return str(exc)
     return None
