@@ -136,7 +136,19 @@ def printable_problem(what: str, value: str, how: str = "once decoded") -> str |
 # --------------------------------------------------------------------------------------------------
 
 _GIT_SCHEME = re.compile(r"[A-Za-z0-9][A-Za-z0-9+.-]*://", re.ASCII)
-_HEX = "0123456789abcdefABCDEF"
+_PERCENT_XX = re.compile(rb"%([0-9A-Fa-f]{2})")
+_STRAY_PERCENT = re.compile(rb"%(?![0-9A-Fa-f]{2})")  # a '%' not before two hex digits
+
+
+def _percent_decoded(data: bytes, *, keep_nul: bool = False) -> bytes:
+    """Every ``%XX`` (two hex digits) of ``data`` as its byte, the decoders of git and ccache alike; with
+    ``keep_nul`` (git's) ``%00`` stays as it is. Any other ``%`` stays too (ccache refuses it first)."""
+
+    def byte(match: re.Match[bytes]) -> bytes:
+        value = int(match[1], 16)
+        return match[0] if keep_nul and value == 0 else bytes([value])
+
+    return _PERCENT_XX.sub(byte, data)
 
 
 def git_is_url(url: str) -> bool:
@@ -150,21 +162,8 @@ def git_decode(url: str) -> str:
     data = url.encode("utf-8", "surrogateescape")
     colon = data.find(b":")
     head, rest = (data[:colon], data[colon:]) if colon > 0 else (b"", data)
-    out = bytearray(head)
-    i = 0
-    while i < len(rest):
-        c = rest[i]
-        if c == 0:
-            break
-        if c == 0x25 and i + 3 <= len(rest):
-            pair = rest[i + 1 : i + 3].decode("latin-1")
-            if all(ch in _HEX for ch in pair) and int(pair, 16) > 0:
-                out.append(int(pair, 16))
-                i += 3
-                continue
-        out.append(c)
-        i += 1
-    return bytes(out).decode("utf-8", "surrogateescape")
+    rest = rest.split(b"\0", 1)[0]  # git stops at a NUL byte
+    return (head + _percent_decoded(rest, keep_nul=True)).decode("utf-8", "surrogateescape")
 
 
 @dataclass(frozen=True)
@@ -311,21 +310,10 @@ def _is_chars(text: str, mask: int) -> bool:
 
 def _ccache_decode(text: str) -> str:
     """url.cpp ``decode``: every ``%XX`` (two hex digits) becomes its byte; any other ``%`` is an error."""
-    out = bytearray()
     data = text.encode("utf-8", "surrogateescape")
-    i = 0
-    while i < len(data):
-        c = data[i]
-        if c == 0x25:
-            pair = data[i + 1 : i + 3].decode("latin-1")
-            if len(pair) != 2 or not all(ch in _HEX for ch in pair):
-                raise ValueError("Invalid percent encoding")
-            out.append(int(pair, 16))
-            i += 3
-            continue
-        out.append(c)
-        i += 1
-    return bytes(out).decode("utf-8", "surrogateescape")
+    if _STRAY_PERCENT.search(data):
+        raise ValueError("Invalid percent encoding")
+    return _percent_decoded(data).decode("utf-8", "surrogateescape")
 
 
 def _normalize_path(path: str) -> str:

@@ -47,6 +47,12 @@ class ElfDynamic:
     machine: str
     interpreter: str | None = None
     versions: tuple[tuple[str, str], ...] = ()
+    elftype: str = ""  # e_type: ET_DYN for a shared object (or a position-independent executable), ET_EXEC
+
+    @property
+    def shared(self) -> bool:
+        """Whether the loader can load it as a library (ET_DYN)."""
+        return self.elftype == "ET_DYN"
 
     @property
     def search(self) -> tuple[str, tuple[str, ...]]:
@@ -93,6 +99,7 @@ def read_elf(path: Path, *, versions: bool = False) -> ElfDynamic | None:
                 machine=str(elf["e_machine"]),
                 interpreter=interpreter,
                 versions=_versions(elf) if versions else (),
+                elftype=str(elf["e_type"]),
             )
     except (ELFError, OSError, ValueError, KeyError, AssertionError):
         return None

@@ -185,27 +185,34 @@ def self_checks(facts: BuildFacts) -> dict[str, Check]:
 
 RecipeCheck = Callable[[Recipe, BuildFacts, str | None], Check]
 
+
+def _facts_only(check: Callable[[Recipe, BuildFacts], Check]) -> RecipeCheck:
+    """A check of the recipe against the facts alone, as a row of :data:`RECIPE_TABLE` (whose checks may
+    also read the commit torch was built from)."""
+    return lambda recipe, facts, commit: check(recipe, facts)
+
+
 # Each recipe check's id (the key of its result; reports list them in this order) and its function of the
 # recipe, the build's facts and the commit torch was built from (compared where the recipe pins none).
 RECIPE_TABLE: tuple[tuple[str, RecipeCheck], ...] = (
-    ("torch_version", lambda recipe, facts, commit: _torch_version_vs_recipe(recipe, facts)),
-    ("local_label", lambda recipe, facts, commit: _local_label_vs_recipe(recipe, facts)),
-    ("build_type", lambda recipe, facts, commit: _build_type_vs_recipe(recipe, facts)),
-    ("use_cuda", lambda recipe, facts, commit: _use_cuda_vs_recipe(recipe, facts)),
-    ("cuda_version", lambda recipe, facts, commit: _cuda_version_vs_recipe(recipe, facts)),
-    ("cudnn", lambda recipe, facts, commit: _cudnn_vs_recipe(recipe, facts)),
-    ("cudnn_runtime", lambda recipe, facts, commit: _cudnn_runtime_vs_recipe(recipe, facts)),
-    ("nccl", lambda recipe, facts, commit: _nccl_vs_recipe(recipe, facts)),
-    ("nccl_runtime", lambda recipe, facts, commit: _nccl_runtime_vs_recipe(recipe, facts)),
-    ("blas", lambda recipe, facts, commit: _blas_vs_recipe(recipe, facts)),
-    ("mkl_version", lambda recipe, facts, commit: _mkl_vs_recipe(recipe, facts)),
-    ("magma", lambda recipe, facts, commit: _magma_vs_recipe(recipe, facts)),
-    ("arch_list", lambda recipe, facts, commit: _arch_list_vs_recipe(recipe, facts)),
+    ("torch_version", _facts_only(_torch_version_vs_recipe)),
+    ("local_label", _facts_only(_local_label_vs_recipe)),
+    ("build_type", _facts_only(_build_type_vs_recipe)),
+    ("use_cuda", _facts_only(_use_cuda_vs_recipe)),
+    ("cuda_version", _facts_only(_cuda_version_vs_recipe)),
+    ("cudnn", _facts_only(_cudnn_vs_recipe)),
+    ("cudnn_runtime", _facts_only(_cudnn_runtime_vs_recipe)),
+    ("nccl", _facts_only(_nccl_vs_recipe)),
+    ("nccl_runtime", _facts_only(_nccl_runtime_vs_recipe)),
+    ("blas", _facts_only(_blas_vs_recipe)),
+    ("mkl_version", _facts_only(_mkl_vs_recipe)),
+    ("magma", _facts_only(_magma_vs_recipe)),
+    ("arch_list", _facts_only(_arch_list_vs_recipe)),
     ("git_commit", _commit_vs_recipe),
-    ("flags", lambda recipe, facts, commit: _flags_vs_recipe(recipe.build.flags, facts.settings)),
-    ("python", lambda recipe, facts, commit: _python_vs_recipe(recipe, facts)),
-    ("compiler", lambda recipe, facts, commit: _compiler_vs_recipe(recipe, facts)),
-    ("platform", lambda recipe, facts, commit: _platform_vs_recipe(recipe, facts)),
+    ("flags", _facts_only(lambda recipe, facts: _flags_vs_recipe(recipe.build.flags, facts.settings))),
+    ("python", _facts_only(_python_vs_recipe)),
+    ("compiler", _facts_only(_compiler_vs_recipe)),
+    ("platform", _facts_only(_platform_vs_recipe)),
 )
 RECIPE_CHECKS = tuple(check_id for check_id, _ in RECIPE_TABLE)
 

@@ -135,20 +135,26 @@ def _cudnn_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
     """accelerator.cudnn: the cuDNN torch is compiled against (``torch._C._cudnn.getCompileVersion()``,
     major.minor.patch: all torch records). The cuDNN it runs with is ``cudnn_runtime``'s check."""
     acc = recipe.accelerator
-    what = "cuDNN compiled in (torch.backends.cudnn.is_available())"
-    if not acc.is_cuda:
-        return _cmp("cudnn", what, False, facts.cudnn_available, field="accelerator.cudnn")
-    if acc.cudnn is None:
-        return _cmp("cudnn", what, True, facts.cudnn_available, field="accelerator.cudnn")
-    want = _release(acc.cudnn, 3)
-    return _cmp(
-        "cudnn",
-        "cuDNN compile version (torch._C._cudnn.getCompileVersion())",
-        dotted(want),
-        dotted(facts.cudnn_compile),
-        ok=facts.cudnn_compile == want,
-        field="accelerator.cudnn",
-    )
+    if not acc.is_cuda or acc.cudnn is None:
+        what = "cuDNN compiled in (torch.backends.cudnn.is_available())"
+        return _cmp("cudnn", what, acc.is_cuda, facts.cudnn_available, field="accelerator.cudnn")
+    what = "cuDNN compile version (torch._C._cudnn.getCompileVersion())"
+    return _compiled_against("cudnn", what, acc.cudnn, facts.cudnn_compile, field="accelerator.cudnn")
+
+
+def _compiled_against(
+    check_id: str,
+    what: str,
+    pinned: Version,
+    found: tuple[int, ...] | None,
+    *,
+    field: str,
+    usable: bool = True,
+) -> Check:
+    """The version of a library torch was compiled against (``found``) against the recipe's pin, to
+    major.minor.patch (all torch records)."""
+    want = _release(pinned, 3)
+    return _cmp(check_id, what, dotted(want), dotted(found), ok=usable and found == want, field=field)
 
 
 def _shipped(
@@ -186,25 +192,24 @@ def _cudnn_runtime_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
     return _shipped("cudnn_runtime", "cuDNN", field, wanted, dist, facts, dotted(facts.cudnn_runtime))
 
 
+def _nccl_built(recipe: Recipe) -> bool:
+    """Whether the recipe builds NCCL in: a CUDA build whose flags turn off neither NCCL nor distributed."""
+    flags = recipe.build.flags
+    return (
+        recipe.accelerator.is_cuda
+        and flags.get("USE_NCCL", "1") != "0"
+        and flags.get("USE_DISTRIBUTED", "1") != "0"
+    )
+
+
 def _nccl_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
-    acc, flags = recipe.accelerator, recipe.build.flags
-    wanted = acc.is_cuda and flags.get("USE_NCCL", "1") != "0" and flags.get("USE_DISTRIBUTED", "1") != "0"
+    acc, wanted = recipe.accelerator, _nccl_built(recipe)
     if not wanted or acc.nccl is None:
-        return _cmp(
-            "nccl",
-            "NCCL available (torch.distributed.is_nccl_available())",
-            wanted,
-            facts.nccl_available,
-            field="accelerator.nccl",
-        )
-    want = _release(acc.nccl, 3)
-    return _cmp(
-        "nccl",
-        "NCCL version (torch.cuda.nccl.version())",
-        dotted(want),
-        dotted(facts.nccl_version),
-        ok=facts.nccl_available and facts.nccl_version == want,
-        field="accelerator.nccl",
+        what = "NCCL available (torch.distributed.is_nccl_available())"
+        return _cmp("nccl", what, wanted, facts.nccl_available, field="accelerator.nccl")
+    what = "NCCL version (torch.cuda.nccl.version())"
+    return _compiled_against(
+        "nccl", what, acc.nccl, facts.nccl_version, field="accelerator.nccl", usable=facts.nccl_available
     )
 
 
@@ -212,10 +217,10 @@ def _nccl_runtime_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
     """accelerator.nccl_runtime (else accelerator.nccl) against the NCCL the installed wheel runs with: the
     nvidia-nccl-cuXX package, else the libnccl torch loaded (``ncclGetVersion``), else -- no libnccl loaded:
     NCCL linked in statically -- the compiled one (``torch.cuda.nccl.version()``)."""
-    acc, flags = recipe.accelerator, recipe.build.flags
+    acc = recipe.accelerator
     field = "accelerator.nccl_runtime" if acc.nccl_runtime is not None else "accelerator.nccl"
     wanted = acc.nccl_shipped
-    used = acc.is_cuda and flags.get("USE_NCCL", "1") != "0" and flags.get("USE_DISTRIBUTED", "1") != "0"
+    used = _nccl_built(recipe)
     loaded = dotted(facts.nccl_runtime or facts.nccl_version)
     if not used or wanted is None:
         ok = loaded is None if not used else loaded is not None
