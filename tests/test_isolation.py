@@ -451,3 +451,125 @@ def test_a_python_behind_shims_on_path_runs_in_every_build_step(tmp_path: Path, 
         done = run_in(box, ["python3.11", "-c", probe], {"PATH": environ["PATH"], "HOME": str(home)})
         assert done.ok, (layout, step.kind, done.output)
         assert "False" in done.output, "the rest of the home is still hidden"
+
+
+# --------------------------------------------------------------------------------------------------
+# Issue 45 item 2: a path given through symbolic links (``--source-dir torch=LINK``, a linked parent, a chain)
+# is in the sandbox where it is here, and a process started there (bubblewrap's --chdir) finds its files.
+# Each shape is laid out under ``root``; ``given`` is the path a view names, ``real`` the tree it reaches.
+# --------------------------------------------------------------------------------------------------
+
+
+def _link(at: Path, target: str | Path) -> None:
+    at.parent.mkdir(parents=True, exist_ok=True)
+    at.symlink_to(target)
+
+
+def _to_the_tree(root: Path) -> Path:
+    _link(root / "given", root / "real" / "tree")
+    return root / "given"
+
+
+def _relative(root: Path) -> Path:
+    _link(root / "given", "real/tree")
+    return root / "given"
+
+
+def _chain(root: Path) -> Path:
+    _link(root / "first", "second")  # relative, to an absolute one, to the tree
+    _link(root / "second", root / "real" / "tree")
+    return root / "first"
+
+
+def _linked_parent(root: Path) -> Path:
+    _link(root / "a" / "parent", "../real")
+    return root / "a" / "parent" / "tree"
+
+
+def _linked_parent_then_link(root: Path) -> Path:
+    _link(root / "a" / "parent", root / "elsewhere")
+    _link(root / "elsewhere" / "inner", "../real/tree")
+    return root / "a" / "parent" / "inner"
+
+
+def _into_a_linked_directory(root: Path) -> Path:
+    _link(root / "real" / "shortcut", "tree")  # a link inside a directory the view also names (present)
+    return root / "real" / "shortcut"
+
+
+def _in_the_home(root: Path) -> Path:
+    _link(root / "home" / "src", root / "real" / "tree")  # HOME is an empty tmpfs: the link is made there
+    return root / "home" / "src"
+
+
+LINK_SHAPES = {
+    "absolute link to the tree": _to_the_tree,
+    "relative link to the tree": _relative,
+    "chain of links (relative to absolute)": _chain,
+    "a link among its parents": _linked_parent,
+    "a linked parent, then a link under its target": _linked_parent_then_link,
+    "a link inside a directory the view names": _into_a_linked_directory,
+    "a link in the home": _in_the_home,
+}
+WHERE = ("writable", "read_only")
+
+REPORT_TREE = textwrap.dedent(
+    """
+    import json, os, sys
+    given = sys.argv[1]
+    out = {"cwd": sorted(os.listdir(".")), "file": open(os.path.join(given, "f.txt")).read(),
+           "key": open(os.path.join(given, "kiln.key")).read()}
+    try:
+        open(os.path.join(given, "new.txt"), "w").write("x")
+        out["wrote"] = True
+    except OSError:
+        out["wrote"] = False
+    print(json.dumps(out))
+    """
+)
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("shape", LINK_SHAPES, ids=list(LINK_SHAPES))
+def test_a_path_given_through_links_is_there_and_a_command_starts_in_it(
+    tmp_path: Path, shape: str, where: str
+) -> None:
+    """Each shape, as a writable and a read-only path of the view: the sandboxed command starts in it
+    (``cwd``: bwrap --chdir, which failed with "Can't chdir to" before), reads its files through the path as
+    given, writes only where the view says, and a secret reached through the link is still masked."""
+    exe = bwrap()
+    real = tmp_path / "real" / "tree"
+    real.mkdir(parents=True)
+    (real / "f.txt").write_text("in the tree")
+    (real / "kiln.key").write_text("KEY")
+    given = LINK_SHAPES[shape](tmp_path)
+    assert given != real and os.path.realpath(given) == str(real), "the shape reaches the tree"
+    view = python_view(tmp_path, hidden=[given / "kiln.key"], **{where: [given]})
+    if shape == "a link inside a directory the view names":
+        view = view.extended(**{where: [real.parent]})
+    view = View(view.read_only, view.writable, view.protected, view.hidden, home=tmp_path / "home")
+    environ = {**os.environ}
+    with Sandbox(exe, view).running([sys.executable, "-c", REPORT_TREE, str(given)], environ, cwd=given) as p:
+        done = runner.run(p.argv, env=p.env, timeout=60)
+    assert done.ok, done.describe()
+    got = json.loads(done.stdout)
+    assert got["cwd"] == ["f.txt", "kiln.key"] and got["file"] == "in the tree", got
+    assert got["key"] == "", "the secret file is masked however it is reached"
+    assert got["wrote"] is (where == "writable")
+    assert (real / "new.txt").exists() is (where == "writable")
+
+
+def test_links_through_names_each_link_a_lookup_follows(tmp_path: Path) -> None:
+    """links_through against the kernel's own lookup: following each link it names, in order, from the path as
+    given ends where os.path.realpath does, through links only, for every shape of the table."""
+    for name, make in LINK_SHAPES.items():
+        root = tmp_path / name.replace(" ", "-")
+        (root / "real" / "tree").mkdir(parents=True)
+        given = make(root)
+        found = isolation.links_through(given)
+        assert found and all(os.path.islink(link) for link, _ in found), name
+        current = given
+        for link, target in found:
+            current = target / current.relative_to(link)
+        assert current == Path(os.path.realpath(given)), name
+    assert isolation.links_through(tmp_path) == [] or os.path.realpath(tmp_path) != str(tmp_path)

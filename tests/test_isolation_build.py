@@ -525,3 +525,58 @@ def test_without_a_sandbox_the_build_says_so_and_the_same_probes_find_the_secret
         r.startswith("python") and r != "python -m torchkiln (host)" for r in built.readers["signing key"]
     )
     report(CONTROL.name, built.readers)
+
+
+# --------------------------------------------------------------------------------------------------
+# Issue 45 item 2: ``--source-dir torch=LINK`` builds sandboxed, whatever the link's shape (before, the compile
+# stopped with "bwrap: Can't chdir to LINK": the link was no mount point and was not made in the sandbox).
+# --------------------------------------------------------------------------------------------------
+
+REPRO = HERE / "data" / "repro_project"
+
+
+def _source_link(root: Path, shape: str) -> Path:
+    real = root / "trees" / "repro"
+    shutil.copytree(REPRO, real)
+    if shape == "absolute link":
+        (root / "given").symlink_to(real)
+        return root / "given"
+    if shape == "relative link":
+        (root / "given").symlink_to("trees/repro")
+        return root / "given"
+    if shape == "chain of links":
+        (root / "given").symlink_to("middle")
+        (root / "middle").symlink_to(real)
+        return root / "given"
+    (root / "checkouts").symlink_to("trees")  # a link among the tree's parents
+    return root / "checkouts" / "repro"
+
+
+SOURCE_LINKS = ("absolute link", "relative link", "chain of links", "a link among its parents")
+
+
+@pytest.fixture(scope="module")
+def link_caches(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("link-caches")  # one environment store: the venv is made once
+
+
+@pytest.mark.parametrize("shape", SOURCE_LINKS)
+def test_a_source_dir_given_through_a_link_builds_sandboxed(
+    shape: str, tmp_path: Path, link_caches: Path
+) -> None:
+    need("gcc", tool_path())
+    need("bwrap", tool_path())
+    given = _source_link(tmp_path, shape)
+    env = {**os.environ, "PATH": tool_path(), "TORCHKILN_CACHE_DIR": str(link_caches)}
+    args = ["build", str(HERE / "data" / "ext-cpu-test.toml"), "--source-dir", f"torch={given}"]
+    args += ["--only", "torch", "--workdir", str(tmp_path / "work"), "--dist", str(tmp_path / "dist")]
+    args += ["--skip-checks", "--no-preflight", "--cache", "none"]
+    done = subprocess.run(
+        [sys.executable, "-m", "torchkiln", *args], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    assert "Can't chdir" not in done.stdout + done.stderr
+    manifest = json.loads((tmp_path / "dist" / "manifest.json").read_text())
+    assert manifest["isolation"] == {"mode": "bubblewrap", "reason": None, "steps": []}
+    assert manifest["sources"]["torch"]["path"] == str(given)
+    assert len(list((tmp_path / "dist").glob("kiln_repro-2.13.0+cpu-*.whl"))) == 1
