@@ -12,8 +12,9 @@ project, version, source commit and installed-files digest as annotations) and h
   secrets from it (``bubblewrap``), or not (``none``, with the reason and the steps);
 * ``resolvedDependencies``: each project's source (``git+<repo>@<ref>`` at its commit, or its tree's
   sha256; a tree that differed from its commit names each path in ``annotations.tree_changes``: its kind,
-  extra / modified / removed, and the sha256 of what was built), every submodule at its commit, and the
-  build venv's packages at their versions;
+  extra / modified / removed, and what was built: a file's sha256, a symbolic link's text; a tree with
+  links that lead out of it, built under ``--allow-dirty``, names each in ``annotations.outside_links``),
+  every submodule at its commit, and the build venv's packages at their versions;
 * ``runDetails``: the builder (:data:`BUILDER_ID` with torchkiln's version), start and end, the compiler
   cache and the build cluster used (``builder.builderDependencies``: they run beside the build and, with
   content-keyed caches, do not change its output), and the byproducts (manifest, lock file, SBOMs) by
@@ -117,10 +118,14 @@ def _resolved(manifest: Manifest) -> list[dict[str, Any]]:
         entry["annotations"] = {"dirty": lock.dirty, "provided": lock.provided, "path": lock.path}
         if lock.changed:  # the paths that differ from the commit (a fetched checkout: --allow-dirty)
             entry["annotations"]["changed"] = list(lock.changed)
-        if lock.tree_changes:  # how each differs, and the sha256 of what was built there
+        if lock.tree_changes:  # how each differs, and what was built there: a file's sha256, a link's text
             entry["annotations"]["tree_changes"] = [
-                {"path": c.path, "kind": c.kind, "sha256": c.sha256, "detail": c.detail}
+                {"path": c.path, "kind": c.kind, "sha256": c.sha256, "detail": c.detail, "link": c.link}
                 for c in lock.tree_changes
+            ]
+        if lock.outside_links:  # symbolic links that lead out of the tree (built under --allow-dirty)
+            entry["annotations"]["outside_links"] = [
+                {"path": link.path, "link": link.link} for link in lock.outside_links
             ]
         if manifest.rebuild is not None and name in manifest.rebuild.tree_outputs:
             # a tree without git: the files its build wrote into it, which its sha256 leaves out

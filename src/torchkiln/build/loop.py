@@ -43,6 +43,7 @@ from .display import Display
 from .envstore import EnvStore
 from .fingerprint import State, digest, result_identity, step_fingerprint
 from .kinds import KINDS, kept_files
+from .treeguard import check_given_trees
 from .workdir import STATE_NAME, check_dist, holding_lock, repair_layout
 
 if TYPE_CHECKING:  # the signing machinery is imported only by a build given a key
@@ -312,6 +313,7 @@ def run_build(plan: Plan, options: BuildOptions | None = None) -> BuildResult:
             ctx.warn(note)
         for leftover in clean_partials(paths.dist):
             display.note(f"removed a partial file left by an interrupted build: {leftover}")
+        check_given_trees(plan, options.allow_dirty)  # a given tree's links out of it (build.treeguard)
         with _terminate_as_interrupt():
             try:
                 try:

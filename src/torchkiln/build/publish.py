@@ -42,7 +42,7 @@ from torchkiln.host.toolchain import Tool, Toolchain, tool_version
 from torchkiln.plan.model import Step
 from torchkiln.plan.records import Records
 from torchkiln.source.exact import Difference, changes, describe
-from torchkiln.source.git import dirty_checkout, is_git_checkout, lock_source
+from torchkiln.source.git import dirty_checkout, lock_source
 
 from . import portable
 from .buildreqs import read_constraints
@@ -50,7 +50,7 @@ from .context import Context, Published
 from .fingerprint import file_sha256
 from .sandbox import summary as isolation_summary
 from .sboms import publish_sboms
-from .treeguard import foreign, observe, owned_in, skipped
+from .treeguard import foreign, leaving, observe, owned_in, refuse_leaving, skipped
 
 
 def publish(ctx: Context) -> bool:
@@ -63,6 +63,7 @@ def publish(ctx: Context) -> bool:
     # the trees first: a tree that is not what the record would say is refused before dist/ changes
     locks = _locks(ctx)
     _refuse_dirty(ctx, locks)
+    _refuse_leaving(ctx, locks)
     wheels, changed = _publish_wheels(ctx)
     for stale in dist.remove_superseded(paths.dist, [w for w, _, _ in wheels]):
         ctx.display.note(f"removed superseded wheel {stale}")
@@ -147,8 +148,8 @@ def _locks(ctx: Context) -> list[SourceLock]:
         step = _tree_step(ctx, source.name)
         entry = (ctx.state.get(step.name) or {}) if step is not None else {}
         found = None
-        if is_git_checkout(source.path):
-            observed = observe(source.path, skipped(ctx.plan))
+        observed = observe(source.path, skipped(ctx.plan)) if source.path.is_dir() else None
+        if observed is not None and observed.git:
             found = changes(source.path, foreign(observed, owned_in(ctx.plan, source.name)))
         locks.append(
             lock_source(
@@ -159,6 +160,7 @@ def _locks(ctx: Context) -> list[SourceLock]:
                 provided=source.provided,
                 tree_digest=entry.get("outputs", {}).get("tree_sha256"),
                 tree_changes=found,
+                outside_links=leaving(ctx.plan, source, observed) if observed is not None else [],
             )
         )
     return locks
@@ -185,6 +187,24 @@ def _refuse_dirty(ctx: Context, locks: list[SourceLock]) -> None:
         ctx.warn(
             f"--allow-dirty: {lock.name} was built from {lock.path}, which differs from {spec.ref} of "
             f"{spec.repo}: {describe(differences)}"
+        )
+
+
+def _refuse_leaving(ctx: Context, locks: list[SourceLock]) -> None:
+    """A tree with symbolic links that lead out of it (a fetched checkout's or a --source-dir tree's, a
+    link its commit holds too) is not published: what the wheel holds through them is in no record. With
+    --allow-dirty it is, with a warning, each link recorded with its text."""
+    for lock in locks:
+        if not lock.outside_links:
+            continue
+        source = ctx.plan.source(lock.name)
+        if not ctx.options.allow_dirty:
+            refuse_leaving(
+                source, lock.outside_links, "nothing was published (dist/ is unchanged)", "publish"
+            )
+        shown = ", ".join(f"{link.path} -> {link.link}" for link in lock.outside_links)
+        ctx.warn(
+            f"--allow-dirty: {lock.name} was built from {lock.path}, whose links lead out of it: {shown}"
         )
 
 
