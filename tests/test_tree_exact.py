@@ -636,3 +636,20 @@ def test_a_link_out_of_the_tree_in_the_fetched_commit_itself_is_refused_at_publi
     lock = json.loads(result.lock.read_text())["sources"]["torch"]
     assert lock["outside_links"] == [{"path": "kiln/host.py", "link": "/etc/hostname"}]
     assert lock["tree_changes"] == [] and "whose links lead out of it: kiln/host.py -> /etc/hostname" in said
+
+
+@pytest.mark.parametrize("shape", ["dangling link", "link to a file", "chain ending nowhere"])
+def test_a_source_dir_link_that_reaches_no_directory_is_refused_by_name(shape: str, tmp_path: Path) -> None:
+    """The --source-dir shapes that are no tree (those that reach one build: test_isolation_build.py): a
+    usage error naming the argument, before anything is planned."""
+    from torchkiln.commands.plan import parse_source_dirs
+    from torchkiln.errors import UsageError
+
+    (tmp_path / "file").write_text("x")
+    given = tmp_path / "given"
+    target = {"dangling link": "missing", "link to a file": "file", "chain ending nowhere": "middle"}[shape]
+    given.symlink_to(target)
+    if shape == "chain ending nowhere":
+        (tmp_path / "middle").symlink_to("nowhere")
+    with pytest.raises(UsageError, match=rf"--source-dir 'torch={given}': {given} is not a directory"):
+        parse_source_dirs([f"torch={given}"])
