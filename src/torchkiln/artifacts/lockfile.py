@@ -56,6 +56,20 @@ class TreeLink:
 
 
 @dataclass(frozen=True)
+class VersionRecord:
+    """The tree's own version file beside the wheel's label (torchkiln.source.version): ``file`` its name,
+    ``text`` exactly as read (None: absent; at most 4096 bytes, undecodable bytes as ``\\xNN``), ``sha256``
+    of its bytes, ``label`` the version the wheel was labelled with (PYTORCH_BUILD_VERSION, BUILD_VERSION;
+    None: none set), ``reading`` how the label was checked against it."""
+
+    file: str
+    text: str | None
+    sha256: str | None
+    label: str | None
+    reading: str
+
+
+@dataclass(frozen=True)
 class SourceLock:
     """What one project was built from."""
 
@@ -78,6 +92,8 @@ class SourceLock:
     tree_changes: list[TreeChange] = field(default_factory=list)
     # The tree's symbolic links that lead out of it (a tracked one too): published only under --allow-dirty.
     outside_links: list[TreeLink] = field(default_factory=list)
+    # Its version file as read, beside the label its wheel got (None in records from before issue 45).
+    version: VersionRecord | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = jsonfile.to_data(self)

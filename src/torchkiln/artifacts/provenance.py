@@ -2,7 +2,8 @@
 Provenance v1 predicate, signed as a DSSE envelope (:mod:`.signing`).
 
 The statement says which wheels a build made (its ``subject``: each wheel's file name and sha256, with its
-project, version, source commit and installed-files digest as annotations) and how:
+project, version, source commit, installed-files digest and its tree's version file as read beside the label,
+``version_file``, as annotations) and how:
 
 * ``buildDefinition.buildType``: :data:`BUILD_TYPE` (how to read the rest; docs/supply-chain.md);
 * ``externalParameters``: what the user chose: the recipe (name, path, sha256, its text's digest) and the
@@ -44,6 +45,7 @@ from .dist import statement_name as statement_name  # named in .dist (no signing
 from .intoto import PREDICATE_TYPE as PREDICATE_TYPE
 from .intoto import STATEMENT_TYPE as STATEMENT_TYPE
 from .intoto import read_statement_data
+from .lockfile import SourceLock
 from .manifest import CacheRecord, DistRecord, Manifest
 from .signing import Envelope, PrivateKey, sign
 
@@ -96,8 +98,22 @@ def _subjects(manifest: Manifest) -> list[dict[str, Any]]:
             annotations["commit"] = source.commit
         elif source is not None and source.tree_sha256:
             annotations["tree_sha256"] = source.tree_sha256
+        if source is not None and source.version is not None:  # the tree's own version text, as read
+            annotations["version_file"] = _version_file(source)
         out.append({"name": wheel.name, "digest": {"sha256": wheel.sha256}, "annotations": annotations})
     return out
+
+
+def _version_file(lock: SourceLock) -> dict[str, Any]:
+    record = lock.version
+    assert record is not None
+    return {
+        "file": record.file,
+        "text": record.text,
+        "sha256": record.sha256,
+        "label": record.label,
+        "reading": record.reading,
+    }
 
 
 def _git_uri(repo: str | None, ref: str | None) -> str | None:
@@ -123,6 +139,8 @@ def _resolved(manifest: Manifest) -> list[dict[str, Any]]:
                 {"path": c.path, "kind": c.kind, "sha256": c.sha256, "detail": c.detail, "link": c.link}
                 for c in lock.tree_changes
             ]
+        if lock.version is not None:  # its version file as read, beside the label the wheel got
+            entry["annotations"]["version_file"] = _version_file(lock)
         if lock.outside_links:  # symbolic links that lead out of the tree (built under --allow-dirty)
             entry["annotations"]["outside_links"] = [
                 {"path": link.path, "link": link.link} for link in lock.outside_links

@@ -51,6 +51,7 @@ from .fingerprint import file_sha256
 from .sandbox import summary as isolation_summary
 from .sboms import publish_sboms
 from .treeguard import foreign, leaving, observe, owned_in, refuse_leaving, skipped
+from .treelabel import version_record
 
 
 def publish(ctx: Context) -> bool:
@@ -151,18 +152,17 @@ def _locks(ctx: Context) -> list[SourceLock]:
         observed = observe(source.path, skipped(ctx.plan)) if source.path.is_dir() else None
         if observed is not None and observed.git:
             found = changes(source.path, foreign(observed, owned_in(ctx.plan, source.name)))
-        locks.append(
-            lock_source(
-                source.name,
-                source.path,
-                repo=None if source.provided else source.repo,
-                ref=None if source.provided else source.ref,
-                provided=source.provided,
-                tree_digest=entry.get("outputs", {}).get("tree_sha256"),
-                tree_changes=found,
-                outside_links=leaving(ctx.plan, source, observed) if observed is not None else [],
-            )
+        lock = lock_source(
+            source.name,
+            source.path,
+            repo=None if source.provided else source.repo,
+            ref=None if source.provided else source.ref,
+            provided=source.provided,
+            tree_digest=entry.get("outputs", {}).get("tree_sha256"),
+            tree_changes=found,
+            outside_links=leaving(ctx.plan, source, observed) if observed is not None else [],
         )
+        locks.append(replace(lock, version=version_record(ctx.plan, source)))
     return locks
 
 
