@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import sys
 import textwrap
@@ -573,3 +574,140 @@ def test_links_through_names_each_link_a_lookup_follows(tmp_path: Path) -> None:
             current = target / current.relative_to(link)
         assert current == Path(os.path.realpath(given)), name
     assert isolation.links_through(tmp_path) == [] or os.path.realpath(tmp_path) != str(tmp_path)
+
+
+# --------------------------------------------------------------------------------------------------
+# Issue 45 item 6: signing states the isolation it vouches for.
+# --------------------------------------------------------------------------------------------------
+
+NO_USERNS = "bwrap: No permissions to creating new namespace, likely because the kernel does not allow non-privileged user namespaces."
+
+
+def _host(tmp_path: Path, host: str) -> dict[str, str]:
+    """PATH for a host whose bubblewrap: works (the real one), is missing, or cannot make namespaces (a bwrap
+    answering as one does on a kernel without unprivileged user namespaces); the HOME beside it."""
+    fake = tmp_path / f"bin-{host}"
+    fake.mkdir(exist_ok=True)
+    for tool in ("git", "python3"):
+        found = shutil.which(tool)
+        if found and host == "missing":
+            (fake / tool).symlink_to(found)
+    if host == "no user namespaces":
+        (fake / "bwrap").write_text(f"#!/bin/sh\necho '{NO_USERNS}' >&2\nexit 1\n")
+        (fake / "bwrap").chmod(0o755)
+    path = str(fake) if host == "missing" else f"{fake}:{os.environ['PATH']}"
+    return {"HOME": str(tmp_path / "home"), "PATH": path}
+
+
+HOSTS = ("sandboxes", "missing", "no user namespaces", "--no-sandbox")
+
+
+@pytest.mark.parametrize("allow", [False, True], ids=["", "--allow-unisolated"])
+@pytest.mark.parametrize("signed", [True, False], ids=["signed", "unsigned"])
+@pytest.mark.parametrize("host", HOSTS)
+def test_a_signed_build_that_cannot_sandbox_is_refused_before_its_first_step(
+    tmp_path: Path, host: str, signed: bool, allow: bool
+) -> None:
+    """Refused exactly when it is signed, its steps cannot be sandboxed and the signer did not say
+    --allow-unisolated; the refusal names bubblewrap's own reason and the ways out."""
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
+    from torchkiln.build import sandbox
+    from torchkiln.errors import UsageError
+
+    if host == "sandboxes":
+        bwrap()
+    isolation._PROBED.clear()  # each fake bwrap is probed anew
+    key = ed25519.Ed25519PrivateKey.generate() if signed else None
+    environ = _host(tmp_path, host)
+    ctx = build_context(
+        tmp_path, environ, sign_key=key, allow_unisolated=allow, isolation=host != "--no-sandbox"
+    )
+    refused = signed and not allow and host != "sandboxes"
+    if not refused:
+        sandbox.require_isolation_to_sign(ctx)
+        return
+    with pytest.raises(UsageError) as caught:
+        sandbox.require_isolation_to_sign(ctx)
+    message = str(caught.value)
+    reason = {
+        "missing": "bubblewrap (bwrap) is not installed",
+        "no user namespaces": NO_USERNS,
+        "--no-sandbox": "--no-sandbox: the build was told not to sandbox its steps",
+    }[host]
+    assert (
+        message.startswith("refusing to sign a build whose steps cannot run in a sandbox: ")
+        and reason in message
+    )
+    assert "--allow-unisolated" in message and "nothing was built" in message
+    assert not ctx.warnings, "refused, not warned"
+
+
+def test_steps_made_without_a_sandbox_run_again_once_the_build_can_sandbox(tmp_path: Path) -> None:
+    """A build that could not sandbox (unsigned: it ran, recording isolation none), then the same build
+    where bubblewrap works: the build steps run again rather than being vouched for, and the record says
+    bubblewrap; a third run changes nothing."""
+    import io
+
+    from dists import tiny_wheel
+    from rich.console import Console
+    from test_tree_exact import plain_tree, stand_in_compile
+
+    from torchkiln.build.loop import BuildOptions, run_build
+    from torchkiln.cache import resolve_cache
+    from torchkiln.plan.make import make_plan
+    from torchkiln.recipe.loader import load_recipe
+
+    bwrap()
+    tree = plain_tree(tmp_path)
+    plan = make_plan(
+        load_recipe(Path(__file__).parent / "data" / "ext-cpu-test.toml"), workdir=tmp_path / "w",
+        dist=tmp_path / "d", only="torch", source_dirs={"torch": tree}, cache=resolve_cache(None, kind="none"),
+    )  # fmt: skip
+    (tmp_path / "made").mkdir()
+    wheel = tiny_wheel(tmp_path / "made", "torch", "2.13.0+cpu")
+    compile_step = next(s for s in plan.steps if s.kind == "compile")
+    from dataclasses import replace
+
+    plan = replace(plan, steps=[stand_in_compile(compile_step, tree, wheel), plan.steps[-1]])
+    runs = []
+    for host in ("no user namespaces", "sandboxes", "sandboxes"):
+        isolation._PROBED.clear()
+        environ = {**os.environ, **_host(tmp_path, host)}
+        options = BuildOptions(console=Console(file=io.StringIO()), skip_checks=True, environ=environ)
+        result = run_build(plan, options)
+        runs.append((result.ran, json.loads(result.manifest.read_text())["isolation"]["mode"]))
+    compiled = [("torch:wheel" in ran, mode) for ran, mode in runs]
+    assert compiled == [(True, "none"), (True, "bubblewrap"), (False, "bubblewrap")], runs
+
+
+def test_the_command_line_refuses_a_signed_build_it_cannot_sandbox(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``torchkiln build --sign-key-env`` where bubblewrap cannot make namespaces: exit 2 before any step
+    (no venv made, no dist/), naming bubblewrap's reason."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+    from test_tree_exact import plain_tree
+
+    from torchkiln.cli import main
+
+    pem = ed25519.Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    isolation._PROBED.clear()
+    monkeypatch.setenv("PATH", _host(tmp_path, "no user namespaces")["PATH"])
+    monkeypatch.setenv("KILN_KEY", pem.decode())
+    tree = plain_tree(tmp_path)
+    argv = [
+        "build",
+        str(Path(__file__).parent / "data" / "ext-cpu-test.toml"),
+        "--source-dir",
+        f"torch={tree}",
+    ]
+    argv += ["--only", "torch", "--workdir", str(tmp_path / "w"), "--dist", str(tmp_path / "d")]
+    argv += ["--no-preflight", "--skip-checks", "--cache", "none", "--sign-key-env", "KILN_KEY"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "refusing to sign a build whose steps cannot run in a sandbox" in err and NO_USERNS in err, err
+    assert not (tmp_path / "w" / "venv").exists() and not (tmp_path / "d").exists()

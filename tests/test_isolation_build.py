@@ -310,8 +310,8 @@ def build(
         # this case's own (its requirement file names the case), so each case's env step installs it anew
         with (src / "requirements-build.txt").open("a") as handle:
             handle.write(f"# {case.name}\n")
-    else:  # its venv steps run unsandboxed: kept out of the store the other cases use
-        args += ["--env-store", "off"]
+    else:  # its venv steps run unsandboxed: kept out of the store the other cases use; signed only so
+        args += ["--env-store", "off", "--allow-unisolated"]
     key_path: Path | None = None
     if case.key == "env":
         env["KILN_SIGNING_KEY"] = key
@@ -473,9 +473,10 @@ def test_a_hostile_tree_and_its_build_dependency_find_no_secret(
         assert built.readers["signing key"] <= {"python -m torchkiln (host)"}, built.readers["signing key"]
     report(case.name, built.readers)
 
-    assert built.manifest["isolation"] == {"mode": "bubblewrap", "reason": None, "steps": []}
+    sandboxed = {"mode": "bubblewrap", "reason": None, "steps": [], "allow_unisolated": False}
+    assert built.manifest["isolation"] == sandboxed
     isolation = built.statement["predicate"]["buildDefinition"]["internalParameters"]["isolation"]
-    assert isolation == {"mode": "bubblewrap", "reason": None, "steps": []}
+    assert isolation == sandboxed
     assert "without isolation" not in built.output
     # the cache worked through what holds its password (broker or server): the store was used, no errors
     cache = built.manifest["cache"]
@@ -489,9 +490,10 @@ def test_a_hostile_tree_and_its_build_dependency_find_no_secret(
 def test_without_a_sandbox_the_build_says_so_and_the_same_probes_find_the_secrets(
     tmp_path: Path, redis: tuple[int, str], links: Path
 ) -> None:
-    """The control: where bubblewrap cannot sandbox, one warning, ``isolation: none`` with the reason in the
-    manifest and the provenance, and the probes that found nothing above now find the key file (by its
-    known path and from torchkiln's argv) and the home's secret: the sandbox is what kept them out."""
+    """The control: where bubblewrap cannot sandbox, a signed build runs only with --allow-unisolated (one
+    warning, ``isolation: none`` with the reason and ``allow_unisolated: true`` in the manifest and the
+    provenance), and the probes that found nothing above now find the key file (by its known path and from
+    torchkiln's argv) and the home's secret: the sandbox is what kept them out."""
     for tool in ("ccache", "gcc"):
         need(tool, tool_path())
     built, held = build(CONTROL, tmp_path, redis, links, None)
@@ -517,8 +519,10 @@ def test_without_a_sandbox_the_build_says_so_and_the_same_probes_find_the_secret
         "torch:wheel",
         "torch:repair",
     ]
+    assert isolation["allow_unisolated"] is True, "signed only because the signer said --allow-unisolated"
     provenance = built.statement["predicate"]["buildDefinition"]["internalParameters"]["isolation"]
     assert provenance == isolation
+    assert built.statement["predicate"]["buildDefinition"]["externalParameters"]["options"]["allow_unisolated"]
     assert built.output.count("build steps run without isolation") == 1
     # measured: without a sandbox the tree's own processes (the compile's Python) read the key file
     assert any(
@@ -577,6 +581,6 @@ def test_a_source_dir_given_through_a_link_builds_sandboxed(
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     assert "Can't chdir" not in done.stdout + done.stderr
     manifest = json.loads((tmp_path / "dist" / "manifest.json").read_text())
-    assert manifest["isolation"] == {"mode": "bubblewrap", "reason": None, "steps": []}
+    assert manifest["isolation"] == {"mode": "bubblewrap", "reason": None, "steps": [], "allow_unisolated": False}
     assert manifest["sources"]["torch"]["path"] == str(given)
     assert len(list((tmp_path / "dist").glob("kiln_repro-2.13.0+cpu-*.whl"))) == 1

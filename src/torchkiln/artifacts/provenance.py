@@ -10,7 +10,9 @@ project, version, source commit, installed-files digest and its tree's version f
   command line's choices (projects, jobs, cache, source trees given, a given torch, skipped checks);
 * ``internalParameters``: the environment each compile ran with (ENV_TABLE's variables: no secrets), and
   ``isolation``: whether every build step ran in a sandbox that hides the signing key and the build's other
-  secrets from it (``bubblewrap``), or not (``none``, with the reason and the steps);
+  secrets from it (``bubblewrap``), or not (``none``, with the reason and the steps, and
+  ``allow_unisolated``: true, the signer's explicit ``--allow-unisolated``, without which such a build is
+  not signed);
 * ``resolvedDependencies``: each project's source (``git+<repo>@<ref>`` at its commit, or its tree's
   sha256; a tree that differed from its commit names each path in ``annotations.tree_changes``: its kind,
   extra / modified / removed, and what was built: a file's sha256, a symbolic link's text; a tree with
@@ -211,7 +213,14 @@ def _isolation(manifest: Manifest) -> dict[str, Any]:
     record = manifest.isolation
     if record is None:
         return {}
-    return {"isolation": {"mode": record.mode, "reason": record.reason, "steps": list(record.steps)}}
+    return {
+        "isolation": {
+            "mode": record.mode,
+            "reason": record.reason,
+            "steps": list(record.steps),
+            "allow_unisolated": record.allow_unisolated,
+        }
+    }
 
 
 def statement(

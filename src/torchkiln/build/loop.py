@@ -43,6 +43,7 @@ from .display import Display
 from .envstore import EnvStore
 from .fingerprint import State, digest, result_identity, step_fingerprint
 from .kinds import KINDS, kept_files
+from .sandbox import ran_unsandboxed, require_isolation_to_sign, sandboxes
 from .treeguard import check_given_trees
 from .workdir import STATE_NAME, check_dist, holding_lock, repair_layout
 
@@ -71,6 +72,9 @@ class BuildOptions:
     sign_key: PrivateKey | None = field(default=None, repr=False)  # signs dist/<recipe>.intoto.jsonl
     secret_files: tuple[str, ...] = ()  # files secrets were read from (the key's): no build step sees them
     isolation: bool = True  # build steps sandboxed where the host can (False: --no-sandbox, recorded)
+    allow_unisolated: bool = (
+        False  # sign a build whose steps cannot be sandboxed (else refused: build.sandbox)
+    )
     # seconds the command spent before this call, by part ("plan": the recipe read and --torch resolved;
     # "preflight": the host's checks): the manifest's overhead says them beside "publish"
     before: Mapping[str, float] = field(default_factory=dict)
@@ -181,6 +185,8 @@ def _unchanged(ctx: Context, step: Step, fingerprint: str) -> str | None:
         or not entry
         or entry.get("fingerprint") != fingerprint
         or not kind.intact(step, entry, ctx)
+        # made without a sandbox: a build that sandboxes makes it again rather than vouch for it
+        or (ran_unsandboxed(step, entry.get("outputs") or {}) and sandboxes(ctx))
     ):
         return None
     kind.verify(step, entry, ctx)
@@ -194,7 +200,7 @@ def _reused(ctx: Context, step: Step, index: int, fingerprint: str, key: str | N
     it must run."""
     kind = KINDS[step.kind]
     restored = kind.reuse(step, ctx, key, functools.partial(_replaced_next, ctx, index))
-    if restored is None:
+    if restored is None or (ran_unsandboxed(step, restored.outputs) and sandboxes(ctx)):
         return None
     entry: dict[str, Any] = {"fingerprint": fingerprint, "outputs": restored.outputs, "log": None}
     entry["duration_s"] = restored.seconds
@@ -297,6 +303,7 @@ def run_build(plan: Plan, options: BuildOptions | None = None) -> BuildResult:
                 options.sign_key,
                 options.secret_files,
                 options.isolation,
+                options.allow_unisolated,
                 dict(options.before),
             ),
             environ=dict(options.environ if options.environ is not None else os.environ),
@@ -313,6 +320,7 @@ def run_build(plan: Plan, options: BuildOptions | None = None) -> BuildResult:
             ctx.warn(note)
         for leftover in clean_partials(paths.dist):
             display.note(f"removed a partial file left by an interrupted build: {leftover}")
+        require_isolation_to_sign(ctx)  # a signed build vouches for sandboxed steps (build.sandbox)
         check_given_trees(plan, options.allow_dirty)  # a given tree's links out of it (build.treeguard)
         with _terminate_as_interrupt():
             try:

@@ -48,6 +48,7 @@ from . import portable
 from .buildreqs import read_constraints
 from .context import Context, Published
 from .fingerprint import file_sha256
+from .sandbox import BUBBLEWRAP, UNISOLATED_WAYS
 from .sandbox import summary as isolation_summary
 from .sboms import publish_sboms
 from .treeguard import foreign, leaving, observe, owned_in, refuse_leaving, skipped
@@ -98,6 +99,14 @@ def _attest(ctx: Context, manifest: Manifest, byproducts: list[Path]) -> Path | 
         return None
     from torchkiln.artifacts import provenance  # noqa: PLC0415 - the signing machinery: a signed build's
 
+    isolated = manifest.isolation
+    if isolated is not None and isolated.mode != BUBBLEWRAP and not ctx.options.allow_unisolated:
+        raise BuildFailed(  # the first step refuses a host that cannot sandbox; this is what else got here
+            f"refusing to sign: the build steps {', '.join(isolated.steps)} ran without a sandbox "
+            f"({isolated.reason}); the wheels, manifest and lock file are in dist/, no statement was written\n"
+            f"{UNISOLATED_WAYS}",
+            step="publish",
+        )
     data = provenance.statement(manifest, parameters=_parameters(ctx), byproducts=byproducts)
     provenance.write_signed(path, data, ctx.options.sign_key)
     return path
@@ -117,6 +126,7 @@ def _parameters(ctx: Context) -> dict[str, Any]:
         "force": options.force,
         "skip_checks": options.skip_checks,
         "allow_dirty": options.allow_dirty,
+        "allow_unisolated": options.allow_unisolated,
         "torch": {"install": plan.given_torch} if plan.given_torch else None,
         "min_cache_hit_rate": options.min_hit_rate,
         "workdir": str(plan.paths.workdir),

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 import torchkiln
 from torchkiln.artifacts.manifest import Isolation
+from torchkiln.errors import UsageError
 from torchkiln.plan.model import Step
 from torchkiln.process import isolation
 from torchkiln.process.environ import without_credentials
@@ -89,10 +90,11 @@ PIP_SECTIONS = ("global", "install", "download", "wheel")
 
 @dataclass
 class Isolating:
-    """A build's sandboxing: whether the host can (probed at the first build step that runs), the one
-    warning, and how each step of this run ran."""
+    """A build's sandboxing: whether the host can (probed before the first step of a signed build, else at
+    the first build step that runs), the one warning, and how each step of this run ran."""
 
     availability: Availability | None = None
+    warned: bool = False
     by_step: dict[str, str] = field(default_factory=dict)
 
 
@@ -283,20 +285,51 @@ def server_sandbox(ctx: Context) -> Sandbox | None:
     return Sandbox(availability.bwrap, view.extended(writable=extra, network=True))
 
 
-def _available(ctx: Context) -> Availability:
-    """Whether this build sandboxes: probed once, at its first build step; one warning when it cannot."""
+def _probed(ctx: Context) -> Availability:
+    """Whether this build sandboxes: probed once (``--no-sandbox``: it does not)."""
     state = ctx.isolating
     if state.availability is None and not ctx.options.isolation:
         state.availability = Availability(None, "--no-sandbox: the build was told not to sandbox its steps")
     if state.availability is None:
         state.availability = isolation.probe(ctx.environ.get("PATH", os.defpath))
-        if not state.availability.ok:
-            ctx.warn(
-                f"build steps run without isolation: {state.availability.reason}; the setup.py of the trees "
-                "and their build dependencies can read what this user can (the manifest and provenance "
-                "record isolation: none)"
-            )
     return state.availability
+
+
+def _available(ctx: Context) -> Availability:
+    """:func:`_probed`, and one warning, at the first build step, when it cannot."""
+    availability = _probed(ctx)
+    if not availability.ok and not ctx.isolating.warned:
+        ctx.isolating.warned = True
+        ctx.warn(
+            f"build steps run without isolation: {availability.reason}; the setup.py of the trees "
+            "and their build dependencies can read what this user can (the manifest and provenance "
+            "record isolation: none)"
+        )
+    return availability
+
+
+UNISOLATED_WAYS = (
+    "ways out: let bubblewrap make its namespaces here (install it: apt-get install bubblewrap; an "
+    "unprivileged user needs user namespaces: sysctl kernel.unprivileged_userns_clone=1 where the kernel has "
+    "it, kernel.apparmor_restrict_unprivileged_userns=0 on Ubuntu 24.04, and a container that allows them), "
+    "build without a signing key, or sign all the same with --allow-unisolated (the manifest and the "
+    "provenance then say isolation: none, allow_unisolated: true)"
+)
+
+
+def require_isolation_to_sign(ctx: Context) -> None:
+    """A signed statement vouches for build steps that could not reach the key (SLSA Build L3's isolation):
+    a signed build whose steps cannot run in a sandbox here is refused before its first step, naming why,
+    unless the signer says ``--allow-unisolated``."""
+    if ctx.options.sign_key is None or ctx.options.allow_unisolated:
+        return
+    availability = _probed(ctx)
+    if not availability.ok:
+        raise UsageError(
+            f"refusing to sign a build whose steps cannot run in a sandbox: {availability.reason}; its setup.py "
+            "and build dependencies could read the signing key and change torchkiln itself, so a statement "
+            f"signed over them would vouch for nothing (nothing was built)\n{UNISOLATED_WAYS}"
+        )
 
 
 def environment(step: Step, env: Mapping[str, str]) -> dict[str, str]:
@@ -362,4 +395,15 @@ def summary(ctx: Context) -> Isolation:
         reason = availability.reason
     else:
         reason = "ran without a sandbox in an earlier run, whose result this build used"
-    return Isolation(NONE, reason, outside)
+    return Isolation(NONE, reason, outside, ctx.options.allow_unisolated)
+
+
+def sandboxes(ctx: Context) -> bool:
+    """Whether this build runs its build steps in a sandbox (probed once)."""
+    return _probed(ctx).ok
+
+
+def ran_unsandboxed(step: Step, outputs: Mapping[str, Any]) -> bool:
+    """Whether a build step's recorded result (``state.json``, an environment store entry) was made without
+    a sandbox (or before that was recorded): a build that sandboxes runs it again rather than vouch for it."""
+    return is_build_step(step) and outputs.get("isolation") != BUBBLEWRAP
