@@ -711,3 +711,49 @@ def test_the_command_line_refuses_a_signed_build_it_cannot_sandbox(
     err = capsys.readouterr().err
     assert "refusing to sign a build whose steps cannot run in a sandbox" in err and NO_USERNS in err, err
     assert not (tmp_path / "w" / "venv").exists() and not (tmp_path / "d").exists()
+
+
+def test_a_program_started_from_a_sealed_copy_is_unreadable_to_its_sandboxs_other_processes(
+    tmp_path: Path,
+) -> None:
+    """The mechanism under the sccache server (torchkiln.cache.sccache.sealed): a copy its user may execute
+    but not read makes a non-dumpable process; another process of the same sandbox (the same user, no
+    capabilities) gets EACCES for its environ, maps, mem and fds, while it reads the same program started
+    from the readable original. (A wrapper calling prctl(PR_SET_DUMPABLE, 0) before exec would not do:
+    exec makes the new program dumpable again.)"""
+    from torchkiln.cache.sccache import SEALED_PREFIX, sealed
+
+    exe = bwrap()
+    copy = sealed("sleep")
+    assert copy.parent.name.startswith(SEALED_PREFIX) and (copy.stat().st_mode & 0o777) == 0o111
+    script = textwrap.dedent(
+        """
+        import json, os, subprocess, sys, time
+        out = {}
+        for name, program in (("sealed", sys.argv[1]), ("plain", "sleep")):
+            child = subprocess.Popen([program, "30"])
+            time.sleep(0.2)
+            row = {}
+            for entry in ("environ", "maps", "mem"):
+                try:
+                    with open(f"/proc/{child.pid}/{entry}", "rb") as handle:
+                        handle.read(1) if entry != "mem" else None
+                    row[entry] = "read"
+                except OSError as exc:
+                    row[entry] = exc.strerror
+            try:
+                row["fd"] = [os.readlink(f"/proc/{child.pid}/fd/{n}") for n in os.listdir(f"/proc/{child.pid}/fd")] and "read"
+            except OSError as exc:
+                row["fd"] = exc.strerror
+            child.kill()
+            out[name] = row
+        print(json.dumps(out))
+        """
+    )
+    view = python_view(tmp_path, read_only=[copy.parent])
+    done = run_in(Sandbox(exe, view), [sys.executable, "-c", script, str(copy)])
+    shutil.rmtree(copy.parent)
+    assert done.ok, done.describe()
+    got = json.loads(done.stdout)
+    assert got["plain"] == {"environ": "read", "maps": "read", "mem": "read", "fd": "read"}
+    assert got["sealed"] == dict.fromkeys(("environ", "maps", "mem", "fd"), "Permission denied")
