@@ -432,28 +432,12 @@ def test_a_tree_without_git_is_recorded_by_the_digest_of_all_but_the_builds_own_
     write (planted before it) is covered; the build's own (build/obj.o, version.py, egg-info) are not; a
     rerun is a no-op and records the same digest."""
     from torchkiln.files.digests import tree_sha256
-    from torchkiln.recipe.loader import load_recipe
 
-    tree = tmp_path / "tree"
-    (tree / "kiln").mkdir(parents=True)
-    (tree / "version.txt").write_text("2.13.0a0\n")
-    (tree / "setup.py").write_text("# stands in for torch\n")
-    (tree / "kiln" / "__init__.py").write_text("X = 1\n")
+    tree = plain_tree(tmp_path)
     (tree / "build" / "lib").mkdir(parents=True)
     (tree / "build" / "lib" / "evil.py").write_text("planted before the build\n")
     pristine = tree_sha256(tree)
-    recipe = load_recipe(Path(__file__).parent / "data" / "ext-cpu-test.toml")
-    plan = make_plan(
-        recipe, workdir=tmp_path / "w", dist=tmp_path / "d", only="torch", source_dirs={"torch": tree},
-        cache=resolve_cache(None, kind="none"),
-    )  # fmt: skip
-    made = tmp_path / "made"
-    made.mkdir()
-    wheel = tiny_wheel(made, "torch", "2.13.0+cpu")
-    compile_step = next(s for s in plan.steps if s.kind == "compile")
-    steps = [stand_in_compile(compile_step, tree, wheel), plan.steps[-1]]
-    options = BuildOptions(console=Console(file=io.StringIO()), skip_checks=True)
-    first = run_build(replace(plan, steps=steps), options)
+    first, _ = given_tree_build(tree, tmp_path)
     lock = json.loads(first.lock.read_text())["sources"]["torch"]
     assert lock["commit"] is None and lock["tree_sha256"] == pristine
     own = sorted(json.loads((tmp_path / "w" / "tree-outputs" / "torch:wheel.json").read_text()))
@@ -461,7 +445,7 @@ def test_a_tree_without_git_is_recorded_by_the_digest_of_all_but_the_builds_own_
     assert "build/lib/evil.py" not in own
     assert tree_sha256(tree, own) == pristine != tree_sha256(tree)
     assert tree_sha256(tree, [*own, "build/lib/evil.py"]) != pristine, "the planted file is in the record"
-    again = run_build(replace(plan, steps=steps), options)
+    again, _ = given_tree_build(tree, tmp_path)
     assert (
         again.ran == [] and json.loads(again.lock.read_text())["sources"]["torch"]["tree_sha256"] == pristine
     )
