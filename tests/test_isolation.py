@@ -307,10 +307,18 @@ def test_the_record_says_none_when_any_build_step_ran_without_a_sandbox(tmp_path
     for step in built:
         ctx.state.record(step.name, {"fingerprint": "f", "outputs": {"isolation": "bubblewrap"}})
     assert sandbox.summary(ctx) == Isolation("bubblewrap", None, [])
-    ctx.state.record(built[1].name, {"fingerprint": "f", "outputs": {}})  # an older record: unknown
+    older = {"fingerprint": "f", "outputs": {"venv": {}}}  # a record from before isolation was: unknown
+    ctx.state.record(built[1].name, older)
     ctx.state.record(built[2].name, {"fingerprint": "f", "outputs": {"isolation": "none"}})
     found = sandbox.summary(ctx)
     assert (found.mode, found.steps) == ("none", [built[1].name, built[2].name])
+    # a record with no outputs of its own (its venv came with the next step's store entry) is that step's
+    ctx.state.record(built[1].name, {"fingerprint": "f", "outputs": {}})
+    assert sandbox.summary(ctx).steps == [built[1].name, built[2].name], "covered by a step that says none"
+    ctx.state.record(built[2].name, {"fingerprint": "f", "outputs": {"isolation": "bubblewrap"}})
+    assert built[1].venv is not None and built[1].venv == built[2].venv  # build-env:pip, build-env:deps
+    assert sandbox.summary(ctx).steps == []
+    ctx.state.record(built[1].name, older)
     assert found.reason == "ran without a sandbox in an earlier run, whose result this build used"
     off = build_context(tmp_path / "off", {"HOME": str(tmp_path / "home")}, isolation=False)
     with sandbox.isolated(built[0], off, ["true"], {}) as (argv, _):

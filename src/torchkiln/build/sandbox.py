@@ -383,11 +383,7 @@ def summary(ctx: Context) -> Isolation:
     is used): bubblewrap when every one ran sandboxed, else none with the reason and the steps."""
     skipped = ctx.options.skip_checks
     steps = [s for s in ctx.plan.steps if is_build_step(s) and not (s.kind == "checks" and skipped)]
-    outside = []
-    for step in steps:
-        entry = ctx.state.get(step.name) or {}
-        if entry.get("outputs", {}).get("isolation") != BUBBLEWRAP:
-            outside.append(step.name)
+    outside = [step.name for step in steps if _how(ctx, step) != BUBBLEWRAP]
     if not outside:
         return Isolation(BUBBLEWRAP, None, [])
     availability = ctx.isolating.availability
@@ -398,6 +394,18 @@ def summary(ctx: Context) -> Isolation:
     return Isolation(NONE, reason, outside, ctx.options.allow_unisolated)
 
 
+def _how(ctx: Context, step: Step) -> str | None:
+    """How a build step's recorded result was made: its record's ``isolation``; for a record with no
+    outputs of its own (its venv came with a later step's store entry), that later step's."""
+    names = ctx.plan.venv_steps(step.venv) if step.venv is not None else [step.name]
+    for name in names[names.index(step.name) :]:
+        outputs = (ctx.state.get(name) or {}).get("outputs") or {}
+        if outputs:
+            found = outputs.get("isolation")
+            return found if isinstance(found, str) else None
+    return None
+
+
 def sandboxes(ctx: Context) -> bool:
     """Whether this build runs its build steps in a sandbox (probed once)."""
     return _probed(ctx).ok
@@ -405,5 +413,7 @@ def sandboxes(ctx: Context) -> bool:
 
 def ran_unsandboxed(step: Step, outputs: Mapping[str, Any]) -> bool:
     """Whether a build step's recorded result (``state.json``, an environment store entry) was made without
-    a sandbox (or before that was recorded): a build that sandboxes runs it again rather than vouch for it."""
-    return is_build_step(step) and outputs.get("isolation") != BUBBLEWRAP
+    a sandbox (or before that was recorded): a build that sandboxes runs it again rather than vouch for it.
+    A record with no outputs is not the step's own: its venv came with the next step's store entry, whose
+    record says how that was made."""
+    return is_build_step(step) and bool(outputs) and outputs.get("isolation") != BUBBLEWRAP
