@@ -1,7 +1,7 @@
 """nox sessions: thin wrappers around the torchkiln library and CLI.
 
-``nox`` alone runs the default sessions (lint, tests, verify, reference): the command README.md and .ci/run
-give.
+``nox`` alone runs the default sessions (lint, tests, readme, verify, reference): the command README.md and
+.ci/run give.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import nox
 
-nox.options.sessions = ["lint", "tests", "verify", "reference"]
+nox.options.sessions = ["lint", "tests", "readme", "verify", "reference"]
 # The two parts of torchkiln's own tests: unit tests (seconds each, under 2 minutes together) and integration
 # tests (real compiles, servers, image builds, pip into fresh venvs). `nox -s unit` runs the first alone.
 INTEGRATION = "integration or slow"
@@ -29,7 +29,8 @@ TORCH_REQUIREMENT = os.environ.get("TORCHKILN_TORCH", "torch==2.13.0")
 # `torch===2.13.0` (three '='): an exact match, so pip takes upstream's 2.13.0 (+cu130 inside), not a
 # local 2.13.0+cpu wheel that `==` would also accept.
 REFERENCE_DIR = ROOT / "tests" / "reference"
-# README.md's whole path in a fresh debootstrap root: `nox -s newcomer` only (not a default session).
+# README.md in fresh debootstrap roots: `nox -s readme` (default: Debian 12 and 13, as root) and `nox -s newcomer`
+# (not a default session: Debian 12, 13 and 14, as root and as a user, the first build too).
 NEWCOMER_DIR = ROOT / "tests" / "newcomer"
 # The aarch64 proof in an arm64 root under qemu-user, and the linux/arm64 images: `nox -s aarch64` only (not a
 # default session). The arm64 images are the platform matrix's emulated entry: about 14 of CI's minutes on 2
@@ -127,6 +128,14 @@ def unit(session: nox.Session) -> None:
         "--ignore", str(AARCH64_DIR), DURATIONS, "-m", f"not ({INTEGRATION})",
         *session.posargs,
     )  # fmt: skip
+
+
+@nox.session(name="unit-pythons", python=["3.10", "3.11", "3.12", "3.13", "3.14"])
+def unit_pythons(session: nox.Session) -> None:
+    """The unit part on every Python torchkiln supports that this machine has (not a default session; a
+    missing interpreter is skipped outside CI): what a host of another Python runs, e.g. Ubuntu 22.04's
+    3.10, where ``datetime.UTC`` (3.11) was found in a test."""
+    unit(session)
 
 
 def _offered_torch(session: nox.Session) -> None:
@@ -348,24 +357,38 @@ def _gpu_site(session: nox.Session, python: str) -> Path:
 
 @nox.session
 @nox.parametrize("suite", ["bookworm", "trixie"])
+def readme(session: nox.Session, suite: str) -> None:
+    """README.md word for word in a minimal root of Debian 12 or 13, as root, through ``nox -s unit``
+    (tests/newcomer's ``readme`` form; the first build is the full form's): the front door on the machines
+    the README names, in a chroot, where bubblewrap cannot make namespaces (as in an unprivileged container).
+    Needs root, debootstrap, unshare and chroot, PyPI and Debian's archive."""
+    _newcomer(session, suite, "readme")
+
+
+@nox.session
+@nox.parametrize("suite", ["bookworm", "trixie", "forky"])
 def newcomer(session: nox.Session, suite: str) -> None:
-    """README.md's way through on a fresh minimal Debian, as a newcomer (tests/newcomer): debootstrap of the
-    suite (bookworm: Debian 12, python3 3.11; trixie: Debian 13, python3 3.13), then only the README's marked
-    commands in a chroot, as root and as a user with sudo: set-up, the clone, the recipe for the system's
-    python3, `torchkiln check`, the first build from a local tree, `nox -s unit`; the README's quoted outputs
-    compared with what each printed. Needs root, debootstrap, unshare and chroot, PyPI and Debian's archive;
-    heavy (apt, a 4.7 GB torch, a compile, the unit tests, twice per suite), so not a default session.
-    `nox -s newcomer` runs both suites, `nox -s "newcomer(suite='trixie')"` one. Transcripts in
-    .torchkiln/newcomer/<suite>-<mode>.md."""
+    """README.md's whole way through on a fresh minimal Debian (tests/newcomer's ``full`` form): debootstrap
+    of the suite (bookworm: Debian 12, python3 3.11; trixie: Debian 13, 3.13; forky: Debian 14, 3.14), then
+    only the README's marked commands in a chroot, as root and as a user with sudo: set-up, the clone, the
+    recipe for the system's python3, ``torchkiln check`` before and after the build packages, the first build
+    from a local tree and ``nox -s unit``; the README's quoted outputs compared with what each printed. Not a
+    default session (CI runs the readme form). ``nox -s "newcomer(suite='forky')"`` runs one suite.
+    Transcripts in .torchkiln/newcomer/<suite>-<mode>.md."""
+    _newcomer(session, suite, "full")
+
+
+def _newcomer(session: nox.Session, suite: str, form: str) -> None:
     session.install(PIP)
     session.install("-e", ".[test]")
     # Its own temporary directory: each pytest session under /tmp/pytest-of-USER removes all but the newest
     # three there, so on a machine where others run pytest meanwhile, a 40-minute root vanished under apt.
-    basetemp = ROOT / ".torchkiln" / f"newcomer-tmp-{suite}"
+    basetemp = ROOT / ".torchkiln" / f"newcomer-tmp-{form}-{suite}"
     basetemp.parent.mkdir(parents=True, exist_ok=True)  # pytest makes the directory, not its parents
     session.run(
         "python", "-m", "pytest", str(NEWCOMER_DIR), DURATIONS, "-p", "no:cacheprovider",
-        f"--basetemp={basetemp}", *session.posargs, env={"TORCHKILN_NEWCOMER_SUITE": suite},
+        f"--basetemp={basetemp}", *session.posargs,
+        env={"TORCHKILN_NEWCOMER_SUITE": suite, "TORCHKILN_NEWCOMER_FORM": form},
     )  # fmt: skip
 
 

@@ -4,7 +4,7 @@ One command, whatever machine (the lead's quiet one included)::
 
     python bench/rebuild.py --tree torchvision-0.21     # the real tree: upstream's torchvision 0.21.0
     python bench/rebuild.py                             # the stand-in tree, tests/data/vision_like
-    python bench/rebuild.py --quick                     # CI's form (tests/test_bench.py): 4 units, 3 rows
+    python bench/rebuild.py --quick                     # CI's form (tests/test_bench.py): 4 units, 3 rows + the code edit
 
 Trees (``--tree``):
 
@@ -33,6 +33,11 @@ torchkiln's (each cold build starts from an empty one):
   check's first run), warm local (fresh work directory and tree copy, same path), warm remote (empty local
   cache); a second builder at other paths, warm local and warm remote; a new machine: another path, warm
   Redis, empty local cache and an empty environment store (compared with the by-hand new machine).
+
+The edit loop (bench/edits.py, issue 47): a torchkiln builder and a by-hand tree, each built once, then after
+each edit (a code change in one .cpp, a header many units include, a recipe flag: ``[build] type = "Debug"``,
+by hand ``DEBUG=1``) rebuilt where it was built, torchkiln's row beside by hand's (``x by hand in place``:
+goal 1.2 at most), each torchkiln wheel against a fresh torchkiln build of the same source state (``= fresh``).
 
 Each cached torchkiln row (the no-ops, ``--force``, the first checked build, the fresh work directories and the
 second builders) is the median of three builds, each from the same starting state (a fresh work directory, an
@@ -86,7 +91,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "src"))
 
-from run import RedisServer, console, require, settle, tool_path, torchkiln_build, wheel_by_hand  # noqa: E402 - after the path set-up
+from edits import edit_rows  # noqa: E402 - after the path set-up
+from run import RedisServer, console, require, settle, tool_path, torchkiln_build, wheel_by_hand  # noqa: E402
 
 from torchkiln import cache  # noqa: E402
 from torchkiln.process.environ import base_environment  # noqa: E402
@@ -192,16 +198,27 @@ class ByHand:
         return python, seconds
 
     def build(
-        self, name: str, python: Path, root: Path, cache_dir: Path, *, remote: bool, around: float = 0.0
+        self,
+        name: str,
+        python: Path,
+        root: Path,
+        cache_dir: Path,
+        *,
+        remote: bool,
+        around: float = 0.0,
+        in_place: bool = False,
+        extra_env: dict[str, str] | None = None,
     ) -> dict[str, Any]:
+        """A row: ``root``/vision built (``in_place``: the tree as it is, rebuilt where it was built; else a
+        fresh copy), with ``extra_env`` (DEBUG=1) beside what torchkiln's plan sets."""
         spec = CacheSpec(kind="ccache", remote=self.redis_url if remote else None)
         config = cache.resolve_cache(spec, dir=cache_dir, basedir=root)
         environ = {**base_environment(os.environ), "PATH": f"{python.parent}{os.pathsep}{tool_path()}"}
         session = cache.open_session(config, environ)
-        tree = fresh_tree(self.tree, root / "vision")
+        tree = root / "vision" if in_place else fresh_tree(self.tree, root / "vision")
         # what torchkiln's plan sets for torchvision's compile (torchkiln plan shows it), by hand
         extra = {"MAX_JOBS": str(self.jobs), "BUILD_VERSION": "0.28.0+cpu", "PYTORCH_VERSION": "2.13.0+cpu"}
-        extra |= {"FORCE_CUDA": "0"} | {f"TORCHVISION_USE_{part}": "0" for part in PARTS}
+        extra |= {"FORCE_CUDA": "0"} | {f"TORCHVISION_USE_{part}": "0" for part in PARTS} | (extra_env or {})
         load = loadavg()
         if not around:  # a row of its own (the new machine's settled before its venv), as torchkiln's are
             settle()
@@ -256,8 +273,9 @@ class Torchkiln:
         force: bool = False,
         checks: bool = False,
         env_store: str = "envs",
+        recipe: Path | None = None,
     ) -> dict[str, Any]:
-        recipe = self.remote if remote else self.local
+        recipe = recipe or (self.remote if remote else self.local)
         argv = [str(recipe), "--only", "torchvision", "--torch", TORCH]
         argv += ["--source-dir", f"torchvision={builder / 'vision'}", "--workdir", str(builder / "work")]
         argv += ["--dist", str(builder / "dist"), "--jobs", str(self.jobs), "--cache", "ccache"]
@@ -378,11 +396,36 @@ def full_rows(tree: Tree, scratch: Path, redis: tuple[str, str], jobs: int) -> l
     d = kiln.fresh_builder(scratch / "y" / "d")
     rows.append(kiln.build("torchkiln new machine: other path, warm remote, empty local cache, empty env store", d, scratch / "cache-d", remote=True, env_store="envs-new-machine"))  # fmt: skip
     rows += [floor(f"by hand warm at the end: the floor's sample {i}") for i in (4, 5)]
+    rows += edit_loop(tree, kiln, hand, floor_python, scratch)
     return rows
 
 
+def edit_loop(
+    tree: Tree, kiln: Torchkiln, hand: ByHand, python: Path, scratch: Path, only: tuple[str, ...] = ()
+) -> list[dict[str, Any]]:
+    """The edit loop (bench/edits.py): a builder and a by-hand tree, each built once, then each edit rebuilt
+    in place by both (the local cache of the rows before: warm)."""
+    console.print("[bold]the edit loop[/bold]: rebuilt where it was built")
+    e = kiln.fresh_builder(scratch / "e")
+    rows = [
+        kiln.build("torchkiln edit loop: the first build of its tree", e, scratch / "cache-a", remote=False)
+    ]
+    rows.append(hand.build("by hand edit loop: the first build of its tree", python, scratch / "hand-e", scratch / "hand-cache", remote=False))  # fmt: skip
+
+    def kiln_build(name: str, builder: Path, recipe: Path | None) -> dict[str, Any]:
+        return kiln.build(name, builder, scratch / "cache-a", remote=False, recipe=recipe)
+
+    def hand_build(name: str, where: Path, extra: dict[str, str]) -> dict[str, Any]:
+        return hand.build(name, python, where.parent, scratch / "hand-cache", remote=False, in_place=True, extra_env=extra)  # fmt: skip
+
+    return rows + edit_rows(
+        tree.name, kiln_build, hand_build, e, scratch / "hand-e" / "vision", kiln.local, only
+    )
+
+
 def quick_rows(tree: Tree, scratch: Path, jobs: int) -> list[dict[str, Any]]:
-    """CI's form: torchkiln cold and no-op, and the floor's code once (by hand in torchkiln's build venv)."""
+    """CI's form: torchkiln cold and no-op, the floor's code once (by hand in torchkiln's build venv), and the
+    edit loop's code edit (one unit changed, rebuilt in place by both, the wheel against a fresh build's)."""
     kiln = Torchkiln(tree, scratch, None, jobs)
     a = kiln.fresh_builder(scratch / "a")
     rows = [kiln.build("torchkiln cold", a, scratch / "cache-a", remote=False)]
@@ -397,7 +440,8 @@ def quick_rows(tree: Tree, scratch: Path, jobs: int) -> list[dict[str, Any]]:
             remote=False,
         )
     )
-    return rows
+    python = a / "work" / "venv" / "bin" / "python"
+    return rows + edit_loop(tree, kiln, hand, python, scratch, only=("code",))
 
 
 def ratios(rows: list[dict[str, Any]]) -> float | None:
@@ -431,6 +475,11 @@ def print_table(rows: list[dict[str, Any]], title: str) -> None:
         ratio = "-" if r.get("ratio_to_floor") is None else f"{r['ratio_to_floor']:.2f}"
         if "ratio_to_by_hand_new_machine" in r:
             ratio += f" ({r['ratio_to_by_hand_new_machine']:.2f} x by hand)"
+        if r.get("ratio_to_by_hand") is not None:  # an edit row: over by hand's row of the same edit
+            ratio += f" ({r['ratio_to_by_hand']:.2f} x by hand in place)"
+        sha = str(r.get("wheel_sha256", "-"))[:12]
+        if "same_wheel_as_fresh" in r:
+            sha += " = fresh" if r["same_wheel_as_fresh"] else " != fresh"
         table.add_row(
             r["name"],
             f"{r['seconds']:.2f}",
@@ -440,7 +489,7 @@ def print_table(rows: list[dict[str, Any]], title: str) -> None:
             f"{r.get('steps_overhead_s', 0.0):.2f}",
             f"{r['unaccounted_s']:.2f}",
             hits_text(r.get("stats")),
-            str(r.get("wheel_sha256", "-"))[:12],
+            sha,
         )
     WIDE.print(table)
 

@@ -75,7 +75,7 @@ def main() -> int:
     rc, reproduce_s = run([*sandbox, *reproduce], env, root / "reproduce.log")
     report = json.loads((root / "again" / "reproduce.json").read_text()) if rc in (0, 1) else None
     result = {
-        "when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "loadavg_before": load,
         "build_s": build_s,
         "reproduce_s": reproduce_s,
@@ -84,7 +84,7 @@ def main() -> int:
         "logs": str(root),
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    out = args.out / f"reproduce-{dt.datetime.now(dt.UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
+    out = args.out / f"reproduce-{dt.datetime.now(dt.timezone.utc).strftime('%Y%m%dT%H%M%SZ')}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     print((root / "reproduce.log").read_text()[-6000:])
     print(f"build {build_s} s, reproduce {reproduce_s} s (exit {rc}); {out}")

@@ -45,10 +45,11 @@ from torchkiln import cache  # noqa: E402 - after the path set-up for a plain `p
 from torchkiln.process.environ import base_environment  # noqa: E402
 from torchkiln.recipe.model import CacheSpec  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "tests"))
+from ext_recipe import ext_recipe_text  # noqa: E402 - the test extension's recipe (it stands in for torch)
+
 CACHE_EXT = ROOT / "tests" / "data" / "cache_ext"
 NOOP_EXT = ROOT / "tests" / "data" / "ext_project"
-NOOP_RECIPE = ROOT / "tests" / "data" / "ext-cpu-test.toml"  # the test extension stands in for torch
-KILN_WITH_TORCH = ROOT / "tests" / "kiln_with_torch.py"  # the CLI with the build venv's torch step
 console = Console(highlight=False)
 
 
@@ -203,12 +204,13 @@ def noop_bench(repeat: int, jobs: int, scratch: Path) -> dict[str, list[dict[str
     work = root / "work"
     shutil.copytree(NOOP_EXT, root / "src")
     recipe = root / "bench-noop.toml"
-    recipe.write_text(NOOP_RECIPE.read_text())
-    # the stand-in extension builds against an installed torch: the plan gets it through a step of its own
-    # (tests/kiln_with_torch.py); a venv made by hand would be removed, never built in (issue 27)
+    # the stand-in extension builds against an installed torch: the recipe asks for it among the build venv's
+    # requirements (build.requirements, tests/ext_recipe.py); a venv made by hand would be removed (issue 27)
+    recipe.write_text(ext_recipe_text())
     argv = [
         sys.executable,
-        str(KILN_WITH_TORCH),
+        "-m",
+        "torchkiln",
         "build",
         str(recipe),
         "--source-dir",

@@ -18,9 +18,9 @@ from torchkiln import cli
 from torchkiln.images.engines import Buildah, Engine, Storage
 from torchkiln.images.platforms import image_platform, platform_named
 from torchkiln.images.rootfs import plan_debootstrap
-from torchkiln.images.spec import DISTROS
 from torchkiln.plan.make import make_plan
 from torchkiln.process import runner
+from torchkiln.recipe.image_bases import DISTROS
 from torchkiln.recipe.model import Recipe
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,6 +16,10 @@ HERE = Path(__file__).resolve().parent
 # an image).
 HEAVY = (
     "torchkiln.artifacts.sbom",
+    "torchkiln.artifacts.sbom_bundled",
+    "torchkiln.artifacts.sbom_debian",
+    "torchkiln.artifacts.sbom_image",
+    "torchkiln.artifacts.sbom_toolchain",
     "torchkiln.artifacts.signing",
     "torchkiln.artifacts.provenance",
     "torchkiln.images",
@@ -40,7 +44,7 @@ def imported(
     argv: Sequence[str], *, module: str = "torchkiln.cli", env: Mapping[str, str] | None = None
 ) -> tuple[int, set[str], str]:
     """(exit status, the modules imported, the output) of ``main(argv)`` of ``module`` in a fresh
-    interpreter (``kiln_with_torch`` for the tests' stand-in builds)."""
+    interpreter."""
     code = _RUN.format(tests=str(HERE), module=module)
     done = subprocess.run(
         [sys.executable, "-c", code, json.dumps(list(argv))],

@@ -29,7 +29,7 @@ from securesystemslib.exceptions import VerificationError
 from securesystemslib.signer import SSlibKey
 
 from torchkiln import cli
-from torchkiln.artifacts import provenance, sbom, signing
+from torchkiln.artifacts import provenance, sbom, sbom_bundled, sbom_debian, signing
 from torchkiln.artifacts.lockfile import SourceLock, Submodule
 from torchkiln.artifacts.manifest import WheelRecord
 from torchkiln.errors import UsageError
@@ -315,7 +315,7 @@ def test_a_bundled_library_is_traced_to_its_debian_package_version_and_licence(t
     with zipfile.ZipFile(wheel, "a") as zf:
         zf.writestr(f"kiln_vision.libs/{name}", data)
         zf.writestr("kiln_vision.libs/libnothere.12345678.so.3", b"not an ELF file")
-    (unknown, component) = sbom.bundled_components(wheel)  # sorted by name: libn... before libz...
+    (unknown, component) = sbom_bundled.bundled_components(wheel)  # sorted by name: libn... before libz...
     assert component.name == "zlib1g" and component.version == dpkg_query("zlib1g", "Version")
     assert [lic.id for lic in component.licenses] == ["Zlib"]  # type: ignore[union-attr]
     props = {p.name: p.value for p in component.properties}
@@ -331,10 +331,10 @@ def test_a_bundled_library_is_traced_to_its_debian_package_version_and_licence(t
 
 @needs_dpkg
 def test_elf_soname_and_debian_licences_read_real_files() -> None:
-    assert sbom.elf_soname((HOST_LIB / "libz.so.1").resolve().read_bytes()) == "libz.so.1"
-    assert sbom.elf_soname(Path(sys.executable).resolve().read_bytes()[:64]) is None
+    assert sbom_bundled.elf_soname((HOST_LIB / "libz.so.1").resolve().read_bytes()) == "libz.so.1"
+    assert sbom_bundled.elf_soname(Path(sys.executable).resolve().read_bytes()[:64]) is None
     text = Path("/usr/share/doc/zlib1g/copyright").read_text()
-    assert sbom.debian_licences(text) == ["Zlib"]
+    assert sbom_debian.debian_licences(text) == ["Zlib"]
 
 
 @pytest.mark.integration  # about 25 s: every package's copyright file and the venv's metadata

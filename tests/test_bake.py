@@ -4,6 +4,7 @@ recipe value read as an interpolation."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -104,12 +105,16 @@ def test_two_recipes_with_one_tag_are_refused() -> None:
 
 def test_recipe_values_are_literals_not_templates() -> None:
     """Bake reads JSON strings as templates: a recipe value with ${...} or %{...} is written escaped, so it
-    stays text; the registry variable in the tags is the one template."""
+    stays text; the registry variable in the tags is the one template. magma.url refuses '{' and '%' (a URL
+    in its one form, issue 45), so the value is put into the parsed recipe: bake must not rely on that."""
     url = "https://icl.utk.edu/projectsfiles/magma/downloads/${oops}/%{x}magma-2.6.1.tar.gz"
-    recipe = parse_recipe(
-        variant(CU130, "magma-2.6.1.tar.gz", "${oops}/%{x}magma-2.6.1.tar.gz"), "e.toml", Path("e.toml")
-    )
-    assert recipe.magma is not None and recipe.magma.url == url
+    with pytest.raises(RecipeError, match="magma.url"):
+        parse_recipe(
+            variant(CU130, "magma-2.6.1.tar.gz", "${oops}/%{x}magma-2.6.1.tar.gz"), "e.toml", Path("e.toml")
+        )
+    parsed = parse_recipe(CU130.read_bytes(), "e.toml", Path("e.toml"))
+    assert parsed.magma is not None
+    recipe = dataclasses.replace(parsed, magma=dataclasses.replace(parsed.magma, url=url))
     text = bake_text([recipe])
     target = json.loads(text)["target"]["torch-2_14-cu130-py312-devel"]
     assert (

@@ -42,5 +42,15 @@ def test_the_rebuild_benchmark_runs_in_its_quick_form(tmp_path: Path) -> None:
         assert set(row["outside_steps_s"]) == {"plan", "preflight", "publish"}, row
         assert row["outside_steps_s"]["plan"] > 0 and row["unaccounted_s"] < row["seconds"]
     assert cold["stats"]["misses"] == 4 and by_hand["stats"]["misses"] == 4, "every unit of the tree compiled"
+    # the edit loop's code edit (issue 47): one unit changed, rebuilt in place by both; torchkiln's wheel is
+    # the edited source's (not the cold build's) and a fresh build of that state gives the same bytes
+    edited = rows["torchkiln in place: a code change in one .cpp (csrc/ops/op_00.cpp)"]
+    hand_edited = rows["by hand in place: a code change in one .cpp (csrc/ops/op_00.cpp)"]
+    assert edited["ran"] == ["torchvision:wheel"] and edited["stats"]["misses"] == 1, edited
+    assert hand_edited["stats"]["misses"] == 1, "by hand rebuilt the one unit in place"
+    assert edited["same_wheel_as_fresh"] and edited["wheel_sha256"] == edited["fresh_wheel_sha256"]
+    assert edited["wheel_sha256"] != cold["wheel_sha256"], "the edit is a code change"
+    assert edited["ratio_to_by_hand"] == round(edited["seconds"] / hand_edited["seconds"], 2)
     assert "unaccounted (s)" in done.stdout and "torchkiln no-op" in done.stdout, "the table"
+    assert "x by hand in place" in done.stdout and "= fresh" in done.stdout
     assert not any(tmp_path.glob("kiln-rebuild-*")), "the scratch trees are removed"

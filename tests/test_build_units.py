@@ -245,14 +245,13 @@ def test_files_the_build_writes_into_the_tree_leave_its_identity(tmp_path: Path)
 def test_a_tree_outside_the_cache_basedir_or_a_changed_compiler_is_named_as_a_miss_cause(
     tmp_path: Path,
 ) -> None:
-    import datetime as dt
     import io
 
     from rich.console import Console
 
-    from torchkiln.build.context import Context, Options
+    from torchkiln.build.compilekind import _miss_causes
+    from torchkiln.build.context import BuildSetup, Options
     from torchkiln.build.display import Display
-    from torchkiln.build.kinds import _miss_causes
     from torchkiln.cache import resolve_cache
     from torchkiln.plan.make import make_plan
     from torchkiln.recipe.loader import load_recipe
@@ -267,16 +266,8 @@ def test_a_tree_outside_the_cache_basedir_or_a_changed_compiler_is_named_as_a_mi
         only="torch",
         cache=cache,
     )
-    console = Console(file=io.StringIO())
-    ctx = Context(
-        plan,
-        Options(),
-        {},
-        State(tmp_path / "s.json"),
-        Display(console),
-        console,
-        dt.datetime.now(dt.timezone.utc),
-    )
+    display = Display(Console(file=io.StringIO()))
+    ctx = BuildSetup.make(plan, Options(), {}, State(tmp_path / "s.json"), display)
     step = next(s for s in plan.steps if s.kind == "compile")
     before = {"g++": "12.2.0"}
     after = {"tools": {"g++": {"version": "13.1.0"}, "ninja": {"version": "1.11"}}}

@@ -551,14 +551,13 @@ def test_cli_runs_a_cluster_a_build_can_use(host: str, tmp_path: Path) -> None:
 # --------------------------------------------------------------------------------------------------
 
 EXT_PROJECT = ROOT / "tests" / "data" / "ext_project"
-EXT_RECIPE = ROOT / "tests" / "data" / "ext-cpu-test.toml"
 EXT_UNITS = 2  # csrc/bind.cpp, csrc/ops.cpp
 
 
 @pytest.fixture(scope="module")
 def build_world(host: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A work directory shared by the builds below (their plans install torch into the build venv: a step of
-    their own, tests/kiln_with_torch.py)."""
+    """A work directory shared by the builds below (their recipe asks for torch among the build venv's
+    requirements: tests/ext_recipe.py)."""
     root = tmp_path_factory.mktemp("distbuild")
     return {"root": root, "work": root / "work"}
 
@@ -567,7 +566,7 @@ def kiln_build(world: dict[str, Path], name: str, dist_spec_: spec.DistSpec | No
     """``torchkiln build`` of the test extension with sccache (a fresh cache) and ``dist_spec_``."""
     import io
 
-    from kiln_with_torch import with_torch
+    from ext_recipe import ext_recipe_text
     from rich.console import Console
 
     from torchkiln.build.loop import BuildOptions, run_build
@@ -576,12 +575,14 @@ def kiln_build(world: dict[str, Path], name: str, dist_spec_: spec.DistSpec | No
 
     base = world["root"] / name
     shutil.copytree(EXT_PROJECT, base / "src")
-    recipe = load_recipe(EXT_RECIPE)
+    recipe_file = base / "ext-cpu-test.toml"
+    recipe_file.write_text(ext_recipe_text())
+    recipe = load_recipe(recipe_file)
     config = cache.resolve_cache(recipe.cache, kind="sccache", dir=base / "sccache")
-    plan = with_torch(make_plan(
+    plan = make_plan(
         recipe, workdir=world["work"], dist=base / "dist", source_dirs={"torch": base / "src"}, only="torch",
         cache=config, dist_spec=dist_spec_,
-    ))  # fmt: skip
+    )  # fmt: skip
     out = io.StringIO()
     console = Console(file=out, width=200, force_terminal=False, highlight=False)
     run_build(plan, BuildOptions(console=console, skip_checks=True, environ=environ))
@@ -638,6 +639,31 @@ def test_a_build_whose_scheduler_is_unreachable_warns_once_and_builds_locally(ho
     assert out.count("is unreachable") == 1
     assert manifest["cache"]["misses"] == EXT_UNITS  # compiled here, through the cache
     assert (base / "dist" / "kiln_ext-2.13.0+cpu-cp311-cp311-linux_x86_64.whl").is_file()
+
+
+def test_a_signal_with_a_distributed_compile_in_flight(make_cluster, tmp_path: Path) -> None:
+    """Issue 47 item 3, sccache-dist's cell (tests/test_signals.py has the others): SIGHUP while the build's
+    compiles go to the cluster ends torchkiln with 129, its sccache server killed with what it runs (not
+    asked to wait for the cluster's answers), nothing of the build running on (the cluster's own build
+    servers are not the build's), and the rerun gives the wheel a build from an empty work directory gives."""
+    import signal
+
+    from signalkit import Cell, below, check_stopped, write_recipe
+
+    for tool in ("ninja", "c++", "python3.11"):
+        if shutil.which(tool, path=tool_path()) is None:
+            unavailable(f"{tool} is not installed")
+    found = make_cluster(servers=1)
+    cell = Cell(
+        tmp_path / "cell",
+        write_recipe(tmp_path / "signals.toml"),
+        "sccache-dist",
+        env_store=str(tmp_path / "envs"),
+        environ={TOKEN_ENV: found.client_token},
+        extra=("--dist-scheduler", found.url.rstrip("/"), "--dist-token-env", TOKEN_ENV),
+    )
+    daemons = {proc.pid for proc in found.processes.values()}
+    check_stopped(cell, "compile", signal.SIGHUP, foreign=below(daemons))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import subprocess
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -86,6 +87,46 @@ def test_unusable_torch_is_refused(text: str, only: str | None, words: str) -> N
     with pytest.raises(UsageError, match="--torch") as info:
         resolve_given_torch(text, load_recipe(CPU), only)
     assert words in str(info.value)
+
+
+# How a user writes a wheel that is not there: a path, and the README's pattern, which the shell passes on as
+# it is when no file matches it (bash, dash: glob(7); `shopt -s nullglob` is not the default).
+MISSING = [
+    "wheels/torch-2.13.0+cpu-*.whl",
+    "wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl",
+    "torch-2.13.0+cpu-cp31?-*.whl",
+    "wheels/torch-[0-9]*.whl",
+    "wheels/*",
+]
+
+
+@pytest.mark.parametrize("typed", MISSING)
+@pytest.mark.parametrize("shell", ["bash", "sh"])
+def test_a_wheel_that_is_not_there_is_named_missing_with_what_to_do_instead(
+    typed: str,
+    shell: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 44: with PyTorch's CPU index unreachable the download leaves wheels/ empty, and the next command
+    got the pattern itself and said "not a torch wheel file name". The argument is made by a real shell, as
+    the user's command line makes it."""
+    (tmp_path / "wheels").mkdir()
+    monkeypatch.chdir(tmp_path)
+    done = subprocess.run([shell, "-c", f'printf "%s" {typed}'], capture_output=True, text=True, check=True)
+    given = done.stdout
+    assert given == typed  # no file matched: the shell passed the pattern on
+    argv = ["build", str(CPU), "--only", "torchvision", "--torch", given, "--workdir", str(tmp_path / "w")]
+    assert main([*argv, "--source-dir", f"torchvision={tmp_path}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"--torch {given!r}: no such file"), err
+    assert ("a pattern the shell passes on as it is" in err) == any(c in given for c in "*?[")
+    assert "PyTorch's index (download.pytorch.org) cannot be reached" in err
+    assert "a torch wheel file you have" in err and "PyPI's torch==2.13.0" in err
+    assert "with a CUDA recipe (torch-2.13-cu130-py312)" in err  # a recipe that exists, by its name
+    assert (ROOT / "recipes" / "torch-2.13-cu130-py312.toml").is_file()
+    assert "not a torch wheel" not in err and not (tmp_path / "w").exists()
 
 
 def pypi(monkeypatch: pytest.MonkeyPatch) -> None:

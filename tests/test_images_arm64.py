@@ -61,8 +61,9 @@ from imagekit import devel_checks as run_devel_checks
 from torchkiln.images import rootfs
 from torchkiln.images.engines import Buildah
 from torchkiln.images.platforms import platform_named
-from torchkiln.images.spec import DISTROS, image_tag
+from torchkiln.images.spec import image_tag
 from torchkiln.process.logs import first_error, tail
+from torchkiln.recipe.image_bases import DISTROS
 from torchkiln.recipe.loader import load_recipe
 
 # Emulated: the two images and their checks take about 10 minutes here in the quick form, more in full; pytest-timeout's

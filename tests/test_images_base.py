@@ -13,7 +13,7 @@ from torchkiln import cli
 from torchkiln.errors import UsageError
 from torchkiln.images import rootfs
 from torchkiln.images.platforms import platform_named
-from torchkiln.images.spec import DISTROS
+from torchkiln.recipe.image_bases import DISTROS
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU = ROOT / "recipes" / "torch-2.13-cpu-py311.toml"

@@ -237,12 +237,12 @@ def test_a_real_bwrap_refused_user_namespaces_is_reported(tmp_path: Path) -> Non
 
 
 def build_context(tmp_path: Path, environ: dict[str, str], **options: object):  # type: ignore[no-untyped-def]
-    import datetime as dt
+    """A build's setup and record (build.context) for the test recipe's plan, as run_build makes them."""
     import io
 
     from rich.console import Console
 
-    from torchkiln.build.context import Context, Options
+    from torchkiln.build.context import BuildRecord, BuildSetup, Options
     from torchkiln.build.display import Display
     from torchkiln.build.fingerprint import State
     from torchkiln.cache import resolve_cache
@@ -265,11 +265,10 @@ def build_context(tmp_path: Path, environ: dict[str, str], **options: object):  
     src.mkdir(parents=True, exist_ok=True)
     plan = make_plan(recipe, workdir=tmp_path / "work", source_dirs={"torch": src}, only="torch", cache=cache)
     plan.paths.workdir.mkdir(parents=True, exist_ok=True)
-    console = Console(file=io.StringIO())
+    display = Display(Console(file=io.StringIO()))
     state = State(plan.paths.workdir / "state.json")
-    return Context(
-        plan, Options(**options), environ, state, Display(console), console, dt.datetime.now(dt.UTC)
-    )
+    setup = BuildSetup.make(plan, Options(**options), environ, state, display)  # type: ignore[arg-type]
+    return setup, BuildRecord(show=display.warn)
 
 
 def test_what_a_build_step_sees_is_the_plans_not_the_users(tmp_path: Path) -> None:
@@ -280,7 +279,7 @@ def test_what_a_build_step_sees_is_the_plans_not_the_users(tmp_path: Path) -> No
     tools.mkdir(parents=True)
     key = tmp_path / "work" / "kiln.key"  # inside the work directory, which the steps see: masked
     environ = {"HOME": str(home), "PATH": f"{tools}:{home}:/usr/bin", "CUDA_HOME": "/usr/local/cuda"}
-    ctx = build_context(tmp_path, environ, secret_files=(str(key),))
+    ctx, _ = build_context(tmp_path, environ, secret_files=(str(key),))
     steps = {s.kind: s for s in ctx.plan.steps}
     env = {**environ, "PIP_FIND_LINKS": f"{tmp_path / 'wheels'} https://example.org/simple"}
     (tmp_path / "wheels").mkdir()
@@ -301,7 +300,7 @@ def test_the_record_says_none_when_any_build_step_ran_without_a_sandbox(tmp_path
     from torchkiln.artifacts.manifest import Isolation
     from torchkiln.build import sandbox
 
-    ctx = build_context(tmp_path, {"HOME": str(tmp_path / "home")})
+    ctx, _ = build_context(tmp_path, {"HOME": str(tmp_path / "home")})
     built = [s for s in ctx.plan.steps if sandbox.is_build_step(s)]
     assert [s.kind for s in ctx.plan.steps if not sandbox.is_build_step(s)] == ["publish"]
     for step in built:
@@ -320,9 +319,10 @@ def test_the_record_says_none_when_any_build_step_ran_without_a_sandbox(tmp_path
     assert sandbox.summary(ctx).steps == []
     ctx.state.record(built[1].name, older)
     assert found.reason == "ran without a sandbox in an earlier run, whose result this build used"
-    off = build_context(tmp_path / "off", {"HOME": str(tmp_path / "home")}, isolation=False)
-    with sandbox.isolated(built[0], off, ["true"], {}) as (argv, _):
+    off, record = build_context(tmp_path / "off", {"HOME": str(tmp_path / "home")}, isolation=False)
+    with sandbox.isolated(built[0], off, record, ["true"], {}) as (argv, _):
         assert argv == ["true"]
+    assert sandbox.how(built[0], off, record) == "none", "what the step's record says of it"
     assert sandbox.summary(off).reason == "--no-sandbox: the build was told not to sandbox its steps"
 
 
@@ -339,8 +339,8 @@ def test_build_steps_get_no_cloud_or_agent_credentials_fetch_steps_keep_them(tmp
 def test_the_variables_secrets_come_from_leave_the_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The signing key's variable leaves torchkiln's own environment once read; a Context holds the cache's
-    credential variable apart from the environment every step composes its own from."""
+    """The signing key's variable leaves torchkiln's own environment once read; a build's setup holds the
+    cache's credential variable apart from the environment every step composes its own from."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ed25519
 
@@ -450,7 +450,7 @@ def test_a_python_behind_shims_on_path_runs_in_every_build_step(tmp_path: Path, 
     environ = {"HOME": str(home), "PATH": f"{shims}:/usr/bin:/bin"}
     if layout == "pyenv-root-variable":
         environ["PYENV_ROOT"] = str(root)
-    ctx = build_context(tmp_path, environ)
+    ctx, _ = build_context(tmp_path, environ)
     for step in (s for s in ctx.plan.steps if s.kind in ("env", "compile", "checks")):
         view = sandbox.step_view(step, ctx, environ, step.argv)
         assert root in view.read_only, (layout, step.kind)
@@ -628,15 +628,15 @@ def test_a_signed_build_that_cannot_sandbox_is_refused_before_its_first_step(
     isolation._PROBED.clear()  # each fake bwrap is probed anew
     key = ed25519.Ed25519PrivateKey.generate() if signed else None
     environ = _host(tmp_path, host)
-    ctx = build_context(
+    setup, record = build_context(
         tmp_path, environ, sign_key=key, allow_unisolated=allow, isolation=host != "--no-sandbox"
     )
     refused = signed and not allow and host != "sandboxes"
     if not refused:
-        sandbox.require_isolation_to_sign(ctx)
+        sandbox.require_isolation_to_sign(setup)
         return
     with pytest.raises(UsageError) as caught:
-        sandbox.require_isolation_to_sign(ctx)
+        sandbox.require_isolation_to_sign(setup)
     message = str(caught.value)
     reason = {
         "missing": "bubblewrap (bwrap) is not installed",
@@ -648,7 +648,7 @@ def test_a_signed_build_that_cannot_sandbox_is_refused_before_its_first_step(
         and reason in message
     )
     assert "--allow-unisolated" in message and "nothing was built" in message
-    assert not ctx.warnings, "refused, not warned"
+    assert not record.warnings, "refused, not warned"
 
 
 def test_steps_made_without_a_sandbox_run_again_once_the_build_can_sandbox(tmp_path: Path) -> None:

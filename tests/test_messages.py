@@ -183,12 +183,36 @@ def test_fix_hints_say_where_a_python_or_gcc_the_distribution_lacks_comes_from(
     assert "Ubuntu 24.04 (noble)" in found["cc"].fix and devel in found["cc"].fix
     monkeypatch.setattr(distro, "OS_RELEASE", (OS_RELEASES / "ubuntu-24.04",))
     found = {f.check: f for f in preflight.preflight(plan, env)}
-    assert found["python"].fix.startswith(
+    assert found["python"].fix.startswith(  # python3.12-venv is in universe, which a minimal root lacks
+        "apt-get install software-properties-common, then add-apt-repository -y universe (python3.12-venv is "
+        "in universe, which a minimal root does not enable: its sources list has noble main only), then "
         "apt-get install python3.12-venv python3.12-dev (Ubuntu 24.04 (noble)"
     )
     assert found["cc"].fix.startswith(
         "gcc 13 (build.gcc = 13: the build runs gcc-13 and g++-13): apt-get install"
     )
+
+
+def test_fix_hints_for_python_3_14_are_true_on_debian_13_and_forky(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 44: the CPU recipe made for 3.14 on Debian 13 offered Debian's pyenv (2.5.4: no 3.14 definition)
+    and the devel image (no base ships 3.14). Now: upstream's pyenv, saying why, and no devel image; on
+    forky/sid, which packages 3.14, its apt-get."""
+    monkeypatch.setattr(distro, "DEBIAN_PYENV_PROFILE", tmp_path / "no-profile")
+    made = tmp_path / "py314.toml"
+    made.write_text(CPU.read_text().replace('version = "3.11"', 'version = "3.14"', 1))
+    plan = make_plan(load_recipe(made), workdir=tmp_path / "w", dist=tmp_path / "d", resources=BIG)
+    monkeypatch.setattr(distro, "OS_RELEASE", (OS_RELEASES / "debian-13",))
+    (fix,) = [f.fix for f in preflight.preflight(plan, {"PATH": ""}) if f.check == "python"]
+    assert fix.startswith(
+        "Debian 13 (trixie) packages Python 3.13 only, not 3.14; pyenv: install pyenv from upstream"
+    )
+    assert "Debian 13 (trixie)'s pyenv 2.5.4 has no definition of a Python 3.14 release" in fix
+    assert "apt-get install pyenv" not in fix and "--target devel" not in fix
+    monkeypatch.setattr(distro, "OS_RELEASE", (OS_RELEASES / "debian-forky",))
+    (fix,) = [f.fix for f in preflight.preflight(plan, {"PATH": ""}) if f.check == "python"]
+    assert fix.startswith("apt-get install python3.14-venv python3.14-dev (Debian forky/sid")
 
 
 def test_readmes_test_packages_are_what_ci_installs() -> None:
@@ -202,3 +226,41 @@ def test_readmes_test_packages_are_what_ci_installs() -> None:
     assert line and installed
     words = {w for w in line.group(1).split() if w != "\\"}
     assert words == {w for w in installed.group(1).split() if w != "\\"}
+
+
+def test_readmes_recipe_table_is_the_shipped_recipes() -> None:
+    """README.md's table of shipped recipes has a row per recipe file, each with the file's torch release,
+    Python, and accelerator (its CUDA, cuDNN and NCCL where it pins them; aarch64 named)."""
+    text = (ROOT / "README.md").read_text()
+    rows = re.findall(r"(?m)^\| `([\w.-]+)` \| ([0-9.]+) \| ([0-9.]+) \| ([^|]+) \|$", text)
+    assert sorted(r[0] for r in rows) == shipped_names()
+    for name, torch, python, accelerator in rows:
+        recipe = load_recipe(ROOT / "recipes" / f"{name}.toml")
+        assert (torch, python) == (str(recipe.torch.version), recipe.python), name
+        acc = recipe.accelerator
+        if acc.kind == "cpu":
+            assert accelerator.startswith("CPU"), name
+            continue
+        assert f"CUDA {acc.cuda}" in accelerator and accelerator.startswith(
+            "aarch64: " if recipe.build.platform == "aarch64" else "CUDA "
+        ), name
+        for pinned in (acc.cudnn, acc.nccl):
+            assert pinned is None or str(pinned) in accelerator or "aarch64" in accelerator, (name, pinned)
+
+
+def test_readmes_missing_torch_wheel_message_is_the_builds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """README.md quotes what the first build says when the torch download found nothing (the shell passes its
+    pattern on as typed): the build's own words, before any step."""
+    text = " ".join((ROOT / "README.md").read_text().split())
+    quoted = re.search(r"before any step with `(--torch '[^`]*)` and what to do", text)
+    assert quoted, "README.md quotes no message for a missing torch wheel"
+    blocks = {b.name: b for b in readme_blocks()}
+    pattern = re.search(r"--torch (\S+)", blocks["main-job"].commands)
+    assert pattern
+    monkeypatch.chdir(tmp_path)
+    argv = ["build", str(ROOT / "recipes" / "torch-2.13-cpu-py311.toml"), "--only", "torchvision"]
+    assert main([*argv, "--torch", pattern.group(1), "--skip-checks", "--workdir", str(tmp_path / "w")]) == 2
+    said = " ".join(capsys.readouterr().err.split())
+    assert quoted.group(1) in said, said

@@ -180,6 +180,22 @@ def test_release_notice_compares_releases_not_local_labels() -> None:
     assert "this build torch 2.8.0 (2.8.0+cu128)" in notice
 
 
+def _moved(result: dict[str, Any], case: str) -> dict[str, Any]:
+    """``result`` with every output of ``case`` moved by 1.0 per element: a reference that computes otherwise."""
+    import array
+    import base64
+    import hashlib
+
+    changed = json.loads(json.dumps(result))
+    for encoded in changed["cases"][case]["outputs"].values():
+        values = array.array("d")
+        values.frombytes(base64.b64decode(encoded["float64"]))
+        moved = array.array("d", (v + 1.0 for v in values))
+        encoded["float64"] = base64.b64encode(moved.tobytes()).decode()
+        encoded["sha256"] = hashlib.sha256(moved.tobytes()).hexdigest()
+    return changed
+
+
 @pytest.mark.integration
 def test_a_reference_of_another_release_is_named_in_header_and_summary(tmp_path: Path) -> None:
     """The battery of the installed torch, relabelled as another release's: the header, summary.json,
@@ -191,7 +207,9 @@ def test_a_reference_of_another_release_is_named_in_header_and_summary(tmp_path:
     other = json.loads(json.dumps(result))
     major, minor, _ = torch.__version__.split("+")[0].split(".")
     other["torch"]["version"] = f"{major}.{int(minor) - 1}.1+cpu"
-    for name, data in (("same", result), ("other", other)):
+    # another release that computes otherwise: the failure's own cause names the release (it was null)
+    differs = _moved(other, "matmul/cpu/float32")
+    for name, data in (("same", result), ("other", other), ("differs", differs)):
         (tmp_path / f"{name}.json").write_text(json.dumps(data))
         out = tmp_path / f"report-{name}"
         run = subprocess.run(
@@ -199,8 +217,21 @@ def test_a_reference_of_another_release_is_named_in_header_and_summary(tmp_path:
              "--parity-reference", str(tmp_path / f"{name}.json"), "--report", str(out)],
             capture_output=True, text=True, timeout=600, check=False, cwd=tmp_path,
         )  # fmt: skip
+        summary = json.loads((out / "summary.json").read_text())
+        if name == "differs":
+            assert run.returncode == 1, run.stdout[-4000:] + run.stderr[-2000:]
+            (failure,) = summary["failures"]
+            assert failure["message"].startswith(
+                f"torch {torch.__version__} differs from upstream's {data['torch']['version']}: matmul/cpu/float32 "
+            ), failure["message"]
+            assert failure["cause"].startswith(
+                f"the reference is another release: torch {major}.{int(minor) - 1}.1 ({data['torch']['version']}), "
+                f"this build torch {torch.__version__.split('+')[0]}"
+            ), failure["cause"]
+            assert f"| `{failure['cause']}` |" in (out / "summary.md").read_text()
+            continue
         assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
-        compared = json.loads((out / "summary.json").read_text())["options"]["compare_with"]
+        compared = summary["options"]["compare_with"]
         assert compared["reference_torch"] == data["torch"]["version"]
         if name == "same":
             assert compared == {"reference_torch": torch.__version__, "same_release": True, "notice": None}

@@ -308,7 +308,8 @@ def test_retarget_and_refusal_follow_the_recipes_list() -> None:
     reason = portability.refusal("tv.whl", found)
     assert reason is not None and reason.startswith("tv.whl needs libpng16.so.16, which the target machines")
     assert "torchvision/_C.so needs libpng16.so.16 (not bundled" in reason
-    assert '[deploy] system_libraries = ["libpng16.so.16"]' in reason
+    fix = portability.system_libraries_fix([], portability.unresolved_names([found]))
+    assert fix.endswith('list it in the recipe: [deploy] system_libraries = ["libpng16.so.16"]'), fix
     promised = portability.retarget(found, ["libpng16.so.16"], abi.UNRESOLVED)
     assert portability.refusal("tv.whl", promised) is None
     assert [n.kind for n in promised.needs] == ["target", "policy"]
@@ -515,7 +516,10 @@ def test_a_library_only_this_machine_has_is_named_even_though_it_loads_here(
     assert kinds.pop("libm.so.6") == "policy" and set(kinds.values()) <= {"policy"}  # libc.so.6, if linked
     found = linkage.check_distribution(index["kilnpng"], index, linkage.System.of_this_machine())
     assert [(e.obj, e.needed) for e in found.unresolved] == [("kilnpng/_png.so", "libpng16.so.16")]
-    assert f"kilnpng/_png.so needs libpng16.so.16 (this machine has it at {host_png}" in found.message()
+    assert (
+        f"kilnpng/_png.so needs libpng16.so.16: {abi.UNRESOLVED} (this machine has it at {host_png}"
+        in found.message()
+    )
     promised = linkage.check_distribution(index["kilnpng"], index, target=["libpng16.so.16"])
     assert promised.unresolved == () and "1 target" in promised.message()
 
@@ -692,22 +696,58 @@ def test_an_elf_reading_is_kept_by_file_identity(
         other = original
     else:
         shutil.copy2(original, other)
-    monkeypatch.setattr(elf, "_KEPT", [])
-    elf.keep_in([tmp_path / "keep-a", tmp_path / "keep-b"])
-    elf.elf_cached.cache_clear()
-    first = elf.elf_cached(str(original))
-    assert first == elf.read_elf(original) and first is not None
-    assert len(list((tmp_path / "keep-b").glob("elf-*.json"))) == 1, "kept in every directory"
+    elf.forget_readings()
+    with elf.keeping([tmp_path / "keep-a", tmp_path / "keep-b"]):
+        first = elf.elf_cached(str(original))
+        assert first == elf.read_elf(original) and first is not None
+        assert len(list((tmp_path / "keep-b").glob("elf-*.json"))) == 1, "kept in every directory"
+        if change == "rewritten":
+            with other.open("ab") as handle:
+                handle.write(b"\0")
+        if change == "touched":
+            os.utime(other, ns=(os.stat(other).st_atime_ns, os.stat(other).st_mtime_ns + 1))
+        elf.forget_readings()
+        read = []
+        real = elf.read_elf
+        monkeypatch.setattr(elf, "read_elf", lambda *a, **k: read.append(a) or real(*a, **k))
+        again = elf.elf_cached(str(other))
+    assert again == first if change != "rewritten" else again is not None
+    assert (read == []) is shared, (change, read)
+    elf.forget_readings()
+
+
+@pytest.mark.parametrize("change", ["none", "rewritten", "touched", "replaced"])
+def test_an_elf_reading_in_this_process_answers_what_a_fresh_process_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: str
+) -> None:
+    """The process's memo of ``elf_cached`` (issue 48: two builds in one process): a file changed at the same
+    path is read again, and a build keeping its readings elsewhere gets them kept in its own directories,
+    whatever another build of the process read before."""
+    from torchkiln.artifacts import elf
+
+    path = tmp_path / "libkiln.so"
+    shutil.copy2(Path(sys.executable).resolve(), path)
+    elf.forget_readings()
+    with elf.keeping([tmp_path / "one"]):
+        assert elf.elf_cached(str(path)) is not None
     if change == "rewritten":
-        with other.open("ab") as handle:
+        with path.open("ab") as handle:
             handle.write(b"\0")
-    if change == "touched":
-        os.utime(other, ns=(os.stat(other).st_atime_ns, os.stat(other).st_mtime_ns + 1))
-    elf.elf_cached.cache_clear()
+    elif change == "touched":
+        os.utime(path, ns=(os.stat(path).st_atime_ns, os.stat(path).st_mtime_ns + 1))
+    elif change == "replaced":
+        fresh = tmp_path / "fresh.so"
+        shutil.copy2(path, fresh)
+        fresh.replace(path)
     read = []
     real = elf.read_elf
     monkeypatch.setattr(elf, "read_elf", lambda *a, **k: read.append(a) or real(*a, **k))
-    again = elf.elf_cached(str(other))
-    assert again == first if change != "rewritten" else again is not None
-    assert (read == []) is shared, (change, read)
-    elf.elf_cached.cache_clear()
+    with elf.keeping([tmp_path / "two"]):
+        assert elf.elf_cached(str(path)) == real(path)
+    assert len(list((tmp_path / "two").glob("elf-*.json"))) == 1, "kept where this build keeps them"
+    assert read, "what the first build read and kept is not where this one keeps its readings: read again"
+    with elf.keeping([tmp_path / "one"]):
+        read.clear()
+        elf.elf_cached(str(path))
+    assert (read == []) is (change == "none"), "a changed file is read afresh under the first build's too"
+    elf.forget_readings()

@@ -28,7 +28,8 @@ from torchkiln.plan.records import Records
 from torchkiln.recipe.loader import load_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
-RECIPE = ROOT / "tests" / "data" / "ext-cpu-test.toml"  # torchvision alone: no BLAS, one Python (3.11)
+RECIPE = ROOT / "tests" / "data" / "ext-cpu-test.toml"  # torchvision alone: no BLAS, one Python
+RUNNING = f"{sys.version_info.major}.{sys.version_info.minor}"  # the recipe's Python, made this one's
 BIG = Resources(cpus=4, memory_bytes=64 * GIB)
 KEYED = frozenset(KEYS)
 KEPT = KEYED - {"git"}  # git: asked only when a source is fetched (here none is: a pass, trivially kept)
@@ -77,13 +78,12 @@ def drivers(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, drivers: Path) -> dict[str, Path]:
-    """A PATH whose first directory holds this interpreter as python3.11 and compiler drivers of their own
-    (real ELF files: their identities are what the keys name) as cc and c++, then the system's
-    directories (as, ld)."""
-    require(sys.version_info[:2] == (3, 11), "the test recipe is for Python 3.11")
+    """A PATH whose first directory holds this interpreter as python3.X (the recipe's, made this one's) and
+    compiler drivers of their own (real ELF files: their identities are what the keys name) as cc and c++,
+    then the system's directories (as, ld)."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    (bindir / "python3.11").symlink_to(os.path.realpath(sys.executable))
+    (bindir / f"python{RUNNING}").symlink_to(os.path.realpath(sys.executable))
     for name in ("cc", "c++"):
         shutil.copy2(drivers / name, bindir / name)
     for name in ("CC", "CXX", "CPATH", "LIBRARY_PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "TMPDIR"):
@@ -92,11 +92,22 @@ def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, drivers: Path) -> dict
     dist = tmp_path / "dist"
     dist.mkdir()
     tiny_wheel(dist, "torch", "2.13.0+cpu")  # the recipe's own torch: what --only torchvision builds against
-    return {"bin": bindir, "dist": dist, "work": tmp_path / "work", "store": tmp_path / "store"}
+    recipe = tmp_path / "recipe.toml"  # the recipe file for the CLI, made this Python's as plan_of makes it
+    recipe.write_text(
+        RECIPE.read_text().replace('[python]\nversion = "3.11"', f'[python]\nversion = "{RUNNING}"')
+    )
+    assert load_recipe(recipe).python == RUNNING
+    return {
+        "bin": bindir,
+        "dist": dist,
+        "work": tmp_path / "work",
+        "store": tmp_path / "store",
+        "recipe": recipe,
+    }
 
 
 def plan_of(host: dict[str, Path], **recipe_changes: object) -> Plan:
-    recipe = load_recipe(RECIPE)
+    recipe = dataclasses.replace(load_recipe(RECIPE), python=RUNNING)
     if recipe_changes:
         recipe = dataclasses.replace(recipe, build=dataclasses.replace(recipe.build, **recipe_changes))
     return make_plan(
@@ -250,7 +261,16 @@ def test_a_failed_build_gets_the_full_diagnosis(
     here is the fetch of the recipe's (unreachable) torchvision repository: the first step, in a second."""
     exe, flag = brittle_compiler(host)
     monkeypatch.setenv("CXX", str(exe))
-    argv = ["build", str(RECIPE), "--only", "torchvision", "--jobs", "1", "--env-store", str(host["store"])]
+    argv = [
+        "build",
+        str(host["recipe"]),
+        "--only",
+        "torchvision",
+        "--jobs",
+        "1",
+        "--env-store",
+        str(host["store"]),
+    ]
     argv += ["--workdir", str(host["work"]), "--dist", str(host["dist"])]
     assert main(argv) == 1
     err = capsys.readouterr().err
@@ -272,7 +292,16 @@ def test_check_always_asks_the_host(host, counted, capsys: pytest.CaptureFixture
     records = Records.for_build(host["work"], host["store"])
     run(plan_of(host), records, counted)
     counted.clear()
-    argv = ["check", str(RECIPE), "--only", "torchvision", "--jobs", "1", "--env-store", str(host["store"])]
+    argv = [
+        "check",
+        str(host["recipe"]),
+        "--only",
+        "torchvision",
+        "--jobs",
+        "1",
+        "--env-store",
+        str(host["store"]),
+    ]
     assert main([*argv, "--workdir", str(host["work"]), "--dist", str(host["dist"])]) == 0
     assert KEYED <= set(counted), capsys.readouterr()
 

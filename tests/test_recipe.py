@@ -309,7 +309,20 @@ VALID: list[tuple[str, str]] = [
 
 @pytest.mark.parametrize(("case_id", "text"), VALID, ids=[c[0] for c in VALID])
 def test_valid_against_upstream(case_id: str, text: str) -> None:
-    parse_recipe(text.encode(), f"{case_id}.toml")
+    """Accepted, and read as the document says: the pins a build and verify act on are the file's."""
+    doc = tomllib.loads(text)
+    recipe = parse_recipe(text.encode(), f"{case_id}.toml")
+    assert (str(recipe.torch.version), recipe.torch.ref) == (doc["torch"]["version"], doc["torch"]["ref"])
+    assert (str(recipe.torchvision.version), recipe.torchvision.ref) == (
+        doc["torchvision"]["version"],
+        doc["torchvision"]["ref"],
+    )
+    acc = doc["accelerator"]
+    assert (str(recipe.accelerator.cuda), str(recipe.accelerator.cudnn), str(recipe.accelerator.nccl)) == (
+        acc["cuda"],
+        acc["cudnn"],
+        acc["nccl"],
+    )
 
 
 def test_build_number_above_one_appends_post_to_the_torch_wheel_version() -> None:

@@ -232,5 +232,14 @@ def test_build_without_a_recipe_names_build(capsys: pytest.CaptureFixture[str]) 
 
 
 def test_shipped_recipes_still_load() -> None:
-    for path in sorted((ROOT / "recipes").glob("*.toml")):
-        load_recipe(path)
+    """Every shipped recipe loads, under its own file name, as what its file pins."""
+    paths = sorted((ROOT / "recipes").glob("*.toml"))
+    assert paths
+    for path in paths:
+        recipe = load_recipe(path)
+        doc = tomllib.loads(path.read_text())
+        assert recipe.name == path.stem == doc["recipe"]["name"]
+        assert (str(recipe.torch.version), recipe.python) == (
+            doc["torch"]["version"],
+            doc["python"]["version"],
+        )

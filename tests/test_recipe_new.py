@@ -16,7 +16,7 @@ from packaging.specifiers import SpecifierSet
 from torchkiln.cli import main
 from torchkiln.errors import RecipeError, UsageError
 from torchkiln.plan.given_torch import resolve_given_torch
-from torchkiln.recipe.compat import compat, minor
+from torchkiln.recipe.compat import compat, minor, supported_pythons
 from torchkiln.recipe.derive import derived_name, for_pythons
 from torchkiln.recipe.loader import load_recipe, recipes_dir
 
@@ -134,6 +134,62 @@ def test_the_command_asks_the_interpreter_and_writes_only_a_checked_recipe(
     # the default file name is the new recipe's name
     assert main(["recipe", "new", str(CPU), "--python", "3.13"]) == 0
     assert load_recipe(tmp_path / "torch-2.13-cpu-py313.toml").name == "torch-2.13-cpu-py313"
+
+
+# ------------------------------------------------------------------------------------------------------
+# --python: every form the help documents, for every Python the recipe's torch release supports.
+# ------------------------------------------------------------------------------------------------------
+
+CPU_PYTHONS = supported_pythons(compat()["torch"][minor(load_recipe(CPU).torch.version)])
+
+
+def stand_in(directory: Path, name: str, says: str) -> Path:
+    """An interpreter named ``name`` that answers the version probe with ``says`` (a Python of that version
+    need not be installed here: what is tested is how the command reads the answer)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    path.write_text(f"#!/bin/sh\necho {says}\n")
+    path.chmod(0o755)
+    return path
+
+
+@pytest.mark.parametrize("python", CPU_PYTHONS)
+def test_every_documented_python_form_makes_the_recipe(
+    python: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """3.14, python3.14 (installed or not: the name says the version), python3 on PATH and a path to an
+    interpreter (asked), and their free-threaded forms (3.14t, python3.14t): each makes the recipe for that
+    Python. Issue 44: python3.14 was refused where no python3.14 was on PATH."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no interpreter of any name on PATH
+    forms = [python, f"python{python}", str(stand_in(tmp_path / "opt" / "bin", f"python{python}", python))]
+    monkeypatch.setenv("PATH", str(stand_in(tmp_path / "path", "python3", python).parent))
+    forms.append("python3")
+    for i, form in enumerate(forms):
+        assert main(["recipe", "new", "torch-2.13-cpu-py311", "--python", form, "-o", f"{i}.toml"]) == 0, (
+            form,
+            capsys.readouterr().err,
+        )
+        assert load_recipe(tmp_path / f"{i}.toml").python_versions == (python,), form
+
+
+def test_a_refused_python_form_lists_every_form_with_the_releases_pythons(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    for given, why in (
+        ("pythonX", "neither a Python version nor an interpreter on PATH"),
+        ("python3", "neither a Python version nor an interpreter on PATH"),
+        ("/no/such/python3.14", "no such file"),
+    ):
+        assert main(["recipe", "new", "torch-2.13-cpu-py311", "--python", given]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"--python {given!r}: {why} (valid: a Python version ("), err
+        listed = err.split("(valid: a Python version (", 1)[1].split(":", 1)[0]
+        assert listed.split(", ") == CPU_PYTHONS, err  # every one the release supports, 3.14 and 3.14t too
+        assert "python3.15)" in err and "(python3)" in err and "/usr/bin/python3.15" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
 # ------------------------------------------------------------------------------------------------------

@@ -188,3 +188,59 @@ def test_a_normal_end_of_a_supervised_run_also_stops_what_it_left(tmp_path: Path
     assert _gone(marker, 5) == []
     # outside a supervised block nothing is marked or watched
     assert runner._marked({"A": "1"}) == {"A": "1"}
+
+
+def test_two_supervised_runs_in_two_threads_each_keep_their_own(tmp_path: Path) -> None:
+    """Issue 48: two builds in one process, each in its thread: each run marks its own processes, and the
+    end of one (its watchdog sweeping what carries its mark) leaves the other's running process alone; a
+    thread the run starts through ``in_context`` marks as the run does; a block ``confined`` in one thread
+    confines nothing another thread starts."""
+    import threading
+
+    first_in, first_out, second_done = threading.Event(), threading.Event(), threading.Event()
+    seen: dict[str, object] = {}
+
+    def first() -> None:
+        with runner.supervised() as run_id:
+            seen["first"] = run_id
+            seen["first-mark"] = runner._marked({})
+            first_in.set()
+            second_in.wait(30)
+            with runner.confined(lambda argv, env, cwd: (["false"], dict(env or {}))):
+                first_out.wait(30)  # the second thread starts its process while this one confines
+        seen["first-ended"] = True
+
+    def second() -> None:
+        first_in.wait(30)
+        with runner.supervised() as run_id:
+            seen["second"] = run_id
+            helper: dict[str, object] = {}
+            thread = threading.Thread(target=runner.in_context(lambda: helper.update(m=runner._marked({}))))
+            thread.start()
+            thread.join()
+            seen["helper-mark"] = helper["m"]
+            second_in.set()
+            time.sleep(0.3)  # the first thread is inside confined() now
+            marker = f"kiln-runner-threads-{time.time_ns()}"
+            proc = runner.spawn([sys.executable, "-c", "import time, sys; time.sleep(3)", marker])
+            first_out.set()
+            while "first-ended" not in seen:
+                time.sleep(0.02)
+            time.sleep(0.5)  # the first run's watchdog swept what carries its mark
+            seen["alive"] = proc.poll() is None
+            proc.wait(10)
+            seen["returncode"] = proc.returncode
+        second_done.set()
+
+    second_in = threading.Event()
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert second_done.is_set(), seen
+    assert seen["first"] != seen["second"], "each run its own"
+    assert seen["first-mark"] == {runner.MARK: seen["first"]}
+    assert seen["helper-mark"] == {runner.MARK: seen["second"]}, "a thread in the run's context: its mark"
+    assert seen["alive"] and seen["returncode"] == 0, "neither confined by nor swept with the other run"
+    assert runner._marked({"A": "1"}) == {"A": "1"}, "this thread is in no run"

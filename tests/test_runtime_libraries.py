@@ -38,7 +38,7 @@ import tomli_w
 from dists import pip_install_target, tiny_wheel
 from imagekit import need_sandbox
 
-from torchkiln.artifacts import abi, repair, sbom, wheelfile
+from torchkiln.artifacts import abi, repair, sbom_bundled, wheelfile
 from torchkiln.artifacts.elf import ElfDynamic, read_elf
 from torchkiln.build import portable
 from torchkiln.errors import BuildFailed
@@ -416,7 +416,7 @@ def test_the_sbom_names_the_debian_package_libgomp_came_from_and_its_licence(gom
     version = subprocess.run(
         ["dpkg-query", "-W", "-f", "${Version}", owner], capture_output=True, text=True, check=True
     ).stdout
-    components = list(sbom.bundled_components(gomp["repaired"], compiler="cc"))
+    components = list(sbom_bundled.bundled_components(gomp["repaired"], compiler="cc"))
     [gomp1] = [c for c in components if c.name == owner]
     assert owner == "libgomp1" and gomp1.version == version
     props = {p.name: p.value for p in gomp1.properties}
@@ -427,7 +427,9 @@ def test_the_sbom_names_the_debian_package_libgomp_came_from_and_its_licence(gom
     assert props["torchkiln:origin"] == str(host.resolve())
     assert [str(lic.value) for lic in gomp1.licenses] == ["GPL-3.0-or-later WITH GCC-exception-3.1"]
     assert props["torchkiln:licence-from"] == "data/compat.toml [runtime_libraries.licences]"
-    assert not list(sbom.bundled_components(gomp["built"], compiler="cc")), "the built wheel carries none"
+    assert not list(sbom_bundled.bundled_components(gomp["built"], compiler="cc")), (
+        "the built wheel carries none"
+    )
 
 
 # --- every row of the table, on stand-in libraries (integration) ---------------------------------------------

@@ -14,6 +14,7 @@ to real ccache against a real redis-server.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import re
 import shutil
@@ -24,9 +25,10 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+import urlkit
 from hypothesis import HealthCheck, assume, event, example, given, settings
 from hypothesis import strategies as st
-from imagekit import examples, need
+from imagekit import ROOT, examples, need
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -37,12 +39,14 @@ from torchkiln.cache.ccache import Ccache, storage_url
 from torchkiln.cache.remote import parse_remote
 from torchkiln.cache.sccache import Sccache, sccache_size
 from torchkiln.errors import TorchkilnError, UsageError
+from torchkiln.recipe.schema import FIELDS
 from torchkiln.urlreading import (
     ccache_redis_database,
     ccache_url,
     download_url_problem,
     git_reading,
     host_problem,
+    inet_aton,
 )
 
 SETTINGS = settings(max_examples=examples(60), deadline=None, suppress_health_check=list(HealthCheck))
@@ -601,6 +605,29 @@ def test_build_requirements_decoded(lines: list[str], tmp_path_factory: pytest.T
 
 
 @SETTINGS
+@given(value=st.sampled_from(("numpy>=2", "torch==2.13.0", "pyyaml", "ninja==1.11.1.4")).flatmap(
+    lambda b: changed(b, " =<>!~;@[],%-_./:#")))  # fmt: skip
+@example(value="torch.whl")  # pip reads a name ending like an archive as a file (relative to its cwd)
+@example(value="tinydep-1.0-py3-none-any.whl")
+@example(value="tinydep @ https://x.invalid/tinydep-1.0-py3-none-any.whl")
+@example(value="torch == 2.13.0")
+@example(value="tоrch==2.13.0")  # a Cyrillic о: no project of the index's grammar
+def test_recipe_build_requirements_decoded(value: str) -> None:
+    """What ``build.requirements`` accepts, pip reads as itself: its own reading of a requirement argument
+    (``install_req_from_line``, what ``pip install -- REQ`` does) is a project from the index, no file or
+    URL, whose text is the value; what it refuses is named."""
+    from pip._internal.req.constructors import install_req_from_line
+
+    said = problems(build__requirements=[value])
+    if said:
+        assert "build.requirements" in said, said
+        return
+    read = install_req_from_line(value)
+    assert read.link is None and str(read.req) == value, (value, read.link, read.req)
+    assert value.isascii() and printable(value.replace(" ", "")), value
+
+
+@SETTINGS
 @given(value=changed("3.11", ".t0123"))
 def test_python_version_decoded(value: str) -> None:
     said = problems(python__version=value)
@@ -856,3 +883,503 @@ def ccache_parse_unsigned(text: str) -> int | None:
         return None
     value = int(stripped)
     return value if value <= 2**32 - 1 else None
+
+
+# --------------------------------------------------------------------------------------------------
+# One meaning for every value (issue 45 item 4): URLs through their real consumers. A generated corpus of
+# URL spellings (tests/urlkit.py: numeric, hex, octal and short IPv4 hosts, IPv4-mapped IPv6, case, a
+# trailing dot, percent-encoding, dot-segments, empty segments, queries, fragments, ports with leading zeros)
+# goes to the tool that reads it; what the tool used (the address it connected to, the request it sent, the
+# repository it opened, the redis database it wrote) must be what the value says as torchkiln records it,
+# or torchkiln refuses the value naming the field and the valid form. And the other way: the consumer's own
+# reading, written in its one form, is accepted.
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def loopback(tmp_path_factory: pytest.TempPathFactory) -> Iterator[urlkit.Recorder]:
+    with urlkit.recorder(tmp_path_factory.mktemp("recorder")) as rec:
+        yield rec
+
+
+SSH = "ssh -F /dev/null -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o ConnectTimeout=5"
+
+
+def refused_naming(said: str, field: str) -> None:
+    """A refusal names the field and what would be valid."""
+    assert said.startswith(f"r.toml: {field}: ") and "(valid: " in said, said
+
+
+def authority(url: str) -> tuple[str, str]:
+    """(host as written, brackets kept; ':PORT' as written or '') of a URL."""
+    netloc = url.split("://", 1)[1].split("/", 1)[0].rpartition("@")[2]
+    host, _, port = netloc.rpartition(":") if not netloc.endswith("]") else (netloc, "", "")
+    return host, f":{port}" if port else ""
+
+
+def git_consumes(url: str, rec: urlkit.Recorder, home: Path) -> list[urlkit.Hit]:
+    """``git ls-remote URL`` (https through git-remote-https and curl, ssh through real ssh): the
+    connections it made to the recorder."""
+    rec.clear()
+    urlkit.run_tool(
+        ["git", "ls-remote", "--", url], str(home), GIT_SSL_CAINFO=str(rec.ca), GIT_SSH_COMMAND=SSH
+    )
+    return rec.settled()
+
+
+@st.composite
+def one_changed(
+    draw: st.DrawFn, **parts: tuple[st.SearchStrategy[str], st.SearchStrategy[str]]
+) -> dict[str, str]:
+    """Each part in its one form (the first strategy), except at most one drawn from its variants (the
+    second): a corpus where the accepted half exercises the consumer as much as the refused half."""
+    changed = draw(st.sampled_from((None, *parts)))
+    return {name: draw(variants if name == changed else plain) for name, (plain, variants) in parts.items()}
+
+
+def plain_path(path: str) -> bool:
+    """A path written in its one form as docs/values-to-tools.md states it: from '/', no '%', '?' or '#',
+    every segment neither empty nor '.' nor '..' (the test's own reading, not torchkiln's)."""
+    segments = path.split("/")
+    return (
+        segments[0] == ""
+        and len(path) > 1
+        and not set(path) & set("%?#")
+        and all(s not in ("", ".", "..") for s in segments[1:])
+    )
+
+
+def one_form(scheme: str, address: str, port: int, path: str) -> str:
+    host = f"[{address}]" if ":" in address else address
+    return f"{scheme}://{host}:{port}{path}"
+
+
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    scheme=st.sampled_from(("https", "http", "git", "ssh")),
+    parts=one_changed(
+        host=(
+            st.sampled_from(("127.0.0.1", "127.0.0.2", "localhost", "127.1.2.3", "[::1]")),
+            urlkit.host_spelling(),
+        ),
+        port=(st.just(""), st.sampled_from(("0", "00"))),
+    ),
+)
+@example(
+    scheme="https", parts={"host": "2130706433", "port": ""}
+)  # the issue's: git and curl connect to 127.0.0.1
+@example(scheme="https", parts={"host": "0x7f.1", "port": ""})
+@example(scheme="git", parts={"host": "0177.0.0.1", "port": ""})
+@example(scheme="ssh", parts={"host": "127.1", "port": ""})
+@example(scheme="https", parts={"host": "[::ffff:127.0.0.2]", "port": ""})
+@example(scheme="git", parts={"host": "localhost.", "port": ""})
+@example(scheme="https", parts={"host": "127.0.0.1", "port": "0"})
+def test_repo_host_means_where_git_connects(
+    scheme: str, parts: dict[str, str], loopback: urlkit.Recorder, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """torch.repo's host through real git (https and http through curl, git:// itself, ssh through ssh):
+    an accepted URL's host is written as the one address git reached, and its request names the URL's own
+    path and host; every other spelling is refused naming the field."""
+    url = f"{scheme}://{parts['host']}:{parts['port']}{loopback.port}/p.git"
+    if scheme == "ssh":
+        need("ssh")
+    said = problems(torch__repo=url)
+    hits = git_consumes(url, loopback, tmp_path_factory.mktemp("home"))
+    event(f"{scheme} {'refused' if said else 'accepted'}")
+    reached = {hit.address for hit in hits}
+    if said:
+        refused_naming(said, "torch.repo")
+    else:
+        written, _ = authority(url)
+        assert reached and reached <= urlkit.reaches(written), (url, reached)
+        for hit in hits:
+            request = urlkit.http_request(hit) if scheme.startswith("http") else urlkit.git_request(hit)
+            if scheme == "ssh":
+                continue  # ssh's own protocol: the address is what it says
+            assert request is not None, (url, hit.data[:80])
+            asked = "/p.git/info/refs?service=git-upload-pack" if scheme.startswith("http") else "/p.git"
+            assert request == (asked, f"{written}:{loopback.port}"), (url, request)
+    for address in reached:  # the other way: what git reached, written in its one form, is accepted
+        assert problems(torch__repo=one_form(scheme, address, loopback.port, "/p.git")) == ""
+
+
+@settings(max_examples=examples(50), deadline=None, suppress_health_check=list(HealthCheck))
+@given(scheme=st.sampled_from(("https", "http")), path=urlkit.path_spelling())
+@example(scheme="https", path="/p?x=1")  # the issue's: git asks for /p?x=1/info/refs
+@example(scheme="https", path="/p#frag")  # git (curl) asks for /p
+@example(scheme="http", path="/a/../p")  # curl removes the dot-segment
+@example(scheme="http", path="/a/%2e%2e/p")
+@example(scheme="http", path="/p/")
+def test_repo_path_means_what_git_asks_for(
+    scheme: str, path: str, loopback: urlkit.Recorder, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """torch.repo's path through real git over http(s): an accepted URL's path is the one git asks the
+    server for (before its /info/refs), and that path, written as git asked for it, is accepted."""
+    url = f"{scheme}://127.0.0.1:{loopback.port}{path}"
+    said = problems(torch__repo=url)
+    hits = git_consumes(url, loopback, tmp_path_factory.mktemp("home"))
+    requests = {urlkit.http_request(hit) for hit in hits} - {None}
+    event("refused" if said else "accepted")
+    if said:
+        refused_naming(said, "torch.repo")
+    else:
+        assert requests == {(f"{path}/info/refs?service=git-upload-pack", f"127.0.0.1:{loopback.port}")}, url
+    for request in requests:
+        assert request is not None
+        asked = request[0].removesuffix("/info/refs?service=git-upload-pack")
+        if asked != request[0] and plain_path(asked):
+            assert problems(torch__repo=f"{scheme}://127.0.0.1:{loopback.port}{asked}") == "", asked
+
+
+# Repositories under one root, each with a branch naming where it is: which one git opened shows.
+LOCAL_REPOS = ("r", "a/r", "a", "a/b/r")
+
+
+@pytest.fixture(scope="module")
+def local_repos(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("repos")
+    for relative in LOCAL_REPOS:
+        path = root / relative
+        path.mkdir(parents=True, exist_ok=True)
+        git = ["git", "-C", str(path), "-c", "user.name=k", "-c", "user.email=k@k"]
+        subprocess.run(["git", "init", "-q", "-b", "at-" + relative.replace("/", "-"), str(path)], check=True)
+        subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", relative], check=True)
+    return root
+
+
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    form=st.sampled_from(("file://", "", "file://localhost")),
+    segments=st.lists(
+        st.sampled_from(("r", "a", "b", "r", "a", ".", "..", "", "%2e", "%2E%2e", "%2f", "%61", "%72")),
+        min_size=1,
+        max_size=4,
+    ),  # fmt: skip
+)
+@example(form="file://", segments=["a", "%2e%2e", "r"])  # the issue's: git opens <root>/r
+@example(form="file://", segments=["a", "..", "r"])
+@example(form="", segments=["a", "", "r"])
+@example(form="file://", segments=["%61", "r"])
+def test_repo_local_path_means_the_repository_git_opens(
+    form: str, segments: list[str], local_repos: Path
+) -> None:
+    """torch.repo as a file:// URL or a path through real ``git ls-remote``: an accepted value opens the
+    repository at exactly the path it spells (the lock file and provenance record that text), and the
+    repository git opened, written as its path, is accepted."""
+    path = f"{local_repos}/" + "/".join(segments)
+    url = form + path
+    said = problems(torch__repo=url)
+    done = urlkit.run_tool(["git", "ls-remote", "--", url], str(local_repos))
+    opened = re.findall(r"refs/heads/at-(\S+)", done.stdout)
+    event("refused" if said else "accepted")
+    if said:
+        refused_naming(said, "torch.repo")
+    else:
+        written = path.removeprefix(f"{local_repos}/")
+        here = written.replace("/", "-") if written in LOCAL_REPOS else None
+        assert opened == ([here] if here else []), (url, opened)
+    for name in opened:
+        relative = next(r for r in LOCAL_REPOS if r.replace("/", "-") == name)
+        assert problems(torch__repo=f"{form if form == 'file://' else ''}{local_repos}/{relative}") == ""
+
+
+def curl_consumes(url: str, rec: urlkit.Recorder, tmp: Path) -> list[urlkit.Hit]:
+    """scripts/install_magma.sh, the devel image's consumer of magma.url, run as the image runs it: its curl
+    fetches the URL (the recorder answers 404: the script stops before any build)."""
+    rec.clear()
+    env = {"KILN_MAGMA_VERSION": "2.6.1", "KILN_MAGMA_URL": url, "KILN_MAGMA_SHA256": "0" * 64,
+           "KILN_CUDA_ARCH_LIST": "8.0", "MAGMA_PREFIX": str(tmp / "m"), "CURL_CA_BUNDLE": str(rec.ca)}  # fmt: skip
+    done = urlkit.run_tool(["bash", str(ROOT / "scripts" / "install_magma.sh")], str(tmp), **env)
+    assert done.returncode != 0 and not (tmp / "m").exists(), done.stderr
+    return rec.settled()
+
+
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    parts=one_changed(
+        host=(
+            st.sampled_from(("127.0.0.1", "127.0.0.2", "localhost", "127.1.2.3", "[::1]")),
+            urlkit.host_spelling(),
+        ),
+        port=(st.just(""), st.just("0")),
+        path=(st.sampled_from(("/m.tar.gz", "/d/m.tar.gz", "/m.tar.gz?raw=1")), urlkit.path_spelling()),
+    )
+)
+@example(parts={"host": "2130706433", "port": "", "path": "/m.tar.gz"})
+@example(parts={"host": "127.0.0.1", "port": "", "path": "/m.tar.gz#frag"})  # curl drops the fragment
+@example(parts={"host": "127.0.0.1", "port": "", "path": "/d/%2e%2e/m.tar.gz"})
+@example(parts={"host": "127.0.0.1", "port": "", "path": "/d/../m.tar.gz"})  # curl asks for /m.tar.gz
+@example(parts={"host": "127.0.0.1", "port": "", "path": "/m.tar.gz?raw=1"})
+def test_magma_url_means_what_curl_fetches(
+    parts: dict[str, str], loopback: urlkit.Recorder, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """magma.url through install_magma.sh's curl (real TLS, the recorder's certificate trusted): an accepted
+    URL reaches the address its host is and asks for its own path and query, as written."""
+    need("curl")
+    path = parts["path"]
+    url = f"https://{parts['host']}:{parts['port']}{loopback.port}{path}"
+    check = FIELDS["magma.url"].check
+    assert check is not None
+    said = check(url)
+    event("refused" if said else "accepted")
+    if said:
+        assert said[1] == "an https:// URL of the release tarball", said
+        # the other way: where curl (the script's own parser, without its --retry) goes, written in its
+        # one form, is accepted
+        loopback.clear()
+        urlkit.run_tool(
+            ["curl", "--globoff", "--silent", "--url", url], "/nonexistent", CURL_CA_BUNDLE=str(loopback.ca)
+        )
+        for hit in loopback.settled():
+            request = urlkit.http_request(hit)
+            if request and plain_path(request[0].partition("?")[0]) and "+" not in request[0]:
+                assert check(one_form("https", hit.address, loopback.port, request[0])) is None, (
+                    url,
+                    request,
+                )
+        return
+    hits = curl_consumes(url, loopback, tmp_path_factory.mktemp("magma"))
+    written, _ = authority(url)
+    assert {hit.address for hit in hits} <= urlkit.reaches(written) and hits, url
+    assert {urlkit.http_request(hit) for hit in hits} == {(path, f"{written}:{loopback.port}")}, url
+
+
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    host=urlkit.host_spelling(),
+    port=st.sampled_from(("", "", "0")),
+    tail=st.sampled_from(("", "/", "/x", "#f", "?a")),
+)
+@example(host="2130706433", port="", tail="/")
+@example(host="[::ffff:127.0.0.1]", port="", tail="")
+def test_scheduler_url_means_where_the_client_connects(
+    host: str, port: str, tail: str, loopback: urlkit.Recorder
+) -> None:
+    """dist.scheduler_url through torchkiln's scheduler client (urllib, as `torchkiln build` asks for the
+    scheduler's status): the URL recorded in the plan and the manifest is the URL written (a '/' added), and
+    it names the address the client reached."""
+    from torchkiln.distributed.client import SchedulerUnavailable, fetch_status
+    from torchkiln.distributed.spec import DistSpec, scheduler_url
+
+    url = f"http://{host}:{port}{loopback.port}{tail}"
+    try:
+        normal = scheduler_url(url)
+    except UsageError as exc:
+        event("refused")
+        assert str(exc).startswith("dist.scheduler_url: ") and "(valid: " in str(exc), exc
+        return
+    event("accepted")
+    assert normal == url.removesuffix("/") + "/", (url, normal)
+    loopback.clear()
+    with pytest.raises(SchedulerUnavailable):
+        fetch_status(DistSpec(normal), timeout=5)
+    hits = loopback.settled()
+    written, _ = authority(normal)
+    assert hits and {hit.address for hit in hits} <= urlkit.reaches(written), (url, hits)
+    assert {urlkit.http_request(hit) for hit in hits} == {
+        ("/api/v1/scheduler/status", f"{written}:{loopback.port}")
+    }
+
+
+# The cache remote through ccache and sccache against real redis-servers: one at 127.0.0.1 and one at
+# 127.0.0.2 on the same port, so the server that holds the keys shows where the tool connected, and the
+# database that holds them which database it selected.
+REDIS_PATHS = ("/03", "/%33", "/3/", "/./3", "//3", "/3/..", "/+3", "/3#x", "/3?db=5")
+
+
+@pytest.fixture(scope="module")
+def two_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    from test_cache_redis import free_port
+
+    need("redis-server")
+    port = free_port()
+    servers = []
+    for address in urlkit.LOOPBACK[:2]:
+        argv = ["redis-server", "--port", str(port), "--bind", address, "--save", "", "--appendonly", "no",
+                "--dir", str(tmp_path_factory.mktemp("redis"))]  # fmt: skip
+        servers.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    for address in urlkit.LOOPBACK[:2]:
+        redis_command(address, port, "PING")
+    yield port
+    for server in servers:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def redis_command(address: str, port: int, *words: str) -> bytes:
+    """One command in RESP, its whole reply (waits for the server to listen)."""
+    import socket
+    import time
+
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            with socket.create_connection((address, port), timeout=5) as sock:
+                sock.sendall(
+                    b"".join(
+                        [f"*{len(words)}\r\n".encode(), *(f"${len(w)}\r\n{w}\r\n".encode() for w in words)]
+                    )
+                )
+                time.sleep(0.02)
+                return sock.recv(65536)
+        except ConnectionRefusedError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def keyspaces(port: int) -> set[tuple[str, int]]:
+    """(server address, database) of every database holding a key, on both servers."""
+    found = set()
+    for address in urlkit.LOOPBACK[:2]:
+        for db in re.findall(rb"db(\d+):keys=[1-9]", redis_command(address, port, "INFO", "keyspace")):
+            found.add((address, int(db)))
+    return found
+
+
+def cache_consumes(kind: str, env: dict[str, str], tmp: Path) -> subprocess.CompletedProcess[str]:
+    """One compile through the real tool with the variables torchkiln hands it (sccache: its own server on a
+    port of its own, stopped after)."""
+    from test_cache_redis import free_port
+
+    (tmp / "x.c").write_text("int x(void) { return 1; }\n")
+    if kind == "ccache":
+        run = {"CCACHE_DIR": str(tmp / "cc"), "CCACHE_CONFIGPATH": "/dev/null", **env}
+        return urlkit.run_tool(
+            [need("ccache"), "gcc", "-c", str(tmp / "x.c"), "-o", str(tmp / "x.o")], str(tmp), **run
+        )
+    sccache = need("sccache")
+    run = {
+        "SCCACHE_DIR": str(tmp / "sc"),
+        "SCCACHE_SERVER_PORT": str(free_port()),
+        "SCCACHE_IDLE_TIMEOUT": "0",
+        **env,
+    }
+    try:
+        return urlkit.run_tool(
+            [sccache, "gcc", "-c", str(tmp / "x.c"), "-o", str(tmp / "x.o")], str(tmp), **run
+        )
+    finally:
+        urlkit.run_tool([sccache, "--stop-server"], str(tmp), **run)
+
+
+@pytest.mark.integration
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    kind=st.sampled_from(("ccache", "sccache")),
+    parts=one_changed(
+        host=(
+            st.sampled_from(("127.0.0.1", "127.0.0.2", "localhost", "127.1.2.3", "[::1]")),
+            urlkit.host_spelling(),
+        ),
+        port=(st.just(""), st.sampled_from(("0", "00"))),
+        path=(st.sampled_from(("", "/0", "/3", "/5")), st.sampled_from(REDIS_PATHS)),
+    ),
+)
+@example(
+    kind="sccache", parts={"host": "127.0.0.1", "port": "", "path": "/3#x"}
+)  # the issue's: sccache dropped the fragment
+@example(kind="ccache", parts={"host": "127.0.0.1", "port": "", "path": "/3#x"})
+@example(kind="ccache", parts={"host": "2130706433", "port": "", "path": "/3"})
+@example(kind="sccache", parts={"host": "0x7f.2", "port": "", "path": "/3"})
+@example(kind="ccache", parts={"host": "127.0.0.1", "port": "", "path": "/%33"})
+@example(kind="sccache", parts={"host": "127.0.0.2", "port": "", "path": "/03"})
+@example(
+    kind="ccache", parts={"host": "[::1]", "port": "", "path": "/3"}
+)  # ccache was given redis://::1:PORT/3
+def test_cache_remote_means_the_redis_database_the_tool_writes(
+    kind: str, parts: dict[str, str], two_redis: int, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """cache.remote through real ccache and real sccache, each given the variables torchkiln hands it: an
+    accepted URL's keys land on the server its host is and in the database its path is, the record (the
+    manifest's cache.remote) holds the URL ccache was given, and sccache's endpoint and database are that
+    URL's own parts; every other spelling is refused by both kinds alike, naming cache.remote."""
+    host, port, path = parts["host"], parts["port"], parts["path"]
+    url = f"redis://{host}:{port}{two_redis}{path}"
+    said = {k: problems(cache__remote=url, cache__kind=k) for k in ("ccache", "sccache")}
+    event(f"{kind} {'refused' if said[kind] else 'accepted'}")
+    if said[kind]:
+        for text in said.values():
+            refused_naming(text, "cache.remote")
+        return
+    assert said == {"ccache": "", "sccache": ""}, said  # one meaning: both kinds take the same URLs
+    config = resolve_cache(None, kind=kind, remote=url, dir="/tmp/kiln-unused")
+    record = config.to_dict()["remote"]
+    handed = (Ccache() if kind == "ccache" else Sccache()).public_env(config)
+    handed = {k: v for k, v in handed.items() if k.startswith(("CCACHE_REMOTE", "SCCACHE_REDIS"))}
+    written, _ = authority(url)
+    database = int(path[1:] or 0)
+    if kind == "ccache":
+        assert handed == {"CCACHE_REMOTE_STORAGE": record} and record == url
+    else:
+        expected = {"SCCACHE_REDIS_ENDPOINT": record.removesuffix(path)}
+        assert {k: v for k, v in handed.items() if k != "SCCACHE_REDIS_DB"} == expected, handed
+        assert int(handed.get("SCCACHE_REDIS_DB", "0")) == database, handed
+    reached = urlkit.reaches(written) & set(urlkit.LOOPBACK[:2])
+    if kind == "sccache" and not reached:
+        return  # no server there: sccache's server would not start (ccache carries on without the store)
+    for address in urlkit.LOOPBACK[:2]:
+        redis_command(address, two_redis, "FLUSHALL")
+    done = cache_consumes(kind, handed, tmp_path_factory.mktemp(kind))
+    assert done.returncode == 0, done.stderr
+    assert keyspaces(two_redis) == {(a, database) for a in reached}, (url, keyspaces(two_redis))
+
+
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    host=st.integers(0, 2**32 - 1).map(lambda n: str(ipaddress.IPv4Address(n))).flatmap(urlkit.ipv4_spelling)
+    | st.lists(
+        st.sampled_from(
+            (
+                "0",
+                "00",
+                "08",
+                "0x",
+                "0X1f",
+                "0xg",
+                "1",
+                "255",
+                "256",
+                "4294967295",
+                "4294967296",
+                "0377",
+                "0400",
+                "0xff",
+                "0x100",
+                "-1",
+                "+1",
+                "1a",
+                "",
+                " 1",
+            )
+        ),
+        min_size=1,
+        max_size=5,
+    ).map(".".join)  # fmt: skip
+)
+@example(host="2130706433")
+@example(host="0x7f.1")
+@example(host="127.0.0.1.")
+@example(host="0x")
+def test_inet_aton_port_reads_as_glibc(host: str) -> None:
+    """urlreading.inet_aton (what host_problem names as the address a spelling is) against glibc's own
+    reading: getaddrinfo with AI_NUMERICHOST, which git, ssh, curl and ccache's hiredis go through."""
+    import socket
+
+    try:
+        glibc = socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM, 0, socket.AI_NUMERICHOST)[
+            0
+        ][4][0]
+    except (socket.gaierror, UnicodeError):
+        glibc = None
+    assert inet_aton(host) == glibc, host
+    said = host_problem(host)
+    if glibc is not None:  # an address to glibc: accepted only as its decimal dotted quad
+        assert (said is None) == (glibc == host), (host, said)
+        assert said is None or f"write {glibc}" in said, said
+    # the WHATWG URL parser (sccache) takes a host ending in a number as an IPv4 address, glibc maybe not
+    if (
+        re.fullmatch(r"(?:.*\.)?(?:[0-9]+|0[xX][0-9A-Fa-f]*)\.?", host, re.ASCII | re.DOTALL)
+        and glibc != host
+    ):
+        assert said is not None, host

@@ -27,7 +27,7 @@ from torchkiln.cache.config import size_bytes
 from torchkiln.cache.remote import parse_remote
 from torchkiln.errors import RecipeError, UsageError
 from torchkiln.plan.make import make_plan
-from torchkiln.recipe.loader import parse_recipe
+from torchkiln.recipe.loader import load_recipe, parse_recipe
 from torchkiln.source.git import fetch_commands
 
 if sys.version_info >= (3, 11):
@@ -71,18 +71,20 @@ def ccache_reads(key: str, variable: str, value: str) -> subprocess.CompletedPro
 
 def test_every_row_has_its_test() -> None:
     """Each row names its example test (this module) and its generated test (test_values_decoded), both
-    defined."""
+    defined; a URL's row also its real consumers' corpus tests (test_values_decoded)."""
     import test_values_decoded
 
     cells = re.findall(r"\| (`test_\w+`(?:, `test_\w+`)*) \|$", DOC.read_text(), re.MULTILINE)
     rows = [re.findall(r"`(test_\w+)`", cell) for cell in cells]
-    assert len(rows) >= 20 and all(len(names) == 2 for names in rows), rows
-    examples, generated = [names[0] for names in rows], [names[1] for names in rows]
+    assert len(rows) >= 20 and all(len(names) >= 2 for names in rows), rows
+    examples, generated = [names[0] for names in rows], [name for names in rows for name in names[1:]]
     assert len(set(examples)) == len(examples) and len(set(generated)) == len(generated)
     defined = {name for name in globals() if name.startswith("test_")}
     assert set(examples) <= defined, sorted(set(examples) - defined)
     decoded = {name for name in vars(test_values_decoded) if name.startswith("test_")}
     assert set(generated) <= decoded, sorted(set(generated) - decoded)
+    consumers = {name for name in decoded if "_means_" in name}
+    assert consumers <= set(generated), sorted(consumers - set(generated))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -197,22 +199,37 @@ def test_cache_dir_ccache_expansion(tmp_path: Path, monkeypatch: pytest.MonkeyPa
             "ccache reads its redis database as '' (it decodes %XX and drops '.' and '..' path segments), "
             "which is not a number (valid: redis://HOST[:PORT][/DB] with DB a number from 0 to 4294967295",
         ),
+        # issue 45 item 4: values every check passed, which meant something else to the tool reading them
+        ({"torch__repo": "https://2130706433/p"}, "torch.repo", "is the IPv4 address 127.0.0.1 to git, curl and ccache: write 127.0.0.1"),
+        ({"torch__repo": "https://0x7f.1/p"}, "torch.repo", "the host '0x7f.1' is the IPv4 address 127.0.0.1"),
+        ({"torch__repo": "https://git.example.com/p?x=1"}, "torch.repo", "it holds a '?' query (git's https asks for /info/refs after it"),
+        ({"torch__repo": "https://git.example.com/p#frag"}, "torch.repo", "it holds a '#' fragment"),
+        ({"torch__repo": "file:///%2e%2e/srv/mirror"}, "torch.repo", "its path '/%2e%2e/srv/mirror' holds '%'"),
+        ({"torch__repo": "file:///srv/a/../mirror"}, "torch.repo", "segment or a trailing '/' (curl and git remove dot-segments, ccache drops empty ones, a file system resolves them): write '/srv/mirror'"),
+        ({"cache__kind": "sccache", "cache__remote": "redis://cache.example:6379/3#frag"}, "cache.remote", "it holds a '#' fragment (curl, git's https and sccache drop it, ccache refuses it)"),
+        ({"cache__remote": "redis://0x7f.1:6379/3"}, "cache.remote", "the host '0x7f.1' is the IPv4 address 127.0.0.1"),
+        ({"magma__url": "https://2130706433/magma-2.6.1.tar.gz"}, "magma.url", "the host '2130706433' is the IPv4 address 127.0.0.1"),
+        ({"cache__kind": "sccache", "dist__scheduler_url": "http://0177.0.0.1:10600"}, "dist.scheduler_url", "the host '0177.0.0.1' is the IPv4 address 127.0.0.1"),
     ],
-    ids=["issue-35-repo", "issue-35-ccache-remote"],
-)
+    ids=["issue-35-repo", "issue-35-ccache-remote", "issue-45-integer-host", "issue-45-hex-host", "issue-45-query",
+         "issue-45-fragment", "issue-45-encoded-dot-segments", "issue-45-dot-segments", "issue-45-sccache-fragment",
+         "issue-45-ccache-hex-host", "issue-45-magma-integer-host", "issue-45-scheduler-octal-host"],
+)  # fmt: skip
 def test_issue_examples_are_refused_by_recipe_check_and_check(
     fields: dict[str, str], named: str, said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 35 item 4's examples, through the command line: `recipe check` and `check` refuse each, naming
-    the field, saying why as the tool reads it, and what is valid."""
+    """Issue 35 and 45 item 4's examples, through the command line: `recipe check`, `check` and `plan`
+    refuse each, naming the field, saying why as the tool reads it, and what is valid."""
     from torchkiln.cli import main
 
     recipe = tmp_path / "r.toml"
     recipe.write_bytes(recipe_with(**fields))
-    for command in (["recipe", "check"], ["check"]):
+    for command in (["recipe", "check"], ["check"], ["plan"]):
         assert main([*command, str(recipe)]) == 2
         err = capsys.readouterr().err
-        assert f"r.toml: {named}: " in err and said in err and "Traceback" not in err, err
+        assert f"r.toml: {named}: " in err and said in err and "(valid: " in err and "Traceback" not in err, (
+            err
+        )
 
 
 def test_cache_remote_ccache_storage_syntax() -> None:
@@ -576,3 +593,33 @@ def test_verify_options_are_values(tmp_path: Path) -> None:
     assert argv[len(argv) - 1 - argv[::-1].index("-m") + 1] == "ddp"
     with pytest.raises(SystemExit):
         parser.parse_args(["--area", "ddp or not x"])
+
+
+def test_recipe_build_requirements_pip_syntax(tmp_path: Path) -> None:
+    """``build.requirements`` reach build-env:deps' pip (``--extra``, after its ``--``) as requirements of
+    projects from the index: pip's options, direct URLs, a name pip reads as a file, a form pip reads as
+    another text, a project twice are refused naming the field and what is valid."""
+    refused = {
+        "-r reqs.txt": "is not a PEP 508 requirement",
+        "--index-url=http://x.invalid/simple": "is not a PEP 508 requirement",
+        "tinydep @ https://x.invalid/tinydep-1.0-py3-none-any.whl": "names a URL",
+        "tinydep-1.0-py3-none-any.whl": "is read by pip as a file to install",
+        "tinydep.tar.gz": "is read by pip as a file to install",
+        "tinydep == 1.0": "is read by pip as 'tinydep==1.0' (valid: 'tinydep==1.0')",
+    }
+    for value, said in refused.items():
+        found = problems(build__requirements=[value])
+        assert f"r.toml: build.requirements: {value!r} {said}" in found, (value, found)
+    assert "tinydep listed more than once" in problems(build__requirements=["tinydep", "TinyDep>=1"])
+    from pip._internal.utils.filetypes import ARCHIVE_EXTENSIONS
+
+    from torchkiln.recipe.validators import PIP_ARCHIVES
+
+    assert set(PIP_ARCHIVES) == set(ARCHIVE_EXTENSIONS), "the names pip reads as files: this pip's"
+    assert problems(build__requirements=["tinydep==1.0", 'pyyaml; python_version < "3.12"']) == ""
+    recipe_file = tmp_path / "r.toml"
+    recipe_file.write_bytes(recipe_with(build__requirements=["tinydep==1.0"]))
+    plan = make_plan(load_recipe(recipe_file), workdir=tmp_path / "w", dist=tmp_path / "d", only="torch",
+                     source_dirs={"torch": tmp_path}, cache=resolve_cache(None, kind="none"))  # fmt: skip
+    deps = next(s for s in plan.steps if s.name == "build-env:deps").argv
+    assert deps[deps.index("tinydep==1.0") - 1] == "--extra", deps

@@ -21,8 +21,9 @@ from torchkiln.nox_support import find_wheels, install_for_verify, verify_args, 
 from torchkiln.recipe import archs
 from torchkiln.recipe.loader import load_recipe, parse_recipe
 from torchkiln.recipe.model import Recipe
-from torchkiln.verify import buildconfig, proc, report
+from torchkiln.verify import buildconfig, buildconfig_torchvision, proc, report
 from torchkiln.verify import facts as facts_mod
+from torchkiln.verify.check import Check, flag
 
 ROOT = Path(__file__).resolve().parents[1]
 CU130 = ROOT / "recipes" / "torch-2.13-cu130-py312.toml"
@@ -54,7 +55,7 @@ def test_parse_build_settings_of_the_installed_torch() -> None:
     torch = need_torch()
     settings = buildconfig.parse_build_settings(torch.__config__.show())
     assert settings["TORCH_VERSION"] == torch.__version__.split("+")[0]
-    assert buildconfig.flag(settings["USE_CUDA"]) is (torch.version.cuda is not None)
+    assert flag(settings["USE_CUDA"]) is (torch.version.cuda is not None)
 
 
 SHOWN = ROOT / "tests" / "data" / "torch_config_show"  # whole show() outputs of real wheels (README.md)
@@ -109,12 +110,12 @@ def test_parse_build_settings_round_trip(settings: dict[str, str]) -> None:
     [("ON", True), ("1", True), ("True", True), ("OFF", False), ("0", False), ("false", False), (None, None)],
 )
 def test_flag_spellings(text: str | None, value: bool | None) -> None:
-    assert buildconfig.flag(text) is value
+    assert flag(text) is value
 
 
 def test_flag_rejects_non_boolean() -> None:
     with pytest.raises(ValueError, match="not a boolean"):
-        buildconfig.flag("maybe")
+        flag("maybe")
 
 
 @pytest.mark.parametrize(
@@ -214,7 +215,7 @@ def cuda_facts(**changes: object) -> buildconfig.BuildFacts:
     return dataclasses.replace(facts, **changes)
 
 
-def statuses(checks: dict[str, buildconfig.Check]) -> dict[str, str]:
+def statuses(checks: dict[str, Check]) -> dict[str, str]:
     return {k: c.status for k, c in checks.items()}
 
 
@@ -716,9 +717,11 @@ NO_PNG = "RuntimeError: encode_png: torchvision not compiled with libpng support
 )
 def test_torchvision_mismatches_are_named(changes: dict, check: str, needle: str) -> None:
     recipe = load_recipe(CU130)
-    result = buildconfig.torchvision_checks(recipe, cuda_facts(torchvision=vision(**changes)))[check]
+    result = buildconfig_torchvision.torchvision_checks(recipe, cuda_facts(torchvision=vision(**changes)))[
+        check
+    ]
     assert result.status == "fail" and needle in result.message, result.message
-    good = buildconfig.torchvision_checks(recipe, cuda_facts(torchvision=vision()))
+    good = buildconfig_torchvision.torchvision_checks(recipe, cuda_facts(torchvision=vision()))
     assert {k: c.status for k, c in good.items()} == {
         "pairs_torch": "pass",
         "version": "pass",
@@ -732,11 +735,13 @@ def test_torchvision_mismatches_are_named(changes: dict, check: str, needle: str
 def test_torchvision_parts_without_a_recipe_are_upstreams_and_unprobed_facts_skip() -> None:
     """No recipe (verify on an installed build): upstream's wheels' parts; facts written by a torchkiln that
     did not probe the parts say nothing either way."""
-    checks = buildconfig.torchvision_checks(None, cuda_facts(torchvision=vision()))
+    checks = buildconfig_torchvision.torchvision_checks(None, cuda_facts(torchvision=vision()))
     assert checks["features"].status == "pass", checks["features"].message
     cpu_only = cuda_facts(torchvision=vision(parts={**vision().parts, "nvjpeg": False}), cuda_version=None)
-    assert buildconfig.torchvision_checks(None, cpu_only)["features"].status == "pass"
-    unprobed = buildconfig.torchvision_checks(load_recipe(CU130), cuda_facts(torchvision=vision(parts={})))
+    assert buildconfig_torchvision.torchvision_checks(None, cpu_only)["features"].status == "pass"
+    unprobed = buildconfig_torchvision.torchvision_checks(
+        load_recipe(CU130), cuda_facts(torchvision=vision(parts={}))
+    )
     assert unprobed["features"].status == "skip"
 
 
@@ -757,5 +762,5 @@ def test_postbuild_checks_are_the_recipe_checks_of_each_built_project() -> None:
     )
     both = buildconfig.postbuild_checks(recipe, facts, ("torch", "torchvision"))
     assert {k for k in both if k.startswith("torchvision.")} == {
-        f"torchvision.{k}" for k in buildconfig.TORCHVISION_CHECKS
+        f"torchvision.{k}" for k in buildconfig_torchvision.TORCHVISION_CHECKS
     }

@@ -213,7 +213,7 @@ def test_the_real_tree_builds_a_wheel_with_its_codecs_against_torch_2_6(
         assert results["torchvision.features"]["message"].endswith("png, jpeg, webp, nvjpeg")
         assert manifest["checks"]["torch"] == "2.6.0+cu124" and manifest["checks"]["cuda"] == "12.4"
         # the check venv is the build venv's clone: torch was imported while pip installed the wheel
-        # (torchkiln.build.postcheck), its portability read meanwhile (build.kinds.InstalledObserver)
+        # (torchkiln.build.postcheck), its portability read meanwhile (build.observers.InstalledObserver)
         log = (tmp_path / "work" / "logs" / "latest" / "checks-import.log").read_text()
         assert "postcheck: installed" in log
         assert "postcheck: the facts from the interpreter that imported torch while pip installed" in log, log

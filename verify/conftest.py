@@ -33,16 +33,30 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 import dataclasses  # noqa: E402
 import functools  # noqa: E402
+import shutil  # noqa: E402
 import sys  # noqa: E402
+import tempfile  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
+
+from torchkiln.verify.proc import SCRATCH_ENV, scratch_environment, worker_environment  # noqa: E402
+
+# The suite writes nothing outside its report directory and its own temp directory: `torchkiln verify` gives
+# it one (proc.scratch_environment: TMPDIR and every cache variable); run as plain pytest, it makes its own
+# here, before torch is imported (inductor reads tempfile.gettempdir() once, for its precompiled headers), and
+# removes it when the run ends (pytest_unconfigure).
+OWN_SCRATCH: Path | None = None
+if not os.environ.get(SCRATCH_ENV):
+    OWN_SCRATCH = Path(tempfile.mkdtemp(prefix="torchkiln-verify-"))
+    os.environ.update(scratch_environment(OWN_SCRATCH))
+    tempfile.tempdir = None  # read TMPDIR again
+    sys.dont_write_bytecode = True
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from torchkiln.verify import gpuhost, hang, report  # noqa: E402
-from torchkiln.verify.proc import worker_environment  # noqa: E402
 
 HELPERS = Path(__file__).resolve().parent / "helpers"
 RECIPE_KEY = pytest.StashKey[object]()
@@ -124,8 +138,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[MANIFEST_KEY] = _load_manifest(config.getoption("manifest"))
     config.stash[PROVENANCE_KEY] = _load_provenance(config.getoption("provenance"), config.getoption("key"))
     config.stash[PARITY_KEY] = _load_parity(config.getoption("parity_reference"))
-    try:
-        hang.launch_deadline(os.environ)  # read by test_ddp.py at import: a bad value is named here, once
+    try:  # read by test_ddp.py at import: a bad value is named here, once
+        hang.launch_deadline(os.environ)
+        hang.launch_port(os.environ)
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[REQUIRE_KEY] = gpuhost.require_cuda(
@@ -345,7 +360,16 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """After junitxml wrote its file (sessionfinish): move it into place and write the summaries."""
+    """After junitxml wrote its file (sessionfinish): move it into place and write the summaries; remove the
+    temp directory the suite made for itself."""
+    try:
+        _write_report(config)
+    finally:
+        if OWN_SCRATCH is not None:
+            shutil.rmtree(OWN_SCRATCH, ignore_errors=True)
+
+
+def _write_report(config: pytest.Config) -> None:
     report_dir = config.getoption("report", None)
     if report_dir is None or STATE_KEY not in config.stash:
         return

@@ -4,7 +4,8 @@ and a failing worker makes torchrun exit non-zero with the root cause, in bounde
 gloo on CPU always; NCCL on GPUs when present. The launches that run together share one deadline
 (``$TORCHKILN_VERIFY_DDP_TIMEOUT``, 120 s): past it each unfinished one is killed with its workers and its
 checks fail as hung, with the launcher's last lines and the likely cause (:mod:`torchkiln.verify.hang`:
-a hostname that does not resolve, a ``*_SOCKET_IFNAME`` naming a missing interface), well inside the
+a hostname that does not resolve, a ``*_SOCKET_IFNAME`` naming a missing interface, a loopback that does
+not answer, a rendezvous port another process holds; else the ranks' first error line), well inside the
 per-test limit, so a DDP problem is reported by the suite and never by pytest-timeout.
 """
 
@@ -45,17 +46,22 @@ def standalone_argv(helpers: Path, nproc: int) -> list[str]:
     return [*TORCHRUN, "--standalone", f"--nproc-per-node={nproc}", str(helpers / "ddp_check.py")]
 
 
-def two_node_argv(helpers: Path, run_id: str) -> list[str]:
+def two_node_argv(helpers: Path, run_id: str, port: int) -> list[str]:
     """One of two torchrun agents on loopback as two nodes: c10d, fixed --nnodes=2 (no last-call wait)."""
     return [
         *TORCHRUN,
         "--nnodes=2",
         "--nproc-per-node=1",
         "--rdzv-backend=c10d",
-        f"--rdzv-endpoint=127.0.0.1:{proc.free_port()}",
+        f"--rdzv-endpoint={ENDPOINT_HOST}:{port}",
         f"--rdzv-id={run_id}",
         str(helpers / "ddp_check.py"),
     ]
+
+
+ENDPOINT_HOST = "127.0.0.1"
+# the two-node launch's rendezvous port: $TORCHKILN_VERIFY_DDP_PORT, else a free one (checked by conftest.py)
+PORT = hang.launch_port(os.environ)
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +83,8 @@ def gloo_launches(
     _runs_distributed()
     dirs = {name: tmp_path_factory.mktemp(f"ddp-{name}") for name in ("standalone", "two_nodes", "failure")}
     run_id = f"verify-{uuid.uuid4().hex[:12]}"
-    two_node = two_node_argv(helpers, run_id)
+    port = PORT or proc.free_port()
+    two_node = two_node_argv(helpers, run_id, port)
 
     def env(name: str, **extra: str) -> dict[str, str]:
         return {**module_env, "DDP_OUT_DIR": str(dirs[name]), "DDP_BACKEND": "gloo", **extra}
@@ -92,7 +99,9 @@ def gloo_launches(
         name: [proc.wait(p, max(0.0, deadline - time.monotonic())) for p in procs]
         for name, procs in started.items()
     }
-    return {"results": results, "dirs": dirs, "run_id": run_id, "hung": hung_reports(results, module_env)}
+    endpoints = {"two_nodes": [(ENDPOINT_HOST, port)]}
+    hung = hung_reports(results, module_env, endpoints)
+    return {"results": results, "dirs": dirs, "run_id": run_id, "hung": hung}
 
 
 WHAT = {
@@ -102,9 +111,12 @@ WHAT = {
 }
 
 
-def hung_reports(results: dict[str, list[proc.Result]], env: dict[str, str]) -> dict[str, str]:
-    """For each launch that did not finish by the deadline, the report its checks fail with (the likely
-    cause is looked for once)."""
+def hung_reports(
+    results: dict[str, list[proc.Result]], env: dict[str, str], endpoints: dict[str, list[tuple[str, int]]]
+) -> dict[str, str]:
+    """For each launch that did not finish by the deadline, the report its checks fail with: the machine's
+    likely causes (looked for once), the rendezvous endpoints of that launch another process holds, the
+    first error line of its ranks."""
     hung = {name: rs for name, rs in results.items() if any(r.timed_out for r in rs)}
     if not hung:
         return {}
@@ -115,7 +127,7 @@ def hung_reports(results: dict[str, list[proc.Result]], env: dict[str, str]) -> 
             "\n".join(r.stdout for r in rs),
             "\n".join(r.stderr for r in rs),
             DEADLINE_S,
-            causes,
+            causes + hang.endpoint_problems(endpoints.get(name, [])),
         )
         for name, rs in hung.items()
     }

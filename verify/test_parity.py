@@ -89,8 +89,5 @@ def test_computes_what_upstream_computes(
         )
     wrong = [o.describe() for o in mine if not o.ok]
     if wrong:
-        pytest.fail(
-            f"torch {verified['torch']['version']} differs from upstream's {parity_reference['torch']['version']}: "
-            + "; ".join(wrong),
-            pytrace=False,
-        )
+        mine, theirs = str(verified["torch"]["version"]), str(parity_reference["torch"]["version"])
+        pytest.fail(parity.failure(mine, theirs, wrong), pytrace=False)

@@ -23,7 +23,8 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from torchkiln.verify import buildconfig, linkage, smoke
+from torchkiln.verify import buildconfig, imported, linkage, smoke
+from torchkiln.verify.check import flag
 
 pytestmark = pytest.mark.release
 
@@ -43,15 +44,35 @@ def installed() -> tuple[dict[str, linkage.Distribution], linkage.System]:
 def test_libraries_resolve_without_ld_library_path(
     installed: tuple[dict[str, linkage.Distribution], linkage.System], project: str, recipe: object
 ) -> None:
+    """The libraries of the package ``import`` loads: the installed distribution's, or the copy that shadows
+    it (:mod:`torchkiln.verify.imported`), which is then what is read."""
     index, system = installed
     if project not in index:
         pytest.skip(f"{project} is not installed as a distribution (no RECORD lists its libraries)")
     deploy = getattr(recipe, "deploy", None)
     target = getattr(deploy, "system_libraries", ())
-    found = linkage.check_distribution(index[project], index, system, target=target)
+    found_at = imported.find(project, index[project])
+    dist = imported.as_distribution(found_at, index[project])
+    label = f"{project} imported from {found_at.package}" if found_at.shadowed else None
+    found = linkage.check_distribution(dist, index, system, target=target, label=label)
     assert found.objects, f"{project}: RECORD lists no shared object"
     if found.unresolved:
         pytest.fail(found.message(), pytrace=False)
+
+
+@pytest.mark.parametrize("project", ["torch", "torchvision"])
+def test_the_imported_package_is_the_installed_one(
+    installed: tuple[dict[str, linkage.Distribution], linkage.System], project: str
+) -> None:
+    """``import torch`` / ``import torchvision`` load the installed distribution's files, not a copy earlier
+    on the import path (PYTHONPATH, a source tree in the working directory, an overlay): every other check
+    judges what is imported, which would then not be the wheel."""
+    index, _ = installed
+    if project not in index:
+        pytest.skip(f"{project} is not installed as a distribution (no RECORD lists its files)")
+    found_at = imported.find(project, index[project])
+    if found_at.shadowed:
+        pytest.fail(found_at.message(), pytrace=False)
 
 
 # --- the CPU BLAS computes (smoke_test.py multiplies matrices; a BLAS that loads but computes wrong passes -----
@@ -81,7 +102,7 @@ def test_cpu_matmul_is_exact_on_small_integers(shape: tuple[int, int], dtype: st
 
 def test_onednn_runs_cpu_convolution() -> None:
     settings = buildconfig.parse_build_settings(torch.__config__.show())
-    claimed = buildconfig.flag(settings.get("USE_MKLDNN"))
+    claimed = flag(settings.get("USE_MKLDNN"))
     if claimed is False:
         pytest.skip(f"built without oneDNN (Build settings USE_MKLDNN={settings['USE_MKLDNN']})")
     verdict = smoke.onednn_verdict(torch.backends.mkldnn.is_available(), claimed, smoke.cpu_conv_ops())

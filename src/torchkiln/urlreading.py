@@ -17,9 +17,11 @@ Each reader here is a port of the tool's own parser, with its source:
   its ``tbl``, ``decode`` of user info, host and path, ``normalize_path``, a lowercased scheme and host).
   A malformed URL is the ``ValueError`` ccache's ``Url::parse_error`` would be.
 
-:func:`host_problem` is what a host must be after its tool's decoding, wherever a host reaches a tool: an
-ASCII host name (letters, digits and inner ``-``, labels of at most 63, RFC 1123; a Unicode name is written
-in IDNA's ``xn--`` form, so a look-alike is visible as one), an IPv4 address or an IPv6 literal. Standard
+:func:`host_problem` is what a host must be after its tool's decoding, wherever a host reaches a tool, in
+the one spelling every tool reads alike (issue 45): a lowercase ASCII host name without a trailing ``.``
+(letters, digits and inner ``-``, labels of at most 63, RFC 1123; a Unicode name is written in IDNA's
+``xn--`` form, so a look-alike is visible as one), an IPv4 address as a decimal dotted quad (:func:`inet_aton`
+is how git, curl and ccache read the other spellings), or an IPv6 literal in its compressed form. Standard
 library only.
 """
 
@@ -31,30 +33,92 @@ from dataclasses import dataclass, field
 
 LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?", re.ASCII)
 HOST_VALID = (
-    "an ASCII host name (letters, digits, inner '-'; a Unicode name in its xn-- form), an IPv4 address or a "
-    "bracketed IPv6 address"
+    "a lowercase ASCII host name (letters, digits, inner '-'; a Unicode name in its xn-- form), an IPv4 "
+    "address as four decimal numbers, or a bracketed IPv6 address in its compressed form"
 )
 # What every part of a URL must be once its tool decoded it: printable ASCII, no space (what a recipe
 # string is before any decoding: torchkiln.recipe.validators.plain_string, URL_RE).
 PRINTABLE = re.compile(r"[!-~]*", re.ASCII)
 
 
+def inet_aton(host: str) -> str | None:
+    """The IPv4 address glibc's ``inet_aton`` reads ``host`` as (getaddrinfo asks it first: git, ssh, curl,
+    ccache's hiredis and Python's sockets connect there), in dotted-quad form; None when it is no address.
+    glibc inet_addr.c ``inet_aton_exact``: one to four parts split at ``.``, each decimal, octal after a
+    leading ``0`` or hex after ``0x`` (``2130706433``, ``0x7f.1``, ``0177.0.0.1`` and ``127.1`` are all
+    127.0.0.1), the last part filling the bytes the others left. The WHATWG URL parser (the url crate:
+    sccache, sccache-dist) reads the same forms."""
+    parts: list[int] = []
+    for text in host.split("."):
+        match = re.fullmatch(r"0[xX]([0-9A-Fa-f]+)|(0[0-7]*)|([1-9][0-9]*)", text, re.ASCII)
+        if match is None:
+            return None
+        hexa, octal, decimal = match.groups()
+        parts.append(int(hexa, 16) if hexa else int(octal, 8) if octal else int(decimal))
+    if not 1 <= len(parts) <= 4 or any(part > 0xFF for part in parts[:-1]):
+        return None
+    if parts[-1] >= 256 ** (5 - len(parts)):
+        return None
+    value = sum(part << (8 * (3 - i)) for i, part in enumerate(parts[:-1])) + parts[-1]
+    return str(ipaddress.IPv4Address(value))
+
+
+# The WHATWG URL standard's "ends in a number" (the last label decimal digits, or 0x and hex digits): such a
+# host is an IPv4 address to a URL parser, and an address or a name to look up elsewhere (``foo.123``).
+_ENDS_IN_A_NUMBER = re.compile(r"(?:.*\.)?(?:[0-9]+|0[xX][0-9A-Fa-f]*)", re.ASCII | re.DOTALL)
+
+
 def host_problem(host: str) -> str | None:
-    """Why ``host`` (as its tool reads it: decoded, brackets removed) is not a host; None when it is."""
+    """Why ``host`` (as its tool reads it: brackets removed) is not a host written in its one canonical form,
+    which every tool reads alike; None when it is. A name: lowercase, no trailing ``.``; an IPv4 address:
+    the dotted quad in decimal (every other form, ``2130706433``, ``0x7f.1``, ``127.1``, ``0177.0.0.1``,
+    names the same address to git, curl and ccache: :func:`inet_aton`); an IPv6 address: its compressed
+    lowercase form, no zone, not an IPv4-mapped one (``::ffff:127.0.0.1`` connects to 127.0.0.1)."""
     if not host:
         return "no host"
-    try:
-        ipaddress.ip_address(host)
-        return None
-    except ValueError:
-        pass
+    if ":" in host:
+        return _ipv6_problem(host)
+    if host.endswith(".") and len(host) > 1:
+        return f"the host {host!r} ends with '.' (curl, git and ccache look it up differently): write {host[:-1]}"
+    if _ENDS_IN_A_NUMBER.fullmatch(host):
+        if _is_dotted_quad(host):
+            return None
+        address = inet_aton(host)
+        if address is not None:
+            return f"the host {host!r} is the IPv4 address {address} to git, curl and ccache: write {address}"
+        return f"the host {host!r} ends in a number but is no IPv4 address (tools read it differently)"
     if host.startswith("-"):
         return f"the host {host!r} begins with '-', which ssh and git read as an option"
     if not host.isascii() or not PRINTABLE.fullmatch(host):
         return f"the host {host!r} holds a character that is not printable ASCII"
-    labels = host.removesuffix(".").split(".")
-    if len(host) > 253 or not all(LABEL.fullmatch(label) for label in labels):
+    if len(host) > 253 or not all(LABEL.fullmatch(label) for label in host.split(".")):
         return f"the host {host!r} is not a host name"
+    if host != host.lower():
+        return f"the host {host!r} is written in capitals (ccache and URL parsers lower-case it): write {host.lower()}"
+    return None
+
+
+def _is_dotted_quad(host: str) -> bool:
+    """Four decimal numbers 0..255 without leading zeros: the one spelling of an IPv4 address."""
+    try:
+        return str(ipaddress.IPv4Address(host)) == host
+    except ValueError:
+        return False
+
+
+def _ipv6_problem(host: str) -> str | None:
+    try:
+        address = ipaddress.IPv6Address(host)
+    except ValueError:
+        return f"the host {host!r} is not a host name or IP address"
+    if address.scope_id is not None:
+        return f"the IPv6 host {host!r} names a zone (tools read a zone differently)"
+    if address.ipv4_mapped is not None:
+        return (
+            f"the IPv6 host {host!r} is the IPv4 address {address.ipv4_mapped}: write {address.ipv4_mapped}"
+        )
+    if str(address) != host:
+        return f"the IPv6 host {host!r} is not in its canonical form: write [{address}]"
     return None
 
 
@@ -72,7 +136,19 @@ def printable_problem(what: str, value: str, how: str = "once decoded") -> str |
 # --------------------------------------------------------------------------------------------------
 
 _GIT_SCHEME = re.compile(r"[A-Za-z0-9][A-Za-z0-9+.-]*://", re.ASCII)
-_HEX = "0123456789abcdefABCDEF"
+_PERCENT_XX = re.compile(rb"%([0-9A-Fa-f]{2})")
+_STRAY_PERCENT = re.compile(rb"%(?![0-9A-Fa-f]{2})")  # a '%' not before two hex digits
+
+
+def _percent_decoded(data: bytes, *, keep_nul: bool = False) -> bytes:
+    """Every ``%XX`` (two hex digits) of ``data`` as its byte, the decoders of git and ccache alike; with
+    ``keep_nul`` (git's) ``%00`` stays as it is. Any other ``%`` stays too (ccache refuses it first)."""
+
+    def byte(match: re.Match[bytes]) -> bytes:
+        value = int(match[1], 16)
+        return match[0] if keep_nul and value == 0 else bytes([value])
+
+    return _PERCENT_XX.sub(byte, data)
 
 
 def git_is_url(url: str) -> bool:
@@ -86,21 +162,8 @@ def git_decode(url: str) -> str:
     data = url.encode("utf-8", "surrogateescape")
     colon = data.find(b":")
     head, rest = (data[:colon], data[colon:]) if colon > 0 else (b"", data)
-    out = bytearray(head)
-    i = 0
-    while i < len(rest):
-        c = rest[i]
-        if c == 0:
-            break
-        if c == 0x25 and i + 3 <= len(rest):
-            pair = rest[i + 1 : i + 3].decode("latin-1")
-            if all(ch in _HEX for ch in pair) and int(pair, 16) > 0:
-                out.append(int(pair, 16))
-                i += 3
-                continue
-        out.append(c)
-        i += 1
-    return bytes(out).decode("utf-8", "surrogateescape")
+    rest = rest.split(b"\0", 1)[0]  # git stops at a NUL byte
+    return (head + _percent_decoded(rest, keep_nul=True)).decode("utf-8", "surrogateescape")
 
 
 @dataclass(frozen=True)
@@ -247,21 +310,10 @@ def _is_chars(text: str, mask: int) -> bool:
 
 def _ccache_decode(text: str) -> str:
     """url.cpp ``decode``: every ``%XX`` (two hex digits) becomes its byte; any other ``%`` is an error."""
-    out = bytearray()
     data = text.encode("utf-8", "surrogateescape")
-    i = 0
-    while i < len(data):
-        c = data[i]
-        if c == 0x25:
-            pair = data[i + 1 : i + 3].decode("latin-1")
-            if len(pair) != 2 or not all(ch in _HEX for ch in pair):
-                raise ValueError("Invalid percent encoding")
-            out.append(int(pair, 16))
-            i += 3
-            continue
-        out.append(c)
-        i += 1
-    return bytes(out).decode("utf-8", "surrogateescape")
+    if _STRAY_PERCENT.search(data):
+        raise ValueError("Invalid percent encoding")
+    return _percent_decoded(data).decode("utf-8", "surrogateescape")
 
 
 def _normalize_path(path: str) -> str:
@@ -470,7 +522,11 @@ def download_url_problem(url: str) -> str | None:
         return "it carries user info (a credential in a recipe is written into every record)"
     if "%" in authority:
         return "its host is percent-encoded (curl decodes it; write it as it is meant)"
-    host, _, port = authority.rpartition(":") if authority.count(":") == 1 else (authority, "", "")
+    if authority.startswith("["):  # an IPv6 literal, its port after the ']'
+        host, _, after = authority[1:].partition("]")
+        port = after.removeprefix(":")
+    else:
+        host, _, port = authority.rpartition(":") if authority.count(":") == 1 else (authority, "", "")
     problem = host_problem(host) or (_port_problem(port) if port else None)
     if problem:
         return problem

@@ -13,7 +13,10 @@ without a cache (``PIP_NO_CACHE_DIR``: the disk is shared, and the root is remov
 
 from __future__ import annotations
 
+import datetime
+import email.utils
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -99,6 +102,7 @@ def make_root(debootstrap_root: Path, where: Path, user: str) -> Root:
         local = path / "usr" / "local" / "share" / "ca-certificates"
         local.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(HOST_CA, local / "host-ca.crt")
+    _accept_a_stored_suite(path)
     root = Root(path, "root", 0, 0)
     if user == "root":
         return root
@@ -111,6 +115,22 @@ def make_root(debootstrap_root: Path, where: Path, user: str) -> Root:
     assert done.returncode == 0, done.stdout[-3000:]
     uid, gid = (int(x) for x in done.stdout.split()[-2:])
     return Root(path, user, uid, gid)
+
+
+def _accept_a_stored_suite(path: Path) -> None:
+    """The archive this machine reaches may be a stored copy: a suite whose Release says ``Valid-Until`` a day
+    past (Debian's testing suite, forky, is valid for a week) is then refused by apt-get update, where a
+    newcomer's live mirror serves a fresh one. Only for such a suite does the root's apt accept it as it is
+    (``Acquire::Check-Valid-Until false``), and the harness says so in the root's apt configuration."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    for release in (path / "var" / "lib" / "apt" / "lists").glob("*_InRelease"):
+        found = re.search(r"(?m)^Valid-Until: (.+)$", release.read_text(errors="replace"))
+        if found and email.utils.parsedate_to_datetime(found.group(1)) < now:
+            (path / "etc" / "apt" / "apt.conf.d" / "99newcomer-stored-archive").write_text(
+                f"// tests/newcomer: {release.name} expired {found.group(1)}: this machine's archive is a "
+                'stored copy\nAcquire::Check-Valid-Until "false";\n'
+            )
+            return
 
 
 def publish_checkout(source: Path, root: Root) -> tuple[str, str]:

@@ -44,6 +44,7 @@ from .installed import (
     name_of,
     provided_libraries,
     shared_objects,
+    unsatisfied_requirements,
 )
 from .portability import TARGET_VIA, Need, Portability, is_driver_library, summarise
 
@@ -77,6 +78,11 @@ class Installation:
     policy: str = "a manylinux policy"  # the newest policy for the wheel's machine ('allowed' is its)
     # family -> versions the newest policy allows (GLIBCXX -> 3.4 ... 3.4.34): a system library counts at those
     versions: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    # distributions the wheel requires that are installed at another version -> what is there and what is
+    # required (:func:`mismatch_words`), and their libraries by name -> (RECORD path, distribution)
+    mismatched: Mapping[str, str] = field(default_factory=dict)
+    mismatched_libraries: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    installed_versions: Mapping[str, str] = field(default_factory=dict)  # distribution -> its version
 
 
 def site_relative(entry: str, obj: str) -> str | None:
@@ -144,10 +150,54 @@ def resolve(obj: str, info: ElfDynamic, name: str, inst: Installation) -> Need:
         return Need(obj, name, "unresolved", f"the wheel has it at {inst.own[name]}, but {reach}")
     if elsewhere is not None:
         path, dist = elsewhere
+        if dist in inst.mismatched:
+            return Need(obj, name, "unresolved", f"{tag} reaches {path} of {inst.mismatched[dist]}")
         return Need(
             obj, name, "unresolved", f"{tag} reaches {path} of {dist}, which {inst.wheel} does not declare"
         )
+    if name in inst.mismatched_libraries:
+        path, dist = inst.mismatched_libraries[name]
+        return Need(obj, name, "unresolved", f"{inst.mismatched[dist]}; it has {name} at {path}")
+    others = other_versions(name, inst)
+    if others:
+        return Need(obj, name, "unresolved", f"{UNRESOLVED}; {others}")
     return Need(obj, name, "unresolved", UNRESOLVED)
+
+
+def mismatch_words(dist: str, found: str, requirement: str, wheel: str) -> str:
+    """``dist`` installed at ``found`` where ``wheel`` requires ``requirement``: found and needed, named."""
+    return f"{dist} {found}, which {wheel} does not run with: it requires {requirement} (found {found})"
+
+
+def soname_stem(name: str) -> str:
+    """``libcudnn.so`` of ``libcudnn.so.9`` (and of ``libcudnn.so``): what every version of the library shares."""
+    head, dot_so, _ = name.partition(".so")
+    return head + dot_so
+
+
+def other_versions(name: str, inst: Installation) -> str:
+    """Where the installation has another version of the library ``name`` (``libcudnn.so.8`` where
+    ``libcudnn.so.9`` is needed: the loader opens the name NEEDED says, nothing else), in words; "" when it
+    has none."""
+    stem = soname_stem(name)
+    found = sorted(
+        (path, dist)
+        for path, dist in _names(inst.layout)
+        if soname_stem(posixpath.basename(path)) == stem and posixpath.basename(path) != name
+    )
+    if not found:
+        return ""
+    shown = [
+        f"{posixpath.basename(p)} at {p} of {d} {inst.installed_versions.get(d, '')}".rstrip()
+        for p, d in found
+    ]
+    return f"the installation has only another version of it: {few(shown, 3)} (needs {name})"
+
+
+def _names(layout: Mapping[str, tuple[str, Any]]) -> Iterable[tuple[str, str]]:
+    """(RECORD path, distribution) of a layout's files, without reading any ELF file."""
+    files: Mapping[str, tuple[str, Any]] = getattr(layout, "files", layout)
+    return ((path, dist) for path, (dist, _) in files.items())
 
 
 def too_new(info: ElfDynamic, name: str, allowed: Mapping[str, frozenset[str]]) -> list[str]:
@@ -318,6 +368,11 @@ class _Layout(Mapping[str, tuple[str, ElfDynamic | None]]):
     def __init__(self, files: Mapping[str, tuple[str, Path]]) -> None:
         self._files = files
 
+    @property
+    def files(self) -> Mapping[str, tuple[str, Path]]:
+        """RECORD path -> (distribution, installed path), nothing read."""
+        return self._files
+
     def __getitem__(self, key: str) -> tuple[str, ElfDynamic | None]:
         dist, path = self._files[key]
         return dist, elf_cached(str(path))
@@ -350,8 +405,10 @@ def analyse_installed(
     platform = read_platform(files)
     candidates = policies_for(platform.arch, platform.libc) if platform else ()
     deps = declared_dependencies(dist, index)
+    other = unsatisfied_requirements(dist, index)
     layout = library_layout(index)
     layout.update({r: (wheel, p) for r, p in files})
+    mismatched = {n: mismatch_words(n, index[n].version, req, wheel) for n, req in other.items()}
     inst = Installation(
         wheel,
         _Layout(layout),
@@ -362,6 +419,9 @@ def analyse_installed(
         frozenset(target),
         candidates[-1].name if candidates else "a manylinux policy",
         dict(candidates[-1].symbol_versions) if candidates else {},
+        mismatched,
+        _loaded({n: index[n] for n in other}),
+        {n: d.version for n, d in index.items()},
     )
     needs = [resolve(r, info, name, inst) for r, info, _ in read for name in info.needed]
     notes = outside_notes((r, info) for r, info, _ in read)

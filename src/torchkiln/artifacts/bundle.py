@@ -33,15 +33,15 @@ import stat
 import sys
 import tempfile
 import zipfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from torchkiln.errors import EXIT_OK, TorchkilnError, UsageError
+from torchkiln.errors import TorchkilnError
 from torchkiln.files import atomic
 from torchkiln.process import runner
 
-from . import wheelfile
+from . import wheelfile, wheeltool
 
 MODULES = ("image", "image_stable", "video_reader")
 
@@ -188,44 +188,20 @@ def write_members(target: Path, root: Path, files: list[Path], entries: dict[str
                 shutil.copyfileobj(source, sink, 1 << 20)
 
 
-def given_wheels(given: Iterable[Path]) -> list[Path]:
-    """The wheels of the command line: each file given, and the wheels of each directory given."""
-    wheels: list[Path] = []
-    for path in given:
-        if path.is_dir():
-            found = wheelfile.find([path])
-            if not found:
-                raise UsageError(f"{path}: no wheels in this directory")
-            wheels += found
-        elif path.is_file():
-            wheels.append(path)
-        else:
-            raise UsageError(f"{path}: no such wheel")
-    return wheels
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        allow_abbrev=False, prog="python -m torchkiln.artifacts.bundle", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument(
-        "wheels", nargs="+", type=Path, metavar="WHEEL", help="wheels, or directories of wheels"
-    )
-    parser.add_argument("--out", type=Path, required=True, help="directory the bundled wheels are written to")
+def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--package", default="torchvision", help="the package holding the modules")
     parser.add_argument(
         "--library-path", action="append", default=[], metavar="DIR", help="searched first (repeatable)"
     )
-    args = parser.parse_args(argv)
-    try:
-        for wheel in given_wheels(args.wheels):
-            done = bundle_wheel(wheel, args.out, package=args.package, library_path=args.library_path)
-            names = ", ".join(f"{k} -> {v}" for k, v in sorted(done.libraries.items())) or "nothing to bundle"
-            print(f"{done.wheel.name}: {names}")
-    except TorchkilnError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    return EXIT_OK
+
+
+def _rewrite(wheel: Path, args: argparse.Namespace) -> list[str]:
+    done = bundle_wheel(wheel, args.out, package=args.package, library_path=args.library_path)
+    names = ", ".join(f"{k} -> {v}" for k, v in sorted(done.libraries.items())) or "nothing to bundle"
+    return [f"{done.wheel.name}: {names}"]
+
+
+main = wheeltool.command("bundle", __doc__, "directory the bundled wheels are written to", _options, _rewrite)
 
 
 if __name__ == "__main__":

@@ -42,64 +42,27 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from elftools.common.exceptions import ELFError
-from elftools.elf.dynamic import DynamicSection
-from elftools.elf.elffile import ELFFile
-
-from torchkiln.errors import EXIT_OK, TorchkilnError, UsageError
+from torchkiln.errors import TorchkilnError, UsageError
 from torchkiln.process import runner
 
-from . import wheelfile
-from .bundle import SYSTEM_LIBRARIES, given_wheels, write_members
+from . import wheelfile, wheeltool
+from .bundle import SYSTEM_LIBRARIES, write_members
+from .elf import ElfDynamic, read_elf
 
 # What the target machine's driver provides: never bundled, never looked for in the wheel.
 DRIVER_LIBRARIES = frozenset({"libcuda.so.1", "libnvidia-ml.so.1"})
 ORIGIN = "$ORIGIN"
 
 
-@dataclass(frozen=True)
-class Dynamic:
-    """What the loader reads of one shared object: its NEEDED entries and search path (RPATH or RUNPATH)."""
-
-    needed: tuple[str, ...]
-    rpath: tuple[str, ...]
-    runpath: tuple[str, ...]
-    soname: str | None = None
-
-    @property
-    def search(self) -> tuple[str, ...]:
-        return self.runpath or self.rpath
+def read_shared(path: Path) -> ElfDynamic | None:
+    """What the loader reads of ``path`` if it is an ELF shared object (ET_DYN), else None."""
+    found = read_elf(path)
+    return found if found is not None and found.shared else None
 
 
-def read_dynamic(path: Path) -> Dynamic | None:
-    """The dynamic section of ``path`` if it is an ELF shared object (ET_DYN), else None."""
-    try:
-        with path.open("rb") as stream:
-            if stream.read(4) != b"\x7fELF":
-                return None
-            stream.seek(0)
-            elf = ELFFile(stream)
-            if elf["e_type"] != "ET_DYN":
-                return None
-            found: dict[str, list[str]] = {"DT_NEEDED": [], "DT_RPATH": [], "DT_RUNPATH": [], "DT_SONAME": []}
-            attrs = {
-                "DT_NEEDED": "needed",
-                "DT_RPATH": "rpath",
-                "DT_RUNPATH": "runpath",
-                "DT_SONAME": "soname",
-            }
-            for section in elf.iter_sections():
-                if isinstance(section, DynamicSection):
-                    for tag in section.iter_tags():
-                        if tag.entry.d_tag in found:
-                            found[tag.entry.d_tag].append(str(getattr(tag, attrs[tag.entry.d_tag])))
-    except (ELFError, OSError, ValueError, KeyError):
-        return None
-    split = [p for e in found["DT_RPATH"] for p in e.split(":") if p]
-    split_run = [p for e in found["DT_RUNPATH"] for p in e.split(":") if p]
-    return Dynamic(
-        tuple(found["DT_NEEDED"]), tuple(split), tuple(split_run), next(iter(found["DT_SONAME"]), None)
-    )
+def _needed(path: Path) -> tuple[str, ...]:
+    found = read_shared(path)
+    return found.needed if found is not None else ()
 
 
 def is_origin(entry: str) -> bool:
@@ -149,7 +112,7 @@ def set_rpath(path: Path, entries: Sequence[str]) -> None:
     """Set ``path``'s search path to ``entries`` as DT_RPATH (upstream's --force-rpath) and read it back."""
     value = ":".join(entries)
     _patchelf("--set-rpath", value, "--force-rpath", str(path))
-    got = read_dynamic(path)
+    got = read_shared(path)
     if got is None or got.rpath != tuple(entries) or got.runpath:
         raise TorchkilnError(f"cuda-libraries: {path.name}: patchelf left {got}, not DT_RPATH {value}")
 
@@ -160,7 +123,7 @@ def shared_objects(root: Path) -> dict[str, Path]:
     found: dict[str, Path] = {}
     for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink()):
         installed = wheelfile.installed_path(path.relative_to(root).as_posix())
-        if installed is not None and read_dynamic(path) is not None:
+        if installed is not None and read_shared(path) is not None:
             found[installed] = path
     return found
 
@@ -196,7 +159,7 @@ def bundle_into(
     target.mkdir(parents=True, exist_ok=True)
     objects = shared_objects(root)
     present = {p.name for p in objects.values()}
-    todo = [n for p in objects.values() for n in (read_dynamic(p) or Dynamic((), (), ())).needed]
+    todo = [n for p in objects.values() for n in _needed(p)]
     copies: dict[str, Path] = {}
     while todo:
         name = todo.pop()
@@ -206,14 +169,14 @@ def bundle_into(
         if source is None:
             continue  # not a CUDA library of the build's toolkit: the portability check's business
         copies[name] = source
-        todo += list((read_dynamic(source) or Dynamic((), (), ())).needed)
+        todo += list(_needed(source))
     for name, source in _extras(extra, directories).items():
         copies.setdefault(name, source)
     for name, source in sorted(copies.items()):
         copy = target / name
         shutil.copyfile(source, copy)
         copy.chmod(0o755)
-        if read_dynamic(copy) is not None:
+        if read_shared(copy) is not None:
             set_rpath(copy, [ORIGIN])
         done.bundled[name] = f"{into}/{name}"
 
@@ -237,9 +200,9 @@ def rewrite_root(
     for installed, path in shared_objects(root).items():
         if installed in bundled:
             continue
-        dynamic = read_dynamic(path)
+        dynamic = read_shared(path)
         assert dynamic is not None
-        entries, dropped = planned_rpath(installed, dynamic.search, targets)
+        entries, dropped = planned_rpath(installed, dynamic.search[1], targets)
         set_rpath(path, entries)
         done.objects[installed] = tuple(entries)
         if dropped:
@@ -299,16 +262,7 @@ def summary(done: Rewrite) -> list[str]:
     return lines
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        allow_abbrev=False, prog="python -m torchkiln.artifacts.cudalibs", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument(
-        "wheels", nargs="+", type=Path, metavar="WHEEL", help="wheels, or directories of wheels"
-    )
-    parser.add_argument(
-        "--out", type=Path, required=True, help="directory the rewritten wheels are written to"
-    )
+def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--lib-dir",
         action="append",
@@ -320,23 +274,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--into", default="torch/lib", help="bundled: where the copies go in the wheel")
     parser.add_argument("--bundle-extra", action="append", default=[], help="bundled: dlopen'ed libraries")
-    args = parser.parse_args(argv)
-    try:
-        for wheel in given_wheels(args.wheels):
-            args.out.mkdir(parents=True, exist_ok=True)
-            done = rewrite_wheel(
-                wheel,
-                args.out,
-                lib_dirs=args.lib_dir,
-                bundle_from=[Path(os.path.abspath(d)) for d in args.bundle_from],
-                into=args.into,
-                extra=args.bundle_extra,
-            )
-            print("\n".join(summary(done)), flush=True)
-    except TorchkilnError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    return EXIT_OK
+
+
+def _rewrite(wheel: Path, args: argparse.Namespace) -> list[str]:
+    args.out.mkdir(parents=True, exist_ok=True)
+    done = rewrite_wheel(
+        wheel,
+        args.out,
+        lib_dirs=args.lib_dir,
+        bundle_from=[Path(os.path.abspath(d)) for d in args.bundle_from],
+        into=args.into,
+        extra=args.bundle_extra,
+    )
+    return summary(done)
+
+
+main = wheeltool.command(
+    "cudalibs", __doc__, "directory the rewritten wheels are written to", _options, _rewrite
+)
 
 
 if __name__ == "__main__":

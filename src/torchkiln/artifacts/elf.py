@@ -10,11 +10,13 @@ rests on the same reading as auditwheel's).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import hashlib
 import json
 import os
-from collections.abc import Sequence
+import stat
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -45,6 +47,12 @@ class ElfDynamic:
     machine: str
     interpreter: str | None = None
     versions: tuple[tuple[str, str], ...] = ()
+    elftype: str = ""  # e_type: ET_DYN for a shared object (or a position-independent executable), ET_EXEC
+
+    @property
+    def shared(self) -> bool:
+        """Whether the loader can load it as a library (ET_DYN)."""
+        return self.elftype == "ET_DYN"
 
     @property
     def search(self) -> tuple[str, tuple[str, ...]]:
@@ -91,23 +99,31 @@ def read_elf(path: Path, *, versions: bool = False) -> ElfDynamic | None:
                 machine=str(elf["e_machine"]),
                 interpreter=interpreter,
                 versions=_versions(elf) if versions else (),
+                elftype=str(elf["e_type"]),
             )
     except (ELFError, OSError, ValueError, KeyError, AssertionError):
         return None
 
 
-# Where what read_elf found is kept between processes (keep_in), by the file's identity: a build reads the
-# same torch libraries beside the build venv (publish) and in the check's venv, hard links of one inode.
-_KEPT: list[Path] = []
+# Where what read_elf found is kept between processes (keeping), by the file's identity: a build reads the
+# same torch libraries beside the build venv (publish) and in the check's venv, hard links of one inode. A
+# context variable: each build (its thread) keeps its readings in its own records, never another's.
+_KEPT: contextvars.ContextVar[tuple[Path, ...]] = contextvars.ContextVar("torchkiln_elf_kept", default=())
 _FORMAT = 1
 
 
-def keep_in(directories: Sequence[Path]) -> None:
-    """Keep what :func:`elf_cached` reads in ``directories`` (read in order, written to all; empty: nothing is
-    kept), under the file's identity: device, inode, size and modification time (ns), never its path, so the
-    hard links of one library (an environment store's venvs, their clones) share one reading; a file
-    replaced or rewritten has another identity. A record that cannot be read or written costs a reading."""
-    _KEPT[:] = [Path(d) for d in directories]
+@contextlib.contextmanager
+def keeping(directories: Sequence[Path]) -> Iterator[None]:
+    """Within the block, keep what :func:`elf_cached` reads in ``directories`` (read in order, written to all;
+    empty: nothing is kept), under the file's identity: device, inode, size and modification time (ns), never
+    its path, so the hard links of one library (an environment store's venvs, their clones) share one
+    reading; a file replaced or rewritten has another identity. A record that cannot be read or written
+    costs a reading."""
+    token = _KEPT.set(tuple(Path(d) for d in directories))
+    try:
+        yield
+    finally:
+        _KEPT.reset(token)
 
 
 @functools.cache
@@ -125,8 +141,8 @@ def _kept_name(path: str, versions: bool) -> str | None:
     return f"elf-{hashlib.sha256(identity.encode()).hexdigest()[:40]}.json"
 
 
-def _read_kept(name: str) -> ElfDynamic | None:
-    for directory in _KEPT:
+def _read_kept(name: str, kept: Sequence[Path]) -> ElfDynamic | None:
+    for directory in kept:
         path = directory / name
         with contextlib.suppress(OSError, ValueError, DocumentError):
             return jsonfile.from_data(
@@ -135,26 +151,44 @@ def _read_kept(name: str) -> ElfDynamic | None:
     return None
 
 
-def _keep(name: str, found: ElfDynamic) -> None:
+def _keep(name: str, found: ElfDynamic, kept: Sequence[Path]) -> None:
     text = json.dumps(jsonfile.to_data(found), sort_keys=True)
-    for directory in _KEPT:
+    for directory in kept:
         with contextlib.suppress(OSError):
             atomic.keep_text(directory, name, text)
 
 
-@functools.lru_cache(maxsize=8192)
 def elf_cached(path: str, versions: bool = False) -> ElfDynamic | None:
     """:func:`read_elf` of a regular file, kept (a library many objects need is read once; in the
-    directories of :func:`keep_in`, once per file identity)."""
-    if not Path(path).is_file():
+    directories of :func:`keeping`, once per file identity). The memo in this process is keyed by the file's
+    identity (ctime included: no write leaves it) and where readings are kept, so it answers what a
+    fresh process would, whichever build asks."""
+    try:
+        st = os.stat(path)
+    except OSError:
         return None
-    name = _kept_name(path, versions) if _KEPT else None
-    found = _read_kept(name) if name else None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    return _elf_read(path, versions, identity, _KEPT.get())
+
+
+@functools.lru_cache(maxsize=8192)
+def _elf_read(
+    path: str, versions: bool, identity: tuple[int, ...], kept: tuple[Path, ...]
+) -> ElfDynamic | None:
+    name = _kept_name(path, versions) if kept else None
+    found = _read_kept(name, kept) if name else None
     if found is None:
         found = read_elf(Path(path), versions=versions)
         if found is not None and name and _kept_name(path, versions) == name:  # not replaced while read
-            _keep(name, found)
+            _keep(name, found, kept)
     return found
+
+
+def forget_readings() -> None:
+    """This process's memo of :func:`elf_cached` emptied (a test that reads through the kept records)."""
+    _elf_read.cache_clear()
 
 
 def compatible(path: Path, want: ElfDynamic) -> bool:

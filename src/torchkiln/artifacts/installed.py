@@ -44,8 +44,29 @@ def name_of(dist: Distribution) -> str:
 def declared_dependencies(dist: Distribution, index: Mapping[str, Distribution]) -> dict[str, Distribution]:
     """The installed distributions ``dist`` requires, transitively, with the extras each requirement names
     (``cuda-toolkit[cudart,...]`` brings ``nvidia-cuda-runtime``) and markers evaluated for this machine."""
+    return _requirements(dist, index)[0]
+
+
+def unsatisfied_requirements(dist: Distribution, index: Mapping[str, Distribution]) -> dict[str, str]:
+    """Distribution -> the requirement on it, for each one ``dist`` requires (transitively, as
+    :func:`declared_dependencies` follows them) that is installed at a version the requirement does not
+    accept: ``nvidia-cudnn-cu12 9.1.0.70`` where torch requires ``nvidia-cudnn-cu12==9.10.2.21``."""
+    return _requirements(dist, index)[1]
+
+
+def missing_requirements(dist: Distribution, index: Mapping[str, Distribution]) -> dict[str, str]:
+    """Distribution -> the requirement on it, for each one ``dist`` requires (as :func:`declared_dependencies`
+    follows them) that is not installed at all."""
+    return _requirements(dist, index)[2]
+
+
+def _requirements(
+    dist: Distribution, index: Mapping[str, Distribution]
+) -> tuple[dict[str, Distribution], dict[str, str], dict[str, str]]:
     seen: set[tuple[str, frozenset[str]]] = set()
     out: dict[str, Distribution] = {}
+    other: dict[str, str] = {}
+    missing: dict[str, str] = {}
     todo: list[tuple[Distribution, frozenset[str]]] = [(dist, frozenset())]
     while todo:
         current, extras = todo.pop()
@@ -60,12 +81,18 @@ def declared_dependencies(dist: Distribution, index: Mapping[str, Distribution])
                 continue
             name = canonicalize_name(req.name)
             key = (name, frozenset(req.extras))
-            if name not in index or key in seen or not _satisfies(index[name], req):
+            if name not in index:
+                missing.setdefault(name, f"{req.name}{req.specifier}")
+                continue
+            if key in seen:
+                continue
+            if not _satisfies(index[name], req):
+                other.setdefault(name, f"{req.name}{req.specifier}")
                 continue
             seen.add(key)
             out[name] = index[name]
             todo.append((index[name], frozenset(req.extras)))
-    return out
+    return out, {name: req for name, req in other.items() if name not in out}, missing
 
 
 def _satisfies(dist: Distribution, req: Requirement) -> bool:

@@ -213,22 +213,31 @@ def _why_not_base64(text: str) -> str:
     return "misplaced padding"
 
 
+def _json_object(
+    text: str | bytes, where: str, rule: str, whole: str, members: str, valid: str
+) -> dict[str, Any]:
+    """The JSON object ``text`` holds (bytes: in UTF-8), read strictly (:func:`strict_json`); else a
+    :class:`Departure` of rule ``{rule}.json`` naming ``whole``, or ``{rule}.duplicate_key`` naming the member
+    (``members`` before its name). ``valid``: what the text should be."""
+    try:
+        data = strict_json(text if isinstance(text, str) else text.decode("utf-8"))
+    except _Duplicate as dup:
+        raise Departure(
+            where, f"{rule}.duplicate_key", f"{members}{dup.key}", "given twice", "each member once"
+        ) from None
+    except ValueError:  # UnicodeDecodeError too
+        found = "not JSON" if isinstance(text, str) else "not JSON in UTF-8"
+        raise Departure(where, f"{rule}.json", whole, found, valid) from None
+    if not isinstance(data, dict):
+        raise Departure(where, f"{rule}.json", whole, f"{_describe(data)}, not an object", "a JSON object")
+    return data
+
+
 def read_envelope(text: str, where: str) -> RawEnvelope:
     """The DSSE envelope ``text`` holds, decoded; :class:`Departure` naming the first rule it breaks. The
     payload type is checked here too: an envelope of another type is no in-toto attestation, whoever
     signed it (DSSE: "Reject if PAYLOAD_TYPE is not a supported type")."""
-    try:
-        data = strict_json(text)
-    except _Duplicate as dup:
-        raise Departure(where, "envelope.duplicate_key", dup.key, "given twice", "each member once") from None
-    except ValueError:
-        raise Departure(
-            where, "envelope.json", "<envelope>", "not JSON", "the JSON envelope torchkiln build writes"
-        ) from None
-    if not isinstance(data, dict):
-        raise Departure(
-            where, "envelope.json", "<envelope>", f"{_describe(data)}, not an object", "a JSON object"
-        )
+    data = _json_object(text, where, "envelope", "<envelope>", "", "the JSON envelope torchkiln build writes")
     if "payloadType" not in data:
         raise Departure(where, "payloadType.missing", "payloadType", "missing", PAYLOAD_TYPE)
     kind = data["payloadType"]
@@ -291,20 +300,7 @@ def check_payload_type(kind: str, where: str) -> None:
 def read_statement_data(payload: bytes, where: str) -> dict[str, Any]:
     """The in-toto Statement v1 with a SLSA provenance v1 predicate ``payload`` holds, checked rule by rule;
     :class:`Departure` naming the first rule it breaks. Unknown fields are ignored, as the framework says."""
-    try:
-        data = strict_json(payload.decode("utf-8"))
-    except _Duplicate as dup:
-        raise Departure(
-            where, "statement.duplicate_key", f"payload.{dup.key}", "given twice", "each member once"
-        ) from None
-    except (UnicodeDecodeError, ValueError):
-        raise Departure(
-            where, "statement.json", "payload", "not JSON in UTF-8", "an in-toto Statement"
-        ) from None
-    if not isinstance(data, dict):
-        raise Departure(
-            where, "statement.json", "payload", f"{_describe(data)}, not an object", "a JSON object"
-        )
+    data = _json_object(payload, where, "statement", "payload", "payload.", "an in-toto Statement")
     if data.get("_type") != STATEMENT_TYPE:
         found = "missing" if "_type" not in data else f"{ascii(data['_type'])} is not Statement v1"
         raise Departure(where, "statement._type", "payload._type", found, STATEMENT_TYPE)

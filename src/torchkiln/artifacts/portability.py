@@ -30,6 +30,7 @@ Standard library only: the build's display and verify's messages read records wi
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
@@ -135,8 +136,9 @@ def retarget(record: Portability, system_libraries: Iterable[str], unresolved_vi
 
 
 def refusal(wheel: str, record: Portability) -> str | None:
-    """Why the post-build check refuses ``wheel``, naming each library and the file that needs it; None when
-    every entry is accounted for."""
+    """Why the post-build check refuses ``wheel``, naming each library and the file that needs it and how it
+    fails to resolve; None when every entry is accounted for. The recipe line that would account for them
+    all is :func:`system_libraries_fix`'s (one for every refused wheel)."""
     missing = record.of_kind("unresolved")
     if not missing:
         return None
@@ -145,8 +147,31 @@ def refusal(wheel: str, record: Portability) -> str | None:
     return (
         f"{wheel} needs {', '.join(names)}, which the target machines are not known to have: not bundled in "
         f"the wheel, not in a distribution it declares, not allowed by a manylinux policy, not the NVIDIA "
-        f"driver's: {listed}. Bundle it, declare the distribution that ships it, or, when every target machine "
-        f'has it, list it in the recipe: [deploy] system_libraries = ["{names[0]}"]'
+        f"driver's: {listed}"
+    )
+
+
+def unresolved_names(records: Iterable[Portability]) -> list[str]:
+    """Every library the records leave unresolved, each once, sorted."""
+    return sorted({n.needed for record in records for n in record.of_kind("unresolved")})
+
+
+def system_libraries_line(declared: Iterable[str], needed: Iterable[str]) -> str:
+    """The recipe's ``[deploy] system_libraries`` with ``needed`` added, as a TOML line under its table: what
+    the recipe says once it lists everything (the entries it has first, in their order, then the new ones
+    sorted; each once). A suggestion that named only the new ones would drop the old ones when followed."""
+    names = list(dict.fromkeys([*declared, *sorted(set(needed))]))
+    return "[deploy] system_libraries = [" + ", ".join(json.dumps(n) for n in names) + "]"
+
+
+def system_libraries_fix(declared: Iterable[str], needed: Iterable[str]) -> str:
+    """The way out of a refusal (every refused wheel's libraries ``needed`` at once): bundle, declare, or, when
+    every target machine has them, the complete recipe line (:func:`system_libraries_line`)."""
+    wanted = sorted(set(needed))
+    them = "it" if len(wanted) == 1 else "them"
+    return (
+        f"bundle {them}, declare the distribution that ships {them}, or, when every target machine has "
+        f"{them}, list {them} in the recipe: {system_libraries_line(declared, wanted)}"
     )
 
 

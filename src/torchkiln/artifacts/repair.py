@@ -42,10 +42,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from torchkiln.errors import EXIT_OK, TorchkilnError
+from torchkiln.errors import TorchkilnError
 from torchkiln.process import runner
 
-from . import bundle, cudalibs
+from . import cudalibs, wheeltool
 from .elf import ElfDynamic, read_elf
 
 ORIGIN = cudalibs.ORIGIN
@@ -284,16 +284,7 @@ def summary(done: Repair) -> list[str]:
     return lines
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        allow_abbrev=False, prog="python -m torchkiln.artifacts.repair", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument(
-        "wheels", nargs="+", type=Path, metavar="WHEEL", help="wheels, or directories of them"
-    )
-    parser.add_argument(
-        "--out", type=Path, required=True, help="directory the repaired wheels are written to"
-    )
+def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--into", default="torch/lib", help="where copies go in the wheel (site-packages relative)"
     )
@@ -309,7 +300,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--bundle-extra", action="append", default=[], help="CUDA bundled: dlopen'ed libraries"
     )
-    args = parser.parse_args(argv)
+
+
+def _rewrite(wheel: Path, args: argparse.Namespace) -> list[str]:
     options = Options(
         into=str(PurePosixPath(args.into)),
         bundle=tuple(args.bundle),
@@ -319,13 +312,12 @@ def main(argv: list[str] | None = None) -> int:
         bundle_from=tuple(Path(os.path.abspath(d)) for d in args.bundle_from),
         bundle_extra=tuple(args.bundle_extra),
     )
-    try:
-        for wheel in bundle.given_wheels(args.wheels):
-            print("\n".join(summary(repair_wheel(wheel, args.out, options))), flush=True)
-    except TorchkilnError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    return EXIT_OK
+    return summary(repair_wheel(wheel, args.out, options))
+
+
+main = wheeltool.command(
+    "repair", __doc__, "directory the repaired wheels are written to", _options, _rewrite
+)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,15 @@
 """The build: a loop over the plan's steps, each with what its kind does around it, then publish.
 
 * :mod:`.loop`: :func:`.loop.run_build`, the step loop (skip what is unchanged, reuse venvs, run, record);
-* :mod:`.kinds`: one :class:`.kinds.StepKind` per kind of step (:data:`.kinds.KINDS`): fingerprint inputs,
-  outputs intact, what to prepare, environment layers, what to check afterwards;
-* :mod:`.context`: :class:`.context.Context`, what a kind may use and leave for later steps;
+* :mod:`.kinds`: one :class:`.stepkind.StepKind` per kind of step (:data:`.kinds.KINDS`), which starts a
+  :class:`.stepkind.StepRun` for each step of each build: fingerprint inputs, outputs intact, what to
+  prepare, environment layers, what to record and check afterwards; the base in :mod:`.stepkind` (with
+  ``env``), the others in :mod:`.fetchkind`, :mod:`.compilekind` and :mod:`.wheelkinds`, what reads a step's
+  output in :mod:`.observers`;
+* :mod:`.context`: :class:`.context.BuildSetup` (what is fixed for a build, frozen) and
+  :class:`.context.BuildRecord` (what its steps found, append-only, read by publish);
+  :mod:`.cachesession`: the build's compiler cache session;
+* :mod:`.venvreuse`: :class:`.venvreuse.VenvReuse`, the environment store around each step of a build;
 * :mod:`.fingerprint`: the records of ``state.json`` that make an unchanged step a no-op;
 * :mod:`.envstore`: venvs kept by their content and cloned into other work directories;
 * :mod:`.workdir`: what a build owns on disk before its first step (its lock, its layout);

@@ -1,48 +1,47 @@
-"""What a step kind may use and leave for the steps after it: the plan, the run's options and state, the
-display, the compiler cache session, and what this run has found so far.
+"""What a build is given and what it accumulates, kept apart.
 
-:mod:`torchkiln.build.kinds` (the kinds) and :mod:`torchkiln.build.publish` (the last step) read and write it;
-:mod:`torchkiln.build.loop` makes one per run. Per-build figures a later issue adds (cache statistics per step,
-timings per run) belong here.
+:class:`BuildSetup` is fixed for the build (the plan, the options, the environment, the display, the state
+file, the compiler cache session, the sandboxing, this run's log directory): frozen. :class:`BuildRecord` is
+what the build's steps found (their records, the warnings, the post-build checks' verdicts, the wheels'
+portability, what makes cache misses likely): append-only, read by the steps after them and by publish.
+:mod:`torchkiln.build.loop` makes one of each per build; each step's run
+(:class:`~torchkiln.build.stepkind.StepRun`) holds both and keeps what it learns itself, so two builds in one
+process share nothing (issue 48).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import os
 import re
-import shutil
-import tempfile
+import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
-
-from rich.console import Console
 
 from torchkiln.artifacts.manifest import Checks, MemoryRetry, StepRecord
 from torchkiln.artifacts.portability import Portability
-from torchkiln.cache import CacheSession, CacheStats, open_session
-from torchkiln.distributed.stats import DistStats
-from torchkiln.errors import TorchkilnError, space_on
+from torchkiln.errors import space_on
 from torchkiln.plan.model import Plan, Step
-from torchkiln.process.environ import compose
+from torchkiln.printing import Console
 from torchkiln.process.logs import first_error, log_name, start_run_logs, tail
+from torchkiln.process.secrets import take
 
+from .cachesession import CompilerCache
 from .display import Display
 from .envstore import EnvStore
 from .fingerprint import State
 from .progress import format_duration
-from .sandbox import Isolating, server_sandbox
-from .warmcheck import Warming
+from .sandbox import Isolating
 
 if TYPE_CHECKING:  # the signing machinery is imported only by a build given a key
     from torchkiln.artifacts.signing import PrivateKey
-    from torchkiln.distributed.client import PreparedDist  # the client only by a build with a scheduler
 
 TAIL_LINES = 25
 
 
-@dataclass
+@dataclass(frozen=True)
 class Options:
     force: bool = False
     skip_checks: bool = False
@@ -58,10 +57,13 @@ class Options:
     # Sign a build whose steps run without a sandbox (--allow-unisolated; refused before the first step else).
     allow_unisolated: bool = False
     # Seconds the command spent before the build, by part ("plan", "preflight"): the manifest says them.
-    before: dict[str, float] = field(default_factory=dict)
+    before: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "before", MappingProxyType(dict(self.before)))
 
 
-@dataclass
+@dataclass(frozen=True)
 class Published:
     wheels: list[Path]
     manifest: Path
@@ -70,168 +72,147 @@ class Published:
     provenance: Path | None = None  # the signed statement, when the build was given a key
 
 
-@dataclass
-class Context:
-    """What a step kind may use and leave for later steps: the plan, the run's options and state, the
-    display, and what this run found so far."""
+class RunLogs:
+    """This run's log directory (:func:`torchkiln.process.logs.start_run_logs`), made when its first step
+    runs: a run that changed nothing makes none."""
+
+    def __init__(self, logs: Path, started: dt.datetime) -> None:
+        self._logs, self._stamp = logs, started.strftime("%Y%m%dT%H%M%SZ")
+        self._run: Path | None = None
+        self._lock = threading.Lock()
+
+    def step_log(self, step: Step) -> Path:
+        """Where a step that runs now writes its log."""
+        with self._lock:
+            if self._run is None:
+                self._run = start_run_logs(self._logs, self._stamp)
+            return self._run / log_name(step.name)
+
+
+@dataclass(frozen=True)
+class BuildSetup:
+    """What is fixed for one build: what every step's run reads and nothing writes (the objects it holds
+    keep what they manage: the state file its records, the cache its session, the sandboxing its probe)."""
 
     plan: Plan
     options: Options
-    environ: dict[str, str]
+    # the caller's environment without the variables secrets come from (the cache holds those)
+    environ: Mapping[str, str]
     state: State
     display: Display
     console: Console
     started: dt.datetime
-    records: list[StepRecord] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    cache: CacheSession | None = None
-    cache_stats: CacheStats | None = None  # this run's, once the session closed
-    dist: PreparedDist | None = None  # distributed compiles, once the cache session opened
-    dist_env: dict[str, str] = field(default_factory=dict)  # compile steps' run-time layer for them
-    # What the sccache server alone starts with for them: SCCACHE_CONF, the client config holding the token.
-    dist_server_env: dict[str, str] = field(default_factory=dict)
-    dist_stats: DistStats | None = None  # where this run's compiles ran, once the session closed
-    # The variables secrets are read from (the cache's credentials_env, the cluster's token), taken out of
-    # ``environ`` so that no step's process sees them; only the cache session, its server and broker, the
-    # preflight and the client config file read them.
-    held: dict[str, str] = field(default_factory=dict, repr=False)
-    # venvs cloned from the store and unchanged since, and check venvs cloned while a compile runs
-    warming: Warming = field(default_factory=Warming)
-    # the environment store's entries begun while their step ran (the check's venv), by step: keep commits them
-    staged: dict[str, Path] = field(default_factory=dict)
-    isolating: Isolating = field(default_factory=Isolating)  # the build steps' sandboxes (build.sandbox)
-
-    def __post_init__(self) -> None:
-        names = [self.plan.cache.credentials_env]
-        if self.plan.dist is not None:
-            names.append(self.plan.dist.credentials_env)
-        for name in names:
-            if name and name in self.environ:
-                self.held[name] = self.environ.pop(name)
-
-    checks: Checks | None = None
-    # A build for several Pythons (python.versions): each later Python's post-build check, by Python
-    # (``checks`` is the first Python's, as in a one-Python build).
-    python_checks: dict[str, Checks] = field(default_factory=dict)
-    # Wheel file name -> its portability record, judged by the post-build check (torchkiln.build.portable)
-    portability: dict[str, Portability] = field(default_factory=dict)
-    published: Published | None = None
-    # What the compile steps saw that makes cache misses likely (a tree outside the basedir, a changed
-    # compiler): named by --min-cache-hit-rate's message when the build misses.
-    cache_causes: list[str] = field(default_factory=list)
-    run_logs: Path | None = None  # this run's log directory, made when its first step runs
+    cache: CompilerCache
+    isolating: Isolating
+    logs: RunLogs
     env_store: EnvStore | None = None  # venvs kept by their content (torchkiln.build.envstore)
-    env_keys: dict[str, str] = field(default_factory=dict)  # step -> its key in the store, this run
-    # venvs that a step made or changed in this run: the later steps on them run (or are reused) again
-    remade_venvs: set[str] = field(default_factory=set)
-    # venv -> steps reused without their clone (the next step's entry replaced it), recorded with that step
-    deferred_records: dict[str, list[tuple[str, dict[str, Any]]]] = field(default_factory=dict)
-    # step -> its inputs, taken early by the step before it (whether its entry replaces that one's venv)
-    lookahead_inputs: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    @classmethod
+    def make(
+        cls,
+        plan: Plan,
+        options: Options,
+        environ: Mapping[str, str],
+        state: State,
+        display: Display,
+        started: dt.datetime | None = None,
+    ) -> BuildSetup:
+        """The setup of a build of ``plan``: the variables secrets are read from (the cache's
+        credentials_env, the cluster's token) are taken out of ``environ``, so that no step's process sees
+        them; only the cache session, its server and broker, the preflight and the client config read them."""
+        environ = dict(environ)
+        names = [plan.cache.credentials_env]
+        if plan.dist is not None:
+            names.append(plan.dist.credentials_env)
+        held = take(environ, names)
+        started = started or dt.datetime.now(dt.timezone.utc)
+        return cls(
+            plan=plan,
+            options=options,
+            environ=MappingProxyType(environ),
+            state=state,
+            display=display,
+            console=display.console,
+            started=started,
+            cache=CompilerCache(plan, held),
+            isolating=Isolating(),
+            logs=RunLogs(plan.paths.logs, started),
+            env_store=EnvStore(plan.env_store) if plan.env_store is not None else None,
+        )
 
     def step_log(self, step: Step) -> Path:
-        """Where a step that runs now writes its log: this run's directory (torchkiln.process.logs.start_run_logs)."""
-        if self.run_logs is None:
-            stamp = self.started.strftime("%Y%m%dT%H%M%SZ")
-            self.run_logs = start_run_logs(self.plan.paths.logs, stamp)
-        return self.run_logs / log_name(step.name)
-
-    def warn(self, text: str) -> None:
-        self.warnings.append(text)
-        self.display.warn(text)
+        return self.logs.step_log(step)
 
     def redact(self, text: str) -> str:
-        if self.dist is not None:
-            text = self.dist.redact(text)
-        return self.cache.redact(text) if self.cache is not None else text
+        return self.cache.redact(text)
 
-    def open_cache(self, step: Step) -> CacheSession:
-        """Before the first compile that runs: tool present, remote usable (else one warning), stats zeroed.
 
-        With distributed compiles the scheduler is checked first (unreachable or refusing the token: one
-        warning, compiles run locally) and the sccache server starts with the client config (SCCACHE_CONF),
-        a private file that holds the token and is removed when the server stops."""
-        if self.cache is None:
-            tool_environ = compose(self.environ, step.env, path_prepend=step.path_prepend)
-            self._prepare_dist(tool_environ)
-            cache_secret = {k: v for k, v in self.held.items() if k == self.plan.cache.credentials_env}
-            self.cache = open_session(
-                self.plan.cache,
-                {**tool_environ, **cache_secret},  # the session reads it; its tool does not get the variable
-                extra_env=self.dist_server_env,
-                sandbox=server_sandbox(self),
-            )
-            if self.dist is not None and self.dist.conf_path is not None:
-                # sccache read its client config (the token) once, when its server started: emptied now, the
-                # token lives in that server's memory only, not in a file the compiles it runs could read
-                os.truncate(self.dist.conf_path, 0)
-            for warning in self.cache.warnings:
-                self.warn(warning)
-        return self.cache
+class BuildRecord:
+    """What one build accumulates as its steps run, read by the steps after them (which ran) and by publish.
+    Append-only: each ``add_*`` adds, nothing replaces or removes what was added."""
 
-    def _prepare_dist(self, environ: dict[str, str]) -> None:
-        spec = self.plan.dist
-        if spec is None:
-            return
-        from torchkiln.distributed.client import (  # noqa: PLC0415 - only a build with a scheduler
-            default_toolchain_dir,
-            dist_jobs,
-            prepare_client,
-        )
+    def __init__(self, show: Callable[[str], None] | None = None) -> None:
+        self._show = show  # a warning is shown when it is added (the build's display)
+        self._steps: list[StepRecord] = []
+        self._warnings: list[str] = []
+        self._checks: dict[str, Checks] = {}  # Python ("" the first) -> its post-build check's verdict
+        self._portability: dict[str, Portability] = {}
+        self._causes: list[str] = []
 
-        run_dir = Path(tempfile.mkdtemp(prefix="torchkiln-dist-"))  # 0700: the token lands in it
-        self.dist = prepare_client(
-            spec,
-            {**environ, **self.held},
-            run_dir=run_dir,
-            toolchain_dir=default_toolchain_dir(self.plan.cache.dir),
-        )
-        for warning in self.dist.warnings:
-            self.warn(self.dist.redact(warning))
-        if self.dist.spec is None:  # the preflight failed: local compiles
-            shutil.rmtree(run_dir, ignore_errors=True)
-            return
-        self.dist_server_env = dict(self.dist.env)  # the server's alone: the compiles are its clients
-        if self.plan.jobs.source == "auto" and self.dist.status is not None:
-            # Remote compiles cost this machine preprocessing only: one job per core of the cluster too.
-            jobs = str(dist_jobs(self.plan.jobs.value, self.dist.status))
-            self.dist_env.update({"MAX_JOBS": jobs, "CMAKE_BUILD_PARALLEL_LEVEL": jobs})
-            self.display.note(
-                f"distributed compiles: {self.dist.status.num_servers} build servers, "
-                f"{self.dist.status.num_cpus} cores at {spec.scheduler_url}; MAX_JOBS={jobs}"
-            )
+    def add_step(self, record: StepRecord) -> None:
+        self._steps.append(record)
 
-    def close_cache(self) -> None:
-        """This run's statistics; stops what the cache tool started for the build (its sccache server)."""
-        if self.cache is None or self.cache.closed:
-            return
-        try:
-            stats = self.cache.close()
-        except TorchkilnError as exc:
-            self.warnings.append(f"compiler cache statistics unavailable: {exc}")
-            return
-        finally:
-            if self.dist is not None:
-                self._finish_dist()
-        self.cache_stats = stats
-        if stats is not None:
-            self.console.print(f"  compiler cache: {stats.summary()}")
-        if stats is not None and self.dist is not None and self.dist.spec is not None:
-            self.dist_stats = stats.dist  # read with the cache's counters, before the server stopped
-        if self.dist_stats is not None:
-            self.console.print(f"  {self.dist_stats.summary()}")
-            fallback = self.dist_stats.fallback_warning()
-            if fallback:
-                self.warn(fallback)
+    @property
+    def steps(self) -> tuple[StepRecord, ...]:
+        return tuple(self._steps)
 
-    def _finish_dist(self) -> None:
-        """The client config (and the token in it) removed once the server that read it has stopped."""
-        assert self.dist is not None
-        from torchkiln.distributed.client import finish_client  # noqa: PLC0415 - see _prepare_dist
+    def warn(self, text: str) -> None:
+        """A warning the manifest keeps, shown now."""
+        self._warnings.append(text)
+        if self._show is not None:
+            self._show(text)
 
-        finish_client(self.dist)
-        if self.dist.conf_path is not None:
-            shutil.rmtree(self.dist.conf_path.parent, ignore_errors=True)
+    def add_warning(self, text: str) -> None:
+        """A warning the manifest keeps, not shown (what was said on the console already)."""
+        self._warnings.append(text)
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        return tuple(self._warnings)
+
+    def add_checks(self, python: str, checks: Checks) -> None:
+        """The post-build check's verdict on the wheels of ``python`` ("": the first, or only, Python)."""
+        if python in self._checks:
+            raise ValueError(f"the post-build check of Python {python or 'first'} was recorded already")
+        self._checks[python] = checks
+
+    @property
+    def checks(self) -> Checks | None:
+        """The first Python's verdict (a one-Python build's)."""
+        return self._checks.get("")
+
+    @property
+    def python_checks(self) -> Mapping[str, Checks]:
+        """Each later Python's verdict, by Python (python.versions)."""
+        return MappingProxyType({k: v for k, v in self._checks.items() if k})
+
+    def add_portability(self, wheel: str, record: Portability) -> None:
+        """A wheel's portability record, as the post-build check judged it (torchkiln.build.portable)."""
+        if self._portability.get(wheel, record) != record:
+            raise ValueError(f"{wheel}: a second, different portability record")
+        self._portability[wheel] = record
+
+    @property
+    def portability(self) -> Mapping[str, Portability]:
+        return MappingProxyType(self._portability)
+
+    def add_cache_causes(self, causes: list[str]) -> None:
+        """What a compile saw that makes cache misses likely (named when the build misses)."""
+        self._causes += causes
+
+    @property
+    def cache_causes(self) -> tuple[str, ...]:
+        return tuple(self._causes)
 
 
 @dataclass(frozen=True)
@@ -245,8 +226,11 @@ class Ran:
     status: str = "ran"
     # compile steps: each resumption after compiles died for memory (torchkiln.build.memory)
     memory_retries: list[MemoryRetry] = field(default_factory=list)
-    # outputs the builder worked out while the command ran (the check's portability: build.kinds)
+    # outputs the builder worked out while the command ran (the check's portability: build.wheelkinds)
     early: dict[str, Any] = field(default_factory=dict)
+    # the environment store's entry for the step's venv, begun while it ran (the check's): the loop keeps it
+    staged: Path | None = None
+    published: Published | None = None  # the publish step's: what reached dist/
 
 
 _OUT_OF_SPACE = re.compile(r"No space left on device|Disk quota exceeded")

@@ -1,15 +1,22 @@
 """What a build shows while it runs: one line per step; during a compile a progress bar (ninja's edges over
 all of the project's ninja runs, the bar's percentage once, a smoothed ETA). On a terminal the bar is live;
 elsewhere (CI logs) a progress line is printed every 10 %. Once the build's final message is due
-(:meth:`Display.close`), nothing is drawn any more: no bar below a failure's ``full log:`` line."""
+(:meth:`Display.close`), nothing is drawn any more: no bar below a failure's ``full log:`` line. Everything it
+prints is literal text (:mod:`torchkiln.printing`): a step's name, a warning, a note print as they are."""
 
 from __future__ import annotations
 
-from rich.console import Console
-from rich.markup import escape
-from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn
-
 from torchkiln.plan.model import Step
+from torchkiln.printing import (
+    BarColumn,
+    Console,
+    Part,
+    Progress,
+    TaskID,
+    TaskProgressColumn,
+    say,
+    text_column,
+)
 
 from .progress import Progress as CompileCounts
 from .progress import format_duration
@@ -25,7 +32,7 @@ class Display:
         self._label = ""  # what a resumed compile step's progress says of it: "retry 1/3, MAX_JOBS=1"
 
     def start_step(self, index: int, count: int, step: Step) -> None:
-        self.console.print(f"[bold]{index}/{count}[/bold] [cyan]{step.kind}[/cyan] {step.name}")
+        self._say((f"{index}/{count}", "bold"), " ", (step.kind, "cyan"), f" {step.name}")
         self._last_decile = -1
         self._label = ""
 
@@ -33,15 +40,15 @@ class Display:
         """A compile runs: a live bar on a terminal (elsewhere progress lines)."""
         if self.console.is_terminal and not self._closed:
             self._progress = Progress(
-                TextColumn("  {task.description}"),
+                text_column("  {task.description}"),
                 BarColumn(),
                 TaskProgressColumn(),
-                TextColumn("{task.fields[detail]}"),
+                text_column("{task.fields[detail]}"),
                 console=self.console,
                 transient=True,
             )
             name = f"{step.name} ({self._label})" if self._label else step.name
-            self._task = self._progress.add_task(escape(name), total=None, detail="starting")
+            self._task = self._progress.add_task(name, total=None, detail="starting")
             self._progress.start()
 
     def compile_progress(self, p: CompileCounts) -> None:
@@ -54,7 +61,7 @@ class Display:
         if decile > self._last_decile:
             self._last_decile = decile
             label = f" ({self._label})" if self._label else ""
-            self.console.print(f"  compile{label} {p.describe()}")
+            self._say(f"  compile{label} {p.describe()}")
 
     def phase(self, name: str) -> None:
         """A wheel step entered a new phase (configure, compile, wheel)."""
@@ -63,7 +70,7 @@ class Display:
         if self._progress is not None and self._task is not None:
             self._progress.update(self._task, detail=name)
         else:
-            self.console.print(f"  {name}")
+            self._say(f"  {name}")
 
     def stop_live(self) -> None:
         """End a live bar (also when its step failed: the terminal is left clean for the error)."""
@@ -76,7 +83,7 @@ class Display:
         from now on (``label``: the retry and its jobs)."""
         self.stop_live()
         for line in lines:
-            self.console.print(f"  [yellow]{escape(line)}[/yellow]")
+            self._say("  ", (line, "yellow"))
         self._label = label
         self._last_decile = -1
 
@@ -87,16 +94,19 @@ class Display:
 
     def end_step(self, step: Step, status: str, seconds: float) -> None:
         self.stop_live()
-        mark = {
-            "ran": "[green]done[/green]",
-            "skipped": "[dim]unchanged, skipped[/dim]",
-            "reused": "[green]reused[/green] from the environment store",
-        }.get(status, status)
+        mark: tuple[Part, ...] = {
+            "ran": (("done", "green"),),
+            "skipped": (("unchanged, skipped", "dim"),),
+            "reused": (("reused", "green"), " from the environment store"),
+        }.get(status, (status,))
         timed = status in ("ran", "reused")
-        self.console.print(f"  {mark} ({format_duration(seconds)})" if timed else f"  {mark}")
+        self._say("  ", *mark, f" ({format_duration(seconds)})" if timed else "")
 
     def note(self, text: str) -> None:
-        self.console.print(f"  {text}")
+        self._say(f"  {text}")
 
     def warn(self, text: str) -> None:
-        self.console.print(f"[yellow]warning:[/yellow] {text}")
+        self._say(("warning:", "yellow"), f" {text}")
+
+    def _say(self, *parts: Part) -> None:
+        say(self.console, *parts)

@@ -310,7 +310,8 @@ class EnvStore:
     def stage(self, key: str, venv: Path) -> Path | None:
         """The first half of :meth:`keep`: ``venv`` cloned into a new temporary entry, its large files shared
         with the other entries'; None when the store has ``key`` or there is no venv. The post-build check
-        stages its venv while it imports the wheels (build.kinds); :meth:`commit` or :meth:`discard` after."""
+        stages its venv while it imports the wheels (build.wheelkinds); :meth:`commit` or :meth:`discard`
+        after."""
         if self.entry(key) is not None or not venv.is_dir():
             return None
         self.root.mkdir(parents=True, exist_ok=True)

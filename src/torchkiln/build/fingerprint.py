@@ -120,7 +120,7 @@ OUTPUT_TYPES: dict[str, tuple[type, ...]] = {
     "toolchain": (dict,),
     "env": (dict,),
     "tree_sha256": (str,),
-    "tree_outputs": (list,),  # a tree without git: what its compile wrote into it (CompileKind.outputs)
+    "tree_outputs": (list,),  # a tree without git: what its compile wrote into it (CompileRun.outputs)
     "facts": (dict, type(None)),
     "venv": (list,),  # a venv step's installed distributions (torchkiln.build.envstore.venv_distributions)
 }

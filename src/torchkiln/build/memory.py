@@ -35,7 +35,7 @@ from torchkiln.plan.model import Step
 from torchkiln.process import runner
 from torchkiln.process.killed import KilledEdge, read_kills
 
-from .context import Context, failure_message
+from .context import BuildRecord, BuildSetup, failure_message
 from .sandbox import isolated, probing
 
 # Where an in-tree build keeps its build.ninja, under a step's scratch directory: CMake's build/ (torch),
@@ -69,7 +69,8 @@ class Resume:
     """A compile step's runs: the jobs the next one gets, and what each retry did."""
 
     step: Step
-    ctx: Context
+    setup: BuildSetup
+    record: BuildRecord
     environment: Callable[[Mapping[str, str]], dict[str, str]]  # the step's environment under a layer
     jobs: int
     group: cgroup.Cgroup | None
@@ -78,11 +79,15 @@ class Resume:
 
     @classmethod
     def start(
-        cls, step: Step, ctx: Context, environment: Callable[[Mapping[str, str]], dict[str, str]]
+        cls,
+        step: Step,
+        setup: BuildSetup,
+        record: BuildRecord,
+        environment: Callable[[Mapping[str, str]], dict[str, str]],
     ) -> Resume:
         jobs = environment({}).get("MAX_JOBS", "")
-        value = int(jobs) if jobs.isdigit() else ctx.plan.jobs.value
-        return cls(step, ctx, environment, value, cgroup.find("memory"))
+        value = int(jobs) if jobs.isdigit() else setup.plan.jobs.value
+        return cls(step, setup, record, environment, value, cgroup.find("memory"))
 
     def layer(self) -> dict[str, str]:
         """The next run's jobs over the step's environment: the plan's until a retry halved them."""
@@ -113,20 +118,22 @@ class Resume:
         self.spent += done.seconds
         log = _set_aside(done.log, f"killed-{attempt}")
         env = self.environment(self.layer())
-        with probing(self.step, self.ctx, env):  # the build venv's ninja: in the step's sandbox
+        with probing(
+            self.step, self.setup, self.record, env
+        ):  # the build venv's ninja: in the step's sandbox
             located = [(edge, _locate(edge.target, self.step, env)) for edge in death.edges]
-        if attempt > self.ctx.plan.memory_retries:
+        if attempt > self.setup.plan.memory_retries:
             raise self._give_up(death, [_unit(e, found, self.step) for e, found in located], log, spent=True)
         before, self.jobs = self.jobs, max(1, self.jobs // 2)
-        self.ctx.display.resume(self._announce(death, located, attempt, before), self._label(attempt))
+        self.setup.display.resume(self._announce(death, located, attempt, before), self._label(attempt))
         units = [self._alone(edge, found, attempt, i) for i, (edge, found) in enumerate(located, 1)]
         self.retries.append(
             MemoryRetry(attempt, before, self.jobs, units, death.evidence, death.oom_kills, str(log))
         )
         if any(u.alone == "killed" for u in units):
             raise self._give_up(death, units, log, spent=False)
-        self.ctx.display.note(
-            f"retry {attempt}/{self.ctx.plan.memory_retries}: {self.step.name} resumes with "
+        self.setup.display.note(
+            f"retry {attempt}/{self.setup.plan.memory_retries}: {self.step.name} resumes with "
             f"MAX_JOBS={self.jobs} (ninja keeps what was built)"
         )
 
@@ -137,23 +144,23 @@ class Resume:
         "killed", with its peak; a unit that fails for another reason fails the build as any compile."""
         if found is None:
             return _unit(edge, None, self.step)
-        log = self.ctx.step_log(self.step).with_suffix(f".retry-{attempt}.unit-{index}.log")
+        log = self.setup.step_log(self.step).with_suffix(f".retry-{attempt}.unit-{index}.log")
         argv = [found.ninja, "-C", str(found.directory), "-j1", edge.target]
         before = self.counter()
         # ninja runs the tree's compile commands: in the step's sandbox, as the step itself
-        with isolated(self.step, self.ctx, argv, self.environment(self.layer())) as (run, env):
+        with isolated(self.step, self.setup, self.record, argv, self.environment(self.layer())) as (run, env):
             done = runner.stream(
-                run, log=log, env=env, redact=self.ctx.redact, header=f"# {' '.join(argv)}", measure=True
+                run, log=log, env=env, redact=self.setup.redact, header=f"# {' '.join(argv)}", measure=True
             )
         self.spent += done.seconds
         if done.returncode == 0:
-            self.ctx.display.note(f"{found.unit}: built alone (peak {_size(done.peak_rss)})")
+            self.setup.display.note(f"{found.unit}: built alone (peak {_size(done.peak_rss)})")
             return KilledUnit(found.unit, edge.target, edge.evidence, "built", done.peak_rss)
         if self.death(done, before) is None:
             name = f"{self.step.name}: {found.unit} alone"
             failure = failure_message(name, done.returncode, done.seconds, log)
             raise BuildFailed(failure, step=self.step.name, log=log)
-        self.ctx.display.note(f"{found.unit}: killed again alone, after reaching {_size(done.peak_rss)}")
+        self.setup.display.note(f"{found.unit}: killed again alone, after reaching {_size(done.peak_rss)}")
         return KilledUnit(found.unit, edge.target, edge.evidence, "killed", done.peak_rss)
 
     # -- what is shown --------------------------------------------------------------------------------
@@ -165,13 +172,13 @@ class Resume:
         return [
             f"{self.step.name}: compiles died for memory at MAX_JOBS={before}: {units or 'none named in the log'}",
             *(f"  {line}" for line in death.evidence),
-            f"retry {attempt}/{self.ctx.plan.memory_retries}: "
+            f"retry {attempt}/{self.setup.plan.memory_retries}: "
             + ("the killed units alone (ninja -j1), then " if located else "")
             + f"the step again with MAX_JOBS={self.jobs}",
         ]
 
     def _label(self, attempt: int) -> str:
-        return f"retry {attempt}/{self.ctx.plan.memory_retries}, MAX_JOBS={self.jobs}"
+        return f"retry {attempt}/{self.setup.plan.memory_retries}, MAX_JOBS={self.jobs}"
 
     def _group_name(self) -> str:
         group = self.group
@@ -179,7 +186,7 @@ class Resume:
 
     def _give_up(self, death: Death, units: list[KilledUnit], log: Path, *, spent: bool) -> BuildFailed:
         """The build stops: which units keep dying, what they reached, how much memory there was, what to do."""
-        resources = self.ctx.plan.resources
+        resources = self.setup.plan.resources
         if spent:
             count = len(self.retries)
             history = " -> ".join(str(j) for j in [r.jobs_before for r in self.retries] + [self.jobs])

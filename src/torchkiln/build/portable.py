@@ -14,6 +14,7 @@ instead of stopping, about what the check would have refused.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -21,13 +22,20 @@ from typing import Any
 
 from torchkiln.artifacts import jsonfile, wheelfile
 from torchkiln.artifacts.manifest import WheelRecord
-from torchkiln.artifacts.portability import Portability, one_line, refusal, retarget
+from torchkiln.artifacts.portability import (
+    Portability,
+    one_line,
+    refusal,
+    retarget,
+    system_libraries_fix,
+    unresolved_names,
+)
 from torchkiln.errors import BuildFailed
 from torchkiln.files.digests import file_sha256
 from torchkiln.plan.model import Step
 from torchkiln.plan.records import Records
 
-from .context import Context
+from .context import BuildRecord, BuildSetup
 
 IN_CHECK_VENV = "installed by the post-build check (pip: the wheel and its Requires-Dist) in a clean venv"
 IN_BUILD_VENV = (
@@ -62,22 +70,25 @@ def checked_wheels(step: Step) -> list[Path]:
     return found
 
 
-def keep_elf_readings(ctx: Context) -> None:
-    """What the ELF reader finds is kept with the build's records (the work directory's and the environment
-    store's, ``elf/``), by file identity: the check's venv and the build venv hold hard links of the same
-    torch libraries, and a fresh work directory on this machine links the same store objects."""
+def kept_readings(setup: BuildSetup) -> contextlib.AbstractContextManager[None]:
+    """Within it, what the ELF reader finds is kept with the build's records (the work directory's and the
+    environment store's, ``elf/``), by file identity: the check's venv and the build venv hold hard links of
+    the same torch libraries, and a fresh work directory on this machine links the same store objects."""
     from torchkiln.artifacts import elf
 
-    elf.keep_in([d / "elf" for d in Records.for_build(ctx.plan.paths.workdir, ctx.plan.env_store).dirs])
+    plan = setup.plan
+    return elf.keeping([d / "elf" for d in Records.for_build(plan.paths.workdir, plan.env_store).dirs])
 
 
-def analyse_checked(step: Step, ctx: Context | None = None) -> dict[str, Any]:
+def analyse_checked(step: Step, setup: BuildSetup | None = None) -> dict[str, Any]:
     """Wheel file name -> its record (JSON data), read in the check step's venv (the step's outputs)."""
+    with kept_readings(setup) if setup is not None else contextlib.nullcontext():
+        return _analyse_checked(step)
+
+
+def _analyse_checked(step: Step) -> dict[str, Any]:
     from torchkiln.artifacts.abi import analyse_installed
     from torchkiln.artifacts.installed import installed
-
-    if ctx is not None:
-        keep_elf_readings(ctx)
 
     if step.venv is None:
         return {}
@@ -93,25 +104,28 @@ def analyse_checked(step: Step, ctx: Context | None = None) -> dict[str, Any]:
     return records
 
 
-def judge(ctx: Context, step: Step, outputs: Mapping[str, Any], log: str | None) -> None:
+def judge(
+    setup: BuildSetup, record: BuildRecord, step: Step, outputs: Mapping[str, Any], log: str | None
+) -> None:
     """The recipe's verdict on the records a check step analysed: each kept for the manifest; a wheel that
     needs what the target is not known to have stops the build, naming it."""
     raw = outputs.get("portability")
     if raw is None:  # a record from before the check read portability: read it now, in the same venv
-        raw = analyse_checked(step) if step.venv and Path(step.venv).is_dir() else {}
-    system = ctx.plan.recipe.deploy.system_libraries
+        raw = analyse_checked(step, setup) if step.venv and Path(step.venv).is_dir() else {}
+    system = setup.plan.recipe.deploy.system_libraries
     refused = []
     for name, data in sorted(raw.items()):
-        record = retarget(jsonfile.from_data(Portability, data, file=name), system, UNRESOLVED)
-        ctx.portability[name] = record
-        reason = refusal(name, record)
+        found = retarget(jsonfile.from_data(Portability, data, file=name), system, UNRESOLVED)
+        record.add_portability(name, found)
+        reason = refusal(name, found)
         if reason is not None:
             refused.append(reason)
     if refused:
         lines = "\n".join(f"  - {reason}" for reason in refused)
+        fix = system_libraries_fix(system, unresolved_names(record.portability.values()))
         raise BuildFailed(
             f"{step.name}: the built wheels need libraries the machines they are deployed to may lack:\n"
-            f"{lines}\nnothing was published (docs/portability.md; full log: {log})",
+            f"{lines}\nfix: {fix}\nnothing was published (docs/portability.md; full log: {log})",
             step=step.name,
         )
 
@@ -133,7 +147,10 @@ def _key(sha256: str, sites: Sequence[Path], target: Sequence[str]) -> str:
 
 
 def attach(
-    ctx: Context, wheels: Sequence[tuple[Path, str, str]], found: Sequence[WheelRecord]
+    setup: BuildSetup,
+    built: BuildRecord,
+    wheels: Sequence[tuple[Path, str, str]],
+    found: Sequence[WheelRecord],
 ) -> list[WheelRecord]:
     """``found`` (the published wheels' records, in the order of ``wheels``: (path in dist/, project,
     Python)) with their portability: the post-build check's, else read now beside the build venv's
@@ -142,15 +159,14 @@ def attach(
     same wheel bytes beside the same distributions read the same, so a run that changed nothing, or a fresh
     work directory on the same machine building the same bytes, reads nothing again (about a second for
     torchvision beside torch's 40,000 files). Each run warns about what the check would have refused."""
-    records = Records.for_build(ctx.plan.paths.workdir, ctx.plan.env_store)
+    plan = setup.plan
+    records = Records.for_build(plan.paths.workdir, plan.env_store)
     out = []
-    target = ctx.plan.recipe.deploy.system_libraries
+    target = plan.recipe.deploy.system_libraries
     for (path, _, python), wheel in zip(wheels, found, strict=True):
-        record = ctx.portability.get(path.name)
+        record = built.portability.get(path.name)
         if record is None:
-            sites = site_packages(
-                ctx.plan.paths.for_python("" if python == ctx.plan.recipe.python else python).venv
-            )
+            sites = site_packages(plan.paths.for_python("" if python == plan.recipe.python else python).venv)
             key = _key(wheel.sha256, sites, target)
             kept = records.get(key)
             if kept is not None:
@@ -158,12 +174,15 @@ def attach(
             else:
                 from torchkiln.artifacts.abi import analyse_wheel  # noqa: PLC0415 - ELF readers: on a miss only
 
-                keep_elf_readings(ctx)
-                record = analyse_wheel(path, sites, target=target, analysed=IN_BUILD_VENV)
+                with kept_readings(setup):
+                    record = analyse_wheel(path, sites, target=target, analysed=IN_BUILD_VENV)
                 records.put(key, jsonfile.to_data(record))
-            reason = refusal(path.name, record)
-            if reason is not None:
-                ctx.warn(f"--skip-checks: the post-build check would have refused it: {reason}")
         out.append(replace(wheel, portability=record))
-        ctx.display.note(f"{path.name}: {one_line(record)}")
+        setup.display.note(f"{path.name}: {one_line(record)}")
+    judged = {wheel.name: wheel.portability for wheel in out if wheel.portability is not None}
+    fix = system_libraries_fix(target, unresolved_names(judged.values()))
+    for name, record in judged.items():
+        reason = refusal(name, record)
+        if reason is not None:  # each warning complete: its fix covers every wheel's libraries
+            built.warn(f"--skip-checks: the post-build check would have refused it: {reason}; fix: {fix}")
     return out

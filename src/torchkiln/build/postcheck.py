@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"postcheck: installing {' '.join(wheels)} failed:\n{result.stderr[-4000:]}", file=sys.stderr
             )
             return 1
-        print(INSTALLED, flush=True)  # the builder analyses the installed wheels meanwhile (build.kinds)
+        print(INSTALLED, flush=True)  # the builder analyses the installed wheels meanwhile (build.observers)
         words = early_words(before, dist_infos())
         returncode, stdout, stderr, used = _facts(early, words)
         print(

@@ -41,7 +41,7 @@ import os
 import shutil
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,7 +56,7 @@ from torchkiln.process.isolation import Availability, Sandbox, View
 from .workdir import LOCK_NAME, STATE_NAME
 
 if TYPE_CHECKING:
-    from .context import Context
+    from .context import BuildRecord, BuildSetup
 
 SANDBOXED_KINDS = frozenset({"env", "compile", "package", "checks"})
 NETWORK_KINDS = frozenset({"env", "checks"})  # pip reaches the index; a compile or packaging needs none
@@ -90,12 +90,12 @@ PIP_SECTIONS = ("global", "install", "download", "wheel")
 
 @dataclass
 class Isolating:
-    """A build's sandboxing: whether the host can (probed before the first step of a signed build, else at
-    the first build step that runs), the one warning, and how each step of this run ran."""
+    """A build's sandboxing: whether the host can, probed before the first step of a signed build, else at
+    the first build step that runs (with the one warning when it cannot). Each step's run keeps how its
+    command ran (:func:`how`)."""
 
     availability: Availability | None = None
     warned: bool = False
-    by_step: dict[str, str] = field(default_factory=dict)
 
 
 def is_build_step(step: Step) -> bool:
@@ -205,22 +205,22 @@ def _entries(directory: Path) -> list[Path]:
         return []
 
 
-def secret_files(ctx: Context) -> list[Path]:
+def secret_files(setup: BuildSetup) -> list[Path]:
     """The files this build read a secret from (masked in every sandbox): the signing key's, the cache's
     and the cluster's credentials, the cluster's client configuration (it holds the token)."""
-    plan = ctx.plan
-    names = [*ctx.options.secret_files, plan.cache.credentials_file]
+    plan, dist = setup.plan, setup.cache.dist
+    names = [*setup.options.secret_files, plan.cache.credentials_file]
     if plan.dist is not None:
         names.append(plan.dist.credentials_file)
-    if ctx.dist is not None and ctx.dist.conf_path is not None:
-        names.append(str(ctx.dist.conf_path))
+    if dist is not None and dist.conf_path is not None:
+        names.append(str(dist.conf_path))
     return [Path(os.path.expanduser(n)).absolute() for n in names if n]
 
 
-def base_view(ctx: Context) -> View:
+def base_view(setup: BuildSetup) -> View:
     """What every build step of this build sees (see the module's docstring)."""
-    paths = ctx.plan.paths
-    home = _home(ctx.environ)
+    paths = setup.plan.paths
+    home = _home(setup.environ)
     own = [Path(sys.prefix), Path(sys.base_prefix), Path(torchkiln.__file__).resolve().parents[1]]
     own += _prefixes(sys.executable, "")
     records = [paths.workdir / STATE_NAME, paths.workdir / LOCK_NAME, paths.logs]
@@ -228,16 +228,16 @@ def base_view(ctx: Context) -> View:
     linked = [e.resolve() for e in _entries(paths.workdir) if e.is_symlink() and e.resolve().is_dir()]
     return View(
         read_only=tuple(_derived(own, home)),
-        writable=(paths.workdir, *(s.path for s in ctx.plan.sources), *linked),
+        writable=(paths.workdir, *(s.path for s in setup.plan.sources), *linked),
         protected=tuple(records),
-        hidden=tuple(secret_files(ctx)),
+        hidden=tuple(secret_files(setup)),
         home=home,
     )
 
 
-def step_view(step: Step, ctx: Context, env: Mapping[str, str], argv: Sequence[str]) -> View:
+def step_view(step: Step, setup: BuildSetup, env: Mapping[str, str], argv: Sequence[str]) -> View:
     """What ``step`` sees, running ``argv`` with ``env``: the build's view, and what this step names."""
-    view = base_view(ctx)
+    view = base_view(setup)
     assert view.home is not None
     search = env.get("PATH", os.defpath)
     named: list[Path] = [*_prefixes(argv[0], search)]
@@ -258,49 +258,51 @@ def step_view(step: Step, ctx: Context, env: Mapping[str, str], argv: Sequence[s
         named += _pip_locations(env, pip_files)
     writable: list[Path] = []
     network = step.kind in NETWORK_KINDS
-    if step.kind == "compile" and ctx.cache is not None:
-        writable += ctx.cache.step_paths()
-        network = network or ctx.cache.step_network()
+    session = setup.cache.session
+    if step.kind == "compile" and session is not None:
+        writable += session.step_paths()
+        network = network or session.step_network()
     return view.extended(
         read_only=[*_derived(named, view.home), *pip_files], writable=writable, network=network
     )
 
 
-def server_sandbox(ctx: Context) -> Sandbox | None:
+def server_sandbox(setup: BuildSetup, record: BuildRecord) -> Sandbox | None:
     """Where the compiler cache's server runs (sccache: it runs the compiles it is sent), when this build
     sandboxes: the build steps' view, with the network and the distributed-compile toolchain directory."""
-    if not _available(ctx).ok:
+    availability = _available(setup, record)
+    if not availability.ok:
         return None
-    availability = _available(ctx)
     assert availability.bwrap is not None
-    view = base_view(ctx)
+    view = base_view(setup)
     extra: list[Path] = []
-    if ctx.dist is not None and ctx.dist.spec is not None:  # distributed compiles in use (preflight passed)
+    dist = setup.cache.dist
+    if dist is not None and dist.spec is not None:  # distributed compiles in use (preflight passed)
         from torchkiln.distributed.client import default_toolchain_dir  # noqa: PLC0415 - HTTP: only with dist
 
-        extra.append(default_toolchain_dir(ctx.plan.cache.dir))
-        if ctx.dist.conf_path is not None:  # the one sandbox that reads the client config: the server's
-            conf = ctx.dist.conf_path.absolute()
+        extra.append(default_toolchain_dir(setup.plan.cache.dir))
+        if dist.conf_path is not None:  # the one sandbox that reads the client config: the server's
+            conf = dist.conf_path.absolute()
             view = replace(view, hidden=tuple(p for p in view.hidden if p != conf))
     return Sandbox(availability.bwrap, view.extended(writable=extra, network=True))
 
 
-def _probed(ctx: Context) -> Availability:
+def _probed(setup: BuildSetup) -> Availability:
     """Whether this build sandboxes: probed once (``--no-sandbox``: it does not)."""
-    state = ctx.isolating
-    if state.availability is None and not ctx.options.isolation:
+    state = setup.isolating
+    if state.availability is None and not setup.options.isolation:
         state.availability = Availability(None, "--no-sandbox: the build was told not to sandbox its steps")
     if state.availability is None:
-        state.availability = isolation.probe(ctx.environ.get("PATH", os.defpath))
+        state.availability = isolation.probe(setup.environ.get("PATH", os.defpath))
     return state.availability
 
 
-def _available(ctx: Context) -> Availability:
+def _available(setup: BuildSetup, record: BuildRecord) -> Availability:
     """:func:`_probed`, and one warning, at the first build step, when it cannot."""
-    availability = _probed(ctx)
-    if not availability.ok and not ctx.isolating.warned:
-        ctx.isolating.warned = True
-        ctx.warn(
+    availability = _probed(setup)
+    if not availability.ok and not setup.isolating.warned:
+        setup.isolating.warned = True
+        record.warn(
             f"build steps run without isolation: {availability.reason}; the setup.py of the trees "
             "and their build dependencies can read what this user can (the manifest and provenance "
             "record isolation: none)"
@@ -317,13 +319,13 @@ UNISOLATED_WAYS = (
 )
 
 
-def require_isolation_to_sign(ctx: Context) -> None:
+def require_isolation_to_sign(setup: BuildSetup) -> None:
     """A signed statement vouches for build steps that could not reach the key (SLSA Build L3's isolation):
     a signed build whose steps cannot run in a sandbox here is refused before its first step, naming why,
     unless the signer says ``--allow-unisolated``."""
-    if ctx.options.sign_key is None or ctx.options.allow_unisolated:
+    if setup.options.sign_key is None or setup.options.allow_unisolated:
         return
-    availability = _probed(ctx)
+    availability = _probed(setup)
     if not availability.ok:
         raise UsageError(
             f"refusing to sign a build whose steps cannot run in a sandbox: {availability.reason}; its setup.py "
@@ -339,7 +341,12 @@ def environment(step: Step, env: Mapping[str, str]) -> dict[str, str]:
 
 @contextlib.contextmanager
 def isolated(
-    step: Step, ctx: Context, argv: Sequence[str], env: Mapping[str, str], cwd: str | Path | None = None
+    step: Step,
+    setup: BuildSetup,
+    record: BuildRecord,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    cwd: str | Path | None = None,
 ) -> Iterator[tuple[list[str], dict[str, str]]]:
     """``argv`` and ``env`` as ``step`` runs them: a build step in its sandbox (its private /tmp removed when
     the block ends), or as it is where the host cannot sandbox; fetch steps as they are."""
@@ -347,73 +354,73 @@ def isolated(
     if not is_build_step(step):
         yield list(argv), env
         return
-    availability = _available(ctx)
+    availability = _available(setup, record)
     if not availability.ok:
-        ctx.isolating.by_step[step.name] = NONE
         yield list(argv), env
         return
     assert availability.bwrap is not None
-    sandbox = Sandbox(availability.bwrap, step_view(step, ctx, env, argv))
-    ctx.isolating.by_step[step.name] = BUBBLEWRAP
+    sandbox = Sandbox(availability.bwrap, step_view(step, setup, env, argv))
     with sandbox.running(argv, env, cwd=cwd) as prepared:
         yield prepared.argv, prepared.env
 
 
 @contextlib.contextmanager
-def probing(step: Step, ctx: Context, env: Mapping[str, str]) -> Iterator[None]:
+def probing(step: Step, setup: BuildSetup, record: BuildRecord, env: Mapping[str, str]) -> Iterator[None]:
     """torchkiln's own probes of what ``step`` installed or built (the build venv's python, cmake and ninja
     are build dependencies' code: the toolchain record, ninja's queries of a compile killed for memory) run
     in the step's sandbox, as the step did; as they are where the step ran unsandboxed."""
-    availability = _available(ctx) if is_build_step(step) else None
+    availability = _available(setup, record) if is_build_step(step) else None
     if availability is None or not availability.ok or availability.bwrap is None:
         yield
         return
-    with Sandbox(availability.bwrap, step_view(step, ctx, env, step.argv)).confining():
+    with Sandbox(availability.bwrap, step_view(step, setup, env, step.argv)).confining():
         yield
 
 
-def record(step: Step, ctx: Context) -> dict[str, Any]:
-    """What a step's ``state.json`` entry keeps of how it ran (nothing for a step that is not a build step)."""
-    how = ctx.isolating.by_step.get(step.name)
-    return {"isolation": how} if how is not None and is_build_step(step) else {}
+def how(step: Step, setup: BuildSetup, record: BuildRecord) -> str | None:
+    """How ``step``'s command runs in this build (its ``state.json`` entry keeps it): in bubblewrap, or
+    without a sandbox (none); None for a step that is not a build step."""
+    if not is_build_step(step):
+        return None
+    return BUBBLEWRAP if _available(setup, record).ok else NONE
 
 
-def summary(ctx: Context) -> Isolation:
+def summary(setup: BuildSetup) -> Isolation:
     """How this build's build steps ran, from their records (this run's, or an earlier one's whose result
     is used): bubblewrap when every one ran sandboxed, else none with the reason and the steps."""
-    skipped = ctx.options.skip_checks
-    steps = [s for s in ctx.plan.steps if is_build_step(s) and not (s.kind == "checks" and skipped)]
-    outside = [step.name for step in steps if _how(ctx, step) != BUBBLEWRAP]
+    skipped = setup.options.skip_checks
+    steps = [s for s in setup.plan.steps if is_build_step(s) and not (s.kind == "checks" and skipped)]
+    outside = [step.name for step in steps if _how(setup, step) != BUBBLEWRAP]
     if not outside:
         return Isolation(BUBBLEWRAP, None, [])
-    availability = ctx.isolating.availability
+    availability = setup.isolating.availability
     if availability is not None and not availability.ok:
         reason = availability.reason
     else:
         reason = "ran without a sandbox in an earlier run, whose result this build used"
-    return Isolation(NONE, reason, outside, ctx.options.allow_unisolated)
+    return Isolation(NONE, reason, outside, setup.options.allow_unisolated)
 
 
-def _how(ctx: Context, step: Step) -> str | None:
+def _how(setup: BuildSetup, step: Step) -> str | None:
     """How a build step's recorded result was made: its record's ``isolation``; for a record with no
     outputs of its own (its venv came with a later step's store entry), that later step's."""
-    names = ctx.plan.venv_steps(step.venv) if step.venv is not None else [step.name]
+    names = setup.plan.venv_steps(step.venv) if step.venv is not None else [step.name]
     for name in names[names.index(step.name) :]:
-        outputs = (ctx.state.get(name) or {}).get("outputs") or {}
+        outputs = (setup.state.get(name) or {}).get("outputs") or {}
         if outputs:
             found = outputs.get("isolation")
             return found if isinstance(found, str) else None
     return None
 
 
-def sandboxes(ctx: Context) -> bool:
+def sandboxes(setup: BuildSetup) -> bool:
     """Whether this build runs its build steps in a sandbox (probed once)."""
-    return _probed(ctx).ok
+    return _probed(setup).ok
 
 
 def ran_unsandboxed(step: Step, outputs: Mapping[str, Any]) -> bool:
     """Whether a build step's recorded result (``state.json``, an environment store entry) was made without
     a sandbox (or before that was recorded): a build that sandboxes runs it again rather than vouch for it.
-    A record with no outputs is not the step's own: its venv came with the next step's store entry, whose
-    record says how that was made."""
+    A record with no outputs of its own is not the step's: its venv came with the next step's store entry,
+    whose record says how that was made."""
     return is_build_step(step) and bool(outputs) and outputs.get("isolation") != BUBBLEWRAP

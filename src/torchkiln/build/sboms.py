@@ -26,7 +26,19 @@ from torchkiln.files.digests import file_sha256
 from torchkiln.plan.records import Records, file_identity
 from torchkiln.recipe.model import Recipe
 
-SBOM_CODE = [Path(artifacts.__file__).parent / name for name in ("sbom.py", "sbom_inputs.py")]
+# The code an SBOM is written with (in its key): torchkiln.artifacts.sbom, the modules split out of it (the
+# image's too, as when it was one file) and sbom_inputs.
+SBOM_CODE = [
+    Path(artifacts.__file__).parent / name
+    for name in (
+        "sbom.py",
+        "sbom_bundled.py",
+        "sbom_debian.py",
+        "sbom_image.py",
+        "sbom_toolchain.py",
+        "sbom_inputs.py",
+    )
+]
 
 
 def _key(record: WheelRecord, manifest: Manifest, recipe: Recipe) -> str:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from torchkiln.plan.model import Step
+from torchkiln.process.runner import in_context
 
 from .envstore import clone_tree, relocate_venv
 
@@ -70,7 +71,10 @@ class Warming:
                 continue
             target = Path(step.venv)
             thread = threading.Thread(
-                target=_warm, args=(*origin, step.clones, target), name="warm-check-venv", daemon=True
+                target=in_context(_warm),
+                args=(*origin, step.clones, target),
+                name="warm-check-venv",
+                daemon=True,
             )
             self.threads[step.venv] = (thread, step.clones)
             thread.start()
@@ -86,7 +90,9 @@ class Warming:
         beside the steps that follow."""
         found = self.threads.pop(venv, None) if venv else None
         if found is not None:
-            remover = threading.Thread(target=_remove, args=(found[0], venv), name="drop-warm", daemon=True)
+            remover = threading.Thread(
+                target=in_context(_remove), args=(found[0], venv), name="drop-warm", daemon=True
+            )
             self.removers.append(remover)
             remover.start()
 

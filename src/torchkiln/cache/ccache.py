@@ -229,7 +229,7 @@ class Ccache(CacheTool):
             runner.remove_at_exit(Path(log))  # also when torchkiln is killed (torchkiln.process.supervisor)
         return None
 
-    def stop(self, env: Mapping[str, str]) -> None:
+    def stop(self, env: Mapping[str, str], *, now: bool = False) -> None:
         log = env.get("CCACHE_STATSLOG")
         if log:
             Path(log).unlink(missing_ok=True)

@@ -12,7 +12,7 @@ from torchkiln.errors import UsageError
 from .ccache import Ccache
 from .config import KINDS, CacheConfig, CacheFields, default_cache_dir, valid_size
 from .none import NoCache
-from .remote import Remote, parse_remote
+from .remote import Remote, check_form, parse_remote
 from .sccache import Sccache
 from .syntax import CCACHE_REMOTE_VALID, ccache_remote_reading_problem, path_problem, remote_problem
 from .tool import CacheTool
@@ -85,11 +85,14 @@ def resolve_cache(
             raise UsageError(
                 "cache.remote: a remote store needs a cache (valid: cache kind ccache or sccache)"
             )
-        remote_of(config)  # validates
-        # the URL as ccache itself reads it: decoded and normalised (torchkiln.cache.syntax)
+        parsed = remote_of(config)  # validates
+        assert parsed is not None
+        # the URL as ccache itself reads it: decoded and normalised (torchkiln.cache.syntax); then its one
+        # written form, which every tool reads alike (torchkiln.urlform)
         reading = ccache_remote_reading_problem(config.remote) if chosen == "ccache" else None
         if reading:
             raise UsageError(f"{field}: {reading} (valid: {CCACHE_REMOTE_VALID})")
+        check_form(config.remote, parsed.scheme, field)
         tool_for(config).public_env(config)  # back-end specific checks (a redis database number, ...)
     return config
 

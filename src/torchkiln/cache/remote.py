@@ -7,17 +7,25 @@ The secret itself enters through :func:`torchkiln.process.secrets.load_secret` (
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from torchkiln.errors import UsageError
 from torchkiln.process.secrets import load_secret, redact
+from torchkiln.urlform import url_form_problem
 
 from .config import CacheConfig
 
 # URL parameters a scheme takes.
 QUERY_PARAMETERS: dict[str, frozenset[str]] = {"s3": frozenset({"region", "endpoint"})}
+# Schemes whose host is a bucket's name (its own rule: cache.sccache.BUCKET), not a host.
+BUCKETS = ("s3", "gs")
+REDIS = ("redis", "rediss")
+# A redis database as ccache, sccache and the broker's SELECT read it alike, in its one spelling.
+REDIS_DATABASE = re.compile(r"/(?:0|[1-9][0-9]{0,9})", re.ASCII)
+REDIS_DATABASE_MAX = 2**32 - 1
 
 
 @dataclass(frozen=True)
@@ -32,12 +40,13 @@ class Remote:
 
     @property
     def netloc(self) -> str:
-        return self.host if self.port is None else f"{self.host}:{self.port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return host if self.port is None else f"{host}:{self.port}"
 
 
 def parse_remote(url: str, *, kind: str, schemes: tuple[str, ...], hint: str = "") -> Remote:
     """Take ``url`` apart; a scheme not in ``schemes``, a missing host or an unknown parameter is a
-    UsageError naming ``cache.remote`` and what is valid."""
+    UsageError naming ``cache.remote`` and what is valid (and :func:`check_form` the rest)."""
     try:
         parts = urllib.parse.urlsplit(url)
         port = parts.port
@@ -63,6 +72,30 @@ def parse_remote(url: str, *, kind: str, schemes: tuple[str, ...], hint: str = "
     if user is not None and password is None and "@" in parts.netloc:
         user, password = None, user  # redis://PASSWORD@HOST is ccache's password-only form
     return Remote(scheme, parts.hostname, port, parts.path, user, password, query)
+
+
+def check_form(url: str, scheme: str, field: str = "cache.remote") -> None:
+    """``url`` written in its one form (torchkiln.urlform), which ccache, sccache and the broker read alike
+    (a ``#fragment`` ccache refuses and sccache would drop; ``2130706433`` for 127.0.0.1), a redis database
+    written as the number every reader takes it for; else a UsageError naming ``field``."""
+    problem = url_form_problem(
+        url, user=True, query=scheme in QUERY_PARAMETERS, named_host=scheme not in BUCKETS
+    )
+    if problem:
+        tail = "/DB" if scheme in REDIS else "/PATH"
+        raise UsageError(f"{field}: {redact(url)!r}: {problem} (valid: {scheme}://HOST[:PORT][{tail}])")
+    path = url.split("://", 1)[1].partition("/")[2].partition("?")[0]
+    if (
+        scheme in REDIS
+        and path
+        and not (REDIS_DATABASE.fullmatch("/" + path) and int(path) <= REDIS_DATABASE_MAX)
+    ):
+        number = path.lstrip("0") or "0"
+        write = f": write /{number}" if number.isdigit() and int(number) <= REDIS_DATABASE_MAX else ""
+        raise UsageError(
+            f"{field}: redis database {path!r} is not a number from 0 to {REDIS_DATABASE_MAX} in "
+            f"decimal{write} (valid: {scheme}://HOST[:PORT][/DB])"
+        )
 
 
 def secret_of(config: CacheConfig, remote: Remote, environ: Mapping[str, str]) -> str | None:

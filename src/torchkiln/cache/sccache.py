@@ -38,6 +38,7 @@ import os
 import re
 import shutil
 import socket
+import struct
 import subprocess
 import tempfile
 import time
@@ -306,6 +307,26 @@ def sealed(exe: str) -> Path:
     return target
 
 
+def _server_pid(sock: str) -> int | None:
+    """The pid of the process listening on ``sock`` (SO_PEERCRED); None when nothing does."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(sock)
+            pid, _, _ = struct.unpack("3i", probe.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+        except OSError:
+            return None
+    return pid if pid > 0 else None
+
+
+def _own_group(pid: int) -> int | None:
+    """``pid``'s process group, unless it is torchkiln's own (then only ``pid`` may be killed)."""
+    try:
+        group = os.getpgid(pid)
+    except ProcessLookupError:
+        return None
+    return None if group == os.getpgrp() else group
+
+
 def _accepting(sock: str) -> bool:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
         try:
@@ -322,7 +343,8 @@ class Sccache(CacheTool):
     def __init__(self) -> None:
         # servers started in a sandbox, by socket: (the foreground process, its sandbox's /tmp, its output)
         self._servers: dict[str, tuple[subprocess.Popen[bytes], Prepared]] = {}
-        self._sealed: list[Path] = []  # the unreadable copies servers started from (removed at stop)
+        # by socket: the unreadable copy each build's server started from (sealed), removed when it stops
+        self._sealed: dict[str, Path] = {}
 
     def _remote(self, config: CacheConfig) -> Remote | None:
         if not config.remote:
@@ -407,7 +429,7 @@ class Sccache(CacheTool):
             own = Path(sock).parent.name.startswith(SOCKET_PREFIX)
             runner.remove_at_exit(Path(sock).parent if own else Path(sock))
         exe = sealed(shutil.which("sccache", path=env.get("PATH", os.defpath)) or "sccache")
-        self._sealed.append(exe)
+        self._sealed[str(Path(sock))] = exe
         if sandbox is None or not sock:
             done = runner.run([str(exe), "--start-server"], env=env, timeout=START_TIMEOUT_S, redact=redact)
             return None if done.ok else (done.first_error() or f"exit status {done.returncode}")
@@ -450,18 +472,37 @@ class Sccache(CacheTool):
             runner.stop_group(proc, grace=5)
         prepared.cleanup()  # its /tmp, the output with it
 
-    def stop(self, env: Mapping[str, str]) -> None:
-        runner.run(["sccache", "--stop-server"], env=env, timeout=60)
+    def stop(self, env: Mapping[str, str], *, now: bool = False) -> None:
+        """Asked to stop (``sccache --stop-server``: the server finishes the compiles in flight and writes
+        what they leave to the cache first), or with ``now`` killed at once with them (:meth:`_kill`)."""
         sock = Path(env.get("SCCACHE_SERVER_UDS", ""))
-        self._reap(str(sock))
-        for copy in self._sealed:  # only the private directories sealed() made
-            if copy.parent.name.startswith(SEALED_PREFIX):
-                shutil.rmtree(copy.parent, ignore_errors=True)
-        self._sealed.clear()
+        if now:
+            self._kill(str(sock))
+        else:
+            runner.run(["sccache", "--stop-server"], env=env, timeout=60)
+            self._reap(str(sock))
+        copy = self._sealed.pop(str(sock), None)  # this build's server's copy (sealed)
+        if copy is not None and copy.parent.name.startswith(SEALED_PREFIX):
+            shutil.rmtree(copy.parent, ignore_errors=True)
         if sock.name and sock.exists():
             sock.unlink()
         if sock.parent.name.startswith(SOCKET_PREFIX):
             shutil.rmtree(sock.parent, ignore_errors=True)
+
+    def _kill(self, sock: str) -> None:
+        """The server at ``sock`` and the compiles it runs, SIGKILLed as one process group: a sandboxed
+        server's (torchkiln started its bubblewrap), or a daemon's (it stays in the group of the
+        ``sccache --start-server`` that started it, and its compilers with it), found by the socket's peer."""
+        found = self._servers.pop(sock, None)
+        if found is not None:
+            proc, prepared = found
+            runner.end_group(proc.pid)
+            proc.wait()
+            prepared.cleanup()
+            return
+        pid = _server_pid(sock)
+        if pid is not None:
+            runner.end_group(_own_group(pid), pid=pid)
 
     def zero_stats(self, env: Mapping[str, str], redact: Redact) -> None:
         self._output(["sccache", "--zero-stats"], env, redact)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from torchkiln.errors import TorchkilnError, space_on
+from torchkiln.process import runner
 from torchkiln.process.environ import compose
 from torchkiln.process.isolation import Sandbox
 from torchkiln.process.secrets import loose_permissions, redact
@@ -75,15 +76,18 @@ class CacheSession:
         return self.tool.read_stats(self.tool_env, self.redact)
 
     def close(self) -> CacheStats | None:
-        """The build's statistics; stops what the tool started for it."""
+        """The build's statistics; stops what the tool started for it. A build stopping on a signal
+        (:func:`torchkiln.process.runner.stopping`) reads none and kills the tool's server with the compiles
+        it runs: nothing waits on it (nothing of an interrupted build is published)."""
         if self.closed:
             return None
         self.closed = True
+        now = runner.stopping()
         try:
-            return self.stats()
+            return None if now else self.stats()
         finally:
             try:
-                self.tool.stop(self.tool_env)
+                self.tool.stop(self.tool_env, now=now)
             finally:
                 if self.broker is not None:
                     self.broker.close()

@@ -112,8 +112,10 @@ class CacheTool:
         the build's compiles); the reason it could not, or None."""
         return None
 
-    def stop(self, env: Mapping[str, str]) -> None:
-        """Stop what :meth:`start` started."""
+    def stop(self, env: Mapping[str, str], *, now: bool = False) -> None:
+        """Stop what :meth:`start` started: asked to finish what it was doing (the cache entries it still
+        writes), or with ``now`` (a stop signal: torchkiln must end within 2 s) killed without a word, with
+        what it runs; nothing waits on it."""
 
     def zero_stats(self, env: Mapping[str, str], redact: Redact) -> None:
         """Reset the counters, so that :meth:`read_stats` after a build reports that build alone."""

@@ -11,17 +11,18 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import signal
 import time
 from pathlib import Path
 
-from rich.console import Console
-
 from torchkiln.build.loop import BuildOptions, run_build
 from torchkiln.build.progress import format_duration
-from torchkiln.errors import BuildFailed, UsageError
+from torchkiln.errors import BuildFailed, Interrupted, UsageError
 from torchkiln.plan.model import Plan
 from torchkiln.plan.preflight_records import diagnose, require_remembered
 from torchkiln.plan.records import Records
+from torchkiln.printing import make_console, say
+from torchkiln.process.runner import stop_signals
 from torchkiln.process.secrets import take
 
 from .plan import add_plan_arguments, plan_from_args
@@ -112,7 +113,27 @@ def _absolute(args: argparse.Namespace) -> None:
     args.source_dir = items
 
 
+def interrupt(signum: int) -> BaseException:
+    """What a stop signal raises in a build: Ctrl-C's KeyboardInterrupt (exit 130), else an
+    :class:`Interrupted` that exits as a shell reports a process the signal killed (128 + its number:
+    SIGHUP 129, SIGTERM 143)."""
+    if signum == signal.SIGINT:
+        return KeyboardInterrupt()
+    error = Interrupted(
+        f"torchkiln build: stopped by signal {signal.Signals(signum).name}; dist/ is unchanged"
+    )
+    error.exit_code = 128 + signum
+    return error
+
+
 def run(args: argparse.Namespace) -> int:
+    """The build, stopped cleanly by SIGINT, SIGTERM or SIGHUP wherever it is (torchkiln.process.runner:
+    what runs is stopped, nothing is published, a rerun continues)."""
+    with stop_signals(interrupt):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     _absolute(args)
     # The key first: a build told to sign must not run for hours and then find it cannot. Read once: its
     # variable leaves this process's environment (artifacts.signing), its file every build step's view.
@@ -140,11 +161,13 @@ def run(args: argparse.Namespace) -> int:
     else:
         require_remembered(plan, records, environ)
     before["preflight"] = round(time.perf_counter() - started, 3)
-    console = Console(highlight=False)
+    console = make_console()
     r = plan.recipe
-    console.print(
-        f"[bold]torchkiln build[/bold] {r.name}: {', '.join(plan.projects)} "
-        f"(MAX_JOBS={plan.jobs.value}, cache {plan.cache.kind}, logs in {plan.paths.logs}/latest)"
+    say(
+        console,
+        ("torchkiln build", "bold"),
+        f" {r.name}: {', '.join(plan.projects)} "
+        f"(MAX_JOBS={plan.jobs.value}, cache {plan.cache.kind}, logs in {plan.paths.logs}/latest)",
     )
     options = BuildOptions(
         force=args.force,
@@ -168,16 +191,21 @@ def run(args: argparse.Namespace) -> int:
     total = sum(s.duration_s for s in result.steps)
     ran = len(result.ran)
     reused = sum(1 for s in result.steps if s.status == "reused")
-    console.print(
-        f"[green]built[/green] in {format_duration(total)} ({ran} step(s) ran, "
+    say(
+        console,
+        ("built", "green"),
+        f" in {format_duration(total)} ({ran} step(s) ran, "
         + (f"{reused} reused from the environment store, " if reused else "")
-        + f"{len(result.steps) - ran - reused} unchanged)"
+        + f"{len(result.steps) - ran - reused} unchanged)",
     )
-    for wheel in result.wheels:
-        console.print(f"  {wheel}")
-    console.print(f"  {result.manifest}\n  {result.lock}")
-    for path in [*result.sboms, *([result.provenance] if result.provenance else [])]:
-        console.print(f"  {path}")
+    for path in [
+        *result.wheels,
+        result.manifest,
+        result.lock,
+        *result.sboms,
+        *([result.provenance] if result.provenance else []),
+    ]:
+        say(console, f"  {path}")
     return 0
 
 

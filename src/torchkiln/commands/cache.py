@@ -17,13 +17,11 @@ import json
 import os
 from pathlib import Path
 
-from rich.console import Console
-from rich.table import Table
-
 from torchkiln import cache as cache_mod
 from torchkiln.cache.ccache import Ccache, parse_printed_size
 from torchkiln.cache.config import size_bytes
 from torchkiln.errors import UsageError
+from torchkiln.printing import Console, LiteralTable, make_console, say, show
 from torchkiln.process import runner
 from torchkiln.process.environ import compose
 from torchkiln.process.secrets import redact
@@ -99,31 +97,29 @@ def _show(config: cache_mod.CacheConfig, as_json: bool, console: Console) -> int
             )
         )
         return 0
-    console.print(f"cache: [bold]{config.kind}[/bold]" + (f" in {config.dir}" if config.enabled else ""))
+    say(console, "cache: ", (config.kind, "bold"), f" in {config.dir}" if config.enabled else "")
     if config.enabled:
-        console.print(f"tool: {version or f'[red]{config.kind} not found on PATH[/red]'}")
+        say(console, "tool: ", version or (f"{config.kind} not found on PATH", "red"))
     if max_size is not None:
         said = f"max_size: {config.max_size}, which {config.kind} reads as {max_size['printed']}"
-        console.print(said if max_size["as_meant"] else f"[red]{said}: not the size meant[/red]")
+        say(console, said if max_size["as_meant"] else (f"{said}: not the size meant", "red"))
     if config.remote:
         remote = redact(config.remote)
-        console.print(
-            f"remote: {remote} - " + (f"[yellow]{remote_problem}[/yellow]" if remote_problem else "answers")
-        )
-    table = Table("variable", "value", title="set for every build step")
+        say(console, f"remote: {remote} - ", (remote_problem, "yellow") if remote_problem else "answers")
+    table = LiteralTable("variable", "value", title="set for every build step")
     for key, value in shown.items():
         table.add_row(key, value)
     for key in secret_names:
         table.add_row(key, "(secret, added at run time)")
     for key in server_names:
         table.add_row(key, f"(secret, for the {config.kind} server only: the compiles get none)")
-    console.print(table)
+    show(console, table)
     return 0
 
 
 def run(args: argparse.Namespace) -> int:
     config = _config(args)
-    console = Console(highlight=False)
+    console = make_console()
     if args.action == "show":
         return _show(config, args.json, console)
     if not config.enabled:
@@ -142,12 +138,12 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.action == "zero":
         tool.zero_stats(env, redact)
-        console.print(f"{config.kind} statistics in {config.dir} zeroed")
+        say(console, f"{config.kind} statistics in {config.dir} zeroed")
         return 0
     stats = tool.read_stats(env, redact)
     assert stats is not None  # enabled config
     if args.json:
         print(json.dumps(stats.as_dict(), indent=2))
     else:
-        console.print(stats.summary())
+        say(console, stats.summary())
     return 0

@@ -34,7 +34,6 @@ from torchkiln.images.spec import (
     DOCKERFILES,
     FLAVOURS,
     PIP_CONFIG_SECRET_ID,
-    TOOLKIT_SOURCES,
     devel_args,
     image_labels,
     image_tag,
@@ -43,6 +42,7 @@ from torchkiln.images.spec import (
     runtime_args,
 )
 from torchkiln.recipe.compat import image_problem
+from torchkiln.recipe.image_bases import TOOLKIT_SOURCES
 from torchkiln.recipe.loader import load_recipe, recipes_dir, resolve_recipe_path
 from torchkiln.recipe.model import Recipe
 

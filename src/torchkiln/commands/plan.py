@@ -8,10 +8,6 @@ import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
-
 from torchkiln.build.envstore import default_env_store
 from torchkiln.cache import resolve_cache
 from torchkiln.distributed.spec import DistSpec, resolve_dist
@@ -23,6 +19,7 @@ from torchkiln.plan.make import make_plan
 from torchkiln.plan.model import PROJECTS, Plan
 from torchkiln.plan.records import Records
 from torchkiln.plan.source_adoption import adopt_source_versions, adopted_rule_problems
+from torchkiln.printing import Console, LiteralTable, make_console, say, show
 from torchkiln.recipe.loader import load_recipe, resolve_recipe_path
 from torchkiln.recipe.model import Recipe
 from torchkiln.recipe.rules_settings import remote_secret
@@ -281,23 +278,27 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_plan(plan: Plan, console: Console | None = None) -> None:
-    console = console or Console(width=160)
+    console = console or make_console(width=160)
     r = plan.recipe
-    console.print(
-        f"[bold]{r.name}[/bold]  torch {r.torch_wheel_version} + torchvision {r.torchvision_wheel_version}"
-        f"  (Python {', '.join(r.python_versions)}, {r.accelerator.kind})"
+    say(
+        console,
+        (r.name, "bold"),
+        f"  torch {r.torch_wheel_version} + torchvision {r.torchvision_wheel_version}"
+        f"  (Python {', '.join(r.python_versions)}, {r.accelerator.kind})",
     )
-    console.print(
+    say(
+        console,
         f"torch front-end: {plan.frontend}; MAX_JOBS={plan.jobs.value} ({plan.jobs.source}: "
-        f"{escape(plan.jobs.reason)}); a compile killed for memory resumes with half the jobs, up to "
-        f"{plan.memory_retries} time(s)"
+        f"{plan.jobs.reason}); a compile killed for memory resumes with half the jobs, up to "
+        f"{plan.memory_retries} time(s)",
     )
     if plan.dist is not None:
-        console.print(
-            f"distributed compiles: sccache-dist scheduler {escape(plan.dist.scheduler_url)} (checked before the "
-            "first compile; unreachable or refused: one warning, compiles run locally)"
+        say(
+            console,
+            f"distributed compiles: sccache-dist scheduler {plan.dist.scheduler_url} (checked before the "
+            "first compile; unreachable or refused: one warning, compiles run locally)",
         )
-    sources = Table("project", "repo", "ref", "commit", "path", title="sources")
+    sources = LiteralTable("project", "repo", "ref", "commit", "path", title="sources")
     for s in plan.sources:
         cells = (
             s.name,
@@ -306,38 +307,34 @@ def print_plan(plan: Plan, console: Console | None = None) -> None:
             s.commit or "(resolved at fetch)",
             f"{s.path}" + (" (given)" * s.provided),
         )
-        sources.add_row(*map(escape, cells))
-    console.print(sources)
+        sources.add_row(*cells)
+    show(console, sources)
     why = {row.name: row.why for row in ENV_TABLE}
     why["VIRTUAL_ENV"] = "the build venv is the active environment of the build"
     why.update({key: "recipe build.flags" for key in r.build.flags})
     for project in plan.projects:
-        env = Table("variable", "value", "why", title=f"{project} build environment")
+        env = LiteralTable("variable", "value", "why", title=f"{project} build environment")
         wheel = next(s for s in plan.steps if s.kind == "compile" and s.project == project)
         if wheel.path_prepend:
-            env.add_row(
-                "PATH", escape(":".join(wheel.path_prepend) + ":$PATH"), "the build venv's cmake, ninja"
-            )
+            env.add_row("PATH", ":".join(wheel.path_prepend) + ":$PATH", "the build venv's cmake, ninja")
         for key, value in wheel.env.items():
-            env.add_row(escape(key), escape(value), escape(why.get(key, "")))
+            env.add_row(key, value, why.get(key, ""))
         for key, value in wheel.cache_env.items():
-            env.add_row(escape(key), escape(value), f"compiler cache ({plan.cache.kind})")
+            env.add_row(key, value, f"compiler cache ({plan.cache.kind})")
         secret = _secret_source(plan)
         if secret:
-            env.add_row("(secrets)", escape(secret), "remote cache credentials: set at run time, never shown")
+            env.add_row("(secrets)", secret, "remote cache credentials: set at run time, never shown")
         if plan.dist is not None:
             env.add_row(
                 "SCCACHE_CONF",
                 "(a private file, written at run time)",
-                escape(
-                    f"compiles sent to {plan.dist.scheduler_url}; client token {_dist_token_source(plan.dist)}"
-                ),
+                f"compiles sent to {plan.dist.scheduler_url}; client token {_dist_token_source(plan.dist)}",
             )
-        console.print(env)
-    steps = Table("#", "step", "command", title="steps")
+        show(console, env)
+    steps = LiteralTable("#", "step", "command", title="steps")
     for i, step in enumerate(plan.steps, 1):
-        steps.add_row(str(i), escape(step.name), escape(step.command()))
-    console.print(steps)
+        steps.add_row(str(i), step.name, step.command())
+    show(console, steps)
 
 
 def _dist_token_source(dist: DistSpec) -> str:

@@ -6,10 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rich.console import Console
-from rich.table import Table
-
 from torchkiln.errors import EXIT_OK, EXIT_USAGE, RecipeError
+from torchkiln.printing import LiteralTable, make_console, show, text
 from torchkiln.recipe.loader import load_recipe, recipes_dir, resolve_recipe_path
 from torchkiln.recipe.model import Recipe
 
@@ -137,7 +135,6 @@ def list_recipes(directory: str | None) -> int:
     if not files:
         print(f"{root}: no recipes (*.toml)", file=sys.stderr)
         return EXIT_USAGE
-    table = Table(title=f"recipes in {root}")
     columns = (
         "recipe",
         "platform",
@@ -149,8 +146,7 @@ def list_recipes(directory: str | None) -> int:
         "blas",
         "magma",
     )
-    for column in columns:
-        table.add_column(column)
+    table = LiteralTable(*columns, title=f"recipes in {root}")
     invalid = 0
     for file in files:
         try:
@@ -160,7 +156,7 @@ def list_recipes(directory: str | None) -> int:
             table.add_row(
                 file.stem,
                 "",
-                "[red]invalid[/red]",
+                text(("invalid", "red")),
                 str(len(exc.problems)) + " problem(s)",
                 "",
                 "",
@@ -180,5 +176,5 @@ def list_recipes(directory: str | None) -> int:
             f"{r.blas.kind} {r.blas.mkl or ''}".strip(),
             str(r.magma.version) if r.magma else "-",
         )
-    Console(width=200).print(table)
+    show(make_console(width=200), table)
     return EXIT_USAGE if invalid else EXIT_OK

@@ -1,22 +1,28 @@
 """``torchkiln recipe new RECIPE --python X.Y|INTERPRETER [--output FILE]``: a recipe for this host's Python.
 
-``--python python3`` asks that interpreter its version (``3.13``, or ``3.13t`` for a free-threaded build),
-so one command line makes the recipe for whichever Python the host has (README's first build, on Debian 12
-and 13 alike). The recipe is written atomically, and only when it passes every check (:mod:`torchkiln.recipe.derive`);
+``--python`` takes a version (``3.14``, ``3.14t`` for a free-threaded build), an interpreter's name that says
+one (``python3.14``, ``python3.14t``: the version it names, installed or not, so the recipe can be made before
+the Python is there), or an interpreter to ask (``python3`` on PATH, or a path such as
+``/usr/bin/python3.14``): ``--python python3`` makes the recipe for whichever Python the host has (README's
+first build, on Debian 12 and 13 alike). A form it refuses is answered with the forms, the versions taken from
+what the recipe's torch release supports (data/compat.toml). The recipe is written atomically, and only when it passes every check (:mod:`torchkiln.recipe.derive`);
 an existing file is left alone unless ``--force``.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 from pathlib import Path
 
 from torchkiln.errors import EXIT_OK, UsageError
 from torchkiln.files import atomic
 from torchkiln.process import runner
+from torchkiln.recipe.compat import minor, supported_pythons, torch_release
 from torchkiln.recipe.derive import PYTHON_RE, for_pythons
 from torchkiln.recipe.loader import load_recipe, read_limited, resolve_recipe_path
+from torchkiln.recipe.model import Recipe
 
 # MAJOR.MINOR, with a "t" for a free-threaded build (PEP 703), as preflight's python check reads it
 _VERSION_PROBE = (
@@ -24,6 +30,9 @@ _VERSION_PROBE = (
     "print('%d.%d' % sys.version_info[:2] + ('t' if sysconfig.get_config_var('Py_GIL_DISABLED') else ''))"
 )
 PROBE_TIMEOUT_S = 20.0
+# An interpreter's name that says its version: CPython installs pythonX.Y, and pythonX.Yt for a free-threaded
+# build (PEP 703).
+NAMED = re.compile(r"^python(3\.\d{1,2}t?)$")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -38,9 +47,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--python",
         action="append",
         required=True,
-        metavar="X.Y|INTERPRETER",
-        help="a Python version (3.13, 3.13t), or an interpreter to ask (python3, /usr/bin/python3); "
-        "repeat for several (python.versions)",
+        metavar="X.Y|pythonX.Y|INTERPRETER",
+        help="a Python version (3.14, 3.14t), an interpreter's name that says one (python3.14), or an "
+        "interpreter to ask (python3, /usr/bin/python3.14); repeat for several (python.versions)",
     )
     new.add_argument(
         "--output",
@@ -55,16 +64,35 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     new.add_argument("--force", action="store_true", help="replace an existing output file")
 
 
-def python_version(given: str) -> str:
-    """``given`` as a Python version: itself when it is one, else what the interpreter it names says."""
+def forms(source: Recipe) -> str:
+    """What ``--python`` takes, with the versions the recipe's torch release supports (data/compat.toml)."""
+    release = torch_release(source)
+    pythons = supported_pythons(release) if release is not None else []
+    example = next((p for p in reversed(pythons) if not p.endswith("t")), "3.13")
+    versions = f"{', '.join(pythons)}: torch {minor(source.torch.version)}'s" if pythons else "such as 3.13"
+    return (
+        f"a Python version ({versions}), its interpreter's name (python{example}), an interpreter on PATH to "
+        f"ask (python3), or an interpreter's path (/usr/bin/python{example})"
+    )
+
+
+def python_version(given: str, source: Recipe) -> str:
+    """``given`` as a Python version: itself when it is one, the version an interpreter's name ``pythonX.Y``
+    says, else what the interpreter it names (on PATH, or a path) says it is."""
     if PYTHON_RE.match(given):
         return given
-    found = shutil.which(given)
-    if found is None:
-        raise UsageError(
-            f"--python {given!r}: neither a Python version nor an interpreter on PATH (valid: 3.13, 3.13t, "
-            "python3, /usr/bin/python3)"
-        )
+    if named := NAMED.match(given):
+        return named.group(1)
+    if "/" in given:
+        found: str | None = given if Path(given).is_file() else None
+        if found is None:
+            raise UsageError(f"--python {given!r}: no such file (valid: {forms(source)})")
+    else:
+        found = shutil.which(given)
+        if found is None:
+            raise UsageError(
+                f"--python {given!r}: neither a Python version nor an interpreter on PATH (valid: {forms(source)})"
+            )
     try:
         done = runner.run([found, "-c", _VERSION_PROBE], timeout=PROBE_TIMEOUT_S)
     except (runner.ProcessError, OSError) as exc:
@@ -79,7 +107,7 @@ def python_version(given: str) -> str:
 def run(args: argparse.Namespace) -> int:
     path = resolve_recipe_path(args.source)
     source = load_recipe(path)
-    pythons = [python_version(p) for p in args.python]
+    pythons = [python_version(p, source) for p in args.python]
     derived = for_pythons(source, read_limited(path).decode("utf-8"), pythons, args.name)
     output = args.output if args.output is not None else Path(f"{derived.recipe.name}.toml")
     if output.exists() and not args.force:

@@ -22,9 +22,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.markup import escape
-
 from torchkiln.artifacts import wheelfile
 from torchkiln.artifacts.jsonfile import to_data
 from torchkiln.artifacts.manifest import load_manifest
@@ -47,6 +44,7 @@ from torchkiln.plan.rebuild import (
     refuse_changed,
 )
 from torchkiln.plan.source_adoption import adopt_source_versions
+from torchkiln.printing import Console, make_console, say
 from torchkiln.recipe.loader import load_recipe, resolve_recipe_path
 from torchkiln.recipe.model import Recipe
 
@@ -245,8 +243,9 @@ def _plan(args: argparse.Namespace, record: Record, recipe: Recipe, workdir: Pat
     recipe, notes = adopt_source_versions(recipe, trees, accepted_versions(record, recipe))
     missing = [p for p in record.projects if p not in record.epochs]
     if missing:
-        console.print(
-            f"note: the record has no SOURCE_DATE_EPOCH of {', '.join(missing)}: the rebuild takes it from its tree"
+        say(
+            console,
+            f"note: the record has no SOURCE_DATE_EPOCH of {', '.join(missing)}: the rebuild takes it from its tree",
         )
     plan = make_plan(
         recipe,
@@ -275,7 +274,7 @@ def run(args: argparse.Namespace) -> int:
     record = load_record(Path(args.record), key)
     recipe = _recipe(record, args.recipe)
     _only(record)
-    console = Console(highlight=False, stderr=args.json, soft_wrap=True)
+    console = make_console(stderr=args.json)
     existed = args.workdir is not None and args.workdir.exists()
     workdir = _fresh_workdir(args.workdir, record)
     try:
@@ -285,7 +284,7 @@ def run(args: argparse.Namespace) -> int:
         if existed:
             workdir.mkdir()
         raise
-    console.print(f"[bold]torchkiln reproduce[/bold] {escape(str(record.file))}: rebuilding in {workdir}")
+    say(console, ("torchkiln reproduce", "bold"), f" {record.file}: rebuilding in {workdir}")
     result = run_build(plan, BuildOptions(skip_checks=True, console=console))
     verdicts = compare(record.wheels, result.wheels, _originals(args, record))
     context = _context(record, result.manifest)
@@ -296,11 +295,11 @@ def run(args: argparse.Namespace) -> int:
         print((workdir / REPORT).read_text(), end="")
     else:
         for line in report_lines(verdicts):
-            console.print(escape(line))
+            say(console, line)
         for line in context:
-            console.print(f"context: {escape(line)}")
+            say(console, f"context: {line}")
         verdict = "reproduced: every wheel has the recorded sha256" if same else "NOT reproduced"
-        console.print(f"{verdict} ({seconds:.0f} s; {workdir / REPORT})")
+        say(console, f"{verdict} ({seconds:.0f} s; {workdir / REPORT})")
     return 0 if same else EXIT_FAILURE
 
 

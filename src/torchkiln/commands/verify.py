@@ -24,7 +24,7 @@ from torchkiln.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, UsageError
 from torchkiln.process import runner
 from torchkiln.recipe.loader import load_recipe, resolve_recipe_path
 from torchkiln.verify import hang, refenv, report
-from torchkiln.verify.proc import worker_environment
+from torchkiln.verify.proc import scratch_environment, worker_environment
 
 ENV_DIR = "TORCHKILN_VERIFY_DIR"
 AREAS = tuple(report.AREAS)
@@ -156,12 +156,12 @@ def build_argv(args: argparse.Namespace, suite: Path) -> list[str]:
     return argv + extra
 
 
-def _upstream_battery(requirement: str, scratch: Path) -> Path:
+def _upstream_battery(requirement: str, scratch: Path, environ: dict[str, str]) -> Path:
     """The parity battery's result in a (cached) venv holding ``requirement`` (torchkiln.verify.refenv)."""
     started = time.monotonic()
     python = refenv.reference_python(requirement)
     out = scratch / "upstream.json"
-    refenv.run_battery(python, out, isolated=True)
+    refenv.run_battery(python, out, isolated=True, environ=environ)
     print(
         f"torchkiln verify: --compare-with {requirement}: {python.parent.parent} "
         f"({time.monotonic() - started:.0f} s with the battery)",
@@ -178,19 +178,23 @@ def _require_importable(module: str, hint: str) -> None:
 def run(args: argparse.Namespace) -> int:
     suite = find_suite()
     argv = build_argv(args, suite)
-    try:
-        hang.launch_deadline(os.environ)  # the DDP launches' deadline: named before anything runs
+    try:  # the DDP launches' deadline and rendezvous port: named before anything runs
+        hang.launch_deadline(os.environ)
+        hang.launch_port(os.environ)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     _require_importable("pytest", "pip install pytest pytest-timeout")
     _require_importable("torch", "install the torch to verify, e.g. the wheels in dist/ (nox -s verify)")
     started = time.time()
-    with tempfile.TemporaryDirectory(prefix="torchkiln-parity-") as scratch:
-        if args.compare_with:
-            argv += ["--parity-reference", str(_upstream_battery(args.compare_with, Path(scratch)))]
+    # One temp directory of its own for everything the run writes besides its report (the parity battery's
+    # result, every temp file and cache of pytest and its processes: proc.scratch_environment), removed after.
+    with tempfile.TemporaryDirectory(prefix="torchkiln-verify-") as scratch:
         # pytest runs under the suite's environment policy too: a caller's TORCH_DISTRIBUTED_DEBUG=garbage
         # would otherwise fail the import of torch.distributed before any check ran.
-        status = runner.run(argv, env=worker_environment(os.environ), capture=False).returncode
+        env = {**worker_environment(os.environ), **scratch_environment(Path(scratch) / "suite")}
+        if args.compare_with:
+            argv += ["--parity-reference", str(_upstream_battery(args.compare_with, Path(scratch), env))]
+        status = runner.run(argv, env=env, capture=False).returncode
     if args.report:
         summary = Path(args.report).resolve() / "summary.md"
         if summary.is_file() and summary.stat().st_mtime >= started - 1:  # this run's, not an older one

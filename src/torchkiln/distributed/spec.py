@@ -19,6 +19,7 @@ from typing import Any
 
 from torchkiln.errors import UsageError
 from torchkiln.process.secrets import load_secret, redact
+from torchkiln.urlform import url_form_problem
 from torchkiln.urlreading import host_problem
 
 # sccache's [dist.auth] types; torchkiln supports the shared token. The OAuth2 types need a browser
@@ -57,14 +58,15 @@ def scheduler_url(url: str, field: str = "dist.scheduler_url") -> str:
     """``url`` checked the way sccache will read it, normalised to ``scheme://host[:port]/``.
 
     sccache-dist accepts only http(s) URLs without a path ("relative path (currently unsupported)" in
-    sccache's config.rs); a token in the URL would be shown in plans and logs, so it is refused too.
+    sccache's config.rs); a token in the URL would be shown in plans and logs, so it is refused too. It must
+    be written in its one form (torchkiln.urlform): the record's URL is the one sccache and torchkiln use.
     """
+    valid = "http://HOST[:PORT] or https://HOST[:PORT]"
     try:
         parts = urllib.parse.urlsplit(url.strip())
         port = parts.port
     except ValueError as exc:
         raise UsageError(f"{field}: malformed URL {redact(url)!r}: {exc}") from None
-    valid = "http://HOST[:PORT] or https://HOST[:PORT]"
     if parts.scheme not in ("http", "https"):
         raise UsageError(f"{field}: {redact(url)!r} is not an http(s) URL (valid: {valid})")
     if parts.username is not None or parts.password is not None:
@@ -74,15 +76,16 @@ def scheduler_url(url: str, field: str = "dist.scheduler_url") -> str:
         )
     if not parts.hostname:
         raise UsageError(f"{field}: {redact(url)!r} has no host (valid: {valid})")
-    # sccache-dist parses it with the url crate, which percent-decodes and IDNA-maps an http(s) host:
-    # written as it is read (torchkiln.urlreading.host_problem), the record names the host it talks to
-    problem = host_problem(parts.hostname)
-    if problem:
-        raise UsageError(f"{field}: {redact(url)!r}: {problem} (valid: {valid})")
     if parts.path not in ("", "/") or parts.query or parts.fragment:
         raise UsageError(
             f"{field}: {url!r} has a path or query, which sccache-dist does not support (valid: {valid})"
         )
+    # sccache-dist parses it with the url crate, which percent-decodes and IDNA-maps an http(s) host, and
+    # reads 2130706433 as 127.0.0.1: written in its one form (torchkiln.urlform, urlreading.host_problem),
+    # the record names the host it talks to
+    problem = url_form_problem(url, root=True) or host_problem(parts.hostname)
+    if problem:
+        raise UsageError(f"{field}: {redact(url)!r}: {problem} (valid: {valid})")
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
     netloc = host if port is None else f"{host}:{port}"
     return f"{parts.scheme}://{netloc}/"

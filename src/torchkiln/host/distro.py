@@ -6,15 +6,21 @@ of ``torchkiln check`` (:mod:`torchkiln.plan.preflight`) are made here, from thr
 
 * ``/etc/os-release`` (else ``/usr/lib/os-release``; os-release(5)): ``ID``, ``VERSION_ID``, ``ID_LIKE``,
   ``VERSION_CODENAME``, ``UBUNTU_CODENAME``, ``PRETTY_NAME``;
-* ``data/distros.toml``: per known release, the Pythons and gcc majors it packages and whether it packages
-  pyenv, each read from the release's package index (the file says where and when);
-* the caller's environment, for pyenv: where its root is (``PYENV_ROOT``; Debian's pyenv package sets
-  ``/usr/share/pyenv`` in ``/etc/profile.d/pyenv.sh``, which only root can write) and whether it is installed.
+* ``data/distros.toml``: per known release, the Pythons and gcc majors it packages, the pyenv it packages, and
+  on Ubuntu which of the packages the hints name are in universe or -updates (a minimal root enables neither),
+  each read from the release's package index (the file says where and when);
+* the caller's environment, for pyenv: where its root is (``PYENV_ROOT``; Debian 13's pyenv package sets
+  ``/usr/share/pyenv`` in ``/etc/profile.d/pyenv.sh``, which only root can write), whether it is installed and
+  which Pythons its definitions install (:mod:`torchkiln.host.pyenv`).
 
-The invariants (tests/test_distro.py checks them over real os-release files and every recipe Python and gcc):
-a known release's hint names only packages its index has; a release of an apt distribution that is not in the
-table gets ``apt-get install X if ... (apt-cache policy X says)``, never a claim about what it packages; a
-distribution without apt (or without os-release) gets no apt-get command at all.
+The invariant (tests/test_distro.py checks it over real os-release files x every Python torchkiln supports x
+every gcc; tests/test_distro_index.py against the indexes themselves): a hint names only a source that
+provides the thing on that release. A known release's apt-get names only packages its index has, after the
+steps that enable the universe component and the -updates pocket where a package needs them
+(software-properties-common before add-apt-repository); pyenv only where its definitions have a release of that
+Python; a release of an apt distribution that is not in the table gets ``apt-get install X if ... (apt-cache
+policy X says)``, never a claim about what it packages; a distribution without apt (or without os-release)
+gets no apt-get command at all.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
+from . import pyenv
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
@@ -37,9 +45,10 @@ else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
 
 # Where os-release(5) says the file is: /etc/os-release, else /usr/lib/os-release.
 OS_RELEASE = (Path("/etc/os-release"), Path("/usr/lib/os-release"))
-# Debian's pyenv package: /usr/bin/pyenv links to its libexec/pyenv here, and /etc/profile.d/pyenv.sh sets
-# PYENV_ROOT to it (pyenv 2.5.4-1, Debian 13).
+# Debian's pyenv package: /usr/bin/pyenv links to its libexec/pyenv here, and (pyenv 2.5.4-1, Debian 13)
+# /etc/profile.d/pyenv.sh sets PYENV_ROOT to it for login shells.
 DEBIAN_PYENV_ROOT = "/usr/share/pyenv"
+DEBIAN_PYENV_PROFILE = Path("/etc/profile.d/pyenv.sh")
 PYENV_INSTALL = "https://github.com/pyenv/pyenv#installation"
 # A free-threaded CPython (PEP 703): "3.13t". Debian and Ubuntu package none under python3.13t-* names.
 FREE_THREADED = "t"
@@ -58,9 +67,11 @@ class Release:
     pythons: tuple[str, ...]
     gcc: tuple[int, ...]
     gcc_default: int
-    pyenv: bool
+    pyenv: str | None  # the version of the pyenv it packages
     python_notes: Mapping[str, str] = field(default_factory=dict)
-    ppa: str | None = None
+    ppa: str | None = None  # "deadsnakes": the PPA of Pythons an Ubuntu release takes
+    universe: frozenset[str] = frozenset()  # packages of the hints in universe (Ubuntu)
+    updates: frozenset[str] = frozenset()  # packages of the hints only in CODENAME-updates (Ubuntu)
 
 
 @cache
@@ -77,9 +88,11 @@ def releases() -> dict[str, Release]:
             pythons=tuple(row["pythons"]),
             gcc=tuple(row["gcc"]),
             gcc_default=row["gcc_default"],
-            pyenv=row["pyenv"],
+            pyenv=row.get("pyenv"),
             python_notes=dict(row.get("python_notes", {})),
             ppa=row.get("ppa"),
+            universe=frozenset(row.get("universe", ())),
+            updates=frozenset(row.get("updates", ())),
         )
         for key, row in rows.items()
     }
@@ -138,10 +151,12 @@ class Distro:
 
 
 def identify(fields: Mapping[str, str]) -> Release | None:
-    """The table's release for these os-release fields: ``ID:VERSION_ID``, else, for a derivative of Ubuntu
-    that names its base (``UBUNTU_CODENAME``), that Ubuntu release. None for anything else."""
+    """The table's release for these os-release fields: ``ID:VERSION_ID`` (``ID:VERSION_CODENAME`` where there
+    is no VERSION_ID: Debian testing and unstable), else, for a derivative of Ubuntu that names its base
+    (``UBUNTU_CODENAME``), that Ubuntu release. None for anything else."""
     table = releases()
-    key = f"{fields.get('ID', '').strip().lower()}:{fields.get('VERSION_ID', '').strip()}"
+    version = fields.get("VERSION_ID", "").strip() or fields.get("VERSION_CODENAME", "").strip()
+    key = f"{fields.get('ID', '').strip().lower()}:{version}"
     if key in table:
         return table[key]
     like = fields.get("ID_LIKE", "").lower().split()
@@ -184,11 +199,41 @@ def _gcc_range(majors: Sequence[int]) -> str:
     return _listed([str(m) for m in majors])
 
 
+# What enables a component or pocket of Ubuntu's archive (software-properties-common's add-apt-repository, in
+# main; it runs apt-get update after each change): a minimal root has CODENAME main only.
+ADD_APT_REPOSITORY = "apt-get install software-properties-common, then add-apt-repository -y"
+
+
+def _enabling(distro: Distro, packages: Sequence[str]) -> str:
+    """``apt-get install software-properties-common, then add-apt-repository -y universe, ... then `` where a
+    known Ubuntu release has one of ``packages`` in universe or only in CODENAME-updates, which a minimal root
+    does not enable ("" elsewhere)."""
+    release = distro.release
+    if release is None:
+        return ""
+    needing = [p for p in packages if p in release.universe or p in release.updates]
+    if not needing:
+        return ""
+    places, steps = [], []
+    if any(p in release.universe for p in needing):
+        places.append("universe")
+        steps.append("universe")
+    if any(p in release.updates for p in needing):
+        places.append(f"{release.codename}-updates")
+        steps.append("--pocket updates")
+    return (
+        f"{ADD_APT_REPOSITORY} {', then add-apt-repository -y '.join(steps)} ({_listed(needing)} "
+        f"{'is' if len(needing) == 1 else 'are'} in {' and '.join(places)}, which a minimal root does not "
+        f"enable: its sources list has {release.codename} main only), then "
+    )
+
+
 def install(distro: Distro, *packages: str) -> str:
     """How to install packages named as Debian and Ubuntu name them: ``apt-get install ...`` on their
-    family, else the counterpart in the distribution's own packages (whose names torchkiln does not know)."""
+    family (after what enables universe and -updates, where a known Ubuntu release needs them), else the
+    counterpart in the distribution's own packages (whose names torchkiln does not know)."""
     if distro.apt:
-        return "apt-get install " + " ".join(packages)
+        return _enabling(distro, packages) + "apt-get install " + " ".join(packages)
     return f"install {distro.name}'s package(s) for what Debian calls {' '.join(packages)}"
 
 
@@ -201,8 +246,6 @@ APT_INSTALL = re.compile(rf"\bapt(?:-get)? install ({_PACKAGE}(?: {_PACKAGE})*)(
 def portable(distro: Distro, text: str) -> str:
     """A hint written with Debian's ``apt-get install PACKAGES`` (data/host_tools.toml's ``provides``), as
     :func:`install` says it on ``distro``."""
-    if distro.apt:
-        return text
     return APT_INSTALL.sub(lambda m: install(distro, *m.group(1).split()), text)
 
 
@@ -234,29 +277,99 @@ def _installed(root: str, want: str) -> str | None:
     return found[-1] if found else None
 
 
+def _profile_sets_root() -> bool:
+    """Whether Debian's /etc/profile.d/pyenv.sh on this machine sets PYENV_ROOT (pyenv 2.5.4-1's does)."""
+    try:
+        return "PYENV_ROOT" in DEBIAN_PYENV_PROFILE.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+
+
+def _unknown_upstream(want: str) -> str:
+    """``; where its definitions have a Python X.Y release by now ...`` when upstream's newest pyenv read has
+    none ("" when it has one)."""
+    newest = pyenv.upstream()
+    if want in newest.pythons:
+        return ""
+    return (
+        f"; where its definitions have a Python {want} release by now: pyenv {newest.version}, the newest read "
+        "here, has none (pyenv install --list says)"
+    )
+
+
+def _from_upstream(want: str, why: str = "") -> str:
+    """``install pyenv (URL)``: upstream's pyenv, with why (where another is here) and what is not known of its
+    definitions."""
+    return f"install pyenv {'from upstream ' if why else ''}({PYENV_INSTALL}{f': {why}' if why else ''}{_unknown_upstream(want)})"
+
+
+@dataclass(frozen=True)
+class _Source:
+    """Where the pyenv that installs Python comes from: the steps that get it, before and after PYENV_ROOT
+    is set (the installer writes there), and whether Debian's profile script sets a root a user cannot write."""
+
+    before: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()
+    profile: bool = False
+    replaces_debian: bool = False
+
+
+def _pyenv_source(distro: Distro, want: str, found: str | None, shims_root: str | None) -> _Source:
+    """The pyenv here if its definitions have a release of ``want`` (or cannot be read), else upstream's (or
+    this one updated); with none here, the release's package where its pyenv has one, else upstream's."""
+    profile = _profile_sets_root()
+    if found is not None or shims_root is not None:
+        home = pyenv.home_of(found) if found is not None else Path(str(shims_root))
+        has = pyenv.installs(home)
+        if has is None or want in has:
+            return _Source(profile=profile)
+        lacks = f"the pyenv in {home} has no definition of a Python {want} release"
+        if str(home) == DEBIAN_PYENV_ROOT:
+            return _Source(after=(_from_upstream(want, f"Debian's package, {lacks}"),), profile=profile,
+                           replaces_debian=True)  # fmt: skip
+        return _Source(
+            before=(f"update pyenv ({lacks}: git -C {home} pull for a git clone{_unknown_upstream(want)})",),
+            profile=profile,
+        )
+    release = distro.release
+    packaged = pyenv.known().get(release.pyenv) if release is not None and release.pyenv else None
+    if packaged is not None and want in packaged.pythons:
+        return _Source(
+            before=(install(distro, "pyenv"),), profile=profile or packaged.profile_root is not None
+        )
+    if packaged is not None:
+        lacks = f"{distro.name}'s pyenv {packaged.version} has no definition of a Python {want} release"
+        return _Source(after=(_from_upstream(want, lacks),), profile=profile)
+    return _Source(after=(_from_upstream(want),), profile=profile)
+
+
 def pyenv_steps(distro: Distro, want: str, environ: Mapping[str, str]) -> str:
-    """How to get Python ``want`` from pyenv on this machine, from where it stands: pyenv installed or not
-    (Debian 13 packages it), its root (Debian's package sets /usr/share/pyenv for login shells, which a user
-    cannot write), the version installed already or not, its shims first on PATH, the version selected next
-    to the system's."""
+    """How to get Python ``want`` from pyenv on this machine, from where it stands: a pyenv whose definitions
+    have a release of ``want`` (the one installed, else the release's package where its pyenv has one, else
+    upstream's), its root (Debian 13's package sets /usr/share/pyenv for login shells, which a user cannot
+    write), the version installed already or not, its shims first on PATH, the version selected next to the
+    system's."""
     found = shutil.which("pyenv", path=environ.get("PATH", os.defpath))
     shims_root = _shims_root(environ)
-    packaged = distro.release is not None and distro.release.pyenv
-    debian = os.path.realpath(found).startswith(DEBIAN_PYENV_ROOT + "/") if found else packaged
-    steps = []
-    if found is None and shims_root is None:
-        steps.append(install(distro, "pyenv") if packaged else f"install pyenv ({PYENV_INSTALL})")
+    source = _pyenv_source(distro, want, found, shims_root)
+    steps = list(source.before)
     chosen = environ.get("PYENV_ROOT", "").rstrip("/") or (shims_root or "")
     root = chosen or "$HOME/.pyenv"  # pyenv's own default
-    if debian and chosen in ("", DEBIAN_PYENV_ROOT):
-        steps.append(
-            f"export PYENV_ROOT=$HOME/.pyenv (Debian's pyenv package sets PYENV_ROOT={DEBIAN_PYENV_ROOT} for "
-            "login shells in /etc/profile.d/pyenv.sh, which only root can write)"
+    if chosen == DEBIAN_PYENV_ROOT or (source.profile and not chosen):
+        why = (
+            f"Debian's pyenv package sets PYENV_ROOT={DEBIAN_PYENV_ROOT} for login shells in "
+            "/etc/profile.d/pyenv.sh, which only root can write"
+            if source.profile
+            else f"PYENV_ROOT={DEBIAN_PYENV_ROOT} is Debian's pyenv package's own directory, which only root can write"
         )
+        steps.append(f"export PYENV_ROOT=$HOME/.pyenv ({why})")
         root = "$HOME/.pyenv"
     elif chosen and not _writable(chosen):
         steps.append(f"export PYENV_ROOT=$HOME/.pyenv (this user cannot write PYENV_ROOT={chosen})")
         root = "$HOME/.pyenv"
+    steps.extend(source.after)
+    if source.replaces_debian:
+        steps.append(f"export PATH=\"{root}/bin:$PATH\" (upstream's pyenv before Debian's /usr/bin/pyenv)")
     home = environ.get("HOME", "")
     where = root.replace("$HOME", home, 1) if root.startswith("$HOME") and home else root
     installed = _installed(where, want) if not where.startswith("$") else None
@@ -271,6 +384,21 @@ def pyenv_steps(distro: Distro, want: str, environ: Mapping[str, str]) -> str:
     return "pyenv: " + ", then ".join(steps)
 
 
+def _ppa(release: Release, want: str) -> str:
+    """``; or the deadsnakes PPA ...`` for an Ubuntu release that takes it (not for a free-threaded Python:
+    its packages are not named pythonX.Yt-*)."""
+    if release.ppa != "deadsnakes" or want.endswith(FREE_THREADED):
+        return ""
+    return (
+        f"; or the deadsnakes PPA, where it builds Python {want} for {release.codename}: "
+        f"{ADD_APT_REPOSITORY} ppa:deadsnakes/ppa (apt-cache policy python{want}-dev then says)"
+    )
+
+
+def _ubuntu_like(distro: Distro) -> bool:
+    return distro.id == "ubuntu" or "ubuntu" in distro.like
+
+
 def python_fix(distro: Distro, want: str, environ: Mapping[str, str]) -> str:
     """Where Python ``want`` (a recipe's python.version) with its venv module and headers comes from here: the
     distribution's packages where it has them, else pyenv (and an Ubuntu release's PPA)."""
@@ -282,21 +410,21 @@ def python_fix(distro: Distro, want: str, environ: Mapping[str, str]) -> str:
                 f"{install(distro, f'python{want}-venv', f'python{want}-dev')} ({distro.name} packages Python "
                 f"{_listed(release.pythons)}{f'; {want} is {note}' if note else ''})"
             )
-        ppa = f"; or {release.ppa}" if release.ppa else ""
         return (
             f"{distro.name} packages Python {_listed(release.pythons)} only, not {want}; "
-            f"{pyenv_steps(distro, want, environ)}{ppa}"
+            f"{pyenv_steps(distro, want, environ)}{_ppa(release, want)}"
         )
-    pyenv = pyenv_steps(distro, want, environ)
+    pyenv_fix = pyenv_steps(distro, want, environ)
     if distro.apt and not want.endswith(FREE_THREADED):
         package = f"python{want}-dev"
+        universe = f" with universe enabled ({ADD_APT_REPOSITORY} universe)" if _ubuntu_like(distro) else ""
         return (
             f"apt-get install python{want}-venv {package} if {distro.name} packages Python {want} "
-            f"(apt-cache policy {package} says; data/distros.toml has no row for it); else {pyenv}"
+            f"(apt-cache policy {package} says{universe}; data/distros.toml has no row for it); else {pyenv_fix}"
         )
     return (
         f"Python {want} with its venv module and C headers from {distro.name}'s packages if it has them; "
-        f"else {pyenv}"
+        f"else {pyenv_fix}"
     )
 
 
@@ -306,7 +434,7 @@ def python_headers_fix(distro: Distro, want: str, include: Path, interpreter: st
     installed with them."""
     if str(include).startswith("/usr/include/"):  # the distribution's own python3.X
         if distro.apt:
-            return f"apt-get install python{want}-dev (the headers of the distribution's python{want})"
+            return f"{install(distro, f'python{want}-dev')} (the headers of the distribution's python{want})"
         return f"install the C headers of {distro.name}'s Python {want} (its development package)"
     return (
         f"a Python {want} installed with its headers ({interpreter} was installed without them): "
@@ -329,8 +457,9 @@ def gcc_fix(distro: Distro, major: int) -> str:
         )
         return f"{distro.name} packages gcc {_gcc_range(release.gcc)} only, not {major}: gcc {major} from {elsewhere}"
     if distro.apt:
+        universe = f" with universe enabled ({ADD_APT_REPOSITORY} universe)" if _ubuntu_like(distro) else ""
         return (
             f"apt-get install {' '.join(packages)} if {distro.name} packages them (apt-cache policy g++-{major} "
-            "says; data/distros.toml has no row for it)"
+            f"says{universe}; data/distros.toml has no row for it)"
         )
     return f"gcc {major} as gcc-{major} and g++-{major}, from {distro.name}'s packages if it has them"

@@ -35,7 +35,7 @@ import re
 import shutil
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -81,6 +81,23 @@ class BuildRequest:
         if self.output is not None:
             argv += ["--output", f"type=local,dest={self.output}"]
         return argv
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What to run in a fresh container (:meth:`Engine.run` says what each part means)."""
+
+    image: str
+    command: Sequence[str]
+    user: str | None = None
+    env: Mapping[str, str] | None = None
+    mounts: Mapping[Path, str] | None = None
+    capture: bool = False
+    timeout: float | None = None
+    qemu_cpu: str = ""
+
+    def options(self) -> list[str]:
+        return _run_options(self.user, self.env, self.mounts)
 
 
 @dataclass(frozen=True)
@@ -199,7 +216,6 @@ class Engine(ABC):
             )
         return done
 
-    @abstractmethod
     def run(
         self,
         image: str,
@@ -217,6 +233,11 @@ class Engine(ABC):
         afterwards. Output goes to this process's stdout/stderr, or is returned with ``capture``.
         ``qemu_cpu``: the image is for another machine, run through qemu-user modelling this CPU (QEMU_CPU),
         with the host's CPUs hidden (:data:`HOST_CPUS`)."""
+        return self.run_request(RunRequest(image, command, user, env, mounts, capture, timeout, qemu_cpu))
+
+    @abstractmethod
+    def run_request(self, req: RunRequest) -> runner.Completed:
+        """:meth:`run` ``req``, as this engine's command line spells it."""
 
     @abstractmethod
     def image_config(self, image: str) -> ImageConfig:
@@ -300,26 +321,15 @@ class Docker(Engine):
             str(req.context),
         ]
 
-    def run(
-        self,
-        image: str,
-        command: Sequence[str],
-        *,
-        user: str | None = None,
-        env: Mapping[str, str] | None = None,
-        mounts: Mapping[Path, str] | None = None,
-        capture: bool = False,
-        timeout: float | None = None,
-        qemu_cpu: str = "",
-    ) -> runner.Completed:
-        if qemu_cpu:
+    def run_request(self, req: RunRequest) -> runner.Completed:
+        if req.qemu_cpu:
             raise TorchkilnError(
-                f"{image}: an image for another machine runs here through qemu-user only with the host's CPUs "
-                f"hidden from it ({HOST_CPUS}), which torchkiln does with buildah (valid: --engine buildah, or "
-                "run it on a machine of its platform)"
+                f"{req.image}: an image for another machine runs here through qemu-user only with the host's "
+                f"CPUs hidden from it ({HOST_CPUS}), which torchkiln does with buildah (valid: --engine buildah, "
+                "or run it on a machine of its platform)"
             )
-        argv = [*self.command("run", "--rm"), *_run_options(user, env, mounts), "--", image, *command]
-        return runner.run(argv, capture=capture, timeout=timeout)
+        argv = [*self.command("run", "--rm"), *req.options(), "--", req.image, *req.command]
+        return runner.run(argv, capture=req.capture, timeout=req.timeout)
 
     def image_config(self, image: str) -> ImageConfig:
         config = self._inspect("image", "inspect", "--", image)[0].get("Config") or {}
@@ -340,17 +350,13 @@ class Docker(Engine):
 
 
 @dataclass(frozen=True)
-class Podman(Docker):
-    """``podman build``: docker's command line without a daemon. Images go to podman's own storage
-    (``--root`` etc. to choose it); RUN steps use chroot isolation and the host network like buildah's, so
-    no OCI runtime is needed to build (running a container still needs one). Docker image format:
-    OCI's has no SHELL, so ``SHELL [bash, -o, pipefail]`` would be dropped."""
+class Daemonless(Engine):
+    """What podman and buildah share: no daemon, so being installed is enough to build; images in a storage
+    of torchkiln's choosing (global options of every command); RUN steps in chroot isolation."""
 
-    executable: str = "podman"
+    executable: str
     storage: Storage = field(default_factory=Storage)
     isolation: str = "chroot"
-    name: ClassVar[str] = "podman"
-    install_hint: ClassVar[str] = "apt-get install podman"
     private_storage: ClassVar[bool] = True
     builds_here: ClassVar[bool] = True
 
@@ -364,6 +370,18 @@ class Podman(Docker):
 
     def command(self, *args: str) -> list[str]:
         return [self.executable, *self.storage.args(), *args]
+
+
+@dataclass(frozen=True)
+class Podman(Daemonless, Docker):
+    """``podman build``: docker's command line without a daemon. Images go to podman's own storage
+    (``--root`` etc. to choose it); RUN steps use chroot isolation and the host network like buildah's, so
+    no OCI runtime is needed to build (running a container still needs one). Docker image format:
+    OCI's has no SHELL, so ``SHELL [bash, -o, pipefail]`` would be dropped."""
+
+    executable: str = "podman"
+    name: ClassVar[str] = "podman"
+    install_hint: ClassVar[str] = "apt-get install podman"
 
     def build_words(self) -> list[str]:
         return self.command("build", "--format", "docker", "--isolation", self.isolation, "--network", "host")
@@ -407,25 +425,14 @@ def parse_size(text: str) -> int | None:
 
 
 @dataclass(frozen=True)
-class Buildah(Engine):
+class Buildah(Daemonless):
     """``buildah bud``: no daemon. Without ``--layers`` each stage is committed once, which keeps vfs
     storage (a full copy per layer) affordable. Docker image format, like ``docker build``: OCI's has no
     SHELL, so ``SHELL [bash, -o, pipefail]`` would be dropped."""
 
     executable: str = "buildah"
-    storage: Storage = field(default_factory=Storage)
-    isolation: str = "chroot"
     name: ClassVar[str] = "buildah"
     install_hint: ClassVar[str] = "apt-get install buildah"
-    private_storage: ClassVar[bool] = True
-    builds_here: ClassVar[bool] = True
-
-    @classmethod
-    def create(cls, executable: str, storage: Storage) -> Engine:
-        return cls(executable, storage)
-
-    def command(self, *args: str) -> list[str]:
-        return [self.executable, *self.storage.args(), *args]
 
     def build_argv(self, req: BuildRequest) -> list[str]:
         return [
@@ -438,33 +445,22 @@ class Buildah(Engine):
             str(req.context),
         ]
 
-    def run(
-        self,
-        image: str,
-        command: Sequence[str],
-        *,
-        user: str | None = None,
-        env: Mapping[str, str] | None = None,
-        mounts: Mapping[Path, str] | None = None,
-        capture: bool = False,
-        timeout: float | None = None,
-        qemu_cpu: str = "",
-    ) -> runner.Completed:
-        if qemu_cpu:  # as root, to mount over HOST_CPUS; then the user the run is for
-            command = _without_host_cpus(command, user if user is not None else self.image_user(image))
-            user = "0:0"
-            env = {**(env or {}), "QEMU_CPU": qemu_cpu}
-        created = runner.run(self.command("from", "--pull=false", "--", image))
+    def run_request(self, req: RunRequest) -> runner.Completed:
+        if req.qemu_cpu:  # as root, to mount over HOST_CPUS; then the user the run is for
+            user = req.user if req.user is not None else self.image_user(req.image)
+            env = {**(req.env or {}), "QEMU_CPU": req.qemu_cpu}
+            req = replace(req, command=_without_host_cpus(req.command, user), user="0:0", env=env)
+        created = runner.run(self.command("from", "--pull=false", "--", req.image))
         if not created.ok:
-            raise TorchkilnError(f"buildah from {image} failed: {created.first_error() or 'no output'}")
+            raise TorchkilnError(f"buildah from {req.image} failed: {created.first_error() or 'no output'}")
         container = created.stdout.strip().splitlines()[-1]
         try:
             # chroot isolation names the container after its id but puts no such line in /etc/hosts; torchrun
             # (the verify suite's DDP checks) resolves its own hostname, so use one that resolves.
             argv = self.command("run", "--isolation", self.isolation, "--hostname", "localhost")
-            argv += ["--cap-add", "CAP_SYS_ADMIN"] if qemu_cpu else []
-            argv += [*_run_options(user, env, mounts), container, "--", *command]
-            return runner.run(argv, capture=capture, timeout=timeout)
+            argv += ["--cap-add", "CAP_SYS_ADMIN"] if req.qemu_cpu else []
+            argv += [*req.options(), container, "--", *req.command]
+            return runner.run(argv, capture=req.capture, timeout=req.timeout)
         finally:
             runner.run(self.command("rm", "--", container))
 

@@ -4,7 +4,7 @@ The devel and runtime images start ``FROM`` the distribution image torchkiln's t
 (``debian:bookworm-slim`` for Python 3.11, ...), which an engine pulls from a registry. Where none is
 reachable, the same distribution comes from its apt archive instead: ``--base-from debootstrap`` makes the
 root with ``debootstrap --variant=minbase SUITE DIR ARCHIVE`` (the suite, archive and keyring of the recipe's
-row in :data:`torchkiln.images.spec.DISTROS`), and ``--base-rootfs DIR|TAR`` takes a root made elsewhere.
+row in :data:`torchkiln.recipe.image_bases.DISTROS`), and ``--base-rootfs DIR|TAR`` takes a root made elsewhere.
 Either is imported into the engine's storage as an image (``FROM scratch``, ``ADD rootfs.tar /``: every
 engine builds that the same way, none pulls anything for it), and the recipe's image is built on it without
 pulling. CI's image tests build on such a base (tests/conftest.py).
@@ -33,8 +33,8 @@ from torchkiln.errors import TorchkilnError, UsageError
 from torchkiln.files.digests import digest, file_sha256
 from torchkiln.images.engines import BuildRequest, Engine
 from torchkiln.images.platforms import ImagePlatform
-from torchkiln.images.spec import Distro
 from torchkiln.process import runner
+from torchkiln.recipe.image_bases import Distro
 
 BASE_REPOSITORY = "localhost/torchkiln-base"
 VARIANT = "minbase"  # essential packages and apt only, as the distributions' own slim images

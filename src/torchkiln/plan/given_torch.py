@@ -45,6 +45,7 @@ from torchkiln.errors import UsageError
 from torchkiln.files.digests import file_sha256
 from torchkiln.process import runner
 from torchkiln.recipe.compat import compat, minor, torch_release_range, vision_pairs
+from torchkiln.recipe.loader import recipes_dir
 from torchkiln.recipe.model import Recipe
 
 from .records import Records, file_identity
@@ -85,15 +86,52 @@ class Found:
     wheel: str  # the wheel's file name
 
 
-def _version(text: str, records: Records | None = None) -> tuple[str, Version, str]:
-    """(what pip installs, the version, how it was given) of ``--torch TEXT``; UsageError when unusable."""
+# A wheel name the shell left as the user typed it: a pattern (glob(7)) that matched no file.
+GLOB = re.compile(r"[*?\[]")
+
+
+def _no_wheel(text: str, recipe: Recipe | None) -> str:
+    """``no such file``, said of a pattern no file matched too, and what to do where the wheel could not be
+    downloaded (PyTorch's index unreachable): a wheel file from elsewhere, or PyPI's build with a CUDA recipe."""
+    unmatched = (
+        " (a pattern the shell passes on as it is when no file matches it)" if GLOB.search(text) else ""
+    )
+    pypi = "PyPI's torch==VERSION (upstream's CUDA build) with a CUDA recipe of that release"
+    if recipe is not None:
+        cuda = [
+            r.stem
+            for r in sorted(recipes_dir().glob("*.toml"))
+            if r.stem.startswith(f"torch-{minor(recipe.torch.version)}-cu") and "aarch64" not in r.stem
+        ]
+        pypi = (
+            f"PyPI's torch=={recipe.torch.version} (upstream's CUDA build: --torch checks its CUDA against the "
+            f"recipe's) with a CUDA recipe{f' ({_or(cuda)})' if cuda else f' of torch {minor(recipe.torch.version)}'}"
+        )
+    return (
+        f"--torch {text!r}: no such file{unmatched}; where PyTorch's index (download.pytorch.org) cannot be "
+        f"reached to download the wheel: --torch with a torch wheel file you have (an earlier build's dist/, a "
+        f"copy from another machine), or {pypi} (valid: {VALID})"
+    )
+
+
+def _or(names: Sequence[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
+def _version(
+    text: str, records: Records | None = None, recipe: Recipe | None = None
+) -> tuple[str, Version, str]:
+    """(what pip installs, the version, how it was given) of ``--torch TEXT``; UsageError when unusable. A
+    wheel file that is not there is said to be missing before its name is read (a pattern no file matched is
+    no wheel name), unless it names another project's wheel."""
     if text.endswith(".whl"):
         path = Path(text).absolute()
         name = parse(path.name)
-        if name is None or canonicalize_name(name.distribution) != "torch":
+        other = name is not None and canonicalize_name(name.distribution) != "torch"
+        if not other and not path.is_file():
+            raise UsageError(_no_wheel(text, recipe))
+        if name is None or other:
             raise UsageError(f"--torch {text!r}: not a torch wheel file name (valid: {VALID})")
-        if not path.is_file():
-            raise UsageError(f"--torch {text!r}: no such file (valid: {VALID})")
         try:
             version = Version(name.version)
         except InvalidVersion:
@@ -104,6 +142,8 @@ def _version(text: str, records: Records | None = None) -> tuple[str, Version, s
     try:
         req = Requirement(text)
     except InvalidRequirement as exc:
+        if ("/" in text or GLOB.search(text)) and not Path(text).exists():  # a path, not a requirement
+            raise UsageError(_no_wheel(text, recipe)) from None
         raise UsageError(f"--torch {text!r}: {exc} (valid: {VALID})") from None
     pins = [s for s in req.specifier if s.operator in ("==", "===") and "*" not in s.version]
     if canonicalize_name(req.name) != "torch" or len(pins) != 1 or req.url or req.marker:
@@ -144,12 +184,15 @@ def _check_python_tags(text: str, path: Path, version: Version, recipe: Recipe) 
     theirs = sorted(
         {f"{m.group(1)}.{m.group(2)}" for t in tags if (m := re.fullmatch(r"cp(\d)(\d+)", t.interpreter))}
     )
-    download = (
-        f": pip download --no-deps --only-binary=:all: --python-version {missing[0]} --dest DIR "
-        f"'torch=={version}' (from the index that has it)"
-        if not missing[0].endswith("t")
-        else ""
-    )
+    if len(recipe.python_versions) > 1:  # one file serves one CPython: the requirement, resolved per Python
+        download = f": --torch 'torch=={version}' (pip takes each Python's wheel from the index that has it)"
+    elif not missing[0].endswith("t"):
+        download = (
+            f": pip download --no-deps --only-binary=:all: --python-version {missing[0]} --dest DIR "
+            f"'torch=={version}' (from the index that has it)"
+        )
+    else:
+        download = ""
     other = (
         f"; or a recipe for the wheel's Python: torchkiln recipe new RECIPE --python {theirs[0]}"
         if theirs
@@ -479,7 +522,7 @@ def resolve_given_torch(
     (:mod:`torchkiln.plan.records`), read back instead of asked again."""
     if only != "torchvision":
         raise UsageError("--torch: only with --only torchvision (a build of torch makes its own)")
-    install, version, given = _version(text, records)
+    install, version, given = _version(text, records, recipe)
     _check_pairing(text, version, recipe)
     if install.endswith(".whl"):
         _check_python_tags(text, Path(install), version, recipe)

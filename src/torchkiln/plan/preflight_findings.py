@@ -15,7 +15,7 @@ from torchkiln.errors import EXIT_USAGE, Problem, TorchkilnError
 from torchkiln.host import distro as distros
 from torchkiln.host.distro import Distro
 from torchkiln.process import runner
-from torchkiln.recipe.compat import image_problem
+from torchkiln.recipe.image_bases import devel_problem
 
 from .model import Plan
 
@@ -77,8 +77,9 @@ def _run(argv: list[str], host: Host) -> runner.Completed | str:
 
 
 def _devel_image(plan: Plan, has: str) -> str:
-    """``; or build in the devel image, which has {has}: ...`` where torchkiln makes images for the recipe's
-    platform and BLAS (compat.image_problem: an NVPL recipe has none), else nothing."""
-    if image_problem(plan.recipe, "devel") is not None:
+    """``; or build in the devel image, which has {has}: ...`` where ``torchkiln images`` makes a devel image
+    that builds the recipe (recipe.image_bases.devel_problem: its one Python and its gcc are a base's, its
+    platform and BLAS have images, ...), else nothing: an offer the images command would refuse is no fix."""
+    if devel_problem(plan.recipe) is not None:
         return ""
     return f"; or build in the devel image, which has {has}: torchkiln images --recipe {plan.recipe.name} --target devel"

@@ -154,7 +154,7 @@ def check_submodules(source: RecordedSource, tree: Path) -> None:
 
 def pin_epochs(plan: Plan, epochs: dict[str, int]) -> Plan:
     """``plan`` with each compile step's SOURCE_DATE_EPOCH set to the recorded one (the build follows a
-    plan's: torchkiln.build.kinds), shown by the plan like every variable torchkiln sets."""
+    plan's: torchkiln.build.compilekind), shown by the plan like every variable torchkiln sets."""
     steps = [
         dataclasses.replace(step, env={**step.env, "SOURCE_DATE_EPOCH": str(epochs[step.project])})
         if step.kind == "compile" and step.project in epochs

@@ -18,6 +18,16 @@ verification suite runs it inside slim runtime images.
 
 * within :func:`supervised` (a build), every process carries the run's mark and a watchdog
   (:mod:`torchkiln.process.supervisor`) kills all of them once torchkiln is gone, SIGKILL of torchkiln included.
+* a stop signal (SIGINT, SIGTERM, SIGHUP: :func:`stop_signals`) ends torchkiln within 2 s, whatever runs: the
+  run in flight gets SIGTERM and, :data:`STOP_GRACE_S` later, SIGKILL (not :data:`KILL_GRACE_S`); what is
+  waited for afterwards is only what is still *running* (a zombie, whose reaping this machine's init may
+  delay by seconds, is gone); and :func:`stopping` tells what a build started beside its steps (the
+  compiler cache's server) to be killed, not asked to finish its work.
+
+The run a process belongs to (:func:`supervised`) and the sandbox it starts in (:func:`confined`) are context
+variables, never module globals: two builds in two threads of one process each mark and confine their own
+processes only (issue 48). A thread a build starts runs in a copy of the build's context
+(:func:`in_context`) to share them.
 
 :func:`spawn` is the one place a process is created; :class:`Completed` / :class:`Streamed` carry the
 seconds each run took.
@@ -26,6 +36,8 @@ seconds each run took.
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import functools
 import os
 import signal
 import subprocess
@@ -37,13 +49,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from torchkiln.errors import TorchkilnError, name_path
+from torchkiln.errors import Interrupted, TorchkilnError, name_path
 from torchkiln.process import peak
 
 from .logs import first_error
 from .supervisor import MARK
 
 KILL_GRACE_S = 10.0
+# After a stop signal: SIGTERM, then SIGKILL this much later. A tool that cleans up on SIGTERM does it in
+# milliseconds (ninja, pip, the compilers die at once); one that ignores it must not hold torchkiln's exit.
+STOP_GRACE_S = 0.5
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 TAIL_KEEP = 200
 
 Redact = Callable[[str], str]
@@ -142,7 +158,8 @@ class _Watch:
     watchdog: subprocess.Popen[str] | None = None  # started with the run's first process (a no-op has none)
 
 
-_WATCH: _Watch | None = None
+# The run of this thread's build (None: outside supervised()).
+_WATCH: contextvars.ContextVar[_Watch | None] = contextvars.ContextVar("torchkiln_watch", default=None)
 
 
 @contextlib.contextmanager
@@ -151,15 +168,17 @@ def supervised() -> Iterator[str]:
     (:mod:`torchkiln.process.supervisor`) SIGKILLs whatever carries it once torchkiln is gone: at the block's end,
     or when torchkiln dies in any way, SIGKILL included. Yields the run's id. Nested blocks share one. The
     watchdog starts with the block's first process: a block that starts none (a no-op rebuild) needs none."""
-    global _WATCH
-    if _WATCH is not None:
-        yield _WATCH.run_id
+    outer = _WATCH.get()
+    if outer is not None:
+        yield outer.run_id
         return
-    watch = _WATCH = _Watch(uuid.uuid4().hex)
+    watch = _Watch(uuid.uuid4().hex)
+    token = _WATCH.set(watch)
+    _STOPPING.clear()  # a run of its own: an earlier run's stop (an in-process caller's) is not this one's
     try:
         yield watch.run_id
     finally:
-        _WATCH = None
+        _WATCH.reset(token)
         watchdog = watch.watchdog
         if watchdog is not None:
             assert watchdog.stdin is not None
@@ -190,7 +209,8 @@ def _watchdog(watch: _Watch) -> subprocess.Popen[str]:
 def remove_at_exit(path: Path) -> None:
     """Have the watchdog remove ``path`` (a file, or a directory and all it holds) when this run ends, however
     it ends (a server's socket, a sandbox's private /tmp)."""
-    watchdog = _watchdog(_WATCH) if _WATCH is not None else None
+    watch = _WATCH.get()
+    watchdog = _watchdog(watch) if watch is not None else None
     if watchdog is not None and watchdog.stdin is not None:
         with contextlib.suppress(OSError):
             watchdog.stdin.write(f"file {path}\n")
@@ -198,10 +218,17 @@ def remove_at_exit(path: Path) -> None:
 
 
 def _marked(env: Mapping[str, str] | None) -> dict[str, str] | None:
-    if _WATCH is None:
+    watch = _WATCH.get()
+    if watch is None:
         return dict(env) if env is not None else None
-    _watchdog(_WATCH)  # up before the process it must be able to kill
-    return {**(env if env is not None else os.environ), MARK: _WATCH.run_id}
+    _watchdog(watch)  # up before the process it must be able to kill
+    return {**(env if env is not None else os.environ), MARK: watch.run_id}
+
+
+def in_context(target: Callable[..., Any]) -> Callable[..., Any]:
+    """``target`` run in a copy of the calling thread's context: a thread a build starts marks (and
+    confines) the processes it starts as the build's own thread does."""
+    return functools.partial(contextvars.copy_context().run, target)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -212,7 +239,7 @@ def _marked(env: Mapping[str, str] | None) -> dict[str, str] | None:
 Confine = Callable[
     [list[str], Mapping[str, str] | None, "str | Path | None"], tuple[list[str], dict[str, str]]
 ]
-_CONFINE: Confine | None = None
+_CONFINE: contextvars.ContextVar[Confine | None] = contextvars.ContextVar("torchkiln_confine", default=None)
 
 
 @contextlib.contextmanager
@@ -220,13 +247,65 @@ def confined(confine: Confine) -> Iterator[None]:
     """Within the block, every process :func:`spawn` starts is started as ``confine`` says: torchkiln's own
     probes of what a build step installed (the build venv's python, cmake, ninja are build dependencies'
     code) run in that step's sandbox, as the step did."""
-    global _CONFINE
-    previous = _CONFINE
-    _CONFINE = confine
+    token = _CONFINE.set(confine)
     try:
         yield
     finally:
-        _CONFINE = previous
+        _CONFINE.reset(token)
+
+
+# --------------------------------------------------------------------------------------------------
+# Stop signals: SIGINT, SIGTERM, SIGHUP end torchkiln within 2 s, with nothing it started left running.
+# --------------------------------------------------------------------------------------------------
+
+_STOPPING: list[int] = []  # the stop signals this run received (0: an interrupt seen only as its exception)
+
+
+def stopping() -> bool:
+    """Whether this run is stopping on a signal: what it started is killed, not waited for (the compiler
+    cache's server is not asked to finish the compiles in flight, its statistics are not read)."""
+    return bool(_STOPPING)
+
+
+def _note_interrupt(exc: BaseException) -> bool:
+    """Remember an interrupt seen as its exception (Ctrl-C's KeyboardInterrupt, a handler's
+    :class:`~torchkiln.errors.Interrupted`, whoever installed the handler); whether ``exc`` is one."""
+    if isinstance(exc, KeyboardInterrupt | Interrupted):
+        if not _STOPPING:
+            _STOPPING.append(0)
+        return True
+    return False
+
+
+@contextlib.contextmanager
+def stop_signals(interrupt: Callable[[int], BaseException]) -> Iterator[None]:
+    """Within the block, the first of SIGINT, SIGTERM, SIGHUP raises ``interrupt(signum)`` where the main
+    thread is (the run in flight is stopped on the way out: :func:`finish`, :func:`stream`); later ones are
+    only remembered, so they cannot break off the cleanup the first started. A signal the caller ignores
+    (``nohup``'s SIGHUP, a background job's SIGINT) stays ignored. Outside the main thread: nothing."""
+
+    fired: list[int] = []
+    _STOPPING.clear()
+
+    def handler(signum: int, frame: object) -> None:
+        first = not fired and not _STOPPING  # nor an interrupt another handler raised (the build loop's)
+        _STOPPING.append(signum)
+        fired.append(signum)
+        if first:
+            raise interrupt(signum)
+
+    previous: dict[signal.Signals, Any] = {}
+    try:
+        for signum in STOP_SIGNALS:
+            if signal.getsignal(signum) != signal.SIG_IGN:
+                previous[signum] = signal.signal(signum, handler)
+    except ValueError:  # not the main thread: signals are the main thread's
+        pass
+    try:
+        yield
+    finally:
+        for number, before in previous.items():
+            signal.signal(number, before)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -252,8 +331,9 @@ def spawn(
     """
     if cwd is not None and not Path(cwd).is_dir():
         raise ProcessError(f"working directory {cwd} does not exist")
-    if _CONFINE is not None:
-        confined_argv, env = _CONFINE(list(argv), env, cwd)
+    confine = _CONFINE.get()
+    if confine is not None:
+        confined_argv, env = confine(list(argv), env, cwd)
         argv = confined_argv
     try:
         return subprocess.Popen(  # noqa: S603 - an argv list, never a shell
@@ -274,13 +354,32 @@ def spawn(
 
 
 def _group_alive(pgid: int) -> bool:
+    """Whether a member of process group ``pgid`` still runs. A zombie does not: it is dead, only not yet
+    reaped, and who reaps it may take seconds (the init of this machine, for the pid-1 process of a sandbox
+    whose bubblewrap died first)."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    return any(state not in "ZX" for state in _member_states(pgid))
+
+
+def _member_states(pgid: int) -> Iterator[str]:
+    """The state letter (``ps``'s STAT) of each process of group ``pgid``, read from /proc."""
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue  # gone meanwhile
+        # pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses, the last ')' ends it
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 2 and int(fields[2]) == pgid:
+            yield fields[0].decode("ascii", "replace")
 
 
 def kill_group(proc: subprocess.Popen[Any]) -> None:
@@ -289,9 +388,37 @@ def kill_group(proc: subprocess.Popen[Any]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
-def stop_group(proc: subprocess.Popen[Any], *, grace: float = KILL_GRACE_S) -> None:
-    """Stop ``proc``'s whole process group: SIGTERM, then SIGKILL after ``grace`` seconds. Returns once the
-    leader and every other member are gone, so nothing keeps compiling."""
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] not in (b"Z", b"X")
+
+
+def end_group(pgid: int | None, *, pid: int | None = None, wait: float = 2.0) -> None:
+    """SIGKILL process group ``pgid`` (and ``pid``, which need not lead it), without a word first: for what
+    a stopping run must not wait on (the compiler cache's server and the compiles it runs). Returns once
+    none of them runs, or after ``wait`` seconds."""
+    for kill, target in ((os.killpg, pgid), (os.kill, pid)):
+        if target is not None and target > 0:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                kill(target, signal.SIGKILL)
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline and (
+        (pgid is not None and _group_alive(pgid)) or (pid is not None and _running(pid))
+    ):
+        time.sleep(0.01)
+
+
+def stop_group(proc: subprocess.Popen[Any], *, grace: float | None = None) -> None:
+    """Stop ``proc``'s whole process group: SIGTERM, then SIGKILL after ``grace`` seconds (default
+    :data:`KILL_GRACE_S`, :data:`STOP_GRACE_S` once this run is :func:`stopping`). Returns once the leader and
+    every other member are gone, so nothing keeps compiling."""
+    if grace is None:
+        grace = STOP_GRACE_S if stopping() else KILL_GRACE_S
     pgid = proc.pid  # start_new_session: the process leads its own group
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGTERM)
@@ -332,7 +459,8 @@ def finish(
             kill_group(proc)
             out, err = proc.communicate()
             code = None
-    except BaseException:
+    except BaseException as exc:
+        _note_interrupt(exc)
         stop_group(proc)
         raise
     finally:
@@ -416,8 +544,11 @@ def stream(
             measured = _reported_peak(report) if report else None
     except OSError as exc:  # the log's disk is full or gone: say which file
         raise name_path(exc, log) from None
+    except BaseException as exc:
+        _note_interrupt(exc)
+        raise
     finally:
-        if not finished:  # stopped by the observer, Ctrl-C or SIGTERM
+        if not finished:  # stopped by the observer, Ctrl-C or a stop signal
             stop_group(proc)
         proc.stdout.close()
         if report is not None:

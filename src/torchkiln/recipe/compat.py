@@ -13,6 +13,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from torchkiln.errors import UsageError
@@ -129,3 +130,10 @@ def torch_release_range() -> str:
     if len(releases) > 1 and same_major and minors == list(range(minors[0], minors[0] + len(minors))):
         return f"torch {releases[0]} to {releases[-1]}"
     return "torch " + ", ".join(releases)
+
+
+def supported_pythons(release: dict[str, Any]) -> list[str]:
+    """Every Python a torch release (a ``[torch."2.N"]`` table) supports: each 3.N in its ``python`` range,
+    then its free-threaded ones (``free_threaded``), as a recipe's python.version names them."""
+    spec = SpecifierSet(release["python"])
+    return [f"3.{n}" for n in range(40) if Version(f"3.{n}") in spec] + list(release["free_threaded"])

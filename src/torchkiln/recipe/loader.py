@@ -97,6 +97,13 @@ def check_schema(doc: Mapping[str, Any], file: str) -> list[Problem]:
     return schema_problems(doc, file)[0]
 
 
+def _unknown_key(key: str) -> str:
+    """ "unknown key", and the tables that have it where it is a key of another (``system_libraries``, put
+    under ``[cache]``, belongs in ``[deploy]``): the way out of a key put under the wrong table."""
+    homes = sorted({p.rsplit(".", 1)[0] for p in FIELDS if "." in p and p.rsplit(".", 1)[1] == key})
+    return "unknown key" + (f" here; it is a key of [{'], ['.join(homes)}]" if homes else "")
+
+
 def schema_problems(doc: Mapping[str, Any], file: str) -> tuple[list[Problem], set[str]]:
     """Every schema problem, and the field paths (or whole tables) they make unusable: the rules that read
     one of those are not run (they would only report consequences), every other rule is."""
@@ -126,7 +133,7 @@ def schema_problems(doc: Mapping[str, Any], file: str) -> tuple[list[Problem], s
                 parent, key = path.split(".", 1)
             children = {p[len(parent) + 1 :].split(".")[0] for p in FIELDS if p.startswith(parent + ".")}
             problems.append(
-                Problem(file, f"{parent}.{display_key(key)}", "unknown key", ", ".join(sorted(children)))
+                Problem(file, f"{parent}.{display_key(key)}", _unknown_key(key), ", ".join(sorted(children)))
             )
             continue
         if not _type_ok(value, spec.type):

@@ -114,6 +114,9 @@ class Build:
     pytorch_build_version: str | None = None
     pytorch_build_number: int | None = None
     flags: Mapping[str, str] = field(default_factory=dict)
+    # More requirements of the build venv (PEP 508, from the index): resolved with the trees' own, pinned in
+    # constraints.txt. A tree that builds against an installed package it does not declare gets it here.
+    requirements: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ from packaging.version import Version
 
 from . import libcompat
 from .archs import ENTRY_RE
-from .compat import compat, cuda_release, minor, torch_release
+from .compat import compat, cuda_release, torch_release
 from .model import Recipe
-from .rules_findings import Finding, _describe
+from .rules_findings import Finding, _describe, torch_range
 
 
 def arch_capability(entry: str) -> tuple[str, str, bool]:
@@ -57,32 +57,20 @@ def _cuda_fields(r: Recipe) -> Iterator[Finding]:
 
 
 def _cuda_range(r: Recipe) -> Iterator[Finding]:
-    release, cuda = torch_release(r), r.accelerator.cuda
-    if release is None or cuda is None:
+    cuda = r.accelerator.cuda
+    if torch_release(r) is None or cuda is None:
         return
     if cuda_release(r) is None:
         yield ("accelerator.cuda", f"CUDA {cuda} has no compatibility data", ", ".join(compat()["cuda"]))
         return
-    spec = SpecifierSet(release["cuda"])
-    if cuda not in spec:
-        yield (
-            "accelerator.cuda",
-            f"CUDA {cuda} is not supported by torch {minor(r.torch.version)}",
-            _describe(spec),
-        )
+    yield from torch_range(r, "cuda", "accelerator.cuda", f"CUDA {cuda}", cuda)
 
 
 def _cudnn_range(r: Recipe) -> Iterator[Finding]:
-    release, cudnn = torch_release(r), r.accelerator.cudnn
-    if release is None or cudnn is None:
+    cudnn = r.accelerator.cudnn
+    if torch_release(r) is None or cudnn is None:
         return
-    spec = SpecifierSet(release["cudnn"])
-    if cudnn not in spec:
-        yield (
-            "accelerator.cudnn",
-            f"cuDNN {cudnn} is not supported by torch {minor(r.torch.version)}",
-            _describe(spec),
-        )
+    yield from torch_range(r, "cudnn", "accelerator.cudnn", f"cuDNN {cudnn}", cudnn)
     cuda = cuda_release(r)
     if cuda is not None and cudnn < Version(cuda["min_cudnn"]):
         yield (

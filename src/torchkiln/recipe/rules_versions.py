@@ -12,7 +12,7 @@ from packaging.version import Version
 
 from .compat import compat, minor, torch_release, vision_pairing, vision_pairs
 from .model import Recipe
-from .rules_findings import Finding, _describe
+from .rules_findings import Finding, torch_range
 
 
 def _known_torch(r: Recipe) -> Iterator[Finding]:
@@ -40,17 +40,10 @@ def _python_field(r: Recipe) -> str:
 
 
 def _python_range(r: Recipe) -> Iterator[Finding]:
-    release = torch_release(r)
-    if release is None:
-        return
-    spec = SpecifierSet(release["python"])
     for python in r.python_versions:
-        if Version(python.removesuffix("t")) not in spec:
-            yield (
-                _python_field(r),
-                f"Python {python} is not supported by torch {minor(r.torch.version)}",
-                _describe(spec),
-            )
+        yield from torch_range(
+            r, "python", _python_field(r), f"Python {python}", Version(python.removesuffix("t"))
+        )
 
 
 def _free_threaded(r: Recipe) -> Iterator[Finding]:

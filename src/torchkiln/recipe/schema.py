@@ -51,6 +51,7 @@ from .validators import (
     _pep440,
     _python_versions,
     _release,
+    _requirements,
     _scheduler_url,
     _search_dirs,
     _sonames,
@@ -84,6 +85,19 @@ class Field:
     default: Any = None
     default_from: Callable[[Mapping[str, Any]], Any] | None = None
     either: str | None = None
+
+
+def _dotted_version(path: str, example: str, doc: str = "") -> Field:
+    """A library's version (cuDNN, NCCL, MKL, MAGMA): dotted numbers such as ``example``, kept as a Version."""
+    valid = f"a dotted version such as {example}"
+    return Field(path, str, check=_match(DOTTED_RE, valid, "malformed version"), doc=doc, convert=Version)
+
+
+def _feature(name: str, doc: str, default_from: Callable[[Mapping[str, Any]], Any] | None = None) -> Field:
+    """A part of ``[torchvision.features]``, kept in the recipe's ``vision`` table under its own name."""
+    return Field(
+        f"torchvision.features.{name}", bool, doc=doc, to=f"vision.{name}", default_from=default_from
+    )
 
 
 def _flags_value(value: Any) -> dict[str, str]:
@@ -166,33 +180,16 @@ SCHEMA: tuple[Field, ...] = (
     ),
     # torchvision's optional parts, each its setup.py's TORCHVISION_USE_<NAME> (torchkiln sets every one
     # explicitly, 1 or 0); the image codecs' libraries are bundled into the wheel's torchvision.libs/.
-    Field("torchvision.features.png", bool, doc="PNG decode/encode (libpng); default true", to="vision.png"),
-    Field(
-        "torchvision.features.jpeg",
-        bool,
-        doc="JPEG decode/encode (libjpeg-turbo); default true",
-        to="vision.jpeg",
-    ),
-    Field("torchvision.features.webp", bool, doc="WebP decode (libwebp); default true", to="vision.webp"),
-    Field(
-        "torchvision.features.nvjpeg",
-        bool,
-        doc="GPU JPEG decode/encode (nvJPEG); default: CUDA recipes",
-        to="vision.nvjpeg",
+    _feature("png", "PNG decode/encode (libpng); default true"),
+    _feature("jpeg", "JPEG decode/encode (libjpeg-turbo); default true"),
+    _feature("webp", "WebP decode (libwebp); default true"),
+    _feature(
+        "nvjpeg",
+        "GPU JPEG decode/encode (nvJPEG); default: CUDA recipes",
         default_from=lambda flat: flat.get("accelerator.kind") == "cuda",
     ),
-    Field(
-        "torchvision.features.video_codec",
-        bool,
-        doc="GPU video decoder; default false",
-        to="vision.video_codec",
-    ),
-    Field(
-        "torchvision.features.ffmpeg",
-        bool,
-        doc="CPU video decoder (FFmpeg); default false",
-        to="vision.ffmpeg",
-    ),
+    _feature("video_codec", "GPU video decoder; default false"),
+    _feature("ffmpeg", "CPU video decoder (FFmpeg); default false"),
     Field(
         "python.version",
         str,
@@ -219,45 +216,21 @@ SCHEMA: tuple[Field, ...] = (
         convert=Version,
     ),
     Field("accelerator.arch_list", list, check=_arch_list, doc="TORCH_CUDA_ARCH_LIST entries", convert=tuple),
-    Field(
-        "accelerator.cudnn",
-        str,
-        check=_match(DOTTED_RE, "a dotted version such as 9.20.0.48", "malformed version"),
-        convert=Version,
-    ),
-    Field(
-        "accelerator.nccl",
-        str,
-        check=_match(DOTTED_RE, "a dotted version such as 2.29.7", "malformed version"),
-        convert=Version,
-    ),
-    Field(
+    _dotted_version("accelerator.cudnn", "9.20.0.48"),
+    _dotted_version("accelerator.nccl", "2.29.7"),
+    _dotted_version(
         "accelerator.cudnn_runtime",
-        str,
-        check=_match(DOTTED_RE, "a dotted version such as 9.10.2.21", "malformed version"),
-        doc="the cuDNN the wheel runs with (the nvidia-cudnn-cuXX it requires), when not accelerator.cudnn",
-        convert=Version,
+        "9.10.2.21",
+        "the cuDNN the wheel runs with (the nvidia-cudnn-cuXX it requires), when not accelerator.cudnn",
     ),
-    Field(
+    _dotted_version(
         "accelerator.nccl_runtime",
-        str,
-        check=_match(DOTTED_RE, "a dotted version such as 2.27.3", "malformed version"),
-        doc="the NCCL the wheel runs with (the nvidia-nccl-cuXX it requires), when not accelerator.nccl",
-        convert=Version,
+        "2.27.3",
+        "the NCCL the wheel runs with (the nvidia-nccl-cuXX it requires), when not accelerator.nccl",
     ),
     Field("blas.kind", str, True, _one_of("mkl", "openblas", "nvpl")),
-    Field(
-        "blas.mkl",
-        str,
-        check=_match(DOTTED_RE, "a dotted version such as 2024.2.0", "malformed version"),
-        convert=Version,
-    ),
-    Field(
-        "magma.version",
-        str,
-        check=_match(DOTTED_RE, "a dotted version such as 2.6.1", "malformed version"),
-        convert=Version,
-    ),
+    _dotted_version("blas.mkl", "2024.2.0"),
+    _dotted_version("magma.version", "2.6.1"),
     Field("magma.sha256", str, check=_match(SHA256_RE, "64 lowercase hex characters")),
     Field("magma.url", str, check=_download_url, doc="the MAGMA tarball, fetched by curl --globoff"),
     Field("build.type", str, check=_one_of("Release", "RelWithDebInfo", "Debug")),
@@ -287,6 +260,13 @@ SCHEMA: tuple[Field, ...] = (
     ),
     Field("build.pytorch_build_version", str, check=_pep440, doc="PYTORCH_BUILD_VERSION override"),
     Field("build.pytorch_build_number", int, check=_int_range(0, 9999), doc="PYTORCH_BUILD_NUMBER"),
+    Field(
+        "build.requirements",
+        list,
+        check=_requirements,
+        doc="more requirements of the build venv, resolved with the trees' own (build-env:deps)",
+        convert=tuple,
+    ),
     Field(
         "build.flags",
         dict,

@@ -12,10 +12,13 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from torchkiln.distributed.spec import scheduler_url as normal_scheduler_url
 from torchkiln.errors import UsageError
+from torchkiln.urlform import repo_form_problem, url_form_problem
 from torchkiln.urlreading import download_url_problem, repo_reading_problem
 
 from .archs import ENTRY_RE as ARCH_RE
@@ -137,23 +140,26 @@ def repo_problem(value: Any) -> tuple[str, str] | None:
     its host and user reach ssh as an argument (``ssh://-oProxyCommand=x/p``: ssh's option). Checked on
     git's own reading of it (torchkiln.urlreading.repo_reading_problem: git percent-decodes a URL before it
     splits it, so ``ssh://%2doProxyCommand=x/p`` is the same host). git refuses some of these itself today;
-    torchkiln does not rely on that."""
+    torchkiln does not rely on that. And written in its one form (torchkiln.urlform.repo_form_problem: no
+    ``%``, query, fragment or dot-segment, a canonical host), so the lock file and the provenance hold the
+    string git was given and it means one repository."""
     if value.startswith("-"):
         return (f"{shown(value)} begins with '-', which git reads as an option", REPO_VALID)
     if not URL_RE.fullmatch(value):
         return (f"malformed value {shown(value)}", REPO_VALID)
-    problem = repo_reading_problem(value)
+    problem = repo_reading_problem(value) or repo_form_problem(value)
     if problem:
         return (f"{shown(value)}: {problem}", REPO_VALID)
     return None
 
 
 def _download_url(value: Any) -> tuple[str, str] | None:
-    """An https:// URL as curl reads it (torchkiln.urlreading.download_url_problem)."""
+    """An https:// URL as curl reads it (torchkiln.urlreading.download_url_problem), in its one form
+    (torchkiln.urlform: a query passes, curl sends it as written)."""
     valid = "an https:// URL of the release tarball"
     if not URL_RE.fullmatch(value):
         return (f"malformed value {shown(value)}", valid)
-    problem = download_url_problem(value)
+    problem = url_form_problem(value, query=True) or download_url_problem(value)
     return (f"{shown(value)}: {problem}", valid) if problem else None
 
 
@@ -306,6 +312,43 @@ def _sonames(value: Any) -> tuple[str, str] | None:
     twice = sorted({v for v in value if value.count(v) > 1})
     if twice:
         return (f"{', '.join(twice)} listed more than once", valid)
+    return None
+
+
+MAX_REQUIREMENTS = 64
+# A requirement whose name ends like an archive is a file to pip, relative to where it runs, not a project
+# (pip 26: pip/_internal/utils/filetypes.py ARCHIVE_EXTENSIONS, req/constructors.py _get_url_from_path).
+PIP_ARCHIVES = (
+    *(".zip", ".whl", ".tar.bz2", ".tbz", ".tar.gz", ".tgz"),
+    *(".tar", ".tar.xz", ".txz", ".tlz", ".tar.lz", ".tar.lzma"),
+)
+
+
+def _requirements(value: Any) -> tuple[str, str] | None:
+    """``build.requirements``: PEP 508 requirements, each as pip will be handed it (packaging's normal form,
+    which reads back as itself), of a project from the index (no direct URL, no name pip reads as a file),
+    each project once."""
+    valid = 'PEP 508 requirements from the index, e.g. ["pyyaml>=6", "ninja==1.11.1.4"]'
+    if len(value) > MAX_REQUIREMENTS:
+        return (f"{len(value)} entries, more than {MAX_REQUIREMENTS}", valid)
+    names: list[str] = []
+    for item in value:
+        if not isinstance(item, str):
+            return (f"not a requirement: {shown(item)}", valid)
+        try:
+            requirement = Requirement(item)
+        except InvalidRequirement:
+            return (f"{shown(item)} is not a PEP 508 requirement", valid)
+        if requirement.url is not None:
+            return (f"{shown(item)} names a URL", f"a requirement the index resolves; {valid}")
+        if requirement.name.lower().endswith(PIP_ARCHIVES):
+            return (f"{shown(item)} is read by pip as a file to install", f"a project's name; {valid}")
+        if str(requirement) != item:
+            return (f"{shown(item)} is read by pip as {str(requirement)!r}", f"{str(requirement)!r}")
+        names.append(canonicalize_name(requirement.name))
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        return (f"{', '.join(twice)} listed more than once", f"each project once; {valid}")
     return None
 
 

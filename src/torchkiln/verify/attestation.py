@@ -1,7 +1,7 @@
 """Whether the installed wheels are the subjects of a signed provenance statement.
 
 ``torchkiln verify --provenance dist/<recipe>.intoto.jsonl --key PUB`` (and the runtime image's gate) run
-:func:`attestation_checks`, one :class:`~.buildconfig.Check` each:
+:func:`attestation_checks`, one :class:`~.check.Check` each:
 
 * ``signature``: the DSSE envelope is an in-toto one carrying a signature by the given public key that
   verifies over its payload and type (:func:`torchkiln.artifacts.signing.verify`), and the payload is an
@@ -32,7 +32,7 @@ from torchkiln.artifacts.provenance import Statement, Subject, read_statement
 from torchkiln.artifacts.signing import Envelope, PublicKey, verify
 from torchkiln.files.digests import file_sha256
 
-from .buildconfig import Check
+from .check import Check
 from .provenance import GIT_VERSIONED, MANIFEST_CHECKS, installed, wheel_checks
 
 SUBJECT_CHECKS = MANIFEST_CHECKS

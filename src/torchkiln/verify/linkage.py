@@ -26,16 +26,20 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from torchkiln.artifacts.abi import analyse_installed
+from torchkiln.artifacts.abi import analyse_installed, mismatch_words, soname_stem
 from torchkiln.artifacts.elf import ElfDynamic, dynamic_strings, read_elf
 from torchkiln.artifacts.installed import (
     Distribution,
     declared_dependencies,
     installed,
+    missing_requirements,
+    name_of,
     provided_libraries,
     shared_objects,
+    unsatisfied_requirements,
 )
-from torchkiln.artifacts.portability import Portability, one_line
+from torchkiln.artifacts.portability import Portability, one_line, system_libraries_fix
+from torchkiln.errors import few
 from torchkiln.host.loader import ldconfig_cache, system_search_path
 
 __all__ = [
@@ -90,6 +94,17 @@ class System:
                 return path
         return next((str(Path(d) / name) for d in self.directories if (Path(d) / name).is_file()), None)
 
+    def other_versions(self, name: str) -> list[str]:
+        """Where this machine's loader cache has another version of the library ``name`` (``libcudnn.so.8``
+        where ``libcudnn.so.9`` is needed), each as ``soname at path``."""
+        stem = soname_stem(name)
+        return [
+            f"{other} at {path}"
+            for other, paths in sorted(self.cache.items())
+            if other != name and soname_stem(other) == stem
+            for path in paths[:1]
+        ]
+
 
 @dataclass(frozen=True)
 class Linkage:
@@ -100,6 +115,15 @@ class Linkage:
     entries: tuple[Resolved, ...]
     record: Portability | None = None
     here: Mapping[str, str] = field(default_factory=dict)  # unresolved name -> where this machine has it
+    # unresolved name -> the other versions of it this machine has (where it has not that one)
+    here_other: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    # required distributions installed at another version -> (the requirement: what pip must install, how an
+    # entry's ``via`` names it: :func:`torchkiln.artifacts.abi.mismatch_words`)
+    mismatched: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    target: tuple[str, ...] = ()  # the recipe's [deploy] system_libraries it was judged against
+    missing: Mapping[str, str] = field(
+        default_factory=dict
+    )  # required distributions not installed -> requirement
 
     @property
     def unresolved(self) -> tuple[Resolved, ...]:
@@ -123,10 +147,11 @@ class Linkage:
         if self.unresolved:
             listed = "; ".join(self._named(e) for e in self.unresolved)
             return (
-                f"{self.distribution}: {len(self.unresolved)} NEEDED entries resolve through nothing the target "
-                "machines are known to have (the wheel's own files, a declared distribution's, a system library "
-                "a manylinux policy allows, the NVIDIA driver's, the recipe's [deploy] system_libraries; never "
-                f"this machine's system directories): {listed}"
+                f"{self.distribution}: {len(self.unresolved)} NEEDED entries do not resolve on the target machines "
+                "(through the wheel's own files, a declared distribution's at the version it requires, a system "
+                "library a manylinux policy allows, the NVIDIA driver's, the recipe's [deploy] system_libraries; "
+                f"never this machine's system directories); cause: {listed}{self._not_installed()}\n"
+                f"fix: {self.fix()}"
             )
         routes = ", ".join(f"{n} {kind}" for kind, n in sorted(self.routes().items()))
         return (
@@ -134,10 +159,45 @@ class Linkage:
             f"on the target without LD_LIBRARY_PATH ({routes or 'none needed'}){record}"
         )
 
+    def _not_installed(self) -> str:
+        if not self.missing:
+            return ""
+        return (
+            f"; {self.distribution} requires what is not installed at all, whose libraries these may be: "
+            + ", ".join(sorted(self.missing.values()))
+        )
+
+    def fix(self) -> str:
+        """The way out of every unresolved entry at once: what it requires at the version it requires (one pip
+        command naming every distribution installed at another version or not at all), then, for the rest, the
+        complete recipe line."""
+        wrong = {
+            req: words
+            for req, words in self.mismatched.values()
+            if any(words in e.via for e in self.unresolved)
+        }
+        rest = sorted({e.needed for e in self.unresolved if not any(w in e.via for w in wrong.values())})
+        install = sorted({*wrong, *self.missing.values()})
+        parts = []
+        if install:
+            parts.append("install what it requires: pip install " + " ".join(f"'{r}'" for r in install))
+        if rest:
+            then = "of what that leaves unresolved: " if self.missing else ""
+            parts.append(then + system_libraries_fix(self.target, rest))
+        return "; ".join(parts)
+
     def _named(self, entry: Resolved) -> str:
         here = self.here.get(entry.needed)
-        where = f" (this machine has it at {here}: the wheel works here only)" if here else ""
-        return f"{entry.obj} needs {entry.needed}{where}"
+        others = self.here_other.get(entry.needed)
+        if here:
+            real = Path(here).resolve().name  # the file a soname link names says its full version
+            full = f" ({real})" if real != Path(here).name else ""
+            where = f" (this machine has it at {here}{full}: the wheel works here only)"
+        elif others:
+            where = f" (this machine has only another version of it: {few(list(others), 3)})"
+        else:
+            where = ""
+        return f"{entry.obj} needs {entry.needed}: {entry.via}{where}"
 
 
 def check_distribution(
@@ -146,20 +206,32 @@ def check_distribution(
     system: System | None = None,
     *,
     target: Iterable[str] = (),
+    label: str | None = None,
 ) -> Linkage:
     """Resolve every NEEDED entry of every shared object ``dist`` installed, for a target that has the installation,
     the policy's libraries, the NVIDIA driver's and ``target`` (a recipe's ``[deploy] system_libraries``) and
     nothing of this machine; ``system`` (this machine's loader) only says where it has an unresolved one."""
-    label = f"{dist.metadata['Name']} {dist.version}"
+    label = label or f"{dist.metadata['Name']} {dist.version}"
+    target = tuple(target)
     record = analyse_installed(dist, index, target=target, analysed=f"installed here ({label})")
     entries = tuple(Resolved(n.file, n.needed, n.path, n.via, n.kind) for n in record.needs)
     objects = tuple(sorted({n.file for n in record.needs}))
-    here = {}
+    here, here_other = {}, {}
     if system is not None:
         for entry in entries:
-            if entry.kind == "unresolved" and (found := system.where(entry.needed)):
+            if entry.kind != "unresolved":
+                continue
+            if found := system.where(entry.needed):
                 here[entry.needed] = found
-    return Linkage(label, objects, entries, record, here)
+            elif others := system.other_versions(entry.needed):
+                here_other[entry.needed] = others
+    wheel = name_of(dist)
+    mismatched = {
+        name: (req, mismatch_words(name, index[name].version, req, wheel))
+        for name, req in unsatisfied_requirements(dist, index).items()
+    }
+    missing = missing_requirements(dist, index)
+    return Linkage(label, objects, entries, record, here, here_other, mismatched, target, missing)
 
 
 # --- what torch's CUDA libraries link: NCCL and MAGMA (buildconfig's self-checks) ---------------------

@@ -86,6 +86,16 @@ def release_notice(verified: str, reference: str) -> str | None:
     )
 
 
+def failure(verified: str, reference: str, wrong: Sequence[str]) -> str:
+    """The failure of a case whose outputs differ (``wrong``: :meth:`Output.describe` of each): against a
+    reference of another release, the message names that release and gives it as the likely cause on its own
+    line (``cause: ``, read by :func:`torchkiln.verify.report.cause_line`); the run's notice alone is not
+    enough, a reader of one failure must not take the releases' difference for the build's."""
+    head = f"torch {verified} differs from upstream's {reference}: " + "; ".join(wrong)
+    notice = release_notice(verified, reference)
+    return head if notice is None else f"{head}\ncause: {notice}"
+
+
 def tolerances() -> list[dict[str, Any]]:
     text = resources.files("torchkiln").joinpath("data/parity.toml").read_text("utf-8")
     return list(tomllib.loads(text)["tolerance"])

@@ -65,6 +65,36 @@ WORKER_REMOVED = frozenset(
 WORKER_REMOVED_PREFIXES = ("TORCHELASTIC_",)
 
 
+# Where the suite and every process it starts write (issue 46: verify writes nothing outside its report
+# directory and its own temp directory): the temp directory (tempfile, torchrun's error files, pytest's
+# tmp_path, and inductor's default cache and precompiled headers, which torch puts under
+# tempfile.gettempdir()/torchinductor_<user> whatever TORCHINDUCTOR_CACHE_DIR says) and every cache a check
+# fills, each a directory of the suite's own temp directory.
+SCRATCH_ENV = "TORCHKILN_VERIFY_SCRATCH"  # the suite's own temp directory, once made
+SCRATCH_DIRS: dict[str, str] = {
+    "TMPDIR": "tmp",
+    "TORCHINDUCTOR_CACHE_DIR": "inductor",
+    "TRITON_CACHE_DIR": "triton",
+    "PYTORCH_KERNEL_CACHE_PATH": "kernels",
+    "CUDA_CACHE_PATH": "cuda",
+    "XDG_CACHE_HOME": "cache",
+}
+
+
+def scratch_environment(root: Path) -> dict[str, str]:
+    """The variables that put every temp file and cache of the suite under ``root`` (made here), and no
+    bytecode written beside the suite's or torchkiln's sources (what is compiled already is still read: a
+    cache prefix of its own would make every worker compile torch's 3,000 modules again)."""
+    made = {name: root / sub for name, sub in SCRATCH_DIRS.items()}
+    for directory in made.values():
+        directory.mkdir(parents=True, exist_ok=True)
+    return {
+        SCRATCH_ENV: str(root),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        **{name: str(path) for name, path in made.items()},
+    }
+
+
 def worker_environment(environ: Mapping[str, str]) -> dict[str, str]:
     """``environ`` under the suite's policy (:data:`WORKER_SET`, :data:`WORKER_REMOVED`)."""
     kept = {

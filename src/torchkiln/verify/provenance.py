@@ -31,7 +31,7 @@ from torchkiln.artifacts import wheelfile
 from torchkiln.artifacts.manifest import Manifest, WheelRecord
 from torchkiln.errors import few
 
-from .buildconfig import Check
+from .check import Check
 from .facts import BuildFacts
 
 MANIFEST_CHECKS = ("version", "commit", "wheel_sha256", "files")

@@ -19,6 +19,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from torchkiln.errors import TorchkilnError, UsageError
@@ -95,9 +96,13 @@ def _make(venv: Path, requirement: str, python: str) -> None:
         raise UsageError(f"--compare-with {requirement}: pip cannot install it: {reason}")
 
 
-def run_battery(python: Path | str, out: Path, *, isolated: bool) -> None:
-    """Run the battery with ``python`` into ``out``; ``isolated``: ``python -I`` (the reference side)."""
+def run_battery(
+    python: Path | str, out: Path, *, isolated: bool, environ: Mapping[str, str] | None = None
+) -> None:
+    """Run the battery with ``python`` into ``out``; ``isolated``: ``python -I`` (the reference side);
+    ``environ``: what it runs under the suite's policy from (default: this process's)."""
     argv = [str(python), *(["-I"] if isolated else []), battery.__file__, "--out", str(out)]
-    done = proc.run(argv, timeout=BATTERY_TIMEOUT, env=proc.worker_environment(os.environ))
+    env = proc.worker_environment(os.environ if environ is None else environ)
+    done = proc.run(argv, timeout=BATTERY_TIMEOUT, env=env)
     if done.returncode != 0 or not out.is_file():
         raise TorchkilnError(f"the parity battery failed with {python}: {done.describe()}")

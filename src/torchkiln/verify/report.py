@@ -84,6 +84,7 @@ class Outcome:
 # ``traceback :``) or, for a worker killed by a signal, the ``traceback : Signal 9 (SIGKILL) ...`` text.
 # torch/distributed/elastic/multiprocessing/errors/__init__.py (ChildFailedError.format_msg) prints it.
 ROOT_CAUSE = "Root Cause (first observed failure):"
+CAUSE = "cause: "  # the generic marker: a message names its cause after it, to the end of its line
 OUTPUT_MARK = (
     "--- output (tail) ---"  # torchkiln.process.runner.Completed.describe: a process's output follows
 )
@@ -91,9 +92,10 @@ OUTPUT_MARK = (
 # marker, to the end of its line (a final "." dropped), is the cause. A new message that names a cause
 # names it after one of these (tests/test_verify_report_cause.py builds each writer's message and reads it).
 CAUSE_MARKERS: tuple[tuple[str, str], ...] = (
-    (hang.CAUSE_PREFIX, "torchkiln.verify.hang.report: a DDP launch that hung, and why (an unresolvable hostname, a missing interface)"),
+    (hang.CAUSE_PREFIX, "torchkiln.verify.hang.report: a DDP launch that hung, and why (an unresolvable hostname, a missing interface, an unreachable loopback, a taken port, else the ranks' first error line)"),
     ("torch.cuda.init(): ", "verify/conftest.py: a required CUDA check that could not run, in torch's words"),
     ("raised: ", "buildconfig: a probe that raised (torch.backends.cudnn.version(), torch.cuda.nccl.version())"),
+    (CAUSE, "torchkiln.verify.linkage (each entry that does not resolve and why: another version installed, none at all), torchkiln.verify.parity.failure (a reference of another release), torchkiln.verify.imported (a shadowed package)"),
 )  # fmt: skip
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit|Failure)\b[^:\s]*: ?\S")
 
@@ -125,8 +127,9 @@ def cause_line(message: str) -> str | None:
     cause (the failed worker's own exception, ``RuntimeError: ... Unable to find address for: nosuchif0``),
     the cause a marker of :data:`CAUSE_MARKERS` introduces (a hung launch's ``likely cause: this machine's
     hostname ... does not resolve``), else the first error line of a process's output it carries
-    (:func:`torchkiln.process.logs.first_error`; a hung launch with no cause found: its last lines). None
-    when the message is its own cause (a recipe mismatch names field, expected and actual)."""
+    (:func:`torchkiln.process.logs.first_error`; a hung launch with no cause found: its last lines), else its
+    first line: a message that is its own cause (a recipe mismatch names field, expected and actual). Every
+    failure has one; None only for an empty message."""
     lines = [line.strip() for line in message.splitlines()]
     if ROOT_CAUSE in lines:
         found = _root_cause(lines)
@@ -135,11 +138,12 @@ def cause_line(message: str) -> str | None:
     marked = _marked(lines)
     if marked:
         return marked
+    found = None
     if OUTPUT_MARK in lines:
-        return first_error(lines[lines.index(OUTPUT_MARK) + 1 :])
-    if lines and hang.NO_CAUSE in lines[0]:
-        return first_error(lines[1:])
-    return None
+        found = first_error(lines[lines.index(OUTPUT_MARK) + 1 :])
+    elif lines and hang.NO_CAUSE in lines[0]:
+        found = first_error(lines[1:])
+    return found or next((line for line in lines if line), None)
 
 
 def area_counts(outcomes: Iterable[Outcome]) -> dict[str, dict[str, int]]:
@@ -196,6 +200,24 @@ def _cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def _shortened(message: str, limit: int = 1000) -> str:
+    """A failure's message in a table cell: a long one (a hung launch's last lines) cut, saying where it is
+    whole; the cause beside it is never cut."""
+    if len(message) <= limit:
+        return _cell(message)
+    return _cell(message[:limit]) + " … (cut: the whole message is in summary.json)"
+
+
+def _code(text: str) -> str:
+    """``text`` as a Markdown code span in a table cell: fenced with more backticks than it holds, so a
+    backtick inside does not end it."""
+    if not text:
+        return ""
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{_cell(text)}{pad}{fence}"
+
+
 def render_markdown(summary: Mapping[str, Any]) -> str:
     env = summary["environment"]
     verdict = "PASS" if summary["ok"] else "FAIL"
@@ -231,11 +253,12 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
         f"{summary['duration_s']} s; pytest exit status {summary['exit_status']}.",
     ]
     if summary["failures"]:
-        lines += ["", "## Failures", "", "| Test | Area | Message |", "|---|---|---|"]
+        lines += ["", "## Failures", "", "| Test | Area | Cause | Message |", "|---|---|---|---|"]
         for f in summary["failures"]:
-            cause = f.get("cause")
-            said = f"cause: `{_cell(cause)[:300]}`; " if cause else ""
-            lines.append(f"| `{_cell(f['nodeid'])}` | {f['area']} | {said}{_cell(f['message'])[:400]} |")
+            cause = f.get("cause") or cause_line(f["message"]) or ""
+            lines.append(
+                f"| {_code(f['nodeid'])} | {f['area']} | {_code(cause)} | {_shortened(f['message'])} |"
+            )
     lines += _checks_section(summary)
     if summary["skips"]:
         lines += ["", "## Skipped", "", "| Test | Area | Kind | Reason |", "|---|---|---|---|"]

@@ -15,7 +15,7 @@ from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
 STAMPED = (HERE / "STAMP_BUILD_TIME").exists()
-BUILT_AT = datetime.datetime.now(datetime.UTC).isoformat()
+BUILT_AT = datetime.datetime.now(datetime.timezone.utc).isoformat()
 
 
 class StampedBuildPy(build_py):

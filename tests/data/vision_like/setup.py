@@ -5,7 +5,9 @@ into the package (kiln_vision_like/version.py, with the git sha or "Unknown") on
 extensions (_C: 31 translation units, image: 13) are compiled with torch.utils.cpp_extension against the
 torch of the build env, whose headers live in the build venv, with ninja, in an in-tree build/ directory.
 It is not a git checkout when copied. 44 translation units, each including ATen headers: a few seconds of
-compile each, so a cold build is minutes and a cached rebuild is what the cache costs.
+compile each, so a cold build is minutes and a cached rebuild is what the cache costs. 42 of them include
+csrc/kiln_macros.h (as torchvision's units include csrc/macros.h), and DEBUG=1 compiles with -g -O0 as
+torchvision's setup.py does (else -g0).
 """
 
 import os
@@ -35,6 +37,8 @@ def sources(pattern: str) -> list[str]:
     return sorted(str(p.relative_to(ROOT)) for p in ROOT.glob(pattern))
 
 
+DEBUG = os.getenv("DEBUG", "0") == "1"  # torchvision's setup.py reads it the same way
+FLAGS = ["-g", "-O0"] if DEBUG else ["-g0"]
 VERSION, SHA = version()
 write_version_file(VERSION, SHA)
 pytorch_dep = "torch" + (f"=={os.environ['PYTORCH_VERSION']}" if os.environ.get("PYTORCH_VERSION") else "")
@@ -45,8 +49,10 @@ setup(
     packages=find_packages(include=["kiln_vision_like"]),
     install_requires=[pytorch_dep],
     ext_modules=[
-        CppExtension("kiln_vision_like._C", ["csrc/vision.cpp", *sources("csrc/ops/*.cpp")]),
-        CppExtension("kiln_vision_like.image", sources("csrc/io/*.cpp")),
+        CppExtension(
+            "kiln_vision_like._C", ["csrc/vision.cpp", *sources("csrc/ops/*.cpp")], extra_compile_args=FLAGS
+        ),
+        CppExtension("kiln_vision_like.image", sources("csrc/io/*.cpp"), extra_compile_args=FLAGS),
     ],
     cmdclass={"build_ext": BuildExtension.with_options(no_python_abi_suffix=True)},
 )

@@ -1,0 +1,105 @@
+"""The ``fetch`` kind: the steps that make a source checkout, one chain per checkout.
+
+Which steps of the chain still count as done (the checkout intact), and, after the step that leaves the
+checkout at its ref, the recipe's pin, the submodules, the tree against its commit
+(:mod:`torchkiln.build.treeguard`) and the tree's version against the wheel's label
+(:mod:`torchkiln.build.treelabel`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from torchkiln.errors import BuildFailed
+from torchkiln.source.git import (
+    check_pin,
+    checkout_intact,
+    dirty_checkout,
+    head_commit,
+)
+from torchkiln.source.submodules import FIX as SUBMODULE_FIX
+from torchkiln.source.submodules import missing_submodules
+
+from .context import Ran
+from .fingerprint import digest
+from .stepkind import StepKind, StepRun
+from .treeguard import check_source, compile_steps
+from .treelabel import check_label
+
+
+class FetchRun(StepRun):
+    """A step of a checkout's fetch chain."""
+
+    def inputs(self) -> dict[str, str]:
+        # One identity for all fetch steps of a checkout: a changed URL, ref or pin fetches it from scratch
+        # (git remote add would fail on the old checkout); a resumed fetch continues.
+        plan, step = self.setup.plan, self.step
+        source = plan.source(step.project)
+        group = [s.argv for s in plan.steps if s.kind == "fetch" and s.project == step.project]
+        return {"commit": source.commit or "", "fetch": digest(group)}
+
+    def intact(self, entry: Mapping[str, Any]) -> bool:
+        """A checkout's fetch steps are one chain: a step counts as done only while the checkout is still
+        what the chain left (:func:`~torchkiln.source.git.checkout_intact`: a removed ``.git``, an emptied
+        directory, a file in its place, a HEAD or object store that is gone), no earlier step of the chain
+        ran again in this build, and no earlier step's record is missing while a later one's is there.
+        Otherwise the chain starts over from its first step, which empties the directory."""
+        plan, state, step = self.setup.plan, self.setup.state, self.step
+        chain = [s for s in plan.steps if s.kind == "fetch" and s.project == step.project]
+        ran = {r.name for r in self.record.steps if r.status == "ran"}
+        if any(s.name in ran for s in chain):
+            return False
+        recorded = [state.get(s.name) is not None for s in chain]
+        if False in recorded and any(recorded[recorded.index(False) :]):
+            return False
+        pinned = next((state.get(s.name) for s in chain if s.pins), None)
+        head = (pinned or {}).get("outputs", {}).get("head")
+        return checkout_intact(plan.source(step.project).path, head)
+
+    def execute(self) -> Ran:
+        """As every kind, and a failed fetch also names the ways out (issue 11)."""
+        try:
+            return super().execute()
+        except BuildFailed as exc:
+            project = self.step.project
+            ways = (
+                f"\nways out: a mirror you can reach as the recipe's {project}.repo (a URL or a local "
+                f"clone's path), or an existing checkout with --source-dir {project}=PATH"
+            )
+            raise BuildFailed(f"{exc}{ways}", step=exc.step, log=exc.log) from None
+
+    def outputs(self, ran: Ran) -> dict[str, Any]:
+        step = self.step
+        return {"head": head_commit(self.setup.plan.source(step.project).path)} if step.pins else {}
+
+    def verify(self, entry: Mapping[str, Any]) -> None:
+        """The checkout the chain left (also when skipped): at the recipe's pin, with its submodules (a
+        repository whose ``.gitmodules`` lists one that ``submodule update`` does not check out, e.g. with
+        ``update = none``, would otherwise fail in the compile, after the env steps)."""
+        step, plan, options = self.step, self.setup.plan, self.setup.options
+        if step.pins:
+            source = plan.source(step.project)
+            check_pin(plan.recipe.spec(step.project), source.path)
+            missing = missing_submodules(source.path)
+            if missing is not None:
+                raise BuildFailed(
+                    f"{step.name}: the fetched checkout lacks its submodules: {missing.found()}; "
+                    f"`{SUBMODULE_FIX}` did not check them out (nothing was built)\nways out: a repository "
+                    f"(the recipe's {step.project}.repo) whose submodules all check out, or a complete "
+                    f"checkout with --source-dir {step.project}=PATH",
+                    step=step.name,
+                )
+            # the commit's tree and the build's own outputs only (torchkiln.build.treeguard)
+            differences = check_source(plan, source, force=options.force)
+            if differences and not options.allow_dirty:
+                spec = plan.recipe.spec(step.project)
+                raise BuildFailed(
+                    dirty_checkout(spec, source.path, differences, "nothing was built"), step=step.name
+                )
+            # the version the wheel is labelled with is the tree's own (torchkiln.build.treelabel)
+            for compile_step in compile_steps(plan, step.project):
+                check_label(compile_step, source.path)
+
+
+FETCH = StepKind("fetch", FetchRun, forced=False)

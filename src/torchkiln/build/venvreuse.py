@@ -1,0 +1,272 @@
+"""The environment store around the steps of one build: a step that makes or changes a venv (``Step.venv``)
+is restored from the store when another work directory kept the same venv, and its venv is kept there after
+it ran (:mod:`torchkiln.build.envstore`); the post-build check's venv is cloned from the store while the
+compile runs (:mod:`torchkiln.build.warmcheck`).
+
+One :class:`VenvReuse` per build, which the loop (:mod:`torchkiln.build.loop`) consults around each step; no
+kind knows of the store. It holds what the build learns of its venvs: each step's key, the venvs made again
+in this run, the records of steps reused without their clone, the runs the step before took inputs of.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from torchkiln.errors import SPACE_ERRORS, BuildFailed, describe_os_error
+from torchkiln.plan.model import Step
+
+from .context import BuildRecord, BuildSetup
+from .envstore import EnvStore, Restored, interpreter_identity, tree_bytes
+from .stepkind import StepKind, StepRun
+from .warmcheck import Warming
+
+
+class VenvReuse:
+    """The environment store's part in one build (see the module's docstring)."""
+
+    def __init__(
+        self,
+        setup: BuildSetup,
+        record: BuildRecord,
+        kinds: Mapping[str, StepKind],
+    ) -> None:
+        self.setup, self.record, self.kinds = setup, record, kinds
+        self.keys: dict[str, str] = {}  # step -> its key in the store, this run
+        # venvs that a step made or changed in this run: the later steps on them run (or are reused) again
+        self.remade: set[str] = set()
+        # venv -> steps reused without their clone (the next step's entry replaced it), recorded with that step
+        self.deferred: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+        # step -> its run and inputs, taken early by the step before it (whether its entry replaces that venv)
+        self.ahead: dict[str, tuple[StepRun, dict[str, str]]] = {}
+        # venvs cloned from the store and unchanged since, and check venvs cloned while a compile runs
+        self.warming = Warming()
+
+    # -- the runs --------------------------------------------------------------------------------------
+
+    def start(self, step: Step) -> StepRun:
+        """The run of ``step`` in this build, its venv's store entry staged through :meth:`stage`."""
+        kind = self.kinds[step.kind]
+        return kind.start(step, self.setup, self.record, functools.partial(self.stage, step))
+
+    def begin(self, step: Step) -> tuple[StepRun, dict[str, str] | None]:
+        """``step``'s run and its inputs when the step before it took them (:meth:`_replaced_next`), else a
+        new run and None."""
+        return self.ahead.pop(step.name, None) or (self.start(step), None)
+
+    # -- around each step ------------------------------------------------------------------------------
+
+    def key(self, step: Step, inputs: Mapping[str, str]) -> str | None:
+        """The step's key in the environment store (:meth:`_key`), kept for the steps after it on its venv."""
+        key = self._key(step, inputs)
+        if key is not None:
+            self.keys[step.name] = key
+        return key
+
+    def _key(self, step: Step, inputs: Mapping[str, str]) -> str | None:
+        """What is in the step's venv after it, without this work directory's paths (so another work
+        directory finds it). None: not kept (no venv, no store, or the step before it on the venv has no
+        key)."""
+        setup = self.setup
+        if step.venv is None or setup.env_store is None:
+            return None
+        chain = setup.plan.venv_steps(step.venv)
+        position = chain.index(step.name)
+        previous = self.keys.get(chain[position - 1]) if position else ""
+        if not position and step.clones:  # a clone holds what the venv it clones held: that venv's key
+            cloned = setup.plan.venv_steps(step.clones)
+            previous = self.keys.get(cloned[-1]) if cloned else ""
+        if previous is None:
+            return None
+        local = _localizer(setup)
+        return setup.env_store.key(
+            {
+                "step": step.name,
+                "argv": [local(a) for a in step.argv],
+                "env": {k: local(v) for k, v in step.shown_env.items()},
+                "cwd": local(step.cwd) if step.cwd else None,
+                "inputs": {local(k): v for k, v in inputs.items()},
+                "previous": previous,
+                "host": interpreter_identity(
+                    f"python{step.python or setup.plan.recipe.python}", setup.environ
+                ),
+            }
+        )
+
+    def made_again(self, step: Step) -> bool:
+        """Whether an earlier step made ``step``'s venv again in this run (it no longer holds what this step
+        put in it)."""
+        return step.venv in self.remade
+
+    def remake(self, step: Step) -> None:
+        """``step`` runs or is restored: its venv is made again."""
+        if step.venv is not None:
+            self.remade.add(step.venv)
+
+    def restore(self, step: Step, index: int, key: str | None) -> Restored | None:
+        """Instead of running the step: its venv cloned from the store, when the store has its key. When the
+        next step's entry replaces the venv at once (asked after this entry's files, which the next step may
+        read, are in place), only the files are copied."""
+        store = self.setup.env_store
+        if key is None or store is None or step.venv is None:
+            return None
+        replaced = functools.partial(self._replaced_next, index)
+        try:
+            found = store.restore(key, Path(step.venv), kept_files(step), clone=False)
+            if found is None:
+                # a step whose venv is not kept (Step.stored): the next step's entry, when the store has
+                # it, replaces the venv: nothing to restore for this one
+                unkept = not step.stored and not kept_files(step) and replaced()
+                return Restored({}, 0.0, store.root, "", cloned=False) if unkept else None
+            if replaced():
+                return found
+            cloned = store.clone(found, Path(step.venv))
+            self.warming.cloned(step.venv, cloned.entry / "venv", cloned.kept_from)  # build.warmcheck
+            return cloned
+        except OSError as exc:
+            raise self._unclonable(step, store, key, exc) from None
+
+    def _unclonable(self, step: Step, store: EnvStore, key: str, exc: OSError) -> BuildFailed:
+        """A venv that could not be cloned may be half cloned: every step on it runs again next time."""
+        assert step.venv is not None
+        for name in self.setup.plan.venv_steps(step.venv):
+            self.setup.state.forget(name)
+        entry = store.root / key
+        if errno.errorcode.get(exc.errno or 0) in SPACE_ERRORS:  # the work directory's disk, not the store
+            needed = tree_bytes(entry / "venv")
+            return BuildFailed(
+                f"{step.name}: cloning {step.venv} from the environment store: "
+                f"{describe_os_error(exc, path=step.venv, needed=needed)}",
+                step=step.name,
+            )
+        return BuildFailed(
+            f"{step.name}: could not clone {step.venv} from the environment store ({entry}): "
+            f"{describe_os_error(exc)}; or remove that entry, or build with --env-store off",
+            step=step.name,
+        )
+
+    def _replaced_next(self, index: int) -> bool:
+        """Whether the step after ``index`` is on the same venv and will be reused from the store: then cloning
+        this step's venv is wasted (that one replaces it). Its run and inputs, taken here, are kept for its
+        turn (:meth:`begin`)."""
+        setup = self.setup
+        plan = setup.plan
+        if index + 1 >= len(plan.steps) or setup.env_store is None:
+            return False
+        step, following = plan.steps[index], plan.steps[index + 1]
+        kind = self.kinds[following.kind]
+        if following.venv is None or following.venv != step.venv:
+            return False
+        if (kind.optional and setup.options.skip_checks) or (setup.options.force and kind.forced):
+            return False
+        run = self.start(following)
+        inputs = run.inputs()
+        self.ahead[following.name] = (run, inputs)
+        key = self._key(following, inputs)  # kept at its turn, as every step's
+        return key is not None and setup.env_store.lookup(key, kept_files(following)) is not None
+
+    def save(self, step: Step, entry: dict[str, Any], *, deferred: bool = False) -> None:
+        """Record a step as done. A step reused without cloning its venv (the next step's entry replaced it) is
+        recorded with the next step that leaves the venv whole: a build that stops between them runs both
+        again."""
+        if deferred and step.venv is not None:
+            self.deferred.setdefault(step.venv, []).append((step.name, entry))
+            return
+        for name, earlier in self.deferred.pop(step.venv, []) if step.venv is not None else []:
+            self.setup.state.record(name, earlier)
+        self.setup.state.record(step.name, entry)
+
+    def keepable(self, step: Step, key: str | None) -> bool:
+        """Whether the step's venv is kept in the store after it ran: only when this run made that venv from
+        nothing (the venv step ran, or the venv was cloned from the store, in this run: a venv an earlier run
+        left may hold what no key says, a hand-made ``pip install``), and no later step on the same venv has
+        run before in this work directory (the venv would hold more than this step's key says)."""
+        setup = self.setup
+        if key is None or setup.env_store is None or step.venv is None or not step.stored:
+            return False
+        chain = setup.plan.venv_steps(step.venv)
+        made_now = step.name == chain[0] or any(
+            r.name == chain[0] and r.status in ("ran", "reused") for r in self.record.steps
+        )
+        later = chain[chain.index(step.name) + 1 :]
+        return made_now and not any(setup.state.get(name) is not None for name in later)
+
+    def keep(self, step: Step, key: str | None, outputs: Mapping[str, Any], staged: Path | None) -> None:
+        """After the step ran: its venv kept in the store when :meth:`keepable` (``staged``, what was staged
+        while it ran, completed, else cloned now). A store that cannot be written costs the next work
+        directory a rebuild, never this build: one note."""
+        store = self.setup.env_store
+        if not self.keepable(step, key):
+            EnvStore.discard(staged)
+            return
+        assert key is not None and store is not None and step.venv is not None
+        try:
+            if staged is not None:
+                store.commit(key, staged, Path(step.venv), kept_files(step), step.name, outputs)
+            else:
+                store.keep(key, Path(step.venv), kept_files(step), step.name, outputs)
+        except OSError as exc:
+            self.setup.display.note(
+                f"environment store {store.root}: could not keep {step.venv} (this build goes on; "
+                f"the next work directory makes it again): {describe_os_error(exc)}"
+            )
+
+    def stage(self, step: Step) -> Path | None:
+        """The store's entry for the step's venv begun while the step still runs (:meth:`EnvStore.stage`);
+        None when it will not be kept or cannot be staged (:meth:`keep` then tries again, and says why)."""
+        key = self.keys.get(step.name)
+        store = self.setup.env_store
+        if not self.keepable(step, key) or store is None or step.venv is None or key is None:
+            return None
+        try:
+            return store.stage(key, Path(step.venv))
+        except OSError:
+            return None
+
+    # -- the check venv's warm clone (build.warmcheck) -------------------------------------------------
+
+    def before_run(self, step: Step) -> None:
+        """``step`` is about to run: its venv is no longer what the store entry it was cloned from holds (a
+        warm clone of it is dropped), and its own warm clone, when one was started, is whole or gone."""
+        if step.venv is not None:
+            self.warming.changed(step.venv)
+            self.warming.join(step.venv)
+
+    def while_running(self, kind: StepKind) -> None:
+        """Before the command of a step whose kind ``warms``: the check venvs cloned meanwhile."""
+        if kind.warms and not self.setup.options.skip_checks:
+            self.warming.start(self.setup.plan.steps)
+
+    def passed(self, step: Step) -> None:
+        """``step`` was skipped or reused: a warm clone of its venv is of no use."""
+        self.warming.drop(step.venv)
+
+    def finish(self) -> None:
+        """The build ends: a warm check venv no step took is removed."""
+        self.warming.finish()
+
+
+def kept_files(step: Step) -> dict[str, Path]:
+    """What an env step leaves outside its venv (the constraints file), kept with it in the store."""
+    if step.creates is None or step.venv is None or Path(step.creates).is_relative_to(step.venv):
+        return {}
+    return {Path(step.creates).name: Path(step.creates)}
+
+
+def _localizer(setup: BuildSetup) -> Callable[[str], str]:
+    """Takes this build's own paths (work directory, dist/, source trees) out of a string, so the same
+    environment at another path has the same store key."""
+    paths = setup.plan.paths
+    names = {str(paths.workdir): "{workdir}", str(paths.dist): "{dist}"}
+    names.update({str(s.path): f"{{source:{s.name}}}" for s in setup.plan.sources})
+    ordered = sorted(names.items(), key=lambda item: len(item[0]), reverse=True)
+
+    def local(text: str) -> str:
+        for path, name in ordered:
+            text = text.replace(path, name)
+        return text
+
+    return local
