@@ -42,15 +42,17 @@ from torchkiln.host.toolchain import Tool, Toolchain, tool_version
 from torchkiln.plan.model import Step
 from torchkiln.plan.records import Records
 from torchkiln.source.exact import Difference, changes, describe
-from torchkiln.source.git import dirty_checkout, is_git_checkout, lock_source
+from torchkiln.source.git import dirty_checkout, lock_source
 
 from . import portable
 from .buildreqs import read_constraints
 from .context import BuildRecord, BuildSetup, Published
 from .fingerprint import file_sha256
+from .sandbox import BUBBLEWRAP, UNISOLATED_WAYS
 from .sandbox import summary as isolation_summary
 from .sboms import publish_sboms
-from .treeguard import foreign, observe, owned_in, skipped
+from .treeguard import foreign, leaving, observe, owned_in, refuse_leaving, skipped
+from .treelabel import version_record
 
 
 def publish(setup: BuildSetup, record: BuildRecord) -> tuple[bool, Published]:
@@ -64,6 +66,7 @@ def publish(setup: BuildSetup, record: BuildRecord) -> tuple[bool, Published]:
     # the trees first: a tree that is not what the record would say is refused before dist/ changes
     locks = _locks(setup)
     _refuse_dirty(setup, record, locks)
+    _refuse_leaving(setup, record, locks)
     wheels, changed = _publish_wheels(setup)
     for stale in dist.remove_superseded(paths.dist, [w for w, _, _ in wheels]):
         setup.display.note(f"removed superseded wheel {stale}")
@@ -100,6 +103,14 @@ def _attest(setup: BuildSetup, manifest: Manifest, byproducts: list[Path]) -> Pa
         return None
     from torchkiln.artifacts import provenance  # noqa: PLC0415 - the signing machinery: a signed build's
 
+    isolated = manifest.isolation
+    if isolated is not None and isolated.mode != BUBBLEWRAP and not setup.options.allow_unisolated:
+        raise BuildFailed(  # the first step refuses a host that cannot sandbox; this is what else got here
+            f"refusing to sign: the build steps {', '.join(isolated.steps)} ran without a sandbox "
+            f"({isolated.reason}); the wheels, manifest and lock file are in dist/, no statement was written\n"
+            f"{UNISOLATED_WAYS}",
+            step="publish",
+        )
     data = provenance.statement(manifest, parameters=_parameters(setup), byproducts=byproducts)
     provenance.write_signed(path, data, setup.options.sign_key)
     return path
@@ -119,6 +130,7 @@ def _parameters(setup: BuildSetup) -> dict[str, Any]:
         "force": options.force,
         "skip_checks": options.skip_checks,
         "allow_dirty": options.allow_dirty,
+        "allow_unisolated": options.allow_unisolated,
         "torch": {"install": plan.given_torch} if plan.given_torch else None,
         "min_cache_hit_rate": options.min_hit_rate,
         "workdir": str(plan.paths.workdir),
@@ -151,20 +163,20 @@ def _locks(setup: BuildSetup) -> list[SourceLock]:
         step = _tree_step(setup, source.name)
         entry = (setup.state.get(step.name) or {}) if step is not None else {}
         found = None
-        if is_git_checkout(source.path):
-            observed = observe(source.path, skipped(setup.plan))
+        observed = observe(source.path, skipped(setup.plan)) if source.path.is_dir() else None
+        if observed is not None and observed.git:
             found = changes(source.path, foreign(observed, owned_in(setup.plan, source.name)))
-        locks.append(
-            lock_source(
-                source.name,
-                source.path,
-                repo=None if source.provided else source.repo,
-                ref=None if source.provided else source.ref,
-                provided=source.provided,
-                tree_digest=entry.get("outputs", {}).get("tree_sha256"),
-                tree_changes=found,
-            )
+        lock = lock_source(
+            source.name,
+            source.path,
+            repo=None if source.provided else source.repo,
+            ref=None if source.provided else source.ref,
+            provided=source.provided,
+            tree_digest=entry.get("outputs", {}).get("tree_sha256"),
+            tree_changes=found,
+            outside_links=leaving(setup.plan, source, observed) if observed is not None else [],
         )
+        locks.append(replace(lock, version=version_record(setup.plan, source)))
     return locks
 
 
@@ -189,6 +201,24 @@ def _refuse_dirty(setup: BuildSetup, record: BuildRecord, locks: list[SourceLock
         record.warn(
             f"--allow-dirty: {lock.name} was built from {lock.path}, which differs from {spec.ref} of "
             f"{spec.repo}: {describe(differences)}"
+        )
+
+
+def _refuse_leaving(setup: BuildSetup, record: BuildRecord, locks: list[SourceLock]) -> None:
+    """A tree with symbolic links that lead out of it (a fetched checkout's or a --source-dir tree's, a
+    link its commit holds too) is not published: what the wheel holds through them is in no record. With
+    --allow-dirty it is, with a warning, each link recorded with its text."""
+    for lock in locks:
+        if not lock.outside_links:
+            continue
+        source = setup.plan.source(lock.name)
+        if not setup.options.allow_dirty:
+            refuse_leaving(
+                source, lock.outside_links, "nothing was published (dist/ is unchanged)", "publish"
+            )
+        shown = ", ".join(f"{link.path} -> {link.link}" for link in lock.outside_links)
+        record.warn(
+            f"--allow-dirty: {lock.name} was built from {lock.path}, whose links lead out of it: {shown}"
         )
 
 
