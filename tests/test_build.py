@@ -39,8 +39,8 @@ from memcg import MemCgroup, memory_cgroup
 from modulekit import heavy, imported
 from rich.console import Console
 
-from torchkiln.artifacts.dist import PARTIAL_MARK
 from torchkiln.artifacts.manifest import load_manifest
+from torchkiln.artifacts.published import PARTIAL_MARK
 from torchkiln.artifacts.wheelfile import record_digest, wheel_record
 from torchkiln.build.fingerprint import tree_sha256
 from torchkiln.build.loop import BuildFailed, BuildOptions, ConfigureMismatch, run_build

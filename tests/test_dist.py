@@ -464,7 +464,7 @@ def test_a_server_with_a_token_for_another_key_is_refused(make_cluster) -> None:
 
 
 class Daemon:
-    """``torchkiln dist scheduler|server`` as a service manager runs it: foreground, log on stderr."""
+    """``torchkiln cluster scheduler|server`` as a service manager runs it: foreground, log on stderr."""
 
     def __init__(self, args: list[str], env: Mapping[str, str]) -> None:
         self.process = subprocess.Popen(
@@ -509,9 +509,10 @@ def test_cli_runs_a_cluster_a_build_can_use(host: str, tmp_path: Path) -> None:
     scheduler = Daemon(["scheduler", "--listen", sched_addr, "--dir", str(tmp_path / "s")], secrets)
     daemons = [scheduler]
     try:
-        ready = scheduler.wait_for("torchkiln dist scheduler:")
+        ready = scheduler.wait_for("torchkiln cluster scheduler:")
         assert (
-            ready == f"torchkiln dist scheduler: listening on {sched_addr}; builds use scheduler_url = {url}"
+            ready
+            == f"torchkiln cluster scheduler: listening on {sched_addr}; builds use scheduler_url = {url}"
         )
         (tmp_path / "server.token").write_text(server_token + "\n")
         (tmp_path / "server.token").chmod(0o600)
@@ -521,8 +522,8 @@ def test_cli_runs_a_cluster_a_build_can_use(host: str, tmp_path: Path) -> None:
             {},
         )  # fmt: skip
         daemons.append(server)
-        joined = server.wait_for("torchkiln dist server:")
-        assert joined == f"torchkiln dist server: joined the scheduler at {url}/ as {server_addr}"
+        joined = server.wait_for("torchkiln cluster server:")
+        assert joined == f"torchkiln cluster server: joined the scheduler at {url}/ as {server_addr}"
         status = subprocess.run(
             [sys.executable, "-m", "torchkiln", "dist", "status", "--scheduler-url", url, "--json"],
             env={**os.environ, **secrets}, capture_output=True, text=True,

@@ -42,13 +42,13 @@ from torchkiln.files import atomic
 from torchkiln.files.digests import file_sha256
 
 from . import wheelfile
-from .dist import STATEMENT_SUFFIX
-from .dist import statement_name as statement_name  # named in .dist (no signing needed to find one)
 from .intoto import PREDICATE_TYPE as PREDICATE_TYPE
 from .intoto import STATEMENT_TYPE as STATEMENT_TYPE
 from .intoto import read_statement_data
 from .lockfile import SourceLock
 from .manifest import CacheRecord, DistRecord, Manifest
+from .published import STATEMENT_SUFFIX
+from .published import statement_name as statement_name  # named in .dist (no signing needed to find one)
 from .signing import Envelope, PrivateKey, sign
 
 # torchkiln's own URIs, each a section of docs/supply-chain.md: what a build of wheels means (how to read

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from torchkiln import __version__
-from torchkiln.artifacts import dist, jsonfile
+from torchkiln.artifacts import jsonfile, published
 from torchkiln.artifacts.lockfile import SourceLock, write_lock
 from torchkiln.artifacts.manifest import (
     MANIFEST_FORMAT,
@@ -68,7 +68,7 @@ def publish(setup: BuildSetup, record: BuildRecord) -> tuple[bool, Published]:
     _refuse_dirty(setup, record, locks)
     _refuse_leaving(setup, record, locks)
     wheels, changed = _publish_wheels(setup)
-    for stale in dist.remove_superseded(paths.dist, [w for w, _, _ in wheels]):
+    for stale in published.remove_superseded(paths.dist, [w for w, _, _ in wheels]):
         setup.display.note(f"removed superseded wheel {stale}")
         from torchkiln.artifacts.sbom import sbom_name  # noqa: PLC0415 - CycloneDX only where needed
 
@@ -77,7 +77,7 @@ def publish(setup: BuildSetup, record: BuildRecord) -> tuple[bool, Published]:
     recipe = setup.plan.recipe
     lock_path = paths.dist / f"{recipe.name}.lock.json"
     write_lock(lock_path, recipe.name, recipe.sha256, locks)
-    manifest_path = paths.dist / dist.MANIFEST_NAME
+    manifest_path = paths.dist / published.MANIFEST_NAME
     found = [WheelRecord.of(w, p, python) for w, p, python in wheels]
     manifest = _manifest(
         setup, record, locks, portable.attach(setup, record, wheels, found)
@@ -95,7 +95,7 @@ def publish(setup: BuildSetup, record: BuildRecord) -> tuple[bool, Published]:
 
 def _attest(setup: BuildSetup, manifest: Manifest, byproducts: list[Path]) -> Path | None:
     """The signed statement of this build (None without a key: an earlier one is removed)."""
-    path = setup.plan.paths.dist / dist.statement_name(setup.plan.recipe.name)
+    path = setup.plan.paths.dist / published.statement_name(setup.plan.recipe.name)
     if setup.options.sign_key is None:
         if path.exists():
             path.unlink()
@@ -141,7 +141,7 @@ def _parameters(setup: BuildSetup) -> dict[str, Any]:
 def _publish_wheels(setup: BuildSetup) -> tuple[list[tuple[Path, str, str]], bool]:
     """Each project's wheels (of its last step that makes wheels, per Python) into dist/, those not already
     there. Returns ((path in dist, project, Python), ...) and whether dist/ changed."""
-    published: list[tuple[Path, str, str]] = []
+    out: list[tuple[Path, str, str]] = []
     changed = False
     for (project, python), step in setup.plan.published_steps().items():
         assert step.wheels is not None
@@ -149,10 +149,10 @@ def _publish_wheels(setup: BuildSetup) -> tuple[list[tuple[Path, str, str]], boo
         for name in sorted(recorded):
             target = setup.plan.paths.dist / name
             if not (target.is_file() and file_sha256(target) == recorded[name]):
-                dist.publish(Path(step.wheels) / name, setup.plan.paths.dist)
+                published.publish(Path(step.wheels) / name, setup.plan.paths.dist)
                 changed = True
-            published.append((target, project, python or setup.plan.recipe.python))
-    return published, changed
+            out.append((target, project, python or setup.plan.recipe.python))
+    return out, changed
 
 
 def _locks(setup: BuildSetup) -> list[SourceLock]:
