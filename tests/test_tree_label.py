@@ -22,7 +22,7 @@ import pytest
 from dists import tiny_wheel
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from imagekit import examples
+from imagekit import examples, unisolated_signing_allowed
 from rich.console import Console
 from test_build_fetch import fetch_recipe_text, git
 
@@ -377,7 +377,10 @@ def publish_build(tree: Path, root: Path, recipe_text: str, *, after: str | None
         edit = (sys.executable, "-c", f"open({str(tree / 'version.txt')!r}, 'w').write({after!r})")
         steps.append(Step("late-edit", "env", "", edit))
     options = BuildOptions(
-        console=Console(file=io.StringIO()), skip_checks=True, sign_key=ed25519.Ed25519PrivateKey.generate()
+        console=Console(file=io.StringIO()),
+        skip_checks=True,
+        sign_key=ed25519.Ed25519PrivateKey.generate(),
+        allow_unisolated=unisolated_signing_allowed(),
     )
     return run_build(replace(plan, steps=[*steps, plan.steps[-1]]), options)
 
