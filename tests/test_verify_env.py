@@ -8,6 +8,8 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+from multiprocessing.connection import Listener
 from pathlib import Path
 
 import pytest
@@ -16,8 +18,11 @@ from imagekit import need_torch, require
 from torchkiln.verify.proc import (
     SCRATCH_DIRS,
     SCRATCH_ENV,
+    SOCKET_ROOM,
+    UNIX_PATH_MAX,
     WORKER_SET,
     scratch_environment,
+    scratch_parent,
     worker_environment,
 )
 
@@ -126,3 +131,81 @@ def test_the_scratch_environment_puts_every_cache_under_its_root(tmp_path: Path)
         assert Path(env[name]).is_dir() and Path(env[name]).parent == tmp_path / "scratch", name
     # the suite's policy keeps them for every process it starts
     assert {k: worker_environment(env)[k] for k in env} == env
+
+
+PREFIX = "torchkiln-verify-"
+# a process of the suite: a DataLoader whose 2 workers hand their batches over (file descriptors through
+# multiprocessing's resource sharer, a Unix socket under TMPDIR)
+LOADER = """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+loader = DataLoader(TensorDataset(torch.arange(64.0)), batch_size=8, num_workers=2)
+print(sum(float(b[0].sum()) for b in loader))
+"""
+
+
+def _deep(base: Path, length: int) -> Path:
+    """A directory under ``base`` whose path is ``length`` bytes long (made)."""
+    path, left = base, length - len(str(base))
+    assert left >= 2, (base, length)
+    while left > 0:
+        part = min(40, left - 1) if left - 1 - min(40, left - 1) != 1 else 38  # never one byte left over
+        path, left = path / ("d" * part), left - part - 1
+    path.mkdir(parents=True, exist_ok=True)
+    assert len(str(path)) == length
+    return path
+
+
+@pytest.mark.parametrize("extra", [2, 10, 20, 30, 40, 60, 90])
+def test_the_suites_temp_directory_leaves_room_for_a_socket(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, extra: int
+) -> None:
+    """Whatever the system temp directory's length (CI's nox gives .nox/<session>/tmp), the suite's TMPDIR
+    is one under which multiprocessing binds its listener socket: real binds, by the table of lengths around
+    the limit; the system temp directory is kept wherever the socket fits under it."""
+    system = _deep(tmp_path, len(str(tmp_path)) + extra)
+    monkeypatch.setattr(tempfile, "tempdir", str(system))
+    parent = scratch_parent(PREFIX)
+    fits = len(str(system)) + len(f"/{PREFIX}xxxxxxxx/suite/tmp") + SOCKET_ROOM <= UNIX_PATH_MAX
+    assert parent == (str(system) if fits else "/tmp")
+    scratch = Path(tempfile.mkdtemp(prefix=PREFIX, dir=parent))
+    try:
+        env = scratch_environment(scratch / "suite")
+        # multiprocessing's own names (CPython's util.get_temp_dir and connection.arbitrary_address)
+        where = Path(tempfile.mkdtemp(prefix="pymp-", dir=env["TMPDIR"]))
+        with Listener(address=tempfile.mktemp(prefix="listener-", dir=where), family="AF_UNIX") as listener:
+            assert Path(listener.address).parent == where
+    finally:
+        shutil.rmtree(scratch)
+
+
+def test_a_temp_directory_with_no_room_for_a_socket_is_refused_by_name(tmp_path: Path) -> None:
+    root = _deep(tmp_path, UNIX_PATH_MAX - SOCKET_ROOM + 1 - len("/tmp"))
+    with pytest.raises(ValueError, match=r"too long for a temp directory"):
+        scratch_environment(root)
+    assert not (root / "tmp").exists()
+    with pytest.raises(OSError, match="too long"):  # what the suite's processes would have met
+        Listener(address=str(root / "tmp" / "pymp-xxxxxxxx" / "listener-xxxxxxxx"), family="AF_UNIX")
+
+
+@pytest.mark.integration
+def test_a_dataloaders_workers_hand_over_their_batches_under_a_long_system_temp_directory(
+    tmp_path: Path,
+) -> None:
+    """The reproducibility area's DataLoader under `torchkiln verify`'s environment when the system temp
+    directory is too long for a socket (CI's nox session): it finishes (it waited forever before)."""
+    need_torch()
+    system = _deep(tmp_path, 100)
+    environ = {k: v for k, v in os.environ.items() if k not in SCRATCH_DIRS and k != SCRATCH_ENV}
+    script = (
+        "import os, sys, tempfile\n"
+        "from pathlib import Path\n"
+        "from torchkiln.verify.proc import scratch_environment, scratch_parent\n"
+        f"scratch = Path(tempfile.mkdtemp(prefix={PREFIX!r}, dir=scratch_parent({PREFIX!r})))\n"
+        "env = {**os.environ, **scratch_environment(scratch / 'suite')}\n"
+        f"os.execve(sys.executable, [sys.executable, '-c', {LOADER!r}], env)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], env={**environ, "TMPDIR": str(system)},
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["2016.0"]

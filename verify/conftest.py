@@ -40,7 +40,7 @@ import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from torchkiln.verify.proc import SCRATCH_ENV, scratch_environment, worker_environment  # noqa: E402
+from torchkiln.verify.proc import SCRATCH_ENV, scratch_environment, scratch_parent, worker_environment  # noqa: E402
 
 # The suite writes nothing outside its report directory and its own temp directory: `torchkiln verify` gives
 # it one (proc.scratch_environment: TMPDIR and every cache variable); run as plain pytest, it makes its own
@@ -48,7 +48,7 @@ from torchkiln.verify.proc import SCRATCH_ENV, scratch_environment, worker_envir
 # removes it when the run ends (pytest_unconfigure).
 OWN_SCRATCH: Path | None = None
 if not os.environ.get(SCRATCH_ENV):
-    OWN_SCRATCH = Path(tempfile.mkdtemp(prefix="torchkiln-verify-"))
+    OWN_SCRATCH = Path(tempfile.mkdtemp(prefix="torchkiln-verify-", dir=scratch_parent("torchkiln-verify-")))
     os.environ.update(scratch_environment(OWN_SCRATCH))
     tempfile.tempdir = None  # read TMPDIR again
     sys.dont_write_bytecode = True

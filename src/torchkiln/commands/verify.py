@@ -24,7 +24,7 @@ from torchkiln.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, UsageError
 from torchkiln.process import runner
 from torchkiln.recipe.loader import load_recipe, resolve_recipe_path
 from torchkiln.verify import hang, refenv, report
-from torchkiln.verify.proc import scratch_environment, worker_environment
+from torchkiln.verify.proc import scratch_environment, scratch_parent, worker_environment
 
 ENV_DIR = "TORCHKILN_VERIFY_DIR"
 AREAS = tuple(report.AREAS)
@@ -188,7 +188,11 @@ def run(args: argparse.Namespace) -> int:
     started = time.time()
     # One temp directory of its own for everything the run writes besides its report (the parity battery's
     # result, every temp file and cache of pytest and its processes: proc.scratch_environment), removed after.
-    with tempfile.TemporaryDirectory(prefix="torchkiln-verify-") as scratch:
+    try:  # where a socket's name fits under it (proc.scratch_parent)
+        parent = scratch_parent("torchkiln-verify-")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    with tempfile.TemporaryDirectory(prefix="torchkiln-verify-", dir=parent) as scratch:
         # pytest runs under the suite's environment policy too: a caller's TORCH_DISTRIBUTED_DEBUG=garbage
         # would otherwise fail the import of torch.distributed before any check ran.
         env = {**worker_environment(os.environ), **scratch_environment(Path(scratch) / "suite")}

@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -81,10 +82,41 @@ SCRATCH_DIRS: dict[str, str] = {
 }
 
 
+# A Unix socket's path holds at most 107 bytes (sockaddr_un.sun_path), and the suite's processes bind sockets
+# under TMPDIR: multiprocessing's resource sharer, through which a DataLoader worker hands each batch's file
+# descriptors over, at TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX. Under a longer TMPDIR that bind fails in the
+# worker's feeder thread and the loader waits forever (CI found it: nox's TMPDIR is .nox/<session>/tmp). So
+# the suite's TMPDIR leaves room for that name, and its temp directory is made where it can.
+UNIX_PATH_MAX = 107
+SOCKET_ROOM = len("/pymp-xxxxxxxx/listener-xxxxxxxx")
+
+
+def scratch_parent(prefix: str) -> str:
+    """Where the suite's own temp directory (``prefix`` + 8 characters, then ``suite/tmp``) is made: the
+    system temp directory, else /tmp where the former leaves no room for a socket's name. ValueError when
+    neither does."""
+    room = len(f"/{prefix}xxxxxxxx/suite/tmp") + SOCKET_ROOM
+    candidates = (tempfile.gettempdir(), "/tmp")
+    for candidate in candidates:
+        if len(os.fsencode(candidate)) + room <= UNIX_PATH_MAX and os.access(candidate, os.W_OK | os.X_OK):
+            return candidate
+    raise ValueError(
+        f"the temp directory {candidates[0]!r} is too long for the Unix sockets the suite's processes make "
+        f"under it (at most {UNIX_PATH_MAX - room} bytes) and /tmp is not writable: set TMPDIR to a shorter one"
+    )
+
+
 def scratch_environment(root: Path) -> dict[str, str]:
     """The variables that put every temp file and cache of the suite under ``root`` (made here), and no
     bytecode written beside the suite's or torchkiln's sources (what is compiled already is still read: a
-    cache prefix of its own would make every worker compile torch's 3,000 modules again)."""
+    cache prefix of its own would make every worker compile torch's 3,000 modules again). ValueError when
+    ``root``'s temp directory leaves no room for a socket's name under it (:func:`scratch_parent`)."""
+    tmp = root / SCRATCH_DIRS["TMPDIR"]
+    if len(os.fsencode(str(tmp))) + SOCKET_ROOM > UNIX_PATH_MAX:
+        raise ValueError(
+            f"{tmp} is too long for a temp directory: a Unix socket under it (a DataLoader worker's) would "
+            f"exceed {UNIX_PATH_MAX} bytes; make the suite's temp directory under a shorter one (scratch_parent)"
+        )
     made = {name: root / sub for name, sub in SCRATCH_DIRS.items()}
     for directory in made.values():
         directory.mkdir(parents=True, exist_ok=True)
