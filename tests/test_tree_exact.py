@@ -100,6 +100,7 @@ def stand_in_compile(step: Step, tree: Path, wheel: Path, *, extra: str = "") ->
 class World:
     root: Path
     url: str
+    edits: str = "test_tree_exact"  # the module whose EDITS the edit steps apply
 
     @property
     def work(self) -> Path:
@@ -134,40 +135,47 @@ class World:
         between: str | None = None,
         after: str | None = None,
         sign: bool = False,
+        compile_extra: str = "",
+        after_kind: str = "env",
+        isolation: bool = True,
+        skip_checks: bool = True,
     ) -> tuple[BuildResult, str]:
         """fetch steps, a step that applies the edit named ``between`` (after the fetch, before the
-        compile), the stand-in compile, a step that applies ``after``, publish."""
+        compile), the stand-in compile (running ``compile_extra`` too), a step of ``after_kind`` that applies
+        ``after``, publish."""
         plan = self.plan(self.dist)
         made = self.root / "made"
         made.mkdir(exist_ok=True)
         wheel = tiny_wheel(made, "torch", "2.13.0+cpu")
         compile_step = next(s for s in plan.steps if s.kind == "compile")
         steps = [s for s in plan.steps if s.kind == "fetch"]
-        steps += [edit_step("edit", between, self.checkout)] if between else []
-        steps.append(stand_in_compile(compile_step, self.checkout, wheel))
-        steps += [edit_step("late-edit", after, self.checkout)] if after else []
+        steps += [edit_step("edit", between, self.checkout, module=self.edits)] if between else []
+        steps.append(stand_in_compile(compile_step, self.checkout, wheel, extra=compile_extra))
+        steps += [edit_step("late-edit", after, self.checkout, after_kind, self.edits)] if after else []
         steps.append(plan.steps[-1])
         out = io.StringIO()
         key = ed25519.Ed25519PrivateKey.generate() if sign else None
         options = BuildOptions(
             console=Console(file=out, width=400),
-            skip_checks=True,
+            skip_checks=skip_checks,
             allow_dirty=allow_dirty,
             force=force,
             sign_key=key,
+            isolation=isolation,
+            allow_unisolated=not isolation,
         )
         return run_build(replace(plan, steps=steps), options), out.getvalue()
 
 
-def edit_step(name: str, edit: str, tree: Path) -> Step:
+def edit_step(name: str, edit: str, tree: Path, kind: str = "env", module: str = "test_tree_exact") -> Step:
     """A step of the build that applies the table's edit ``edit`` to ``tree`` (in a child process, as every
     step runs: it imports this module and calls the edit by name). The tests' directory is an argument of
     its own: an env step runs sandboxed and sees the absolute paths its command names."""
     code = (
-        "import sys, pathlib; sys.path.insert(0, sys.argv[1]); import test_tree_exact as t; "
+        f"import sys, pathlib; sys.path.insert(0, sys.argv[1]); import {module} as t; "
         f"t.EDITS[{edit!r}](pathlib.Path(sys.argv[2]))"
     )
-    return Step(name, "env", "", (sys.executable, "-c", code, str(Path(__file__).parent), str(tree)))
+    return Step(name, kind, "", (sys.executable, "-c", code, str(Path(__file__).parent), str(tree)))
 
 
 @pytest.fixture
@@ -566,7 +574,7 @@ def test_which_links_lead_out_of_a_tree_as_realpath_says(shape: LinkShape, tmp_p
 
 
 def given_tree_build(
-    tree: Path, root: Path, *, allow_dirty: bool = False, sign: bool = False
+    tree: Path, root: Path, *, allow_dirty: bool = False, sign: bool = False, compile_extra: str = ""
 ) -> tuple[BuildResult, str]:
     """A --source-dir build of ``tree``: the stand-in compile and the real publish step."""
     from torchkiln.recipe.loader import load_recipe
@@ -580,7 +588,7 @@ def given_tree_build(
     made.mkdir(exist_ok=True)
     wheel = tiny_wheel(made, "torch", "2.13.0+cpu")
     compile_step = next(s for s in plan.steps if s.kind == "compile")
-    steps = [stand_in_compile(compile_step, tree, wheel), plan.steps[-1]]
+    steps = [stand_in_compile(compile_step, tree, wheel, extra=compile_extra), plan.steps[-1]]
     out = io.StringIO()
     key = ed25519.Ed25519PrivateKey.generate() if sign else None
     options = BuildOptions(

@@ -237,7 +237,8 @@ def _message(
         "change the tree it builds; nothing was published (dist/ is unchanged)"
     )
     if failure is not None:
-        text += f"\nthe step also failed: {str(failure).splitlines()[0] if str(failure) else failure!r}"
+        said = str(failure).splitlines()
+        text += f"\nthe step also failed: {said[0] if said else type(failure).__name__}"
     if tree.git:
         restore = (
             f"make it its commit's tree again (git -C {source.path} checkout -- . ; for git's own data: a "

@@ -137,21 +137,22 @@ def _git_dir(gitdir: Path, out: dict[str, str], top: Path) -> None:
             continue
         if entry.name == "objects" and entry.is_dir(follow_symlinks=False):
             _files(path, out, top, by_stat=True)
-        elif entry.name == "modules" and entry.is_dir(follow_symlinks=False):
-            _modules(path, out, top)
+        elif entry.name in ("modules", "worktrees") and entry.is_dir(follow_symlinks=False):
+            _nested(path, out, top)
         else:
             _files(path, out, top)
 
 
-def _modules(directory: Path, out: dict[str, str], top: Path) -> None:
-    """``modules/``: each submodule's git directory (one holding ``HEAD``), at any depth of its name."""
+def _nested(directory: Path, out: dict[str, str], top: Path) -> None:
+    """``modules/`` and ``worktrees/``: each submodule's or linked worktree's git directory (one holding
+    ``HEAD``), at any depth of its name, read as a git directory (its index and reflogs left out)."""
     for entry in _children(directory):
         path = Path(entry.path)
         if entry.is_dir(follow_symlinks=False):
             if (path / "HEAD").is_file():
                 _git_dir(path, out, top)
             else:
-                _modules(path, out, top)
+                _nested(path, out, top)
         else:
             _files(path, out, top)
 
