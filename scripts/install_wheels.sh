@@ -35,7 +35,7 @@ fi
 # torchkiln itself (pure Python) with the verification suite's requirements, built outside the
 # read-only context mount.
 build=$(mktemp -d)
-cp -r "$context/pyproject.toml" "$context/README.md" "$context/src" "$build/"
+cp -r "$context/pyproject.toml" "$context/README.md" "$context/src" "$context/verify" "$build/"
 "${pip[@]}" install "$build" pytest pytest-timeout
 rm -rf "$build"
 mkdir -p /opt/torchkiln

@@ -5,6 +5,8 @@ inside the wheel as torchkiln/verify_suite."""
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -53,9 +55,17 @@ def test_the_listed_packages_are_every_package_of_src_and_the_suite() -> None:
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
+    """The wheel of the checkout's files (tracked and not ignored), built from a copy of them: setuptools
+    packs what an in-tree build/ holds, a module since removed included."""
+    out, copy = tmp_path_factory.mktemp("wheel"), tmp_path_factory.mktemp("checkout")
+    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "-co", "--exclude-standard"],
+                            capture_output=True, check=True).stdout.decode().split("\0")  # fmt: skip
+    for name in filter(None, listed):
+        if (ROOT / name).is_file():
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, copy / name)
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--wheel-dir", str(out), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--wheel-dir", str(out), str(copy)],
         check=True, cwd=out,
     )  # fmt: skip
     (found,) = out.glob("torchkiln-*.whl")
@@ -100,3 +110,40 @@ def test_an_installed_wheel_verifies_with_no_checkout(wheel: Path, tmp_path: Pat
     assert done.returncode == 0, output[-3000:]
     assert f"{purelib}/torchkiln/verify_suite" in output  # the wheel's copy, not a checkout's
     assert " passed" in output
+
+
+# Where the images build torchkiln from a copy of part of the checkout (the build context): each copy's list.
+IMAGE_COPIES = {
+    "docker/Dockerfile.devel": r"cp -r ((?:/mnt/context/\S+ )+)/opt/torchkiln/",
+    "scripts/install_wheels.sh": r'cp -r ((?:"\$context/\S+" )+)"\$build/"',
+}
+
+
+def _copied(where: str) -> list[str]:
+    match = re.search(IMAGE_COPIES[where], (ROOT / where).read_text())
+    assert match, f"{where}: no copy of the checkout found (IMAGE_COPIES)"
+    return [re.sub(r'^"?(/mnt/context|\$context)/|"$', "", part) for part in match.group(1).split()]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("where", sorted(IMAGE_COPIES))
+def test_the_images_copy_everything_the_wheel_is_built_from(where: str, wheel: Path, tmp_path: Path) -> None:
+    """An image builds torchkiln from the paths it copies out of the build context (the devel image CI found
+    without verify/, which the wheel now packages): a wheel built from only those paths is the checkout's."""
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for name in _copied(where):
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, copy / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        else:
+            shutil.copy2(source, copy / name)
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--wheel-dir", str(out), str(copy)],
+        capture_output=True, text=True, check=False, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, f"{where} copies {_copied(where)}: {done.stderr[-2000:]}"
+    (built,) = out.glob("torchkiln-*.whl")
+    with zipfile.ZipFile(built) as a, zipfile.ZipFile(wheel) as b:
+        assert sorted(a.namelist()) == sorted(b.namelist())
