@@ -124,13 +124,19 @@ def test_torch_compile_writes_nothing_outside_the_report_and_its_temp_directory(
     assert sorted(p.name for p in report.iterdir()) == ["junit.xml", "summary.json", "summary.md"]
 
 
-def test_the_scratch_environment_puts_every_cache_under_its_root(tmp_path: Path) -> None:
-    env = scratch_environment(tmp_path / "scratch")
-    assert env[SCRATCH_ENV] == str(tmp_path / "scratch") and env["PYTHONDONTWRITEBYTECODE"] == "1"
-    for name in SCRATCH_DIRS:
-        assert Path(env[name]).is_dir() and Path(env[name]).parent == tmp_path / "scratch", name
-    # the suite's policy keeps them for every process it starts
-    assert {k: worker_environment(env)[k] for k in env} == env
+def test_the_scratch_environment_puts_every_cache_under_its_root() -> None:
+    # made where `torchkiln verify` makes it: pytest's tmp_path can leave no room for a socket under it
+    # (as a user named newcomer: /tmp/pytest-of-newcomer/pytest-N/<test>/scratch/tmp, 109 bytes with one)
+    parent = Path(tempfile.mkdtemp(prefix=PREFIX, dir=scratch_parent(PREFIX)))
+    try:
+        env = scratch_environment(parent / "scratch")
+        assert env[SCRATCH_ENV] == str(parent / "scratch") and env["PYTHONDONTWRITEBYTECODE"] == "1"
+        for name in SCRATCH_DIRS:
+            assert Path(env[name]).is_dir() and Path(env[name]).parent == parent / "scratch", name
+        # the suite's policy keeps them for every process it starts
+        assert {k: worker_environment(env)[k] for k in env} == env
+    finally:
+        shutil.rmtree(parent)
 
 
 PREFIX = "torchkiln-verify-"
@@ -145,14 +151,16 @@ print(sum(float(b[0].sum()) for b in loader))
 
 
 def _deep(base: Path, length: int) -> Path:
-    """A directory under ``base`` whose path is ``length`` bytes long (made)."""
+    """A directory under ``base`` whose path is ``length`` bytes long (made); ``base`` itself where it is that
+    long or longer already (a long pytest base directory)."""
     path, left = base, length - len(str(base))
-    assert left >= 2, (base, length)
+    if left < 2:
+        return base
     while left > 0:
         part = min(40, left - 1) if left - 1 - min(40, left - 1) != 1 else 38  # never one byte left over
         path, left = path / ("d" * part), left - part - 1
     path.mkdir(parents=True, exist_ok=True)
-    assert len(str(path)) == length
+    assert len(str(path)) == length, path
     return path
 
 
@@ -180,7 +188,7 @@ def test_the_suites_temp_directory_leaves_room_for_a_socket(
 
 
 def test_a_temp_directory_with_no_room_for_a_socket_is_refused_by_name(tmp_path: Path) -> None:
-    root = _deep(tmp_path, UNIX_PATH_MAX - SOCKET_ROOM + 1 - len("/tmp"))
+    root = _deep(tmp_path, max(UNIX_PATH_MAX - SOCKET_ROOM + 1 - len("/tmp"), len(str(tmp_path)) + 2))
     with pytest.raises(ValueError, match=r"too long for a temp directory"):
         scratch_environment(root)
     assert not (root / "tmp").exists()
