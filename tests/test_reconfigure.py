@@ -161,10 +161,19 @@ def test_a_changed_flag_reaches_the_build_through_torchs_real_setup_helpers(
     assert "-DUSE_KILN_FEATURE" not in upstream("1") and run(program) == "USE_KILN_FEATURE=0 KILN_ARCH_LIST="
 
     def torchkiln(flag: str) -> str:
+        # The installed copy goes first: run() dated it back (CMake's install skips a file of the same second),
+        # so it is no longer what a step recorded, and a tree without git has no commit to tell its origin: a
+        # file there before the build, changed outside build/ and not as the build left it, is the tree's, and
+        # the build refuses to change it (build.treewatch). A torch checkout ignores torch/bin/ in git.
+        program.unlink(missing_ok=True)
         env = {"USE_KILN_FEATURE": flag, "CMAKE_GENERATOR": "Ninja", "BUILD_TEST": "0"}
         return compile_step(tree, (sys.executable, "drive.py"), env, tmp_path)
 
-    # the build dir upstream's code left is configured with USE_KILN_FEATURE=0, and nobody recorded it
+    # the build dir upstream's code left is configured with USE_KILN_FEATURE=0, and nobody recorded it. What
+    # that build installed into the tree goes: a tree without git has no commit to tell a file's origin, so a
+    # file there before the build that a step changes outside build/ is the tree's, and the build refuses to
+    # change it (build.treewatch); a torch checkout ignores torch/bin/ in git, where it is an output.
+    program.unlink()
     said = torchkiln("1")
     assert run(program) == "USE_KILN_FEATURE=1 KILN_ARCH_LIST="
     assert "CMake configures it again" in said and UNKNOWN in said

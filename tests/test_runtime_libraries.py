@@ -41,6 +41,7 @@ from imagekit import need_sandbox
 from torchkiln.artifacts import abi, repair, sbom_bundled, wheelfile
 from torchkiln.artifacts.elf import ElfDynamic, read_elf
 from torchkiln.build import portable
+from torchkiln.build.context import BuildRecord
 from torchkiln.errors import BuildFailed
 from torchkiln.plan.make import make_plan
 from torchkiln.plan.model import Plan
@@ -285,9 +286,10 @@ def judged(plan: Plan, wheel: Path) -> dict:
     pip_install_target(Path(str(check.venv)) / "lib" / python / "site-packages", final / wheel.name)
     records = portable.analyse_checked(check)
     assert list(records) == [wheel.name]
-    ctx = SimpleNamespace(plan=plan, portability={})
-    portable.judge(ctx, check, {"portability": records}, "the test's")  # type: ignore[arg-type]
-    return ctx.portability
+    setup = SimpleNamespace(plan=plan)  # judge reads the plan's recipe of the build's setup
+    record = BuildRecord()
+    portable.judge(setup, record, check, {"portability": records}, "the test's")  # type: ignore[arg-type]
+    return dict(record.portability)
 
 
 def cpu_plan(work: Path) -> Plan:
