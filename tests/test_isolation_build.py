@@ -48,6 +48,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from imagekit import need, require
 
+from torchkiln.artifacts.elf import read_elf
 from torchkiln.distributed import cluster, loopback
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis]
@@ -94,7 +95,10 @@ CASES = [
     Case("key-in-workdir.sccache-pw-env.token-env", "file-in-workdir", "sccache", "env", "env"),
     Case("key-env.sccache-pw-file.token-file", "env", "sccache", "file", "file"),
 ]
-# torchkiln's own processes outside every sandbox (none runs code of a tree or a build dependency)
+# torchkiln's own processes outside every sandbox (none runs code of a tree or a build dependency): itself,
+# its watchdog, and each program it runs on the host. The sampler reads memory: a program torchkiln starts
+# shares torchkiln's memory between its fork and its exec, where the sampler can catch it (CI caught ldconfig,
+# which host.loader runs for the loader's cache, as it runs the program interpreter for its search path)
 TORCHKILN_HOST = {
     "python -m torchkiln (host)",
     "python -m torchkiln.process.supervisor (host)",
@@ -102,6 +106,8 @@ TORCHKILN_HOST = {
     "ccache (host)",
     "sccache (host)",
     "git (host)",
+    "ldconfig (host)",
+    f"{Path(read_elf(Path(sys.executable).resolve()).interpreter or 'ld.so').name} (host)",
 }
 CONTROL = Case("no-sandbox.key-file.ccache-pw-file", "file", "ccache", "file", isolation=False)
 
