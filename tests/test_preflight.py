@@ -196,6 +196,11 @@ def test_cpu_recipe_passes_here(tmp_path: Path) -> None:
     require(
         shutil.which("gcc") is not None and shutil.which("ccache") is not None, "gcc and ccache are needed"
     )
+    # the disk check is the host's too: a CPU build of torch needs DISK_GIB free where its work directory is
+    # (nox -s newcomer found a loaded machine with 18 GiB: check refused it, rightly)
+    free = shutil.disk_usage(tmp_path).free / 2**30
+    need = preflight_machine.DISK_GIB["cpu"]
+    require(free >= need, f"{free:.1f} GiB free under {tmp_path}: a CPU build of torch needs {need:g} GiB")
     running = f"{sys.version_info.major}.{sys.version_info.minor}"
     recipe = tmp_path / "cpu.toml"
     assert main(["recipe", "new", CPU.stem, "--python", running, "--output", str(recipe)]) == 0
