@@ -1,6 +1,6 @@
 """What a build leaves for others: wheels in ``dist/``, the manifest, the lock file.
 
-* :mod:`.dist`: ``dist/`` itself: wheels copied in atomically, superseded ones removed, and
+* :mod:`.published`: ``dist/`` itself: wheels copied in atomically, superseded ones removed, and
   :func:`.published.read_published` (the manifest must list exactly the wheels there);
 * :mod:`.manifest`: ``dist/manifest.json``, a typed document (:class:`.manifest.Manifest`);
 * :mod:`.lockfile`: ``dist/<recipe>.lock.json``, the commit of each repository and submodule;

@@ -48,7 +48,7 @@ from .intoto import read_statement_data
 from .lockfile import SourceLock
 from .manifest import CacheRecord, DistRecord, Manifest
 from .published import STATEMENT_SUFFIX
-from .published import statement_name as statement_name  # named in .dist (no signing needed to find one)
+from .published import statement_name as statement_name  # named in .published (no signing needed to find one)
 from .signing import Envelope, PrivateKey, sign
 
 # torchkiln's own URIs, each a section of docs/supply-chain.md: what a build of wheels means (how to read

@@ -117,7 +117,7 @@ def baseline(plan: Plan, source: Source) -> Baseline:
         return Baseline(source, False, paths)
     entries, repos = tracked(top)
     changed = {d.path for d in observed.differences.values() if d.kind != "extra"}
-    excluded = [p for p in observed_skips(plan, source)]
+    excluded = observed_skips(plan, source)
     paths = {}
     for name, committed in entries.items():
         if any(name == p or name.startswith(p + "/") for p in excluded):
