@@ -305,7 +305,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):  # noqa
         reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
         reason = reason.removeprefix("Skipped: ")
         multi_gpu_only = item.get_closest_marker("multi_gpu") is not None and torch.cuda.is_available()
-        if not multi_gpu_only:  # one GPU cannot run a two-GPU check; that is not CUDA being broken
+        # One GPU cannot run a two-GPU check, and a check of what this build, torch or GPU lacks (its reason
+        # says "not applicable: ...") has nothing to run: neither is CUDA being broken.
+        if not multi_gpu_only and not reason.startswith(report.NOT_APPLICABLE):
             rep.outcome = "failed"
             rep.longrepr = f"{REQUIRED} ({why}): this CUDA check could not run: {reason}"
     if rep.when == "setup" and rep.failed and (_required(rep) or _verdict(call)):

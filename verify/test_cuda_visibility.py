@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from torchkiln.recipe import archs
-from torchkiln.verify import proc
+from torchkiln.verify import proc, report
 
 pytestmark = [pytest.mark.cuda_visibility, pytest.mark.timeout(300)]
 PROBE_TIMEOUT = 180.0
@@ -240,7 +240,9 @@ def test_bf16_support_reported_natively(kernel_probe: dict) -> None:
 @pytest.mark.cuda
 def test_invalid_device_ordinal_raises(kernel_probe: dict) -> None:
     if "invalid_ordinal" not in kernel_probe:
-        pytest.skip("8 or more devices visible: no invalid ordinal below cuda:8 to try")
+        pytest.skip(
+            report.not_applicable("8 or more devices visible: no invalid ordinal below cuda:8 to try")
+        )
     assert kernel_probe["invalid_ordinal"]["ok"], kernel_probe["invalid_ordinal"]["error"]
 
 

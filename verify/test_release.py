@@ -8,8 +8,7 @@ system directories hold (docs/portability.md);
 oneDNN is there and a CPU convolution runs through it. A CPU matmul gives exactly the integer product (the BLAS computes, not only loads). From
 ``.ci/pytorch/smoke_test/smoke_test.py``:
 ``torch.compile`` (inductor: C++ on the CPU with the host compiler, triton on CUDA) compiles a function and a
-module whose outputs equal eager; on a GPU, conv2d in fp16/fp32/fp64, a batched SVD of the size upstream
-uses (cuSOLVER and MAGMA) and scaled-dot-product attention on each backend the build has (flash,
+module whose outputs equal eager; on a GPU, conv2d in fp16/fp32/fp64 and scaled-dot-product attention on each backend the build has (flash,
 memory-efficient, cuDNN). The verdicts come from :mod:`torchkiln.verify.smoke` and
 :mod:`torchkiln.verify.linkage`, whose negative controls are in torchkiln's own tests.
 """
@@ -23,7 +22,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from torchkiln.verify import buildconfig, imported, linkage, smoke
+from torchkiln.verify import buildconfig, imported, linkage, report, smoke
 from torchkiln.verify.comparison import flag
 
 pytestmark = pytest.mark.release
@@ -178,7 +177,8 @@ def test_inductor_finds_a_vector_isa(inductor: str) -> None:
     assert isa, "inductor detected no vector ISA (its CPU kernels would be scalar)"
 
 
-# --- CUDA: conv2d per dtype, batched SVD, attention backends (smoke_test.py, check_binary.sh) ----------
+# --- CUDA: conv2d per dtype, attention backends (smoke_test.py, check_binary.sh); the batched SVD and the
+# MAGMA ops are in test_linalg.py ---------------------------------------------------------------------------
 
 TOLERANCE = {  # against the CPU in float64; cuDNN may use TF32 for float32 (torch.backends.cudnn.allow_tf32)
     torch.float16: 1e-2,
@@ -205,27 +205,6 @@ def test_cuda_conv2d_matches_cpu(dtype: str) -> None:
     torch.testing.assert_close(got.double().cpu(), expected, rtol=tol, atol=tol)
 
 
-@pytest.mark.cuda
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("library", ["cusolver", "magma"])
-def test_cuda_batched_svd(library: str, dtype: str) -> None:
-    """test_linalg('cuda'): SVD of a (20, 16, 50, 100) batch, through each library the build has; the
-    singular values against LAPACK's on the CPU, the factors against the input."""
-    if library == "magma" and not torch.cuda.has_magma:
-        pytest.skip("built without MAGMA (torch.cuda.has_magma is False)")
-    a = torch.randn(20, 16, 50, 100, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-    previous = torch.backends.cuda.preferred_linalg_library()
-    torch.backends.cuda.preferred_linalg_library(library)
-    try:
-        u, s, vh = torch.linalg.svd(a.to(device="cuda", dtype=DTYPES[dtype]), full_matrices=False)
-        torch.cuda.synchronize()
-    finally:
-        torch.backends.cuda.preferred_linalg_library(previous)
-    tol = 1e-3 if dtype == "float32" else 1e-9
-    torch.testing.assert_close(s.double().cpu(), torch.linalg.svdvals(a), rtol=tol, atol=tol)
-    torch.testing.assert_close(((u * s.unsqueeze(-2)) @ vh).double().cpu(), a, rtol=tol, atol=tol)
-
-
 # (the backend, whether this build has it, the compute capabilities it runs on: torch's own ranges,
 # aten/src/ATen/native/transformers/cuda/sdp_utils.cpp check_*_hardware_support: flash and cuDNN
 # [sm80, sm121], memory-efficient [sm50, sm121]). Memory-efficient attention is in every CUDA build unless
@@ -247,11 +226,13 @@ def test_cuda_sdpa_backend_matches_math(backend: str) -> None:
     name, built, lowest, highest = SDPA[backend]
     capability = torch.cuda.get_device_capability()
     if not built():
-        pytest.skip(f"this build has no {backend} attention")
+        pytest.skip(report.not_applicable(f"this build has no {backend} attention"))
     if not lowest <= capability <= highest:
         pytest.skip(
-            f"{backend} attention runs on sm_{lowest[0]}{lowest[1]} to sm_{highest[0]}{highest[1]}; this GPU is "
-            f"sm_{capability[0]}{capability[1]}"
+            report.not_applicable(
+                f"{backend} attention runs on sm_{lowest[0]}{lowest[1]} to sm_{highest[0]}{highest[1]}; this GPU "
+                f"is sm_{capability[0]}{capability[1]}"
+            )
         )
     generator = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 4, 128, 64, generator=generator) for _ in range(3))

@@ -16,7 +16,7 @@ from types import ModuleType
 import pytest
 import torch
 
-from torchkiln.verify import buildconfig, buildconfig_torchvision, facts
+from torchkiln.verify import buildconfig, buildconfig_torchvision, facts, report
 from torchkiln.verify.comparison import Comparison
 
 pytestmark = pytest.mark.torchvision
@@ -154,7 +154,7 @@ def test_nvjpeg_is_compiled_in_exactly_when_asked_for(tv: ModuleType, recipe: ob
     """GPU-less: the CUDA decoder is reached; built without nvJPEG it says so, built with it the failure (no
     GPU, no driver here) comes from CUDA, not from a missing nvJPEG."""
     if not vision_part_expected(recipe, "jpeg"):
-        pytest.skip("no JPEG support to feed the GPU decoder with")
+        pytest.skip(report.not_applicable("no JPEG support to feed the GPU decoder with"))
     data = tv.io.encode_jpeg(torch.zeros(3, 8, 8, dtype=torch.uint8))
     try:
         decoded = torch.ops.image.decode_jpegs_cuda([data], 0, torch.device("cuda"))
@@ -168,7 +168,7 @@ def test_nvjpeg_is_compiled_in_exactly_when_asked_for(tv: ModuleType, recipe: ob
 @pytest.mark.parametrize("device", [pytest.param("cuda", marks=pytest.mark.cuda)])
 def test_nvjpeg_decodes_on_the_gpu(tv: ModuleType, recipe: object, device: str) -> None:
     if not vision_part_expected(recipe, "nvjpeg"):
-        pytest.skip("torchvision is built without nvJPEG")
+        pytest.skip(report.not_applicable("torchvision is built without nvJPEG"))
     image = torch.zeros(3, 32, 32, dtype=torch.uint8)
     image[1, 8:24, 8:24] = 180
     decoded = tv.io.decode_jpeg(tv.io.encode_jpeg(image, quality=95), device=device)

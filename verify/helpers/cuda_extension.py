@@ -20,6 +20,8 @@ import traceback
 
 CUDA_SOURCE = r"""
 #include <torch/extension.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAStream.h>
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -34,7 +36,8 @@ torch::Tensor axpb(torch::Tensor x, double a, double b) {
   int64_t n = x.numel();
   int threads = 256;
   int blocks = (int)((n + threads - 1) / threads);
-  kiln_axpb<<<blocks, threads>>>(x.data_ptr<float>(), y.data_ptr<float>(), (float)a, (float)b, n);
+  kiln_axpb<<<blocks, threads, 0, c10::cuda::getCurrentCUDAStream()>>>(
+      x.data_ptr<float>(), y.data_ptr<float>(), (float)a, (float)b, n);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return y;
 }

@@ -58,9 +58,20 @@ GPU_NOTES: dict[str, str] = {
 }
 
 
+# How a check's skip reason starts when what it checks is not in this build, this torch or this GPU (built
+# without MAGMA, an op torch no longer routes through MAGMA, an attention backend the GPU's capability lacks):
+# such a skip is no sign of CUDA being broken, so --require-cuda keeps it a skip (verify/conftest.py).
+NOT_APPLICABLE = "not applicable: "
+
+
+def not_applicable(reason: str) -> str:
+    """A skip reason saying the check does not apply to this build, torch or GPU (:data:`NOT_APPLICABLE`)."""
+    return NOT_APPLICABLE + reason
+
+
 def skip_kind(message: str) -> str:
     """Classify a skip reason (see :data:`SKIP_KINDS`); the suite's own reasons start with these words."""
-    if message.startswith("checks a CPU-only build") or (
+    if message.startswith(("checks a CPU-only build", NOT_APPLICABLE)) or (
         message.startswith("needs CUDA") and "built without CUDA" in message
     ):
         return "not_applicable"
