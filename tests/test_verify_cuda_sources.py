@@ -122,3 +122,33 @@ def test_a_not_applicable_reason_is_its_own_skip_kind() -> None:
 
     reason = report.not_applicable("built without MAGMA (torch.cuda.has_magma is False)")
     assert reason.startswith(report.NOT_APPLICABLE) and report.skip_kind(reason) == "not_applicable"
+
+
+# Both of torch's MAGMA warnings, verbatim from the GPU run of 28 Nov 2026 (upstream's 2.11.0+cu130, H200):
+# the one on preferring MAGMA (Context.cpp:422) and svd's own (BatchLinearAlgebra.cpp:724).
+PREFERRING_MAGMA = (
+    "The usage of MAGMA backend for linear algebra operations is deprecated and will be removed in future "
+    "releases. cuSOLVER stays as the default backend.If you see any error messages with cuSOLVER but not MAGMA, "
+    "please, file an issue on GitHub. (Triggered internally at /pytorch/aten/src/ATen/Context.cpp:422.)"
+)
+SVD_LEFT_MAGMA = (
+    "linalg.svd: MAGMA, as a linear algebra backend, is deprecated and will be removed in future releases. "
+    "linalg.svd will try dispatching to cuSOLVER instead. If you see any error messages, please, file an issue "
+    "on GitHub. (Triggered internally at /pytorch/aten/src/ATen/native/cuda/linalg/BatchLinearAlgebra.cpp:724.)"
+)
+OPS = ["linalg.svd", "linalg.lu_factor", "linalg.lu_solve", "linalg.cholesky", "cholesky_solve",
+       "cholesky_inverse", "linalg.qr", "linalg.eigh", "linalg.eig", "linalg.solve_triangular",
+       "linalg.ldl_factor"]  # fmt: skip
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_an_op_has_left_magma_only_when_torch_says_so_of_that_op(op: str) -> None:
+    from torchkiln.verify import smoke
+
+    assert smoke.magma_retirement(op, [PREFERRING_MAGMA]) is None  # said of MAGMA as a whole, not of the op
+    own = SVD_LEFT_MAGMA.replace("linalg.svd", op)
+    assert smoke.magma_retirement(op, [PREFERRING_MAGMA, own]) == own
+    for other in OPS:  # cholesky's warning does not retire cholesky_solve, nor eig's eigh
+        if other != op:
+            assert smoke.magma_retirement(op, [SVD_LEFT_MAGMA.replace("linalg.svd", other)]) is None
+    assert smoke.magma_retirement(op, [own.replace("deprecated", "fine")]) is None

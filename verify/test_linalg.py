@@ -16,19 +16,17 @@ run time, never from its version.
 from __future__ import annotations
 
 import contextlib
-import re
 import warnings
 from collections.abc import Callable, Iterator
 
 import pytest
 import torch
 
-from torchkiln.verify import report
+from torchkiln.verify import report, smoke
 
 pytestmark = pytest.mark.release
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
-RETIRED = re.compile(r"MAGMA.*deprecated", re.IGNORECASE | re.DOTALL)  # torch's words when an op leaves MAGMA
 
 
 @contextlib.contextmanager
@@ -59,13 +57,12 @@ def run_preferring(library: str, op: str, run: Callable[[], object]) -> object:
             torch.cuda.synchronize()
         except Exception as exc:  # noqa: BLE001 - re-raised below unless torch retired the op from MAGMA
             error = exc
-    retired = [str(w.message) for w in caught if RETIRED.search(str(w.message))]
-    if library == "magma" and retired:
+    retired = smoke.magma_retirement(op, [str(w.message) for w in caught]) if library == "magma" else None
+    if retired:
         raised = f"; what torch ran instead raised: {type(error).__name__}: {error}" if error else ""
         pytest.skip(
             report.not_applicable(
-                f"torch {torch.__version__} no longer runs {op} through MAGMA (its warning: "
-                f"{retired[0].strip()}){raised}"
+                f"torch {torch.__version__} no longer runs {op} through MAGMA (its warning: {retired}){raised}"
             )
         )
     if error is not None:

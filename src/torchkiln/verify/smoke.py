@@ -11,6 +11,7 @@ torch is imported inside the functions: this module loads without it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -110,3 +111,18 @@ def onednn_verdict(available: bool, claimed: bool | None, ops: set[str]) -> Verd
             f"{', '.join(sorted(o for o in ops if 'conv' in o)) or 'no convolution op'})",
         )
     return Verdict(True, "conv2d ran through oneDNN (aten::mkldnn_convolution)")
+
+
+MAGMA_DEPRECATED = re.compile(r"MAGMA.*deprecated", re.IGNORECASE | re.DOTALL)
+
+
+def magma_retirement(op: str, messages: Sequence[str]) -> str | None:
+    """torch's warning that ``op`` (``linalg.svd``) no longer runs through MAGMA, if one of ``messages`` is.
+
+    Upstream retires MAGMA op by op since 2.11 (pytorch#172824 and the PRs after it); such an op warns that
+    MAGMA is deprecated, naming itself ("linalg.svd: MAGMA, as a linear algebra backend, is deprecated ...
+    linalg.svd will try dispatching to cuSOLVER instead"), and runs something else. The warning on preferring
+    MAGMA at all ("The usage of MAGMA backend for linear algebra operations is deprecated ...", 2.11's
+    Context.cpp) names no op: it comes with ops that still run through MAGMA too, so it is not one."""
+    name = re.compile(rf"(?<!\w){re.escape(op.rsplit('.', 1)[-1])}(?!\w)")
+    return next((m.strip() for m in messages if MAGMA_DEPRECATED.search(m) and name.search(m)), None)
