@@ -52,8 +52,8 @@ GPU_NOTES: dict[str, str] = {
     "reproducibility": "CPU RNG only; CUDA RNG streams need a GPU",
     "torchvision": "complete without a GPU but for its CUDA ops (nms on a device)",
     "release": "library resolution, oneDNN and torch.compile on the CPU run without a GPU; conv2d per dtype, "
-    "the batched SVD, each attention backend, torch.compile with triton and a CUDA extension built with nvcc "
-    "need one",
+    "each attention backend, the batched SVD and the MAGMA ops, torch.compile with triton and a CUDA extension "
+    "built with nvcc need one",
     "parity": "the battery's CPU cases only; its CUDA cases (float32, float16, bfloat16 on the device) need a GPU",
 }
 
