@@ -46,7 +46,7 @@ from .envstore import EnvStore
 from .fingerprint import State, digest, result_identity, step_fingerprint
 from .kinds import KINDS
 from .stepkind import StepRun
-from .venvreuse import VenvReuse
+from .venvreuse import DamagedVenv, VenvReuse
 from .workdir import STATE_NAME, check_dist, holding_lock, repair_layout
 
 if TYPE_CHECKING:  # the signing machinery is imported only by a build given a key
@@ -116,9 +116,38 @@ def _terminate_as_interrupt() -> Iterator[None]:
             signal.signal(signal.SIGTERM, previous)
 
 
-def _run_steps(setup: BuildSetup, record: BuildRecord, venvs: VenvReuse) -> Published | None:
+def _passes(setup: BuildSetup, record: BuildRecord) -> tuple[Published | None, BuildRecord]:
+    """The steps (:func:`_run_steps`), and again from the first when a venv a step relies on is found damaged
+    and the environment store cannot give it back (:class:`~torchkiln.build.venvreuse.DamagedVenv`): that
+    venv's steps forgotten, so they run again; said in one line. What ran in the first pass is recorded as it
+    ran. Returns what was published and the build's record (the last pass's)."""
+    earlier: dict[str, StepRecord] = {}
+    damaged: set[str] = set()
+    while True:
+        venvs = VenvReuse(setup, record, KINDS)
+        try:
+            return _run_steps(setup, record, venvs, earlier), record
+        except DamagedVenv as found:
+            if found.venv in damaged:  # made in this build, damaged again: not a thing to loop on
+                raise BuildFailed(f"{found.line} (again, after it was made again in this build)") from None
+            damaged.add(found.venv)
+            venvs.forget(found.venv)
+            setup.display.note(f"{found.line}: the steps on {found.venv} run again (the build starts over)")
+            earlier |= {r.name: r for r in record.steps if r.status in ("ran", "reused")}
+            again = BuildRecord(show=setup.display.warn)
+            for warning in record.warnings:
+                again.add_warning(warning)
+            record = again
+        finally:
+            venvs.finish()  # a warm check venv no step took is removed
+
+
+def _run_steps(
+    setup: BuildSetup, record: BuildRecord, venvs: VenvReuse, earlier: Mapping[str, StepRecord]
+) -> Published | None:
     """Each step: skipped when its fingerprint and outputs are unchanged, else reused from the environment
-    store or run, recorded and checked. Returns what the publish step published."""
+    store or run, recorded and checked (``earlier``: the records of the steps an earlier pass ran, kept where
+    this pass skips them). Returns what the publish step published."""
     plan = setup.plan
     fingerprints: dict[str, str] = {}
     published = None
@@ -137,6 +166,9 @@ def _run_steps(setup: BuildSetup, record: BuildRecord, venvs: VenvReuse) -> Publ
             published = ran.published or published
         else:
             fingerprints[step.name], done = _one_step(setup, venvs, run, inputs, index, fingerprints)
+            if done.status == "skipped" and step.name in earlier:
+                record.add_step(earlier[step.name])
+                continue
         record.add_step(_with_overhead(done, started))
     return published
 
@@ -294,17 +326,17 @@ def run_build(plan: Plan, options: BuildOptions | None = None) -> BuildResult:
             record.warn(note)
         for leftover in clean_partials(paths.dist):
             display.note(f"removed a partial file left by an interrupted build: {leftover}")
-        venvs = VenvReuse(setup, record, KINDS)
         with _terminate_as_interrupt():
             try:
+                passes = (None, record)
                 try:
-                    published = _run_steps(setup, record, venvs)
+                    passes = _passes(setup, record)
                 finally:
-                    venvs.finish()  # a warm check venv no step took is removed
                     display.close()  # the final message (or the error) is the last thing shown
-                    setup.cache.close(setup, record)
+                    setup.cache.close(setup, passes[1])
             except KeyboardInterrupt:
                 raise Interrupted("torchkiln build: interrupted (Ctrl-C); dist/ is unchanged") from None
+        published, record = passes
         if published is None:  # a plan without a publish step (a library caller's subset)
             raise TorchkilnError("the plan has no publish step: nothing reached dist/")
         return BuildResult(
