@@ -129,8 +129,10 @@ def _passes(setup: BuildSetup, record: BuildRecord) -> tuple[Published | None, B
             return _run_steps(setup, record, venvs, earlier), record
         except DamagedVenv as found:
             if found.venv in damaged:  # made in this build, damaged again: not a thing to loop on
-                raise BuildFailed(f"{found.line} (again, after it was made again in this build)") from None
+                line = f"{found.line} (again, after it was made again in this build)"
+                raise BuildFailed(line, step=found.step) from None
             damaged.add(found.venv)
+            venvs.finish()  # nothing of this pass still at work on the venv
             venvs.forget(found.venv)
             setup.display.note(f"{found.line}: the steps on {found.venv} run again (the build starts over)")
             earlier |= {r.name: r for r in record.steps if r.status in ("ran", "reused")}
@@ -328,7 +330,7 @@ def run_build(plan: Plan, options: BuildOptions | None = None) -> BuildResult:
             display.note(f"removed a partial file left by an interrupted build: {leftover}")
         with _terminate_as_interrupt():
             try:
-                passes = (None, record)
+                passes: tuple[Published | None, BuildRecord] = (None, record)
                 try:
                     passes = _passes(setup, record)
                 finally:

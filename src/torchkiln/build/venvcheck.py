@@ -104,9 +104,7 @@ def _lines(text: object) -> list[str]:
     return text.split("\n") if isinstance(text, str) and text else []
 
 
-def _judge(
-    path: str, item: _Listed, previous: dict[str, str], trust: bool
-) -> tuple[str | None, str | None]:
+def _judge(path: str, item: _Listed, previous: dict[str, str], trust: bool) -> tuple[str | None, str | None]:
     """The file's identity when it is as its RECORD says, else the problem."""
     identity = _identity(path)
     if identity is None:
@@ -151,7 +149,9 @@ def _record_files(venv: Path) -> tuple[list[str], list[list[str]]]:
             record = f"{site}/{name}/RECORD"
             identity = _identity(base + record)
             if identity is None:
-                problems.append(f"{record} is missing (what {name[: -len('.dist-info')]} installed is unknown)")
+                problems.append(
+                    f"{record} is missing (what {name[: -len('.dist-info')]} installed is unknown)"
+                )
             else:
                 found.append([record, identity])
     return problems, found

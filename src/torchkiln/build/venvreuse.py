@@ -52,9 +52,9 @@ class DamagedVenv(Exception):
     """A venv the build relies on is damaged and the store has no sound entry for it: its steps run again
     (the loop starts over with them forgotten). ``line``: what is damaged, the one line the build says."""
 
-    def __init__(self, venv: str, line: str) -> None:
+    def __init__(self, venv: str, line: str, step: str) -> None:
         super().__init__(line)
-        self.venv, self.line = venv, line
+        self.venv, self.line, self.step = venv, line, step
 
 
 class VenvReuse:
@@ -163,7 +163,7 @@ class VenvReuse:
             problem = self._entry_problem(step, key)
             if problem is not None:
                 if self.deferred.get(step.venv):  # the steps before it were reused for this entry alone
-                    raise DamagedVenv(step.venv, problem)
+                    raise DamagedVenv(step.venv, problem, step.name)
                 self.setup.display.note(f"{problem}: {step.name} runs")
                 return None
             checked = dataclasses.replace(found, seconds=found.seconds + time.monotonic() - started)
@@ -341,16 +341,16 @@ class VenvReuse:
                 self._check(step, venv)
         if step.venv is not None:
             self.warming.changed(step.venv)
-            origin = linked_origin(Path(step.venv)) if step.fresh != step.venv else None
-            try:
-                if origin is not None:
+            own = linked_origin(Path(step.venv)) if step.fresh != step.venv else None
+            if own is not None:
+                try:
                     materialize(Path(step.venv))
-            except OSError as exc:
-                raise self._unclonable(step, origin[0].parent, exc) from None
+                except OSError as exc:
+                    raise self._unclonable(step, own[0].parent, exc) from None
             if step.clones is not None and step.clones not in self.warming.origins:
-                origin = linked_origin(Path(step.clones))  # cloned by torchkiln, outside the sandbox
-                if origin is not None:
-                    self.warming.cloned(step.clones, *origin)
+                cloned = linked_origin(Path(step.clones))  # cloned by torchkiln, outside the sandbox
+                if cloned is not None:
+                    self.warming.cloned(step.clones, *cloned)
                     self.warming.start([step])
             self.warming.join(step.venv)
 
@@ -391,8 +391,10 @@ class VenvReuse:
                 self.sound.add(venv)
                 self.setup.display.note(f"{found.line()}: made again from the environment store")
                 return
-        dropped = " (and the store's entry for it, dropped)" if problem and problem.startswith("dropped") else ""
-        raise DamagedVenv(venv, found.line() + dropped)
+        dropped = (
+            " (and the store's entry for it, dropped)" if problem and problem.startswith("dropped") else ""
+        )
+        raise DamagedVenv(venv, found.line() + dropped, step.name)
 
     def forget(self, venv: str) -> None:
         """A damaged venv removed and its steps forgotten: the next pass runs (or restores) them again."""
