@@ -122,16 +122,16 @@ def _passes(setup: BuildSetup, record: BuildRecord) -> tuple[Published | None, B
     venv's steps forgotten, so they run again; said in one line. What ran in the first pass is recorded as it
     ran. Returns what was published and the build's record (the last pass's)."""
     earlier: dict[str, StepRecord] = {}
-    damaged: set[str] = set()
+    said: set[str] = set()  # each pass drops an entry or makes a venv in it: never the same damage twice
     while True:
         venvs = VenvReuse(setup, record, KINDS)
         try:
             return _run_steps(setup, record, venvs, earlier), record
         except DamagedVenv as found:
-            if found.venv in damaged:  # made in this build, damaged again: not a thing to loop on
+            if found.line in said:
                 line = f"{found.line} (again, after it was made again in this build)"
                 raise BuildFailed(line, step=found.step) from None
-            damaged.add(found.venv)
+            said.add(found.line)
             venvs.finish()  # nothing of this pass still at work on the venv
             venvs.forget(found.venv)
             setup.display.note(f"{found.line}: the steps on {found.venv} run again (the build starts over)")
