@@ -72,6 +72,15 @@ def need_torch() -> ModuleType:
     return torch
 
 
+def unisolated_signing_allowed() -> bool:
+    """For a test that signs a build but is about something else (a record's fields): where this host cannot
+    sandbox the build's steps (a chroot, an unprivileged container, no bubblewrap), the build signs with
+    --allow-unisolated, which its records then state; where it can, the test signs as a user would."""
+    from torchkiln.process import isolation  # noqa: PLC0415
+
+    return not isolation.probe().ok
+
+
 def need_sandbox() -> str:
     """bwrap's path, for a test that runs something in a bubblewrap sandbox; skipped where bubblewrap is
     missing or cannot make namespaces here (a chroot, an unprivileged container: bubblewrap's own reason),

@@ -39,8 +39,8 @@ from memcg import MemCgroup, memory_cgroup
 from modulekit import heavy, imported
 from rich.console import Console
 
-from torchkiln.artifacts.dist import PARTIAL_MARK
 from torchkiln.artifacts.manifest import load_manifest
+from torchkiln.artifacts.published import PARTIAL_MARK
 from torchkiln.artifacts.wheelfile import record_digest, wheel_record
 from torchkiln.build.fingerprint import tree_sha256
 from torchkiln.build.loop import BuildFailed, BuildOptions, ConfigureMismatch, run_build
@@ -791,11 +791,13 @@ def checks_only(world: dict[str, Path], text: bytes, name: str):
     """The plan's checks:venv + checks:import steps, for a recipe describing that wheel."""
     path = world["root"] / f"{name}.toml"
     path.write_bytes(text)
+    tree = world["root"] / "tree"  # no compile reads it; publish records it (not the root: its venvs' links
+    tree.mkdir(exist_ok=True)  # lead out of it, which a tree may not without --allow-dirty)
     plan = make_plan(
         load_recipe(path),
         workdir=world["work"],
         dist=world["root"] / f"dist-{name}",
-        source_dirs={"torch": world["root"]},
+        source_dirs={"torch": tree},
         only="torch",
         jobs=1,
     )

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import tomli_w
+from imagekit import unisolated_signing_allowed
 from rich.console import Console
 
 from torchkiln.build.loop import BuildOptions, run_build
@@ -143,7 +144,11 @@ def fetch_publish(work: Path, dist: Path, url: str, *, allow_dirty: bool = False
     steps = [s for s in plan.steps if s.kind == "fetch"] + list(extra) + [plan.steps[-1]]
     out = io.StringIO()
     options = BuildOptions(
-        console=Console(file=out, width=400), skip_checks=True, allow_dirty=allow_dirty, sign_key=sign_key
+        console=Console(file=out, width=400),
+        skip_checks=True,
+        allow_dirty=allow_dirty,
+        sign_key=sign_key,
+        allow_unisolated=sign_key is not None and unisolated_signing_allowed(),
     )
     return run_build(replace(plan, steps=steps), options), out.getvalue()
 

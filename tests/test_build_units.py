@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from imagekit import require
 
-from torchkiln.artifacts.dist import PARTIAL_MARK, clean_partials, publish
+from torchkiln.artifacts.published import PARTIAL_MARK, clean_partials, publish
 from torchkiln.build.fingerprint import State, file_sha256, step_fingerprint, tree_identity, tree_sha256
 
 
@@ -208,7 +208,7 @@ def test_toolchain_versions_come_from_the_tools_on_the_build_path(tmp_path: Path
 
 
 def test_superseded_wheels_of_the_same_project_are_removed(tmp_path: Path) -> None:
-    from torchkiln.artifacts.dist import remove_superseded
+    from torchkiln.artifacts.published import remove_superseded
 
     names = [
         "torch-2.13.0+cpu.kiln1-cp311-cp311-linux_x86_64.whl",  # the previous build

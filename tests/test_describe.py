@@ -19,7 +19,7 @@ from torchkiln.errors import UsageError
 from torchkiln.recipe.compat import compat
 from torchkiln.recipe.loader import parse_recipe
 from torchkiln.verify import buildconfig
-from torchkiln.verify.check import Check
+from torchkiln.verify.comparison import Comparison
 from torchkiln.verify.facts import BuildFacts, TorchvisionFacts
 
 PARTS = {"png": True, "jpeg": True, "webp": True, "nvjpeg": True, "ffmpeg": False, "video_codec": False}
@@ -51,7 +51,7 @@ def facts(**changes: object) -> BuildFacts:
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
 
-def round_trip(found: BuildFacts) -> dict[str, Check]:
+def round_trip(found: BuildFacts) -> dict[str, Comparison]:
     text = describe.describe(found, name=describe.default_name(found))
     recipe = parse_recipe(text.encode(), "<described>")  # RecipeError: describe wrote no recipe
     checks = buildconfig.postbuild_checks(recipe, found, ("torch", "torchvision"))

@@ -464,7 +464,7 @@ def test_a_server_with_a_token_for_another_key_is_refused(make_cluster) -> None:
 
 
 class Daemon:
-    """``torchkiln dist scheduler|server`` as a service manager runs it: foreground, log on stderr."""
+    """``torchkiln cluster scheduler|server`` as a service manager runs it: foreground, log on stderr."""
 
     def __init__(self, args: list[str], env: Mapping[str, str]) -> None:
         self.process = subprocess.Popen(
@@ -509,9 +509,10 @@ def test_cli_runs_a_cluster_a_build_can_use(host: str, tmp_path: Path) -> None:
     scheduler = Daemon(["scheduler", "--listen", sched_addr, "--dir", str(tmp_path / "s")], secrets)
     daemons = [scheduler]
     try:
-        ready = scheduler.wait_for("torchkiln dist scheduler:")
+        ready = scheduler.wait_for("torchkiln cluster scheduler:")
         assert (
-            ready == f"torchkiln dist scheduler: listening on {sched_addr}; builds use scheduler_url = {url}"
+            ready
+            == f"torchkiln cluster scheduler: listening on {sched_addr}; builds use scheduler_url = {url}"
         )
         (tmp_path / "server.token").write_text(server_token + "\n")
         (tmp_path / "server.token").chmod(0o600)
@@ -521,8 +522,8 @@ def test_cli_runs_a_cluster_a_build_can_use(host: str, tmp_path: Path) -> None:
             {},
         )  # fmt: skip
         daemons.append(server)
-        joined = server.wait_for("torchkiln dist server:")
-        assert joined == f"torchkiln dist server: joined the scheduler at {url}/ as {server_addr}"
+        joined = server.wait_for("torchkiln cluster server:")
+        assert joined == f"torchkiln cluster server: joined the scheduler at {url}/ as {server_addr}"
         status = subprocess.run(
             [sys.executable, "-m", "torchkiln", "dist", "status", "--scheduler-url", url, "--json"],
             env={**os.environ, **secrets}, capture_output=True, text=True,
@@ -664,3 +665,115 @@ def test_a_signal_with_a_distributed_compile_in_flight(make_cluster, tmp_path: P
     )
     daemons = {proc.pid for proc in found.processes.values()}
     check_stopped(cell, "compile", signal.SIGHUP, foreign=below(daemons))
+
+
+# --------------------------------------------------------------------------------------------------
+# Issue 45 item 5: a compiler the sccache server runs (a tree can name its own: CC) reads no secret out of the
+# server: not the cluster's token (its memory, once the client configuration is emptied), not a store's
+# credentials (its environment). The server runs from a copy of sccache its user cannot read
+# (torchkiln.cache.sccache.sealed), which makes it non-dumpable. The control starts it from sccache itself.
+# --------------------------------------------------------------------------------------------------
+
+PROBE = ROOT / "tests" / "data" / "hostile_probe"
+
+
+def hostile_compiler(tree: Path) -> Path:
+    """The tree's own compiler: tests/data/hostile_probe's kiln_probe.as_compiler (reads every process it
+    sees through /proc: environ, fds, mem), then gcc."""
+    cc = tree / "kiln-cc"
+    cc.write_text(
+        f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(PROBE)!r})\n"
+        "import kiln_probe\nkiln_probe.as_compiler()\n"
+    )
+    cc.chmod(0o755)
+    return cc
+
+
+def loot_of(directory: Path) -> tuple[list[dict], bytes]:
+    """What the compiler's probes found: their reports, and every process memory they kept."""
+    reports = [json.loads(p.read_text()) for p in directory.glob("*.json")]
+    memory = b"".join(p.read_bytes() for p in directory.glob("mem/*/*.mem"))
+    return [r for r in reports if "peers" in r], memory
+
+
+@pytest.mark.parametrize("server", ["sealed", "control: started from sccache itself"])
+def test_a_compiler_the_sccache_server_runs_reads_no_secret_out_of_it(
+    server: str, host: str, make_cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torchkiln.cache import sccache
+    from torchkiln.process.isolation import Sandbox, View
+
+    if server != "sealed":  # the control: the server as before issue 45 (a readable sccache), readable by
+        plain = tmp_path / "plain" / "sccache"  # its compiles
+        plain.parent.mkdir()
+        shutil.copy(shutil.which("sccache", path=tool_path()) or "sccache", plain)
+        monkeypatch.setattr(sccache, "sealed", lambda exe: plain)
+    need_gcc = shutil.which("gcc")
+    if need_gcc is None:
+        unavailable("gcc is not installed")
+    found = make_cluster(servers=0)  # a real scheduler: the token is checked and written into the config
+    token, credential, marker = found.client_token, f"store-{uuid.uuid4().hex}", uuid.uuid4().hex
+    tree, loot = tmp_path / "tree", tmp_path / "loot"
+    tree.mkdir()
+    loot.mkdir()
+    (tree / "x.c").write_text("int x(void) { return 1; }\n")
+    cc = hostile_compiler(tree)
+    run_dir = Path(f"/tmp/kiln-dist-{uuid.uuid4().hex[:8]}")
+    prepared = client.prepare_client(
+        dist_spec(found), {TOKEN_ENV: token}, run_dir=run_dir, toolchain_dir=tmp_path / "toolchains"
+    )
+    assert prepared.conf_path is not None and token in prepared.conf_path.read_text()
+    config = cache.resolve_cache(CacheSpec(kind="sccache"), dir=tmp_path / "sccache", basedir=tmp_path)
+    environ = {**base_environment(os.environ), "PATH": tool_path(), "KILN_PROBE_MARKER": marker}
+    prefixes = (Path(sys.prefix), Path(sys.base_prefix), Path(os.path.realpath(sys.executable)).parents[1])
+    view = View(read_only=(*prefixes, PROBE, tmp_path / "toolchains"), writable=(tree, loot), network=True)
+    # what the build gives its server (torchkiln.build.context.open_cache): the client config, and here a
+    # store's credential as sccache's other back ends get theirs (a variable of its environment)
+    extra = {**prepared.env, "AWS_SECRET_ACCESS_KEY": credential}
+    session = cache.open_session(config, environ, extra_env=extra, sandbox=Sandbox(host, view))
+    os.truncate(prepared.conf_path, 0)  # as the build does once the server has read it
+    try:
+        env = {**environ, **session.public_env, "KILN_LOOT_DIR": str(loot)}
+        done = subprocess.run(
+            ["sccache", str(cc), "-c", "x.c", "-o", "x.o"], cwd=tree, env=env, capture_output=True, text=True,
+            timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+    finally:
+        session.close()
+        client.finish_client(prepared)
+        shutil.rmtree(run_dir, ignore_errors=True)
+    reports, memory = loot_of(loot)
+    assert reports, "the server ran the tree's compiler (its probe reported)"
+    for report in reports:
+        assert report["control"].startswith("read ") and report["control"] != "read 0 bytes", report[
+            "control"
+        ]
+    servers = [row for r in reports for row in r["peers"].values() if row["comm"] == "sccache"]
+    assert servers, "the compiler sees the server that runs it"
+    # what each probe found through /proc (its own environment apart: see below)
+    through_proc = json.dumps(
+        [
+            {
+                **{k: v for k, v in r.items() if k != "environ"},
+                "proc": {p: v for p, v in r["proc"].items() if p != str(r["pid"])},
+            }
+            for r in reports
+        ]
+    )
+    if server == "sealed":
+        for row in servers:  # the server is not dumpable: /proc answers EACCES to its compiles
+            assert "Permission denied" in row["environ"] and "Permission denied" in row["mem"], row
+            assert all("Permission denied" in v for v in row["fds"].values()), row
+        assert token not in json.dumps(reports) and token.encode() not in memory, (
+            "the compiler read the token"
+        )
+        assert credential not in through_proc and credential.encode() not in memory
+    else:  # the same probe, the server readable: it finds both (the test can fail)
+        assert any(row["mem"].startswith("read ") for row in servers), servers
+        assert token.encode() in memory, "the token, in the server's memory"
+        assert credential in through_proc, "the credential, in the server's environment"
+    # measured, and left to the store (docs/supply-chain.md): sccache 0.16 identifies a compiler by running it
+    # (CC -E testfile.c) with the server's own environment, where its non-Redis stores' credentials are
+    inherited = [r["argv"][1:3] for r in reports if credential in json.dumps(r["environ"])]
+    assert all(argv[0] == "-E" and argv[1].endswith("testfile.c") for argv in inherited), inherited

@@ -462,7 +462,7 @@ def test_cli_errors(
     monkeypatch.setenv("TORCHKILN_DIST_SERVER_SECRET", tokens.new_key())
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    assert main(["dist", *argv]) == 2
+    assert main(["cluster", *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
 
@@ -471,15 +471,15 @@ def test_cli_print_config_masks_secrets(monkeypatch: pytest.MonkeyPatch, capsys,
     key = tokens.new_key()
     monkeypatch.setenv("TORCHKILN_DIST_TOKEN", "client-secret-1")
     monkeypatch.setenv("TORCHKILN_DIST_SERVER_SECRET", key)
-    assert main(["dist", "scheduler", "--print-config", "--dir", str(tmp_path)]) == 0
+    assert main(["cluster", "scheduler", "--print-config", "--dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "client-secret-1" not in out and key not in out
     assert tomllib.loads(out)["client_auth"] == {"type": "token", "token": "***"}
     assert not (tmp_path / "scheduler.toml").exists()  # printing writes nothing
-    assert main(["dist", "server-token", "--server", "10.0.0.7:10501"]) == 0
+    assert main(["cluster", "server-token", "--server", "10.0.0.7:10501"]) == 0
     jwt = capsys.readouterr().out.strip()
     monkeypatch.setenv("TORCHKILN_DIST_SERVER_TOKEN", jwt)
-    argv = ["dist", "server", "--scheduler-url", "http://10.0.0.1:10600", "--listen", "10.0.0.7:10501"]
+    argv = ["cluster", "server", "--scheduler-url", "http://10.0.0.1:10600", "--listen", "10.0.0.7:10501"]
     assert main([*argv, "--print-config", "--dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert jwt not in out and tomllib.loads(out)["scheduler_auth"]["token"] == "***"
@@ -488,7 +488,7 @@ def test_cli_print_config_masks_secrets(monkeypatch: pytest.MonkeyPatch, capsys,
 def test_cli_status_of_an_unreachable_scheduler(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     monkeypatch.setenv("TORCHKILN_DIST_TOKEN", "t")
     url = f"http://127.0.0.1:{loopback.free_port()}"
-    assert main(["dist", "status", "--scheduler-url", url]) == 1
+    assert main(["cluster", "status", "--scheduler-url", url]) == 1
     assert (
         capsys.readouterr().out
         == f"distributed compiles: scheduler {url}/ is unreachable (Connection refused)\n"

@@ -6,6 +6,7 @@ once it has been)."""
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import re
 import sys
@@ -26,7 +27,7 @@ TEMPLATE = re.compile(
     r"\{\{[^}]*\}\}|\{%[^%]*%\}|<(?:TODO|TBD|FIXME)[^>]*>|\b(?:TODO|TBD|FIXME|XXX)\b|%\([a-z_]+\)s"
 )
 FACTS = re.compile(r"<!-- facts: (?P<files>[^>]*?) sha256:(?P<digest>[0-9a-f]{12}) -->")
-TEST_REF = re.compile(r"`?(?P<file>(?:tests|verify|bench)/[\w/.-]+\.py)::(?P<name>\w+)")
+TEST_REF = re.compile(r"(?<![\w/.-])(?P<file>(?:src|tests|verify|bench)/[\w/.-]+\.py)::(?P<name>\w+)")
 # Names the prose may use that no code of torchkiln's names: other tools' own, and a user's choice in an example.
 OTHERS = {
     "ATEN_STATIC_CUDA": "PyTorch's CMake option (docs/deploy.md)",
@@ -101,7 +102,8 @@ def _anchors(markdown: str) -> set[str]:
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
 def test_every_reference_is_there(doc: Path) -> None:
-    """Links to files and their anchors, and ``file.py::name`` of a test or function, resolve."""
+    """Links to files and their anchors, and ``file.py::name`` of a test, function, class or constant,
+    resolve."""
     text = doc.read_text()
     missing = []
     for match in LINK.finditer(text):
@@ -114,34 +116,53 @@ def test_every_reference_is_there(doc: Path) -> None:
         elif anchor and path.suffix == ".md" and anchor not in _anchors(path.read_text()):
             missing.append(f"anchor {target or ''}#{anchor}")
     for match in TEST_REF.finditer(text):
-        file = ROOT / match.group("file")
-        if not file.is_file() or not re.search(
-            rf"(?m)^(?:async )?def {match.group('name')}\b", file.read_text()
-        ):
-            missing.append(f"{match.group('file')}::{match.group('name')}")
+        try:
+            fact_source(match.group(0))
+        except (OSError, LookupError):
+            missing.append(match.group(0))
     assert not missing, f"{doc.relative_to(ROOT)} refers to what is not there: {missing}"
 
 
-def facts_digest(files: list[str]) -> str:
+def fact_source(entry: str) -> bytes:
+    """What a facts marker names: a whole file (``path``), or one definition of a Python file
+    (``path::name``: a function, a class or a module-level assignment, its source as written)."""
+    path, _, name = entry.partition("::")
+    text = (ROOT / path).read_text()
+    if not name:
+        return text.encode()
+    for node in ast.parse(text).body:
+        targets = [t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)]
+        if getattr(node, "name", None) == name or name in targets:
+            return (ast.get_source_segment(text, node) or "").encode()
+    raise LookupError(f"{path} defines no {name}")
+
+
+def facts_digest(entries: list[str]) -> str:
     digest = hashlib.sha256()
-    for name in files:
-        digest.update(name.encode() + b"\0" + (ROOT / name).read_bytes() + b"\0")
+    for entry in entries:
+        digest.update(entry.encode() + b"\0" + fact_source(entry) + b"\0")
     return digest.hexdigest()[:12]
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
 def test_measured_facts_were_read_against_the_code_as_it_is(doc: Path) -> None:
-    """A paragraph stating measured facts carries ``<!-- facts: FILE... sha256:DIGEST -->``: the files its facts
-    depend on and their digest when it was last read against them. A change to any of them fails here, naming
-    the paragraph, until someone reads it again and runs ``python tests/test_docs.py`` (which writes the new
-    digests)."""
+    """A paragraph stating measured facts carries ``<!-- facts: FILE... sha256:DIGEST -->``: the files (or one
+    definition of a file, ``path::name``) its facts depend on and their digest when it was last read against
+    them. A change to any of them fails here, naming the paragraph, until someone reads it again and runs
+    ``python tests/test_docs.py`` (which writes the new digests)."""
     stale = []
     for match in FACTS.finditer(doc.read_text()):
         files = match.group("files").split()
-        absent = [f for f in files if not (ROOT / f).is_file()]
+        absent = [f for f in files if not (ROOT / f.partition("::")[0]).is_file()]
         if absent:
             stale.append(f"{match.group(0)}: no such file {absent}")
-        elif facts_digest(files) != match.group("digest"):
+            continue
+        try:
+            digest = facts_digest(files)
+        except LookupError as exc:
+            stale.append(f"{match.group(0)}: {exc}")
+            continue
+        if digest != match.group("digest"):
             line = doc.read_text()[: match.start()].count("\n") + 1
             stale.append(f"line {line}: {' '.join(files)} changed since the facts above were read")
     assert not stale, f"{doc.relative_to(ROOT)}: re-read these paragraphs against the code: {stale}"

@@ -25,8 +25,8 @@ from imagekit import need, require
 from realtrees import cuda_toolkit
 
 from torchkiln import cli
-from torchkiln.artifacts.dist import read_published
 from torchkiln.artifacts.manifest import RecipeInfo, WheelRecord, write_manifest
+from torchkiln.artifacts.published import read_published
 from torchkiln.errors import DocumentError, RecipeError, UsageError
 from torchkiln.images.spec import (
     MAGMA_BUILDS,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import sys
 import textwrap
@@ -305,10 +306,18 @@ def test_the_record_says_none_when_any_build_step_ran_without_a_sandbox(tmp_path
     for step in built:
         ctx.state.record(step.name, {"fingerprint": "f", "outputs": {"isolation": "bubblewrap"}})
     assert sandbox.summary(ctx) == Isolation("bubblewrap", None, [])
-    ctx.state.record(built[1].name, {"fingerprint": "f", "outputs": {}})  # an older record: unknown
+    older = {"fingerprint": "f", "outputs": {"venv": {}}}  # a record from before isolation was: unknown
+    ctx.state.record(built[1].name, older)
     ctx.state.record(built[2].name, {"fingerprint": "f", "outputs": {"isolation": "none"}})
     found = sandbox.summary(ctx)
     assert (found.mode, found.steps) == ("none", [built[1].name, built[2].name])
+    # a record with no outputs of its own (its venv came with the next step's store entry) is that step's
+    ctx.state.record(built[1].name, {"fingerprint": "f", "outputs": {}})
+    assert sandbox.summary(ctx).steps == [built[1].name, built[2].name], "covered by a step that says none"
+    ctx.state.record(built[2].name, {"fingerprint": "f", "outputs": {"isolation": "bubblewrap"}})
+    assert built[1].venv is not None and built[1].venv == built[2].venv  # build-env:pip, build-env:deps
+    assert sandbox.summary(ctx).steps == []
+    ctx.state.record(built[1].name, older)
     assert found.reason == "ran without a sandbox in an earlier run, whose result this build used"
     off, record = build_context(tmp_path / "off", {"HOME": str(tmp_path / "home")}, isolation=False)
     with sandbox.isolated(built[0], off, record, ["true"], {}) as (argv, _):
@@ -451,3 +460,308 @@ def test_a_python_behind_shims_on_path_runs_in_every_build_step(tmp_path: Path, 
         done = run_in(box, ["python3.11", "-c", probe], {"PATH": environ["PATH"], "HOME": str(home)})
         assert done.ok, (layout, step.kind, done.output)
         assert "False" in done.output, "the rest of the home is still hidden"
+
+
+# --------------------------------------------------------------------------------------------------
+# Issue 45 item 2: a path given through symbolic links (``--source-dir torch=LINK``, a linked parent, a chain)
+# is in the sandbox where it is here, and a process started there (bubblewrap's --chdir) finds its files.
+# Each shape is laid out under ``root``; ``given`` is the path a view names, ``real`` the tree it reaches.
+# --------------------------------------------------------------------------------------------------
+
+
+def _link(at: Path, target: str | Path) -> None:
+    at.parent.mkdir(parents=True, exist_ok=True)
+    at.symlink_to(target)
+
+
+def _to_the_tree(root: Path) -> Path:
+    _link(root / "given", root / "real" / "tree")
+    return root / "given"
+
+
+def _relative(root: Path) -> Path:
+    _link(root / "given", "real/tree")
+    return root / "given"
+
+
+def _chain(root: Path) -> Path:
+    _link(root / "first", "second")  # relative, to an absolute one, to the tree
+    _link(root / "second", root / "real" / "tree")
+    return root / "first"
+
+
+def _linked_parent(root: Path) -> Path:
+    _link(root / "a" / "parent", "../real")
+    return root / "a" / "parent" / "tree"
+
+
+def _linked_parent_then_link(root: Path) -> Path:
+    _link(root / "a" / "parent", root / "elsewhere")
+    _link(root / "elsewhere" / "inner", "../real/tree")
+    return root / "a" / "parent" / "inner"
+
+
+def _into_a_linked_directory(root: Path) -> Path:
+    _link(root / "real" / "shortcut", "tree")  # a link inside a directory the view also names (present)
+    return root / "real" / "shortcut"
+
+
+def _in_the_home(root: Path) -> Path:
+    _link(root / "home" / "src", root / "real" / "tree")  # HOME is an empty tmpfs: the link is made there
+    return root / "home" / "src"
+
+
+LINK_SHAPES = {
+    "absolute link to the tree": _to_the_tree,
+    "relative link to the tree": _relative,
+    "chain of links (relative to absolute)": _chain,
+    "a link among its parents": _linked_parent,
+    "a linked parent, then a link under its target": _linked_parent_then_link,
+    "a link inside a directory the view names": _into_a_linked_directory,
+    "a link in the home": _in_the_home,
+}
+WHERE = ("writable", "read_only")
+
+REPORT_TREE = textwrap.dedent(
+    """
+    import json, os, sys
+    given = sys.argv[1]
+    out = {"cwd": sorted(os.listdir(".")), "file": open(os.path.join(given, "f.txt")).read(),
+           "key": open(os.path.join(given, "kiln.key")).read()}
+    try:
+        open(os.path.join(given, "new.txt"), "w").write("x")
+        out["wrote"] = True
+    except OSError:
+        out["wrote"] = False
+    print(json.dumps(out))
+    """
+)
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("shape", LINK_SHAPES, ids=list(LINK_SHAPES))
+def test_a_path_given_through_links_is_there_and_a_command_starts_in_it(
+    tmp_path: Path, shape: str, where: str
+) -> None:
+    """Each shape, as a writable and a read-only path of the view: the sandboxed command starts in it
+    (``cwd``: bwrap --chdir, which failed with "Can't chdir to" before), reads its files through the path as
+    given, writes only where the view says, and a secret reached through the link is still masked."""
+    exe = bwrap()
+    real = tmp_path / "real" / "tree"
+    real.mkdir(parents=True)
+    (real / "f.txt").write_text("in the tree")
+    (real / "kiln.key").write_text("KEY")
+    given = LINK_SHAPES[shape](tmp_path)
+    assert given != real and os.path.realpath(given) == str(real), "the shape reaches the tree"
+    view = python_view(tmp_path, hidden=[given / "kiln.key"], **{where: [given]})
+    if shape == "a link inside a directory the view names":
+        view = view.extended(**{where: [real.parent]})
+    view = View(view.read_only, view.writable, view.protected, view.hidden, home=tmp_path / "home")
+    environ = {**os.environ}
+    with Sandbox(exe, view).running([sys.executable, "-c", REPORT_TREE, str(given)], environ, cwd=given) as p:
+        done = runner.run(p.argv, env=p.env, timeout=60)
+    assert done.ok, done.describe()
+    got = json.loads(done.stdout)
+    assert got["cwd"] == ["f.txt", "kiln.key"] and got["file"] == "in the tree", got
+    assert got["key"] == "", "the secret file is masked however it is reached"
+    assert got["wrote"] is (where == "writable")
+    assert (real / "new.txt").exists() is (where == "writable")
+
+
+def test_links_through_names_each_link_a_lookup_follows(tmp_path: Path) -> None:
+    """links_through against the kernel's own lookup: following each link it names, in order, from the path as
+    given ends where os.path.realpath does, through links only, for every shape of the table."""
+    for name, make in LINK_SHAPES.items():
+        root = tmp_path / name.replace(" ", "-")
+        (root / "real" / "tree").mkdir(parents=True)
+        given = make(root)
+        found = isolation.links_through(given)
+        assert found and all(os.path.islink(link) for link, _ in found), name
+        current = given
+        for link, target in found:
+            current = target / current.relative_to(link)
+        assert current == Path(os.path.realpath(given)), name
+    assert isolation.links_through(tmp_path) == [] or os.path.realpath(tmp_path) != str(tmp_path)
+
+
+# --------------------------------------------------------------------------------------------------
+# Issue 45 item 6: signing states the isolation it vouches for.
+# --------------------------------------------------------------------------------------------------
+
+NO_USERNS = "bwrap: No permissions to creating new namespace, likely because the kernel does not allow non-privileged user namespaces."
+
+
+def _host(tmp_path: Path, host: str) -> dict[str, str]:
+    """PATH for a host whose bubblewrap: works (the real one), is missing, or cannot make namespaces (a bwrap
+    answering as one does on a kernel without unprivileged user namespaces); the HOME beside it."""
+    fake = tmp_path / f"bin-{host}"
+    fake.mkdir(exist_ok=True)
+    for tool in ("git", "python3"):
+        found = shutil.which(tool)
+        if found and host == "missing":
+            (fake / tool).symlink_to(found)
+    if host == "no user namespaces":
+        (fake / "bwrap").write_text(f"#!/bin/sh\necho '{NO_USERNS}' >&2\nexit 1\n")
+        (fake / "bwrap").chmod(0o755)
+    path = str(fake) if host == "missing" else f"{fake}:{os.environ['PATH']}"
+    return {"HOME": str(tmp_path / "home"), "PATH": path}
+
+
+HOSTS = ("sandboxes", "missing", "no user namespaces", "--no-sandbox")
+
+
+@pytest.mark.parametrize("allow", [False, True], ids=["", "--allow-unisolated"])
+@pytest.mark.parametrize("signed", [True, False], ids=["signed", "unsigned"])
+@pytest.mark.parametrize("host", HOSTS)
+def test_a_signed_build_that_cannot_sandbox_is_refused_before_its_first_step(
+    tmp_path: Path, host: str, signed: bool, allow: bool
+) -> None:
+    """Refused exactly when it is signed, its steps cannot be sandboxed and the signer did not say
+    --allow-unisolated; the refusal names bubblewrap's own reason and the ways out."""
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
+    from torchkiln.build import sandbox
+    from torchkiln.errors import UsageError
+
+    if host == "sandboxes":
+        bwrap()
+    isolation._PROBED.clear()  # each fake bwrap is probed anew
+    key = ed25519.Ed25519PrivateKey.generate() if signed else None
+    environ = _host(tmp_path, host)
+    setup, record = build_context(
+        tmp_path, environ, sign_key=key, allow_unisolated=allow, isolation=host != "--no-sandbox"
+    )
+    refused = signed and not allow and host != "sandboxes"
+    if not refused:
+        sandbox.require_isolation_to_sign(setup)
+        return
+    with pytest.raises(UsageError) as caught:
+        sandbox.require_isolation_to_sign(setup)
+    message = str(caught.value)
+    reason = {
+        "missing": "bubblewrap (bwrap) is not installed",
+        "no user namespaces": NO_USERNS,
+        "--no-sandbox": "--no-sandbox: the build was told not to sandbox its steps",
+    }[host]
+    assert (
+        message.startswith("refusing to sign a build whose steps cannot run in a sandbox: ")
+        and reason in message
+    )
+    assert "--allow-unisolated" in message and "nothing was built" in message
+    assert not record.warnings, "refused, not warned"
+
+
+def test_steps_made_without_a_sandbox_run_again_once_the_build_can_sandbox(tmp_path: Path) -> None:
+    """A build that could not sandbox (unsigned: it ran, recording isolation none), then the same build
+    where bubblewrap works: the build steps run again rather than being vouched for, and the record says
+    bubblewrap; a third run changes nothing."""
+    import io
+
+    from dists import tiny_wheel
+    from rich.console import Console
+    from test_tree_exact import plain_tree, stand_in_compile
+
+    from torchkiln.build.loop import BuildOptions, run_build
+    from torchkiln.cache import resolve_cache
+    from torchkiln.plan.make import make_plan
+    from torchkiln.recipe.loader import load_recipe
+
+    bwrap()
+    tree = plain_tree(tmp_path)
+    plan = make_plan(
+        load_recipe(Path(__file__).parent / "data" / "ext-cpu-test.toml"), workdir=tmp_path / "w",
+        dist=tmp_path / "d", only="torch", source_dirs={"torch": tree}, cache=resolve_cache(None, kind="none"),
+    )  # fmt: skip
+    (tmp_path / "made").mkdir()
+    wheel = tiny_wheel(tmp_path / "made", "torch", "2.13.0+cpu")
+    compile_step = next(s for s in plan.steps if s.kind == "compile")
+    from dataclasses import replace
+
+    plan = replace(plan, steps=[stand_in_compile(compile_step, tree, wheel), plan.steps[-1]])
+    runs = []
+    for host in ("no user namespaces", "sandboxes", "sandboxes"):
+        isolation._PROBED.clear()
+        environ = {**os.environ, **_host(tmp_path, host)}
+        options = BuildOptions(console=Console(file=io.StringIO()), skip_checks=True, environ=environ)
+        result = run_build(plan, options)
+        runs.append((result.ran, json.loads(result.manifest.read_text())["isolation"]["mode"]))
+    compiled = [("torch:wheel" in ran, mode) for ran, mode in runs]
+    assert compiled == [(True, "none"), (True, "bubblewrap"), (False, "bubblewrap")], runs
+
+
+def test_the_command_line_refuses_a_signed_build_it_cannot_sandbox(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``torchkiln build --sign-key-env`` where bubblewrap cannot make namespaces: exit 2 before any step
+    (no venv made, no dist/), naming bubblewrap's reason."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+    from test_tree_exact import plain_tree
+
+    from torchkiln.cli import main
+
+    pem = ed25519.Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    isolation._PROBED.clear()
+    monkeypatch.setenv("PATH", _host(tmp_path, "no user namespaces")["PATH"])
+    monkeypatch.setenv("KILN_KEY", pem.decode())
+    tree = plain_tree(tmp_path)
+    argv = [
+        "build",
+        str(Path(__file__).parent / "data" / "ext-cpu-test.toml"),
+        "--source-dir",
+        f"torch={tree}",
+    ]
+    argv += ["--only", "torch", "--workdir", str(tmp_path / "w"), "--dist", str(tmp_path / "d")]
+    argv += ["--no-preflight", "--skip-checks", "--cache", "none", "--sign-key-env", "KILN_KEY"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "refusing to sign a build whose steps cannot run in a sandbox" in err and NO_USERNS in err, err
+    assert not (tmp_path / "w" / "venv").exists() and not (tmp_path / "d").exists()
+
+
+def test_a_program_started_from_a_sealed_copy_is_unreadable_to_its_sandboxs_other_processes(
+    tmp_path: Path,
+) -> None:
+    """The mechanism under the sccache server (torchkiln.cache.sccache.sealed): a copy its user may execute
+    but not read makes a non-dumpable process; another process of the same sandbox (the same user, no
+    capabilities) gets EACCES for its environ, maps, mem and fds, while it reads the same program started
+    from the readable original. (A wrapper calling prctl(PR_SET_DUMPABLE, 0) before exec would not do:
+    exec makes the new program dumpable again.)"""
+    from torchkiln.cache.sccache import SEALED_PREFIX, sealed
+
+    exe = bwrap()
+    copy = sealed("sleep")
+    assert copy.parent.name.startswith(SEALED_PREFIX) and (copy.stat().st_mode & 0o777) == 0o111
+    script = textwrap.dedent(
+        """
+        import json, os, subprocess, sys, time
+        out = {}
+        for name, program in (("sealed", sys.argv[1]), ("plain", "sleep")):
+            child = subprocess.Popen([program, "30"])
+            time.sleep(0.2)
+            row = {}
+            for entry in ("environ", "maps", "mem"):
+                try:
+                    with open(f"/proc/{child.pid}/{entry}", "rb") as handle:
+                        handle.read(1) if entry != "mem" else None
+                    row[entry] = "read"
+                except OSError as exc:
+                    row[entry] = exc.strerror
+            try:
+                row["fd"] = [os.readlink(f"/proc/{child.pid}/fd/{n}") for n in os.listdir(f"/proc/{child.pid}/fd")] and "read"
+            except OSError as exc:
+                row["fd"] = exc.strerror
+            child.kill()
+            out[name] = row
+        print(json.dumps(out))
+        """
+    )
+    view = python_view(tmp_path, read_only=[copy.parent])
+    done = run_in(Sandbox(exe, view), [sys.executable, "-c", script, str(copy)])
+    shutil.rmtree(copy.parent)
+    assert done.ok, done.describe()
+    got = json.loads(done.stdout)
+    assert got["plain"] == {"environ": "read", "maps": "read", "mem": "read", "fd": "read"}
+    assert got["sealed"] == dict.fromkeys(("environ", "maps", "mem", "fd"), "Permission denied")

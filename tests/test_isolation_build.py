@@ -39,7 +39,7 @@ import tarfile
 import threading
 import time
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -184,6 +184,10 @@ class Built:
     statement: dict
     output: str
     readers: dict[str, set[str]]  # secret kind -> the build's processes that could read it (Readers)
+    # what the tree's own compiler found (kiln_probe.as_compiler, after setup.py packed the loot): its
+    # reports (each with ``peers``: every process it saw, read through /proc) and every memory it kept
+    compiler: list[dict]
+    memory: bytes
 
 
 def _describe(pid: str, own_mnt: str) -> str:
@@ -310,8 +314,8 @@ def build(
         # this case's own (its requirement file names the case), so each case's env step installs it anew
         with (src / "requirements-build.txt").open("a") as handle:
             handle.write(f"# {case.name}\n")
-    else:  # its venv steps run unsandboxed: kept out of the store the other cases use
-        args += ["--env-store", "off"]
+    else:  # its venv steps run unsandboxed: kept out of the store the other cases use; signed only so
+        args += ["--env-store", "off", "--allow-unisolated"]
     key_path: Path | None = None
     if case.key == "env":
         env["KILN_SIGNING_KEY"] = key
@@ -388,27 +392,48 @@ def build(
     statement = json.loads(base64.b64decode(envelope["payload"]))
     manifest = json.loads((tmp / "dist" / "manifest.json").read_text())
     found = Secrets(values, key_path, marker_env, marker_file)
-    return Built(loot, wheel_bytes, manifest, statement, output, readers.found), found
+    kept = work / "kiln-loot"  # the build venv's neighbour (kiln_probe.loot_dir)
+    compiler = [r for r in (json.loads(p.read_text()) for p in kept.glob("*.json")) if "peers" in r]
+    memory = b"".join(p.read_bytes() for p in kept.glob("mem/*/*.mem"))
+    return Built(loot, wheel_bytes, manifest, statement, output, readers.found, compiler, memory), found
 
 
-def report(name: str, readers: dict[str, set[str]]) -> None:
-    """With KILN_SECRET_READERS=FILE, the measured readers of each secret, one JSON line per case (the
-    issue's note lists them)."""
+def report(name: str, built: Built) -> None:
+    """With KILN_SECRET_READERS=FILE, one JSON line per case (the issue's note lists them): the measured
+    holders of each secret (``readers``: its value in a process's environment or argv, or its file in the
+    process's view), and what the tree's own compiler could read of each process it saw (``compiler``:
+    its program, and whether its environment, memory and open files were readable)."""
     out = os.environ.get("KILN_SECRET_READERS")
-    if out:
-        with open(out, "a", encoding="utf-8") as handle:
-            handle.write(
-                json.dumps({"case": name, "readers": {k: sorted(v) for k, v in readers.items()}}) + "\n"
+    if not out:
+        return
+    view: dict[str, set[str]] = {}
+    for ran in built.compiler:
+        for row in ran["peers"].values():
+            fds = "fds read" if not any("Error" in v for v in row.get("fds", {}).values()) else "fds denied"
+            mem = str(row.get("mem", "not ours"))
+            view.setdefault(row["comm"], set()).add(
+                f"environ {'read' if row['environ'] == 'read' else 'denied'}, "
+                f"mem {'read' if mem.startswith('read') else mem}, {fds}"
             )
+    line = {
+        "case": name,
+        "readers": {k: sorted(v) for k, v in built.readers.items()},
+        "compiler": {k: sorted(v) for k, v in sorted(view.items())},
+        "memory_kept_bytes": len(built.memory),
+    }
+    with open(out, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(line) + "\n")
 
 
-def seen(loot: dict[str, dict]) -> str:
+def seen(loot: dict[str, dict], compiler: Sequence[dict] = ()) -> str:
     """Everything the probes saw, as one text: environment, processes, files learned, targets' contents (not
-    their names: the tree wrote those), the home."""
+    their names: the tree wrote those), the home; and what the tree's own compiler read of every process
+    it saw (environment, open files)."""
     parts = []
-    for probe in loot.values():
+    for probe in [*loot.values(), *compiler]:
         parts += [json.dumps(probe["environ"]), json.dumps(probe["proc"]), json.dumps(probe["learned"])]
         parts += [json.dumps(list(probe["targets"].values())), json.dumps(probe["home"])]
+        parts.append(json.dumps(probe.get("peers", {})))
     return "\n".join(parts)
 
 
@@ -424,7 +449,7 @@ def test_a_hostile_tree_and_its_build_dependency_find_no_secret(
         need(tool, tool_path())
     dist = request.getfixturevalue("scheduler") if case.dist else None
     built, held = build(case, tmp_path, redis, links, dist)
-    text = seen(built.loot)
+    text = seen(built.loot, built.compiler)
 
     # the probes ran where they should: the build dependency's setup.py under pip (env step), its .pth in
     # the compile's Pythons, the tree's own setup.py
@@ -440,10 +465,23 @@ def test_a_hostile_tree_and_its_build_dependency_find_no_secret(
     assert f"{held.marker_file}".encode() in built.wheel_bytes, "the compiler's .incbin of a visible file"
     assert any("-m build" in p["cmdline"] for probe in built.loot.values() for p in probe["proc"].values())
 
-    # ... and none of the secrets, anywhere: not in what the probes saw, not in what the compiler embedded
+    # ... and the tree's own compiler ran where the cache tool runs it (ccache: the compile step; sccache: the
+    # server), read /proc there (its own check: a process it starts is readable), and found the server
+    # sealed (issue 45: the cluster's token is in its memory)
+    assert built.compiler, f"{case.name}: the tree's compiler never ran"
+    for ran in built.compiler:
+        assert ran["control"].startswith("read ") and ran["control"] != "read 0 bytes", ran["control"]
+    servers = [row for r in built.compiler for row in r["peers"].values() if row["comm"] == "sccache"]
+    assert bool(servers) is (case.cache == "sccache"), case.name
+    for row in servers:
+        assert "Permission denied" in row["environ"] and "Permission denied" in row["mem"], row
+
+    # ... and none of the secrets, anywhere: not in what the probes saw, not in what the compiler embedded,
+    # not in any process memory the compiler could read
     for kind, value in held.values.items():
         assert value not in text, f"{case.name}: the probes found the {kind}"
         assert value.encode() not in built.wheel_bytes, f"{case.name}: the wheel carries the {kind}"
+        assert value.encode() not in built.memory, f"{case.name}: the compiler read the {kind} in memory"
     if held.key_path is not None:  # the key file's path is in no environment, argv or file a step can read
         assert str(held.key_path) not in text, f"{case.name}: the probes learned the key file's path"
         mounts = "".join(p["mounts"] for p in built.loot.values())
@@ -471,11 +509,12 @@ def test_a_hostile_tree_and_its_build_dependency_find_no_secret(
     assert host <= TORCHKILN_HOST, f"{case.name}: {sorted(host - TORCHKILN_HOST)} read a secret on the host"
     if case.key == "env":  # no process but torchkiln itself: its children never had the variable
         assert built.readers["signing key"] <= {"python -m torchkiln (host)"}, built.readers["signing key"]
-    report(case.name, built.readers)
+    report(case.name, built)
 
-    assert built.manifest["isolation"] == {"mode": "bubblewrap", "reason": None, "steps": []}
+    sandboxed = {"mode": "bubblewrap", "reason": None, "steps": [], "allow_unisolated": False}
+    assert built.manifest["isolation"] == sandboxed
     isolation = built.statement["predicate"]["buildDefinition"]["internalParameters"]["isolation"]
-    assert isolation == {"mode": "bubblewrap", "reason": None, "steps": []}
+    assert isolation == sandboxed
     assert "without isolation" not in built.output
     # the cache worked through what holds its password (broker or server): the store was used, no errors
     cache = built.manifest["cache"]
@@ -489,16 +528,19 @@ def test_a_hostile_tree_and_its_build_dependency_find_no_secret(
 def test_without_a_sandbox_the_build_says_so_and_the_same_probes_find_the_secrets(
     tmp_path: Path, redis: tuple[int, str], links: Path
 ) -> None:
-    """The control: where bubblewrap cannot sandbox, one warning, ``isolation: none`` with the reason in the
-    manifest and the provenance, and the probes that found nothing above now find the key file (by its
-    known path and from torchkiln's argv) and the home's secret: the sandbox is what kept them out."""
+    """The control: where bubblewrap cannot sandbox, a signed build runs only with --allow-unisolated (one
+    warning, ``isolation: none`` with the reason and ``allow_unisolated: true`` in the manifest and the
+    provenance), and the probes that found nothing above now find the key file (by its known path and from
+    torchkiln's argv) and the home's secret: the sandbox is what kept them out."""
     for tool in ("ccache", "gcc"):
         need(tool, tool_path())
     built, held = build(CONTROL, tmp_path, redis, links, None)
-    text = seen(built.loot)
+    text = seen(built.loot, built.compiler)
     assert held.values["signing key"] in text
     assert held.values["home secret"] in text
     assert held.values["redis password"] in text  # its credentials file, by its known path
+    # the tree's compiler, unsandboxed, reads torchkiln's own memory, where the broker holds the password
+    assert held.values["redis password"].encode() in built.memory
     assert held.values["signing key"].encode() in built.wheel_bytes, "the compiler embedded the key"
     assert any(
         "--sign-key-file" in p["cmdline"] for probe in built.loot.values() for p in probe["proc"].values()
@@ -517,11 +559,75 @@ def test_without_a_sandbox_the_build_says_so_and_the_same_probes_find_the_secret
         "torch:wheel",
         "torch:repair",
     ]
+    assert isolation["allow_unisolated"] is True, "signed only because the signer said --allow-unisolated"
     provenance = built.statement["predicate"]["buildDefinition"]["internalParameters"]["isolation"]
     assert provenance == isolation
+    assert built.statement["predicate"]["buildDefinition"]["externalParameters"]["options"][
+        "allow_unisolated"
+    ]
     assert built.output.count("build steps run without isolation") == 1
     # measured: without a sandbox the tree's own processes (the compile's Python) read the key file
     assert any(
         r.startswith("python") and r != "python -m torchkiln (host)" for r in built.readers["signing key"]
     )
-    report(CONTROL.name, built.readers)
+    report(CONTROL.name, built)
+
+
+# --------------------------------------------------------------------------------------------------
+# Issue 45 item 2: ``--source-dir torch=LINK`` builds sandboxed, whatever the link's shape (before, the compile
+# stopped with "bwrap: Can't chdir to LINK": the link was no mount point and was not made in the sandbox).
+# --------------------------------------------------------------------------------------------------
+
+REPRO = HERE / "data" / "repro_project"
+
+
+def _source_link(root: Path, shape: str) -> Path:
+    real = root / "trees" / "repro"
+    shutil.copytree(REPRO, real)
+    if shape == "absolute link":
+        (root / "given").symlink_to(real)
+        return root / "given"
+    if shape == "relative link":
+        (root / "given").symlink_to("trees/repro")
+        return root / "given"
+    if shape == "chain of links":
+        (root / "given").symlink_to("middle")
+        (root / "middle").symlink_to(real)
+        return root / "given"
+    (root / "checkouts").symlink_to("trees")  # a link among the tree's parents
+    return root / "checkouts" / "repro"
+
+
+SOURCE_LINKS = ("absolute link", "relative link", "chain of links", "a link among its parents")
+
+
+@pytest.fixture(scope="module")
+def link_caches(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("link-caches")  # one environment store: the venv is made once
+
+
+@pytest.mark.parametrize("shape", SOURCE_LINKS)
+def test_a_source_dir_given_through_a_link_builds_sandboxed(
+    shape: str, tmp_path: Path, link_caches: Path
+) -> None:
+    need("gcc", tool_path())
+    need("bwrap", tool_path())
+    given = _source_link(tmp_path, shape)
+    env = {**os.environ, "PATH": tool_path(), "TORCHKILN_CACHE_DIR": str(link_caches)}
+    args = ["build", str(HERE / "data" / "ext-cpu-test.toml"), "--source-dir", f"torch={given}"]
+    args += ["--only", "torch", "--workdir", str(tmp_path / "work"), "--dist", str(tmp_path / "dist")]
+    args += ["--skip-checks", "--no-preflight", "--cache", "none"]
+    done = subprocess.run(
+        [sys.executable, "-m", "torchkiln", *args], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    assert "Can't chdir" not in done.stdout + done.stderr
+    manifest = json.loads((tmp_path / "dist" / "manifest.json").read_text())
+    assert manifest["isolation"] == {
+        "mode": "bubblewrap",
+        "reason": None,
+        "steps": [],
+        "allow_unisolated": False,
+    }
+    assert manifest["sources"]["torch"]["path"] == str(given)
+    assert len(list((tmp_path / "dist").glob("kiln_repro-2.13.0+cpu-*.whl"))) == 1

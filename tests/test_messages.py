@@ -11,7 +11,7 @@ import pytest
 from dists import tiny_wheel
 from readmekit import readme_blocks
 
-from torchkiln.cli import COMMANDS, build_parser, main
+from torchkiln.cli import COMMANDS, RENAMED, build_parser, main
 from torchkiln.host import distro
 from torchkiln.plan import preflight
 from torchkiln.plan.jobs import GIB, Resources
@@ -264,3 +264,16 @@ def test_readmes_missing_torch_wheel_message_is_the_builds(
     assert main([*argv, "--torch", pattern.group(1), "--skip-checks", "--workdir", str(tmp_path / "w")]) == 2
     said = " ".join(capsys.readouterr().err.split())
     assert quoted.group(1) in said, said
+
+
+@pytest.mark.parametrize(("old", "new"), sorted(RENAMED.items()))
+def test_a_renamed_command_still_runs_and_says_its_new_name(
+    old: str, new: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 48: a renamed command keeps its old spelling, which runs the new one and says so."""
+    with pytest.raises(SystemExit) as raised:
+        main([old, "--help"])
+    assert raised.value.code == 0
+    out, err = capsys.readouterr()
+    assert f"'{old}' is deprecated: it is now 'torchkiln {new}'" in err
+    assert f"torchkiln {new}" in out and old not in COMMANDS

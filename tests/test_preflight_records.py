@@ -120,7 +120,7 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """The names of the checks that ran, in order (each wrapped, still run whole)."""
     ran: list[str] = []
 
-    def wrap(name: str, check: preflight_findings.Check) -> preflight_findings.Check:
+    def wrap(name: str, check: preflight_findings.HostCheck) -> preflight_findings.HostCheck:
         def counting(plan: Plan, host: preflight_findings.Host) -> Iterator[preflight_findings.Finding]:
             ran.append(name)
             yield from check(plan, host)

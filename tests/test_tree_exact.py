@@ -170,8 +170,6 @@ def world(upstream: dict[str, str], tmp_path: Path) -> World:
 
 
 def sha256_of(path: Path) -> str:
-    if path.is_symlink():
-        return hashlib.sha256(os.fsencode(os.readlink(path))).hexdigest()
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
@@ -240,6 +238,14 @@ def symlink_retargeted(tree: Path) -> None:
     (tree / "link").symlink_to("setup.py")
 
 
+def link_out_of_the_tree(tree: Path) -> None:
+    """The issue's example: a symlink added to the tree, to a file outside it (the wheel holds its bytes)."""
+    (tree / "kiln" / "outside.py").symlink_to("/etc/hostname")
+
+
+LEAVING = {"setup.py", "kiln/outside.py"}  # the variants' links that lead out of the tree
+
+
 def file_to_directory(tree: Path) -> None:
     (tree / "notes" / "a.txt").unlink()
     (tree / "notes" / "a.txt").mkdir()
@@ -300,6 +306,7 @@ VARIANTS = (
     Variant("type change symlink -> file (T)", symlink_to_file, (("link", "modified"),)),
     Variant("type change file -> symlink (T)", file_to_symlink, (("setup.py", "modified"),)),
     Variant("symlink retargeted", symlink_retargeted, (("link", "modified"),)),
+    Variant("untracked symlink out of the tree", link_out_of_the_tree, (("kiln/outside.py", "extra"),)),
     Variant("file replaced by a directory", file_to_directory, (("notes/a.txt", "modified"), ("notes/a.txt/inside.py", "extra"))),
     Variant("assume-unchanged file edited", assume_unchanged, (("setup.py", "modified"),)),
     Variant("skip-worktree file edited", skip_worktree, (("kiln/__init__.py", "modified"),)),
@@ -333,7 +340,7 @@ def test_each_difference_from_the_commit_is_found_by_path_and_kind(
     assert found == set(variant.expected)
 
 
-@pytest.mark.integration  # 26 variants x 2 builds (fetch, stand-in compile, publish): ~1 min
+@pytest.mark.integration  # 27 variants x 2 builds (fetch, stand-in compile, publish): ~1 min
 @pytest.mark.parametrize(
     "variant", [v for v in VARIANTS if v.expected], ids=[v.name for v in VARIANTS if v.expected]
 )
@@ -362,11 +369,15 @@ def test_the_build_refuses_each_difference_by_name_and_allow_dirty_records_its_d
         entry = recorded[path]
         assert entry["kind"] == kind
         target = world.checkout / path
-        if kind == "removed" or target.is_dir() and not target.is_symlink():
-            assert entry["sha256"] is None
+        if target.is_symlink() and kind != "removed":  # a link as a link: its text, never what it reaches
+            assert (entry["link"], entry["sha256"]) == (os.readlink(target), None), path
+        elif kind == "removed" or target.is_dir():
+            assert (entry["link"], entry["sha256"]) == (None, None)
         else:
-            assert entry["sha256"] == sha256_of(target), path
+            assert (entry["link"], entry["sha256"]) == (None, sha256_of(target)), path
     assert set(recorded) == {p for p, _ in variant.expected}, "the build's own outputs are no change"
+    leaving = [p for p, _ in variant.expected if (world.checkout / p).is_symlink() and p in LEAVING]
+    assert [link["path"] for link in lock["sources"]["torch"]["outside_links"]] == leaving
     assert result.provenance is not None
     statement = json.loads(load_envelope(result.provenance).payload)
     torch = next(
@@ -421,28 +432,12 @@ def test_a_tree_without_git_is_recorded_by_the_digest_of_all_but_the_builds_own_
     write (planted before it) is covered; the build's own (build/obj.o, version.py, egg-info) are not; a
     rerun is a no-op and records the same digest."""
     from torchkiln.files.digests import tree_sha256
-    from torchkiln.recipe.loader import load_recipe
 
-    tree = tmp_path / "tree"
-    (tree / "kiln").mkdir(parents=True)
-    (tree / "version.txt").write_text("2.13.0a0\n")
-    (tree / "setup.py").write_text("# stands in for torch\n")
-    (tree / "kiln" / "__init__.py").write_text("X = 1\n")
+    tree = plain_tree(tmp_path)
     (tree / "build" / "lib").mkdir(parents=True)
     (tree / "build" / "lib" / "evil.py").write_text("planted before the build\n")
     pristine = tree_sha256(tree)
-    recipe = load_recipe(Path(__file__).parent / "data" / "ext-cpu-test.toml")
-    plan = make_plan(
-        recipe, workdir=tmp_path / "w", dist=tmp_path / "d", only="torch", source_dirs={"torch": tree},
-        cache=resolve_cache(None, kind="none"),
-    )  # fmt: skip
-    made = tmp_path / "made"
-    made.mkdir()
-    wheel = tiny_wheel(made, "torch", "2.13.0+cpu")
-    compile_step = next(s for s in plan.steps if s.kind == "compile")
-    steps = [stand_in_compile(compile_step, tree, wheel), plan.steps[-1]]
-    options = BuildOptions(console=Console(file=io.StringIO()), skip_checks=True)
-    first = run_build(replace(plan, steps=steps), options)
+    first, _ = given_tree_build(tree, tmp_path)
     lock = json.loads(first.lock.read_text())["sources"]["torch"]
     assert lock["commit"] is None and lock["tree_sha256"] == pristine
     own = sorted(json.loads((tmp_path / "w" / "tree-outputs" / "torch:wheel.json").read_text()))
@@ -450,7 +445,195 @@ def test_a_tree_without_git_is_recorded_by_the_digest_of_all_but_the_builds_own_
     assert "build/lib/evil.py" not in own
     assert tree_sha256(tree, own) == pristine != tree_sha256(tree)
     assert tree_sha256(tree, [*own, "build/lib/evil.py"]) != pristine, "the planted file is in the record"
-    again = run_build(replace(plan, steps=steps), options)
+    again, _ = given_tree_build(tree, tmp_path)
     assert (
         again.ran == [] and json.loads(again.lock.read_text())["sources"]["torch"]["tree_sha256"] == pristine
     )
+
+
+# --------------------------------------------------------------------------------------------------
+# Issue 45 item 2: every symbolic link of a recorded tree is recorded as a link (its text), never as the
+# bytes of what it points to; a link that leads out of the tree is refused unless --allow-dirty, which
+# records it. The shapes: (where the link is, its text made from the tree and a directory outside it, whether
+# it leads out). The oracle for "leads out" is coreutils' own `realpath -m`.
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LinkShape:
+    name: str
+    links: tuple[tuple[str, Callable[[Path, Path], str]], ...]  # (path in the tree, its text)
+    leaves: tuple[str, ...]  # the links of it that lead out of the tree
+
+
+def _inside(text: str) -> Callable[[Path, Path], str]:
+    return lambda tree, outside: text
+
+
+LINK_SHAPES = (
+    LinkShape("relative, to a file in the tree", (("ln", _inside("kiln/__init__.py")),), ()),
+    LinkShape("absolute, to a file in the tree", (("ln", lambda t, o: str(t / "setup.py")),), ()),
+    LinkShape("to a directory in the tree", (("ln", _inside("kiln")),), ()),
+    LinkShape("into the tree from a subdirectory", (("kiln/ln", _inside("../setup.py")),), ()),
+    LinkShape("chain inside the tree", (("ln", _inside("ln2")), ("ln2", _inside("setup.py"))), ()),
+    LinkShape("dangling, inside the tree", (("ln", _inside("missing.py")),), ()),
+    LinkShape("absolute, to a file outside", (("ln", lambda t, o: str(o / "outside.txt")),), ("ln",)),
+    LinkShape("relative, to a file outside", (("kiln/ln", lambda t, o: os.path.relpath(o / "outside.txt", t / "kiln")),), ("kiln/ln",)),
+    LinkShape("to a directory outside", (("ln", lambda t, o: str(o)),), ("ln",)),
+    LinkShape("to a system file", (("ln", _inside("/etc/hostname")),), ("ln",)),
+    LinkShape("chain ending outside", (("ln", _inside("ln2")), ("ln2", lambda t, o: str(o / "outside.txt"))), ("ln", "ln2")),
+    LinkShape("dangling, outside", (("ln", _inside("/nonexistent/kiln/x")),), ("ln",)),
+    LinkShape("'..' past the top", (("ln", _inside("kiln/../../outside.txt")),), ("ln",)),
+    LinkShape("through a directory link outside, back up", (("out", lambda t, o: str(o / "sub")), ("ln", _inside("out/../outside.txt"))), ("ln", "out")),
+)  # fmt: skip
+
+
+def make_links(shape: LinkShape, tree: Path, outside: Path) -> dict[str, str]:
+    """The shape's links in ``tree`` (``outside`` holds outside.txt and sub/); their texts by path."""
+    (outside / "sub").mkdir(parents=True, exist_ok=True)
+    (outside / "outside.txt").write_text("outside\n")
+    texts = {}
+    for relative, text in shape.links:
+        texts[relative] = text(tree, outside)
+        (tree / relative).symlink_to(texts[relative])
+    return texts
+
+
+def realpath_leaves(tree: Path, relative: str) -> bool:
+    """coreutils' realpath -m (every link followed, missing components allowed) against the tree's own."""
+    argv = ["realpath", "-m", "--"]
+    top, found = subprocess.run(
+        [*argv, str(tree), str(tree / relative)], capture_output=True, text=True, check=True
+    ).stdout.split("\n")[:2]
+    return not (found == top or found.startswith(top + "/"))  # fmt: skip
+
+
+def plain_tree(root: Path) -> Path:
+    tree = root / "tree"
+    (tree / "kiln").mkdir(parents=True)
+    (tree / "version.txt").write_text("2.13.0a0\n")
+    (tree / "setup.py").write_text("# stands in for torch\n")
+    (tree / "kiln" / "__init__.py").write_text("X = 1\n")
+    return tree
+
+
+@pytest.mark.parametrize("shape", LINK_SHAPES, ids=[s.name for s in LINK_SHAPES])
+def test_which_links_lead_out_of_a_tree_as_realpath_says(shape: LinkShape, tmp_path: Path) -> None:
+    from torchkiln.source.exact import leaves, outside_links
+
+    tree = plain_tree(tmp_path)
+    texts = make_links(shape, tree, tmp_path / "outside")
+    for relative in texts:
+        assert leaves(tree, relative) is realpath_leaves(tree, relative), relative
+    found = outside_links(tree, [*texts, "setup.py", "kiln"])
+    assert [(link.path, link.link) for link in found] == [(p, texts[p]) for p in sorted(shape.leaves)]
+
+
+def given_tree_build(
+    tree: Path, root: Path, *, allow_dirty: bool = False, sign: bool = False
+) -> tuple[BuildResult, str]:
+    """A --source-dir build of ``tree``: the stand-in compile and the real publish step."""
+    from torchkiln.recipe.loader import load_recipe
+
+    recipe = load_recipe(Path(__file__).parent / "data" / "ext-cpu-test.toml")
+    plan = make_plan(
+        recipe, workdir=root / "w", dist=root / "d", only="torch", source_dirs={"torch": tree},
+        cache=resolve_cache(None, kind="none"),
+    )  # fmt: skip
+    made = root / "made"
+    made.mkdir(exist_ok=True)
+    wheel = tiny_wheel(made, "torch", "2.13.0+cpu")
+    compile_step = next(s for s in plan.steps if s.kind == "compile")
+    steps = [stand_in_compile(compile_step, tree, wheel), plan.steps[-1]]
+    out = io.StringIO()
+    key = ed25519.Ed25519PrivateKey.generate() if sign else None
+    options = BuildOptions(
+        console=Console(file=out, width=400), skip_checks=True, allow_dirty=allow_dirty, sign_key=key
+    )
+    return run_build(replace(plan, steps=steps), options), out.getvalue()
+
+
+TREE_KINDS = ("no git", "git, the links committed", "git, the links added")
+
+
+@pytest.mark.integration  # 14 shapes x 3 trees x up to 2 builds (stand-in compile, real publish): ~1 min
+@pytest.mark.parametrize("kind", TREE_KINDS)
+@pytest.mark.parametrize("shape", LINK_SHAPES, ids=[s.name for s in LINK_SHAPES])
+def test_a_given_trees_links_are_recorded_as_links_and_those_leading_out_are_refused(
+    shape: LinkShape, kind: str, tmp_path: Path
+) -> None:
+    """Each shape in a --source-dir tree (no git; git with the links in its commit; git with them added
+    after): a tree whose links all stay inside builds; one with a link leading out is refused before
+    anything runs, naming the link and its text; with --allow-dirty it builds, and the lock, manifest and
+    signed provenance record every such link by its text, and a changed link as a link (its text, no
+    sha256), never as the bytes it points to."""
+    tree = plain_tree(tmp_path)
+    if kind != "no git":
+        _run(tree, "init", "-q")
+        _commit_all(tree, "tree")
+    texts = make_links(shape, tree, tmp_path / "outside")
+    if kind == "git, the links committed":
+        _commit_all(tree, "links")
+    if shape.leaves:
+        with pytest.raises(BuildFailed) as refused:
+            given_tree_build(tree, tmp_path)
+        message = str(refused.value)
+        for relative in shape.leaves:
+            assert f"{relative} -> {texts[relative]}" in message, message
+        assert "nothing was built" in message and not (tmp_path / "d").exists()
+    result, said = given_tree_build(tree, tmp_path, allow_dirty=bool(shape.leaves), sign=True)
+    lock = json.loads(result.lock.read_text())["sources"]["torch"]
+    assert lock == json.loads(result.manifest.read_text())["sources"]["torch"]
+    assert lock["outside_links"] == [{"path": p, "link": texts[p]} for p in sorted(shape.leaves)]
+    if shape.leaves:
+        assert "whose links lead out of it" in said
+    if kind == "git, the links added":  # each link is a change of the tree: recorded as a link
+        changes = {c["path"]: c for c in lock["tree_changes"]}
+        assert {p: (c["link"], c["sha256"]) for p, c in changes.items()} == {
+            p: (t, None) for p, t in texts.items()
+        }
+    assert result.provenance is not None
+    statement = json.loads(load_envelope(result.provenance).payload)
+    resolved = statement["predicate"]["buildDefinition"]["resolvedDependencies"]
+    torch = next(d for d in resolved if d["name"] == "torch")
+    assert torch["annotations"].get("outside_links", []) == lock["outside_links"]
+
+
+def test_a_link_out_of_the_tree_in_the_fetched_commit_itself_is_refused_at_publish(tmp_path: Path) -> None:
+    """A link the commit holds (git status never lists it) that leads out of the tree: the fetched build is
+    not published; --allow-dirty publishes it with the link recorded by its text (the tree is its commit's:
+    no change)."""
+    top = tmp_path / "up" / "pytorch"
+    (top / "kiln").mkdir(parents=True)
+    git(top, "init", "-q")
+    (top / "version.txt").write_text("2.13.0a0\n")
+    (top / "setup.py").write_text("# stands in for torch\n")
+    (top / "kiln" / "__init__.py").write_text("X = 1\n")
+    (top / "kiln" / "host.py").symlink_to("/etc/hostname")
+    _commit_all(top, "v1")
+    git(top, "tag", "v1")
+    world = World(tmp_path / "world", f"file://{top}")
+    world.root.mkdir()
+    with pytest.raises(BuildFailed, match=r"kiln/host\.py -> /etc/hostname; .*nothing was published"):
+        world.build()
+    result, said = world.build(allow_dirty=True)
+    lock = json.loads(result.lock.read_text())["sources"]["torch"]
+    assert lock["outside_links"] == [{"path": "kiln/host.py", "link": "/etc/hostname"}]
+    assert lock["tree_changes"] == [] and "whose links lead out of it: kiln/host.py -> /etc/hostname" in said
+
+
+@pytest.mark.parametrize("shape", ["dangling link", "link to a file", "chain ending nowhere"])
+def test_a_source_dir_link_that_reaches_no_directory_is_refused_by_name(shape: str, tmp_path: Path) -> None:
+    """The --source-dir shapes that are no tree (those that reach one build: test_isolation_build.py): a
+    usage error naming the argument, before anything is planned."""
+    from torchkiln.commands.plan import parse_source_dirs
+    from torchkiln.errors import UsageError
+
+    (tmp_path / "file").write_text("x")
+    given = tmp_path / "given"
+    target = {"dangling link": "missing", "link to a file": "file", "chain ending nowhere": "middle"}[shape]
+    given.symlink_to(target)
+    if shape == "chain ending nowhere":
+        (tmp_path / "middle").symlink_to("nowhere")
+    with pytest.raises(UsageError, match=rf"--source-dir 'torch={given}': {given} is not a directory"):
+        parse_source_dirs([f"torch={given}"])

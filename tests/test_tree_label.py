@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 from dists import tiny_wheel
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from imagekit import examples
+from imagekit import examples, unisolated_signing_allowed
 from rich.console import Console
 from test_build_fetch import fetch_recipe_text, git
 
@@ -50,7 +50,9 @@ SPACING = ("{}\n", "{}", "  {}  \n", "{}\r\n", "{}\n# a comment line\n")
 
 @st.composite
 def tree_versions(draw: st.DrawFn, release: str) -> tuple[str, bool]:
-    """(the text of a version.txt, whether it states ``release``)."""
+    """(the text of a version.txt, whether a wheel labelled as the final ``release`` may be built from it:
+    the release itself or upstream's marker a0, on one line; a pre, dev, post or local part is a version
+    the final label would misstate, two lines state none: issue 45)."""
     kind = draw(st.sampled_from(("version", "version", "version", "garbage", "empty")))
     if kind == "garbage":
         return draw(st.sampled_from(("main", "v2", "unknown", "2.x", "release-2.13.0"))) + "\n", False
@@ -61,8 +63,14 @@ def tree_versions(draw: st.DrawFn, release: str) -> tuple[str, bool]:
     moved = (major + shift[0], minor + shift[1], patch + shift[2])
     if min(moved) < 0:
         moved, shift = (major, minor, patch), (0, 0, 0)
-    text = ".".join(map(str, moved)) + draw(st.sampled_from(SUFFIXES)) + draw(st.sampled_from(LOCALS))
-    return draw(st.sampled_from(SPACING)).format(text), shift == (0, 0, 0)
+    suffix, local, spacing = (
+        draw(st.sampled_from(SUFFIXES)),
+        draw(st.sampled_from(LOCALS)),
+        draw(st.sampled_from(SPACING)),
+    )
+    text = ".".join(map(str, moved)) + suffix + local
+    final = suffix in ("", "a0") and not local and "#" not in spacing
+    return spacing.format(text), shift == (0, 0, 0) and final  # fmt: skip
 
 
 def torch_wheel(directory: Path) -> Path:
@@ -154,13 +162,24 @@ def test_a_given_tree_of_another_release_is_refused_whatever_is_skipped(
         ("0.21.0\n", "0.21.0+cu124", True),  # torchvision's v0.21.0
         ("2.6.0a0\n", "2.6.1+cpu", False),
         ("2.6.0a0\n", "2.5.0", False),
-        ("2.6.0rc1\n", "2.6.0", True),
-        ("2.6.0+git1a2b3c\n", "2.6.0", True),
+        ("2.6.0rc1\n", "2.6.0", False),  # issue 45: a release candidate is not the final release
+        ("2.6.0rc1\n", "2.6.0rc1+cpu", True),  # ... labelled as what it is
+        ("2.6.0+git1a2b3c\n", "2.6.0", False),  # a tree's own local label: refused by name
+        ("2.6.0+git1a2b3c\n", "2.6.0+git1a2b3c", False),
         ("2.6\n", "2.6.0", True),
-        ("2.6.0\n", "2.6.0.post2", True),
-        ("2.6.0\n", "2.6.0rc1", True),
+        ("2.6.0.0\n", "2.6.0", True),  # PEP 440's zero padding
+        ("2.6.0.1\n", "2.6.0", False),  # not 2.6.0 (only the first three parts were compared before)
+        ("1!2.6.0\n", "2.6.0", False),  # another epoch
+        ("2.6.0\n", "2.6.0.post2", True),  # the recipe's own post-release of a final tree
+        ("2.6.0\n", "2.6.0rc1", True),  # ... and an RC built from a release branch
+        ("2.6.0.post1\n", "2.6.0", False),
+        ("2.6.0.post1\n", "2.6.0.post1+cpu", True),
+        ("2.6.0.dev20260101\n", "2.6.0", False),
+        ("2.6.0a0.dev1\n", "2.6.0", False),  # the marker with a dev part is no marker
         ("3.6.0a0\n", "2.6.0", False),
         ("not-a-version\n", "2.6.0", False),
+        ("2.6.0\n2.7.0\n", "2.6.0", False),
+        ("\ufeff2.6.0\n", "2.6.0", False),
         (None, "2.6.0", False),
     ],
 )
@@ -232,3 +251,206 @@ def test_a_tree_changed_after_planning_is_refused_before_its_compile(tmp_path: P
     options = BuildOptions(console=Console(file=io.StringIO()), skip_checks=True)
     with pytest.raises(BuildFailed, match=r"its version\.txt says '0\.27\.0'; nothing was compiled"):
         run_build(replace(plan, steps=steps), options)
+
+
+# --------------------------------------------------------------------------------------------------
+# Issue 45 item 3: a pre-release, dev, post or local version is labelled as what it is or refused by name,
+# and the tree's own text is recorded beside the label. The texts: every part of PEP 440's grammar (its
+# spellings as packaging normalises them), malformed ones, and the ways a file carries a line.
+# --------------------------------------------------------------------------------------------------
+
+EPOCHS = ("", "1!")
+RELEASES_OF = ("2.13.0", "2.13", "2.13.0.0", "2.13.0.1", "2.13.1", "v2.13.0")
+PRES = ("", "a0", "a1", "b2", "rc1", "c1", "-alpha.1", "beta2", "pre3", "preview4", "RC1", "a")
+POSTS = ("", ".post1", "-1", "post2", ".rev3", ".r4", "-post5")
+DEVS = ("", ".dev0", ".dev2026012", "dev3", "-dev")
+LOCAL_PARTS = ("", "+evil", "+cpu.1", "+Git-abc")
+CARRIERS = ("{}", "{}\n", "{}\r\n", "  {}  \n", "\t{}\t", "{}\n\n", "\ufeff{}\n", "{}\n{}\n", "{}\n# note\n")
+MALFORMED = (
+    "",
+    "\n",
+    "main",
+    "2.x",
+    "2.13.0-",
+    "2..13",
+    "2.13.0+",
+    "release-2.13.0",
+    "2.13.0 rc1",
+    "２.13.0",
+)
+
+NAMES = {"a": "an alpha", "b": "a beta", "rc": "a release candidate"}
+
+
+@st.composite
+def version_texts(draw: st.DrawFn) -> str:
+    if draw(st.integers(0, 9)) == 0:
+        return draw(st.sampled_from(MALFORMED))
+    parts = [draw(st.sampled_from(x)) for x in (EPOCHS, RELEASES_OF, PRES, POSTS, DEVS, LOCAL_PARTS)]
+    return draw(st.sampled_from(CARRIERS)).replace("{}", "".join(parts))
+
+
+def expected(text: str, label: str) -> tuple[bool, list[str]]:
+    """The spec, from packaging alone: (agrees, the names a refusal must carry)."""
+    from packaging.version import InvalidVersion, Version
+
+    statement = text.strip(" \t\r\n")
+    if text.startswith("\ufeff"):
+        return False, ["byte-order mark"]
+    if not statement:
+        return False, ["is empty"]
+    if len(statement.splitlines()) > 1:
+        return False, [f"holds {len(statement.splitlines())} lines"]
+    try:
+        tree = Version(statement)
+    except InvalidVersion:
+        return False, ["no PEP 440 version"]
+    want = Version(label)
+    names = []
+    if tree.pre is not None and tree.pre != ("a", 0):
+        names.append(f"{NAMES[tree.pre[0]]} ({tree.pre[0]}{tree.pre[1]})")
+    if tree.post is not None:
+        names.append(f"a post-release (.post{tree.post})")
+    if tree.dev is not None:
+        names.append(f"a development release (.dev{tree.dev})")
+    if tree.local is not None:
+        return False, [*names, f"a local version label (+{tree.local})"]
+    if not names:
+        return Version(want.base_version) == Version(tree.base_version), []
+    return Version(want.public) == tree, names
+
+
+@settings(max_examples=examples(400), deadline=None)
+@given(text=version_texts(), label=st.sampled_from(("2.13.0+cpu", "2.13.0", "2.13.0rc1+cpu", "2.13.0.post1")))
+@example(text="2.13.0rc1\n", label="2.13.0+cpu")  # the issue's examples: each was labelled the final 2.13.0
+@example(text="2.13.0.dev20260101\n", label="2.13.0+cpu")
+@example(text="2.13.0.post1\n", label="2.13.0+cpu")
+@example(text="2.13.0+evil\n", label="2.13.0+cpu")
+@example(text="2.13.0\n2.14.0\n", label="2.13.0+cpu")
+@example(text="2.13.0.1\n", label="2.13.0+cpu")  # the first three parts alone were compared
+def test_each_version_text_is_labelled_as_it_is_or_refused_by_name(
+    tmp_path_factory: pytest.TempPathFactory, text: str, label: str
+) -> None:
+    tree = tmp_path_factory.mktemp("tree")
+    (tree / "version.txt").write_bytes(text.encode())
+    agrees, names = expected(text, label)
+    problem = label_problem("torch", tree, label)
+    assert (problem is None) is agrees, (text, label, problem)
+    if problem is not None:
+        assert f"the tree {tree} is not that release: its version.txt" in problem
+        for name in names:
+            assert name in problem, (text, problem)
+    from torchkiln.source.version import record
+
+    kept = record("torch", tree, label)
+    assert (kept.text, kept.label) == (text, label), "the file exactly as read, beside the label"
+
+
+def test_a_version_file_that_is_no_text_is_refused_and_recorded_as_read(tmp_path: Path) -> None:
+    from torchkiln.source.version import MAX_BYTES, record
+
+    (tmp_path / "version.txt").write_bytes(b"2.13.0\xff\n")
+    assert "is not UTF-8 text" in (label_problem("torch", tmp_path, "2.13.0") or "")
+    assert record("torch", tmp_path, "2.13.0").text == "2.13.0\\xff\n"
+    (tmp_path / "version.txt").write_bytes(b"2.13.0" + b" " * MAX_BYTES)
+    assert f"longer than {MAX_BYTES} bytes" in (label_problem("torch", tmp_path, "2.13.0") or "")
+    kept = record("torch", tmp_path, "2.13.0")
+    assert kept.text is not None and len(kept.text) == MAX_BYTES and kept.sha256 is not None
+
+
+def publish_build(tree: Path, root: Path, recipe_text: str, *, after: str | None = None):  # type: ignore[no-untyped-def]
+    """A --source-dir build of ``tree``: the stand-in compile (test_tree_exact), an optional step that
+    rewrites version.txt to ``after``, the real publish step; signed."""
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+    from test_tree_exact import stand_in_compile
+
+    recipe = parse_recipe(recipe_text.encode(), "label-test.toml")
+    plan = make_plan(
+        recipe, workdir=root / "w", dist=root / "d", only="torch", source_dirs={"torch": tree},
+        cache=resolve_cache(None, kind="none"),
+    )  # fmt: skip
+    compile_step = next(s for s in plan.steps if s.kind == "compile")
+    (root / "made").mkdir(parents=True, exist_ok=True)
+    wheel = tiny_wheel(root / "made", "torch", compile_step.env["PYTORCH_BUILD_VERSION"])
+    steps = [stand_in_compile(compile_step, tree, wheel)]
+    if after is not None:
+        edit = (sys.executable, "-c", f"open({str(tree / 'version.txt')!r}, 'w').write({after!r})")
+        steps.append(Step("late-edit", "env", "", edit))
+    options = BuildOptions(
+        console=Console(file=io.StringIO()),
+        skip_checks=True,
+        sign_key=ed25519.Ed25519PrivateKey.generate(),
+        allow_unisolated=unisolated_signing_allowed(),
+    )
+    return run_build(replace(plan, steps=[*steps, plan.steps[-1]]), options)
+
+
+EXT = (HERE / "data" / "ext-cpu-test.toml").read_text()
+
+
+def plain_tree(root: Path) -> Path:
+    from test_tree_exact import plain_tree as made
+
+    return made(root)  # version.txt 2.13.0a0, setup.py, kiln/
+
+
+AS_IS = EXT.replace(
+    'local_version = "+cpu"', 'pytorch_build_version = "2.13.0rc1+cpu"\npytorch_build_number = 0'
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "recipe", "label", "reading"),
+    [
+        (
+            "2.13.0a0\r\n",
+            EXT,
+            "2.13.0+cpu",
+            "upstream's development marker a0 of release 2.13.0: labelled as that release",
+        ),
+        ("2.13.0  \n", EXT, "2.13.0+cpu", "the final release 2.13.0"),
+        ("2.13.0rc1\n", AS_IS, "2.13.0rc1+cpu", "a release candidate (rc1): labelled as it is"),
+    ],
+    ids=["marker, CRLF", "final, trailing spaces", "release candidate labelled as it is"],
+)
+def test_the_records_carry_the_version_file_as_read_beside_the_label(
+    tmp_path: Path, text: str, recipe: str, label: str, reading: str
+) -> None:
+    """The lock file, the manifest and the signed provenance (the source and each wheel's subject) keep
+    version.txt exactly as read (its whitespace included), its sha256, the label and how they agree."""
+    import hashlib
+    import json
+
+    from torchkiln.artifacts.signing import load_envelope
+
+    tree = plain_tree(tmp_path)
+    (tree / "version.txt").write_bytes(text.encode())
+    result = publish_build(tree, tmp_path, recipe)
+    want = {
+        "file": "version.txt",
+        "text": text,
+        "sha256": hashlib.sha256(text.encode()).hexdigest(),
+        "label": label,
+        "reading": reading,
+    }
+    lock = json.loads(result.lock.read_text())["sources"]["torch"]
+    assert lock["version"] == want
+    assert json.loads(result.manifest.read_text())["sources"]["torch"]["version"] == want
+    assert result.provenance is not None
+    statement = json.loads(load_envelope(result.provenance).payload)
+    resolved = statement["predicate"]["buildDefinition"]["resolvedDependencies"]
+    assert next(d for d in resolved if d["name"] == "torch")["annotations"]["version_file"] == want
+    (subject,) = statement["subject"]
+    assert subject["annotations"]["version_file"] == want and subject["annotations"]["version"] == label
+
+
+def test_a_version_file_changed_after_the_compile_is_refused_at_publish(tmp_path: Path) -> None:
+    """The compile checked 2.13.0a0; a later step makes the tree a release candidate: the label no longer
+    says what the tree states, and nothing is published."""
+    tree = plain_tree(tmp_path)
+    with pytest.raises(BuildFailed) as refused:
+        publish_build(tree, tmp_path, EXT, after="2.13.0rc1\n")
+    message = str(refused.value)
+    assert "its version.txt says '2.13.0rc1': a release candidate (rc1)" in message, message
+    assert "nothing was published (dist/ is unchanged)" in message and refused.value.step == "publish"
+    assert not (tmp_path / "d").exists() or not any((tmp_path / "d").iterdir())

@@ -23,7 +23,7 @@ from torchkiln.recipe.loader import load_recipe, parse_recipe
 from torchkiln.recipe.model import Recipe
 from torchkiln.verify import buildconfig, buildconfig_torchvision, proc, report
 from torchkiln.verify import facts as facts_mod
-from torchkiln.verify.check import Check, flag
+from torchkiln.verify.comparison import Comparison, flag
 
 ROOT = Path(__file__).resolve().parents[1]
 CU130 = ROOT / "recipes" / "torch-2.13-cu130-py312.toml"
@@ -215,7 +215,7 @@ def cuda_facts(**changes: object) -> buildconfig.BuildFacts:
     return dataclasses.replace(facts, **changes)
 
 
-def statuses(checks: dict[str, Check]) -> dict[str, str]:
+def statuses(checks: dict[str, Comparison]) -> dict[str, str]:
     return {k: c.status for k, c in checks.items()}
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from torchkiln.verify import buildconfig, provenance
-from torchkiln.verify.check import Check
+from torchkiln.verify.comparison import Comparison
 
 pytestmark = pytest.mark.build_config
 
@@ -21,7 +21,7 @@ def facts() -> buildconfig.BuildFacts:
     return buildconfig.collect_facts()
 
 
-def _assert_check(check: Check) -> None:
+def _assert_check(check: Comparison) -> None:
     if check.status == "skip":
         pytest.skip(check.message)
     if check.status != "pass":
@@ -48,7 +48,7 @@ def test_build_matches_recipe(facts: buildconfig.BuildFacts, recipe: object, che
 
 
 @pytest.fixture(scope="module")
-def manifest_results(facts: buildconfig.BuildFacts, manifest: object) -> dict[str, Check]:
+def manifest_results(facts: buildconfig.BuildFacts, manifest: object) -> dict[str, Comparison]:
     if manifest is None:
         pytest.skip("no --manifest given: nothing to compare the installed wheels with")
     return provenance.manifest_checks(manifest, facts)  # type: ignore[arg-type]
@@ -57,7 +57,7 @@ def manifest_results(facts: buildconfig.BuildFacts, manifest: object) -> dict[st
 @pytest.mark.parametrize("project", ["torch", "torchvision"])
 @pytest.mark.parametrize("check_id", provenance.MANIFEST_CHECKS)
 def test_installed_wheels_match_manifest(
-    manifest_results: dict[str, Check], project: str, check_id: str
+    manifest_results: dict[str, Comparison], project: str, check_id: str
 ) -> None:
     key = f"{project}.{check_id}"
     if key not in manifest_results:

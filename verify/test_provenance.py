@@ -12,20 +12,20 @@ from __future__ import annotations
 import pytest
 
 from torchkiln.verify import attestation
-from torchkiln.verify.check import Check
+from torchkiln.verify.comparison import Comparison
 
 pytestmark = pytest.mark.build_config
 
 
 @pytest.fixture(scope="module")
-def results(provenance: object) -> dict[str, Check]:
+def results(provenance: object) -> dict[str, Comparison]:
     if provenance is None:
         pytest.skip("no --provenance given: no signed statement to check the installed wheels against")
     path, envelope, key = provenance  # type: ignore[misc]
     return attestation.attestation_checks(envelope, key, str(path), directory=path.parent)
 
 
-def _assert(checks: list[Check]) -> None:
+def _assert(checks: list[Comparison]) -> None:
     failed = [c.message for c in checks if c.status not in ("pass", "skip")]
     if failed:
         pytest.fail("\n".join(failed), pytrace=False)
@@ -33,16 +33,16 @@ def _assert(checks: list[Check]) -> None:
         pytest.skip("; ".join(c.message for c in checks))
 
 
-def test_provenance_signature(results: dict[str, Check]) -> None:
+def test_provenance_signature(results: dict[str, Comparison]) -> None:
     _assert([results["signature"]])
 
 
 @pytest.mark.parametrize("check_id", attestation.SUBJECT_CHECKS)
-def test_provenance_subjects(results: dict[str, Check], check_id: str) -> None:
+def test_provenance_subjects(results: dict[str, Comparison], check_id: str) -> None:
     if results["signature"].status != "pass":
         pytest.skip("the statement is not signed by the given key: its subjects say nothing")
     _assert([c for key, c in results.items() if key.endswith(f".{check_id}")])
 
 
-def test_provenance_byproducts(results: dict[str, Check]) -> None:
+def test_provenance_byproducts(results: dict[str, Comparison]) -> None:
     _assert([results["byproducts"]] if "byproducts" in results else [])

@@ -24,7 +24,7 @@ import pytest
 import torch
 
 from torchkiln.verify import buildconfig, imported, linkage, smoke
-from torchkiln.verify.check import flag
+from torchkiln.verify.comparison import flag
 
 pytestmark = pytest.mark.release
 

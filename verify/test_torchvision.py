@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from torchkiln.verify import buildconfig, buildconfig_torchvision, facts
-from torchkiln.verify.check import Check
+from torchkiln.verify.comparison import Comparison
 
 pytestmark = pytest.mark.torchvision
 
@@ -39,36 +39,36 @@ def tv(recipe: object) -> ModuleType:
 
 
 @pytest.fixture(scope="module")
-def vision_checks(tv: ModuleType, recipe: object) -> dict[str, Check]:
+def vision_checks(tv: ModuleType, recipe: object) -> dict[str, Comparison]:
     """The comparisons torchkiln's post-build check makes too (torchkiln.verify.buildconfig_torchvision)."""
     return buildconfig_torchvision.torchvision_checks(recipe, buildconfig.collect_facts())  # type: ignore[arg-type]
 
 
-def _assert_check(check: Check) -> None:
+def _assert_check(check: Comparison) -> None:
     if check.status == "skip":
         pytest.skip(check.message)
     if check.status != "pass":
         pytest.fail(check.message, pytrace=False)
 
 
-def test_version_pairs_with_torch(vision_checks: dict[str, Check]) -> None:
+def test_version_pairs_with_torch(vision_checks: dict[str, Comparison]) -> None:
     _assert_check(vision_checks["pairs_torch"])
 
 
-def test_version_is_the_recipes(vision_checks: dict[str, Check]) -> None:
+def test_version_is_the_recipes(vision_checks: dict[str, Comparison]) -> None:
     _assert_check(vision_checks["version"])
 
 
-def test_commit_is_the_recipes(vision_checks: dict[str, Check]) -> None:
+def test_commit_is_the_recipes(vision_checks: dict[str, Comparison]) -> None:
     _assert_check(vision_checks["commit"])
 
 
-def test_cuda_version_matches_torch(vision_checks: dict[str, Check]) -> None:
+def test_cuda_version_matches_torch(vision_checks: dict[str, Comparison]) -> None:
     """torchvision 0.28/0.29 report CUDA as an int (13000), torch as '13.0': compared as major.minor."""
     _assert_check(vision_checks["cuda"])
 
 
-def test_compiled_ops_loaded(vision_checks: dict[str, Check]) -> None:
+def test_compiled_ops_loaded(vision_checks: dict[str, Comparison]) -> None:
     """Its C++ ops library loaded: _C.so (0.28) or _C_stable.so (0.29, torch's stable ABI)."""
     _assert_check(vision_checks["ops"])
 
@@ -95,7 +95,7 @@ def test_nms_runs(tv: ModuleType, device: str) -> None:
 NOT_COMPILED = facts.NOT_COMPILED
 
 
-def test_optional_parts_are_the_recipes(vision_checks: dict[str, Check]) -> None:
+def test_optional_parts_are_the_recipes(vision_checks: dict[str, Comparison]) -> None:
     """Each part used once (torchkiln.verify.facts.probe_parts), against [torchvision.features]: the same
     comparison the build's post-build check makes. The tests below also check what each part does."""
     _assert_check(vision_checks["features"])

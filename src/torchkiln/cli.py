@@ -34,8 +34,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "images": ("images", "build the devel and runtime container images of a recipe"),
     "cache": ("cache", "inspect and configure the compiler cache"),
-    "dist": ("dist", "run and check an sccache-dist build cluster (distributed compiles)"),
+    "cluster": ("cluster", "run and check an sccache-dist build cluster (distributed compiles)"),
 }
+# Old spellings of renamed commands (issue 48: "dist" also meant the output directory and the published
+# wheels): they still run, saying their new name.
+RENAMED: dict[str, str] = {"dist": "cluster"}
 
 
 def _command_module(name: str) -> ModuleType:
@@ -72,6 +75,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if not a.startswith("-")), None)
+    if command in RENAMED:
+        new_name = RENAMED[command]
+        print(f"torchkiln: '{command}' is deprecated: it is now 'torchkiln {new_name}'", file=sys.stderr)
+        argv[argv.index(command)] = command = new_name
     only = command if command in COMMANDS else None
     if only is None and command is not None:
         print(f"torchkiln: unknown command {command!r} (valid: {', '.join(COMMANDS)})", file=sys.stderr)

@@ -1,7 +1,7 @@
 """What a build leaves for others: wheels in ``dist/``, the manifest, the lock file.
 
 * :mod:`.dist`: ``dist/`` itself: wheels copied in atomically, superseded ones removed, and
-  :func:`.dist.read_published` (the manifest must list exactly the wheels there);
+  :func:`.published.read_published` (the manifest must list exactly the wheels there);
 * :mod:`.manifest`: ``dist/manifest.json``, a typed document (:class:`.manifest.Manifest`);
 * :mod:`.lockfile`: ``dist/<recipe>.lock.json``, the commit of each repository and submodule;
 * :mod:`.jsonfile`: typed JSON documents: dataclasses written and read back with every field's type checked;

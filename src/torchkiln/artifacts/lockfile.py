@@ -33,14 +33,40 @@ class Submodule:
 class TreeChange:
     """One way the tree that was built differs from its commit (torchkiln.source.exact): ``kind`` is
     ``extra`` (a path the commit lacks: untracked, ignored, in a nested repository), ``modified`` (content,
-    mode, type, or a submodule at another commit) or ``removed``; ``sha256`` is what the build read there (a
-    file's bytes, a symlink's target; None when removed, or for a directory or a submodule); ``detail`` says
-    what was found."""
+    mode, type, or a submodule at another commit) or ``removed``; ``sha256`` is the bytes of the file the
+    build read there (None when removed, for a directory, a submodule or a symbolic link); ``link`` is a
+    symbolic link's own text (as ``readlink`` gives it and git stores it): a link is recorded as a link,
+    never as the bytes of what it points to; ``detail`` says what was found."""
 
     path: str
     kind: str
     sha256: str | None
     detail: str = ""
+    link: str | None = None
+
+
+@dataclass(frozen=True)
+class TreeLink:
+    """A symbolic link of the tree that leads out of it (what it resolves to, its chain followed to the end,
+    lies outside the tree): what a build reads through it is in no record. Refused unless ``--allow-dirty``,
+    which records it: ``path`` from the top of the tree, ``link`` its text."""
+
+    path: str
+    link: str
+
+
+@dataclass(frozen=True)
+class VersionRecord:
+    """The tree's own version file beside the wheel's label (torchkiln.source.version): ``file`` its name,
+    ``text`` exactly as read (None: absent; at most 4096 bytes, undecodable bytes as ``\\xNN``), ``sha256``
+    of its bytes, ``label`` the version the wheel was labelled with (PYTORCH_BUILD_VERSION, BUILD_VERSION;
+    None: none set), ``reading`` how the label was checked against it."""
+
+    file: str
+    text: str | None
+    sha256: str | None
+    label: str | None
+    reading: str
 
 
 @dataclass(frozen=True)
@@ -64,6 +90,10 @@ class SourceLock:
     # with the digest of what was built (the build's own outputs are no change).
     changed: list[str] = field(default_factory=list)
     tree_changes: list[TreeChange] = field(default_factory=list)
+    # The tree's symbolic links that lead out of it (a tracked one too): published only under --allow-dirty.
+    outside_links: list[TreeLink] = field(default_factory=list)
+    # Its version file as read, beside the label its wheel got (None in records from before issue 45).
+    version: VersionRecord | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = jsonfile.to_data(self)

@@ -227,6 +227,8 @@ class Isolation:
     mode: str  # "bubblewrap" | "none"
     reason: str | None = None
     steps: list[str] = field(default_factory=list)  # the build steps that ran without a sandbox
+    # "none" signed all the same: the signer passed --allow-unisolated (a signed build is refused otherwise)
+    allow_unisolated: bool = False
 
 
 @dataclass(frozen=True)

@@ -2,18 +2,22 @@
 Provenance v1 predicate, signed as a DSSE envelope (:mod:`.signing`).
 
 The statement says which wheels a build made (its ``subject``: each wheel's file name and sha256, with its
-project, version, source commit and installed-files digest as annotations) and how:
+project, version, source commit, installed-files digest and its tree's version file as read beside the label,
+``version_file``, as annotations) and how:
 
 * ``buildDefinition.buildType``: :data:`BUILD_TYPE` (how to read the rest; docs/supply-chain.md);
 * ``externalParameters``: what the user chose: the recipe (name, path, sha256, its text's digest) and the
   command line's choices (projects, jobs, cache, source trees given, a given torch, skipped checks);
 * ``internalParameters``: the environment each compile ran with (ENV_TABLE's variables: no secrets), and
   ``isolation``: whether every build step ran in a sandbox that hides the signing key and the build's other
-  secrets from it (``bubblewrap``), or not (``none``, with the reason and the steps);
+  secrets from it (``bubblewrap``), or not (``none``, with the reason and the steps, and
+  ``allow_unisolated``: true, the signer's explicit ``--allow-unisolated``, without which such a build is
+  not signed);
 * ``resolvedDependencies``: each project's source (``git+<repo>@<ref>`` at its commit, or its tree's
   sha256; a tree that differed from its commit names each path in ``annotations.tree_changes``: its kind,
-  extra / modified / removed, and the sha256 of what was built), every submodule at its commit, and the
-  build venv's packages at their versions;
+  extra / modified / removed, and what was built: a file's sha256, a symbolic link's text; a tree with
+  links that lead out of it, built under ``--allow-dirty``, names each in ``annotations.outside_links``),
+  every submodule at its commit, and the build venv's packages at their versions;
 * ``runDetails``: the builder (:data:`BUILDER_ID` with torchkiln's version), start and end, the compiler
   cache and the build cluster used (``builder.builderDependencies``: they run beside the build and, with
   content-keyed caches, do not change its output), and the byproducts (manifest, lock file, SBOMs) by
@@ -38,12 +42,13 @@ from torchkiln.files import atomic
 from torchkiln.files.digests import file_sha256
 
 from . import wheelfile
-from .dist import STATEMENT_SUFFIX
-from .dist import statement_name as statement_name  # named in .dist (no signing needed to find one)
 from .intoto import PREDICATE_TYPE as PREDICATE_TYPE
 from .intoto import STATEMENT_TYPE as STATEMENT_TYPE
 from .intoto import read_statement_data
+from .lockfile import SourceLock
 from .manifest import CacheRecord, DistRecord, Manifest
+from .published import STATEMENT_SUFFIX
+from .published import statement_name as statement_name  # named in .dist (no signing needed to find one)
 from .signing import Envelope, PrivateKey, sign
 
 # torchkiln's own URIs, each a section of docs/supply-chain.md: what a build of wheels means (how to read
@@ -95,8 +100,22 @@ def _subjects(manifest: Manifest) -> list[dict[str, Any]]:
             annotations["commit"] = source.commit
         elif source is not None and source.tree_sha256:
             annotations["tree_sha256"] = source.tree_sha256
+        if source is not None and source.version is not None:  # the tree's own version text, as read
+            annotations["version_file"] = _version_file(source)
         out.append({"name": wheel.name, "digest": {"sha256": wheel.sha256}, "annotations": annotations})
     return out
+
+
+def _version_file(lock: SourceLock) -> dict[str, Any]:
+    record = lock.version
+    assert record is not None
+    return {
+        "file": record.file,
+        "text": record.text,
+        "sha256": record.sha256,
+        "label": record.label,
+        "reading": record.reading,
+    }
 
 
 def _git_uri(repo: str | None, ref: str | None) -> str | None:
@@ -117,10 +136,16 @@ def _resolved(manifest: Manifest) -> list[dict[str, Any]]:
         entry["annotations"] = {"dirty": lock.dirty, "provided": lock.provided, "path": lock.path}
         if lock.changed:  # the paths that differ from the commit (a fetched checkout: --allow-dirty)
             entry["annotations"]["changed"] = list(lock.changed)
-        if lock.tree_changes:  # how each differs, and the sha256 of what was built there
+        if lock.tree_changes:  # how each differs, and what was built there: a file's sha256, a link's text
             entry["annotations"]["tree_changes"] = [
-                {"path": c.path, "kind": c.kind, "sha256": c.sha256, "detail": c.detail}
+                {"path": c.path, "kind": c.kind, "sha256": c.sha256, "detail": c.detail, "link": c.link}
                 for c in lock.tree_changes
+            ]
+        if lock.version is not None:  # its version file as read, beside the label the wheel got
+            entry["annotations"]["version_file"] = _version_file(lock)
+        if lock.outside_links:  # symbolic links that lead out of the tree (built under --allow-dirty)
+            entry["annotations"]["outside_links"] = [
+                {"path": link.path, "link": link.link} for link in lock.outside_links
             ]
         if manifest.rebuild is not None and name in manifest.rebuild.tree_outputs:
             # a tree without git: the files its build wrote into it, which its sha256 leaves out
@@ -188,7 +213,14 @@ def _isolation(manifest: Manifest) -> dict[str, Any]:
     record = manifest.isolation
     if record is None:
         return {}
-    return {"isolation": {"mode": record.mode, "reason": record.reason, "steps": list(record.steps)}}
+    return {
+        "isolation": {
+            "mode": record.mode,
+            "reason": record.reason,
+            "steps": list(record.steps),
+            "allow_unisolated": record.allow_unisolated,
+        }
+    }
 
 
 def statement(

@@ -54,6 +54,8 @@ class Options:
     secret_files: tuple[str, ...] = ()
     # Build steps in a sandbox where the host can (build.sandbox); False: never (--no-sandbox, recorded).
     isolation: bool = True
+    # Sign a build whose steps run without a sandbox (--allow-unisolated; refused before the first step else).
+    allow_unisolated: bool = False
     # Seconds the command spent before the build, by part ("plan", "preflight"): the manifest says them.
     before: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
 

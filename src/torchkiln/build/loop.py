@@ -45,7 +45,9 @@ from .display import Display
 from .envstore import EnvStore
 from .fingerprint import State, digest, result_identity, step_fingerprint
 from .kinds import KINDS
+from .sandbox import ran_unsandboxed, require_isolation_to_sign, sandboxes
 from .stepkind import StepRun
+from .treeguard import check_given_trees
 from .venvreuse import DamagedVenv, VenvReuse
 from .workdir import STATE_NAME, check_dist, holding_lock, repair_layout
 
@@ -74,6 +76,9 @@ class BuildOptions:
     sign_key: PrivateKey | None = field(default=None, repr=False)  # signs dist/<recipe>.intoto.jsonl
     secret_files: tuple[str, ...] = ()  # files secrets were read from (the key's): no build step sees them
     isolation: bool = True  # build steps sandboxed where the host can (False: --no-sandbox, recorded)
+    allow_unisolated: bool = (
+        False  # sign a build whose steps cannot be sandboxed (else refused: build.sandbox)
+    )
     # seconds the command spent before this call, by part ("plan": the recipe read and --torch resolved;
     # "preflight": the host's checks): the manifest's overhead says them beside "publish"
     before: Mapping[str, float] = field(default_factory=dict)
@@ -224,6 +229,8 @@ def _unchanged(setup: BuildSetup, venvs: VenvReuse, run: StepRun, fingerprint: s
         or not entry
         or entry.get("fingerprint") != fingerprint
         or not run.intact(entry)
+        # made without a sandbox: a build that sandboxes makes it again rather than vouch for it
+        or (ran_unsandboxed(step, entry.get("outputs") or {}) and sandboxes(setup))
     ):
         return None
     run.verify(entry)
@@ -238,7 +245,7 @@ def _reused(
     """A step the environment store holds the result of is restored from it; None when it must run."""
     step = run.step
     restored = venvs.restore(step, index, key)
-    if restored is None:
+    if restored is None or (ran_unsandboxed(step, restored.outputs) and sandboxes(setup)):
         return None
     entry: dict[str, Any] = {"fingerprint": fingerprint, "outputs": restored.outputs, "log": None}
     entry["duration_s"] = restored.seconds
@@ -314,6 +321,7 @@ def run_build(plan: Plan, options: BuildOptions | None = None) -> BuildResult:
                 options.sign_key,
                 options.secret_files,
                 options.isolation,
+                options.allow_unisolated,
                 dict(options.before),
             ),
             options.environ if options.environ is not None else os.environ,
@@ -328,6 +336,8 @@ def run_build(plan: Plan, options: BuildOptions | None = None) -> BuildResult:
             record.warn(note)
         for leftover in clean_partials(paths.dist):
             display.note(f"removed a partial file left by an interrupted build: {leftover}")
+        require_isolation_to_sign(setup)  # a signed build vouches for sandboxed steps (build.sandbox)
+        check_given_trees(plan, options.allow_dirty)  # a given tree's links out of it (build.treeguard)
         with _terminate_as_interrupt():
             try:
                 passes: tuple[Published | None, BuildRecord] = (None, record)

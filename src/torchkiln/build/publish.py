@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from torchkiln import __version__
-from torchkiln.artifacts import dist, jsonfile
+from torchkiln.artifacts import jsonfile, published
 from torchkiln.artifacts.lockfile import SourceLock, write_lock
 from torchkiln.artifacts.manifest import (
     MANIFEST_FORMAT,
@@ -42,15 +42,17 @@ from torchkiln.host.toolchain import Tool, Toolchain, tool_version
 from torchkiln.plan.model import Step
 from torchkiln.plan.records import Records
 from torchkiln.source.exact import Difference, changes, describe
-from torchkiln.source.git import dirty_checkout, is_git_checkout, lock_source
+from torchkiln.source.git import dirty_checkout, lock_source
 
 from . import portable
 from .buildreqs import read_constraints
 from .context import BuildRecord, BuildSetup, Published
 from .fingerprint import file_sha256
+from .sandbox import BUBBLEWRAP, UNISOLATED_WAYS
 from .sandbox import summary as isolation_summary
 from .sboms import publish_sboms
-from .treeguard import foreign, observe, owned_in, skipped
+from .treeguard import foreign, leaving, observe, owned_in, refuse_leaving, skipped
+from .treelabel import version_record
 
 
 def publish(setup: BuildSetup, record: BuildRecord) -> tuple[bool, Published]:
@@ -64,8 +66,9 @@ def publish(setup: BuildSetup, record: BuildRecord) -> tuple[bool, Published]:
     # the trees first: a tree that is not what the record would say is refused before dist/ changes
     locks = _locks(setup)
     _refuse_dirty(setup, record, locks)
+    _refuse_leaving(setup, record, locks)
     wheels, changed = _publish_wheels(setup)
-    for stale in dist.remove_superseded(paths.dist, [w for w, _, _ in wheels]):
+    for stale in published.remove_superseded(paths.dist, [w for w, _, _ in wheels]):
         setup.display.note(f"removed superseded wheel {stale}")
         from torchkiln.artifacts.sbom import sbom_name  # noqa: PLC0415 - CycloneDX only where needed
 
@@ -74,7 +77,7 @@ def publish(setup: BuildSetup, record: BuildRecord) -> tuple[bool, Published]:
     recipe = setup.plan.recipe
     lock_path = paths.dist / f"{recipe.name}.lock.json"
     write_lock(lock_path, recipe.name, recipe.sha256, locks)
-    manifest_path = paths.dist / dist.MANIFEST_NAME
+    manifest_path = paths.dist / published.MANIFEST_NAME
     found = [WheelRecord.of(w, p, python) for w, p, python in wheels]
     manifest = _manifest(
         setup, record, locks, portable.attach(setup, record, wheels, found)
@@ -92,7 +95,7 @@ def publish(setup: BuildSetup, record: BuildRecord) -> tuple[bool, Published]:
 
 def _attest(setup: BuildSetup, manifest: Manifest, byproducts: list[Path]) -> Path | None:
     """The signed statement of this build (None without a key: an earlier one is removed)."""
-    path = setup.plan.paths.dist / dist.statement_name(setup.plan.recipe.name)
+    path = setup.plan.paths.dist / published.statement_name(setup.plan.recipe.name)
     if setup.options.sign_key is None:
         if path.exists():
             path.unlink()
@@ -100,6 +103,14 @@ def _attest(setup: BuildSetup, manifest: Manifest, byproducts: list[Path]) -> Pa
         return None
     from torchkiln.artifacts import provenance  # noqa: PLC0415 - the signing machinery: a signed build's
 
+    isolated = manifest.isolation
+    if isolated is not None and isolated.mode != BUBBLEWRAP and not setup.options.allow_unisolated:
+        raise BuildFailed(  # the first step refuses a host that cannot sandbox; this is what else got here
+            f"refusing to sign: the build steps {', '.join(isolated.steps)} ran without a sandbox "
+            f"({isolated.reason}); the wheels, manifest and lock file are in dist/, no statement was written\n"
+            f"{UNISOLATED_WAYS}",
+            step="publish",
+        )
     data = provenance.statement(manifest, parameters=_parameters(setup), byproducts=byproducts)
     provenance.write_signed(path, data, setup.options.sign_key)
     return path
@@ -119,6 +130,7 @@ def _parameters(setup: BuildSetup) -> dict[str, Any]:
         "force": options.force,
         "skip_checks": options.skip_checks,
         "allow_dirty": options.allow_dirty,
+        "allow_unisolated": options.allow_unisolated,
         "torch": {"install": plan.given_torch} if plan.given_torch else None,
         "min_cache_hit_rate": options.min_hit_rate,
         "workdir": str(plan.paths.workdir),
@@ -129,7 +141,7 @@ def _parameters(setup: BuildSetup) -> dict[str, Any]:
 def _publish_wheels(setup: BuildSetup) -> tuple[list[tuple[Path, str, str]], bool]:
     """Each project's wheels (of its last step that makes wheels, per Python) into dist/, those not already
     there. Returns ((path in dist, project, Python), ...) and whether dist/ changed."""
-    published: list[tuple[Path, str, str]] = []
+    out: list[tuple[Path, str, str]] = []
     changed = False
     for (project, python), step in setup.plan.published_steps().items():
         assert step.wheels is not None
@@ -137,10 +149,10 @@ def _publish_wheels(setup: BuildSetup) -> tuple[list[tuple[Path, str, str]], boo
         for name in sorted(recorded):
             target = setup.plan.paths.dist / name
             if not (target.is_file() and file_sha256(target) == recorded[name]):
-                dist.publish(Path(step.wheels) / name, setup.plan.paths.dist)
+                published.publish(Path(step.wheels) / name, setup.plan.paths.dist)
                 changed = True
-            published.append((target, project, python or setup.plan.recipe.python))
-    return published, changed
+            out.append((target, project, python or setup.plan.recipe.python))
+    return out, changed
 
 
 def _locks(setup: BuildSetup) -> list[SourceLock]:
@@ -151,20 +163,20 @@ def _locks(setup: BuildSetup) -> list[SourceLock]:
         step = _tree_step(setup, source.name)
         entry = (setup.state.get(step.name) or {}) if step is not None else {}
         found = None
-        if is_git_checkout(source.path):
-            observed = observe(source.path, skipped(setup.plan))
+        observed = observe(source.path, skipped(setup.plan)) if source.path.is_dir() else None
+        if observed is not None and observed.git:
             found = changes(source.path, foreign(observed, owned_in(setup.plan, source.name)))
-        locks.append(
-            lock_source(
-                source.name,
-                source.path,
-                repo=None if source.provided else source.repo,
-                ref=None if source.provided else source.ref,
-                provided=source.provided,
-                tree_digest=entry.get("outputs", {}).get("tree_sha256"),
-                tree_changes=found,
-            )
+        lock = lock_source(
+            source.name,
+            source.path,
+            repo=None if source.provided else source.repo,
+            ref=None if source.provided else source.ref,
+            provided=source.provided,
+            tree_digest=entry.get("outputs", {}).get("tree_sha256"),
+            tree_changes=found,
+            outside_links=leaving(setup.plan, source, observed) if observed is not None else [],
         )
+        locks.append(replace(lock, version=version_record(setup.plan, source)))
     return locks
 
 
@@ -189,6 +201,24 @@ def _refuse_dirty(setup: BuildSetup, record: BuildRecord, locks: list[SourceLock
         record.warn(
             f"--allow-dirty: {lock.name} was built from {lock.path}, which differs from {spec.ref} of "
             f"{spec.repo}: {describe(differences)}"
+        )
+
+
+def _refuse_leaving(setup: BuildSetup, record: BuildRecord, locks: list[SourceLock]) -> None:
+    """A tree with symbolic links that lead out of it (a fetched checkout's or a --source-dir tree's, a
+    link its commit holds too) is not published: what the wheel holds through them is in no record. With
+    --allow-dirty it is, with a warning, each link recorded with its text."""
+    for lock in locks:
+        if not lock.outside_links:
+            continue
+        source = setup.plan.source(lock.name)
+        if not setup.options.allow_dirty:
+            refuse_leaving(
+                source, lock.outside_links, "nothing was published (dist/ is unchanged)", "publish"
+            )
+        shown = ", ".join(f"{link.path} -> {link.link}" for link in lock.outside_links)
+        record.warn(
+            f"--allow-dirty: {lock.name} was built from {lock.path}, whose links lead out of it: {shown}"
         )
 
 

@@ -44,10 +44,11 @@ import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torchkiln
 from torchkiln.artifacts.manifest import Isolation
+from torchkiln.errors import UsageError
 from torchkiln.plan.model import Step
 from torchkiln.process import isolation
 from torchkiln.process.environ import without_credentials
@@ -90,10 +91,12 @@ PIP_SECTIONS = ("global", "install", "download", "wheel")
 
 @dataclass
 class Isolating:
-    """A build's sandboxing: whether the host can, probed at the first build step that runs (with the one
-    warning when it cannot). Each step's run keeps how its command ran (:func:`how`)."""
+    """A build's sandboxing: whether the host can, probed before the first step of a signed build, else at
+    the first build step that runs (with the one warning when it cannot). Each step's run keeps how its
+    command ran (:func:`how`)."""
 
     availability: Availability | None = None
+    warned: bool = False
 
 
 def is_build_step(step: Step) -> bool:
@@ -287,20 +290,51 @@ def server_sandbox(setup: BuildSetup, record: BuildRecord) -> Sandbox | None:
     return Sandbox(availability.bwrap, view.extended(writable=extra, network=True))
 
 
-def _available(setup: BuildSetup, record: BuildRecord) -> Availability:
-    """Whether this build sandboxes: probed once, at its first build step; one warning when it cannot."""
+def _probed(setup: BuildSetup) -> Availability:
+    """Whether this build sandboxes: probed once (``--no-sandbox``: it does not)."""
     state = setup.isolating
     if state.availability is None and not setup.options.isolation:
         state.availability = Availability(None, "--no-sandbox: the build was told not to sandbox its steps")
     if state.availability is None:
         state.availability = isolation.probe(setup.environ.get("PATH", os.defpath))
-        if not state.availability.ok:
-            record.warn(
-                f"build steps run without isolation: {state.availability.reason}; the setup.py of the trees "
-                "and their build dependencies can read what this user can (the manifest and provenance "
-                "record isolation: none)"
-            )
     return state.availability
+
+
+def _available(setup: BuildSetup, record: BuildRecord) -> Availability:
+    """:func:`_probed`, and one warning, at the first build step, when it cannot."""
+    availability = _probed(setup)
+    if not availability.ok and not setup.isolating.warned:
+        setup.isolating.warned = True
+        record.warn(
+            f"build steps run without isolation: {availability.reason}; the setup.py of the trees "
+            "and their build dependencies can read what this user can (the manifest and provenance "
+            "record isolation: none)"
+        )
+    return availability
+
+
+UNISOLATED_WAYS = (
+    "ways out: let bubblewrap make its namespaces here (install it: apt-get install bubblewrap; an "
+    "unprivileged user needs user namespaces: sysctl kernel.unprivileged_userns_clone=1 where the kernel has "
+    "it, kernel.apparmor_restrict_unprivileged_userns=0 on Ubuntu 24.04, and a container that allows them), "
+    "build without a signing key, or sign all the same with --allow-unisolated (the manifest and the "
+    "provenance then say isolation: none, allow_unisolated: true)"
+)
+
+
+def require_isolation_to_sign(setup: BuildSetup) -> None:
+    """A signed statement vouches for build steps that could not reach the key (SLSA Build L3's isolation):
+    a signed build whose steps cannot run in a sandbox here is refused before its first step, naming why,
+    unless the signer says ``--allow-unisolated``."""
+    if setup.options.sign_key is None or setup.options.allow_unisolated:
+        return
+    availability = _probed(setup)
+    if not availability.ok:
+        raise UsageError(
+            f"refusing to sign a build whose steps cannot run in a sandbox: {availability.reason}; its setup.py "
+            "and build dependencies could read the signing key and change torchkiln itself, so a statement "
+            f"signed over them would vouch for nothing (nothing was built)\n{UNISOLATED_WAYS}"
+        )
 
 
 def environment(step: Step, env: Mapping[str, str]) -> dict[str, str]:
@@ -359,11 +393,7 @@ def summary(setup: BuildSetup) -> Isolation:
     is used): bubblewrap when every one ran sandboxed, else none with the reason and the steps."""
     skipped = setup.options.skip_checks
     steps = [s for s in setup.plan.steps if is_build_step(s) and not (s.kind == "checks" and skipped)]
-    outside = []
-    for step in steps:
-        entry = setup.state.get(step.name) or {}
-        if entry.get("outputs", {}).get("isolation") != BUBBLEWRAP:
-            outside.append(step.name)
+    outside = [step.name for step in steps if _how(setup, step) != BUBBLEWRAP]
     if not outside:
         return Isolation(BUBBLEWRAP, None, [])
     availability = setup.isolating.availability
@@ -371,4 +401,29 @@ def summary(setup: BuildSetup) -> Isolation:
         reason = availability.reason
     else:
         reason = "ran without a sandbox in an earlier run, whose result this build used"
-    return Isolation(NONE, reason, outside)
+    return Isolation(NONE, reason, outside, setup.options.allow_unisolated)
+
+
+def _how(setup: BuildSetup, step: Step) -> str | None:
+    """How a build step's recorded result was made: its record's ``isolation``; for a record with no
+    outputs of its own (its venv came with a later step's store entry), that later step's."""
+    names = setup.plan.venv_steps(step.venv) if step.venv is not None else [step.name]
+    for name in names[names.index(step.name) :]:
+        outputs = (setup.state.get(name) or {}).get("outputs") or {}
+        if outputs:
+            found = outputs.get("isolation")
+            return found if isinstance(found, str) else None
+    return None
+
+
+def sandboxes(setup: BuildSetup) -> bool:
+    """Whether this build runs its build steps in a sandbox (probed once)."""
+    return _probed(setup).ok
+
+
+def ran_unsandboxed(step: Step, outputs: Mapping[str, Any]) -> bool:
+    """Whether a build step's recorded result (``state.json``, an environment store entry) was made without
+    a sandbox (or before that was recorded): a build that sandboxes runs it again rather than vouch for it.
+    A record with no outputs of its own is not the step's: its venv came with the next step's store entry,
+    whose record says how that was made."""
+    return is_build_step(step) and bool(outputs) and outputs.get("isolation") != BUBBLEWRAP

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from torchkiln.artifacts import dist
+from torchkiln.artifacts import published
 from torchkiln.errors import BuildFailed, ConfigureMismatch, few
 from torchkiln.plan.model import Step
 from torchkiln.process import runner
@@ -64,7 +64,7 @@ class StepRun:
             elif path.is_file():
                 found[name] = file_sha256(path)
             elif path.is_dir():
-                found[name] = _files_digest(dist.wheels_in(path))
+                found[name] = _files_digest(published.wheels_in(path))
         return found
 
     def intact(self, entry: Mapping[str, Any]) -> bool:
@@ -79,7 +79,7 @@ class StepRun:
             # exactly the wheels it made: a wheel dropped in beside them (pip would pick from them, the
             # checks would install it) makes the step run again, from an empty directory
             recorded = entry.get("outputs", {}).get("wheels", {})
-            present = {p.name for p in dist.wheels_in(Path(step.wheels))}
+            present = {p.name for p in published.wheels_in(Path(step.wheels))}
             return (
                 bool(recorded)
                 and present == set(recorded)
@@ -177,7 +177,7 @@ class StepRun:
         if step.venv is not None:  # what the venv holds now: read back by intact() (_venv_as_recorded)
             out["venv"] = venv_distributions(Path(step.venv))
         if step.wheels is not None:
-            built = dist.wheels_in(Path(step.wheels))
+            built = published.wheels_in(Path(step.wheels))
             if not built:
                 raise BuildFailed(
                     f"{step.name} finished but wrote no wheel into {step.wheels} (full log: {ran.log})",

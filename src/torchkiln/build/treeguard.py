@@ -26,9 +26,19 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from torchkiln.artifacts.lockfile import TreeLink
+from torchkiln.errors import BuildFailed, few
 from torchkiln.files import atomic
 from torchkiln.plan.model import Plan, Source, Step
-from torchkiln.source.exact import Difference, Stat, git_differences, stats, tree_paths
+from torchkiln.source.exact import (
+    Difference,
+    Stat,
+    git_differences,
+    outside_links,
+    stats,
+    tracked_links,
+    tree_paths,
+)
 from torchkiln.source.git import is_git_checkout
 
 RECORDS = "tree-outputs"  # under the work directory: one file per compile step
@@ -165,3 +175,42 @@ def check_source(plan: Plan, source: Source, *, force: bool = False) -> list[Dif
         return []
     exempt = scratch_of(plan, source) if force else []
     return foreign(observed, owned_in(plan, source.name), exempt)
+
+
+def leaving(plan: Plan, source: Source, observed: Observed | None = None) -> list[TreeLink]:
+    """The symbolic links of ``source``'s tree that lead out of it (:func:`torchkiln.source.exact.leaves`),
+    the build's own left out: for a git checkout the links its index holds (the commit's, which ``git
+    status`` never lists) and those among its differences; for a tree without git every link."""
+    if observed is None:
+        observed = observe(source.path, skipped(plan))
+    own = own_paths(observed, owned_in(plan, source.name))
+    paths = set(observed.stats) - own
+    if observed.git:
+        paths |= set(tracked_links(source.path)) - own
+    return outside_links(source.path, paths)
+
+
+def refuse_leaving(source: Source, links: list[TreeLink], outcome: str, step: str) -> None:
+    """BuildFailed naming each link that leads out of ``source``'s tree and where it points, and the ways
+    out (``--allow-dirty`` builds and records them)."""
+    if not links:
+        return
+    shown = few([f"{link.path} -> {link.link}" for link in links])
+    raise BuildFailed(
+        f"{source.name}: {len(links)} symbolic link(s) of the tree {source.path} lead out of it: {shown}; "
+        f"what a build reads through them is in no record of the tree; {outcome}\nways out: replace each "
+        "with what it points to, or point it inside the tree, or --allow-dirty to build and publish it (a "
+        "warning; the manifest, the lock file and the provenance record each such link with its text)",
+        step=step,
+    )
+
+
+def check_given_trees(plan: Plan, allow_dirty: bool) -> None:
+    """Before the first step: a ``--source-dir`` tree with links that lead out of it is refused, unless
+    ``allow_dirty`` (a fetched tree is checked by publish, once it is the build's)."""
+    if allow_dirty:
+        return
+    for source in plan.sources:
+        steps = compile_steps(plan, source.name)
+        if source.provided and source.path.is_dir() and steps:
+            refuse_leaving(source, leaving(plan, source), "nothing was built", steps[0].name)

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
-from torchkiln.artifacts.dist import MANIFEST_NAME
+from torchkiln.artifacts.published import MANIFEST_NAME
 from torchkiln.errors import TorchkilnError, describe_os_error, name_path
 from torchkiln.files.atomic import clean_partials
 from torchkiln.plan.records import PROBES_DIR

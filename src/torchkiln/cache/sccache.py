@@ -22,7 +22,11 @@ distributed-compile token (from the file ``SCCACHE_CONF`` names, emptied once th
 server runs the compiles it is sent (it preprocesses and compiles itself, and identifies a compiler by running
 it with its own environment), so in a sandboxed build it runs in the build's sandbox too (foreground,
 ``SCCACHE_START_SERVER=1``), with the network its store needs: a compile sent to it sees what a build step
-sees, not the signing key or the user's home; what it can see is the server's own environment.
+sees, not the signing key or the user's home. The server itself is started from a copy of sccache its user
+cannot read (:func:`sealed`), which makes it non-dumpable: the compiles it runs (a tree may name its own
+compiler) cannot read its memory (the cluster's token), its environment or its open files through /proc.
+What a compiler still gets is the server's environment when sccache identifies it (``CC -E testfile.c``): a
+non-Redis store's credentials (docs/supply-chain.md).
 """
 
 from __future__ import annotations
@@ -282,6 +286,27 @@ def stop_orphans(env: Mapping[str, str]) -> list[Path]:
     return removed
 
 
+SEALED_PREFIX = "torchkiln-sccache-bin-"
+
+
+def sealed(exe: str) -> Path:
+    """The sccache to start the server from: a copy its user may execute but not read (mode 0111) in a
+    private directory of this build, removed when it ends. The kernel makes a process that executes a file
+    its user cannot read non-dumpable (fs/exec.c ``would_dump``): /proc/PID/mem, environ, maps and fd of the
+    server then answer EACCES to every process of the same user without CAP_SYS_PTRACE, and it cannot be
+    ptraced. So the compiles the server runs (a tree's own compiler among them) cannot read the cluster's
+    token or a store's credentials out of it. ``prctl(PR_SET_DUMPABLE, 0)`` in a wrapper would not do: execve
+    makes the new program dumpable again (measured: docs/supply-chain.md). A compile run as root with its
+    capabilities (no sandbox, as root) still could."""
+    found = shutil.which(exe) or exe
+    directory = Path(tempfile.mkdtemp(prefix=SEALED_PREFIX))
+    runner.remove_at_exit(directory)
+    target = directory / "sccache"
+    shutil.copyfile(found, target)
+    target.chmod(0o111)
+    return target
+
+
 def _server_pid(sock: str) -> int | None:
     """The pid of the process listening on ``sock`` (SO_PEERCRED); None when nothing does."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
@@ -318,6 +343,8 @@ class Sccache(CacheTool):
     def __init__(self) -> None:
         # servers started in a sandbox, by socket: (the foreground process, its sandbox's /tmp, its output)
         self._servers: dict[str, tuple[subprocess.Popen[bytes], Prepared]] = {}
+        # by socket: the unreadable copy each build's server started from (sealed), removed when it stops
+        self._sealed: dict[str, Path] = {}
 
     def _remote(self, config: CacheConfig) -> Remote | None:
         if not config.remote:
@@ -401,22 +428,24 @@ class Sccache(CacheTool):
             # also when torchkiln is killed (torchkiln.process.supervisor)
             own = Path(sock).parent.name.startswith(SOCKET_PREFIX)
             runner.remove_at_exit(Path(sock).parent if own else Path(sock))
+        exe = sealed(shutil.which("sccache", path=env.get("PATH", os.defpath)) or "sccache")
+        self._sealed[str(Path(sock))] = exe
         if sandbox is None or not sock:
-            done = runner.run(["sccache", "--start-server"], env=env, timeout=START_TIMEOUT_S, redact=redact)
+            done = runner.run([str(exe), "--start-server"], env=env, timeout=START_TIMEOUT_S, redact=redact)
             return None if done.ok else (done.first_error() or f"exit status {done.returncode}")
-        return self._start_sandboxed(env, sock, sandbox, redact)
+        return self._start_sandboxed(env, sock, sandbox, redact, exe)
 
     def _start_sandboxed(
-        self, env: Mapping[str, str], sock: str, sandbox: Sandbox, redact: Redact
+        self, env: Mapping[str, str], sock: str, sandbox: Sandbox, redact: Redact, exe: Path
     ) -> str | None:
         writable = [Path(sock).parent, Path(env.get("SCCACHE_DIR", sock)).absolute()]
         endpoint = env.get("SCCACHE_REDIS_ENDPOINT", "")
         if endpoint.startswith(BROKERED):  # the broker's socket
             writable.append(Path(endpoint.removeprefix(BROKERED)).parent)
         conf = env.get("SCCACHE_CONF")
-        inner = sandbox.extended(writable=writable, read_only=[Path(conf)] if conf else [], network=True)
-        exe = shutil.which("sccache", path=env.get("PATH", os.defpath)) or "sccache"
-        prepared = inner.prepare([exe], {**env, "SCCACHE_START_SERVER": "1", "SCCACHE_NO_DAEMON": "1"})
+        read_only = [exe.parent, *([Path(conf)] if conf else [])]
+        inner = sandbox.extended(writable=writable, read_only=read_only, network=True)
+        prepared = inner.prepare([str(exe)], {**env, "SCCACHE_START_SERVER": "1", "SCCACHE_NO_DAEMON": "1"})
         output = prepared.tmp / "sccache-server.log" if prepared.tmp else Path(os.devnull)
         with output.open("wb") as log:
             proc = runner.spawn(
@@ -452,6 +481,9 @@ class Sccache(CacheTool):
         else:
             runner.run(["sccache", "--stop-server"], env=env, timeout=60)
             self._reap(str(sock))
+        copy = self._sealed.pop(str(sock), None)  # this build's server's copy (sealed)
+        if copy is not None and copy.parent.name.startswith(SEALED_PREFIX):
+            shutil.rmtree(copy.parent, ignore_errors=True)
         if sock.name and sock.exists():
             sock.unlink()
         if sock.parent.name.startswith(SOCKET_PREFIX):

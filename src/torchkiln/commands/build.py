@@ -72,6 +72,13 @@ def register(parser: argparse.ArgumentParser) -> None:
         "file, the home directory); one warning, and the manifest and provenance record isolation: none",
     )
     parser.add_argument(
+        "--allow-unisolated",
+        action="store_true",
+        help="sign the provenance of a build whose steps cannot run in a sandbox here (no bubblewrap, no user "
+        "namespaces, --no-sandbox): the statement then says isolation: none, allow_unisolated: true; "
+        "without it such a signed build is refused before its first step, naming why",
+    )
+    parser.add_argument(
         "--min-cache-hit-rate",
         type=_fraction,
         default=None,
@@ -172,6 +179,7 @@ def _run(args: argparse.Namespace) -> int:
         sign_key=sign_key,
         secret_files=secret_files,
         isolation=not args.no_sandbox,
+        allow_unisolated=args.allow_unisolated,
         before=before,
     )
     try:

@@ -7,7 +7,7 @@
 The build uses ``docker buildx`` when a Docker engine answers, else buildah, else podman (``--engine``
 chooses; :mod:`torchkiln.images.engines` hides how each spells things). ``--print`` shows the exact command and
 runs nothing. The runtime image installs the wheels of ``--dist`` as that directory's ``manifest.json``
-describes them (:func:`torchkiln.artifacts.dist.read_published`). Where no registry is reachable, the base
+describes them (:func:`torchkiln.artifacts.published.read_published`). Where no registry is reachable, the base
 is made on this host (``--base-from debootstrap``, ``--base-rootfs``: :mod:`torchkiln.images.rootfs`).
 """
 
@@ -18,7 +18,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from torchkiln.artifacts.dist import MANIFEST_NAME, read_published
+from torchkiln.artifacts.published import MANIFEST_NAME, read_published
 from torchkiln.artifacts.signing import load_public_key
 from torchkiln.errors import EXIT_FAILURE, EXIT_OK, TorchkilnError, UsageError
 from torchkiln.files import atomic

@@ -159,11 +159,11 @@ def server_config(settings: ServerSettings) -> str:
     if settings.server_auth == "jwt":
         signed_for = jwt_server_addr(settings.server_token)
         if signed_for is None:
-            raise UsageError("--server-token: not a JWT (mint one with `torchkiln dist server-token`)")
+            raise UsageError("--server-token: not a JWT (mint one with `torchkiln cluster server-token`)")
         if signed_for != public:
             raise UsageError(
                 f"--server-token: the JWT was minted for {signed_for}, this server is {public} "
-                f"(mint one with `torchkiln dist server-token --server {public}`)"
+                f"(mint one with `torchkiln cluster server-token --server {public}`)"
             )
         scheduler_auth = {"type": "jwt_token", "token": settings.server_token}
     elif settings.server_auth == "token":
@@ -259,7 +259,7 @@ def start(
 ) -> subprocess.Popen[bytes]:
     """Start a scheduler or server in the background with its log in ``log`` (for tests and benchmarks).
 
-    ``torchkiln dist scheduler|server`` runs it in the foreground instead (what a service manager wants).
+    ``torchkiln cluster scheduler|server`` runs it in the foreground instead (what a service manager wants).
     """
     env = daemon_env(os.environ if environ is None else environ)
     log.parent.mkdir(parents=True, exist_ok=True)

@@ -36,13 +36,13 @@ def check_key(key: str, label: str) -> bytes:
     """The decoded HS256 key; UsageError naming ``label`` (not the key) when sccache-dist would refuse it."""
     if not re.fullmatch(r"[A-Za-z0-9_-]+", key):
         raise UsageError(
-            f"{label}: the JWT key is not URL-safe base64 (make one with `torchkiln dist new-key`)"
+            f"{label}: the JWT key is not URL-safe base64 (make one with `torchkiln cluster new-key`)"
         )
     raw = base64.urlsafe_b64decode(key + "=" * (-len(key) % 4))
     if len(raw) != _KEY_BYTES:
         raise UsageError(
             f"{label}: the JWT key is {len(raw)} bytes, sccache-dist needs {_KEY_BYTES} "
-            "(make one with `torchkiln dist new-key`)"
+            "(make one with `torchkiln cluster new-key`)"
         )
     return raw
 

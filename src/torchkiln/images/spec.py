@@ -184,7 +184,7 @@ def runtime_args(
     cuda_from: str = "auto",
 ) -> dict[str, str]:
     """Build args of docker/Dockerfile.runtime. With the ``manifest`` of the build whose dist/ the image
-    installs (:func:`torchkiln.artifacts.dist.read_published`), the exact wheel versions, source commits and the
+    installs (:func:`torchkiln.artifacts.published.read_published`), the exact wheel versions, source commits and the
     recipe's name and sha256 are the manifest's; it must be this recipe's build. Without one, from the recipe
     (the bake file, whose runtime targets take their wheels from the ``wheels`` stage: the image's sanity
     gate then compares them with the manifest that stage exported)."""

@@ -54,14 +54,14 @@ import os
 from collections.abc import Mapping
 
 from .model import Plan
-from .preflight_findings import Check, Finding, Host, PreflightError
+from .preflight_findings import Finding, Host, HostCheck, PreflightError
 from .preflight_libraries import _blas, _cudnn, _magma, _nccl, _nvcc, _vision_parts
 from .preflight_machine import _disk, _memory, _platform
 from .preflight_python import _python, _python_headers
 from .preflight_sources import _git, _sources, _submodules, _torch_wheel
 from .preflight_toolchain import _cache_tool, _compiler, _toolchain
 
-CHECKS: tuple[tuple[str, Check], ...] = (
+CHECKS: tuple[tuple[str, HostCheck], ...] = (
     ("platform", _platform),
     ("python", _python),
     ("toolchain", _toolchain),

@@ -60,7 +60,7 @@ class Host:
     distro: Distro = dataclasses.field(default_factory=distros.this_host)
 
 
-Check = Callable[[Plan, Host], Iterator[Finding]]
+HostCheck = Callable[[Plan, Host], Iterator[Finding]]
 
 
 def _env(plan: Plan) -> dict[str, str]:

@@ -18,6 +18,11 @@ A :class:`View` says what a sandboxed process sees:
   ``read_only``/``writable`` are mounted back on top;
 * ``network``: the host's network; otherwise a network namespace of its own (loopback only).
 
+Every path is mounted where it really is (resolved); a path given through symbolic links (a link to it, a
+link among its parents, a chain: ``--source-dir torch=LINK``) reaches the same files in the sandbox as here,
+its links made again there (:func:`links_through`), and a command started in it starts in its resolved
+directory.
+
 And always, whatever the view: its own PID namespace with its own ``/proc`` (torchkiln and every process
 outside are not there: not their argv, not their environment), a minimal ``/dev``, a private ``/tmp`` (a
 fresh directory under the host's temporary directory, on disk like the host's ``/tmp``, removed afterwards),
@@ -128,8 +133,10 @@ class View:
         )
 
     def visible(self, path: Path) -> bool:
-        """Whether ``path`` would be reachable in the sandbox (under a system entry or a given path)."""
-        roots = [Path(p) for p in SYSTEM] + list(self.read_only) + list(self.writable)
+        """Whether ``path`` would be reachable in the sandbox (under a system entry or a given path, either
+        as given or resolved)."""
+        given = [*self.read_only, *self.writable]
+        roots = [Path(p) for p in SYSTEM] + [form for root in given for form in _forms(root)]
         if self.home is not None and _under(path, self.home):
             roots = [r for r in roots if _under(r, self.home)]
         return any(_under(path, root) for root in roots)
@@ -144,6 +151,36 @@ def _forms(path: Path) -> list[Path]:
     path = Path(os.path.abspath(path))
     real = Path(os.path.realpath(path))
     return [path] if real == path else [path, real]
+
+
+def _real(path: Path) -> Path:
+    return Path(os.path.realpath(path))
+
+
+def _first_link(path: Path) -> Path | None:
+    """The first component of the absolute ``path``, from the root, that is a symbolic link."""
+    current = Path(path.anchor)
+    for part in path.parts[1:]:
+        current = current / part
+        if os.path.islink(current):
+            return current
+    return None
+
+
+def links_through(path: Path) -> list[tuple[Path, Path]]:
+    """The symbolic links a process follows to reach ``path`` as given, each with where it resolves to
+    (a chain of links resolved in full): a link to the path, a link among its parents, and links met again
+    under what an earlier link resolves to. Empty for a path without links."""
+    out: list[tuple[Path, Path]] = []
+    current = Path(os.path.abspath(path))
+    for _ in range(40):  # the kernel's own limit of links followed in one lookup (ELOOP)
+        link = _first_link(current)
+        if link is None:
+            break
+        target = _real(link)
+        out.append((link, target))
+        current = target / current.relative_to(link)
+    return out
 
 
 def _system_args() -> list[str]:
@@ -161,23 +198,22 @@ def _system_args() -> list[str]:
 
 
 def _mounts(view: View, empty: Path) -> list[str]:
-    """The view's mounts, parents before children (a later mount covers an earlier one at or under it), a
-    path given both ways writable; then the masks over hidden files that would be reachable: ``empty``, an
-    empty regular file (a device such as /dev/null cannot be opened on the sandbox's nodev mounts)."""
+    """The view's mounts, parents before children (a later mount covers an earlier one at or under it), each
+    path mounted where it really is (resolved); then the symbolic links a path is given through, recreated
+    (:func:`_links`); then the masks over hidden files that would be reachable: ``empty``, an empty regular
+    file (a device such as /dev/null cannot be opened on the sandbox's nodev mounts)."""
     ops: dict[Path, str] = {}
-    writable = [form for path in view.writable for form in _forms(path)]
+    writable = [_real(path) for path in view.writable]
     for path in view.read_only:
-        for form in _forms(path):
-            if not any(_under(form, w) for w in writable):  # a writable path shows it already
-                ops.setdefault(form, "ro")
-    for form in writable:
-        ops[form] = "rw"
+        real = _real(path)
+        if not any(_under(real, w) for w in writable):  # a writable path shows it already
+            ops.setdefault(real, "ro")
+    for real in writable:
+        ops[real] = "rw"
     for path in view.protected:
-        for form in _forms(path):
-            ops[form] = "ro"
-    # a symbolic link is no mount point (bubblewrap cannot mount on one): its target, also given, is mounted
+        ops[_real(path)] = "ro"
     ordered = sorted(
-        ((p, op) for p, op in ops.items() if p not in _NEVER and not os.path.islink(p)),
+        ((p, op) for p, op in ops.items() if p not in _NEVER),
         key=lambda item: (len(item[0].parts), str(item[0])),
     )
     args: list[str] = []
@@ -192,10 +228,31 @@ def _mounts(view: View, empty: Path) -> list[str]:
             args += ["--ro-bind-try", str(path), str(path)]
     if not home_done and view.home is not None:
         args += ["--tmpfs", str(view.home)]
+    args += _links(view, [path for path, _ in ordered])
     for secret in view.hidden:
-        for form in _forms(secret):  # a link to it resolves to its target, masked as given resolved
-            if os.path.exists(form) and not os.path.islink(form) and view.visible(form):
-                args += ["--tmpfs", str(form)] if form.is_dir() else ["--ro-bind", str(empty), str(form)]
+        real = _real(secret)  # however it is reached (a link to it, a linked parent), it is this file
+        if os.path.exists(real) and view.visible(real):
+            args += ["--tmpfs", str(real)] if real.is_dir() else ["--ro-bind", str(empty), str(real)]
+    return args
+
+
+def _links(view: View, mounted: Sequence[Path]) -> list[str]:
+    """The symbolic links through which the view's paths are given (``--source-dir torch=LINK``, a link
+    among a work directory's parents, a chain of links), made again in the sandbox, each to what it resolves
+    to, so a path reaches there what it reaches here: a process started in it (``--chdir``) or handed it
+    finds its files. Not where the link is there already (under a mounted directory or a system entry), nor
+    where a mount lies under it (the directory bubblewrap made for that mount holds the place)."""
+    present = [Path(p) for p in SYSTEM] + list(mounted)
+    args: list[str] = []
+    made: set[Path] = set()
+    for path in (*view.read_only, *view.writable, *view.protected):
+        for link, target in links_through(path):
+            if link in made or link in _NEVER or any(_under(link, root) for root in present):
+                continue
+            if any(_under(m, link) for m in mounted):
+                continue
+            made.add(link)
+            args += ["--symlink", str(target), str(link)]
     return args
 
 
@@ -255,8 +312,8 @@ class Sandbox:
             args.append("--unshare-net")
         args += ["--proc", "/proc", "--dev", "/dev", *_system_args(), "--bind", str(tmp), "/tmp"]
         args += _mounts(self.view, empty)
-        if cwd is not None:
-            args += ["--chdir", str(cwd)]
+        if cwd is not None:  # where it really is: the same directory, reached without a link
+            args += ["--chdir", str(_real(Path(cwd)))]
         inner = {k: v for k, v in env.items() if k not in _GONE_VARIABLES}
         for name in _TEMP_VARIABLES:
             if name in inner:

@@ -28,7 +28,6 @@ from .rules_cuda import (
     _platform_cuda,
     _runtime_libraries,
 )
-from .rules_findings import Finding
 from .rules_settings import _cache, _dist, _flags, _flags_known
 from .rules_toolchain import _blas, _gcc_range, _magma, _platform_blas
 from .rules_versions import (
@@ -39,8 +38,9 @@ from .rules_versions import (
     _vision_features,
     _vision_pairs_torch,
 )
+from .rules_violations import Violation
 
-Check = Callable[[Recipe], Iterator[Finding]]
+RuleFunction = Callable[[Recipe], Iterator[Violation]]
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class Rule:
 
     id: str
     summary: str
-    check: Check
+    check: RuleFunction
     reads: tuple[str, ...]
 
     def blocked_by(self, bad: Collection[str]) -> bool:

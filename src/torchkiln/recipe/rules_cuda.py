@@ -14,7 +14,7 @@ from . import libcompat
 from .archs import ENTRY_RE
 from .compat import compat, cuda_release, torch_release
 from .model import Recipe
-from .rules_findings import Finding, _describe, torch_range
+from .rules_violations import Violation, _describe, torch_range
 
 
 def arch_capability(entry: str) -> tuple[str, str, bool]:
@@ -24,7 +24,7 @@ def arch_capability(entry: str) -> tuple[str, str, bool]:
     return f"{match['major']}.{match['minor']}", match["suffix"], bool(match["ptx"])
 
 
-def _cuda_fields(r: Recipe) -> Iterator[Finding]:
+def _cuda_fields(r: Recipe) -> Iterator[Violation]:
     acc = r.accelerator
     if acc.is_cuda:
         for name in ("cuda", "arch_list", "cudnn", "nccl"):
@@ -56,7 +56,7 @@ def _cuda_fields(r: Recipe) -> Iterator[Finding]:
             )
 
 
-def _cuda_range(r: Recipe) -> Iterator[Finding]:
+def _cuda_range(r: Recipe) -> Iterator[Violation]:
     cuda = r.accelerator.cuda
     if torch_release(r) is None or cuda is None:
         return
@@ -66,7 +66,7 @@ def _cuda_range(r: Recipe) -> Iterator[Finding]:
     yield from torch_range(r, "cuda", "accelerator.cuda", f"CUDA {cuda}", cuda)
 
 
-def _cudnn_range(r: Recipe) -> Iterator[Finding]:
+def _cudnn_range(r: Recipe) -> Iterator[Violation]:
     cudnn = r.accelerator.cudnn
     if torch_release(r) is None or cudnn is None:
         return
@@ -80,7 +80,7 @@ def _cudnn_range(r: Recipe) -> Iterator[Finding]:
         )
 
 
-def _nccl_for_cuda(r: Recipe) -> Iterator[Finding]:
+def _nccl_for_cuda(r: Recipe) -> Iterator[Violation]:
     cuda, nccl = cuda_release(r), r.accelerator.nccl
     if cuda is not None and nccl is not None and nccl < Version(cuda["min_nccl"]):
         yield (
@@ -90,7 +90,7 @@ def _nccl_for_cuda(r: Recipe) -> Iterator[Finding]:
         )
 
 
-def _runtime_libraries(r: Recipe) -> Iterator[Finding]:
+def _runtime_libraries(r: Recipe) -> Iterator[Violation]:
     """``accelerator.cudnn_runtime`` / ``nccl_runtime``: a library torch compiled against ``cudnn`` / ``nccl``
     can run with (recipe/libcompat.py: cuDNN's rule from NVIDIA, NCCL's from its soname)."""
     acc = r.accelerator
@@ -113,7 +113,7 @@ def _runtime_libraries(r: Recipe) -> Iterator[Finding]:
             yield (f"accelerator.{name}_runtime", found, rule)
 
 
-def _arch_vs_cuda(r: Recipe) -> Iterator[Finding]:
+def _arch_vs_cuda(r: Recipe) -> Iterator[Violation]:
     cuda = r.accelerator.cuda
     if cuda is None:
         return
@@ -139,7 +139,7 @@ def _arch_vs_cuda(r: Recipe) -> Iterator[Finding]:
             )
 
 
-def _cudnn_min_sm(r: Recipe) -> Iterator[Finding]:
+def _cudnn_min_sm(r: Recipe) -> Iterator[Violation]:
     rule, cudnn = compat()["cudnn_min_sm"], r.accelerator.cudnn
     if cudnn is None or cudnn < Version(rule["since"]):
         return
@@ -158,7 +158,7 @@ def _aarch64_cuda_versions() -> str:
     return ", ".join(ok)
 
 
-def _platform_cuda(r: Recipe) -> Iterator[Finding]:
+def _platform_cuda(r: Recipe) -> Iterator[Violation]:
     """An aarch64 CUDA build needs NVIDIA's sbsa toolkit wheels of its CUDA and the arch list upstream's
     aarch64 wheels of that CUDA were read to carry (compat.toml [cuda.*] sbsa_nvcc, aarch64_arch)."""
     cuda = cuda_release(r)
@@ -179,7 +179,7 @@ def _platform_cuda(r: Recipe) -> Iterator[Finding]:
         )
 
 
-def _platform_arch(r: Recipe) -> Iterator[Finding]:
+def _platform_arch(r: Recipe) -> Iterator[Violation]:
     """An aarch64 arch list names only what upstream's aarch64 wheels of that CUDA build (no sm_75, sm_86:
     no Turing or consumer Ampere on SBSA servers)."""
     cuda = cuda_release(r)

@@ -13,7 +13,7 @@ from torchkiln.errors import UsageError
 from . import cmake_options
 from .compat import minor, torch_release
 from .model import Recipe
-from .rules_findings import Finding
+from .rules_violations import Violation
 
 # Flags torchkiln sets itself from recipe fields: setting them in build.flags would contradict the recipe.
 MANAGED_FLAGS: dict[str, str] = {
@@ -27,7 +27,7 @@ MANAGED_FLAGS: dict[str, str] = {
 }
 
 
-def _flags(r: Recipe) -> Iterator[Finding]:
+def _flags(r: Recipe) -> Iterator[Violation]:
     for key in r.build.flags:
         if key in MANAGED_FLAGS:
             yield (
@@ -37,7 +37,7 @@ def _flags(r: Recipe) -> Iterator[Finding]:
             )
 
 
-def _flags_known(r: Recipe) -> Iterator[Finding]:
+def _flags_known(r: Recipe) -> Iterator[Violation]:
     """Each flag against the CMake options table of the recipe's torch release (names and value types).
 
     An unknown name is an error, not a warning, although the tables are "nearest" (read from bracketing
@@ -60,7 +60,7 @@ def _flags_known(r: Recipe) -> Iterator[Finding]:
         )
 
 
-def _cache(r: Recipe) -> Iterator[Finding]:
+def _cache(r: Recipe) -> Iterator[Violation]:
     c = r.cache
     if c.kind == "none" and (c.remote or c.dir or c.max_size):
         yield ("cache.kind", '"none" with cache settings', "ccache or sccache, or drop the other cache keys")
@@ -107,7 +107,7 @@ def remote_secret(url: str, *, credentials: bool) -> str | None:
     return None
 
 
-def _dist(r: Recipe) -> Iterator[Finding]:
+def _dist(r: Recipe) -> Iterator[Violation]:
     d = r.dist
     if d is None:
         return

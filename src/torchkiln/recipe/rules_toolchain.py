@@ -10,10 +10,10 @@ from packaging.specifiers import SpecifierSet
 
 from .compat import cuda_release, minor, platform_data, torch_release
 from .model import Recipe
-from .rules_findings import Finding, _describe
+from .rules_violations import Violation, _describe
 
 
-def _gcc_range(r: Recipe) -> Iterator[Finding]:
+def _gcc_range(r: Recipe) -> Iterator[Violation]:
     gcc = r.build.gcc
     if gcc is None:
         return
@@ -32,7 +32,7 @@ def _gcc_range(r: Recipe) -> Iterator[Finding]:
         )
 
 
-def _magma(r: Recipe) -> Iterator[Finding]:
+def _magma(r: Recipe) -> Iterator[Violation]:
     if r.magma is None:
         return
     if not r.accelerator.is_cuda:
@@ -55,14 +55,14 @@ def _magma(r: Recipe) -> Iterator[Finding]:
         )
 
 
-def _blas(r: Recipe) -> Iterator[Finding]:
+def _blas(r: Recipe) -> Iterator[Violation]:
     if r.blas.kind == "mkl" and r.blas.mkl is None:
         yield ("blas.mkl", 'required when blas.kind = "mkl"', "an MKL version such as 2024.2.0")
     if r.blas.kind != "mkl" and r.blas.mkl is not None:
         yield ("blas.mkl", 'only valid with blas.kind = "mkl"', 'remove it, or set blas.kind = "mkl"')
 
 
-def _platform_blas(r: Recipe) -> Iterator[Finding]:
+def _platform_blas(r: Recipe) -> Iterator[Violation]:
     """MKL is x86_64 only, NVPL aarch64 only (compat.toml [platform.*] blas)."""
     kinds = platform_data(r)["blas"]
     if r.blas.kind not in kinds:

@@ -12,16 +12,16 @@ from packaging.version import Version
 
 from .compat import compat, minor, torch_release, vision_pairing, vision_pairs
 from .model import Recipe
-from .rules_findings import Finding, torch_range
+from .rules_violations import Violation, torch_range
 
 
-def _known_torch(r: Recipe) -> Iterator[Finding]:
+def _known_torch(r: Recipe) -> Iterator[Violation]:
     if torch_release(r) is None:
         known = ", ".join(f"{v}.x" for v in compat()["torch"])
         yield ("torch.version", f"torch {r.torch.version} has no compatibility data", known)
 
 
-def _vision_pairs_torch(r: Recipe) -> Iterator[Finding]:
+def _vision_pairs_torch(r: Recipe) -> Iterator[Violation]:
     release = torch_release(r)
     if release is None:
         return
@@ -39,14 +39,14 @@ def _python_field(r: Recipe) -> str:
     return "python.versions" if r.pythons else "python.version"
 
 
-def _python_range(r: Recipe) -> Iterator[Finding]:
+def _python_range(r: Recipe) -> Iterator[Violation]:
     for python in r.python_versions:
         yield from torch_range(
             r, "python", _python_field(r), f"Python {python}", Version(python.removesuffix("t"))
         )
 
 
-def _free_threaded(r: Recipe) -> Iterator[Finding]:
+def _free_threaded(r: Recipe) -> Iterator[Violation]:
     """A free-threaded Python (``3.13t``) only for a release that ships wheels for it (data/compat.toml
     ``free_threaded``): its C API differs, and a release that never built for it is not known to."""
     release = torch_release(r)
@@ -69,7 +69,7 @@ def _free_threaded(r: Recipe) -> Iterator[Finding]:
             )
 
 
-def _build_version_pair(r: Recipe) -> Iterator[Finding]:
+def _build_version_pair(r: Recipe) -> Iterator[Violation]:
     have_version = r.build.pytorch_build_version is not None
     have_number = r.build.pytorch_build_number is not None
     if have_version != have_number:
@@ -100,7 +100,7 @@ def _build_version_pair(r: Recipe) -> Iterator[Finding]:
 VIDEO_DECODERS_REMOVED = Version("0.24")
 
 
-def _vision_features(r: Recipe) -> Iterator[Finding]:
+def _vision_features(r: Recipe) -> Iterator[Violation]:
     features = r.vision
     for name in ("nvjpeg", "video_codec"):
         if getattr(features, name) and not r.accelerator.is_cuda:

@@ -40,7 +40,7 @@ from .validators import (
     SHA1_RE,
     SHA256_RE,
     SIZE_RE,
-    Check,
+    Validator,
     _arch_list,
     _download_url,
     _flags,
@@ -78,7 +78,7 @@ class Field:
     path: str
     type: type
     required: bool = False
-    check: Check | None = None
+    check: Validator | None = None
     doc: str = ""
     to: str | None = None
     convert: Callable[[Any], Any] | None = None

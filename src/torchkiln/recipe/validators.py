@@ -26,7 +26,7 @@ from .archs import ENTRY_RE as ARCH_RE
 MAX_ARCHS = 32
 MAX_FLAGS = 64
 
-Check = Callable[[Any], "tuple[str, str] | None"]
+Validator = Callable[[Any], "tuple[str, str] | None"]
 
 # Every pattern is ASCII-only (``re.ASCII``: ``\d`` would match other scripts' digits) and is applied with
 # ``fullmatch`` (``$`` also matches before a trailing newline).
@@ -81,7 +81,7 @@ def ref_problem(value: str) -> str | None:
     return None
 
 
-def git_ref(example: str) -> Check:
+def git_ref(example: str) -> Validator:
     valid = f"a branch or tag name such as {example}"
 
     def check(value: Any) -> tuple[str, str] | None:
@@ -124,7 +124,7 @@ def plain_string(value: str, *, text: bool = False) -> tuple[str, str] | None:
     return None
 
 
-def _match(regex: re.Pattern[str], valid: str, what: str = "malformed value") -> Check:
+def _match(regex: re.Pattern[str], valid: str, what: str = "malformed value") -> Validator:
     def check(value: Any) -> tuple[str, str] | None:
         return None if regex.fullmatch(value) else (f"{what} {shown(value)}", valid)
 
@@ -173,7 +173,7 @@ def path_problem(value: Any) -> tuple[str, str] | None:
     return None
 
 
-def _one_of(*choices: str) -> Check:
+def _one_of(*choices: str) -> Validator:
     def check(value: Any) -> tuple[str, str] | None:
         return None if value in choices else (f"{value!r} is not allowed", ", ".join(choices))
 
@@ -192,7 +192,7 @@ def _scheduler_url(value: Any) -> tuple[str, str] | None:
     return None
 
 
-def _int_range(low: int, high: int) -> Check:
+def _int_range(low: int, high: int) -> Validator:
     """An integer within [low, high]: the bounds keep values sane where they become variables (MAX_JOBS)."""
 
     def check(value: Any) -> tuple[str, str] | None:
@@ -217,7 +217,7 @@ def _pep440(value: Any) -> tuple[str, str] | None:
     return None
 
 
-def _release(valid: str) -> Check:
+def _release(valid: str) -> Validator:
     """MAJOR.MINOR.PATCH, written as PEP 440 normalises it (no leading zeros: setuptools would label
     ``02.13.0`` as ``2.13.0``)."""
     pattern = _match(RELEASE_RE, valid, "malformed version")

@@ -36,7 +36,7 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from torchkiln.artifacts.lockfile import TreeChange
+from torchkiln.artifacts.lockfile import TreeChange, TreeLink
 from torchkiln.errors import TorchkilnError, few
 from torchkiln.files.digests import file_sha256, tree_files
 from torchkiln.process import runner
@@ -325,11 +325,53 @@ def _submodule(repo: Path, name: str, recorded: str) -> list[Difference]:
 
 
 def changes(tree: Path, differences: Iterable[Difference]) -> list[TreeChange]:
-    """The record of each difference: its kind, detail and the sha256 of what the build read there."""
-    return [
-        TreeChange(d.path, d.kind, None if d.kind == "removed" else entry_sha256(tree / d.path), d.detail)
-        for d in differences
-    ]
+    """The record of each difference: its kind, detail and what the build read there: a file's sha256, a
+    symbolic link's own text (never the bytes of what it points to)."""
+    out = []
+    for d in differences:
+        link = None if d.kind == "removed" else link_text(tree / d.path)
+        digest = None if d.kind == "removed" or link is not None else entry_sha256(tree / d.path)
+        out.append(TreeChange(d.path, d.kind, digest, d.detail, link))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Symbolic links that lead out of a tree: what is built through them is in no record of the tree.
+# --------------------------------------------------------------------------------------------------
+
+
+def link_text(path: Path) -> str | None:
+    """A symbolic link's own text (``readlink``), None for anything else."""
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None
+
+
+def leaves(top: Path, relative: str) -> bool:
+    """Whether the symbolic link ``relative`` of the tree ``top`` leads out of it: what it resolves to (its
+    chain of links followed to the end, as the kernel does; a dangling one as far as it goes) lies outside
+    the tree's own real path."""
+    real_top = os.path.realpath(top)
+    resolved = os.path.realpath(top / relative)
+    return not (resolved == real_top or resolved.startswith(real_top.rstrip("/") + "/"))
+
+
+def tracked_links(repo: Path) -> list[str]:
+    """The symbolic links a checkout's index holds (mode 120000), its submodules' included, as paths from
+    the top: links the commit itself has, which ``git status`` never lists."""
+    out = _git(repo, "ls-files", "--stage", "-z", "--recurse-submodules")
+    return [r.split("\t", 1)[1] for r in out.split("\0") if r.startswith(SYMLINK + " ")]
+
+
+def outside_links(top: Path, paths: Iterable[str]) -> list[TreeLink]:
+    """Of the tree's entries ``paths``, the symbolic links that lead out of it, each with its text, sorted."""
+    found = {}
+    for relative in paths:
+        text = link_text(top / relative)
+        if text is not None and leaves(top, relative):
+            found[relative] = TreeLink(relative, text)
+    return [found[p] for p in sorted(found)]
 
 
 def describe(differences: Sequence[Difference]) -> str:

@@ -13,7 +13,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from torchkiln.artifacts.lockfile import SourceLock, Submodule, TreeChange
+from torchkiln.artifacts.lockfile import SourceLock, Submodule, TreeChange, TreeLink
 from torchkiln.errors import TorchkilnError
 from torchkiln.files.digests import tree_sha256
 from torchkiln.process import runner
@@ -176,15 +176,26 @@ def lock_source(
     provided: bool,
     tree_digest: str | None = None,
     tree_changes: list[TreeChange] | None = None,
+    outside_links: list[TreeLink] | None = None,
 ) -> SourceLock:
     """Resolve the SHAs of a checkout, and every way its tree differs from its commit (``tree_changes``: given
     by the build, which leaves its own outputs out; else every difference). A tree that is not a git checkout
     has no commit: its contents are hashed instead (``tree_digest``: given when the build hashed the tree,
-    without its own outputs)."""
+    without its own outputs). ``outside_links``: the tree's symbolic links that lead out of it (the build
+    publishes such a tree only under --allow-dirty)."""
+    leaving = list(outside_links or [])
     if not is_git_checkout(path):
         digest = tree_digest if tree_digest is not None else (tree_sha256(path) if path.is_dir() else None)
         return SourceLock(
-            name, repo, ref, None, dirty=True, provided=provided, path=str(path), tree_sha256=digest
+            name,
+            repo,
+            ref,
+            None,
+            dirty=True,
+            provided=provided,
+            path=str(path),
+            tree_sha256=digest,
+            outside_links=leaving,
         )
     head = head_commit(path)
     found = tree_changes if tree_changes is not None else changes(path, git_differences(path))
@@ -200,4 +211,5 @@ def lock_source(
         submodules(path),
         [c.path for c in found],
         list(found),
+        leaving,
     )

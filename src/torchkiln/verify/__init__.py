@@ -7,7 +7,7 @@ functions that need torch import it when called.
 * :mod:`.buildconfig`: parse ``torch.__config__.show()``, collect build facts, compare them with a recipe;
   each library's checks in :mod:`.buildconfig_versions`, :mod:`.buildconfig_cuda`,
   :mod:`.buildconfig_cudnn_nccl`, :mod:`.buildconfig_blas`, :mod:`.buildconfig_compiler`,
-  :mod:`.buildconfig_torchvision`; :mod:`.check`: :class:`~.check.Check`, one comparison's result.
+  :mod:`.buildconfig_torchvision`; :mod:`.comparison`: :class:`~.comparison.Comparison`, one comparison's result.
 * :mod:`.facts`: what an installed torch says about itself (standard library only: also run as a script).
 * :mod:`.provenance`: an installation against a build's manifest (versions, commits, sha256, files).
 * :mod:`.proc`: bounded subprocess runs (a verify check must never hang).

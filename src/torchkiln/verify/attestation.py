@@ -1,7 +1,7 @@
 """Whether the installed wheels are the subjects of a signed provenance statement.
 
 ``torchkiln verify --provenance dist/<recipe>.intoto.jsonl --key PUB`` (and the runtime image's gate) run
-:func:`attestation_checks`, one :class:`~.check.Check` each:
+:func:`attestation_checks`, one :class:`~.comparison.Comparison` each:
 
 * ``signature``: the DSSE envelope is an in-toto one carrying a signature by the given public key that
   verifies over its payload and type (:func:`torchkiln.artifacts.signing.verify`), and the payload is an
@@ -32,7 +32,7 @@ from torchkiln.artifacts.provenance import Statement, Subject, read_statement
 from torchkiln.artifacts.signing import Envelope, PublicKey, verify
 from torchkiln.files.digests import file_sha256
 
-from .check import Check
+from .comparison import Comparison
 from .provenance import GIT_VERSIONED, MANIFEST_CHECKS, installed, wheel_checks
 
 SUBJECT_CHECKS = MANIFEST_CHECKS
@@ -57,7 +57,7 @@ def installed_git_version(distribution: str) -> str | None:
     return None
 
 
-def subject_checks(subject: Subject, where: str, *, check_files: bool = True) -> dict[str, Check]:
+def subject_checks(subject: Subject, where: str, *, check_files: bool = True) -> dict[str, Comparison]:
     """The :data:`SUBJECT_CHECKS` of one subject against the installed distribution of its name."""
     record = WheelRecord(
         subject.name, subject.distribution, subject.version, 0, subject.sha256, subject.files_sha256 or ""
@@ -76,42 +76,44 @@ def subject_checks(subject: Subject, where: str, *, check_files: bool = True) ->
     )
 
 
-def byproduct_check(statement: Statement, directory: Path) -> Check:
+def byproduct_check(statement: Statement, directory: Path) -> Comparison:
     """The byproducts the statement binds, where they lie in ``directory``: each present one has its digest."""
     present = [(b, directory / b.name) for b in statement.byproducts if (directory / b.name).is_file()]
     if not present:
-        return Check("byproducts", "skip", f"none of the statement's byproducts is in {directory}")
+        return Comparison("byproducts", "skip", f"none of the statement's byproducts is in {directory}")
     changed = [b.name for b, path in present if file_sha256(path) != b.sha256]
     if changed:
-        return Check(
+        return Comparison(
             "byproducts",
             "fail",
             f"{', '.join(changed)} in {directory} differ from the digests the statement binds",
         )
     names = ", ".join(b.name for b, _ in present)
-    return Check("byproducts", "pass", f"{names} in {directory} are the ones the statement binds")
+    return Comparison("byproducts", "pass", f"{names} in {directory} are the ones the statement binds")
 
 
 def attestation_checks(
     envelope: Envelope, key: PublicKey, where: str, *, directory: Path | None = None, check_files: bool = True
-) -> dict[str, Check]:
+) -> dict[str, Comparison]:
     """``signature``, ``byproducts`` and ``<distribution>.<check>`` per subject (see the module docstring).
     ``where`` names the statement file in every message; ``directory`` is where its byproducts may lie."""
     verdict = verify(envelope, key)
     results = {
-        "signature": Check(
+        "signature": Comparison(
             "signature", "pass" if verdict.ok else "fail", f"provenance {where}: {verdict.message}"
         )
     }
     if not verdict.ok:
         untrusted = f"provenance {where}: not checked: the statement is not signed by the given key"
-        results["byproducts"] = Check("byproducts", "skip", untrusted)
+        results["byproducts"] = Comparison("byproducts", "skip", untrusted)
         return results
     try:
         statement = read_statement(envelope, where)
     except Departure as exc:  # signed, but not a statement as in-toto and SLSA say: it vouches for nothing
-        results["signature"] = Check("signature", "fail", f"provenance {exc}")
-        results["byproducts"] = Check("byproducts", "skip", f"provenance {where}: not checked: {exc.rule}")
+        results["signature"] = Comparison("signature", "fail", f"provenance {exc}")
+        results["byproducts"] = Comparison(
+            "byproducts", "skip", f"provenance {where}: not checked: {exc.rule}"
+        )
         return results
     for subject in statement.subjects:
         for check_id, check in subject_checks(subject, where, check_files=check_files).items():

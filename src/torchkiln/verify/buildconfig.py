@@ -4,13 +4,13 @@ A source build can silently lose a feature: CUDA compiled out because nvcc was n
 picked up, MKL replaced by a fallback BLAS, an arch missing from ``TORCH_CUDA_ARCH_LIST``. The build
 still "succeeds". The facts a build reports about itself are gathered by :mod:`torchkiln.verify.facts`
 (standard library only, so the build's post-build check runs it in a clean venv too); this module
-compares them with a recipe: every mismatch is a :class:`Check` that names the recipe field, the
+compares them with a recipe: every mismatch is a :class:`Comparison` that names the recipe field, the
 expected and the actual value. The verification suite and ``torchkiln build``'s post-build check both
 call :func:`recipe_checks` / :func:`.buildconfig_torchvision.torchvision_checks`: one comparison, not two
 copies.
 
 The checks of each library are in their own module (:mod:`.buildconfig_versions`, ``_cuda``,
-``_cudnn_nccl``, ``_blas``, ``_compiler``, ``_torchvision``; each a :class:`.check.Check`); this one puts
+``_cudnn_nccl``, ``_blas``, ``_compiler``, ``_torchvision``; each a :class:`.comparison.Comparison`); this one puts
 them together: :func:`self_checks`, and :data:`RECIPE_TABLE`, each recipe check's id and function.
 
 Pure Python; nothing here imports torch.
@@ -52,7 +52,7 @@ from .buildconfig_versions import (
     _python_vs_recipe,
     _torch_version_vs_recipe,
 )
-from .check import Check, _cmp, _skip, flag
+from .comparison import Comparison, _cmp, _skip, flag
 from .facts import BuildFacts, TorchvisionFacts, decode_cudnn, dotted, parse_build_settings
 
 __all__ = [
@@ -107,9 +107,9 @@ SELF_CHECKS = (
 )
 
 
-def self_checks(facts: BuildFacts) -> dict[str, Check]:
+def self_checks(facts: BuildFacts) -> dict[str, Comparison]:
     s = facts.settings
-    out: dict[str, Check] = {}
+    out: dict[str, Comparison] = {}
     base = Version(facts.torch_version).public
     if "TORCH_VERSION" in s:
         out["settings_version"] = _cmp(
@@ -120,7 +120,9 @@ def self_checks(facts: BuildFacts) -> dict[str, Check]:
             ok=Version(s["TORCH_VERSION"]).base_version == Version(base).base_version,
         )
     else:
-        out["settings_version"] = Check("settings_version", "fail", "Build settings have no TORCH_VERSION")
+        out["settings_version"] = Comparison(
+            "settings_version", "fail", "Build settings have no TORCH_VERSION"
+        )
     use_cuda = flag(s.get("USE_CUDA"))
     out["settings_cuda"] = _cmp(
         "settings_cuda",
@@ -183,10 +185,10 @@ def self_checks(facts: BuildFacts) -> dict[str, Check]:
 # Checks against a recipe: the build has what the recipe asked for.
 # --------------------------------------------------------------------------------------------------
 
-RecipeCheck = Callable[[Recipe, BuildFacts, str | None], Check]
+RecipeCheck = Callable[[Recipe, BuildFacts, str | None], Comparison]
 
 
-def _facts_only(check: Callable[[Recipe, BuildFacts], Check]) -> RecipeCheck:
+def _facts_only(check: Callable[[Recipe, BuildFacts], Comparison]) -> RecipeCheck:
     """A check of the recipe against the facts alone, as a row of :data:`RECIPE_TABLE` (whose checks may
     also read the commit torch was built from)."""
     return lambda recipe, facts, commit: check(recipe, facts)
@@ -217,7 +219,7 @@ RECIPE_TABLE: tuple[tuple[str, RecipeCheck], ...] = (
 RECIPE_CHECKS = tuple(check_id for check_id, _ in RECIPE_TABLE)
 
 
-def recipe_checks(recipe: Recipe, facts: BuildFacts, *, commit: str | None = None) -> dict[str, Check]:
+def recipe_checks(recipe: Recipe, facts: BuildFacts, *, commit: str | None = None) -> dict[str, Comparison]:
     """Compare a build with its recipe. Keys are :data:`RECIPE_CHECKS`. ``commit``: the commit torch was
     built from (its checkout's HEAD, or a manifest's source), compared when the recipe pins none."""
     return {check_id: check(recipe, facts, commit) for check_id, check in RECIPE_TABLE}
@@ -229,12 +231,12 @@ def postbuild_checks(
     projects: tuple[str, ...],
     *,
     commits: Mapping[str, str] | None = None,
-) -> dict[str, Check]:
+) -> dict[str, Comparison]:
     """What ``torchkiln build``'s post-build check compares: the recipe checks of each project it built
     (``torch.<id>``, ``torchvision.<id>``), the same functions the verification suite runs. ``commits``:
     project -> the commit its checkout was at (compared where the recipe pins none)."""
     commits = commits or {}
-    results: dict[str, Check] = {}
+    results: dict[str, Comparison] = {}
     if "torch" in projects:
         checks = recipe_checks(recipe, facts, commit=commits.get("torch"))
         results.update({f"torch.{k}": c for k, c in checks.items()})

@@ -6,11 +6,11 @@ from __future__ import annotations
 from torchkiln.recipe.compat import blas_kind
 from torchkiln.recipe.model import Recipe
 
-from .check import Check, _cmp, _release, _skip, _version_or_none
+from .comparison import Comparison, _cmp, _release, _skip, _version_or_none
 from .facts import BuildFacts
 
 
-def magma_check(facts: BuildFacts) -> Check:
+def magma_check(facts: BuildFacts) -> Comparison:
     """``torch.cuda.has_magma`` (compiled in) agrees with the library that does CUDA linear algebra: MAGMA's
     symbols are in it (static, as upstream links it) or it needs a libmagma. check_binary.sh asks for
     has_magma only; this also catches the flag without the code (or the code without the flag)."""
@@ -29,7 +29,7 @@ def magma_check(facts: BuildFacts) -> Check:
     )
 
 
-def _blas_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
+def _blas_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Comparison:
     s = facts.settings
     if recipe.blas.kind == "mkl":
         return _cmp(
@@ -52,7 +52,7 @@ def _blas_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
     )
 
 
-def _mkl_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
+def _mkl_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Comparison:
     """blas.mkl vs the MKL version torch.__config__.show() reports ("... Library Version 2024.2-Product
     Build ..."): MAJOR.MINOR, which is all torch prints."""
     if recipe.blas.kind != "mkl" or recipe.blas.mkl is None:
@@ -69,7 +69,7 @@ def _mkl_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
     )
 
 
-def _magma_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
+def _magma_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Comparison:
     wanted = recipe.magma is not None
     return _cmp(
         "magma",

@@ -10,7 +10,7 @@ from packaging.version import Version
 from torchkiln.recipe.compat import compat
 from torchkiln.recipe.model import Recipe
 
-from .check import Check, _cmp, _skip, flag
+from .comparison import Comparison, _cmp, _skip, flag
 from .facts import BuildFacts
 
 # Upstream builds with the CXX11 ABI only from 2.7 on (pytorch#126551); 2.6 and older shipped pre-CXX11-ABI
@@ -18,11 +18,11 @@ from .facts import BuildFacts
 CXX11_ABI_ONLY_SINCE = Version("2.7")
 
 
-def cxx11_abi_check(facts: BuildFacts) -> Check:
+def cxx11_abi_check(facts: BuildFacts) -> Comparison:
     """torch.compiled_with_cxx11_abi(): required from 2.7 on; before, either ABI is a release's build."""
     what = "torch.compiled_with_cxx11_abi() (CXX11 ABI only since 2.7)"
     if Version(Version(facts.torch_version).base_version) < CXX11_ABI_ONLY_SINCE:
-        return Check(
+        return Comparison(
             "cxx11_abi",
             "pass",
             f"{what}: {facts.cxx11_abi} (torch {facts.torch_version} predates 2.7: either ABI is upstream's)",
@@ -32,7 +32,7 @@ def cxx11_abi_check(facts: BuildFacts) -> Check:
     return _cmp("cxx11_abi", what, True, facts.cxx11_abi)
 
 
-def wheel_tag_check(facts: BuildFacts) -> Check:
+def wheel_tag_check(facts: BuildFacts) -> Comparison:
     """check_wheel_tags.py: the installed wheel is for this interpreter (cpXY) and this machine."""
     if not facts.wheel_tags:
         return _skip("wheel_tag", "torch is not installed from a wheel (no WHEEL metadata)")
@@ -52,10 +52,10 @@ def wheel_tag_check(facts: BuildFacts) -> Check:
     )
 
 
-def _build_type_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
+def _build_type_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Comparison:
     s = facts.settings
     if "BUILD_TYPE" not in s:
-        return Check(
+        return Comparison(
             "build_type",
             "fail",
             "build.type: Build settings have no BUILD_TYPE",
@@ -67,7 +67,7 @@ def _build_type_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
     )
 
 
-def _compiler_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
+def _compiler_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Comparison:
     """build.gcc vs the compiler torch.__config__.show() names ("GCC 13.3"): the major version."""
     if recipe.build.gcc is None:
         return _skip("compiler", "the recipe does not pin a gcc (build.gcc)", field="build.gcc")
@@ -83,7 +83,7 @@ def _compiler_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
     )
 
 
-def _platform_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
+def _platform_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Comparison:
     """build.platform vs the machine torch was imported on (platform.machine()): its shared objects loaded
     here, so they are this machine's. An x86_64 recipe for an aarch64 build, or the other way, fails by name
     (compat.toml [platform.*] machines: aarch64 is also spelt arm64)."""
@@ -98,7 +98,7 @@ def _platform_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
     )
 
 
-def _flags_vs_recipe(flags: Mapping[str, str], settings: Mapping[str, str]) -> Check:
+def _flags_vs_recipe(flags: Mapping[str, str], settings: Mapping[str, str]) -> Comparison:
     """Recipe build flags that PyTorch reports in Build settings (USE_MKLDNN, USE_CUDNN, ...) must match."""
     compared, wrong = [], []
     for key, value in sorted(flags.items()):
@@ -118,7 +118,9 @@ def _flags_vs_recipe(flags: Mapping[str, str], settings: Mapping[str, str]) -> C
             "flags", "none of the recipe's build flags appear in Build settings", field="build.flags"
         )
     if wrong:
-        return Check(
+        return Comparison(
             "flags", "fail", "build.flags: differ from the build: " + "; ".join(wrong), field="build.flags"
         )
-    return Check("flags", "pass", f"build flags match the recipe: {', '.join(compared)}", field="build.flags")
+    return Comparison(
+        "flags", "pass", f"build flags match the recipe: {', '.join(compared)}", field="build.flags"
+    )

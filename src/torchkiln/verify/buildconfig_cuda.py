@@ -6,11 +6,11 @@ from __future__ import annotations
 from torchkiln.recipe.archs import expected_arch_list
 from torchkiln.recipe.model import Recipe
 
-from .check import Check, _cmp, _release, _version_or_none, flag
+from .comparison import Comparison, _cmp, _release, _version_or_none, flag
 from .facts import BuildFacts
 
 
-def _use_cuda_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
+def _use_cuda_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Comparison:
     s, acc = facts.settings, recipe.accelerator
     use_cuda = bool(flag(s.get("USE_CUDA")))
     return _cmp(
@@ -23,7 +23,7 @@ def _use_cuda_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
     )
 
 
-def _cuda_version_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
+def _cuda_version_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Comparison:
     acc = recipe.accelerator
     what = "CUDA version (torch.version.cuda)"
     if not (acc.is_cuda and acc.cuda is not None):
@@ -39,7 +39,7 @@ def _cuda_version_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
     )
 
 
-def _arch_list_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
+def _arch_list_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Comparison:
     acc = recipe.accelerator
     want_archs = expected_arch_list(acc.arch_list) if acc.is_cuda else set()
     got_archs = set(facts.arch_list)

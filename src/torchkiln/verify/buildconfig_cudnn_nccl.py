@@ -9,11 +9,11 @@ from packaging.version import Version
 from torchkiln.recipe import libcompat
 from torchkiln.recipe.model import Recipe
 
-from .check import Check, _cmp, _release, _skip, flag
+from .comparison import Comparison, _cmp, _release, _skip, flag
 from .facts import BuildFacts, dotted
 
 
-def cudnn_runtime_check(facts: BuildFacts) -> Check:
+def cudnn_runtime_check(facts: BuildFacts) -> Comparison:
     """The runtime cuDNN (``torch.backends.cudnn.version()``) can run what torch was compiled against
     (``torch._C._cudnn.getCompileVersion()``): cuDNN's own rule (:mod:`torchkiln.recipe.libcompat`: the same
     major, a minor at least the compiled one), which torch applies too. Upstream's 2.8.0 is compiled against
@@ -26,7 +26,7 @@ def cudnn_runtime_check(facts: BuildFacts) -> Check:
             "cudnn_runtime", "torch was built without cuDNN (torch.backends.cudnn.is_available() is False)"
         )
     if facts.cudnn_error:
-        return Check(
+        return Comparison(
             "cudnn_runtime",
             "fail",
             f"torch.backends.cudnn.version() raised: {facts.cudnn_error}",
@@ -47,7 +47,7 @@ def cudnn_runtime_check(facts: BuildFacts) -> Check:
     )
 
 
-def nccl_check(facts: BuildFacts) -> Check:
+def nccl_check(facts: BuildFacts) -> Comparison:
     """A CUDA build whose Build settings say USE_NCCL=ON has NCCL: ``torch.cuda.nccl.version()`` answers
     (smoke_test.py prints it for every Linux CUDA build) and libtorch_cuda.so's libnccl resolves without
     LD_LIBRARY_PATH (or NCCL is linked in statically: no libnccl is NEEDED)."""
@@ -65,12 +65,14 @@ def nccl_check(facts: BuildFacts) -> Check:
             if facts.nccl_error
             else f"gives no version: torch.distributed.is_nccl_available() is {facts.nccl_available}"
         )
-        return Check("nccl_in_cuda_build", "fail", f"{what} {said}", "a version", None)
+        return Comparison("nccl_in_cuda_build", "fail", f"{what} {said}", "a version", None)
     version = dotted(facts.nccl_version)
     if not facts.libraries_read:
-        return Check("nccl_in_cuda_build", "pass", f"{what} = {version} (torch's libraries were not read)")
+        return Comparison(
+            "nccl_in_cuda_build", "pass", f"{what} = {version} (torch's libraries were not read)"
+        )
     if facts.nccl_needed is None:
-        return Check(
+        return Comparison(
             "nccl_in_cuda_build", "pass", f"{what} = {version}, linked statically (no libnccl NEEDED)"
         )
     return _cmp(
@@ -100,7 +102,7 @@ def _package_problem(dist: str, version: str, loaded: str | None, compiled: str 
     return f"{dist} {version}: {found}" if found else None
 
 
-def nvidia_packages_check(facts: BuildFacts) -> Check:
+def nvidia_packages_check(facts: BuildFacts) -> Comparison:
     """smoke_test.py --pypi-pkg-check: the installed ``nvidia-cudnn-cuXX`` / ``nvidia-nccl-cuXX``
     distributions are the libraries torch runs with (a stray wheel shadows them otherwise), and torch, as
     compiled, can run with them (cuDNN's and NCCL's rules: :mod:`torchkiln.recipe.libcompat`)."""
@@ -125,13 +127,15 @@ def nvidia_packages_check(facts: BuildFacts) -> Check:
     if not compared:
         return _skip("nvidia_packages", "torch reports no cuDNN/NCCL version to compare the packages with")
     if wrong:
-        return Check(
+        return Comparison(
             "nvidia_packages", "fail", "installed NVIDIA packages differ from torch's: " + "; ".join(wrong)
         )
-    return Check("nvidia_packages", "pass", f"installed NVIDIA packages match torch: {', '.join(compared)}")
+    return Comparison(
+        "nvidia_packages", "pass", f"installed NVIDIA packages match torch: {', '.join(compared)}"
+    )
 
 
-def _cudnn_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
+def _cudnn_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Comparison:
     """accelerator.cudnn: the cuDNN torch is compiled against (``torch._C._cudnn.getCompileVersion()``,
     major.minor.patch: all torch records). The cuDNN it runs with is ``cudnn_runtime``'s check."""
     acc = recipe.accelerator
@@ -150,7 +154,7 @@ def _compiled_against(
     *,
     field: str,
     usable: bool = True,
-) -> Check:
+) -> Comparison:
     """The version of a library torch was compiled against (``found``) against the recipe's pin, to
     major.minor.patch (all torch records)."""
     want = _release(pinned, 3)
@@ -159,7 +163,7 @@ def _compiled_against(
 
 def _shipped(
     check_id: str, library: str, field: str, wanted: Version, dist: str, facts: BuildFacts, loaded: str | None
-) -> Check:
+) -> Comparison:
     """The library the wheel runs with against the recipe: the full pin against the NVIDIA package torch
     runs with when one is installed (``9.10.2.21``: only the package says the fourth part), else against
     the version of the library torch loaded (major.minor.patch)."""
@@ -177,7 +181,7 @@ def _shipped(
     return _cmp(check_id, f"{library} the wheel runs with (the loaded library)", want, loaded, field=field)
 
 
-def _cudnn_runtime_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
+def _cudnn_runtime_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Comparison:
     """accelerator.cudnn_runtime (else accelerator.cudnn: the same cuDNN compiled and shipped) against the
     cuDNN the installed wheel runs with."""
     acc = recipe.accelerator
@@ -202,7 +206,7 @@ def _nccl_built(recipe: Recipe) -> bool:
     )
 
 
-def _nccl_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
+def _nccl_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Comparison:
     acc, wanted = recipe.accelerator, _nccl_built(recipe)
     if not wanted or acc.nccl is None:
         what = "NCCL available (torch.distributed.is_nccl_available())"
@@ -213,7 +217,7 @@ def _nccl_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
     )
 
 
-def _nccl_runtime_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
+def _nccl_runtime_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Comparison:
     """accelerator.nccl_runtime (else accelerator.nccl) against the NCCL the installed wheel runs with: the
     nvidia-nccl-cuXX package, else the libnccl torch loaded (``ncclGetVersion``), else -- no libnccl loaded:
     NCCL linked in statically -- the compiled one (``torch.cuda.nccl.version()``)."""

@@ -12,7 +12,7 @@ from torchkiln.recipe.compat import compat, vision_pairing, vision_pairs
 from torchkiln.recipe.model import Recipe
 
 from .buildconfig_versions import _pinned_commit
-from .check import Check, _cmp, _skip
+from .comparison import Comparison, _cmp, _skip
 from .facts import BuildFacts, TorchvisionFacts
 
 TORCHVISION_CHECKS = ("pairs_torch", "version", "commit", "cuda", "ops", "features")
@@ -31,7 +31,7 @@ def _said(built: bool | None) -> str:
     return {True: "built with it", False: "built without it", None: "could not tell"}[built]
 
 
-def _parts_vs_recipe(recipe: Recipe | None, facts: BuildFacts, tv: TorchvisionFacts) -> Check:
+def _parts_vs_recipe(recipe: Recipe | None, facts: BuildFacts, tv: TorchvisionFacts) -> Comparison:
     """[torchvision.features] against what the installed torchvision was built with (each codec used once,
     :func:`torchkiln.verify.facts.probe_parts`): a part asked for and left out, or built in unasked."""
     field = "torchvision.features" if recipe is not None else ""
@@ -50,8 +50,8 @@ def _parts_vs_recipe(recipe: Recipe | None, facts: BuildFacts, tv: TorchvisionFa
     expected = ", ".join(p for p, w in want.items() if w) or "none"
     actual = ", ".join(p for p in want if tv.parts.get(p)) or "none"
     if wrong:
-        return Check("features", "fail", "; ".join(wrong), expected, actual, field)
-    return Check("features", "pass", f"torchvision's optional parts: {actual}", expected, actual, field)
+        return Comparison("features", "fail", "; ".join(wrong), expected, actual, field)
+    return Comparison("features", "pass", f"torchvision's optional parts: {actual}", expected, actual, field)
 
 
 def expected_torchvision(torch_version: Version) -> dict[str, Any]:
@@ -65,7 +65,7 @@ def expected_torchvision(torch_version: Version) -> dict[str, Any]:
 
 def torchvision_checks(
     recipe: Recipe | None, facts: BuildFacts, *, commit: str | None = None
-) -> dict[str, Check]:
+) -> dict[str, Comparison]:
     """torchvision against this torch (and the recipe, when given). Keys are :data:`TORCHVISION_CHECKS`;
     all skip when torchvision is not installed (whether it must be is the caller's decision). ``commit``:
     the commit torchvision was built from, compared when the recipe pins none."""
@@ -73,12 +73,12 @@ def torchvision_checks(
     if tv is None or tv.version is None:
         reason = tv.error if tv is not None and tv.error else "torchvision is not installed"
         status = "fail" if tv is not None and tv.error else "skip"
-        return {c: Check(c, status, reason) for c in TORCHVISION_CHECKS}
-    out: dict[str, Check] = {}
+        return {c: Comparison(c, status, reason) for c in TORCHVISION_CHECKS}
+    out: dict[str, Comparison] = {}
     torch_v, tv_v = Version(facts.torch_version), Version(tv.version)
     row = expected_torchvision(torch_v)
     pairs, wanted = vision_pairs(row, tv_v), vision_pairing(row)
-    out["pairs_torch"] = Check(
+    out["pairs_torch"] = Comparison(
         "pairs_torch",
         "pass" if pairs else "fail",
         f"torchvision {tv_v} pairs with torch {torch_v}"
@@ -115,7 +115,7 @@ def torchvision_checks(
         tv.cuda,
     )
     if tv.error:
-        out["ops"] = Check("ops", "fail", f"torchvision's C++ ops: {tv.error}")
+        out["ops"] = Comparison("ops", "fail", f"torchvision's C++ ops: {tv.error}")
     else:
         out["ops"] = _cmp(
             "ops",

@@ -7,11 +7,11 @@ from packaging.version import Version
 
 from torchkiln.recipe.model import Recipe
 
-from .check import Check, _cmp, _skip
+from .comparison import Comparison, _cmp, _skip
 from .facts import BuildFacts
 
 
-def _torch_version_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
+def _torch_version_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Comparison:
     return _cmp(
         "torch_version",
         "torch version (torch.__version__ without local label)",
@@ -21,7 +21,7 @@ def _torch_version_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
     )
 
 
-def _local_label_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
+def _local_label_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Comparison:
     actual = Version(facts.torch_version)
     wanted = Version(recipe.torch_wheel_version)
     return _cmp(
@@ -33,7 +33,7 @@ def _local_label_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
     )
 
 
-def _commit_vs_recipe(recipe: Recipe, facts: BuildFacts, commit: str | None) -> Check:
+def _commit_vs_recipe(recipe: Recipe, facts: BuildFacts, commit: str | None) -> Comparison:
     if recipe.torch.commit or commit:
         return _pinned_commit("git_commit", "torch", recipe.torch.commit, commit, facts.git_version)
     return _cmp(
@@ -46,7 +46,7 @@ def _commit_vs_recipe(recipe: Recipe, facts: BuildFacts, commit: str | None) -> 
     )
 
 
-def _python_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
+def _python_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Comparison:
     """The interpreter against the recipe's Python, or any of its python.versions (a free-threaded "3.13t"
     runs as 3.13: facts.python_version is MAJOR.MINOR)."""
     field = "python.versions" if len(recipe.python_versions) > 1 else "python.version"
@@ -59,7 +59,7 @@ def _python_vs_recipe(recipe: Recipe, facts: BuildFacts) -> Check:
 
 def _pinned_commit(
     check_id: str, project: str, pinned: str | None, built_from: str | None, actual: str | None
-) -> Check:
+) -> Comparison:
     """``<project>.commit`` (or, where the recipe pins none, the commit the build's checkout was at) against
     the commit the build reports (``<project>.version.git_version``)."""
     source = "the recipe's pinned commit" if pinned else "the commit it was built from"

@@ -31,7 +31,7 @@ from torchkiln.artifacts import wheelfile
 from torchkiln.artifacts.manifest import Manifest, WheelRecord
 from torchkiln.errors import few
 
-from .check import Check
+from .comparison import Comparison
 from .facts import BuildFacts
 
 MANIFEST_CHECKS = ("version", "commit", "wheel_sha256", "files")
@@ -106,10 +106,12 @@ GIT_VERSIONED = ("torch", "torchvision")
 
 def _verdict(
     check_id: str, said: str, otherwise: str, expected: str, actual: str | None, ok: bool | None = None
-) -> Check:
+) -> Comparison:
     """Pass with ``said``, or fail with ``said, otherwise``; ``ok`` defaults to expected == actual."""
     ok = expected == actual if ok is None else ok
-    return Check(check_id, "pass" if ok else "fail", said if ok else f"{said}, {otherwise}", expected, actual)
+    return Comparison(
+        check_id, "pass" if ok else "fail", said if ok else f"{said}, {otherwise}", expected, actual
+    )
 
 
 def wheel_checks(
@@ -122,16 +124,18 @@ def wheel_checks(
     where: str | None = None,
     document: str = "the manifest",
     reports_git: bool | None = None,
-) -> dict[str, Check]:
+) -> dict[str, Comparison]:
     """The :data:`MANIFEST_CHECKS` of one wheel against what is installed; ``where`` names the document's
     entry in every message (the manifest's ``wheels[<project>]`` by default; a provenance statement's
     subject), ``document`` the document (what it says the wheel is); ``reports_git``: whether the installed
     package reports the commit it was built from (default: torch and torchvision do)."""
     where = where or f"manifest wheels[{wheel.project}]"
     if found is None:
-        missing = Check("version", "fail", f"{where}: {wheel.project} is not installed", wheel.version, None)
-        return {c: Check(c, "fail", missing.message) for c in MANIFEST_CHECKS}
-    out: dict[str, Check] = {}
+        missing = Comparison(
+            "version", "fail", f"{where}: {wheel.project} is not installed", wheel.version, None
+        )
+        return {c: Comparison(c, "fail", missing.message) for c in MANIFEST_CHECKS}
+    out: dict[str, Comparison] = {}
     out["version"] = _verdict(
         "version",
         f"{where}: installed {wheel.project} {found.version}",
@@ -141,10 +145,12 @@ def wheel_checks(
         _same_version(found.version, wheel.version),
     )
     if not (wheel.project in GIT_VERSIONED if reports_git is None else reports_git):
-        out["commit"] = Check("commit", "skip", f"{where}: {wheel.project} reports no git_version")
+        out["commit"] = Comparison("commit", "skip", f"{where}: {wheel.project} reports no git_version")
     elif commit is None:
         reason = f"its source had no commit (tree sha256 {tree})" if tree else f"{document} records no commit"
-        out["commit"] = Check("commit", "skip", f"{where}: {reason}: nothing to compare git_version with")
+        out["commit"] = Comparison(
+            "commit", "skip", f"{where}: {reason}: nothing to compare git_version with"
+        )
     else:
         out["commit"] = _verdict(
             "commit",
@@ -154,7 +160,7 @@ def wheel_checks(
             git_version,
         )
     if found.archive_sha256 is None:
-        out["wheel_sha256"] = Check(
+        out["wheel_sha256"] = Comparison(
             "wheel_sha256",
             "skip",
             f"{where}: pip recorded no wheel file for {wheel.project} (installed from an index or "
@@ -169,7 +175,7 @@ def wheel_checks(
             found.archive_sha256,
         )
     if found.record_digest != wheel.files_sha256:
-        out["files"] = Check(
+        out["files"] = Comparison(
             "files",
             "fail",
             f"{where}: the installed files are not {wheel.name}'s (RECORD digest {found.record_digest}, "
@@ -178,19 +184,21 @@ def wheel_checks(
             found.record_digest,
         )
     elif found.changed:
-        out["files"] = Check(
+        out["files"] = Comparison(
             "files", "fail", f"{where}: installed files changed since installation: {few(found.changed)}"
         )
     else:
-        out["files"] = Check("files", "pass", f"{where}: the installed files are {wheel.name}'s")
+        out["files"] = Comparison("files", "pass", f"{where}: the installed files are {wheel.name}'s")
     return out
 
 
-def manifest_checks(manifest: Manifest, facts: BuildFacts, *, check_files: bool = True) -> dict[str, Check]:
+def manifest_checks(
+    manifest: Manifest, facts: BuildFacts, *, check_files: bool = True
+) -> dict[str, Comparison]:
     """``<project>.<check>`` for each project the manifest has a wheel of (keys of :data:`MANIFEST_CHECKS`).
     A build for several Pythons lists a wheel of each project per Python: the one of the Python running
     here is compared (``facts.python_version``; a manifest from before issue 23 records no Python)."""
-    results: dict[str, Check] = {}
+    results: dict[str, Comparison] = {}
     git_versions = {
         "torch": facts.git_version,
         "torchvision": facts.torchvision.git_version if facts.torchvision else None,

@@ -1,4 +1,4 @@
-"""One comparison of a build (:class:`Check`), the helpers every build-config check makes one with, and
+"""One comparison of a build (:class:`Comparison`), the helpers every build-config check makes one with, and
 :func:`flag`, a build-settings boolean read.
 
 Apart from :mod:`.buildconfig` so that the checks of each library (the ``buildconfig_*`` modules),
@@ -26,7 +26,7 @@ def flag(value: str | None) -> bool | None:
 
 
 @dataclass(frozen=True)
-class Check:
+class Comparison:
     """One comparison. ``status`` is "pass", "fail" or "skip"; ``message`` says why. ``field`` is the
     recipe field a recipe check compares with (empty for checks of the build against itself), and
     leads every failure message, so a mismatch names what to look at in the recipe."""
@@ -41,18 +41,18 @@ class Check:
 
 def _cmp(
     check_id: str, what: str, expected: Any, actual: Any, ok: bool | None = None, *, field: str = ""
-) -> Check:
+) -> Comparison:
     ok = (expected == actual) if ok is None else ok
     prefix = f"{field}: " if field else ""
     if ok:
-        return Check(check_id, "pass", f"{prefix}{what}: {actual}", expected, actual, field)
-    return Check(
+        return Comparison(check_id, "pass", f"{prefix}{what}: {actual}", expected, actual, field)
+    return Comparison(
         check_id, "fail", f"{prefix}{what}: expected {expected}, actual {actual}", expected, actual, field
     )
 
 
-def _skip(check_id: str, reason: str, *, field: str = "") -> Check:
-    return Check(check_id, "skip", reason, field=field)
+def _skip(check_id: str, reason: str, *, field: str = "") -> Comparison:
+    return Comparison(check_id, "skip", reason, field=field)
 
 
 def _release(version: Version, parts: int) -> tuple[int, ...]:

@@ -1,4 +1,4 @@
-"""What every recipe rule's check yields (:data:`Finding`), how a finding words a version range
+"""What every recipe rule's check yields (:data:`Violation`), how a finding words a version range
 (:func:`_describe`) and the finding of a version outside the torch release's range (:func:`torch_range`):
 shared by the rule modules by subject (:mod:`.rules_versions`, :mod:`.rules_cuda`, :mod:`.rules_toolchain`,
 :mod:`.rules_settings`) and the table that runs them (:mod:`.rules`).
@@ -15,7 +15,7 @@ from .compat import minor, torch_release
 from .model import Recipe
 
 # A finding: (field path, what is wrong, what would be valid).
-Finding = tuple[str, str, str]
+Violation = tuple[str, str, str]
 
 
 def _describe(spec: SpecifierSet) -> str:
@@ -24,7 +24,7 @@ def _describe(spec: SpecifierSet) -> str:
     return ", ".join(str(s) for s in sorted(spec, key=lambda s: (order.get(s.operator, 9), s.version)))
 
 
-def torch_range(r: Recipe, key: str, field: str, what: str, version: Version) -> Iterator[Finding]:
+def torch_range(r: Recipe, key: str, field: str, what: str, version: Version) -> Iterator[Violation]:
     """A finding on ``field`` when ``version`` (of ``what``: "CUDA 13.0") is outside the torch release's
     ``key`` range (data/compat.toml); none when the release has no data (a rule of its own says so)."""
     release = torch_release(r)

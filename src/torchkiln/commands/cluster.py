@@ -1,4 +1,4 @@
-"""``torchkiln dist scheduler|server|status|server-token|new-key``: run and check an sccache-dist cluster.
+"""``torchkiln cluster scheduler|server|status|server-token|new-key``: run and check an sccache-dist cluster.
 
 * ``scheduler``: write the scheduler's config (0600: it holds the tokens) and run ``sccache-dist scheduler``
   in the foreground (for systemd or a container), its log on stderr with secrets masked;
@@ -157,15 +157,15 @@ def _run(role: str, conf: Path, secrets: tuple[str, ...], ready: str, failed: st
                 message = (
                     ready if kind == "registered" else f"{failed}: {detail} (sccache-dist retries every 10 s)"
                 )
-                print(f"torchkiln dist server: {message}", file=sys.stderr, flush=True)
+                print(f"torchkiln cluster server: {message}", file=sys.stderr, flush=True)
         elif "Scheduler listening for clients" in line:
             told = True
-            print(f"torchkiln dist scheduler: {ready}", file=sys.stderr, flush=True)
+            print(f"torchkiln cluster scheduler: {ready}", file=sys.stderr, flush=True)
 
     argv = cluster.daemon_argv(role, conf)
     status = cluster.run_foreground(argv, cluster.daemon_env(os.environ), secrets, on_line, sys.stderr)
     if status != 0:
-        print(f"torchkiln dist {role}: sccache-dist exited with status {status}", file=sys.stderr)
+        print(f"torchkiln cluster {role}: sccache-dist exited with status {status}", file=sys.stderr)
         return EXIT_FAILURE
     return 0
 
@@ -209,7 +209,7 @@ def _server(args: argparse.Namespace) -> int:
         return 0
     problems = cluster.server_host_problems(bwrap)
     if problems:
-        raise TorchkilnError("torchkiln dist server: " + "; ".join(problems))
+        raise TorchkilnError("torchkiln cluster server: " + "; ".join(problems))
     conf = cluster.write_config(settings.work_dir / "server.toml", text)
     ready = f"joined the scheduler at {settings.scheduler_url} as {public}"
     failed = f"cannot join the scheduler at {settings.scheduler_url}"
