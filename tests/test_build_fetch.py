@@ -214,7 +214,8 @@ def test_allow_dirty_publishes_with_a_warning_the_manifest_and_provenance_record
 
 
 def test_a_checkout_changed_during_the_build_is_not_published(upstream, tmp_path: Path) -> None:
-    """Changed after the fetch steps checked it (a step between edits a file): publish refuses it."""
+    """Changed after the fetch steps checked it (a build step between edits a tracked file): the build fails
+    right after that step, naming it and the file (torchkiln.build.treewatch), and publishes nothing."""
     import sys
 
     from torchkiln.errors import BuildFailed
@@ -226,8 +227,8 @@ def test_a_checkout_changed_during_the_build_is_not_published(upstream, tmp_path
     edit = Step("edit", "env", "", (sys.executable, "-c", f"open({str(target)!r}, 'w').write('x')"))
     with pytest.raises(
         BuildFailed,
-        match=r"1 path\(s\) differ from the commit: modified VERSION \(content\); nothing was published \(dist/ "
-        r"is unchanged\)",
+        match=r"^edit: 1 path\(s\) of the torch tree \S+ that its commit tracks \(or git's own data about it\) "
+        r"changed: modified VERSION \(content\); .*nothing was published \(dist/ is unchanged\)",
     ):
         fetch_publish(work, dist, url, extra=[edit])
     assert not dist.exists() or not any(dist.iterdir())

@@ -35,7 +35,7 @@ from torchkiln.build.loop import BuildOptions, BuildResult, run_build
 from torchkiln.cache import resolve_cache
 from torchkiln.errors import BuildFailed
 from torchkiln.plan.make import make_plan
-from torchkiln.plan.model import Step
+from torchkiln.plan.model import Plan, Step
 from torchkiln.recipe.loader import parse_recipe
 from torchkiln.source.exact import git_differences
 
@@ -100,6 +100,7 @@ def stand_in_compile(step: Step, tree: Path, wheel: Path, *, extra: str = "") ->
 class World:
     root: Path
     url: str
+    edits: str = "test_tree_exact"  # the module whose EDITS the edit steps apply
 
     @property
     def work(self) -> Path:
@@ -113,6 +114,19 @@ class World:
     def checkout(self) -> Path:
         return self.work / "src" / "pytorch"
 
+    def plan(self, dist: Path) -> Plan:
+        recipe = parse_recipe(fetch_recipe_text(self.url, "v1").encode(), "fetch-test.toml")
+        return make_plan(
+            recipe, workdir=self.work, dist=dist, only="torch", cache=resolve_cache(recipe.cache, kind="none")
+        )
+
+    def fetch(self) -> None:
+        """The fetch steps alone (and a publish into a dist/ of their own): the checkout a user edits next."""
+        plan = self.plan(self.root / "fetched")
+        steps = [s for s in plan.steps if s.kind == "fetch"] + [plan.steps[-1]]
+        options = BuildOptions(console=Console(file=io.StringIO()), skip_checks=True)
+        run_build(replace(plan, steps=steps), options)
+
     def build(
         self,
         *,
@@ -121,47 +135,47 @@ class World:
         between: str | None = None,
         after: str | None = None,
         sign: bool = False,
+        compile_extra: str = "",
+        after_kind: str = "env",
+        isolation: bool = True,
+        skip_checks: bool = True,
     ) -> tuple[BuildResult, str]:
         """fetch steps, a step that applies the edit named ``between`` (after the fetch, before the
-        compile), the stand-in compile, a step that applies ``after``, publish."""
-        recipe = parse_recipe(fetch_recipe_text(self.url, "v1").encode(), "fetch-test.toml")
-        plan = make_plan(
-            recipe,
-            workdir=self.work,
-            dist=self.dist,
-            only="torch",
-            cache=resolve_cache(recipe.cache, kind="none"),
-        )
+        compile), the stand-in compile (running ``compile_extra`` too), a step of ``after_kind`` that applies
+        ``after``, publish."""
+        plan = self.plan(self.dist)
         made = self.root / "made"
         made.mkdir(exist_ok=True)
         wheel = tiny_wheel(made, "torch", "2.13.0+cpu")
         compile_step = next(s for s in plan.steps if s.kind == "compile")
         steps = [s for s in plan.steps if s.kind == "fetch"]
-        steps += [edit_step("edit", between, self.checkout)] if between else []
-        steps.append(stand_in_compile(compile_step, self.checkout, wheel))
-        steps += [edit_step("late-edit", after, self.checkout)] if after else []
+        steps += [edit_step("edit", between, self.checkout, module=self.edits)] if between else []
+        steps.append(stand_in_compile(compile_step, self.checkout, wheel, extra=compile_extra))
+        steps += [edit_step("late-edit", after, self.checkout, after_kind, self.edits)] if after else []
         steps.append(plan.steps[-1])
         out = io.StringIO()
         key = ed25519.Ed25519PrivateKey.generate() if sign else None
         options = BuildOptions(
             console=Console(file=out, width=400),
-            skip_checks=True,
+            skip_checks=skip_checks,
             allow_dirty=allow_dirty,
             force=force,
             sign_key=key,
+            isolation=isolation,
+            allow_unisolated=not isolation,
         )
         return run_build(replace(plan, steps=steps), options), out.getvalue()
 
 
-def edit_step(name: str, edit: str, tree: Path) -> Step:
+def edit_step(name: str, edit: str, tree: Path, kind: str = "env", module: str = "test_tree_exact") -> Step:
     """A step of the build that applies the table's edit ``edit`` to ``tree`` (in a child process, as every
     step runs: it imports this module and calls the edit by name). The tests' directory is an argument of
     its own: an env step runs sandboxed and sees the absolute paths its command names."""
     code = (
-        "import sys, pathlib; sys.path.insert(0, sys.argv[1]); import test_tree_exact as t; "
+        f"import sys, pathlib; sys.path.insert(0, sys.argv[1]); import {module} as t; "
         f"t.EDITS[{edit!r}](pathlib.Path(sys.argv[2]))"
     )
-    return Step(name, "env", "", (sys.executable, "-c", code, str(Path(__file__).parent), str(tree)))
+    return Step(name, kind, "", (sys.executable, "-c", code, str(Path(__file__).parent), str(tree)))
 
 
 @pytest.fixture
@@ -285,6 +299,9 @@ class Variant:
     # False: a tree without its submodules is refused after the fetch whatever --allow-dirty says
     # (torchkiln.source.submodules): there is no build of it to record
     buildable: bool = True
+    # True: the edit writes the checkout's git data (its index, a submodule's HEAD), which no sandboxed build
+    # step can: the user's edit, between builds
+    writes_git: bool = False
 
 
 VARIANTS = (
@@ -297,10 +314,10 @@ VARIANTS = (
     Variant("case variant of a tracked name", write("SETUP.py", "x\n"), (("SETUP.py", "extra"),)),
     Variant("spaces and non-ASCII", write("kiln/ä b.py", "x\n"), (("kiln/ä b.py", "extra"),)),
     Variant("modified (.M)", write("setup.py", "# edited\n"), (("setup.py", "modified"),)),
-    Variant("staged modification (M.)", staged_modification, (("setup.py", "modified"),)),
-    Variant("added to the index (A.)", staged_addition, (("added.py", "extra"),)),
+    Variant("staged modification (M.)", staged_modification, (("setup.py", "modified"),), writes_git=True),
+    Variant("added to the index (A.)", staged_addition, (("added.py", "extra"),), writes_git=True),
     Variant("deleted (.D)", deleted, (("notes/a.txt", "removed"),)),
-    Variant("staged deletion (D.)", staged_deletion, (("notes/a.txt", "removed"),)),
+    Variant("staged deletion (D.)", staged_deletion, (("notes/a.txt", "removed"),), writes_git=True),
     Variant("mode change 100755 -> 100644", mode_change, (("run.sh", "modified"),)),
     Variant("mode change 100644 -> 100755", mode_gained, (("setup.py", "modified"),)),
     Variant("type change symlink -> file (T)", symlink_to_file, (("link", "modified"),)),
@@ -308,14 +325,14 @@ VARIANTS = (
     Variant("symlink retargeted", symlink_retargeted, (("link", "modified"),)),
     Variant("untracked symlink out of the tree", link_out_of_the_tree, (("kiln/outside.py", "extra"),)),
     Variant("file replaced by a directory", file_to_directory, (("notes/a.txt", "modified"), ("notes/a.txt/inside.py", "extra"))),
-    Variant("assume-unchanged file edited", assume_unchanged, (("setup.py", "modified"),)),
-    Variant("skip-worktree file edited", skip_worktree, (("kiln/__init__.py", "modified"),)),
+    Variant("assume-unchanged file edited", assume_unchanged, (("setup.py", "modified"),), writes_git=True),
+    Variant("skip-worktree file edited", skip_worktree, (("kiln/__init__.py", "modified"),), writes_git=True),
     Variant("submodule: untracked file", write("third_party/dep/evil.c", "x\n"), (("third_party/dep/evil.c", "extra"),)),
     Variant("submodule: ignored file", write("third_party/dep/pre.o", "o\n"), (("third_party/dep/pre.o", "extra"),)),
     Variant("submodule: modified file", write("third_party/dep/dep.txt", "edited\n"), (("third_party/dep/dep.txt", "modified"),)),
-    Variant("submodule at another commit", submodule_at_other_commit, (("third_party/dep", "modified"),)),
-    Variant("submodule not checked out", submodule_not_checked_out, (("third_party/dep", "removed"),), buildable=False),
-    Variant("index without a file the tree has (git rm --cached)", index_without_the_file, ()),
+    Variant("submodule at another commit", submodule_at_other_commit, (("third_party/dep", "modified"),), writes_git=True),
+    Variant("submodule not checked out", submodule_not_checked_out, (("third_party/dep", "removed"),), buildable=False, writes_git=True),
+    Variant("index without a file the tree has (git rm --cached)", index_without_the_file, (), writes_git=True),
 )  # fmt: skip
 EDITS: dict[str, Callable[[Path], None]] = {v.name: v.edit for v in VARIANTS}
 EDITS["planted at the compile's output path"] = write("build/obj.o", "planted\n")
@@ -340,25 +357,52 @@ def test_each_difference_from_the_commit_is_found_by_path_and_kind(
     assert found == set(variant.expected)
 
 
-@pytest.mark.integration  # 27 variants x 2 builds (fetch, stand-in compile, publish): ~1 min
-@pytest.mark.parametrize(
-    "variant", [v for v in VARIANTS if v.expected], ids=[v.name for v in VARIANTS if v.expected]
-)
-def test_the_build_refuses_each_difference_by_name_and_allow_dirty_records_its_digest(
-    variant: Variant, world: World
-) -> None:
-    """Through the real build: changed after the fetch (a step between the fetch and the compile), the
-    compile refuses it naming the path and kind, nothing is published; --allow-dirty builds it and records
-    each path with its kind and the sha256 of what was built, in the manifest, the lock and the provenance."""
+BUILD_STEP_EDITS = [v for v in VARIANTS if v.expected and not v.writes_git]
+
+
+@pytest.mark.integration  # 19 variants x 1 build (fetch, the edit, stand-in compile, publish): ~15 s
+@pytest.mark.parametrize("variant", BUILD_STEP_EDITS, ids=[v.name for v in BUILD_STEP_EDITS])
+def test_a_build_step_that_changes_the_checkout_is_refused_by_name(variant: Variant, world: World) -> None:
+    """A build step (an env step, sandboxed) makes the change after the fetch: a path the commit tracks is
+    refused right after that step, naming the step, the path and how (torchkiln.build.treewatch); an
+    untracked one by the compile, before it runs, naming the path and kind. Nothing is published."""
     with pytest.raises(BuildFailed) as refused:
         world.build(between=variant.name)
     message = str(refused.value)
+    tracked = [(path, kind) for path, kind in variant.expected if kind != "extra"]
+    for path, kind in tracked or variant.expected:
+        assert f"{kind} {path} (" in message, message
+    if tracked:
+        assert message.startswith("edit: ") and "nothing was published (dist/ is unchanged)" in message
+        assert refused.value.step == "edit"
+    else:
+        assert "nothing was compiled" in message
+    assert not world.dist.exists()
+
+
+USER_EDITS = [v for v in VARIANTS if v.expected]
+
+
+@pytest.mark.integration  # 27 variants x 3 builds (fetch; fetch, stand-in compile, publish): ~1 min
+@pytest.mark.parametrize("variant", USER_EDITS, ids=[v.name for v in USER_EDITS])
+def test_the_build_refuses_each_difference_by_name_and_allow_dirty_records_its_digest(
+    variant: Variant, world: World
+) -> None:
+    """The user changes the fetched checkout between builds: the next build refuses it after the fetch
+    steps, naming the path and kind, nothing is published; --allow-dirty builds it and records each path
+    with its kind and the sha256 of what was built, in the manifest, the lock and the provenance."""
+    world.fetch()
+    variant.edit(world.checkout)
+    with pytest.raises(BuildFailed) as refused:
+        world.build()
+    message = str(refused.value)
+    if not variant.buildable:  # a tree without its submodules: refused whatever --allow-dirty says
+        assert "lacks its submodules" in message and "third_party/dep" in message, message
+        return
     for path, kind in variant.expected:
         assert f"{kind} {path} (" in message, message
-    assert "nothing was compiled" in message and not world.dist.exists()
-    if not variant.buildable:
-        return
-    result, said = world.build(between=variant.name, allow_dirty=True, sign=True)
+    assert "nothing was built" in message and not world.dist.exists()
+    result, said = world.build(allow_dirty=True, sign=True)
     assert "--allow-dirty: torch was built from" in said
     manifest = json.loads(result.manifest.read_text())
     lock = json.loads(result.lock.read_text())
@@ -530,7 +574,7 @@ def test_which_links_lead_out_of_a_tree_as_realpath_says(shape: LinkShape, tmp_p
 
 
 def given_tree_build(
-    tree: Path, root: Path, *, allow_dirty: bool = False, sign: bool = False
+    tree: Path, root: Path, *, allow_dirty: bool = False, sign: bool = False, compile_extra: str = ""
 ) -> tuple[BuildResult, str]:
     """A --source-dir build of ``tree``: the stand-in compile and the real publish step."""
     from torchkiln.recipe.loader import load_recipe
@@ -544,7 +588,7 @@ def given_tree_build(
     made.mkdir(exist_ok=True)
     wheel = tiny_wheel(made, "torch", "2.13.0+cpu")
     compile_step = next(s for s in plan.steps if s.kind == "compile")
-    steps = [stand_in_compile(compile_step, tree, wheel), plan.steps[-1]]
+    steps = [stand_in_compile(compile_step, tree, wheel, extra=compile_extra), plan.steps[-1]]
     out = io.StringIO()
     key = ed25519.Ed25519PrivateKey.generate() if sign else None
     options = BuildOptions(

@@ -39,13 +39,12 @@ from .stepkind import Stage, StepKind, StepRun
 from .toolchain_records import remembered_toolchain
 from .treeguard import (
     Observed,
-    OutputRecords,
     foreign,
     observe,
     own_paths,
     owned_in,
+    record_outputs,
     skipped,
-    written,
 )
 from .treelabel import check_label
 from .vision_watch import VisionWatcher
@@ -150,14 +149,13 @@ class CompileRun(StepRun):
 
     def _record_tree(self) -> None:
         """After the compile (also one that failed or was stopped, whose partial outputs are in the tree):
-        what it created or changed in the tree, recorded as its own (torchkiln.build.treeguard.OutputRecords)."""
+        the untracked paths it created or changed in the tree, recorded as its own
+        (torchkiln.build.treeguard.record_outputs); a tracked path it changed is not (the loop's
+        torchkiln.build.treewatch fails the build naming it)."""
         before, self._tree = self._tree, None
         if self.source is None or before is None:
             return
-        plan = self.setup.plan
-        after = observe(self.source.path, skipped(plan))
-        OutputRecords(plan.paths.workdir).save(self.step.name, written(before[0], after, before[1]))
-        self._after = after
+        self._after = record_outputs(self.setup.plan, self.source, self.step.name, before)
 
     def layers(self) -> tuple[Mapping[str, str], ...]:
         step, setup = self.step, self.setup

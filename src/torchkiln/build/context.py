@@ -1,9 +1,10 @@
 """What a build is given and what it accumulates, kept apart.
 
 :class:`BuildSetup` is fixed for the build (the plan, the options, the environment, the display, the state
-file, the compiler cache session, the sandboxing, this run's log directory): frozen. :class:`BuildRecord` is
-what the build's steps found (their records, the warnings, the post-build checks' verdicts, the wheels'
-portability, what makes cache misses likely): append-only, read by the steps after them and by publish.
+file, the compiler cache session, the sandboxing, this run's log directory, the watch over the trees):
+frozen. :class:`BuildRecord` is what the build's steps found (their records, the warnings, the post-build
+checks' verdicts, the wheels' portability, what makes cache misses likely): append-only, read by the steps
+after them and by publish.
 :mod:`torchkiln.build.loop` makes one of each per build; each step's run
 (:class:`~torchkiln.build.stepkind.StepRun`) holds both and keeps what it learns itself, so two builds in one
 process share nothing (issue 48).
@@ -34,6 +35,7 @@ from .envstore import EnvStore
 from .fingerprint import State
 from .progress import format_duration
 from .sandbox import Isolating
+from .treewatch import TreeWatch
 
 if TYPE_CHECKING:  # the signing machinery is imported only by a build given a key
     from torchkiln.artifacts.signing import PrivateKey
@@ -105,6 +107,7 @@ class BuildSetup:
     cache: CompilerCache
     isolating: Isolating
     logs: RunLogs
+    trees: TreeWatch  # no build step changes what a tree tracks (torchkiln.build.treewatch)
     env_store: EnvStore | None = None  # venvs kept by their content (torchkiln.build.envstore)
 
     @classmethod
@@ -138,6 +141,7 @@ class BuildSetup:
             isolating=Isolating(),
             logs=RunLogs(plan.paths.logs, started),
             env_store=EnvStore(plan.env_store) if plan.env_store is not None else None,
+            trees=TreeWatch(plan),
         )
 
     def step_log(self, step: Step) -> Path:

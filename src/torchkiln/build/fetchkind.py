@@ -9,9 +9,10 @@ checkout at its ref, the recipe's pin, the submodules, the tree against its comm
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from torchkiln.errors import BuildFailed
+from torchkiln.errors import BuildFailed, few
 from torchkiln.source.git import (
     check_pin,
     checkout_intact,
@@ -20,6 +21,7 @@ from torchkiln.source.git import (
 )
 from torchkiln.source.submodules import FIX as SUBMODULE_FIX
 from torchkiln.source.submodules import missing_submodules
+from torchkiln.source.tracked import control, git_dirs, lasting
 
 from .context import Ran
 from .fingerprint import digest
@@ -71,12 +73,16 @@ class FetchRun(StepRun):
 
     def outputs(self, ran: Ran) -> dict[str, Any]:
         step = self.step
-        return {"head": head_commit(self.setup.plan.source(step.project).path)} if step.pins else {}
+        if not step.pins:
+            return {}
+        path = self.setup.plan.source(step.project).path
+        return {"head": head_commit(path), "git": _git_data(path)}
 
     def verify(self, entry: Mapping[str, Any]) -> None:
         """The checkout the chain left (also when skipped): at the recipe's pin, with its submodules (a
         repository whose ``.gitmodules`` lists one that ``submodule update`` does not check out, e.g. with
-        ``update = none``, would otherwise fail in the compile, after the env steps)."""
+        ``update = none``, would otherwise fail in the compile, after the env steps), its commit's tree and
+        git's own data about it as the fetch left them."""
         step, plan, options = self.step, self.setup.plan, self.setup.options
         if step.pins:
             source = plan.source(step.project)
@@ -97,9 +103,41 @@ class FetchRun(StepRun):
                 raise BuildFailed(
                     dirty_checkout(spec, source.path, differences, "nothing was built"), step=step.name
                 )
+            self._check_git_data(entry)
             # the version the wheel is labelled with is the tree's own (torchkiln.build.treelabel)
             for compile_step in compile_steps(plan, step.project):
                 check_label(compile_step, source.path)
 
+    def _check_git_data(self, entry: Mapping[str, Any]) -> None:
+        """git's own data about the checkout as its fetch left it (its config, HEAD, refs, hooks, info/, its
+        submodules' under modules/): changed since (by a build step of an earlier build, which failed for it,
+        torchkiln.build.treewatch; or by hand), git could report the tree other than it is. Refused naming
+        each file, unless --allow-dirty (a warning)."""
+        step, plan = self.step, self.setup.plan
+        recorded = entry.get("outputs", {}).get("git")
+        if not isinstance(recorded, dict):  # recorded before issue 45: nothing to compare with
+            return
+        path = plan.source(step.project).path
+        now = _git_data(path)
+        changed = sorted(k for k in set(now) | set(recorded) if now.get(k) != recorded.get(k))
+        if not changed:
+            return
+        what = f"git's own data about the fetched checkout {path} changed since its fetch: {few(changed)}"
+        if self.setup.options.allow_dirty:
+            self.record.warn(f"--allow-dirty: {what}")
+            return
+        raise BuildFailed(
+            f"{step.name}: {what}; git could report the tree other than it is; nothing was built\nways out: "
+            f"fetch it again (remove {path}: the next build fetches it), or --allow-dirty to build it as it is "
+            "(a warning)",
+            step=step.name,
+        )
+
 
 FETCH = StepKind("fetch", FetchRun, forced=False)
+
+
+def _git_data(path: Path) -> dict[str, str]:
+    """The files of the checkout's git data that decide what git says about it, by what they hold
+    (torchkiln.source.tracked.control, without the object store's stat identities)."""
+    return lasting(control(path, git_dirs(path)))

@@ -117,6 +117,7 @@ ENTRY_TYPES: dict[str, tuple[type, ...]] = {
 OUTPUT_TYPES: dict[str, tuple[type, ...]] = {
     "wheels": (dict,),
     "head": (str,),
+    "git": (dict,),  # a fetch's record of the checkout's git data (torchkiln.source.tracked.lasting)
     "toolchain": (dict,),
     "env": (dict,),
     "tree_sha256": (str,),

@@ -167,6 +167,7 @@ def _run_steps(
         setup.display.start_step(index + 1, len(plan.steps), step)
         run, inputs = venvs.begin(step)
         if kind.always_runs:
+            setup.trees.before(step)  # nothing changed the trees since the last step (build.treewatch)
             ran = run.execute()
             done = StepRecord(step.name, step.kind, step.project, ran.status, ran.seconds, None)
             setup.display.end_step(step, ran.status, ran.seconds)
@@ -259,19 +260,27 @@ def _reused(
 def _ran(
     setup: BuildSetup, venvs: VenvReuse, run: StepRun, fingerprint: str, deps: list[str], key: str | None
 ) -> Done:
-    """The step run, recorded, kept in the environment store and checked."""
+    """The step run, its trees checked (torchkiln.build.treewatch: before it is recorded as done, also when
+    it failed), recorded, kept in the environment store and checked."""
     step = run.step
     venvs.before_run(step)
-    run.prepare()
-    venvs.while_running(KINDS[step.kind])
+    setup.trees.before(step)
+    staged = None  # the store's entry for its venv, staged while it ran: kept, or discarded here
     try:
-        ran = run.execute()
-    finally:
-        setup.display.stop_live()
-    log = str(ran.log) if ran.log else None
-    staged = ran.staged  # the store's entry for its venv, staged while it ran: kept, or discarded here
-    try:
-        outputs = run.outputs(ran)
+        try:
+            run.prepare()
+            venvs.while_running(KINDS[step.kind])
+            try:
+                ran = run.execute()
+            finally:
+                setup.display.stop_live()
+            staged = ran.staged
+            outputs = run.outputs(ran)  # (a compile's probes of the build venv's tools run build code)
+        except BaseException as exc:
+            setup.trees.after(step, exc)  # a changed tree is what the failure says first
+            raise
+        setup.trees.after(step, log=ran.log)
+        log = str(ran.log) if ran.log else None
         settled = run.settled_inputs(outputs)
         if settled is not None:
             fingerprint = step_fingerprint(step.argv, step.shown_env, step.cwd, settled, deps)

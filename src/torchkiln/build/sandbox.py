@@ -6,7 +6,8 @@ CMake, ninja, the compilers), ``package`` and ``checks`` (the built wheels, impo
 bubblewrap sandbox (:mod:`torchkiln.process.isolation`) that shows it:
 
 * writable: the work directory (but its records, ``state.json``, ``build.lock`` and ``logs/``, read-only)
-  and the source trees; for a compile step, what the compiler cache needs
+  and the source trees (but their ``.git``, read-only: :mod:`torchkiln.build.treewatch` fails a step that
+  changes a tracked file); for a compile step, what the compiler cache needs
   (:meth:`torchkiln.cache.CacheSession.step_paths`: ccache's directory and statistics log, the socket of
   the sccache server or of the Redis broker);
 * read-only: the environment store (a venv restored from it links to its entry: issue 47), the system's
@@ -225,6 +226,9 @@ def base_view(setup: BuildSetup) -> View:
     own = [Path(sys.prefix), Path(sys.base_prefix), Path(torchkiln.__file__).resolve().parents[1]]
     own += _prefixes(sys.executable, "")
     records = [paths.workdir / STATE_NAME, paths.workdir / LOCK_NAME, paths.logs]
+    # git's own data about each tree (its config, hooks, refs, its submodules' under .git/modules): what a step
+    # wrote there could make git lie about the tree to torchkiln (build.treewatch checks it after each step)
+    records += [s.path / ".git" for s in setup.plan.sources if os.path.lexists(s.path / ".git")]
     # entries of the work directory linked elsewhere (a wheelhouse or venv on another disk): their targets
     linked = [e.resolve() for e in _entries(paths.workdir) if e.is_symlink() and e.resolve().is_dir()]
     # the environment store: a venv restored from it links to its entry, which no step may change

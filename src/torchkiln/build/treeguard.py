@@ -4,10 +4,14 @@ Invariant: what a wheel is built from a fetched ref is exactly that commit's tre
 (:func:`torchkiln.source.exact.git_differences`: no extra, modified or removed path, submodules included) plus
 the files the build itself wrote into it (its in-tree outputs: ``build/``, ``*.egg-info``, a generated
 ``version.py``, torch's copied libraries). The build declares those as it makes them: after each compile step
-(also one that failed or was interrupted), every path the step created or changed in the tree is recorded
-with its :data:`~torchkiln.source.exact.Stat` in ``<workdir>/tree-outputs/<step>.json``. A path is the
-build's own only while it still has exactly the stat recorded there: a file planted at an output path before
-the build, or replaced after it, is not (its ctime differs, which no unprivileged writer can set back).
+(also one that failed or was interrupted), every untracked path the step created or changed in the tree is
+recorded with its :data:`~torchkiln.source.exact.Stat` in ``<workdir>/tree-outputs/<step>.json``, and so is
+what a later ``package`` or ``checks`` step wrote (``<project>:<step>.json``: a post-build hook's file in
+``build/``). A path the commit tracks is never an output, whatever a step did to it (and in a tree without git,
+nor is a path that was there before the step, unless under ``build/`` or an ``*.egg-info``): a step that
+changes one fails the build (:mod:`torchkiln.build.treewatch`). A path is the build's own only while it still
+has exactly the stat recorded there: a file planted at an output path before the build, or replaced after
+it, is not (its ctime differs, which no unprivileged writer can set back).
 
 The tree is checked three times (:func:`check`): after the fetch steps (before anything reads it), right
 before each compile (after the fetch steps and the env steps; ``--force`` exempts the compile's scratch
@@ -22,7 +26,7 @@ own outputs (:func:`own_paths`, :func:`torchkiln.files.digests.tree_sha256`).
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,7 +45,7 @@ from torchkiln.source.exact import (
 )
 from torchkiln.source.git import is_git_checkout
 
-RECORDS = "tree-outputs"  # under the work directory: one file per compile step
+RECORDS = "tree-outputs"  # under the work directory: one file per step that records its outputs
 
 
 @dataclass(frozen=True)
@@ -68,8 +72,8 @@ def observe(tree: Path, skip: Collection[Path] = ()) -> Observed:
 
 
 class OutputRecords:
-    """``<workdir>/tree-outputs/<step>.json``: per compile step, the paths it wrote into its tree with their
-    stat (``null``: it removed the path)."""
+    """``<workdir>/tree-outputs/<record>.json``: per compile step (its name) and per package or checks step and
+    tree (``<project>:<step>``), the untracked paths it wrote into the tree with their stat."""
 
     def __init__(self, workdir: Path) -> None:
         self.root = workdir / RECORDS
@@ -123,23 +127,67 @@ def owned_in(plan: Plan, project: str) -> dict[str, set[Stat]]:
 
 
 def own_paths(observed: Observed, owned: Mapping[str, set[Stat]]) -> set[str]:
-    """The observed paths that are the build's own: their stat now is one a compile step recorded."""
-    return {name for name, st in observed.stats.items() if st in owned.get(name, ())}
-
-
-def written(before: Observed, after: Observed, own_before: Collection[str]) -> dict[str, Stat]:
-    """What a compile step leaves as its own: every path it created or changed (its stat differs from
-    before it ran, or it was not there), and what was the build's own before and is still there untouched."""
-    out = {
-        name: st
-        for name, st in after.stats.items()
-        if name not in before.stats or before.stats[name] != st or name in own_before
+    """The observed paths that are the build's own: their stat now is one a step recorded, and (in a git
+    checkout) the commit does not track them: a path of the commit is never an output, whatever a record
+    made before issue 45 says."""
+    return {
+        name
+        for name, st in observed.stats.items()
+        if st in owned.get(name, ()) and not _tracked_difference(observed, name)
     }
-    if after.git:  # a path of the commit the step removed
-        for name, difference in after.differences.items():
-            if difference.kind == "removed" and before.differences.get(name) != difference:
-                out[name] = None
+
+
+def _tracked_difference(observed: Observed, name: str) -> bool:
+    """Whether ``name`` is a path of the commit that differs (modified, removed): not an output."""
+    difference = observed.differences.get(name)
+    return difference is not None and difference.kind != "extra"
+
+
+def declared(plan: Plan, project: str, name: str) -> bool:
+    """Whether ``name`` (relative to ``project``'s tree) lies where upstream's build writes its outputs: the
+    compile steps' in-tree scratch directories (``build/``) or an ``*.egg-info`` directory. In a tree without
+    git, what is there is the tree's unless it lies there or a step recorded it."""
+    source = plan.source(project)
+    parts = name.split("/")
+    if any(part.endswith(".egg-info") for part in parts[:-1]):
+        return True
+    return any(name == d or name.startswith(d + "/") for d in map(str, scratch_of(plan, source)))
+
+
+def written(
+    before: Observed, after: Observed, own_before: Collection[str], is_declared: Callable[[str], bool]
+) -> dict[str, Stat]:
+    """What a step leaves as its own: every untracked path it created or changed (its stat differs from
+    before it ran, or it was not there), and what was the build's own before and is still there untouched.
+    Never a path the commit tracks (a git checkout's modified or removed paths), nor, in a tree without git,
+    one that was there before the step and was not the build's own, unless it lies under a declared output
+    directory (``is_declared``): those are the tree's, and a step that changes them fails the build
+    (torchkiln.build.treewatch)."""
+    out = {}
+    for name, st in after.stats.items():
+        if name in own_before:
+            out[name] = st
+        elif after.git and _tracked_difference(after, name):
+            continue
+        elif name not in before.stats or (before.stats[name] != st and (after.git or is_declared(name))):
+            out[name] = st
     return out
+
+
+def begin_outputs(plan: Plan, source: Source) -> tuple[Observed, set[str]]:
+    """A tree before a step that records its outputs: what is there, and what of it is the build's own."""
+    observed = observe(source.path, skipped(plan))
+    return observed, own_paths(observed, owned_in(plan, source.name))
+
+
+def record_outputs(plan: Plan, source: Source, record: str, before: tuple[Observed, set[str]]) -> Observed:
+    """After such a step (also one that failed or was stopped, whose partial outputs are in the tree):
+    what it created or changed in ``source``'s tree, recorded as the build's own under the name ``record``
+    (:class:`OutputRecords`). Returns the tree as it found it."""
+    after = observe(source.path, skipped(plan))
+    found = written(before[0], after, before[1], lambda name: declared(plan, source.name, name))
+    OutputRecords(plan.paths.workdir).save(record, found)
+    return after
 
 
 def foreign(

@@ -144,7 +144,7 @@ def _git(repo: Path, *args: str) -> str:
     return done.stdout
 
 
-def _blob_sha1(path: Path) -> str | None:
+def blob_sha1(path: Path) -> str | None:
     """The object id git would give what is at ``path`` (a blob: a file's bytes or a symlink's target)."""
     try:
         st = os.lstat(path)
@@ -160,12 +160,14 @@ def _blob_sha1(path: Path) -> str | None:
 
 
 @dataclass(frozen=True)
-class _Entry:
+class Entry:
+    """One entry of a commit's tree: git's mode (100644, 100755, 120000; 160000 a submodule) and object id."""
+
     mode: str
     oid: str
 
 
-def _head_entries(repo: Path, paths: Collection[str] | None = None) -> dict[str, _Entry]:
+def head_entries(repo: Path, paths: Collection[str] | None = None) -> dict[str, Entry]:
     """The commit's entries (every file, symlink and gitlink of ``HEAD``'s tree, recursively; or only
     ``paths``), by path."""
     args = ["ls-tree", "-r", "-z", "--full-tree", "HEAD"]
@@ -173,17 +175,17 @@ def _head_entries(repo: Path, paths: Collection[str] | None = None) -> dict[str,
         if not paths:
             return {}
         args += ["--", *paths]
-    out: dict[str, _Entry] = {}
+    out: dict[str, Entry] = {}
     for record in _git(repo, *args).split("\0"):
         if not record:
             continue
         meta, _, name = record.partition("\t")
         mode, _kind, oid = meta.split(" ")
-        out[name] = _Entry(mode, oid)
+        out[name] = Entry(mode, oid)
     return out
 
 
-def _compare(repo: Path, name: str, entry: _Entry | None) -> Difference | None:
+def _compare(repo: Path, name: str, entry: Entry | None) -> Difference | None:
     """What is at ``name`` now against the commit's ``entry`` (None: the commit has no such path)."""
     now = git_mode(repo / name)
     if entry is None:
@@ -196,7 +198,7 @@ def _compare(repo: Path, name: str, entry: _Entry | None) -> Difference | None:
         if now in ("100644", "100755") and entry.mode in ("100644", "100755"):
             return Difference(name, "modified", f"mode {entry.mode} -> {now}")
         return Difference(name, "modified", f"type {_type(entry.mode)} -> {_type(now)}")
-    if _blob_sha1(repo / name) != entry.oid:
+    if blob_sha1(repo / name) != entry.oid:
         return Difference(name, "modified", "content")
     return None
 
@@ -277,7 +279,7 @@ def _relative(path: Path, top: Path) -> str | None:
 def _differences(repo: Path, prefix: str, skip: tuple[str, ...] = ()) -> list[Difference]:
     tracked, other = _status_paths(repo)
     other = [(name, detail) for name, detail in other if not _under(prefix + name.rstrip("/"), skip)]
-    head = _head_entries(repo)
+    head = head_entries(repo)
     found: dict[str, Difference] = {}
     for name in sorted(set(tracked) | set(_flagged(repo))):
         difference = _compare(repo, name, head.get(name))
