@@ -238,7 +238,7 @@ def _checks_in(site: Path, envelope: signing.Envelope, key: signing.PrivateKey, 
         check=True,
     )
     raw = json.loads(done.stdout.splitlines()[-1])
-    return {k: attestation.Check(k, status, message) for k, (status, message) in raw.items()}
+    return {k: attestation.Comparison(k, status, message) for k, (status, message) in raw.items()}
 
 
 def test_the_wheel_sbom_is_valid_cyclonedx_and_holds_what_the_build_knows(built: dict) -> None:
