@@ -235,7 +235,8 @@ def test_a_fetched_ref_of_another_release_is_refused_after_the_fetch(tmp_path: P
 
 def test_a_tree_changed_after_planning_is_refused_before_its_compile(tmp_path: Path) -> None:
     """A library caller's plan over a given tree (no command line, no preflight), the tree's version.txt
-    rewritten by a step before the compile: the compile refuses."""
+    rewritten by a step before the compile: refused before the compile, by the tree watch (build.treewatch:
+    no step changes what its tree tracks) naming the step and the file, so no label is ever made of it."""
     tree = trees(tmp_path / "trees", {"torchvision": "0.28.0a0\n"})["torchvision"]
     plan = make_plan(
         load_recipe(CPU),
@@ -249,8 +250,11 @@ def test_a_tree_changed_after_planning_is_refused_before_its_compile(tmp_path: P
     edit = (sys.executable, "-c", f"open({str(tree / 'version.txt')!r}, 'w').write('0.27.0\\n')")
     steps = [Step("edit", "env", "", edit), compile_step, plan.steps[-1]]
     options = BuildOptions(console=Console(file=io.StringIO()), skip_checks=True)
-    with pytest.raises(BuildFailed, match=r"its version\.txt says '0\.27\.0'; nothing was compiled"):
+    with pytest.raises(BuildFailed) as refused:
         run_build(replace(plan, steps=steps), options)
+    message = str(refused.value)
+    assert refused.value.step == "edit" and "changed: modified version.txt (content)" in message, message
+    assert "nothing was published" in message and not (tmp_path / "d").exists()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -445,12 +449,13 @@ def test_the_records_carry_the_version_file_as_read_beside_the_label(
 
 
 def test_a_version_file_changed_after_the_compile_is_refused_at_publish(tmp_path: Path) -> None:
-    """The compile checked 2.13.0a0; a later step makes the tree a release candidate: the label no longer
-    says what the tree states, and nothing is published."""
+    """The compile checked 2.13.0a0; a later step makes the tree a release candidate: the build stops right
+    after that step (the tree watch names it and the file) and nothing is published with a label the tree no
+    longer states."""
     tree = plain_tree(tmp_path)
     with pytest.raises(BuildFailed) as refused:
         publish_build(tree, tmp_path, EXT, after="2.13.0rc1\n")
     message = str(refused.value)
-    assert "its version.txt says '2.13.0rc1': a release candidate (rc1)" in message, message
-    assert "nothing was published (dist/ is unchanged)" in message and refused.value.step == "publish"
+    assert "changed: modified version.txt (content)" in message, message
+    assert "nothing was published (dist/ is unchanged)" in message and refused.value.step == "late-edit"
     assert not (tmp_path / "d").exists() or not any((tmp_path / "d").iterdir())
