@@ -48,7 +48,9 @@ the margin asked for. The cold builds and the new machines are one build each.
 Every torchkiln row but the new machine shares one environment store (``--env-store``, empty before the cold
 build), as the builds of one machine do. Each row records its wall time, the compile step (``torchvision:wheel``
 by torchkiln; ``python -m build`` by hand), the steps around it (torchkiln's other steps that ran or were
-reused; by hand the venv and pip install), torchkiln's own time (``steps' own``: each step's deciding, hashing
+reused; by hand the venv and pip install), of those the venvs restored from the environment store
+(``restore_s``: each entry checked against its RECORDs and linked into the work directory, issue 47),
+torchkiln's own time (``steps' own``: each step's deciding, hashing
 and recording, and what the manifest's ``overhead`` says of the time outside the steps: the plan, a ``--torch``
 requirement resolved there, the host's checks before the first step, publishing up to the manifest, the SBOMs
 included), the **unaccounted** time (wall time minus all of those: start-up, imports, the signature after the
@@ -245,7 +247,8 @@ def row(name: str, seconds: float, **fields: Any) -> dict[str, Any]:
     found = {"name": name, "seconds": round(seconds, 3), **fields}
     WIDE.print(
         f"  {name:<60} {seconds:8.2f} s  compile {fields.get('compile_s', 0):6.2f}  around "
-        f"{fields.get('around_compile_s', 0):6.2f}  steps' own {fields.get('steps_overhead_s', 0):5.2f}  "
+        f"{fields.get('around_compile_s', 0):6.2f}  restore {fields.get('restore_s', 0):5.2f}  "
+        f"steps' own {fields.get('steps_overhead_s', 0):5.2f}  "
         f"unaccounted {fields.get('unaccounted_s', 0):5.2f}  hits {hits_text(found.get('stats'))}"
     )
     return found
@@ -288,6 +291,8 @@ class Torchkiln:
         spent = {n: s["duration_s"] or 0.0 for n, s in steps.items() if s["status"] in ("ran", "reused")}
         compile_s = spent.get(COMPILE, 0.0)
         around = sum(v for n, v in spent.items() if n != COMPILE)
+        # the venvs restored from the environment store: each entry checked and linked (issue 47)
+        restore = sum(v for n, v in spent.items() if steps[n]["status"] == "reused")
         # torchkiln's own time for each step (deciding, hashing, probing, recording, keeping), by step, and
         # outside them: the host's checks before the first step, publishing up to the manifest
         overhead = sum(s.get("overhead_s") or 0.0 for s in steps.values())
@@ -297,6 +302,7 @@ class Torchkiln:
             seconds,
             compile_s=round(compile_s, 3),
             around_compile_s=round(around, 3),
+            restore_s=round(restore, 3),
             steps_overhead_s=round(overhead, 3),
             unaccounted_s=round(seconds - compile_s - around - overhead, 3),
             ran=[n for n, s in steps.items() if s["status"] == "ran"],
@@ -329,7 +335,7 @@ def sampled(name: str, one: Callable[[str], dict[str, Any]], n: int = SAMPLES) -
     One build of 5 s on a shared 2-core machine moves by up to 10 %."""
     samples = [one(f"{name} ({i + 1}/{n})") for i in range(n)]
     middle = sorted(samples, key=lambda r: r["seconds"])[len(samples) // 2]
-    parts = ("seconds", "compile_s", "steps_overhead_s", "unaccounted_s", "wheel_sha256")
+    parts = ("seconds", "compile_s", "restore_s", "steps_overhead_s", "unaccounted_s", "wheel_sha256")
     every = [{k: r.get(k) for k in parts} for r in samples]
     return {**middle, "name": name, "samples_s": [r["seconds"] for r in samples], "samples": every}
 
@@ -465,6 +471,7 @@ def print_table(rows: list[dict[str, Any]], title: str) -> None:
         "x floor",
         "compile (s)",
         "around (s)",
+        "restore (s)",
         "steps' own (s)",
         "unaccounted (s)",
         "hits",
@@ -486,6 +493,7 @@ def print_table(rows: list[dict[str, Any]], title: str) -> None:
             ratio,
             f"{r['compile_s']:.2f}",
             f"{r['around_compile_s']:.2f}",
+            "-" if r.get("restore_s") is None else f"{r['restore_s']:.2f}",
             f"{r.get('steps_overhead_s', 0.0):.2f}",
             f"{r['unaccounted_s']:.2f}",
             hits_text(r.get("stats")),

@@ -5,8 +5,10 @@ upstream's wheels take the place of torchkiln's (the runtime image tests)."""
 from __future__ import annotations
 
 import base64
+import csv
 import datetime as dt
 import hashlib
+import io
 import os
 import re
 import subprocess
@@ -52,17 +54,18 @@ def tiny_wheel(
         f"{dist_info}/WHEEL": "Wheel-Version: 1.0\nGenerator: torchkiln-tests\n"
         f"Root-Is-Purelib: {'true' if tag.endswith('-any') else 'false'}\nTag: {tag}\n",
     }
-    record = []
+    record = io.StringIO()
+    rows = csv.writer(record, lineterminator="\n")  # RECORD is CSV: a path with a comma is quoted
     for path, text in contents.items():
         data = text.encode() if isinstance(text, str) else text
         digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode().rstrip("=")
-        record.append(f"{path},sha256={digest},{len(data)}")
-    record.append(f"{dist_info}/RECORD,,")
+        rows.writerow([path, f"sha256={digest}", len(data)])
+    rows.writerow([f"{dist_info}/RECORD", "", ""])
     wheel = directory / f"{name}-{version}-{tag}.whl"
     with zipfile.ZipFile(wheel, "w") as archive:
         for path, text in contents.items():
             archive.writestr(path, text)
-        archive.writestr(f"{dist_info}/RECORD", "\n".join(record) + "\n")
+        archive.writestr(f"{dist_info}/RECORD", record.getvalue())
     return wheel
 
 

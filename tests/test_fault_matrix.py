@@ -143,46 +143,68 @@ def store_entries(store: Path) -> dict[str, str]:
 # --------------------------------------------------------------------------------------------------
 
 
+def with_extra(plan: Plan, wheels: Path, name: str) -> Plan:
+    """``plan`` with a step after build-env:deps that pip-installs ``name`` into the venv (a key the store
+    has only for the builder that ran it)."""
+    python = str(plan.paths.venv / "bin" / "python")
+    pip = (sys.executable, "-m", "pip", "--python", python, "install", "--no-index", "--find-links")
+    extra = Step("build-env:extra", "env", "", (*pip, str(wheels), "--", name), venv=str(plan.paths.venv))
+    at = [s.name for s in plan.steps].index("build-env:deps") + 1
+    return replace(plan, steps=[*plan.steps[:at], extra, *plan.steps[at:]])
+
+
 def test_full_disk_store_clone_into_the_work_directory_is_one_line(tmp_path: Path, mount: Mount) -> None:
     """Issue 27 item 3: a venv cloned from the store into a work directory on a small filesystem. Before:
-    15.9 MB of output, [Errno 28] once per file, and advice to remove the store entry. Now: one line naming
-    the work directory's filesystem, the space needed against the space free, and that a rerun continues;
-    the store entry is untouched and the rerun on a larger filesystem reuses it."""
+    15.9 MB of output, [Errno 28] once per file, and advice to remove the store entry. Now the venv is
+    linked to its entry (issue 47), which needs no room for its files: the build in the small filesystem
+    takes it. A step that installs into it needs files of its own (a copy, the store being on another
+    filesystem): that fails in one line naming the work directory's filesystem, the space needed against
+    the space free, and that a rerun continues; the store entry is untouched and the rerun on a larger
+    filesystem reuses it."""
     store = tmp_path / "store"
     wheels = wheels_dir(tmp_path, big=3 << 20)
-    run(venv_plan(tmp_path / "a", tmp_path / "a" / "work", store, wheels))
+    tiny_wheel(wheels, "six", "1.17.0")
+    tiny_wheel(wheels, "seven", "1.0")
+    run(with_extra(venv_plan(tmp_path / "a", tmp_path / "a" / "work", store, wheels), wheels, "six"))
     kept = store_entries(store)
     small = mount("small", "size=2m")
-    plan = venv_plan(tmp_path / "b", small / "work", store, wheels)
+    linked, _ = run(venv_plan(tmp_path / "l", small / "linked", store, wheels))
+    assert {s.name: s.status for s in linked.steps}["build-env:deps"] == "reused", "linked: no room needed"
+    plan = with_extra(venv_plan(tmp_path / "b", small / "work", store, wheels), wheels, "seven")
     with pytest.raises(BuildFailed) as failed:
         run(plan)
     line = one_line(failed.value)
-    assert line.startswith(f"build-env:deps: cloning {plan.paths.venv} from the environment store: ")
+    assert line.startswith(f"build-env:extra: cloning {plan.paths.venv} from the environment store: ")
     assert f"No space left on device (ENOSPC): the filesystem at {small} has " in line
     assert " free of 2.0 MiB, " in line and " MiB needed; " in line and "a rerun continues" in line
     assert "remove that entry" not in line, "the store is not what is full"
-    assert store_entries(store) == kept and not plan.paths.venv.exists()
+    assert store_entries(store) == kept and not [
+        p for p in (small / "work").iterdir() if p.name.startswith(".")
+    ]
     remount(small, "size=64m")
     again, _ = run(plan)
     assert {s.name: s.status for s in again.steps}["build-env:deps"] == "reused"
-    assert (plan.paths.venv / "lib").is_dir() and again.manifest.is_file()
+    assert {s.name: s.status for s in again.steps}["build-env:extra"] == "ran" and again.manifest.is_file()
 
 
 def test_store_clone_that_runs_out_of_inodes_midway_stops_at_the_first_file(
     tmp_path: Path, mount: Mount
 ) -> None:
-    """Space enough by bytes, too few inodes: the copy fails part way and stops at its first failure (one
-    line, saying the filesystem has no inodes left), and leaves no half venv behind."""
+    """Space enough by bytes, too few inodes: the copy a step installing into a linked venv needs fails part
+    way and stops at its first failure (one line, saying the filesystem has no inodes left), and leaves no
+    half venv behind."""
     store = tmp_path / "store"
     wheels = wheels_dir(tmp_path, files=300)
-    run(venv_plan(tmp_path / "a", tmp_path / "a" / "work", store, wheels))
+    tiny_wheel(wheels, "six", "1.17.0")
+    tiny_wheel(wheels, "seven", "1.0")
+    run(with_extra(venv_plan(tmp_path / "a", tmp_path / "a" / "work", store, wheels), wheels, "six"))
     small = mount("inodes", "size=64m,nr_inodes=120")
-    plan = venv_plan(tmp_path / "b", small / "work", store, wheels)
+    plan = with_extra(venv_plan(tmp_path / "b", small / "work", store, wheels), wheels, "seven")
     with pytest.raises(BuildFailed) as failed:
         run(plan)
     line = one_line(failed.value)
     assert "No space left on device (ENOSPC): the filesystem at" in line and "no free inodes" in line
-    assert not plan.paths.venv.exists(), "no half-cloned venv"
+    assert not [p for p in (small / "work").iterdir() if p.name.startswith(".")], "no half-cloned venv"
     remount(small, "nr_inodes=100000")
     again, _ = run(plan)
     assert again.manifest.is_file()

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from torchkiln.process import runner
 
-from .envstore import clone_tree, relocate_venv
+from .envstore import full_clone
 from .warmcheck import take
 
 PRUNE = Path(__file__).resolve().parent / "venvprune.py"
@@ -59,9 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         target.unlink()
     if args.warm is not None and take(args.warm.absolute(), source, target):
         print(f"checkvenv: {target} is the clone of {source} made while the compile ran")
-    elif (source / "bin" / "python").exists():
-        clone_tree(source, target)
-        relocate_venv(target, str(source), str(target))
+    elif (source / "bin" / "python").exists():  # a linked venv is cloned from its store entry
+        full_clone(source, target, str(target))
     else:  # a plan without the build venv's steps (a library caller's subset of one): a venv of its own
         made = runner.run([args.python, "-m", "venv", "--", str(target)], capture=False)
         if not made.ok:

@@ -9,14 +9,17 @@ it: the step's command with the work directory and source paths taken out, the c
 and the key of the step before it on the same venv. A step whose key is in the store is not run: the stored
 venv is cloned into place instead, and what the step recorded (its outputs) is taken over.
 
-Copies are hard links (one inode per file, whatever the number of work directories), made with the
-filesystem's own ``cp --archive --link``, falling back to a real copy across filesystems. Entries made by
-different steps share their large identical files too (``.objects/``, torchkiln.files.shared): the torch and
-NVIDIA wheels that each Python's build venv and each check venv install again are one copy on disk. A venv is not
-relocatable: the files that name its own path (``bin/`` scripts' ``#!`` lines, ``activate``,
-``pyvenv.cfg``) are rewritten for the new path, each as a new file, so the store's inode is never changed.
-Nothing runs from the store itself, so removing it (``rm -rf``) at any time between builds is safe; it is
-the next build that pays.
+A venv restored from the store is linked to its entry (:func:`link_venv`, issue 47): the directories of its
+site-packages are symbolic links to the entry's, its files there hard links, and what names the venv's own
+path (``bin/`` scripts' ``#!`` lines, ``activate``, ``pyvenv.cfg``) is rewritten for the new path, each as a
+new file: a hundred operations instead of 27,000 hard links, so a fresh work directory's venv costs the same
+whatever its size. The entry is read-only to the build (its sandbox mounts the store read-only); a step that
+installs into such a venv first gets a venv of its own, cloned with hard links (:func:`materialize`), as every
+copy is (``cp --archive --link``, a real copy across filesystems). Entries made by different steps share their
+large identical files too (``.objects/``, torchkiln.files.shared): the torch and NVIDIA wheels that each
+Python's build venv and each check venv install again are one copy on disk. Removing the store (``rm -rf``)
+between builds is safe: a venv linked to one of its entries is then found damaged where a build relies on
+it (:mod:`torchkiln.build.venvcheck`) and made again, as is an entry found damaged (dropped).
 
 Why not pip's or uv's cache alone: pip's cache saves the download but not the unpacking and install
 (most of the time for torch); a store of finished venvs saves both, and keeps pip and the user's pip
@@ -49,8 +52,13 @@ from torchkiln.files.digests import digest
 __all__ = [
     "EnvStore",
     "Restored",
+    "LINKED",
     "clone_tree",
     "default_env_store",
+    "full_clone",
+    "link_venv",
+    "linked_origin",
+    "materialize",
     "tree_bytes",
     "relocate_venv",
     "venv_distributions",
@@ -207,6 +215,107 @@ def relocate_venv(venv: Path, old: str, new: str) -> list[Path]:
     return rewritten
 
 
+# In a venv linked to a store entry (link_venv): the entry's venv and the path it was kept from, as JSON.
+LINKED = ".torchkiln-linked"
+
+
+def _site_packages(venv: Path) -> set[str]:
+    return {str(p) for p in (venv / "lib").glob("python*/site-packages") if not p.is_symlink()}
+
+
+def _link_file(source: str, target: str) -> None:
+    """A hard link, or a copy where links are refused (another filesystem)."""
+    try:
+        os.link(source, target, follow_symlinks=False)
+    except OSError as exc:
+        if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK):
+            raise
+        shutil.copy2(source, target, follow_symlinks=False)
+
+
+def _link_level(source: Path, target: Path, sites: set[str]) -> None:
+    """``target`` made from ``source``: a site-packages directory's entries linked (a directory as a symbolic
+    link to the entry's, a file as a hard link), anything else cloned (hard links), symlinks kept."""
+    target.mkdir()
+    site = str(source) in sites
+    with os.scandir(source) as entries:
+        for entry in entries:
+            destination = os.path.join(target, entry.name)
+            if entry.is_symlink():
+                os.symlink(os.readlink(entry.path), destination)
+            elif entry.is_dir():
+                if site:
+                    os.symlink(entry.path, destination, target_is_directory=True)
+                else:
+                    _link_level(Path(entry.path), Path(destination), sites)
+            else:
+                _link_file(entry.path, destination)
+    shutil.copystat(source, target)
+
+
+def link_venv(entry_venv: Path, target: Path, kept_from: str) -> None:
+    """``target`` becomes the store entry's venv at its own path in about a hundred operations, whatever its
+    number of files (issue 47: 27,000 hard links took 0.4 to 1 s): each directory of its site-packages is a
+    symbolic link to the entry's, each file there a hard link, the rest (``bin/``, ``pyvenv.cfg``) a clone
+    relocated to ``target``; :data:`LINKED` names the entry. Made beside ``target`` and renamed into place
+    (never half there); ``target`` must not exist. The entry is read-only to the build (its sandbox mounts
+    the store so); a step that writes into the venv gets a venv of its own first (:func:`materialize`)."""
+    if target.exists() or target.is_symlink():
+        raise FileExistsError(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    entry_venv = entry_venv.absolute()
+    made = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    made.rmdir()
+    try:
+        _link_level(entry_venv, made, _site_packages(entry_venv))
+        relocate_venv(made, kept_from, str(target))
+        origin = {"entry": str(entry_venv), "kept_from": kept_from}
+        (made / LINKED).write_text(json.dumps(origin) + "\n", encoding="utf-8")
+        os.rename(made, target)
+    except BaseException:
+        shutil.rmtree(made, ignore_errors=True)
+        raise
+
+
+def linked_origin(venv: Path) -> tuple[Path, str] | None:
+    """The store entry's venv a venv is linked to and the path that entry was kept from; None for a venv of
+    its own."""
+    try:
+        origin = json.loads((venv / LINKED).read_text(encoding="utf-8"))
+        return Path(origin["entry"]), str(origin["kept_from"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def full_clone(venv: Path, target: Path, named: str) -> None:
+    """``target`` a clone of ``venv`` with files of its own (hard links), naming ``named`` where the venv named
+    itself; a linked venv is cloned from its entry (a clone of its links would write into the store)."""
+    origin = linked_origin(venv)
+    source, kept_from = origin if origin is not None else (venv, str(venv))
+    clone_tree(source, target)
+    relocate_venv(target, kept_from, named)
+    (target / LINKED).unlink(missing_ok=True)
+
+
+def materialize(venv: Path) -> bool:
+    """A linked venv made a venv of its own (its entry cloned, relocated) before a step installs into it:
+    False when it was one already. Cloned beside it and swapped in by renames."""
+    if linked_origin(venv) is None:
+        return False
+    made = Path(tempfile.mkdtemp(prefix=f".{venv.name}.", dir=venv.parent))
+    made.rmdir()
+    old = made.with_name(made.name + ".old")
+    try:
+        full_clone(venv, made, str(venv))
+        os.rename(venv, old)
+        os.rename(made, venv)
+    except BaseException:
+        shutil.rmtree(made, ignore_errors=True)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+    return True
+
+
 @dataclass(frozen=True)
 class Restored:
     """A venv taken from the store: the outputs its step recorded, and how long the clone took."""
@@ -290,14 +399,21 @@ class EnvStore:
         return self.clone(restored, venv) if clone else restored
 
     def clone(self, restored: Restored, venv: Path) -> Restored:
-        """The venv of an entry whose files ``restore`` put in place, cloned into ``venv`` (replacing what is
-        there) and relocated to it."""
+        """The venv of an entry whose files ``restore`` put in place, linked into ``venv`` (replacing what is
+        there: :func:`link_venv`)."""
         started = time.monotonic()
         _remove(venv)
-        clone_tree(restored.entry / "venv", venv)
-        relocate_venv(venv, restored.kept_from, str(venv))
+        link_venv(restored.entry / "venv", venv, restored.kept_from)
         seconds = restored.seconds + time.monotonic() - started
         return dataclasses.replace(restored, seconds=seconds, cloned=True)
+
+    def drop(self, key: str) -> None:
+        """The entry of ``key`` removed (found damaged): renamed away first, so no reader sees half of it."""
+        entry = self.root / key
+        gone = Path(tempfile.mkdtemp(prefix=f".{key[:16]}.dropped.", dir=self.root))
+        with contextlib.suppress(OSError):
+            os.rename(entry, gone / key)
+        shutil.rmtree(gone, ignore_errors=True)
 
     def keep(
         self, key: str, venv: Path, files: Mapping[str, Path], step: str, outputs: Mapping[str, Any]
@@ -317,11 +433,12 @@ class EnvStore:
         self.root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{key[:16]}.", dir=self.root))
         try:
-            clone_tree(venv, tmp / "venv")
+            linked = linked_origin(venv) is not None  # its files are another entry's: left alone
+            full_clone(venv, tmp / "venv", str(venv))
             # the same large files as other entries (torch, the NVIDIA wheels of every Python's venvs): one
             # copy, in the entry and in the work directory's venv
             shared.sweep(self.objects)
-            shared.share_identical(tmp / "venv", self.objects, also=venv)
+            shared.share_identical(tmp / "venv", self.objects, also=None if linked else venv)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

@@ -48,7 +48,7 @@ from .kinds import KINDS
 from .sandbox import ran_unsandboxed, require_isolation_to_sign, sandboxes
 from .stepkind import StepRun
 from .treeguard import check_given_trees
-from .venvreuse import VenvReuse
+from .venvreuse import DamagedVenv, VenvReuse
 from .workdir import STATE_NAME, check_dist, holding_lock, repair_layout
 
 if TYPE_CHECKING:  # the signing machinery is imported only by a build given a key
@@ -121,9 +121,40 @@ def _terminate_as_interrupt() -> Iterator[None]:
             signal.signal(signal.SIGTERM, previous)
 
 
-def _run_steps(setup: BuildSetup, record: BuildRecord, venvs: VenvReuse) -> Published | None:
+def _passes(setup: BuildSetup, record: BuildRecord) -> tuple[Published | None, BuildRecord]:
+    """The steps (:func:`_run_steps`), and again from the first when a venv a step relies on is found damaged
+    and the environment store cannot give it back (:class:`~torchkiln.build.venvreuse.DamagedVenv`): that
+    venv's steps forgotten, so they run again; said in one line. What ran in the first pass is recorded as it
+    ran. Returns what was published and the build's record (the last pass's)."""
+    earlier: dict[str, StepRecord] = {}
+    said: set[str] = set()  # each pass drops an entry or makes a venv in it: never the same damage twice
+    while True:
+        venvs = VenvReuse(setup, record, KINDS)
+        try:
+            return _run_steps(setup, record, venvs, earlier), record
+        except DamagedVenv as found:
+            if found.line in said:
+                line = f"{found.line} (again, after it was made again in this build)"
+                raise BuildFailed(line, step=found.step) from None
+            said.add(found.line)
+            venvs.finish()  # nothing of this pass still at work on the venv
+            venvs.forget(found.venv)
+            setup.display.note(f"{found.line}: the steps on {found.venv} run again (the build starts over)")
+            earlier |= {r.name: r for r in record.steps if r.status in ("ran", "reused")}
+            again = BuildRecord(show=setup.display.warn)
+            for warning in record.warnings:
+                again.add_warning(warning)
+            record = again
+        finally:
+            venvs.finish()  # a warm check venv no step took is removed
+
+
+def _run_steps(
+    setup: BuildSetup, record: BuildRecord, venvs: VenvReuse, earlier: Mapping[str, StepRecord]
+) -> Published | None:
     """Each step: skipped when its fingerprint and outputs are unchanged, else reused from the environment
-    store or run, recorded and checked. Returns what the publish step published."""
+    store or run, recorded and checked (``earlier``: the records of the steps an earlier pass ran, kept where
+    this pass skips them). Returns what the publish step published."""
     plan = setup.plan
     fingerprints: dict[str, str] = {}
     published = None
@@ -143,6 +174,9 @@ def _run_steps(setup: BuildSetup, record: BuildRecord, venvs: VenvReuse) -> Publ
             published = ran.published or published
         else:
             fingerprints[step.name], done = _one_step(setup, venvs, run, inputs, index, fingerprints)
+            if done.status == "skipped" and step.name in earlier:
+                record.add_step(earlier[step.name])
+                continue
         record.add_step(_with_overhead(done, started))
     return published
 
@@ -313,17 +347,17 @@ def run_build(plan: Plan, options: BuildOptions | None = None) -> BuildResult:
             display.note(f"removed a partial file left by an interrupted build: {leftover}")
         require_isolation_to_sign(setup)  # a signed build vouches for sandboxed steps (build.sandbox)
         check_given_trees(plan, options.allow_dirty)  # a given tree's links out of it (build.treeguard)
-        venvs = VenvReuse(setup, record, KINDS)
         with _terminate_as_interrupt():
             try:
+                passes: tuple[Published | None, BuildRecord] = (None, record)
                 try:
-                    published = _run_steps(setup, record, venvs)
+                    passes = _passes(setup, record)
                 finally:
-                    venvs.finish()  # a warm check venv no step took is removed
                     display.close()  # the final message (or the error) is the last thing shown
-                    setup.cache.close(setup, record)
+                    setup.cache.close(setup, passes[1])
             except KeyboardInterrupt:
                 raise Interrupted("torchkiln build: interrupted (Ctrl-C); dist/ is unchanged") from None
+        published, record = passes
         if published is None:  # a plan without a publish step (a library caller's subset)
             raise TorchkilnError("the plan has no publish step: nothing reached dist/")
         return BuildResult(

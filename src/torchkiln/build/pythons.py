@@ -90,7 +90,9 @@ def torch_in_place(step: Step) -> str | None:
             f"{step.name}: expected one torch in {venv}/lib/python3*/site-packages, found {len(found)} "
             "(the torch install step puts it there: run the build again with --force)"
         )
-    link, target = Path(step.torch_site) / "torch", found[0]
+    # the venv's torch itself (a venv linked to a store entry links its torch there: one hop, not two, for
+    # each of the compile's lookups of torch's files)
+    link, target = Path(step.torch_site) / "torch", Path(os.path.realpath(found[0]))
     if link.is_symlink() and Path(os.readlink(link)) == target:
         return None
     link.parent.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,8 @@ bubblewrap sandbox (:mod:`torchkiln.process.isolation`) that shows it:
   changes a tracked file); for a compile step, what the compiler cache needs
   (:meth:`torchkiln.cache.CacheSession.step_paths`: ccache's directory and statistics log, the socket of
   the sccache server or of the Redis broker);
-* read-only: the system's toolchain (/usr, /etc, /opt, /bin, /lib...), torchkiln's own Python and package
+* read-only: the environment store (a venv restored from it links to its entry: issue 47), the system's
+  toolchain (/usr, /etc, /opt, /bin, /lib...), torchkiln's own Python and package
   (the build's helper scripts run from it), the Python a step runs and its venv's base interpreter, every
   directory on the step's PATH, the toolchain directories the plan names (``CUDA_HOME``, ``NCCL_*``,
   ``MAGMA_HOME``, ``TORCHVISION_INCLUDE``/``_LIBRARY``, ``CC``...), absolute paths the step's command names
@@ -230,10 +231,12 @@ def base_view(setup: BuildSetup) -> View:
     records += [s.path / ".git" for s in setup.plan.sources if os.path.lexists(s.path / ".git")]
     # entries of the work directory linked elsewhere (a wheelhouse or venv on another disk): their targets
     linked = [e.resolve() for e in _entries(paths.workdir) if e.is_symlink() and e.resolve().is_dir()]
+    # the environment store: a venv restored from it links to its entry, which no step may change
+    store = _derived([setup.env_store.root.absolute()], home) if setup.env_store is not None else []
     return View(
-        read_only=tuple(_derived(own, home)),
+        read_only=(*_derived(own, home), *store),
         writable=(paths.workdir, *(s.path for s in setup.plan.sources), *linked),
-        protected=tuple(records),
+        protected=(*records, *store),
         hidden=tuple(secret_files(setup)),
         home=home,
     )
