@@ -178,3 +178,27 @@ def test_no_build_step_can_change_the_entry_a_venv_is_linked_to(tmp_path: Path) 
     assert said.rstrip().splitlines()[-2:] == ["refused 30", "refused 30"], said  # EROFS, both
     entry = entry_of(store, "build-env:extra") / "venv" / SITE / "tinydep"
     assert sorted(p.name for p in entry.iterdir()) == ["__init__.py", "__pycache__", "data.txt"]
+
+
+def test_a_linked_venv_works_in_the_sandbox_of_a_build_without_the_store(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A work directory whose venv an earlier run linked, built again without an environment store (``--env-store
+    off``, a library caller's plan): its sandbox still shows the entry, so the compile imports the linked
+    package (test_build's SIGKILL rerun, in-process and so without a store, found this: `_distutils_hack` and
+    `build` missing in the sandbox, every file present outside it)."""
+    need_sandbox()
+    # the store apart from the wheels: the compile names a wheel, and its sandbox shows the wheel's parent's parent
+    store, wheels = tmp_path_factory.mktemp("apart") / "store", wheels_with_a_package(tmp_path)
+    extra = ("install", "--no-index", "--find-links", str(wheels), "--", "six")
+    run(linked_plan(tmp_path / "a", store, wheels, extra), isolation=True)
+    plan = linked_plan(tmp_path / "b", store, wheels, extra)
+    run(plan, isolation=True)
+    assert linked_origin(plan.paths.venv) is not None
+    code = "import tinydep\nprint('imported', tinydep.X)"  # a changed compile: it runs again, nothing else
+    result, _ = run(
+        replace(linked_plan(tmp_path / "b", store, wheels, extra, code), env_store=None), isolation=True
+    )
+    assert result.ran == ["torch:wheel"] and linked_origin(plan.paths.venv) is not None
+    log = next(s.log for s in result.steps if s.name == "torch:wheel")
+    assert log is not None and "imported 1" in Path(log).read_text()

@@ -55,6 +55,7 @@ from torchkiln.process import isolation
 from torchkiln.process.environ import without_credentials
 from torchkiln.process.isolation import Availability, Sandbox, View
 
+from .envstore import linked_origin
 from .workdir import LOCK_NAME, STATE_NAME
 
 if TYPE_CHECKING:
@@ -200,6 +201,13 @@ def _pip_locations(environ: Mapping[str, str], files: Sequence[Path]) -> list[Pa
     return out
 
 
+def linked_entries(setup: BuildSetup) -> list[Path]:
+    """The store entries the plan's venvs are linked to now (:func:`torchkiln.build.envstore.link_venv`)."""
+    venvs = {Path(v) for step in setup.plan.steps for v in (step.venv, step.clones) if v}
+    origins = (linked_origin(venv) for venv in sorted(venvs))
+    return sorted({origin[0].absolute() for origin in origins if origin is not None})
+
+
 def _entries(directory: Path) -> list[Path]:
     try:
         return list(directory.iterdir())
@@ -231,8 +239,11 @@ def base_view(setup: BuildSetup) -> View:
     records += [s.path / ".git" for s in setup.plan.sources if os.path.lexists(s.path / ".git")]
     # entries of the work directory linked elsewhere (a wheelhouse or venv on another disk): their targets
     linked = [e.resolve() for e in _entries(paths.workdir) if e.is_symlink() and e.resolve().is_dir()]
-    # the environment store: a venv restored from it links to its entry, which no step may change
+    # the environment store: a venv restored from it links to its entry, which no step may change; and the
+    # entry of each of the plan's venvs an earlier run linked, whatever this run's store (--env-store off, a
+    # library caller's setup without one): without it the venv's site-packages would dangle in the sandbox
     store = _derived([setup.env_store.root.absolute()], home) if setup.env_store is not None else []
+    store += _derived(linked_entries(setup), home)
     return View(
         read_only=(*_derived(own, home), *store),
         writable=(paths.workdir, *(s.path for s in setup.plan.sources), *linked),
