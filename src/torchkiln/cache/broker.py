@@ -28,13 +28,16 @@ import shutil
 import socket
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from torchkiln.process import runner
 
-from .remote import Remote
+from .remote import Remote, login
+
+if TYPE_CHECKING:
+    from .config import CacheConfig
 
 PREFIX = "torchkiln-redis-broker-"
 SOCKET_NAME = "redis.sock"
@@ -217,3 +220,18 @@ class RedisBroker:
                 client.sendall(read_reply(replies))
             except (OSError, EOFError, ProtocolError):
                 return
+
+
+def redis_broker(
+    config: CacheConfig,
+    remote: Remote | None,
+    environ: Mapping[str, str],
+    tool: str,
+    usable: Callable[[], bool] = lambda: True,
+) -> RedisBroker | None:
+    """A broker for ``tool``'s Redis store, logged in as the recipe says; None when the store is not Redis or
+    the tool cannot use one (``usable``, asked only for a Redis store)."""
+    if remote is None or remote.scheme != "redis" or not usable():
+        return None
+    user, password = login(config, remote, environ)
+    return RedisBroker(remote, user, password, tool)

@@ -37,7 +37,7 @@ from torchkiln.process import runner
 from torchkiln.process.isolation import Sandbox
 from torchkiln.process.runner import Redact
 
-from .broker import RedisBroker
+from .broker import RedisBroker, redis_broker
 from .config import CacheConfig
 from .remote import Remote, login, parse_remote
 from .stats import CacheStats
@@ -184,11 +184,8 @@ class Ccache(CacheTool):
 
     def broker(self, config: CacheConfig, environ: Mapping[str, str]) -> RedisBroker | None:
         """A Redis store through torchkiln's broker, when this ccache can reach a Unix socket (4.7+)."""
-        remote = self._remote(config)
-        if remote is None or remote.scheme != "redis" or not _has_unix_redis(self.executable(environ)):
-            return None
-        user, password = login(config, remote, environ)
-        return RedisBroker(remote, user, password, "ccache")
+        usable = lambda: _has_unix_redis(self.executable(environ))  # noqa: E731
+        return redis_broker(config, self._remote(config), environ, "ccache", usable)
 
     def through(
         self, broker: RedisBroker, public: dict[str, str], secret: dict[str, str], server: dict[str, str]

@@ -55,9 +55,9 @@ from torchkiln.process.runner import Redact
 from torchkiln.process.supervisor import pid_alive
 from torchkiln.urlreading import HOST_VALID, host_problem, printable_problem
 
-from .broker import RedisBroker
+from .broker import RedisBroker, redis_broker
 from .config import CacheConfig, size_bytes
-from .remote import Remote, login, parse_remote, secret_of, split_user
+from .remote import Remote, parse_remote, secret_of, split_user
 from .stats import CacheStats
 from .tool import CacheTool, cmake_launchers
 
@@ -396,11 +396,7 @@ class Sccache(CacheTool):
 
     def broker(self, config: CacheConfig, environ: Mapping[str, str]) -> RedisBroker | None:
         """A Redis store (not TLS) through torchkiln's broker: the server then holds no credentials."""
-        remote = self._remote(config)
-        if remote is None or remote.scheme != "redis":
-            return None
-        user, password = login(config, remote, environ)
-        return RedisBroker(remote, user, password, "sccache")
+        return redis_broker(config, self._remote(config), environ, "sccache")
 
     def through(
         self, broker: RedisBroker, public: dict[str, str], secret: dict[str, str], server: dict[str, str]

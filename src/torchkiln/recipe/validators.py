@@ -335,7 +335,9 @@ def _requirements(value: Any) -> tuple[str, str] | None:
     for item in value:
         if not isinstance(item, str):
             return (f"not a requirement: {shown(item)}", valid)
-        if not item.isascii() or not item.isprintable():  # "torch===２.13.0": === takes any text, no index has it
+        if (
+            not item.isascii() or not item.isprintable()
+        ):  # "torch===２.13.0": === takes any text, no index has it
             return (f"{shown(item)} has characters outside printable ASCII", valid)
         try:
             requirement = Requirement(item)

@@ -128,20 +128,39 @@ def _git_environ() -> dict[str, str]:
     return env
 
 
-def _git(repo: Path, *args: str) -> str:
-    argv = ["git", "-C", str(repo)]
-    for setting in TRUTHFUL:
-        argv += ["-c", setting]
+def run_git(
+    repo: Path,
+    args: Sequence[str],
+    *,
+    needed_for: str,
+    config: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    errors: str = "replace",
+) -> str:
+    """stdout of ``git -C repo [-c config]... args...``; a failure raises TorchkilnError with git's own last
+    line, and a missing git says what it was ``needed_for``."""
+    settings = [arg for setting in config for arg in ("-c", setting)]
     try:
-        done = runner.run([*argv, *args], env=_git_environ(), errors="surrogateescape")
+        done = runner.run(["git", "-C", str(repo), *settings, *args], env=env, errors=errors)
     except runner.ProcessError:
-        raise TorchkilnError("git is not installed (needed to compare a checkout with its commit)") from None
+        raise TorchkilnError(f"git is not installed (needed {needed_for})") from None
     if not done.ok:
         lines = (done.stderr or done.stdout).strip().splitlines()
         raise TorchkilnError(
             f"git {' '.join(args)} in {repo} failed: {lines[-1] if lines else done.returncode}"
         )
     return done.stdout
+
+
+def _git(repo: Path, *args: str) -> str:
+    return run_git(
+        repo,
+        args,
+        needed_for="to compare a checkout with its commit",
+        config=TRUTHFUL,
+        env=_git_environ(),
+        errors="surrogateescape",
+    )
 
 
 def blob_sha1(path: Path) -> str | None:

@@ -19,7 +19,7 @@ from torchkiln.files.digests import tree_sha256
 from torchkiln.process import runner
 from torchkiln.recipe.model import SourceSpec
 
-from .exact import Difference, changes, describe, git_differences
+from .exact import Difference, changes, describe, git_differences, run_git
 
 
 def _is_local_url(url: str) -> bool:
@@ -50,16 +50,7 @@ def fetch_commands(spec: SourceSpec, dest: Path, *, jobs: int = 4) -> list[tuple
 def git_output(repo: Path, *args: str, errors: str = "replace") -> str:
     """stdout of ``git -C repo args...``; a failure raises TorchkilnError with git's own message.
     ``errors="surrogateescape"`` keeps bytes that are not UTF-8 (``str.encode`` gives them back)."""
-    try:
-        done = runner.run(["git", "-C", str(repo), *args], errors=errors)
-    except runner.ProcessError:
-        raise TorchkilnError("git is not installed (needed to fetch and pin sources)") from None
-    if not done.ok:
-        message = (done.stderr or done.stdout).strip().splitlines()
-        raise TorchkilnError(
-            f"git {' '.join(args)} in {repo} failed: {message[-1] if message else done.returncode}"
-        )
-    return done.stdout
+    return run_git(repo, args, needed_for="to fetch and pin sources", errors=errors)
 
 
 def is_git_checkout(path: Path) -> bool:
