@@ -612,7 +612,9 @@ def test_build_requirements_decoded(lines: list[str], tmp_path_factory: pytest.T
 @example(value="tinydep @ https://x.invalid/tinydep-1.0-py3-none-any.whl")
 @example(value="torch == 2.13.0")
 @example(value="tоrch==2.13.0")  # a Cyrillic о: no project of the index's grammar
-@example(value="torch===２.13.0")  # a fullwidth ２: === (arbitrary equality) takes any text (CI's profile drew it)
+@example(
+    value="torch===２.13.0"
+)  # a fullwidth ２: === (arbitrary equality) takes any text (CI's profile drew it)
 def test_recipe_build_requirements_decoded(value: str) -> None:
     """What ``build.requirements`` accepts, pip reads as itself: its own reading of a requirement argument
     (``install_req_from_line``, what ``pip install -- REQ`` does) is a project from the index, no file or

@@ -130,16 +130,31 @@ class Departure(UsageError):
 
 
 @dataclass(frozen=True)
-class RawSignature:
+class Signature:
     keyid: str  # "" when unset: an unauthenticated hint
     sig: bytes
 
 
 @dataclass(frozen=True)
-class RawEnvelope:
+class Envelope:
+    """A DSSE envelope: what ``torchkiln build`` signs (artifacts.signing) and what it reads back."""
+
     payload_type: str
     payload: bytes
-    signatures: tuple[RawSignature, ...]
+    signatures: tuple[Signature, ...]
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "payloadType": self.payload_type,
+            "payload": base64.b64encode(self.payload).decode("ascii"),
+            "signatures": [
+                {"keyid": s.keyid, "sig": base64.b64encode(s.sig).decode("ascii")} for s in self.signatures
+            ],
+        }
+
+    def to_line(self) -> str:
+        """One line of JSON (the ``.intoto.jsonl`` convention: one envelope per line)."""
+        return json.dumps(self.to_data(), separators=(",", ":")) + "\n"
 
 
 class _Duplicate(ValueError):
@@ -233,7 +248,7 @@ def _json_object(
     return data
 
 
-def read_envelope(text: str, where: str) -> RawEnvelope:
+def read_envelope(text: str, where: str) -> Envelope:
     """The DSSE envelope ``text`` holds, decoded; :class:`Departure` naming the first rule it breaks. The
     payload type is checked here too: an envelope of another type is no in-toto attestation, whoever
     signed it (DSSE: "Reject if PAYLOAD_TYPE is not a supported type")."""
@@ -260,10 +275,10 @@ def read_envelope(text: str, where: str) -> RawEnvelope:
         )
     if not entries:
         raise Departure(where, "signatures.empty", "signatures", "empty", "at least one signature")
-    return RawEnvelope(kind, payload, tuple(_signature(e, i, where) for i, e in enumerate(entries)))
+    return Envelope(kind, payload, tuple(_signature(e, i, where) for i, e in enumerate(entries)))
 
 
-def _signature(entry: Any, index: int, where: str) -> RawSignature:
+def _signature(entry: Any, index: int, where: str) -> Signature:
     field = f"signatures[{index}]"
     if not isinstance(entry, dict):
         raise Departure(
@@ -275,7 +290,7 @@ def _signature(entry: Any, index: int, where: str) -> RawSignature:
         raise Departure(
             where, "keyid.type", f"{field}.keyid", f"{_describe(keyid)}, not a string", "a string, or unset"
         )
-    return RawSignature(keyid or "", sig)
+    return Signature(keyid or "", sig)
 
 
 def check_payload_type(kind: str, where: str) -> None:

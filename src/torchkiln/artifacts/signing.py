@@ -32,14 +32,11 @@ names any key (either of the two).
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
@@ -48,7 +45,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from torchkiln.errors import UsageError
 
 from .intoto import PAYLOAD_TYPE as PAYLOAD_TYPE  # what build signs: the in-toto statement's type
-from .intoto import PAYLOAD_TYPES, read_envelope
+from .intoto import PAYLOAD_TYPES, Signature, read_envelope
+from .intoto import Envelope as Envelope  # the envelope this module signs and verifies
 
 PrivateKey = ed25519.Ed25519PrivateKey | ec.EllipticCurvePrivateKey
 PublicKey = ed25519.Ed25519PublicKey | ec.EllipticCurvePublicKey
@@ -56,32 +54,6 @@ PublicKey = ed25519.Ed25519PublicKey | ec.EllipticCurvePublicKey
 # What a key may be, as errors name it.
 KEY_KINDS = "an unencrypted PEM private key: ed25519 or ECDSA P-256"
 PUBLIC_KINDS = "a PEM public key (openssl pkey -pubout): ed25519 or ECDSA P-256"
-
-
-@dataclass(frozen=True)
-class Signature:
-    keyid: str
-    sig: bytes
-
-
-@dataclass(frozen=True)
-class Envelope:
-    payload_type: str
-    payload: bytes
-    signatures: tuple[Signature, ...]
-
-    def to_data(self) -> dict[str, Any]:
-        return {
-            "payloadType": self.payload_type,
-            "payload": base64.b64encode(self.payload).decode("ascii"),
-            "signatures": [
-                {"keyid": s.keyid, "sig": base64.b64encode(s.sig).decode("ascii")} for s in self.signatures
-            ],
-        }
-
-    def to_line(self) -> str:
-        """One line of JSON (the ``.intoto.jsonl`` convention: one envelope per line)."""
-        return json.dumps(self.to_data(), separators=(",", ":")) + "\n"
 
 
 @dataclass(frozen=True)
@@ -271,8 +243,7 @@ def parse_envelope(text: str, where: str) -> Envelope:
     say (:func:`torchkiln.artifacts.intoto.read_envelope`): a :class:`~.intoto.Departure` (a UsageError)
     naming ``where``, the field and the rule otherwise."""
     lines = [line for line in text.splitlines() if line.strip()]
-    raw = read_envelope(lines[0] if len(lines) > 1 else text, where)
-    return Envelope(raw.payload_type, raw.payload, tuple(Signature(s.keyid, s.sig) for s in raw.signatures))
+    return read_envelope(lines[0] if len(lines) > 1 else text, where)
 
 
 def load_envelope(path: Path, option: str = "--provenance") -> Envelope:
