@@ -444,10 +444,50 @@ def test_summary_counts_per_area(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("devices", "two_gpu_skip", "section"),
+    [
+        ([], "needs at least 2 visible CUDA devices, 0 visible", True),
+        (
+            ["NVIDIA H200 (sm_90)"],
+            report.not_applicable("needs at least 2 visible CUDA devices, 1 visible"),
+            False,
+        ),
+        # whatever a skip says, a machine with a usable GPU is never told it had none
+        (["NVIDIA H200 (sm_90)"], "needs at least 2 visible CUDA devices, 1 visible", False),
+    ],
+)
+def test_the_without_a_gpu_section_only_where_no_gpu_was_usable(
+    tmp_path: Path, devices: list[str], two_gpu_skip: str, section: bool
+) -> None:
+    checks = [
+        report.Outcome("test_ddp.py::two[cuda]", "ddp", "skipped", two_gpu_skip),
+        report.Outcome(
+            "test_ddp.py::one[cuda]",
+            "ddp",
+            "passed" if devices else "skipped",
+            "" if devices else "needs CUDA",
+        ),
+    ]
+    summary = report.summarize(
+        checks,
+        environment={"torch_version": "2.11.0+cu130", "cuda_version": "13.0", "devices": devices},
+        exit_status=0,
+        options={"recipe": None},
+        duration_s=1.0,
+    )
+    report.write_summary(tmp_path, summary)
+    md = (tmp_path / "summary.md").read_text()
+    assert ("## Without a GPU" in md) is section
+    assert ("no CUDA device was usable here" in md) is section
+
+
+@pytest.mark.parametrize(
     ("message", "kind"),
     [
         ("needs CUDA: torch is built with CUDA 13.0 but no device is usable (...)", "no_gpu"),
-        ("needs at least 2 visible CUDA devices, 1 visible", "no_gpu"),
+        ("needs at least 2 visible CUDA devices, 0 visible", "no_gpu"),
+        # one GPU: the H200 run of 28 Nov 2026 said "no CUDA device was usable here" of this skip
+        (report.not_applicable("needs at least 2 visible CUDA devices, 1 visible"), "not_applicable"),
         ("needs CUDA: torch 2.13.0+cpu is built without CUDA", "not_applicable"),
         ("checks a CPU-only build; torch is built with CUDA 13.0", "not_applicable"),
         ("torchvision is not installed", "other"),

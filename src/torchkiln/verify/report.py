@@ -331,7 +331,7 @@ def _gpu_section(summary: Mapping[str, Any]) -> list[str]:
     env = summary["environment"]
     areas = summary["areas"]
     no_gpu = sum(c.get("skipped_no_gpu", 0) for c in areas.values())
-    if not no_gpu and not (env.get("cuda_version") and not env.get("devices")):
+    if env.get("devices") or not (no_gpu or env.get("cuda_version")):  # a GPU was usable: nothing to say here
         return []
     lines = [
         "",
