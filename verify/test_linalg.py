@@ -87,6 +87,9 @@ def test_cuda_batched_svd(library: str, dtype: str) -> None:
 # --- every op torch has routed through MAGMA: run on CUDA with MAGMA preferred, checked on the CPU -----------
 
 N = 64
+Case = tuple[
+    list[torch.Tensor], Callable, Callable
+]  # inputs on the CPU, the op on CUDA tensors, its identity
 
 
 def _well_conditioned(g: torch.Generator, batch: int = 8, n: int = N) -> torch.Tensor:
@@ -112,7 +115,7 @@ def _close(got: torch.Tensor, expected: torch.Tensor) -> None:
     torch.testing.assert_close(got, expected, rtol=1e-8, atol=1e-8)
 
 
-def _lu_factor(g: torch.Generator) -> tuple[list[torch.Tensor], Callable, Callable]:
+def _lu_factor(g: torch.Generator) -> Case:
     a = torch.randn(16, N, N, dtype=torch.float64, generator=g)
 
     def check(out: tuple[torch.Tensor, torch.Tensor]) -> None:
@@ -122,46 +125,44 @@ def _lu_factor(g: torch.Generator) -> tuple[list[torch.Tensor], Callable, Callab
     return [a], torch.linalg.lu_factor, check
 
 
-def _lu_solve(g: torch.Generator) -> tuple[list[torch.Tensor], Callable, Callable]:
-    a, b = _well_conditioned(g), torch.randn(8, N, 4, dtype=torch.float64, generator=g)
-    return (
-        [a, b],
-        lambda a, b: torch.linalg.lu_solve(*torch.linalg.lu_factor(a), b),
-        lambda x: _close(a @ x, b),
-    )
+def _solve(g: torch.Generator, a: torch.Tensor, operand: torch.Tensor, solve: Callable) -> Case:
+    """A solve of A X = B: ``solve(operand, B)`` on CUDA (``operand``: A or its factor), X against A X = B."""
+    b = torch.randn(8, N, 4, dtype=torch.float64, generator=g)
+    return [operand, b], solve, lambda x: _close(a @ x, b)
 
 
-def _cholesky(g: torch.Generator) -> tuple[list[torch.Tensor], Callable, Callable]:
+def _lu_solve(g: torch.Generator) -> Case:
+    a = _well_conditioned(g)
+    return _solve(g, a, a, lambda a, b: torch.linalg.lu_solve(*torch.linalg.lu_factor(a), b))
+
+
+def _cholesky(g: torch.Generator) -> Case:
     a = _spd(g)
     return [a], torch.linalg.cholesky, lambda low: _close(low @ low.mT, a)
 
 
-def _cholesky_solve(g: torch.Generator) -> tuple[list[torch.Tensor], Callable, Callable]:
-    a, b = _spd(g), torch.randn(8, N, 4, dtype=torch.float64, generator=g)
-    return (
-        [torch.linalg.cholesky(a), b],
-        lambda low, b: torch.cholesky_solve(b, low),
-        lambda x: _close(a @ x, b),
-    )
+def _cholesky_solve(g: torch.Generator) -> Case:
+    a = _spd(g)
+    return _solve(g, a, torch.linalg.cholesky(a), lambda low, b: torch.cholesky_solve(b, low))
 
 
-def _cholesky_inverse(g: torch.Generator) -> tuple[list[torch.Tensor], Callable, Callable]:
+def _cholesky_inverse(g: torch.Generator) -> Case:
     a = _spd(g)
     eye = torch.eye(N, dtype=torch.float64).expand_as(a)
     return [torch.linalg.cholesky(a)], torch.cholesky_inverse, lambda inv: _close(inv @ a, eye)
 
 
-def _qr(g: torch.Generator) -> tuple[list[torch.Tensor], Callable, Callable]:
+def _qr(g: torch.Generator) -> Case:
     a = torch.randn(8, N, 48, dtype=torch.float64, generator=g)
     return [a], torch.linalg.qr, lambda out: _close(out[0] @ out[1], a)
 
 
-def _eigh(g: torch.Generator) -> tuple[list[torch.Tensor], Callable, Callable]:
+def _eigh(g: torch.Generator) -> Case:
     a = _spd(g)
     return [a], torch.linalg.eigh, lambda out: _close(a @ out[1], out[1] * out[0].unsqueeze(-2))
 
 
-def _eig(g: torch.Generator) -> tuple[list[torch.Tensor], Callable, Callable]:
+def _eig(g: torch.Generator) -> Case:
     a = torch.randn(4, 32, 32, dtype=torch.float64, generator=g)
     return (
         [a],
@@ -170,23 +171,18 @@ def _eig(g: torch.Generator) -> tuple[list[torch.Tensor], Callable, Callable]:
     )
 
 
-def _solve_triangular(g: torch.Generator) -> tuple[list[torch.Tensor], Callable, Callable]:
-    upper, b = _well_conditioned(g).triu(), torch.randn(8, N, 4, dtype=torch.float64, generator=g)
-    solve = lambda u, b: torch.linalg.solve_triangular(u, b, upper=True)  # noqa: E731
-    return [upper, b], solve, lambda x: _close(upper @ x, b)
+def _solve_triangular(g: torch.Generator) -> Case:
+    upper = _well_conditioned(g).triu()
+    return _solve(g, upper, upper, lambda u, b: torch.linalg.solve_triangular(u, b, upper=True))
 
 
-def _ldl(g: torch.Generator) -> tuple[list[torch.Tensor], Callable, Callable]:
-    a, b = _spd(g), torch.randn(8, N, 4, dtype=torch.float64, generator=g)
-    return (
-        [a, b],
-        lambda a, b: torch.linalg.ldl_solve(*torch.linalg.ldl_factor(a), b),
-        lambda x: _close(a @ x, b),
-    )
+def _ldl(g: torch.Generator) -> Case:
+    a = _spd(g)
+    return _solve(g, a, a, lambda a, b: torch.linalg.ldl_solve(*torch.linalg.ldl_factor(a), b))
 
 
 # op name (as torch's API names it) -> (inputs on the CPU, the op on CUDA tensors, the identity its result meets)
-MAGMA_OPS: dict[str, Callable[[torch.Generator], tuple[list[torch.Tensor], Callable, Callable]]] = {
+MAGMA_OPS: dict[str, Callable[[torch.Generator], Case]] = {
     "linalg.lu_factor": _lu_factor,
     "linalg.lu_solve": _lu_solve,
     "linalg.cholesky": _cholesky,
