@@ -397,14 +397,14 @@ def freeze(venv: Path) -> list[str]:
     return sorted(pip(venv, "freeze"))
 
 
-def pip_plan(root: Path, store: Path | None, wheels: Path) -> Plan:
-    """The real plan's venv step (its data: ``fresh``, ``creates``; the venv made without pip), a real pip
-    install into the venv, a compile that copies a wheel, publish."""
+def stand_in_plan(root: Path, store: Path | None) -> Plan:
+    """The real plan of a torch-only build of a stand-in tree under ``root`` (no compiler cache, one job),
+    keeping its venvs in ``store``: what the tests replace steps of."""
     src = root / "src"
     src.mkdir(parents=True, exist_ok=True)
     (src / "setup.py").write_text("# stands in for torch\n")
     (src / "version.txt").write_text("2.13.0a0\n")  # the release the label names (torchkiln.source.version)
-    plan = make_plan(
+    return make_plan(
         load_recipe(RECIPE),
         workdir=root / "work",
         dist=root / "dist",
@@ -414,6 +414,12 @@ def pip_plan(root: Path, store: Path | None, wheels: Path) -> Plan:
         jobs=1,
         env_store=store,
     )
+
+
+def pip_plan(root: Path, store: Path | None, wheels: Path) -> Plan:
+    """The real plan's venv step (its data: ``fresh``, ``creates``; the venv made without pip), a real pip
+    install into the venv, a compile that copies a wheel, publish."""
+    plan = stand_in_plan(root, store)
     venv = plan.paths.venv
     made = next(s for s in plan.steps if s.name == "build-env:venv")
     assert made.fresh == str(venv) and made.argv[-2:] == ("--", str(venv))

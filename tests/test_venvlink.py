@@ -19,16 +19,13 @@ import pytest
 from dists import tiny_wheel
 from imagekit import need_sandbox
 from rich.console import Console
-from test_envstore import RECIPE, entries, make_venv, statuses
+from test_envstore import entries, make_venv, stand_in_plan, statuses
 
 from torchkiln.build import venvcheck
 from torchkiln.build.envstore import LINKED, EnvStore, linked_origin, venv_distributions
 from torchkiln.build.loop import BuildOptions, BuildResult, run_build
-from torchkiln.cache import resolve_cache
-from torchkiln.plan.make import make_plan
 from torchkiln.plan.model import Plan, Step
 from torchkiln.plan.records import Records
-from torchkiln.recipe.loader import load_recipe
 
 SITE = "lib/python{}.{}/site-packages".format(*sys.version_info[:2])
 
@@ -88,20 +85,7 @@ def linked_plan(
     """The real venv step (without ensurepip), a real pip install of tinydep (a package: a directory the
     restore links), an ``extra`` pip command on the venv, and a compile stand-in that runs ``compile_code``
     with the venv's python and copies a wheel."""
-    src = root / "src"
-    src.mkdir(parents=True, exist_ok=True)
-    (src / "setup.py").write_text("# stands in for torch\n")
-    (src / "version.txt").write_text("2.13.0a0\n")
-    plan = make_plan(
-        load_recipe(RECIPE),
-        workdir=root / "work",
-        dist=root / "dist",
-        source_dirs={"torch": src},
-        only="torch",
-        cache=resolve_cache(None, kind="none"),
-        jobs=1,
-        env_store=store,
-    )
+    plan = stand_in_plan(root, store)
     venv = plan.paths.venv
     python = str(venv / "bin" / "python")
     pip = (sys.executable, "-m", "pip", "--python", python)
