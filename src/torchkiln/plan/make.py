@@ -12,7 +12,7 @@ import os
 import re
 import sys
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -44,6 +44,25 @@ PORTABILITY = tuple(PACKAGE / "artifacts" / f"{m}.py" for m in ("abi", "elf", "i
 _GIT_SUBCOMMAND = re.compile(r"^[a-z][a-z-]*$")
 # Files of a checkout that decide its build requirements (torchkiln.build.buildreqs reads them).
 REQUIREMENT_FILES = ("requirements-build.txt", "requirements.txt", "pyproject.toml", "setup.py")
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What the step makers of one Python's steps read, resolved once (``env`` holds the recipe and that
+    Python's paths)."""
+
+    env: EnvInputs
+    sources: Mapping[str, Source]
+    cache: CacheConfig
+    torch: GivenTorch | None
+
+    @property
+    def recipe(self) -> Recipe:
+        return self.env.recipe
+
+    @property
+    def paths(self) -> Paths:
+        return self.env.paths
 
 
 def _fetch_steps(source: Source, spec: SourceSpec) -> list[Step]:
@@ -245,7 +264,7 @@ def make_plan(
         if not sources[project].provided:
             steps += _fetch_steps(sources[project], _spec(recipe, project))
     for python in recipe.python_versions:
-        steps += _python_steps(recipe, python, sources, ctx, cache, torch)
+        steps += _python_steps(python, Inputs(ctx, sources, cache, torch))
     steps.append(
         Step(
             "publish",
@@ -275,30 +294,23 @@ def make_plan(
     )
 
 
-def _python_steps(
-    recipe: Recipe,
-    python: str,
-    sources: Mapping[str, Source],
-    ctx: EnvInputs,
-    cache: CacheConfig,
-    torch: GivenTorch | None,
-) -> list[Step]:
+def _python_steps(python: str, inputs: Inputs) -> list[Step]:
     """Everything a build does for one of its Pythons: the build venv, the wheels, the checks. In a build for
     several (python.versions) the first Python's steps and paths are a one-Python build's and each later
     one's carry its Python (``torch:wheel@3.12``, ``venv-3.12``); the sources are shared, and each compile
     step parks the in-tree build directories of the Python not building (torchkiln.build.pythons), so every
     Python builds at the same paths with the same command lines: a translation unit that does not include
     Python.h is a compiler-cache hit for the second and later Pythons."""
-    pythons = recipe.python_versions
+    recipe, pythons = inputs.recipe, inputs.recipe.python_versions
     several = len(pythons) > 1
-    paths = ctx.paths.for_python("" if python == pythons[0] else python)
-    ctx = replace(ctx, paths=paths)
-    projects = tuple(sources)
-    steps = _env_steps(recipe, paths, projects, dict(sources), python)
-    steps += _build_steps(recipe, paths, sources, ctx, cache, torch)
+    paths = inputs.paths.for_python("" if python == pythons[0] else python)
+    inputs = replace(inputs, env=replace(inputs.env, paths=paths))
+    projects = tuple(inputs.sources)
+    steps = _env_steps(recipe, paths, projects, dict(inputs.sources), python)
+    steps += _build_steps(inputs)
     if _bundles(recipe, projects):
-        steps.append(_bundle_step(paths, ctx))
-    steps += _check_steps(recipe, paths, projects, steps, torch, python)
+        steps.append(_bundle_step(paths, inputs.env))
+    steps += _check_steps(inputs, projects, steps, python)
     if not several:
         return steps
     suffix = "" if python == pythons[0] else f"@{python}"
@@ -307,7 +319,7 @@ def _python_steps(
             step,
             name=step.name + suffix,
             python=python,
-            parked=str(ctx.paths.parked(python, step.project)) if step.kind == "compile" else "",
+            parked=str(paths.parked(python, step.project)) if step.kind == "compile" else "",
         )
         for step in steps
     ]
@@ -372,22 +384,16 @@ def _cache_for(
     return replace(config, basedir=basedir)
 
 
-def _build_steps(
-    recipe: Recipe,
-    paths: Paths,
-    sources: Mapping[str, Source],
-    ctx: EnvInputs,
-    cache: CacheConfig,
-    torch: GivenTorch | None,
-) -> list[Step]:
+def _build_steps(inputs: Inputs) -> list[Step]:
     """Per project, in order: torchvision's install of the torch it builds against, then the wheel."""
     steps: list[Step] = []
-    planned_cache = tool_for(cache).public_env(cache)
-    for project, source in sources.items():
+    paths, ctx = inputs.paths, inputs.env
+    planned_cache = tool_for(inputs.cache).public_env(inputs.cache)
+    for project, source in inputs.sources.items():
         path_prepend: tuple[str, ...] = (str(paths.venv / "bin"),)
         if project == "torchvision":
-            steps.append(_install_torch_step(recipe, paths, "torch" in sources, torch))
-            launchers = _launcher_step(recipe, paths, ctx, cache)
+            steps.append(_install_torch_step(inputs))
+            launchers = _launcher_step(inputs)
             if launchers is not None:
                 steps.append(launchers)
                 path_prepend = (str(Path(str(launchers.creates)).parent), *path_prepend)
@@ -426,29 +432,31 @@ def _build_steps(
     return steps
 
 
-def _launcher_step(recipe: Recipe, paths: Paths, ctx: EnvInputs, cache: CacheConfig) -> Step | None:
+def _launcher_step(inputs: Inputs) -> Step | None:
     """torchvision compiles through torch.utils.cpp_extension of the torch in the build venv; before 2.12 it
     puts no ccache in front of the compiler (data/compat.toml ``cpp_extension_launcher``), so the recipe's
     ccache goes in front here: compiler names that run ccache, first on the compile step's PATH
     (torchkiln.cache.masquerade). None where the torch does it itself, or the cache is not ccache."""
-    release = compat.compat()["torch"].get(compat.minor(Version(ctx.torch_wheel_version)))
+    cache = inputs.cache
+    release = compat.compat()["torch"].get(compat.minor(Version(inputs.env.torch_wheel_version)))
     if not cache.enabled or cache.kind not in masquerade.TOOLS or release is None:
         return None
     if release["cpp_extension_launcher"]:
         return None
-    directory = paths.launchers / cache.kind
+    directory = inputs.paths.launchers / cache.kind
     argv = (sys.executable, "-m", "torchkiln.cache.masquerade", "--tool", cache.kind, "--dir", str(directory))
-    names = masquerade.compiler_names(recipe.build.gcc)
+    names = masquerade.compiler_names(inputs.recipe.build.gcc)
     return Step(
         "torchvision:launchers", "env", "torchvision", (*argv, *names), creates=str(directory / names[0])
     )
 
 
-def _install_torch_step(recipe: Recipe, paths: Paths, builds_torch: bool, torch: GivenTorch | None) -> Step:
+def _install_torch_step(inputs: Inputs) -> Step:
     """torchvision builds against the torch of this recipe: the one just built, or with --only torchvision
     one built before (a wheel in dist/), or --torch's. Its local label exists nowhere else, so pip cannot
     pick another torch; torch's own dependencies come from the index. A torch built here is its final wheel
     (torch:repair's), the one published."""
+    paths, torch, builds_torch = inputs.paths, inputs.torch, "torch" in inputs.sources
     built = paths.wheelhouse / ("torch.deploy" if builds_torch else "torch")
     argv = (
         str(paths.venv_python),
@@ -462,7 +470,7 @@ def _install_torch_step(recipe: Recipe, paths: Paths, builds_torch: bool, torch:
         "--constraint",
         str(paths.constraints),
         "--",  # --torch's value is pip's argument, never one of its options
-        torch.install if torch else f"torch=={recipe.torch_wheel_version}",
+        torch.install if torch else f"torch=={inputs.recipe.torch_wheel_version}",
     )
     # the torch wheels pip picks from: their content, not only their version, is an input (this build's
     # own, else one built before and published in dist/, else --torch's file)
@@ -474,17 +482,11 @@ def _install_torch_step(recipe: Recipe, paths: Paths, builds_torch: bool, torch:
     return Step("torchvision:install-torch", "env", "torchvision", argv, reads=reads, venv=str(paths.venv))
 
 
-def _check_steps(
-    recipe: Recipe,
-    paths: Paths,
-    projects: tuple[str, ...],
-    steps: list[Step],
-    torch: GivenTorch | None,
-    python: str,
-) -> list[Step]:
+def _check_steps(inputs: Inputs, projects: tuple[str, ...], steps: list[Step], python: str) -> list[Step]:
     """A clean venv, then the post-build check: it installs the wheels and prints their build facts; the
     builder compares them with the recipe (torchkiln.verify.buildconfig, the same comparison as
     `torchkiln verify --recipe`)."""
+    recipe, paths, torch = inputs.recipe, inputs.paths, inputs.torch
     check_python = paths.check_venv / "bin" / "python"
     # The build venv cloned, less what the wheels' runtime does not need (torchkiln.build.checkvenv): torch
     # and its requirements are not installed again; the wheels the check installs are removed from it.
