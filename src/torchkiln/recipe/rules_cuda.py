@@ -10,11 +10,11 @@ from collections.abc import Iterator
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from . import libcompat
+from . import cuda_libraries, libcompat
 from .archs import ENTRY_RE
 from .compat import compat, cuda_release, torch_release
 from .model import Recipe
-from .rules_violations import Violation, _describe, torch_range
+from .rules_violations import Violation, _describe, rule, torch_range
 
 
 def arch_capability(entry: str) -> tuple[str, str, bool]:
@@ -24,6 +24,9 @@ def arch_capability(entry: str) -> tuple[str, str, bool]:
     return f"{match['major']}.{match['minor']}", match["suffix"], bool(match["ptx"])
 
 
+@rule(
+    "cuda-fields", "CUDA builds name cuda, arch_list, cudnn, nccl; CPU builds none of them", ("accelerator",)
+)
 def _cuda_fields(r: Recipe) -> Iterator[Violation]:
     acc = r.accelerator
     if acc.is_cuda:
@@ -56,6 +59,7 @@ def _cuda_fields(r: Recipe) -> Iterator[Violation]:
             )
 
 
+@rule("cuda-range", "CUDA is within the torch release's range", ("torch.version", "accelerator.cuda"))
 def _cuda_range(r: Recipe) -> Iterator[Violation]:
     cuda = r.accelerator.cuda
     if torch_release(r) is None or cuda is None:
@@ -66,6 +70,11 @@ def _cuda_range(r: Recipe) -> Iterator[Violation]:
     yield from torch_range(r, "cuda", "accelerator.cuda", f"CUDA {cuda}", cuda)
 
 
+@rule(
+    "cudnn-range",
+    "cuDNN is within the torch release's range and built for the CUDA major",
+    ("torch.version", "accelerator.cuda", "accelerator.cudnn"),
+)
 def _cudnn_range(r: Recipe) -> Iterator[Violation]:
     cudnn = r.accelerator.cudnn
     if torch_release(r) is None or cudnn is None:
@@ -80,6 +89,7 @@ def _cudnn_range(r: Recipe) -> Iterator[Violation]:
         )
 
 
+@rule("nccl-for-cuda", "NCCL has a build for the CUDA major", ("accelerator.cuda", "accelerator.nccl"))
 def _nccl_for_cuda(r: Recipe) -> Iterator[Violation]:
     cuda, nccl = cuda_release(r), r.accelerator.nccl
     if cuda is not None and nccl is not None and nccl < Version(cuda["min_nccl"]):
@@ -90,6 +100,11 @@ def _nccl_for_cuda(r: Recipe) -> Iterator[Violation]:
         )
 
 
+@rule(
+    "runtime-libraries",
+    "the cuDNN / NCCL a wheel runs with can run what it is compiled against",
+    ("accelerator",),
+)
 def _runtime_libraries(r: Recipe) -> Iterator[Violation]:
     """``accelerator.cudnn_runtime`` / ``nccl_runtime``: a library torch compiled against ``cudnn`` / ``nccl``
     can run with (recipe/libcompat.py: cuDNN's rule from NVIDIA, NCCL's from its soname)."""
@@ -98,7 +113,7 @@ def _runtime_libraries(r: Recipe) -> Iterator[Violation]:
         ("cudnn", acc.cudnn, acc.cudnn_runtime, libcompat.cudnn_problem, libcompat.CUDNN_RULE),
         ("nccl", acc.nccl, acc.nccl_runtime, libcompat.nccl_problem, libcompat.NCCL_RULE),
     )
-    for name, compiled, runtime, problem, rule in pairs:
+    for name, compiled, runtime, problem, library_rule in pairs:
         if runtime is None or not acc.is_cuda:
             continue
         if compiled is None:
@@ -110,9 +125,14 @@ def _runtime_libraries(r: Recipe) -> Iterator[Violation]:
             continue
         found = problem(compiled, runtime)
         if found:
-            yield (f"accelerator.{name}_runtime", found, rule)
+            yield (f"accelerator.{name}_runtime", found, library_rule)
 
 
+@rule(
+    "arch-vs-cuda",
+    "every arch entry can be targeted by the recipe's nvcc",
+    ("accelerator.cuda", "accelerator.arch_list"),
+)
 def _arch_vs_cuda(r: Recipe) -> Iterator[Violation]:
     cuda = r.accelerator.cuda
     if cuda is None:
@@ -139,6 +159,9 @@ def _arch_vs_cuda(r: Recipe) -> Iterator[Violation]:
             )
 
 
+@rule(
+    "cudnn-min-sm", "cuDNN >= 9.11 with no arch below SM 7.5", ("accelerator.cudnn", "accelerator.arch_list")
+)
 def _cudnn_min_sm(r: Recipe) -> Iterator[Violation]:
     rule, cudnn = compat()["cudnn_min_sm"], r.accelerator.cudnn
     if cudnn is None or cudnn < Version(rule["since"]):
@@ -158,6 +181,11 @@ def _aarch64_cuda_versions() -> str:
     return ", ".join(ok)
 
 
+@rule(
+    "platform-cuda",
+    "an aarch64 CUDA has sbsa toolkit wheels and upstream aarch64 wheels",
+    ("build.platform", "accelerator.cuda"),
+)
 def _platform_cuda(r: Recipe) -> Iterator[Violation]:
     """An aarch64 CUDA build needs NVIDIA's sbsa toolkit wheels of its CUDA and the arch list upstream's
     aarch64 wheels of that CUDA were read to carry (compat.toml [cuda.*] sbsa_nvcc, aarch64_arch)."""
@@ -179,6 +207,11 @@ def _platform_cuda(r: Recipe) -> Iterator[Violation]:
         )
 
 
+@rule(
+    "platform-arch",
+    "an aarch64 arch list names only what upstream's aarch64 wheels build",
+    ("build.platform", "accelerator.cuda", "accelerator.arch_list"),
+)
 def _platform_arch(r: Recipe) -> Iterator[Violation]:
     """An aarch64 arch list names only what upstream's aarch64 wheels of that CUDA build (no sm_75, sm_86:
     no Turing or consumer Ampere on SBSA servers)."""
@@ -198,3 +231,12 @@ def _platform_arch(r: Recipe) -> Iterator[Violation]:
 
 def _archs_for(cuda: Version) -> str:
     return " ".join(a for a, s in compat()["arch"].items() if cuda in SpecifierSet(s))
+
+
+@rule(
+    "deploy-cuda-libraries",
+    "a CUDA wheel's CUDA libraries come from NVIDIA's wheels, or are bundled where upstream bundles them",
+    ("deploy", "accelerator", "torch.version"),
+)
+def _deploy_cuda_libraries(r: Recipe) -> Iterator[Violation]:
+    yield from cuda_libraries.problems(r)

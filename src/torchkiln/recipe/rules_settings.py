@@ -13,7 +13,7 @@ from torchkiln.errors import UsageError
 from . import cmake_options
 from .compat import minor, torch_release
 from .model import Recipe
-from .rules_violations import Violation
+from .rules_violations import Violation, rule
 
 # Flags torchkiln sets itself from recipe fields: setting them in build.flags would contradict the recipe.
 MANAGED_FLAGS: dict[str, str] = {
@@ -27,6 +27,7 @@ MANAGED_FLAGS: dict[str, str] = {
 }
 
 
+@rule("flags", "build.flags does not override what recipe fields decide", ("build.flags",))
 def _flags(r: Recipe) -> Iterator[Violation]:
     for key in r.build.flags:
         if key in MANAGED_FLAGS:
@@ -37,6 +38,11 @@ def _flags(r: Recipe) -> Iterator[Violation]:
             )
 
 
+@rule(
+    "flags-known",
+    "build.flags are options the torch release reads, with values of their type",
+    ("build.flags", "torch.version"),
+)
 def _flags_known(r: Recipe) -> Iterator[Violation]:
     """Each flag against the CMake options table of the recipe's torch release (names and value types).
 
@@ -60,6 +66,7 @@ def _flags_known(r: Recipe) -> Iterator[Violation]:
         )
 
 
+@rule("cache", "cache settings are consistent, usable by the plan and hold no secrets", ("cache",))
 def _cache(r: Recipe) -> Iterator[Violation]:
     c = r.cache
     if c.kind == "none" and (c.remote or c.dir or c.max_size):
@@ -107,6 +114,7 @@ def remote_secret(url: str, *, credentials: bool) -> str | None:
     return None
 
 
+@rule("dist", "distributed compiles name a scheduler and use sccache", ("dist", "cache.kind"))
 def _dist(r: Recipe) -> Iterator[Violation]:
     d = r.dist
     if d is None:

@@ -10,9 +10,14 @@ from packaging.specifiers import SpecifierSet
 
 from .compat import cuda_release, minor, platform_data, torch_release
 from .model import Recipe
-from .rules_violations import Violation, _describe
+from .rules_violations import Violation, _describe, rule
 
 
+@rule(
+    "gcc-range",
+    "host gcc is new enough for torch and old enough for nvcc",
+    ("build.gcc", "torch.version", "accelerator.cuda"),
+)
 def _gcc_range(r: Recipe) -> Iterator[Violation]:
     gcc = r.build.gcc
     if gcc is None:
@@ -32,6 +37,11 @@ def _gcc_range(r: Recipe) -> Iterator[Violation]:
         )
 
 
+@rule(
+    "magma",
+    "MAGMA only with CUDA, with version and sha256, in the torch release's range",
+    ("magma", "accelerator.kind", "torch.version"),
+)
 def _magma(r: Recipe) -> Iterator[Violation]:
     if r.magma is None:
         return
@@ -55,6 +65,7 @@ def _magma(r: Recipe) -> Iterator[Violation]:
         )
 
 
+@rule("blas", "MKL builds name the MKL version", ("blas",))
 def _blas(r: Recipe) -> Iterator[Violation]:
     if r.blas.kind == "mkl" and r.blas.mkl is None:
         yield ("blas.mkl", 'required when blas.kind = "mkl"', "an MKL version such as 2024.2.0")
@@ -62,6 +73,11 @@ def _blas(r: Recipe) -> Iterator[Violation]:
         yield ("blas.mkl", 'only valid with blas.kind = "mkl"', 'remove it, or set blas.kind = "mkl"')
 
 
+@rule(
+    "platform-blas",
+    "the BLAS exists on the platform (MKL x86_64 only, NVPL aarch64 only)",
+    ("blas.kind", "build.platform"),
+)
 def _platform_blas(r: Recipe) -> Iterator[Violation]:
     """MKL is x86_64 only, NVPL aarch64 only (compat.toml [platform.*] blas)."""
     kinds = platform_data(r)["blas"]

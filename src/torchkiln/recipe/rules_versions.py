@@ -12,15 +12,21 @@ from packaging.version import Version
 
 from .compat import compat, minor, torch_release, vision_pairing, vision_pairs
 from .model import Recipe
-from .rules_violations import Violation, torch_range
+from .rules_violations import Violation, rule, torch_range
 
 
+@rule("torch-known", "the torch release has compatibility data", ("torch.version",))
 def _known_torch(r: Recipe) -> Iterator[Violation]:
     if torch_release(r) is None:
         known = ", ".join(f"{v}.x" for v in compat()["torch"])
         yield ("torch.version", f"torch {r.torch.version} has no compatibility data", known)
 
 
+@rule(
+    "torchvision-pairs-torch",
+    "torchvision pairs with torch as data/compat.toml says (0.(N+15) with 2.N up to 2.14)",
+    ("torch.version", "torchvision.version"),
+)
 def _vision_pairs_torch(r: Recipe) -> Iterator[Violation]:
     release = torch_release(r)
     if release is None:
@@ -39,6 +45,7 @@ def _python_field(r: Recipe) -> str:
     return "python.versions" if r.pythons else "python.version"
 
 
+@rule("python-range", "Python is within the torch release's supported range", ("torch.version", "python"))
 def _python_range(r: Recipe) -> Iterator[Violation]:
     for python in r.python_versions:
         yield from torch_range(
@@ -46,6 +53,11 @@ def _python_range(r: Recipe) -> Iterator[Violation]:
         )
 
 
+@rule(
+    "python-free-threaded",
+    "a free-threaded Python (3.13t) only where the torch release ships wheels for it",
+    ("torch.version", "python"),
+)
 def _free_threaded(r: Recipe) -> Iterator[Violation]:
     """A free-threaded Python (``3.13t``) only for a release that ships wheels for it (data/compat.toml
     ``free_threaded``): its C API differs, and a release that never built for it is not known to."""
@@ -69,6 +81,11 @@ def _free_threaded(r: Recipe) -> Iterator[Violation]:
             )
 
 
+@rule(
+    "build-version-pair",
+    "PYTORCH_BUILD_VERSION and PYTORCH_BUILD_NUMBER together or not at all",
+    ("build.pytorch_build_version", "build.pytorch_build_number", "build.local_version", "torch.version"),
+)
 def _build_version_pair(r: Recipe) -> Iterator[Violation]:
     have_version = r.build.pytorch_build_version is not None
     have_number = r.build.pytorch_build_number is not None
@@ -100,6 +117,11 @@ def _build_version_pair(r: Recipe) -> Iterator[Violation]:
 VIDEO_DECODERS_REMOVED = Version("0.24")
 
 
+@rule(
+    "torchvision-features",
+    "nvJPEG and the GPU video decoder need CUDA; no video decoders from torchvision 0.24",
+    ("torchvision.features", "accelerator.kind", "torchvision.version"),
+)
 def _vision_features(r: Recipe) -> Iterator[Violation]:
     features = r.vision
     for name in ("nvjpeg", "video_codec"):
