@@ -21,8 +21,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from ext_recipe import ext_recipe_text
-from imagekit import need
+from kit import ROOT
+from kit.ext_recipe import ext_recipe_text
+from kit.imagekit import need
 from rich.console import Console
 from test_build import checks_only, describing_the_wheel
 
@@ -35,7 +36,7 @@ from torchkiln.recipe.loader import load_recipe
 
 pytestmark = pytest.mark.integration
 
-EXT = Path(__file__).resolve().parent / "data" / "ext_project"
+EXT = ROOT / "tests" / "data" / "ext_project"
 SITE = "lib/python3.11/site-packages"
 GLOBAL_DEPS = f"{SITE}/torch/lib/libtorch_global_deps.so"
 ENV_STEPS = ["build-env:venv", "build-env:pip", "build-env:deps", "torchvision:install-torch"]

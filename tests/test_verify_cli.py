@@ -13,11 +13,11 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from kit import ROOT
 
 # Each test runs the real verification suite in a fresh interpreter (5 to 15 s each): the integration part.
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[1]
 CU130 = ROOT / "recipes" / "torch-2.13-cu130-py312.toml"
 CPU = ROOT / "recipes" / "torch-2.13-cpu-py311.toml"
 TIMEOUT = 240
@@ -244,7 +244,7 @@ def torch_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _manifest_of(wheel: Path, commit: str | None, path: Path) -> Path:
-    from dists import manifest_of, source_lock
+    from kit.dists import manifest_of, source_lock
 
     from torchkiln.artifacts.manifest import WheelRecord, write_manifest
 

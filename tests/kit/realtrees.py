@@ -30,8 +30,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagekit import require
-
+from kit import ROOT
+from kit.imagekit import require
 from torchkiln.files import shared
 
 ARCHIVE = os.environ.get("TORCHKILN_DEBIAN_MIRROR", "http://deb.debian.org/debian")
@@ -217,7 +217,7 @@ def cuda_toolkit() -> Path:
             "CUDA_PREFIX": str(tmp / "cuda"),
             "VIRTUAL_ENV": sys.prefix,
         }
-        script = Path(__file__).resolve().parents[1] / "scripts" / "install_cuda_toolkit.sh"
+        script = ROOT / "scripts" / "install_cuda_toolkit.sh"
         done = subprocess.run(
             ["bash", str(script)], env=env, capture_output=True, text=True, check=False, timeout=1800
         )
