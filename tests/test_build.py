@@ -33,7 +33,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from kit import ROOT
+from kit import ROOT, realtrees
 from kit.ext_recipe import ext_recipe_text
 from kit.imagekit import need
 from kit.memcg import MemCgroup, memory_cgroup
@@ -768,20 +768,7 @@ def wheel_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
     need(PYTHON)
     root = tmp_path_factory.mktemp("postcheck")
     wheelhouse = root / "work" / "wheelhouse" / "torch.deploy"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--quiet",
-            "--no-deps",
-            "torch==2.13.0",
-            "-d",
-            str(wheelhouse),
-        ],
-        check=True,
-    )
+    realtrees.pypi_wheel_in(wheelhouse)
     (wheel,) = wheelhouse.glob("torch-2.13.0+cpu-*.whl")
     yield {"root": root, "work": root / "work", "wheel": wheel}
     shutil.rmtree(root, ignore_errors=True)

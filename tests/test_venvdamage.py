@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from kit import ROOT
+from kit import ROOT, realtrees
 from kit.ext_recipe import ext_recipe_text
 from kit.imagekit import need
 from rich.console import Console
@@ -196,24 +196,9 @@ def test_a_store_entry_truncated_in_place_is_dropped_and_its_step_runs_again(wor
 @pytest.fixture(scope="module")
 def checked(world: dict[str, Path]) -> dict[str, object]:
     """A work directory whose wheelhouse holds upstream's torch 2.13.0+cpu wheel, checked once."""
-    import subprocess
-    import sys
-
     root = world["root"] / "checks"
     wheelhouse = root / "work" / "wheelhouse" / "torch.deploy"
-    wheelhouse.mkdir(parents=True)
-    pip = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--quiet",
-        "--no-deps",
-        "torch==2.13.0",
-        "-d",
-        str(wheelhouse),
-    ]
-    subprocess.run(pip, check=True)
+    realtrees.pypi_wheel_in(wheelhouse)
     here = {"root": root, "work": root / "work"}
     plan = replace(checks_only(here, describing_the_wheel(), "first"), env_store=world["checks-store"])
     result, _ = build(plan)

@@ -143,6 +143,17 @@ def pypi_wheel(requirement: str, *, python_version: str | None = None, platform:
     return next(target.glob("*.whl"))
 
 
+TORCH_CPU = "torch===2.13.0+cpu"  # upstream's CPU wheel: what `nox -s tests` installs and test builds check
+
+
+def pypi_wheel_in(directory: Path, requirement: str = TORCH_CPU) -> Path:
+    """:func:`pypi_wheel`'s wheel for this Python copied into ``directory`` (made if missing): a test's own
+    wheelhouse or dist/, which it may change, while the download is the cache's, one for every test."""
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    directory.mkdir(parents=True, exist_ok=True)
+    return Path(shutil.copy2(pypi_wheel(requirement, python_version=python), directory))
+
+
 def pypi_venv(requirement: str, *, extra: tuple[str, ...] = ()) -> Path:
     """A venv (this Python) with upstream's wheel for ``requirement`` and its dependencies installed, plus
     ``extra``, kept in the cache under ``venvs/`` (built once: torch 2.6.0's CUDA libraries are gigabytes;
