@@ -240,7 +240,7 @@ def _upstream_pair(session: nox.Session, pair: str, *, write_recipe: bool) -> No
     # --provenance checks (signature, subjects, byproducts) run on them too.
     keys = tmp / f"keys-{pair}"
     session.run(
-        "python", str(REFERENCE_DIR / "upstream_manifest.py"), str(recipe), str(wheels), "--sign", str(keys)
+        "python", str(ROOT / "tests" / "kit" / "upstream_manifest.py"), str(recipe), str(wheels), "--sign", str(keys)
     )  # fmt: skip
     report_dir = tmp / f"reference-{pair}"
     compare = ["--compare-with", REFERENCE_COMPARE[pair]] if pair in REFERENCE_COMPARE else []

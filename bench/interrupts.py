@@ -13,7 +13,7 @@ with a loopback cluster, which needs root and bubblewrap) x the step in flight w
 * ``compile``: the compile step with a unit's compiler running (the environment steps reused from a store
   filled before the first cell).
 
-The build is tests/signalkit.py's: the real plan of a torchvision build with ``--torch`` of a stand-in tree
+The build is tests/kit/signalkit.py's: the real plan of a torchvision build with ``--torch`` of a stand-in tree
 (tests/data/vision_like's four quick units and a unit whose compile takes seconds), found in flight by its
 processes, never by sleeping. Each sample: the build started, the signal sent once the step is in flight, the
 seconds until torchkiln exits (``exit_s``), its exit code, and what of the build still runs a moment later
@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "src"))
 
-import signalkit  # noqa: E402 - after the path set-up
+from kit import signalkit  # noqa: E402 - after the path set-up
 
 GOAL_S = 2.0
 SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")

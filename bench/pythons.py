@@ -8,10 +8,10 @@ Two trees (``--tree``):
   ``<iostream>`` and a few containers instantiated: about a second of cc1plus each), so that the compile, not
   CMake's configure, is what a Python costs. Built as torch (``--only torch --source-dir torch=<copy>``,
   ``--skip-checks``) with the test recipe (tests/data/ext-cpu-test.toml) and ``python.versions``.
-* ``torchvision-0.21``: upstream's real torchvision 0.21.0 tree (Debian's orig tarball, tests/realtrees.py)
+* ``torchvision-0.21``: upstream's real torchvision 0.21.0 tree (Debian's orig tarball, tests/kit/realtrees.py)
   against upstream's torch 2.6.0+cu124 for each Python (``--torch torch==2.6.0``), with the recipe
   tests/data/vision-0.21-cu124-test.toml (one arch, the codecs): its C++ ops and codecs through
-  cpp_extension and the plan's ccache launchers, its 6 CUDA files through nvcc 12.4 (tests/cudakit.py, bound
+  cpp_extension and the plan's ccache launchers, its 6 CUDA files through nvcc 12.4 (tests/kit/cudakit.py, bound
   at /usr/local/cuda-12.4 in a bubblewrap sandbox; nvcc's units are not cached: torch 2.6 puts no launcher
   in front of nvcc), then the image extension. Preflight runs (a real tree).
 * ``vision_like`` (torchvision's shape): tests/data/vision_like (44 units through torch.utils.cpp_extension
@@ -181,8 +181,7 @@ def vision_tree() -> Tree:
 
 def real_vision_tree(scratch: Path) -> Tree:
     sys.path.insert(0, str(ROOT / "tests"))
-    import cudakit  # noqa: PLC0415 - the tests' helpers: the Debian tarball and CUDA 12.4.1, cached
-    import realtrees  # noqa: PLC0415
+    from kit import cudakit, realtrees  # noqa: PLC0415 - the tests' helpers: the Debian tarball, CUDA 12.4.1
 
     extracted = realtrees.extract(realtrees.VISION_0_21_0, scratch / "upstream")
 

@@ -8,7 +8,7 @@ One command, whatever machine (the lead's quiet one included)::
 
 Trees (``--tree``):
 
-* ``torchvision-0.21``: upstream's torchvision 0.21.0 (Debian's orig tarball, unpatched; tests/realtrees.py
+* ``torchvision-0.21``: upstream's torchvision 0.21.0 (Debian's orig tarball, unpatched; tests/kit/realtrees.py
   fetches and checks it), its C++ ops compiled against torch 2.13.0+cpu with its optional codecs off. The
   package index has no CPU build of torch 2.6 (the torch 0.21 pairs with), so the recipe is the test recipe
   for torch 2.13 / torchvision 0.28 (tests/data/ext-cpu-test.toml) and the copy's ``version.txt`` says
@@ -139,7 +139,7 @@ def stand_in(quick: bool) -> Tree:
 
 def real_vision(scratch: Path) -> Tree:
     sys.path.insert(0, str(ROOT / "tests"))
-    import realtrees  # noqa: PLC0415 - the tests' helper: Debian's orig tarball, checked and cached
+    from kit import realtrees  # noqa: PLC0415 - the tests' helper: Debian's orig tarball, checked and cached
 
     extracted = realtrees.extract(realtrees.VISION_0_21_0, scratch / "upstream")
 

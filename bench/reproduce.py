@@ -1,9 +1,9 @@
 """`torchkiln reproduce` on upstream's real torchvision 0.21.0 tree (issue 35 item 6's measurement).
 
-The build is tests/test_vision_build.py's: Debian's orig tarball of torchvision 0.21.0 (tests/realtrees.py),
+The build is tests/test_vision_build.py's: Debian's orig tarball of torchvision 0.21.0 (tests/kit/realtrees.py),
 ``torchkiln build tests/data/vision-0.21-cu124-test.toml --only torchvision --torch <torch 2.6.0+cu124
 wheel> --source-dir torchvision=<tree>``, in a bubblewrap sandbox with the CUDA 12.4 toolkit from NVIDIA's
-wheels at /usr/local/cuda-12.4 (tests/cudakit.py). Why CUDA and not a CPU build: torchvision 0.21 pairs with
+wheels at /usr/local/cuda-12.4 (tests/kit/cudakit.py). Why CUDA and not a CPU build: torchvision 0.21 pairs with
 torch 2.6 only, the index's torch 2.6.0 for cp311 x86_64 is the cu124 build (no CPU wheel of 2.6.0), and a
 CPU recipe refuses a CUDA torch. The tree is extracted fresh (a tree without git: its SOURCE_DATE_EPOCH came
 from its newest file's mtime, which the extraction set), built once, then reproduced from the manifest:
@@ -32,8 +32,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-import cudakit  # noqa: E402
-import realtrees  # noqa: E402
+from kit import cudakit, realtrees  # noqa: E402 - after the path set-up
 
 RECIPE = ROOT / "tests" / "data" / "vision-0.21-cu124-test.toml"
 

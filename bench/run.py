@@ -46,7 +46,7 @@ from torchkiln.process.environ import base_environment  # noqa: E402
 from torchkiln.recipe.model import CacheSpec  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "tests"))
-from ext_recipe import ext_recipe_text  # noqa: E402 - the test extension's recipe (it stands in for torch)
+from kit.ext_recipe import ext_recipe_text  # noqa: E402 - the test extension's recipe (it stands in for torch)
 
 CACHE_EXT = ROOT / "tests" / "data" / "cache_ext"
 NOOP_EXT = ROOT / "tests" / "data" / "ext_project"
@@ -205,7 +205,7 @@ def noop_bench(repeat: int, jobs: int, scratch: Path) -> dict[str, list[dict[str
     shutil.copytree(NOOP_EXT, root / "src")
     recipe = root / "bench-noop.toml"
     # the stand-in extension builds against an installed torch: the recipe asks for it among the build venv's
-    # requirements (build.requirements, tests/ext_recipe.py); a venv made by hand would be removed (issue 27)
+    # requirements (build.requirements, tests/kit/ext_recipe.py); a venv made by hand would be removed (issue 27)
     recipe.write_text(ext_recipe_text())
     argv = [
         sys.executable,

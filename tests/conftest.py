@@ -3,7 +3,7 @@ as builders on one machine do, and none touches the user's ~/.cache); for the re
 (tests/test_images_build.py, tests/test_images_cuda.py) one private buildah storage root and one
 debootstrapped Debian bookworm base per session, both removed at the end (the images each module builds
 are removed when it ends: ``own_images``); upstream's real PyTorch 2.6.0 and
-torchvision 0.21.0 release sources (tests/realtrees.py), extracted once per session."""
+torchvision 0.21.0 release sources (tests/kit/realtrees.py), extracted once per session."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import realtrees
 from hypothesis import settings
-from imagekit import BASE, BASE_SPEC, private_buildah, remove_all, report, require
+from kit import realtrees
+from kit.imagekit import BASE, BASE_SPEC, private_buildah, remove_all, report, require
 
 from torchkiln.images import rootfs
 from torchkiln.images.engines import Buildah

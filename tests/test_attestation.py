@@ -1,5 +1,5 @@
 """SBOMs, provenance statements and their signatures (torchkiln.artifacts.sbom, .provenance, .signing;
-torchkiln.verify.attestation), without a build: tiny wheels and manifests (tests/dists.py), keys made here,
+torchkiln.verify.attestation), without a build: tiny wheels and manifests (tests/kit/dists.py), keys made here,
 the host's real Debian libraries and dpkg database.
 
 Signatures are checked by an independent DSSE implementation (securesystemslib's ``Envelope.verify``, with
@@ -23,7 +23,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
-from dists import manifest_of, pip_install_target, tampered_copy, tiny_wheel
+from kit import ROOT
+from kit.dists import manifest_of, pip_install_target, tampered_copy, tiny_wheel
 from securesystemslib.dsse import Envelope as SslibEnvelope
 from securesystemslib.exceptions import VerificationError
 from securesystemslib.signer import SSlibKey
@@ -37,7 +38,6 @@ from torchkiln.host.toolchain import Tool, Toolchain
 from torchkiln.recipe.loader import load_recipe
 from torchkiln.verify import attestation
 
-ROOT = Path(__file__).resolve().parents[1]
 COMMIT = "a" * 40
 SUB_COMMIT = "b" * 40
 

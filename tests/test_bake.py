@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kit import ROOT
 
 from torchkiln import cli
 from torchkiln.errors import RecipeError
@@ -18,7 +19,6 @@ from torchkiln.images.bake import BAKE_FILE, bake_document, bake_text, literal
 from torchkiln.images.spec import devel_args, runtime_args
 from torchkiln.recipe.loader import load_recipe, parse_recipe
 
-ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "recipes"
 CPU = RECIPES / "torch-2.13-cpu-py311.toml"
 CU130 = RECIPES / "torch-2.14-cu130-py312.toml"

@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from imagekit import need
+from kit import ROOT
+from kit.imagekit import need
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parent.parent
 COLUMNS = ("seconds", "compile_s", "around_compile_s", "unaccounted_s", "ratio_to_floor", "load")
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from imagekit import examples, need
+from kit.imagekit import examples, need
 
 from torchkiln.cache import broker
 from torchkiln.cache.remote import Remote

@@ -33,10 +33,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from ext_recipe import ext_recipe_text
-from imagekit import need
-from memcg import MemCgroup, memory_cgroup
-from modulekit import heavy, imported
+from kit import ROOT, realtrees
+from kit.ext_recipe import ext_recipe_text
+from kit.imagekit import need
+from kit.memcg import MemCgroup, memory_cgroup
+from kit.modulekit import heavy, imported
 from rich.console import Console
 
 from torchkiln.artifacts.manifest import load_manifest
@@ -53,15 +54,14 @@ from torchkiln.recipe.loader import load_recipe
 
 pytestmark = pytest.mark.integration
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+HERE = ROOT / "tests"
 EXT = HERE / "data" / "ext_project"
 SUMMARIES = HERE / "data" / "cmake_summaries"
 PYTHON = "python3.11"  # what the plan's build-env:venv step runs for a Python 3.11 recipe
 
 
 def recipe_text(extra: str = "") -> str:
-    """The shared test recipe (torch among the build venv's requirements: tests/ext_recipe.py), with extra
+    """The shared test recipe (torch among the build venv's requirements: tests/kit/ext_recipe.py), with extra
     TOML (a [build.flags] table) appended."""
     return ext_recipe_text(extra)
 
@@ -768,20 +768,7 @@ def wheel_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
     need(PYTHON)
     root = tmp_path_factory.mktemp("postcheck")
     wheelhouse = root / "work" / "wheelhouse" / "torch.deploy"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--quiet",
-            "--no-deps",
-            "torch==2.13.0",
-            "-d",
-            str(wheelhouse),
-        ],
-        check=True,
-    )
+    realtrees.pypi_wheel_in(wheelhouse)
     (wheel,) = wheelhouse.glob("torch-2.13.0+cpu-*.whl")
     yield {"root": root, "work": root / "work", "wheel": wheel}
     shutil.rmtree(root, ignore_errors=True)
@@ -905,7 +892,7 @@ def test_post_build_check_refuses_a_library_only_the_build_machine_has_unless_th
     check refuses it naming the library and the file. The recipe's [deploy] system_libraries promising it,
     the same check (its step unchanged, only judged again) passes and the manifest records it as the
     target's."""
-    from dists import tampered_copy
+    from kit.dists import tampered_copy
 
     work = wheel_world["root"] / "work-png"
     (work / "wheelhouse" / "torch.deploy").mkdir(parents=True)
@@ -1063,7 +1050,7 @@ def test_a_signed_build_has_valid_sboms_and_a_provenance_that_catches_tampering(
     from cryptography.hazmat.primitives.asymmetric import ed25519
     from cyclonedx.schema import SchemaVersion
     from cyclonedx.validation.json import JsonStrictValidator
-    from dists import tampered_copy
+    from kit.dists import tampered_copy
     from securesystemslib.dsse import Envelope
     from securesystemslib.signer import SSlibKey
 

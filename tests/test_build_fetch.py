@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 import tomli_w
-from imagekit import unisolated_signing_allowed
+from kit import ROOT
+from kit.imagekit import unisolated_signing_allowed
 from rich.console import Console
 
 from torchkiln.build.loop import BuildOptions, run_build
@@ -28,7 +29,7 @@ else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
 ENV = {"GIT_AUTHOR_NAME": "k", "GIT_AUTHOR_EMAIL": "k@x.invalid", "GIT_COMMITTER_NAME": "k",
        "GIT_COMMITTER_EMAIL": "k@x.invalid", "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/nonexistent"}  # fmt: skip
 
-TEST_RECIPE = Path(__file__).parent / "data" / "ext-cpu-test.toml"
+TEST_RECIPE = ROOT / "tests" / "data" / "ext-cpu-test.toml"
 
 
 def fetch_recipe_text(repo: str, ref: str) -> str:
@@ -258,7 +259,7 @@ def test_cli_refuses_a_changed_checkout_in_one_message_without_a_traceback(upstr
     (work / "src" / "pytorch" / "VERSION").write_text("edited\n")
     recipe = tmp_path / "fetch-test.toml"
     recipe.write_text(fetch_recipe_text(url, "v1"))
-    root = Path(__file__).resolve().parent.parent
+    root = ROOT
     done = subprocess.run(
         [sys.executable, "-m", "torchkiln", "build", str(recipe), "--only", "torch", "--workdir", str(work),
          "--dist", str(dist), "--cache", "none", "--no-preflight", "--env-store", "off"],

@@ -21,7 +21,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from imagekit import need, require
+from kit import ROOT
+from kit.imagekit import need, require
 from rich.console import Console
 
 from torchkiln.artifacts.manifest import load_manifest
@@ -32,7 +33,7 @@ from torchkiln.recipe.loader import parse_recipe
 
 pytestmark = pytest.mark.integration
 
-HERE = Path(__file__).resolve().parent
+HERE = ROOT / "tests"
 PROJECT = HERE / "data" / "pythons_project"
 RECIPE = (
     (HERE / "data" / "ext-cpu-test.toml")

@@ -8,7 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
-from imagekit import require
+from kit import ROOT
+from kit.imagekit import require
 
 from torchkiln.artifacts.published import PARTIAL_MARK, clean_partials, publish
 from torchkiln.build.fingerprint import State, file_sha256, step_fingerprint, tree_identity, tree_sha256
@@ -153,7 +154,7 @@ def test_build_cli_refuses_bad_input_without_traceback(
 ) -> None:
     from torchkiln.cli import main
 
-    root = Path(__file__).resolve().parent.parent
+    root = ROOT
     monkeypatch.chdir(root)
     try:
         code = main(["build", *args, "--workdir", str(tmp_path / "w"), "--dist", str(tmp_path / "d")])

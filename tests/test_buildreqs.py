@@ -15,8 +15,8 @@ import venv
 from pathlib import Path
 
 import pytest
-import realtrees
-from dists import tiny_wheel
+from kit import realtrees
+from kit.dists import tiny_wheel
 
 from torchkiln.build.buildreqs import collect, read_constraints
 

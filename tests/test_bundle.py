@@ -16,13 +16,13 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from imagekit import need_sandbox
+from kit import ROOT
+from kit.imagekit import need_sandbox
 
 from torchkiln.artifacts import bundle
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
 STAND_IN = ROOT / "tests" / "data" / "vision_codecs"
 CODECS = ("libpng16.so.16", "libjpeg.so.62", "libwebp.so.7")
 HAVE_TOOLS = all(shutil.which(t) for t in ("gcc", "ldd", "bwrap")) and all(

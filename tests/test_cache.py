@@ -24,8 +24,9 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from imagekit import examples, need_torch
-from imagekit import need as need_on
+from kit import ROOT
+from kit.imagekit import examples, need_torch
+from kit.imagekit import need as need_on
 
 from torchkiln import cache
 from torchkiln.cache.ccache import storage_url
@@ -35,8 +36,6 @@ from torchkiln.process.environ import base_environment
 from torchkiln.process.secrets import load_secret, redact
 from torchkiln.recipe.loader import load_recipe
 from torchkiln.recipe.model import CacheSpec
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def tool_path() -> str:

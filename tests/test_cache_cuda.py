@@ -16,8 +16,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from imagekit import need
-from realtrees import cuda_toolkit
+from kit.imagekit import need
+from kit.realtrees import cuda_toolkit
 
 from torchkiln import cache
 from torchkiln.process.environ import base_environment

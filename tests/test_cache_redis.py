@@ -28,7 +28,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
-from imagekit import need as need_on
+from kit import ROOT
+from kit.imagekit import need as need_on
 
 from torchkiln import cache
 from torchkiln.cache.ccache import parse_stats
@@ -37,7 +38,6 @@ from torchkiln.recipe.model import CacheSpec
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis]
 
-ROOT = Path(__file__).resolve().parents[1]
 EXT = ROOT / "tests" / "data" / "cache_ext"
 PASSWORD = "kiln-Redis-pw-7f3a"
 TRANSLATION_UNITS = 3

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from dists import tiny_wheel
+from kit.dists import tiny_wheel
 
 from torchkiln.build import checkvenv
 from torchkiln.build.envstore import venv_distributions

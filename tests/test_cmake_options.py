@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 import sys
-from pathlib import Path
 
 import pytest
+from kit import ROOT
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
@@ -19,7 +19,6 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
     import tomli as tomllib
 
-ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted((ROOT / "recipes").glob("*.toml"))
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 

@@ -16,7 +16,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-import realtrees
+from kit import ROOT, realtrees
 from packaging.requirements import Requirement
 
 from torchkiln.plan.make import make_plan
@@ -25,7 +25,6 @@ from torchkiln.recipe.loader import load_recipe
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parent.parent
 RECIPE_2_6 = ROOT / "recipes" / "torch-2.6-cu124-py310.toml"
 REFUSED = "Compatibility with CMake < 3.5 has been removed from CMake"
 

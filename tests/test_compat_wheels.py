@@ -1,6 +1,6 @@
 """The 2.6 facts of data/compat.toml and the recipes that describe upstream's 2.6.0 CUDA 12.4 build, checked
 against upstream's own wheel files (PyPI's torch 2.6.0 and torchvision 0.21.0 for cp311, fetched once and
-cached by tests/realtrees.pypi_wheel): version.py, METADATA's pins, the WHEEL generator and the -gencode list
+cached by tests/kit/realtrees.pypi_wheel): version.py, METADATA's pins, the WHEEL generator and the -gencode list
 compiled into libtorch_cuda.so. Nothing is installed: the wheels are read as zip files.
 
 The recipe is `torchkiln recipe describe`'s output for that pair (`nox -s releases` installs and verifies it; it
@@ -16,7 +16,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-import realtrees
+from kit import ROOT, realtrees
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
@@ -27,7 +27,6 @@ from torchkiln.recipe.model import Recipe
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "tests" / "reference" / "recipes" / "upstream-2.6.0-cu124-py311.toml"
 SHIPPED = ROOT / "recipes" / "torch-2.6-cu124-py310.toml"
 # How nvcc's arguments are kept in the binary: "-gencode;arch=compute_50,code=sm_50;-gencode;..."

@@ -17,7 +17,8 @@ import pytest
 import tomli_w
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from imagekit import examples
+from kit import ROOT
+from kit.imagekit import examples
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
@@ -35,7 +36,6 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10 (Ubuntu 22.04's python3)
     import tomli as tomllib
 
-ROOT = Path(__file__).resolve().parents[1]
 CU130 = ROOT / "recipes" / "torch-2.13-cu130-py312.toml"
 BIG = Resources(cpus=64, memory_bytes=512 * 2**30)
 DATA = compat()["cuda_libraries"]

@@ -1,7 +1,7 @@
 """data/compat.toml [cuda_libraries] against upstream's own wheels: the Requires-Dist of each release's PyPI wheel
 (its METADATA, as the package index serves it: `pip install --dry-run --no-deps --report`, no download), the
 cuda-toolkit pins against the per-component pins of upstream's CUDA 12 wheels, the RPATH upstream's 2.6.0 and
-2.13.0 torch wheels carry (tests/realtrees.pypi_wheel, cached: other tests fetch both), and torchvision's
+2.13.0 torch wheels carry (tests/kit/realtrees.pypi_wheel, cached: other tests fetch both), and torchvision's
 wheels bundling their nvJPEG and cudart (so torchkiln's torchvision:bundle step stays)."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-import realtrees
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
+from kit import realtrees
 from packaging.requirements import Requirement
 
 from torchkiln.artifacts import cudalibs

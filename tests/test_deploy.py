@@ -1,10 +1,10 @@
 """A torch-shaped wheel built the way torchkiln builds torch's runs where it is deployed (issue 34, item 4): a
-deployment root (tests/deployroot.py: Debian minbase with python3 and venv, no compiler, no CUDA toolkit, no
+deployment root (tests/kit/deployroot.py: Debian minbase with python3 and venv, no compiler, no CUDA toolkit, no
 -dev package) into which the wheel is installed with plain ``pip install`` and imported.
 
 The stand-in (tests/data/cuda_torch_like) is built against CUDA 12.4 as torch's CMake builds libtorch_cuda.so:
 a library in <package>/lib that links libcudart.so.12 and libcublas.so.12 with RUNPATH ``$ORIGIN`` and the
-toolkit's lib64 (``/usr/local/cuda-12.4/lib64``: the toolkit is bound there by tests/cudakit.sandbox, as the
+toolkit's lib64 (``/usr/local/cuda-12.4/lib64``: the toolkit is bound there by tests/kit/cudakit.sandbox, as the
 devel image has it), a Python extension linking that library. Its Requires-Dist is what torch 2.6's setup.py
 makes of PYTORCH_EXTRA_INSTALL_REQUIREMENTS, taken from the plan of a cu124 recipe (torch 2.6.0's own pins)
 and narrowed to the two wheels whose libraries it links. Then the plan's own ``torch:repair`` step
@@ -16,7 +16,7 @@ NVIDIA's wheels and nothing finds them). The bundled variant (a recipe with ``cu
 as upstream's 2.6 "-full" wheel) runs with no NVIDIA wheel installed at all.
 
 Kept in the test cache: the root, the wheelhouse (upstream's torch 2.6.0 and what it requires, shared with the
-torchvision deployment in tests/test_vision_build.py), the CUDA 12.4 toolkit (tests/cudakit).
+torchvision deployment in tests/test_vision_build.py), the CUDA 12.4 toolkit (tests/kit/cudakit).
 """
 
 from __future__ import annotations
@@ -30,13 +30,12 @@ import time
 import zipfile
 from pathlib import Path
 
-import cudakit
-import deployroot
 import pytest
 import tomli_w
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
-from imagekit import need_sandbox
+from kit import ROOT, cudakit, deployroot
+from kit.imagekit import need_sandbox
 
 from torchkiln.artifacts import cudalibs, wheelfile
 from torchkiln.plan.make import make_plan
@@ -51,7 +50,7 @@ else:  # Python 3.10 (Ubuntu 22.04's python3)
 
 pytestmark = pytest.mark.integration
 
-HERE = Path(__file__).resolve().parent
+HERE = ROOT / "tests"
 STAND_IN = HERE / "data" / "cuda_torch_like"
 RECIPE = HERE / "data" / "vision-0.21-cu124-test.toml"  # torch 2.6, CUDA 12.4: upstream's 2.6.0+cu124 pins
 LINKED = ("nvidia-cuda-runtime-cu12", "nvidia-cublas-cu12")  # the wheels of libcudart.so.12, libcublas.so.12

@@ -12,7 +12,7 @@ import dataclasses
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from imagekit import examples
+from kit.imagekit import examples
 
 from torchkiln.commands import describe
 from torchkiln.errors import UsageError

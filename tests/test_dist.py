@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from kit import ROOT
 
 from torchkiln import cache
 from torchkiln.cache.sccache import parse_stats as parse_sccache_stats
@@ -44,7 +45,6 @@ from torchkiln.recipe.model import CacheSpec
 
 pytestmark = [pytest.mark.slow, pytest.mark.dist]
 
-ROOT = Path(__file__).resolve().parents[1]
 CACHE_EXT = ROOT / "tests" / "data" / "cache_ext"
 DIST_EXT = ROOT / "tests" / "data" / "dist_ext"
 IN_CI = os.environ.get("CI") == "true"
@@ -558,7 +558,7 @@ EXT_UNITS = 2  # csrc/bind.cpp, csrc/ops.cpp
 @pytest.fixture(scope="module")
 def build_world(host: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A work directory shared by the builds below (their recipe asks for torch among the build venv's
-    requirements: tests/ext_recipe.py)."""
+    requirements: tests/kit/ext_recipe.py)."""
     root = tmp_path_factory.mktemp("distbuild")
     return {"root": root, "work": root / "work"}
 
@@ -567,7 +567,7 @@ def kiln_build(world: dict[str, Path], name: str, dist_spec_: spec.DistSpec | No
     """``torchkiln build`` of the test extension with sccache (a fresh cache) and ``dist_spec_``."""
     import io
 
-    from ext_recipe import ext_recipe_text
+    from kit.ext_recipe import ext_recipe_text
     from rich.console import Console
 
     from torchkiln.build.loop import BuildOptions, run_build
@@ -649,7 +649,7 @@ def test_a_signal_with_a_distributed_compile_in_flight(make_cluster, tmp_path: P
     servers are not the build's), and the rerun gives the wheel a build from an empty work directory gives."""
     import signal
 
-    from signalkit import Cell, below, check_stopped, write_recipe
+    from kit.signalkit import Cell, below, check_stopped, write_recipe
 
     for tool in ("ninja", "c++", "python3.11"):
         if shutil.which(tool, path=tool_path()) is None:

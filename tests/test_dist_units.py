@@ -18,7 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from imagekit import require
+from kit.imagekit import require
 
 from torchkiln.cli import main
 from torchkiln.distributed import client, cluster, loopback, spec, tokens

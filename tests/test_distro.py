@@ -16,6 +16,7 @@ import stat
 from pathlib import Path
 
 import pytest
+from kit import ROOT
 
 from torchkiln.errors import TorchkilnError
 from torchkiln.host import distro, pyenv
@@ -28,7 +29,6 @@ from torchkiln.recipe.compat import compat, image_problem, supported_pythons
 from torchkiln.recipe.image_bases import DISTROS, devel_problem
 from torchkiln.recipe.loader import load_recipe, recipes_dir
 
-ROOT = Path(__file__).resolve().parent.parent
 OS_RELEASES = ROOT / "tests" / "data" / "os-release"
 FILES = sorted(p.name for p in OS_RELEASES.iterdir() if p.name != "SOURCES.md")
 # What each file is: the table's row, and whether it is of the apt family.

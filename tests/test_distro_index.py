@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from imagekit import need, require
+from kit.imagekit import need, require
 from test_distro import GCCS, OS_RELEASES, PYTHONS, installs, of
 
 from torchkiln.host import distro, pyenv

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from kit import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # What the code is: every text file the project ships or tests with, but the prose itself and this file (which
 # names made-up words to prove the check fails on them).

@@ -29,10 +29,10 @@ from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives import serialization
-from dists import manifest_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from imagekit import examples
+from kit.dists import manifest_of
+from kit.imagekit import examples
 from securesystemslib.dsse import Envelope as SslibEnvelope
 from securesystemslib.signer import SSlibKey
 

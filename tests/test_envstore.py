@@ -21,7 +21,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from dists import tiny_wheel
+from kit import ROOT
+from kit.dists import tiny_wheel
 from rich.console import Console
 
 from torchkiln.artifacts.manifest import load_manifest
@@ -34,7 +35,7 @@ from torchkiln.plan.make import make_plan
 from torchkiln.plan.model import Plan, Step
 from torchkiln.recipe.loader import load_recipe
 
-RECIPE = Path(__file__).parent / "data" / "ext-cpu-test.toml"
+RECIPE = ROOT / "tests" / "data" / "ext-cpu-test.toml"
 
 # Each env step appends its name to the run log given as argv[1] (outside every work directory).
 COUNT = "import sys; open(sys.argv[1], 'a').write(sys.argv[2] + '\\n'); "

@@ -23,9 +23,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from dists import tiny_wheel
+from kit import ROOT
+from kit.dists import tiny_wheel
+from kit.smallfs import fill
 from rich.console import Console
-from smallfs import fill
 from test_build_fetch import fetch_recipe_text, git
 
 from torchkiln.build.loop import BuildOptions, BuildResult, run_build
@@ -35,8 +36,7 @@ from torchkiln.plan.make import make_plan
 from torchkiln.plan.model import Plan, Step
 from torchkiln.recipe.loader import load_recipe, parse_recipe
 
-RECIPE = Path(__file__).parent / "data" / "ext-cpu-test.toml"
-ROOT = Path(__file__).resolve().parent.parent
+RECIPE = ROOT / "tests" / "data" / "ext-cpu-test.toml"
 Mount = Callable[[str, str], Path]
 
 

@@ -19,9 +19,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from imagekit import require
+from kit import ROOT
+from kit.imagekit import require
+from kit.smallfs import fill
 from rich.console import Console
-from smallfs import fill
 from test_build_fetch import fetch_recipe_text, git
 
 from torchkiln import cli
@@ -32,7 +33,6 @@ from torchkiln.files.atomic import PARTIAL_MARK
 from torchkiln.plan.make import make_plan
 from torchkiln.recipe.loader import parse_recipe
 
-ROOT = Path(__file__).resolve().parent.parent
 FETCH_CHAIN = [f"torch:fetch:{n}" for n in ("init", "remote", "fetch-ref", "checkout", "submodule")]
 
 

@@ -12,9 +12,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-import realtrees
-from dists import tiny_wheel
-from imagekit import require
+from kit import ROOT, realtrees
+from kit.dists import tiny_wheel
+from kit.imagekit import require
 from packaging.version import Version
 
 from torchkiln.cli import main
@@ -25,7 +25,6 @@ from torchkiln.plan.jobs import GIB, Resources
 from torchkiln.plan.make import make_plan
 from torchkiln.recipe.loader import load_recipe
 
-ROOT = Path(__file__).resolve().parent.parent
 CPU = ROOT / "recipes" / "torch-2.13-cpu-py311.toml"
 CU130 = ROOT / "recipes" / "torch-2.13-cu130-py312.toml"
 BIG = Resources(cpus=8, memory_bytes=64 * GIB)

@@ -7,10 +7,10 @@ import time
 from pathlib import Path
 
 import pytest
+from kit import ROOT
 
 from torchkiln.verify import gpuhost
 
-ROOT = Path(__file__).resolve().parents[1]
 SMI = ROOT / "tests" / "data" / "gpu_host" / "nvidia-smi"  # lists one H100 as `nvidia-smi -L` does
 
 

@@ -20,9 +20,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from dists import manifest_of, source_lock, tiny_wheel
-from imagekit import need, require
-from realtrees import cuda_toolkit
+from kit import ROOT
+from kit.dists import manifest_of, source_lock, tiny_wheel
+from kit.imagekit import need, require
+from kit.realtrees import cuda_toolkit
 
 from torchkiln import cli
 from torchkiln.artifacts.manifest import RecipeInfo, WheelRecord, write_manifest
@@ -40,7 +41,6 @@ from torchkiln.images.spec import (
 from torchkiln.recipe.loader import load_recipe, parse_recipe
 from torchkiln.recipe.model import Recipe
 
-ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "recipes"
 CPU = RECIPES / "torch-2.13-cpu-py311.toml"
 CU130 = RECIPES / "torch-2.14-cu130-py312.toml"

@@ -4,7 +4,7 @@ form. Not in CI's tests session (about 14 of its minutes; it builds the same ima
 
 * the runtime image of the aarch64 reference recipe (tests/reference/recipes/upstream-2.13.0-cu130-py311-
   aarch64.toml), upstream's aarch64 torch 2.13.0 / torchvision 0.28.0 standing in for dist/
-  (tests/dists.manifest_for_upstream), and inside it the reference run: ``torchkiln verify`` against that recipe
+  (tests/kit/dists.manifest_for_upstream), and inside it the reference run: ``torchkiln verify`` against that recipe
   (GPU checks skipped with their reason) and the one-field controls, each failing by its name, with upstream's
   x86_64 recipe failing by build.platform;
 * the devel image of tests/data/cu130-aarch64-devel-test.toml (`torchkiln images --target devel`, Debian
@@ -27,7 +27,7 @@ devel checks           layout, nvcc, ext (built once, its binding  layout, nvcc,
 
 Both images are built at once (two ``torchkiln images`` processes on one storage, after the arm64 base):
 each is one emulated, mostly single-threaded pip or apt at a time, so two cores build them in about the time
-of the longer one. pip in the images reads PyPI through a mirror on this machine (tests/pypimirror.py,
+of the longer one. pip in the images reads PyPI through a mirror on this machine (tests/kit/pypimirror.py,
 ``--pip-config``): under emulation TLS costs pip 200 s for these wheels. The storage is overlay where the
 kernel mounts one (imagekit.storage_driver; vfs copies every layer whole), else vfs.
 
@@ -50,13 +50,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import arm64root
-import pypimirror
 import pytest
-import realtrees
-from dists import manifest_for_upstream
-from imagekit import HOST_CAS, ROOT, cli_argv, private_buildah, remove_all, report, require
-from imagekit import devel_checks as run_devel_checks
+from kit import ROOT, arm64root, pypimirror, realtrees
+from kit.dists import manifest_for_upstream
+from kit.imagekit import HOST_CAS, cli_argv, private_buildah, remove_all, report, require
+from kit.imagekit import devel_checks as run_devel_checks
 
 from torchkiln.images import rootfs
 from torchkiln.images.engines import Buildah

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from kit import ROOT
 
 from torchkiln import cli
 from torchkiln.errors import UsageError
@@ -15,7 +16,6 @@ from torchkiln.images import rootfs
 from torchkiln.images.platforms import platform_named
 from torchkiln.recipe.image_bases import DISTROS
 
-ROOT = Path(__file__).resolve().parents[1]
 CPU = ROOT / "recipes" / "torch-2.13-cpu-py311.toml"
 CU130 = ROOT / "recipes" / "torch-2.14-cu130-py312.toml"
 # The shape of a PEM certificate: what --base-ca checks for (the tag hashes the bytes).

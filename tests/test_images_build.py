@@ -4,7 +4,7 @@ base made here with debootstrap (no registry is reachable):
 
 * the devel image of the CPU recipe (real apt and pip steps: compilers, cmake, MKL, torchkiln);
 * the runtime image from a dist/ holding the torch 2.13.0 CPU wheel (upstream's: its manifest is written by
-  tests/dists.manifest_for_upstream, which says so, with the wheel's SBOM and a provenance statement signed
+  tests/kit/dists.manifest_for_upstream, which says so, with the wheel's SBOM and a provenance statement signed
   here with an ECDSA P-256 key); the verification suite runs inside it against that manifest and that
   statement and passes, as the non-root user, with no compiler or nvcc in the image; the image carries its
   own SBOM (valid CycloneDX: its Debian and Python packages), the statement and its key (labelled with the
@@ -33,8 +33,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
-from dists import manifest_for_upstream, wheel_commit
-from imagekit import ROOT, cli_build, report, require, say, stored_size
+from kit import ROOT
+from kit.dists import manifest_for_upstream, wheel_commit
+from kit.imagekit import cli_build, report, require, say, stored_size
 
 from torchkiln.artifacts import provenance, sbom
 from torchkiln.artifacts.manifest import load_manifest

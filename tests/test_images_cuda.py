@@ -7,7 +7,7 @@ toolkit, cuDNN and NCCL come from NVIDIA's PyPI wheels (``--cuda-from pypi``, th
   NCCL as PyTorch's build does (with the plan's environment), MAGMA built as PyTorch builds it on a MAGMA-shaped
   tree, a CUDA extension built twice through ccache (hits on the rebuild) against upstream's cu130 torch;
 * the runtime image of the reference recipe with upstream's torch 2.13.0+cu130 and torchvision 0.28.0+cu130
-  standing in for dist/ (with the manifest tests/dists.manifest_for_upstream writes for them, which says they
+  standing in for dist/ (with the manifest tests/kit/dists.manifest_for_upstream writes for them, which says they
   were downloaded, not built): the wheels' own NVIDIA dependencies from the index, no compiler, no nvcc; the
   verify suite runs in it as the non-root user against the reference recipe and that manifest.
 
@@ -25,10 +25,11 @@ import time
 from pathlib import Path
 
 import pytest
-from dists import manifest_for_upstream
-from imagekit import REPORT as REPORT_FILE
-from imagekit import ROOT, cli_build, report, require, say, stored_size
-from imagekit import devel_checks as run_devel_checks
+from kit import ROOT
+from kit.dists import manifest_for_upstream
+from kit.imagekit import REPORT as REPORT_FILE
+from kit.imagekit import cli_build, report, require, say, stored_size
+from kit.imagekit import devel_checks as run_devel_checks
 
 from torchkiln.images.engines import Buildah
 from torchkiln.images.spec import image_tag

@@ -10,7 +10,8 @@ import platform
 from pathlib import Path
 
 import pytest
-from imagekit import need
+from kit import ROOT
+from kit.imagekit import need
 
 from torchkiln.cli import main
 from torchkiln.errors import TorchkilnError, UsageError
@@ -20,7 +21,6 @@ from torchkiln.images.platforms import emulation_problem, platform_named
 from torchkiln.recipe.compat import image_platforms, image_problem
 from torchkiln.recipe.loader import load_recipe
 
-ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "recipes"
 ARM_OPENBLAS = RECIPES / "torch-2.13-cu130-py311-aarch64-openblas.toml"
 ARM_NVPL = RECIPES / "torch-2.13-cu130-py312-aarch64.toml"

@@ -20,7 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from imagekit import require
+from kit import ROOT
+from kit.imagekit import require
 
 from torchkiln.images.engines import BuildRequest, Podman, Storage
 from torchkiln.process import runner
@@ -229,7 +230,7 @@ def test_images_cli_prints_the_podman_command(tmp_path: Path, capsys: pytest.Cap
     private storage options before the subcommand."""
     from torchkiln import cli
 
-    recipe = Path(__file__).resolve().parents[1] / "recipes" / "torch-2.13-cpu-py311.toml"
+    recipe = ROOT / "recipes" / "torch-2.13-cpu-py311.toml"
     rc = cli.main(
         ["images", "--recipe", str(recipe), "--engine", "podman", "--print", "--storage-root", str(tmp_path),
          "--storage-driver", "vfs", "--no-pull"]

@@ -8,9 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from modulekit import heavy, imported
+from kit import ROOT
+from kit.modulekit import heavy, imported
 
-ROOT = Path(__file__).resolve().parent.parent
 RECIPE = ROOT / "tests" / "data" / "ext-cpu-test.toml"
 
 

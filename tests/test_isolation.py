@@ -17,7 +17,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from imagekit import require
+from kit.imagekit import require
 
 from torchkiln.process import isolation, runner
 from torchkiln.process.isolation import Sandbox, View
@@ -379,7 +379,7 @@ def test_within_confining_every_process_torchkiln_starts_is_sandboxed(tmp_path: 
 
 
 def test_nested_in_a_root_sandbox_as_the_cuda_tests_run_torchkiln(tmp_path: Path) -> None:
-    """tests/cudakit.py runs torchkiln in ``bwrap --unshare-pid --bind / / --dev /dev --proc /proc`` as root: a
+    """tests/kit/cudakit.py runs torchkiln in ``bwrap --unshare-pid --bind / / --dev /dev --proc /proc`` as root: a
     build step's sandbox still works in there (the probe says so, and a sandboxed command runs)."""
     exe = bwrap()
     if os.geteuid() != 0:
@@ -657,7 +657,7 @@ def test_steps_made_without_a_sandbox_run_again_once_the_build_can_sandbox(tmp_p
     bubblewrap; a third run changes nothing."""
     import io
 
-    from dists import tiny_wheel
+    from kit.dists import tiny_wheel
     from rich.console import Console
     from test_tree_exact import plain_tree, stand_in_compile
 

@@ -46,15 +46,15 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
-from imagekit import need, require
+from kit import ROOT
+from kit.imagekit import need, require
 
 from torchkiln.artifacts.elf import read_elf
 from torchkiln.distributed import cluster, loopback
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis]
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+HERE = ROOT / "tests"
 TREE = HERE / "data" / "hostile_project"
 PROBE = HERE / "data" / "hostile_probe"
 # the test extension's recipe (its [cache] replaced by each case's), under a name of its own

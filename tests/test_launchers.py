@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import realtrees
 import tomli_w
-from imagekit import need
+from kit import ROOT, realtrees
+from kit.imagekit import need
 
 from torchkiln import cache
 from torchkiln.plan.make import make_plan
@@ -35,7 +35,6 @@ else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parent.parent
 EXT = ROOT / "tests" / "data" / "ext_project"
 CPU = ROOT / "recipes" / "torch-2.13-cpu-py311.toml"
 

@@ -12,7 +12,7 @@ import venv
 from pathlib import Path
 
 import pytest
-from imagekit import require
+from kit.imagekit import require
 
 from torchkiln.process.logs import first_error, log_name, tail
 

@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 
 import pytest
-from dists import manifest_of, pip_install_target, source_lock, tiny_wheel
-from imagekit import need_torch
+from kit.dists import manifest_of, pip_install_target, source_lock, tiny_wheel
+from kit.imagekit import need_torch
 from packaging.version import Version
 
 from torchkiln.artifacts.manifest import WheelRecord, load_manifest, write_manifest

@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from memcg import memory_cgroup
+from kit import ROOT
+from kit.memcg import memory_cgroup
 
 from torchkiln.build.memory import _first_input, _locate
 from torchkiln.host import cgroup
@@ -20,7 +21,7 @@ from torchkiln.plan.model import Step
 from torchkiln.process import runner
 from torchkiln.process.killed import read_kills
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = ROOT / "tests" / "data"
 LOGS = DATA / "killed_logs"
 TREES = DATA / "cgroup"
 SANDBOX = "/process_api/6d284c4600f23fe125ef032884c698e4"  # hybrid-v1's memory cgroup

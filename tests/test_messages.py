@@ -8,8 +8,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from dists import tiny_wheel
-from readmekit import readme_blocks
+from kit import ROOT
+from kit.dists import tiny_wheel
+from kit.readmekit import readme_blocks
 
 from torchkiln.cli import COMMANDS, RENAMED, build_parser, main
 from torchkiln.host import distro
@@ -19,7 +20,6 @@ from torchkiln.plan.make import make_plan
 from torchkiln.recipe.compat import compat, torch_release_range, torch_releases
 from torchkiln.recipe.loader import load_recipe, shipped_names
 
-ROOT = Path(__file__).resolve().parent.parent
 CPU = ROOT / "recipes" / "torch-2.13-cpu-py311.toml"
 CU130 = ROOT / "recipes" / "torch-2.13-cu130-py312.toml"
 VISION_LIKE = ROOT / "tests" / "data" / "vision_like"

@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 import tomllib
+from kit import ROOT
 
 from torchkiln import printing
 from torchkiln.build.display import Display
 from torchkiln.build.progress import Progress as CompileCounts
 from torchkiln.plan.model import Step
 
-ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "torchkiln"
 # What Rich would read as markup or emoji, and what printf- and format-style formatting would read: each
 # must come out as it went in.

@@ -15,14 +15,14 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from imagekit import need_torch
+from kit import ROOT
+from kit.imagekit import need_torch
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # Python 3.10 (Ubuntu 22.04's python3)
     import tomli as tomllib
 
-ROOT = Path(__file__).resolve().parents[1]
 SUITE = ROOT / "verify"
 
 

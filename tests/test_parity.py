@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kit import ROOT
 from test_verify_cli import verify
 
 from torchkiln.errors import UsageError
@@ -213,7 +214,7 @@ def test_a_reference_of_another_release_is_named_in_header_and_summary(tmp_path:
         (tmp_path / f"{name}.json").write_text(json.dumps(data))
         out = tmp_path / f"report-{name}"
         run = subprocess.run(
-            [sys.executable, "-m", "pytest", str(Path(__file__).resolve().parents[1] / "verify"), "-m", "parity", "-k", "matmul-cpu",
+            [sys.executable, "-m", "pytest", str(ROOT / "verify"), "-m", "parity", "-k", "matmul-cpu",
              "--parity-reference", str(tmp_path / f"{name}.json"), "--report", str(out)],
             capture_output=True, text=True, timeout=600, check=False, cwd=tmp_path,
         )  # fmt: skip

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import tomli_w
+from kit import ROOT
 
 from torchkiln.cli import main
 from torchkiln.plan.environment import ENV_TABLE
@@ -21,7 +22,6 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
     import tomli as tomllib
 
-ROOT = Path(__file__).resolve().parent.parent
 RECIPES = ROOT / "recipes"
 CPU = RECIPES / "torch-2.13-cpu-py311.toml"
 CU130 = RECIPES / "torch-2.13-cu130-py312.toml"

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 import tomli_w
-from imagekit import need_torch
+from kit import ROOT
+from kit.imagekit import need_torch
 
 from torchkiln.cli import main
 from torchkiln.host import distro
@@ -31,7 +32,6 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
     import tomli as tomllib
 
-ROOT = Path(__file__).resolve().parent.parent
 AARCH64 = ROOT / "recipes" / "torch-2.13-cu130-py312-aarch64.toml"
 X86_64 = ROOT / "recipes" / "torch-2.13-cu130-py312.toml"
 

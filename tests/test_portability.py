@@ -28,10 +28,11 @@ import pytest
 from auditwheel.architecture import Architecture
 from auditwheel.libc import Libc
 from auditwheel.policy import WheelPolicies
-from dists import pip_install_target, tiny_wheel
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from imagekit import examples, require
+from kit import ROOT
+from kit.dists import pip_install_target, tiny_wheel
+from kit.imagekit import examples, require
 
 from torchkiln.artifacts import abi, installed, portability
 from torchkiln.artifacts.elf import ElfDynamic
@@ -40,7 +41,7 @@ from torchkiln.errors import RecipeError
 from torchkiln.recipe.loader import parse_recipe
 from torchkiln.verify import linkage
 
-HERE = Path(__file__).resolve().parent
+HERE = ROOT / "tests"
 X86 = "EM_X86_64"
 POLICIES = abi.policies_for(Architecture.x86_64, Libc.GLIBC)
 NEWEST = POLICIES[-1]
@@ -591,7 +592,7 @@ def test_upstreams_cuda_torchvision_against_the_cpu_torch_names_what_that_torch_
     and libtorch_cuda.so and libc10_cuda.so, which only torch's CUDA build has, are named; so is _C.so's
     libcudart.so.13 (the copy the wheel bundles for image.so is on no search path of _C.so's). Its _C.so's RPATH
     into the build machine's conda environment is noted, never searched."""
-    import realtrees
+    from kit import realtrees
 
     wheel = realtrees.pypi_wheel("torchvision==0.28.0")
     sites = [Path(p) for p in sys.path if p.endswith("site-packages") and (Path(p) / "torch").is_dir()]

@@ -14,7 +14,8 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-from imagekit import require
+from kit import ROOT
+from kit.imagekit import require
 
 from torchkiln.cli import main
 from torchkiln.plan import preflight, preflight_machine
@@ -26,7 +27,6 @@ from torchkiln.plan.source_adoption import adopt_source_versions
 from torchkiln.recipe.loader import load_recipe
 from torchkiln.source.version import tree_version
 
-ROOT = Path(__file__).resolve().parent.parent
 CU130 = ROOT / "recipes" / "torch-2.13-cu130-py312.toml"
 CPU = ROOT / "recipes" / "torch-2.13-cpu-py311.toml"
 VISION_LIKE = ROOT / "tests" / "data" / "vision_like"

@@ -15,8 +15,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from dists import tiny_wheel
-from imagekit import require
+from kit import ROOT
+from kit.dists import tiny_wheel
+from kit.imagekit import require
 
 from torchkiln.cli import main
 from torchkiln.plan import preflight, preflight_findings
@@ -27,7 +28,6 @@ from torchkiln.plan.preflight_records import KEYS, diagnose, remembered_prefligh
 from torchkiln.plan.records import Records
 from torchkiln.recipe.loader import load_recipe
 
-ROOT = Path(__file__).resolve().parent.parent
 RECIPE = ROOT / "tests" / "data" / "ext-cpu-test.toml"  # torchvision alone: no BLAS, one Python
 RUNNING = f"{sys.version_info.major}.{sys.version_info.minor}"  # the recipe's Python, made this one's
 BIG = Resources(cpus=4, memory_bytes=64 * GIB)

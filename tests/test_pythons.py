@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 import tomli_w
-from dists import manifest_of, pip_install_target, tiny_wheel
-from imagekit import need_torch
+from kit import ROOT
+from kit.dists import manifest_of, pip_install_target, tiny_wheel
+from kit.imagekit import need_torch
 
 from torchkiln.artifacts.manifest import WheelRecord
 from torchkiln.build.pythons import MARK, bring_in, torch_in_place
@@ -31,7 +32,6 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
     import tomli as tomllib
 
-ROOT = Path(__file__).resolve().parent.parent
 CPU_RECIPE = ROOT / "recipes" / "torch-2.13-cpu-py311.toml"
 BIG = Resources(cpus=64, memory_bytes=512 * GIB)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import tomli_w
+from kit import ROOT
 from packaging.version import Version
 
 from torchkiln.cli import main
@@ -21,7 +22,6 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
     import tomli as tomllib
 
-ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted((ROOT / "recipes").glob("*.toml"))
 CUDA_RECIPE = ROOT / "recipes" / "torch-2.13-cu130-py312.toml"
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import tomli_w
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from imagekit import examples
+from kit import ROOT
+from kit.imagekit import examples
 
 from torchkiln.errors import RecipeError
 from torchkiln.plan.jobs import Resources
@@ -30,7 +31,6 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
     import tomli as tomllib
 
-ROOT = Path(__file__).resolve().parent.parent
 BASES = [tomllib.loads(p.read_text()) for p in sorted((ROOT / "recipes").glob("*.toml"))]
 LINE = re.compile(r"^fuzz\.toml: [^:]+: .+")
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import tomli_w
+from kit import ROOT
 
 from torchkiln.cli import main
 from torchkiln.errors import RecipeError
@@ -22,7 +23,6 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
     import tomli as tomllib
 
-ROOT = Path(__file__).resolve().parent.parent
 CPU = ROOT / "recipes" / "torch-2.13-cpu-py311.toml"
 CU130 = ROOT / "recipes" / "torch-2.13-cu130-py312.toml"
 

@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from dists import tiny_wheel
+from kit import ROOT
+from kit.dists import tiny_wheel
 from packaging.specifiers import SpecifierSet
 
 from torchkiln.cli import main
@@ -20,7 +21,6 @@ from torchkiln.recipe.compat import compat, minor, supported_pythons
 from torchkiln.recipe.derive import derived_name, for_pythons
 from torchkiln.recipe.loader import load_recipe, recipes_dir
 
-ROOT = Path(__file__).resolve().parent.parent
 RECIPES = sorted([*recipes_dir().glob("*.toml"), ROOT / "tests" / "data" / "ext-cpu-test.toml"])
 CPU = recipes_dir() / "torch-2.13-cpu-py311.toml"
 PYTHONS = [f"3.{m}" for m in range(8, 17)]

@@ -1,7 +1,7 @@
 """A changed configuration reaches CMake on rerun (torchkiln.build.reconfigure).
 
 The real-tree test builds tests/data/cmake_flag_project with torch 2.6.0's own tools/build_pytorch_libs.py and
-tools/setup_helpers/ (copied from the real release tree of tests/realtrees.py), real CMake, ninja and the
+tools/setup_helpers/ (copied from the real release tree of tests/kit/realtrees.py), real CMake, ninja and the
 C compiler: first as upstream's code alone does on a rerun (the old configuration stays), then as torchkiln's
 compile step runs it (the new value is in the built program).
 """
@@ -20,7 +20,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from imagekit import need
+from kit import ROOT
+from kit.imagekit import need
 from rich.console import Console
 
 from torchkiln.build.loop import BuildOptions, run_build
@@ -31,7 +32,7 @@ from torchkiln.plan.make import make_plan
 from torchkiln.plan.model import Step
 from torchkiln.recipe.loader import load_recipe
 
-HERE = Path(__file__).resolve().parent
+HERE = ROOT / "tests"
 PROJECT = HERE / "data" / "cmake_flag_project"
 # What torch 2.6.0's setup.py imports to build torch: tools/build_pytorch_libs.py and tools/setup_helpers/.
 TORCH_BUILD_CODE = ("tools/__init__.py", "tools/build_pytorch_libs.py", "tools/setup_helpers")

@@ -20,8 +20,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from dists import pip_install_target, tiny_wheel
-from imagekit import need_torch, require
+from kit.dists import pip_install_target, tiny_wheel
+from kit.imagekit import need_torch, require
 from test_verify_lib import cuda_facts
 
 from torchkiln.verify import buildconfig, linkage, smoke

@@ -30,11 +30,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from imagekit import need
+from kit import ROOT
+from kit.imagekit import need
 
 pytestmark = pytest.mark.integration
 
-HERE = Path(__file__).resolve().parent
+HERE = ROOT / "tests"
 PROJECT = HERE / "data" / "repro_project"
 RECIPE = (HERE / "data" / "ext-cpu-test.toml").read_text()
 WHEEL = "kiln_repro-2.13.0+cpu-cp311-cp311-linux_x86_64.whl"

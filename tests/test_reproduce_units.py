@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ed25519
-from dists import manifest_of, tiny_wheel
 from elftools.elf.elffile import ELFFile
+from kit import ROOT
+from kit.dists import manifest_of, tiny_wheel
 
 from torchkiln import cli
 from torchkiln.artifacts import provenance, signing
@@ -32,7 +33,7 @@ from torchkiln.plan import rebuild
 from torchkiln.plan.make import make_plan
 from torchkiln.recipe.loader import load_recipe
 
-HERE = Path(__file__).resolve().parent
+HERE = ROOT / "tests"
 RECIPE = HERE / "data" / "ext-cpu-test.toml"
 COMMIT, SUB = "c" * 40, "d" * 40
 WHEEL = "kiln_repro-2.13.0+cpu-cp311-cp311-linux_x86_64.whl"

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from kit import ROOT
 
 from torchkiln.process import runner
 
@@ -143,7 +144,7 @@ SUPERVISED = (
 
 
 def _family(marker: str, tmp_path: Path) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent / "src")}
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     proc = subprocess.Popen(
         [sys.executable, "-c", SUPERVISED, marker, str(tmp_path / "server.sock")],
         stdout=subprocess.PIPE,
@@ -183,7 +184,7 @@ def test_a_normal_end_of_a_supervised_run_also_stops_what_it_left(tmp_path: Path
         "with runner.supervised():\n"
         "    runner.spawn([sys.executable, '-c', 'import time; time.sleep(120)', sys.argv[1]])\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent / "src")}
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     subprocess.run([sys.executable, "-c", script, marker], check=True, env=env, timeout=60)
     assert _gone(marker, 5) == []
     # outside a supervised block nothing is marked or watched

@@ -7,11 +7,11 @@ copies each one the wheel needs from where the build's linker found it into torc
 - The plan, generated over the table: every platform x accelerator x BLAS the platform has gets its rows'
   sonames; upstream's own four builds get exactly upstream's lists.
 - Real objects: the stand-in tests/data/omp_torch_like (torch/lib/libtorch_cpu.so compiled with -fopenmp by
-  this machine's gcc, torch/_C linking it, as a wheel by tests/dists.py) through the shipped CPU recipe's own
+  this machine's gcc, torch/_C linking it, as a wheel by tests/kit/dists.py) through the shipped CPU recipe's own
   ``torch:repair`` step: libgomp.so.1 is the file ``cc -print-file-name`` names, RECORD lists it, the wheel's
   portability record says ``bundled`` and the post-build check's judgement passes with no
   ``system_libraries``; the compile's wheel without the step is refused naming libgomp.so.1. In the
-  deployment root (tests/deployroot.py: no libgomp1 there) the repaired wheel imports and runs its parallel
+  deployment root (tests/kit/deployroot.py: no libgomp1 there) the repaired wheel imports and runs its parallel
   region; the control fails to import, naming libgomp.so.1. Its SBOM names Debian's libgomp1.
 - Generated rows: per distinct list of the table, stand-in libraries of those sonames (linked by this gcc, with
   the dependencies upstream's and Debian's files have: libopenblas -> libgfortran -> libquadmath, ACL's graph
@@ -35,8 +35,9 @@ from types import SimpleNamespace
 
 import pytest
 import tomli_w
-from dists import pip_install_target, tiny_wheel
-from imagekit import need_sandbox
+from kit import ROOT
+from kit.dists import pip_install_target, tiny_wheel
+from kit.imagekit import need_sandbox
 
 from torchkiln.artifacts import abi, repair, sbom_bundled, wheelfile
 from torchkiln.artifacts.elf import ElfDynamic, read_elf
@@ -55,8 +56,7 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10 (Ubuntu 22.04's python3)
     import tomli as tomllib
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+HERE = ROOT / "tests"
 STAND_IN = HERE / "data" / "omp_torch_like"
 CPU = ROOT / "recipes" / "torch-2.13-cpu-py311.toml"
 BIG = None  # make_plan's resources: this machine's (the plan's step argv does not depend on them)
@@ -358,7 +358,7 @@ def test_the_post_build_check_passes_the_repaired_wheel_and_refuses_the_built_on
 def in_deployment_root(site: Path, code: str) -> subprocess.CompletedProcess[str]:
     """``python3 -c code`` in the deployment root (Debian minbase with python3: no compiler, no libgomp1),
     read-only, with ``site`` as its only addition (/tmp/site on PYTHONPATH), no network, a clean environment."""
-    import deployroot
+    from kit import deployroot
 
     root = deployroot.cached_root()
     argv = [
@@ -389,7 +389,7 @@ def in_deployment_root(site: Path, code: str) -> subprocess.CompletedProcess[str
 
 @pytest.mark.integration
 def test_the_repaired_wheel_runs_where_no_libgomp_is_installed_and_the_built_one_does_not(gomp: dict) -> None:
-    import deployroot
+    from kit import deployroot
 
     if sys.version_info[:2] != (3, 11):
         pytest.skip("the deployment root's Python is 3.11 (bookworm's): the stand-in's _C is this Python's")
@@ -586,7 +586,7 @@ def matches(listed: set[str], carried: set[str]) -> bool:
 def test_upstreams_x86_64_wheels_carry_the_tables_sonames(
     requirement: str, build: tuple, tmp_path: Path
 ) -> None:
-    import realtrees
+    from kit import realtrees
 
     wheel = realtrees.pypi_wheel(requirement, python_version="3.11")
     carried = upstream_bundled(wheel, tmp_path)
@@ -600,7 +600,7 @@ def test_a_cuda_wheels_copy_gets_the_rpath_upstreams_cu130_wheel_gives_its_libgo
     """The CUDA 13 recipe's step (pypi: NVIDIA's wheels) on the -fopenmp stand-in: libgomp.so.1 copied as for a
     CPU wheel, and every file of torch/lib, the copy included, carries the DT_RPATH upstream's 2.13.0 cu130
     wheel gives its torch/lib/libgomp.so.1 (its CUDA directories, then $ORIGIN)."""
-    import realtrees
+    from kit import realtrees
 
     plan = make_plan(recipe("x86_64", "cuda", "mkl"), workdir=tmp_path / "work", resources=BIG)
     built = stand_in_wheel(tmp_path / "s", plan.recipe.torch_wheel_version, [], ["$ORIGIN"], "-fopenmp")

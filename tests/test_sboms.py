@@ -17,7 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from dists import manifest_of, tiny_wheel
+from kit import ROOT
+from kit.dists import manifest_of, tiny_wheel
 
 from torchkiln.artifacts import sbom
 from torchkiln.artifacts.lockfile import SourceLock
@@ -29,7 +30,6 @@ from torchkiln.plan.records import Records
 from torchkiln.recipe.loader import load_recipe
 from torchkiln.recipe.model import Recipe
 
-ROOT = Path(__file__).resolve().parents[1]
 RECIPES = [ROOT / "recipes" / "torch-2.13-cu130-py312.toml", ROOT / "recipes" / "torch-2.13-cpu-py311.toml"]
 FIRST, LATER = "2026-11-22T01:00:00+00:00", "2026-11-23T09:30:00+00:00"
 

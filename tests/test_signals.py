@@ -8,7 +8,7 @@ build gives, byte for byte. How long the exit takes is measured by bench/interru
 The unit part checks the mechanism's pieces on real processes: the stop-signal handlers (the first signal
 raises, later ones do not break off the cleanup, an ignored one stays ignored) and what counts as a process
 group still running (a zombie does not: a sandbox's pid 1 is reaped by this machine's init, which may take
-seconds). The integration part signals real builds (tests/signalkit.py: the real plan of a torchvision
+seconds). The integration part signals real builds (tests/kit/signalkit.py: the real plan of a torchvision
 build with ``--torch``, pip installing torch in its environment step, a compile with a unit in flight), one
 cell per cache kind with a compile in flight and one per signal with pip in flight; sccache-dist's cell is
 in tests/test_dist.py (it needs a loopback cluster). The wheel of a rerun is compared with a build of the same
@@ -27,8 +27,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from imagekit import need
-from signalkit import Cell, check_stopped, make_tree, write_recipe
+from kit.imagekit import need
+from kit.signalkit import Cell, check_stopped, make_tree, write_recipe
 
 from torchkiln.errors import Interrupted
 from torchkiln.process import runner

@@ -1,7 +1,7 @@
 """--source-dir and --accept-source-version over real trees: every combination ends in exit 0 or 2 with
 clear lines, never a traceback (issue 19 item 6).
 
-Trees: upstream's PyPI 2.6.0 release source (tests/realtrees.py), the same tree claiming an unknown release
+Trees: upstream's PyPI 2.6.0 release source (tests/kit/realtrees.py), the same tree claiming an unknown release
 (version.txt 2.99.0; the rest linked, not copied) and the same tree without a version.txt. Recipes: the
 2.13 CPU one (a tree of another release) and the 2.6 CUDA 12.4 one (its own release). Commands: plan,
 check, and build --no-preflight, whose rules must still see an adopted version and whose label must be the
@@ -16,12 +16,12 @@ import re
 from pathlib import Path
 
 import pytest
+from kit import ROOT
 
 from torchkiln.cli import main
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parent.parent
 CPU = ROOT / "recipes" / "torch-2.13-cpu-py311.toml"
 CU124 = ROOT / "recipes" / "torch-2.6-cu124-py310.toml"
 TREES = ("2.6.0", "2.99.0", "no-version")

@@ -13,8 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from kit import ROOT
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "torchkiln"
+SRC = ROOT / "src" / "torchkiln"
 # each module, and what it may import besides the standard library (facts.py reads the torch it describes)
 STANDALONE = {
     "build/postcheck.py": set(),

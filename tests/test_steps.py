@@ -15,8 +15,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from dists import tiny_wheel
-from imagekit import need_torch
+from kit import ROOT
+from kit.dists import tiny_wheel
+from kit.imagekit import need_torch
 from rich.console import Console
 from test_verify_lib import describing_recipe
 
@@ -28,7 +29,7 @@ from torchkiln.plan.make import FACTS, make_plan
 from torchkiln.plan.model import Plan, Step
 from torchkiln.recipe.loader import load_recipe
 
-RECIPE = Path(__file__).parent / "data" / "ext-cpu-test.toml"
+RECIPE = ROOT / "tests" / "data" / "ext-cpu-test.toml"
 
 
 def py(code: str, *args: str) -> tuple[str, ...]:

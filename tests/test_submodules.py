@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import tomli_w
+from kit import ROOT
 from rich.console import Console
 
 from torchkiln.build.loop import BuildOptions, run_build
@@ -35,7 +36,6 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
     import tomli as tomllib
 
-ROOT = Path(__file__).resolve().parent.parent
 CPU = ROOT / "recipes" / "torch-2.13-cpu-py311.toml"
 TEST_RECIPE = ROOT / "tests" / "data" / "ext-cpu-test.toml"
 BIG = Resources(cpus=4, memory_bytes=64 * GIB)

@@ -19,10 +19,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from dists import tiny_wheel
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from imagekit import examples, need_torch
+from kit import ROOT
+from kit.dists import tiny_wheel
+from kit.imagekit import examples, need_torch
 
 from torchkiln.artifacts import jsonfile
 from torchkiln.artifacts.manifest import load_manifest
@@ -34,7 +35,6 @@ from torchkiln.plan.given_torch import resolve_given_torch
 from torchkiln.plan.model import Step
 from torchkiln.recipe.loader import load_recipe
 
-ROOT = Path(__file__).resolve().parents[1]
 CPU = ROOT / "recipes" / "torch-2.13-cpu-py311.toml"
 LINE = re.compile(r"\[deploy\] system_libraries = (\[[^\]\n]*\])")
 

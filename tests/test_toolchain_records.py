@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from imagekit import require
+from kit.imagekit import require
 
 from torchkiln.build import toolchain_records
 from torchkiln.build.envstore import clone_tree

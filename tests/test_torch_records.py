@@ -13,7 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from dists import tiny_wheel
+from kit import ROOT
+from kit.dists import tiny_wheel
 
 from torchkiln.errors import UsageError
 from torchkiln.plan import given_torch, preflight
@@ -24,7 +25,6 @@ from torchkiln.plan.records import Records
 from torchkiln.recipe.loader import load_recipe
 from torchkiln.recipe.model import Recipe
 
-ROOT = Path(__file__).resolve().parent.parent
 CPU = ROOT / "recipes" / "torch-2.13-cpu-py311.toml"
 CU130 = ROOT / "recipes" / "torch-2.13-cu130-py312.toml"
 BIG = Resources(cpus=8, memory_bytes=64 * GIB)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ed25519
-from dists import tiny_wheel
+from kit.dists import tiny_wheel
 from rich.console import Console
 from test_build_fetch import ENV, fetch_recipe_text, git
 

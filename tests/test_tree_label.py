@@ -19,10 +19,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from dists import tiny_wheel
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from imagekit import examples, unisolated_signing_allowed
+from kit import ROOT
+from kit.dists import tiny_wheel
+from kit.imagekit import examples, unisolated_signing_allowed
 from rich.console import Console
 from test_build_fetch import fetch_recipe_text, git
 
@@ -35,8 +36,8 @@ from torchkiln.plan.model import Step
 from torchkiln.recipe.loader import load_recipe, parse_recipe
 from torchkiln.source.version import label_problem, release_of
 
-HERE = Path(__file__).resolve().parent
-CPU = HERE.parent / "recipes" / "torch-2.13-cpu-py311.toml"
+HERE = ROOT / "tests"
+CPU = ROOT / "recipes" / "torch-2.13-cpu-py311.toml"
 VISION_LIKE = HERE / "data" / "vision_like"
 RELEASES = {"torch": "2.13.0", "torchvision": "0.28.0"}  # the CPU recipe's
 

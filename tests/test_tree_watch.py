@@ -31,7 +31,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from imagekit import examples, need_sandbox
+from kit import ROOT
+from kit.imagekit import examples, need_sandbox
 from test_build_fetch import ENV
 from test_tree_exact import World, upstream  # noqa: F401 - the module's upstream fixture
 
@@ -44,7 +45,7 @@ from torchkiln.recipe.loader import load_recipe
 from torchkiln.source.exact import Difference, git_differences
 from torchkiln.source.tracked import control, git_dirs, tracked
 
-RECIPE = Path(__file__).parent / "data" / "ext-cpu-test.toml"
+RECIPE = ROOT / "tests" / "data" / "ext-cpu-test.toml"
 
 
 def git(repo: Path, *args: str) -> str:

@@ -29,8 +29,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
-from dists import tiny_wheel
-from imagekit import need, need_sandbox
+from kit import ROOT
+from kit.dists import tiny_wheel
+from kit.imagekit import need, need_sandbox
 from rich.console import Console
 from test_build_fetch import ENV, fetch_recipe_text
 
@@ -42,7 +43,7 @@ from torchkiln.recipe.loader import parse_recipe
 
 pytestmark = pytest.mark.integration
 
-DATA = Path(__file__).parent / "data" / "tree_writers"
+DATA = ROOT / "tests" / "data" / "tree_writers"
 # each writer, and the step it writes in
 WRITERS = {
     "setup.py": "torch:wheel",

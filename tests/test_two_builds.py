@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dists import tiny_wheel
+from kit import ROOT
+from kit.dists import tiny_wheel
 from rich.console import Console
 
 from torchkiln.build.loop import BuildOptions, run_build
@@ -45,7 +46,7 @@ from torchkiln.plan.make import make_plan
 from torchkiln.plan.model import Plan, Step
 from torchkiln.recipe.loader import load_recipe
 
-HERE = Path(__file__).resolve().parent
+HERE = ROOT / "tests"
 RECIPE = HERE / "data" / "ext-cpu-test.toml"
 BUILDS = ("a", "b")
 # the tree's newest file: each build's SOURCE_DATE_EPOCH (a tree without git), different on purpose

@@ -25,10 +25,10 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-import urlkit
 from hypothesis import HealthCheck, assume, event, example, given, settings
 from hypothesis import strategies as st
-from imagekit import ROOT, examples, need
+from kit import ROOT, urlkit
+from kit.imagekit import examples, need
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -893,7 +893,7 @@ def ccache_parse_unsigned(text: str) -> int | None:
 
 # --------------------------------------------------------------------------------------------------
 # One meaning for every value (issue 45 item 4): URLs through their real consumers. A generated corpus of
-# URL spellings (tests/urlkit.py: numeric, hex, octal and short IPv4 hosts, IPv4-mapped IPv6, case, a
+# URL spellings (tests/kit/urlkit.py: numeric, hex, octal and short IPv4 hosts, IPv4-mapped IPv6, case, a
 # trailing dot, percent-encoding, dot-segments, empty segments, queries, fragments, ports with leading zeros)
 # goes to the tool that reads it; what the tool used (the address it connected to, the request it sent, the
 # repository it opened, the redis database it wrote) must be what the value says as torchkiln records it,

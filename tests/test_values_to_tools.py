@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 import tomli_w
-from dists import tiny_wheel
-from imagekit import need
+from kit import ROOT
+from kit.dists import tiny_wheel
+from kit.imagekit import need
 from test_build_fetch import ENV as GIT_ENV
 from test_build_fetch import git
 
@@ -35,8 +36,7 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
     import tomli as tomllib
 
-ROOT = Path(__file__).resolve().parent.parent
-RECIPE = Path(__file__).parent / "data" / "ext-cpu-test.toml"
+RECIPE = ROOT / "tests" / "data" / "ext-cpu-test.toml"
 DOC = ROOT / "docs" / "values-to-tools.md"
 
 

@@ -17,10 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from dists import tiny_wheel
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from imagekit import examples
+from kit.dists import tiny_wheel
+from kit.imagekit import examples
 
 from torchkiln.build import venvcheck
 from torchkiln.build.envstore import clone_tree, link_venv

@@ -21,8 +21,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from ext_recipe import ext_recipe_text
-from imagekit import need
+from kit import ROOT, realtrees
+from kit.ext_recipe import ext_recipe_text
+from kit.imagekit import need
 from rich.console import Console
 from test_build import checks_only, describing_the_wheel
 
@@ -35,7 +36,7 @@ from torchkiln.recipe.loader import load_recipe
 
 pytestmark = pytest.mark.integration
 
-EXT = Path(__file__).resolve().parent / "data" / "ext_project"
+EXT = ROOT / "tests" / "data" / "ext_project"
 SITE = "lib/python3.11/site-packages"
 GLOBAL_DEPS = f"{SITE}/torch/lib/libtorch_global_deps.so"
 ENV_STEPS = ["build-env:venv", "build-env:pip", "build-env:deps", "torchvision:install-torch"]
@@ -195,24 +196,9 @@ def test_a_store_entry_truncated_in_place_is_dropped_and_its_step_runs_again(wor
 @pytest.fixture(scope="module")
 def checked(world: dict[str, Path]) -> dict[str, object]:
     """A work directory whose wheelhouse holds upstream's torch 2.13.0+cpu wheel, checked once."""
-    import subprocess
-    import sys
-
     root = world["root"] / "checks"
     wheelhouse = root / "work" / "wheelhouse" / "torch.deploy"
-    wheelhouse.mkdir(parents=True)
-    pip = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--quiet",
-        "--no-deps",
-        "torch==2.13.0",
-        "-d",
-        str(wheelhouse),
-    ]
-    subprocess.run(pip, check=True)
+    realtrees.pypi_wheel_in(wheelhouse)
     here = {"root": root, "work": root / "work"}
     plan = replace(checks_only(here, describing_the_wheel(), "first"), env_store=world["checks-store"])
     result, _ = build(plan)

@@ -16,8 +16,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from dists import tiny_wheel
-from imagekit import need_sandbox
+from kit.dists import tiny_wheel
+from kit.imagekit import need_sandbox
 from rich.console import Console
 from test_envstore import entries, make_venv, stand_in_plan, statuses
 

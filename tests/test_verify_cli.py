@@ -13,11 +13,11 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from kit import ROOT, realtrees
 
 # Each test runs the real verification suite in a fresh interpreter (5 to 15 s each): the integration part.
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[1]
 CU130 = ROOT / "recipes" / "torch-2.13-cu130-py312.toml"
 CPU = ROOT / "recipes" / "torch-2.13-cpu-py311.toml"
 TIMEOUT = 240
@@ -223,28 +223,11 @@ def torch_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The wheel of the installed torch (upstream's 2.13.0+cpu), as a build would have left it in dist/."""
     import torch
 
-    directory = tmp_path_factory.mktemp("dist")
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--quiet",
-            "--no-deps",
-            f"torch=={torch.__version__}",
-            "-d",
-            str(directory),
-        ],
-        check=True,
-        timeout=TIMEOUT,
-    )
-    (wheel,) = directory.glob("torch-*.whl")
-    return wheel
+    return realtrees.pypi_wheel_in(tmp_path_factory.mktemp("dist"), f"torch==={torch.__version__}")
 
 
 def _manifest_of(wheel: Path, commit: str | None, path: Path) -> Path:
-    from dists import manifest_of, source_lock
+    from kit.dists import manifest_of, source_lock
 
     from torchkiln.artifacts.manifest import WheelRecord, write_manifest
 

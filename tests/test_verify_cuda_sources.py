@@ -21,9 +21,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from realtrees import cuda_toolkit, pypi_wheel
+from kit import ROOT
+from kit.realtrees import cuda_toolkit, pypi_wheel
 
-ROOT = Path(__file__).resolve().parents[1]
 VERIFY = ROOT / "verify"
 
 # CUDA checks whose direct skip means CUDA (or the GPU machine) is unusable: under --require-cuda they fail.

@@ -13,7 +13,8 @@ from multiprocessing.connection import Listener
 from pathlib import Path
 
 import pytest
-from imagekit import need_torch, require
+from kit import ROOT
+from kit.imagekit import need_torch, require
 
 from torchkiln.verify.proc import (
     SCRATCH_DIRS,
@@ -25,8 +26,6 @@ from torchkiln.verify.proc import (
     scratch_parent,
     worker_environment,
 )
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_debug_switches_and_launcher_variables_are_removed_numerics_pinned_the_rest_kept() -> None:

@@ -159,7 +159,7 @@ def _held(kind: str) -> socket.socket:
 def test_the_ranks_first_error_is_the_cause_of_a_real_fault(tmp_path: Path, fault: str, words: str) -> None:
     """c10d's own output under each fault (torch's store, as the ranks make it), reported as a hung launch
     with no other cause found: the cause is its first error line (it was null: "no cause found here")."""
-    from imagekit import need_torch, require
+    from kit.imagekit import need_torch, require
 
     need_torch()
     from torchkiln.verify import report
@@ -214,7 +214,7 @@ def test_this_machine_reaches_itself() -> None:
 
 def test_a_network_namespace_without_its_loopback_is_named() -> None:
     """unshare -n: a network namespace whose only interface, lo, is down; every connect gets ENETUNREACH."""
-    from imagekit import require
+    from kit.imagekit import require
 
     require(_can_unshare_net(), "unshare -n is not permitted here (a network namespace needs root)")
     code = "from torchkiln.verify import hang; print('\\n'.join(hang.likely_causes({})))"

@@ -22,8 +22,8 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-from dists import pip_install_target, tiny_wheel
-from imagekit import need_torch, require
+from kit.dists import pip_install_target, tiny_wheel
+from kit.imagekit import need_torch, require
 
 from torchkiln.verify import imported, linkage
 

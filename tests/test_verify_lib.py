@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from imagekit import need_torch
+from kit import ROOT
+from kit.imagekit import need_torch
 
 from torchkiln.nox_support import find_wheels, install_for_verify, verify_args, wheel_requirements
 from torchkiln.recipe import archs
@@ -25,7 +26,6 @@ from torchkiln.verify import buildconfig, buildconfig_torchvision, proc, report
 from torchkiln.verify import facts as facts_mod
 from torchkiln.verify.comparison import Comparison, flag
 
-ROOT = Path(__file__).resolve().parents[1]
 CU130 = ROOT / "recipes" / "torch-2.13-cu130-py312.toml"
 CPU = ROOT / "recipes" / "torch-2.13-cpu-py311.toml"
 REFERENCE_RECIPES = ROOT / "tests" / "reference" / "recipes"

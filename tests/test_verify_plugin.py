@@ -12,10 +12,10 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from imagekit import need_torch
+from kit import ROOT
+from kit.imagekit import need_torch
 
 torch = need_torch()  # the suite runs torch: skipped without it (failed under CI=true)
-ROOT = Path(__file__).resolve().parents[1]
 # The synthetic CUDA test is skipped (or failed under --require-cuda) only where no CUDA device is usable.
 no_cuda = pytest.mark.skipif(
     torch.cuda.is_available(), reason="expects a machine without a usable CUDA device"

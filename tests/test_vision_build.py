@@ -5,7 +5,7 @@ The pairing: torchvision 0.21 pairs with torch 2.6 only, and the package index's
 is upstream's CUDA 12.4 build (``2.6.0+cu124``; no CPU wheel of 2.6.0 is reachable). A CPU recipe refuses a
 CUDA torch (on purpose), so the recipe is a cu124 one (tests/data/vision-0.21-cu124-test.toml, one arch)
 and ``torchkiln build --only torchvision --torch WHEEL`` compiles torchvision's CUDA ops and nvJPEG codec
-with nvcc 12.4.131 (tests/cudakit.py: NVIDIA's binaries from Debian, the rest from NVIDIA's wheels). The
+with nvcc 12.4.131 (tests/kit/cudakit.py: NVIDIA's binaries from Debian, the rest from NVIDIA's wheels). The
 plan's CUDA_HOME is /usr/local/cuda-12.4: a bubblewrap sandbox binds the toolkit there (nothing is installed
 on the host), and the same sandbox hides libpng for the refusal: /dev/null over libpng-config, an empty
 libpng16/ include directory.
@@ -20,7 +20,7 @@ venv and its checks about 80 s; warm about 3 minutes. CI runs it cold, in the in
 tests` (issue 19's done-when; an earlier estimate of "most of an hour" came from a run on cores shared with
 other builds).
 
-The built wheel is then installed with plain pip into a deployment root (tests/deployroot.py: no compiler, no
+The built wheel is then installed with plain pip into a deployment root (tests/kit/deployroot.py: no compiler, no
 CUDA toolkit, no -dev package) and verify's release area runs there (issue 34, item 4; docs/deploy.md).
 """
 
@@ -39,12 +39,10 @@ import zipfile
 from dataclasses import replace
 from pathlib import Path
 
-import cudakit
-import deployroot
 import pytest
-import realtrees
-from dists import pip_install_target, tampered_copy
-from imagekit import need
+from kit import ROOT, cudakit, deployroot, realtrees
+from kit.dists import pip_install_target, tampered_copy
+from kit.imagekit import need
 from rich.console import Console
 
 from torchkiln.build.loop import BuildFailed, BuildOptions, run_build
@@ -55,7 +53,7 @@ from torchkiln.recipe.loader import load_recipe
 
 pytestmark = pytest.mark.integration
 
-HERE = Path(__file__).resolve().parent
+HERE = ROOT / "tests"
 RECIPE = HERE / "data" / "vision-0.21-cu124-test.toml"
 WHEEL = "torchvision-0.21.0+cu124-cp311-cp311-linux_x86_64.whl"
 

@@ -3,7 +3,7 @@
 setup.py builds without a codec it does not find ("Building torchvision without PNG support"), so preflight
 must find exactly what setup.py will find. The verdicts of torchkiln.plan.vision_parts are compared with
 upstream's own ``find_libpng`` and ``find_library``, taken whole from the real torchvision 0.21.0 setup.py
-(tests/realtrees.py) and run as they are, in the same environment: the host as it is, a PATH without
+(tests/kit/realtrees.py) and run as they are, in the same environment: the host as it is, a PATH without
 libpng-config, an old libpng, and (in a bubblewrap sandbox) a system whose include directories are empty,
 with the headers in TORCHVISION_INCLUDE or a conda prefix instead. Then the recipe side: torchvision.include_dirs
 / library_dirs reach setup.py as TORCHVISION_INCLUDE / TORCHVISION_LIBRARY, checked as paths.
@@ -21,7 +21,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from imagekit import need_sandbox, require
+from kit import ROOT
+from kit.imagekit import need_sandbox, require
 
 from torchkiln.cli import main
 from torchkiln.plan import preflight, vision_parts
@@ -29,7 +30,6 @@ from torchkiln.plan.jobs import GIB, Resources
 from torchkiln.plan.make import make_plan
 from torchkiln.recipe.loader import load_recipe
 
-ROOT = Path(__file__).resolve().parents[1]
 CPU = ROOT / "recipes" / "torch-2.13-cpu-py311.toml"
 BIG = Resources(cpus=4, memory_bytes=64 * GIB)
 HEADERS = {"png": "png.h", "jpeg": "jpeglib.h", "webp": "webp/decode.h"}

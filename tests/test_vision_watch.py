@@ -1,4 +1,4 @@
-"""The torchvision watcher on the real torchvision 0.21.0 setup.py (tests/realtrees.py): the lines of
+"""The torchvision watcher on the real torchvision 0.21.0 setup.py (tests/kit/realtrees.py): the lines of
 src/torchkiln/data/vision_setup.toml are the ones it prints, and a build whose setup.py drops a part the recipe
 asks for stops before compiling, naming torchvision.features.<part>."""
 
@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-import realtrees
+from kit import ROOT, realtrees
 from rich.console import Console
 
 from torchkiln.build.loop import BuildOptions, ConfigureMismatch, run_build
@@ -24,7 +24,7 @@ from torchkiln.plan.model import Step
 from torchkiln.recipe.loader import load_recipe
 from torchkiln.recipe.vision_setup import vision_parts
 
-HERE = Path(__file__).resolve().parent
+HERE = ROOT / "tests"
 ASK_ALL = {part.env: "1" for part in vision_parts().values()}
 
 

@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from kit import ROOT
 from packaging.version import Version
 
 from torchkiln.build.watch import Contradiction, Expectations, Messages, SummaryWatcher, parse_summary
@@ -15,8 +16,7 @@ from torchkiln.plan.make import make_plan
 from torchkiln.recipe.loader import load_recipe
 from torchkiln.recipe.model import Recipe
 
-ROOT = Path(__file__).resolve().parent.parent
-LOGS = Path(__file__).parent / "data" / "cmake_summaries"
+LOGS = ROOT / "tests" / "data" / "cmake_summaries"
 CU130 = load_recipe(ROOT / "recipes" / "torch-2.13-cu130-py312.toml")
 CPU = load_recipe(ROOT / "recipes" / "torch-2.13-cpu-py311.toml")
 # What [build.flags] adds for the CUDA libraries no shipped recipe asks for by default.

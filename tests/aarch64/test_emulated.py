@@ -21,16 +21,14 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-import arm64root
 import pytest
-import realtrees
-from imagekit import require
+from kit import ROOT, arm64root, realtrees
+from kit.imagekit import require
 from test_compat_wheels import _gencode_arch_list, _pins, _version_py
 
 from torchkiln.recipe.compat import compat
 from torchkiln.recipe.loader import load_recipe
 
-ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "tests" / "reference" / "recipes" / "upstream-2.13.0-cu130-py311-aarch64.toml"
 X86_REFERENCE = ROOT / "tests" / "reference" / "recipes" / "upstream-2.13.0-cu130-py311.toml"
 SHIPPED = ROOT / "recipes" / "torch-2.13-cu130-py312-aarch64.toml"

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import realtrees
+from kit import realtrees
 from test_runtime_libraries import elf_of, matches, upstream_bundled
 
 from torchkiln.recipe import runtime_libraries

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from imagekit import HOST_CAS, report, require
+from kit.imagekit import HOST_CAS, report, require
 
 from torchkiln.images import rootfs
 from torchkiln.images.platforms import platform_named

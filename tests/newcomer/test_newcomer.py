@@ -42,15 +42,15 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from chroot import Root, make_root, publish_checkout
-from imagekit import report, require
-from readmekit import readme_blocks
+from kit import ROOT
+from kit.chroot import Root, make_root, publish_checkout
+from kit.imagekit import report, require
+from kit.readmekit import readme_blocks
 
 from torchkiln.files.digests import file_sha256
 
 pytestmark = [pytest.mark.integration, pytest.mark.newcomer]
 
-ROOT = Path(__file__).resolve().parents[2]
 TRANSCRIPTS = ROOT / ".torchkiln" / "newcomer"
 CPU_TORCH = "torch==2.13.0+cpu"  # what the torch-wheel block downloads
 # Each suite's python3 (data/distros.toml); the README quotes Debian 13's output.

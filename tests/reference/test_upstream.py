@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 import tomli_w
+from kit import ROOT
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
@@ -36,7 +37,6 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
     import tomli as tomllib
 
-ROOT = Path(__file__).resolve().parents[2]
 ENV = "TORCHKILN_REFERENCE_RECIPE"  # set by `nox -s reference` (see conftest.py)
 REPORT_ENV = "TORCHKILN_REFERENCE_REPORT"
 TIMEOUT = 600

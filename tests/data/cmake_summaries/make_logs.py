@@ -3,7 +3,7 @@
 
 Every line of a log is printed by a real CMake (the one on PATH) running real upstream code:
 
-1. the prologue is the real output of configuring the real PyTorch 2.6.0 tree (``tests/realtrees.py``:
+1. the prologue is the real output of configuring the real PyTorch 2.6.0 tree (``tests/kit/realtrees.py``:
    Debian's ``pytorch_2.6.0+dfsg.orig.tar.xz``) on this machine, up to the last line its top-level
    ``CMakeLists.txt`` prints before ``include(cmake/Dependencies.cmake)``. That tree has no submodules, so
    its configure cannot go further (third_party/protobuf, pocketfft, onnx, ... are absent);

@@ -30,8 +30,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagekit import require
-
+from kit import ROOT
+from kit.imagekit import require
 from torchkiln.files import shared
 
 ARCHIVE = os.environ.get("TORCHKILN_DEBIAN_MIRROR", "http://deb.debian.org/debian")
@@ -143,6 +143,17 @@ def pypi_wheel(requirement: str, *, python_version: str | None = None, platform:
     return next(target.glob("*.whl"))
 
 
+TORCH_CPU = "torch===2.13.0+cpu"  # upstream's CPU wheel: what `nox -s tests` installs and test builds check
+
+
+def pypi_wheel_in(directory: Path, requirement: str = TORCH_CPU) -> Path:
+    """:func:`pypi_wheel`'s wheel for this Python copied into ``directory`` (made if missing): a test's own
+    wheelhouse or dist/, which it may change, while the download is the cache's, one for every test."""
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    directory.mkdir(parents=True, exist_ok=True)
+    return Path(shutil.copy2(pypi_wheel(requirement, python_version=python), directory))
+
+
 def pypi_venv(requirement: str, *, extra: tuple[str, ...] = ()) -> Path:
     """A venv (this Python) with upstream's wheel for ``requirement`` and its dependencies installed, plus
     ``extra``, kept in the cache under ``venvs/`` (built once: torch 2.6.0's CUDA libraries are gigabytes;
@@ -217,7 +228,7 @@ def cuda_toolkit() -> Path:
             "CUDA_PREFIX": str(tmp / "cuda"),
             "VIRTUAL_ENV": sys.prefix,
         }
-        script = Path(__file__).resolve().parents[1] / "scripts" / "install_cuda_toolkit.sh"
+        script = ROOT / "scripts" / "install_cuda_toolkit.sh"
         done = subprocess.run(
             ["bash", str(script)], env=env, capture_output=True, text=True, check=False, timeout=1800
         )

@@ -4,7 +4,7 @@ with ``--sign KEYDIR`` a CycloneDX SBOM per wheel and a signed provenance statem
 The reference tier installs upstream's own wheels from these files and passes the manifest to ``torchkiln
 verify --manifest``, so the provenance checks (versions, the commit each wheel's ``version.py`` records, the
 wheel's sha256, the files it installs) run on real artifacts too. The manifest says the wheels were not built
-by torchkiln (:func:`dists.manifest_for_upstream`).
+by torchkiln (:func:`kit.dists.manifest_for_upstream`).
 
 ``--sign KEYDIR``: the SBOMs and the statement are made by the same code ``torchkiln build``'s publish step
 runs (:func:`torchkiln.artifacts.sbom.write_wheel_sboms`, :func:`torchkiln.artifacts.provenance.statement`),
@@ -13,7 +13,7 @@ signed with an ed25519 key made for this run (``KEYDIR/reference.key``; its publ
 byproducts on upstream's real wheels. The statement's builder is this script, not torchkiln's build: it
 vouches for which files were verified, not for how they were built.
 
-Usage: python tests/reference/upstream_manifest.py RECIPE DIR [--sign KEYDIR]
+Usage: python tests/kit/upstream_manifest.py RECIPE DIR [--sign KEYDIR]
 """
 
 from __future__ import annotations
@@ -25,15 +25,14 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the dists helper
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the kit package (kit.dists)
 
-from dists import manifest_for_upstream  # noqa: E402
-
+from kit.dists import manifest_for_upstream  # noqa: E402
 from torchkiln.artifacts import provenance, sbom, signing  # noqa: E402
 from torchkiln.artifacts.manifest import load_manifest  # noqa: E402
 from torchkiln.recipe.loader import load_recipe  # noqa: E402
 
-BUILDER_ID = "https://github.com/torchkiln/torchkiln/blob/main/tests/reference/upstream_manifest.py"
+BUILDER_ID = "https://github.com/torchkiln/torchkiln/blob/main/tests/kit/upstream_manifest.py"
 
 
 def sign(recipe_path: Path, dist: Path, manifest_path: Path, keydir: Path) -> Path:

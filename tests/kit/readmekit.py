@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+from kit import ROOT
+
+README = ROOT / "README.md"
 BLOCKS = (
     "run-deps", "checkout", "setup", "recipe", "check-missing", "build-deps", "check-ok", "torch-wheel", "main-job",
     "unit",
@@ -31,6 +32,6 @@ def readme_blocks() -> list[Block]:
         console = CONSOLE.match(text, match.end())
         found.append(Block(match.group(1), match.group(2), console.group(1).splitlines() if console else []))
     assert tuple(b.name for b in found) == BLOCKS, (
-        "README.md's newcomer blocks changed: update tests/readmekit.py"
+        "README.md's newcomer blocks changed: update tests/kit/readmekit.py"
     )
     return found

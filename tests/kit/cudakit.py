@@ -24,10 +24,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-import realtrees
-from imagekit import need_sandbox, require
+from kit import ROOT, realtrees
+from kit.imagekit import need_sandbox, require
 
-ROOT = Path(__file__).resolve().parents[1]
 CUDA = "12.4"
 
 NVCC_DEB = realtrees.Tarball(

@@ -29,7 +29,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from kit import ROOT
+
 VISION = ROOT / "tests" / "data" / "vision_like"
 BASE_RECIPE = ROOT / "tests" / "data" / "ext-cpu-test.toml"
 UNITS = ("csrc/vision.cpp", "csrc/ops/op_00.cpp", "csrc/io/image.cpp", "csrc/io/codec_00.cpp")

@@ -7,9 +7,10 @@ import json
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+from kit import ROOT
+
+TESTS = ROOT / "tests"
 
 # The machinery of SBOMs, signatures and images: none of it is needed by `build --help`, `check`, a no-op
 # build or `verify` (each imports it only where it writes an SBOM, signs or checks a signature, or builds
@@ -45,7 +46,7 @@ def imported(
 ) -> tuple[int, set[str], str]:
     """(exit status, the modules imported, the output) of ``main(argv)`` of ``module`` in a fresh
     interpreter."""
-    code = _RUN.format(tests=str(HERE), module=module)
+    code = _RUN.format(tests=str(TESTS), module=module)
     done = subprocess.run(
         [sys.executable, "-c", code, json.dumps(list(argv))],
         capture_output=True,

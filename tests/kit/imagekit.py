@@ -14,6 +14,7 @@ from types import ModuleType
 
 import pytest
 
+from kit import ROOT
 from torchkiln import cli
 from torchkiln.images.engines import Buildah, Engine, Storage
 from torchkiln.images.platforms import image_platform, platform_named
@@ -23,7 +24,6 @@ from torchkiln.process import runner
 from torchkiln.recipe.image_bases import DISTROS
 from torchkiln.recipe.model import Recipe
 
-ROOT = Path(__file__).resolve().parents[1]
 # The host's CA bundle goes into the base as local CAs, so TLS through this machine's egress proxy works in
 # RUN steps (as a corporate CA would): `torchkiln images --base-ca`.
 HOST_CAS = tuple(str(p) for p in (Path("/etc/ssl/certs/ca-certificates.crt"),) if p.is_file())

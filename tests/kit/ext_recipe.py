@@ -11,10 +11,10 @@ every env step's result. So these builds are plans the product makes from a reci
 
 from __future__ import annotations
 
-from pathlib import Path
+from kit import ROOT
 
 TORCH = "torch==2.13.0"  # the local CPU wheel on this machine's index (2.13.0+cpu)
-RECIPE = Path(__file__).resolve().parent / "data" / "ext-cpu-test.toml"
+RECIPE = ROOT / "tests" / "data" / "ext-cpu-test.toml"
 
 
 def ext_recipe_text(extra: str = "") -> str:

@@ -30,15 +30,14 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-import realtrees
-from imagekit import require
+from kit import ROOT, realtrees
+from kit.imagekit import require
 
 SUITE = "bookworm"
 ARCHIVE = "http://deb.debian.org/debian"
 KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 PACKAGES = ("python3", "python3-venv")
 PATH = "/opt/venv/bin:/usr/local/bin:/usr/bin:/bin"
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _runtime_dependencies() -> tuple[str, ...]:

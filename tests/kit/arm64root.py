@@ -23,9 +23,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import realtrees
 import tomli_w
 
+from kit import realtrees
 from torchkiln.images.platforms import platform_named
 from torchkiln.recipe.loader import load_recipe
 
