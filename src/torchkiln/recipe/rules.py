@@ -28,7 +28,7 @@ from .rules_cuda import (
     _platform_cuda,
     _runtime_libraries,
 )
-from .rules_settings import _cache, _dist, _flags, _flags_known
+from .rules_settings import _cache, _cluster, _flags, _flags_known
 from .rules_toolchain import _blas, _gcc_range, _magma, _platform_blas
 from .rules_versions import (
     _build_version_pair,
@@ -177,7 +177,12 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "cache", "cache settings are consistent, usable by the plan and hold no secrets", _cache, ("cache",)
     ),
-    Rule("dist", "distributed compiles name a scheduler and use sccache", _dist, ("dist", "cache.kind")),
+    Rule(
+        "cluster",
+        "distributed compiles name a scheduler and use sccache",
+        _cluster,
+        ("cluster", "cache.kind"),
+    ),
     Rule(
         "deploy-cuda-libraries",
         "a CUDA wheel's CUDA libraries come from NVIDIA's wheels, or are bundled where upstream bundles them",
