@@ -7,7 +7,7 @@ Two trees (``--tree``):
   with ``--heavy`` more core units added to the copy, each as heavy as a small ATen unit (``<regex>``,
   ``<iostream>`` and a few containers instantiated: about a second of cc1plus each), so that the compile, not
   CMake's configure, is what a Python costs. Built as torch (``--only torch --source-dir torch=<copy>``,
-  ``--skip-checks``) with the test recipe (tests/data/ext-cpu-test.toml) and ``python.versions``.
+  ``--skip-postcheck``) with the test recipe (tests/data/ext-cpu-test.toml) and ``python.versions``.
 * ``torchvision-0.21``: upstream's real torchvision 0.21.0 tree (Debian's orig tarball, tests/kit/realtrees.py)
   against upstream's torch 2.6.0+cu124 for each Python (``--torch torch==2.6.0``), with the recipe
   tests/data/vision-0.21-cu124-test.toml (one arch, the codecs): its C++ ops and codecs through
@@ -145,7 +145,7 @@ def pythons_tree(heavy: int) -> Tree:
         return path
 
     # --no-preflight: the stand-in is no torch tree (no version.txt, no OpenBLAS)
-    args = ("--only", "torch", "--skip-checks", "--no-preflight")
+    args = ("--only", "torch", "--skip-postcheck", "--no-preflight")
     units = f"{6 + heavy} units without Python.h, 1 with"
     return Tree(
         "pythons", "torch", fresh, recipe, args, f"tests/data/pythons_project + {heavy} heavy ({units})"
@@ -168,7 +168,7 @@ def vision_tree() -> Tree:
 
     # --no-preflight: no CUDA 13.0 toolkit needed (no CUDA unit), nor MKL; the checks would install the
     # 9 GB of NVIDIA wheels once more
-    args = ("--only", "torchvision", "--torch", VISION_TORCH, "--skip-checks", "--no-preflight")
+    args = ("--only", "torchvision", "--torch", VISION_TORCH, "--skip-postcheck", "--no-preflight")
     return Tree(
         "vision_like",
         "torchvision",
@@ -196,7 +196,7 @@ def real_vision_tree(scratch: Path) -> Tree:
         path.write_text(tomli_w.dumps(doc))
         return path
 
-    args = ("--only", "torchvision", "--torch", "torch==2.6.0", "--skip-checks")
+    args = ("--only", "torchvision", "--torch", "torch==2.6.0", "--skip-postcheck")
     description = "torchvision 0.21.0 (Debian's orig tarball), torch 2.6.0+cu124, one arch (8.0)"
     return Tree(
         "torchvision-0.21",

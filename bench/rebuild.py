@@ -282,7 +282,7 @@ class Torchkiln:
         argv = [str(recipe), "--only", "torchvision", "--torch", TORCH]
         argv += ["--source-dir", f"torchvision={builder / 'vision'}", "--workdir", str(builder / "work")]
         argv += ["--dist", str(builder / "dist"), "--jobs", str(self.jobs), "--cache", "ccache"]
-        argv += ["--cache-dir", str(cache_dir), *([] if checks else ["--skip-checks"])]
+        argv += ["--cache-dir", str(cache_dir), *([] if checks else ["--skip-postcheck"])]
         argv += ["--env-store", str(self.scratch / env_store), *(["--force"] if force else [])]
         env = {**os.environ, "PATH": tool_path()}
         load = loadavg()

@@ -133,10 +133,10 @@ def cold(world):
     """The cold build, then the same command again. The post-build check is skipped: the extension stands in
     for torch's build, but it is not torch (test_post_build_check_* check real torch wheels)."""
     s = scenario(world, "main")
-    first, first_out, first_s = build(plan_for(world, s), skip_checks=True)
+    first, first_out, first_s = build(plan_for(world, s), skip_postcheck=True)
     manifest_first = json.loads((s["dist"] / "manifest.json").read_text())
     mtime = (s["dist"] / WHEEL).stat().st_mtime_ns
-    second, second_out, second_s = build(plan_for(world, s), skip_checks=True)
+    second, second_out, second_s = build(plan_for(world, s), skip_postcheck=True)
     return {
         "s": s,
         "first": first,
@@ -297,7 +297,7 @@ def test_a_no_op_imports_no_sbom_signing_or_image_machinery(world, cold) -> None
     s = cold["s"]
     argv = ["build", str(world["recipe"]), "--workdir", str(s["work"]), "--dist", str(s["dist"])]
     argv += ["--source-dir", f"torch={s['src']}", "--only", "torch", "--cache", "ccache"]
-    argv += ["--cache-dir", str(s["ccache"]), "--jobs", "2", "--skip-checks", "--no-preflight"]
+    argv += ["--cache-dir", str(s["ccache"]), "--jobs", "2", "--skip-postcheck", "--no-preflight"]
     argv += ["--env-store", "off"]
     sbom = s["dist"] / WHEEL.replace(".whl", ".cdx.json")
     before = sbom.read_bytes()
@@ -314,7 +314,7 @@ def test_changed_recipe_field_rebuilds_only_what_reads_it(world, cold) -> None:
     s = cold["s"]
     changed = world["root"] / "flags.toml"
     changed.write_text(recipe_text("\n[build.flags]\nUSE_KINETO = false\n"))
-    result, _, _ = build(plan_for(world, s, changed), skip_checks=True)
+    result, _, _ = build(plan_for(world, s, changed), skip_postcheck=True)
     # USE_KINETO is in the torch wheel step's env only: the build env is unchanged
     assert [n for n in result.ran if n != "publish"] == ["torch:wheel"]
     m = json.loads((s["dist"] / "manifest.json").read_text())
@@ -325,7 +325,7 @@ def test_forced_rebuild_clears_the_in_tree_build_dir_and_hits_the_compiler_cache
     s = cold["s"]
     stale = s["src"] / "build" / "stale-object.o"
     stale.write_text("left by an earlier build")
-    result, out, _ = build(plan_for(world, s), force=True, skip_checks=True, min_hit_rate=0.99)
+    result, out, _ = build(plan_for(world, s), force=True, skip_postcheck=True, min_hit_rate=0.99)
     assert "torch:wheel" in result.ran and "build-env:venv" not in result.ran, "environments are reused"
     assert not stale.exists(), "--force removes the in-tree build/ it owns: a real rebuild"
     stats = json.loads((s["dist"] / "manifest.json").read_text())["cache"]
@@ -353,31 +353,31 @@ def test_tree_that_the_build_rewrites_is_a_no_op_on_rerun_and_force_gives_the_sa
     setup = s["src"] / "setup.py"
     setup.write_text(setup.read_text() + VERSION_WRITER)
     pristine = tree_sha256(s["src"])
-    first, _, _ = build(plan_for(world, s), skip_checks=True)
+    first, _, _ = build(plan_for(world, s), skip_postcheck=True)
     assert "torch:wheel" in first.ran and (s["src"] / "kiln_ext" / "version.py").is_file()
     assert (s["src"] / "build").is_dir(), "the build left its in-tree build/ (kept for incremental builds)"
     sha = json.loads((s["dist"] / "manifest.json").read_text())["wheels"][0]["sha256"]
 
-    again, _, _ = build(plan_for(world, s), skip_checks=True)
+    again, _, _ = build(plan_for(world, s), skip_postcheck=True)
     assert again.ran == [], "version.py and build/ are the build's own outputs, not changes to the tree"
 
-    forced, _, _ = build(plan_for(world, s), force=True, skip_checks=True)
+    forced, _, _ = build(plan_for(world, s), force=True, skip_postcheck=True)
     assert "torch:wheel" in forced.ran
     m = json.loads((s["dist"] / "manifest.json").read_text())
     assert m["wheels"][0]["sha256"] == sha, "a forced rebuild of unchanged sources gives the identical wheel"
     assert m["sources"]["torch"]["tree_sha256"] == pristine, "what the tree was, not what the build wrote"
 
     (s["src"] / "csrc" / "ops.cpp").write_text((s["src"] / "csrc" / "ops.cpp").read_text() + "\n// edited\n")
-    edited, _, _ = build(plan_for(world, s), skip_checks=True)
+    edited, _, _ = build(plan_for(world, s), skip_postcheck=True)
     assert "torch:wheel" in edited.ran, "a real edit still rebuilds"
-    assert build(plan_for(world, s), skip_checks=True)[0].ran == []
+    assert build(plan_for(world, s), skip_postcheck=True)[0].ran == []
 
 
 def test_compile_error_reports_first_error_and_log(world) -> None:
     broken = '#include "ops.h"\n\ntorch::Tensor scaled_add(const torch::Tensor& a, const torch::Tensor& b, double alpha) {\n  return a + b * undeclared_alpha;\n}\n'
     s = scenario(world, "broken", source_edit=broken)
     with pytest.raises(BuildFailed) as info:
-        build(plan_for(world, s), skip_checks=True)
+        build(plan_for(world, s), skip_postcheck=True)
     message = str(info.value)
     first = next(line for line in message.splitlines() if line.startswith("first error: "))
     assert "csrc/ops.cpp:4:" in first and "error:" in first and "undeclared_alpha" in first
@@ -448,7 +448,7 @@ def test_fetched_pinned_source_builds_and_is_locked(world, upstream) -> None:
     dist = world["root"] / "fetched-dist"
     cache = resolve_cache(r.cache, kind="ccache", dir=world["root"] / "fetched-ccache")
     plan = make_plan(r, workdir=world["work"], dist=dist, only="torch", cache=cache, jobs=2)
-    result, _, _ = build(plan, skip_checks=True)
+    result, _, _ = build(plan, skip_postcheck=True)
     assert [n for n in result.ran if n.startswith("torch:fetch")] == [
         "torch:fetch:init", "torch:fetch:remote", "torch:fetch:fetch-ref", "torch:fetch:checkout",
         "torch:fetch:submodule",
@@ -512,7 +512,7 @@ def test_interrupted_build_leaves_dist_clean(world, signum: int) -> None:
     argv = [
         sys.executable, "-m", "torchkiln", "build", str(world["recipe"]),
         "--source-dir", f"torch={s['src']}", "--only", "torch", "--workdir", str(s["work"]),
-        "--dist", str(s["dist"]), "--cache-dir", str(s["ccache"]), "--jobs", "2", "--skip-checks",
+        "--dist", str(s["dist"]), "--cache-dir", str(s["ccache"]), "--jobs", "2", "--skip-postcheck",
         "--no-preflight",  # the stand-in extension is no torch tree (no version.txt; no OpenBLAS needed)
     ]  # fmt: skip
     latest = s["work"] / "logs" / "latest"
@@ -584,7 +584,7 @@ def test_nothing_of_a_sigkilled_build_survives_and_the_rerun_recovers(world) -> 
         sys.executable, "-m", "torchkiln", "build", str(world["recipe"]),
         "--source-dir", f"torch={s['src']}", "--only", "torch", "--workdir", str(s["work"]),
         "--dist", str(s["dist"]), "--cache", "sccache", "--cache-dir", str(s["ccache"]), "--jobs", "2",
-        "--skip-checks", "--no-preflight",
+        "--skip-postcheck", "--no-preflight",
     ]  # fmt: skip
     latest = s["work"] / "logs" / "latest"  # logs are kept per run; latest links this run's once it logs
     earlier = latest.resolve() if latest.exists() else None  # the shared workdir's logs of an earlier build
@@ -615,7 +615,7 @@ def test_nothing_of_a_sigkilled_build_survives_and_the_rerun_recovers(world) -> 
     assert left == [], (
         "nothing of the killed build survives it: compilers, ninja, its sccache server, its socket"
     )
-    result, out, _ = build(plan_for(world, s, cache_kind="sccache"), skip_checks=True)
+    result, out, _ = build(plan_for(world, s, cache_kind="sccache"), skip_postcheck=True)
     assert [p.name for p in result.wheels] == [WHEEL] and "torch:wheel" in result.ran
     assert _sccache_servers(s["ccache"]) == [], "the rerun stopped its own server too"
 
@@ -647,7 +647,7 @@ def test_configure_summary_contradicting_the_recipe_stops_the_build(tmp_path: Pa
         "torch:wheel", "compile", "torch", (sys.executable, "-c", script, sample, marker), env, str(tmp_path)
     )
     with pytest.raises(ConfigureMismatch) as info:
-        build(replace(plan, steps=[step]), skip_checks=True)
+        build(replace(plan, steps=[step]), skip_postcheck=True)
     message = str(info.value)
     assert "USE_CUDA came out OFF, the recipe asks for ON" in message
     assert "nvcc is not on PATH" in message and "PyTorch: CUDA cannot be found." in message
@@ -687,7 +687,7 @@ def test_magma_not_found_stops_the_build_after_configure(tmp_path: Path) -> None
         str(tmp_path),
     )
     with pytest.raises(ConfigureMismatch) as info:
-        build(replace(plan, steps=[step]), skip_checks=True)
+        build(replace(plan, steps=[step]), skip_postcheck=True)
     message = str(info.value)
     contradictions = [line for line in message.splitlines() if line.startswith("  - ")]
     # the recipe asks for cuDNN and MAGMA (not cuSPARSELt, cuDSS): both missing in that configure
@@ -720,7 +720,7 @@ def test_torchvision_builds_after_torch_against_it(world, cold) -> None:
     )
     # The post-build import check would install the real torch (the extension is not torch): skipped here,
     # it has its own test above.
-    result, out, _ = build(plan, skip_checks=True)
+    result, out, _ = build(plan, skip_postcheck=True)
     project_steps = [n for n in result.ran if n.startswith(("torch:", "torchvision:"))]
     assert project_steps == [
         "torch:wheel",
@@ -752,7 +752,7 @@ def test_torchvision_builds_after_torch_against_it(world, cold) -> None:
     manifest = json.loads((dist / "manifest.json").read_text())
     assert sorted(w["name"] for w in manifest["wheels"]) == sorted([WHEEL, vision_wheel])
     assert manifest["build_env"]["torchvision"]["BUILD_VERSION"] == "0.28.0+cpu"
-    again, _, _ = build(plan, skip_checks=True)
+    again, _, _ = build(plan, skip_postcheck=True)
     assert again.ran == [], "torch's wheel published into dist/ is nothing torchvision's steps read: a no-op"
 
 
@@ -952,10 +952,10 @@ def _builder(world: dict[str, Path], root: Path) -> dict[str, Path]:
 def test_second_builder_at_another_path_hits_the_compiler_cache(world) -> None:
     first = _builder(world, world["root"] / "builder-a")
     second = _builder(world, world["root"] / "elsewhere" / "builder-b")
-    cold_result, _, _ = build(plan_for(world, first), skip_checks=True)
+    cold_result, _, _ = build(plan_for(world, first), skip_postcheck=True)
     assert "torch:wheel" in cold_result.ran
     assert json.loads((first["dist"] / "manifest.json").read_text())["cache"]["misses"] >= 2
-    result, _, _ = build(plan_for(world, second), skip_checks=True, min_hit_rate=0.95)
+    result, _, _ = build(plan_for(world, second), skip_postcheck=True, min_hit_rate=0.95)
     stats = json.loads((second["dist"] / "manifest.json").read_text())["cache"]
     assert stats["hits"] >= 2 and stats["misses"] == 0, (
         "source and venv paths are hashed relative to the basedir (the builder's root), so a builder at "
@@ -992,13 +992,13 @@ def test_a_second_work_directory_builds_in_the_venvs_the_first_kept(world) -> No
         )
 
     env_steps = ["build-env:venv", "build-env:pip", "build-env:deps", "torchvision:install-torch"]
-    first, _, _ = build(plan_at(world["root"] / "store-a"), skip_checks=True)
+    first, _, _ = build(plan_at(world["root"] / "store-a"), skip_postcheck=True)
     assert first.ran == [*env_steps, "torchvision:wheel", "publish"]
     a_wheel = first.wheels[0].read_bytes()
     shutil.rmtree(world["root"] / "store-a")
 
     plan = plan_at(world["root"] / "elsewhere" / "store-b")
-    second, out, _ = build(plan, skip_checks=True, min_hit_rate=1.0)
+    second, out, _ = build(plan, skip_postcheck=True, min_hit_rate=1.0)
     assert {s.name: s.status for s in second.steps if s.name in env_steps} == dict.fromkeys(
         env_steps, "reused"
     )
@@ -1066,7 +1066,7 @@ def test_a_signed_build_has_valid_sboms_and_a_provenance_that_catches_tampering(
     args = ["build", str(world["recipe"]), "--workdir", str(s["work"]), "--dist", str(s["dist"])]
     # the cold build's compiler cache: this build's compile is served from it (the time goes to the checks)
     args += ["--source-dir", f"torch={s['src']}", "--only", "torch", "--cache-dir", str(cold["s"]["ccache"])]
-    args += ["--jobs", "2", "--skip-checks", "--no-preflight", "--sign-key-env", "KILN_TEST_SIGNING_KEY"]
+    args += ["--jobs", "2", "--skip-postcheck", "--no-preflight", "--sign-key-env", "KILN_TEST_SIGNING_KEY"]
     assert cli.main(args) == 0
     dist = s["dist"]
     statement = dist / "ext-cpu-test.intoto.jsonl"
@@ -1203,7 +1203,7 @@ def test_a_compile_killed_for_memory_resumes_with_fewer_jobs_and_builds_the_whee
     group, environ = compile_cgroup
     s = oom_scenario(world, "oom")
     result, out, _ = build(
-        plan_for(world, s, cache_kind="none"), skip_checks=True, environ=environ, isolation=False
+        plan_for(world, s, cache_kind="none"), skip_postcheck=True, environ=environ, isolation=False
     )
 
     killed_at_first = group.dir / "memory.oom_control" if group.version == 1 else group.dir / "memory.events"
@@ -1237,7 +1237,7 @@ def test_a_unit_killed_even_alone_stops_the_build_naming_it(world, compile_cgrou
     huge = '#include "table.h"\n\nKILN_TABLE_SUM(kiln_sum_b, KILN_ROWS5() KILN_ROWS5() KILN_ROWS5())\n'
     s = oom_scenario(world, "oom-huge", heavy_b=huge)
     with pytest.raises(BuildFailed) as info:
-        build(plan_for(world, s, cache_kind="none"), skip_checks=True, environ=environ, isolation=False)
+        build(plan_for(world, s, cache_kind="none"), skip_postcheck=True, environ=environ, isolation=False)
     message = str(info.value)
     assert "killed for memory even when compiled alone: fewer jobs cannot help" in message, message
     line = next(x for x in message.splitlines() if x.strip().startswith("csrc/heavy_b.cpp:"))
@@ -1251,7 +1251,7 @@ def test_without_retries_a_compile_killed_for_memory_stops_the_build_naming_it(w
     s = oom_scenario(world, "oom-no-retry")
     plan = replace(plan_for(world, s, cache_kind="none"), memory_retries=0)
     with pytest.raises(BuildFailed) as info:
-        build(plan, skip_checks=True, environ=environ, isolation=False)
+        build(plan, skip_postcheck=True, environ=environ, isolation=False)
     lines = str(info.value).splitlines()
     assert lines[0] == "torch:wheel: compiles kept dying for memory after 0 retries (MAX_JOBS 2)", lines
     named = [x for x in lines if x.startswith(("  csrc/heavy_a.cpp:", "  csrc/heavy_b.cpp:"))]

@@ -68,7 +68,7 @@ def fetch(tmp_path: Path, repo: str, ref: str):
     plan = make_plan(recipe, workdir=tmp_path / "work", dist=tmp_path / "dist", only="torch", cache=cache)
     plan = replace(plan, steps=[s for s in plan.steps if s.kind in ("fetch", "publish")])
     console = Console(file=io.StringIO(), force_terminal=False)
-    result = run_build(plan, BuildOptions(console=console, skip_checks=True))
+    result = run_build(plan, BuildOptions(console=console, skip_postcheck=True))
     lock = json.loads((tmp_path / "dist" / "fetch-test.lock.json").read_text())["sources"]["torch"]
     return result, lock
 
@@ -146,7 +146,7 @@ def fetch_publish(work: Path, dist: Path, url: str, *, allow_dirty: bool = False
     out = io.StringIO()
     options = BuildOptions(
         console=Console(file=out, width=400),
-        skip_checks=True,
+        skip_postcheck=True,
         allow_dirty=allow_dirty,
         sign_key=sign_key,
         allow_unisolated=sign_key is not None and unisolated_signing_allowed(),
@@ -245,7 +245,7 @@ def test_a_source_dir_tree_the_user_changes_is_built_and_recorded(upstream, tmp_
         cache=resolve_cache(recipe.cache, kind="none"),
     )  # fmt: skip
     plan = replace(plan, steps=[plan.steps[-1]])
-    result = run_build(plan, BuildOptions(console=Console(file=io.StringIO()), skip_checks=True))
+    result = run_build(plan, BuildOptions(console=Console(file=io.StringIO()), skip_postcheck=True))
     torch = json.loads(result.manifest.read_text())["sources"]["torch"]
     assert torch["provided"] is True and torch["dirty"] is True and torch["changed"] == ["VERSION"]
 

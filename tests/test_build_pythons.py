@@ -83,7 +83,7 @@ def test_two_pythons_two_wheels_one_manifest_and_the_second_hits_the_core_units(
     )
     out = io.StringIO()
     console = Console(file=out, width=200, force_terminal=False, highlight=False)
-    result = run_build(plan, BuildOptions(console=console, skip_checks=True, environ=environ))
+    result = run_build(plan, BuildOptions(console=console, skip_postcheck=True, environ=environ))
 
     names = sorted(p.name for p in result.wheels)
     assert names == [
@@ -115,5 +115,5 @@ def test_two_pythons_two_wheels_one_manifest_and_the_second_hits_the_core_units(
     assert "3.12" in (src / "build" / "cmake" / "CMakeCache.txt").read_text()
 
     # nothing changed: a no-op, each Python's steps skipped
-    again = run_build(plan, BuildOptions(console=console, skip_checks=True, environ=environ))
+    again = run_build(plan, BuildOptions(console=console, skip_postcheck=True, environ=environ))
     assert not {"torch:wheel", "torch:wheel@3.12"} & set(again.ran), again.ran

@@ -548,7 +548,7 @@ def test_cli_runs_a_cluster_a_build_can_use(host: str, tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# torchkiln build with a recipe's [dist]: the build's own sccache server sends its compiles to the cluster.
+# torchkiln build with a recipe's [cluster]: the build's own sccache server sends its compiles to the cluster.
 # --------------------------------------------------------------------------------------------------
 
 EXT_PROJECT = ROOT / "tests" / "data" / "ext_project"
@@ -586,7 +586,7 @@ def kiln_build(world: dict[str, Path], name: str, dist_spec_: spec.DistSpec | No
     )  # fmt: skip
     out = io.StringIO()
     console = Console(file=out, width=200, force_terminal=False, highlight=False)
-    run_build(plan, BuildOptions(console=console, skip_checks=True, environ=environ))
+    run_build(plan, BuildOptions(console=console, skip_postcheck=True, environ=environ))
     manifest = json.loads((base / "dist" / "manifest.json").read_text())
     return base, plan, out.getvalue(), manifest
 

@@ -62,7 +62,7 @@ def test_scheduler_url_is_normalised(url: str, normalised: str) -> None:
 @pytest.mark.parametrize(
     ("url", "message"),
     [
-        ("ftp://host", "dist.scheduler_url: 'ftp://host' is not an http(s) URL"),
+        ("ftp://host", "cluster.scheduler_url: 'ftp://host' is not an http(s) URL"),
         ("http://", "has no host"),
         ("http://host:99999", "malformed URL"),
         ("http://host/sccache", "has a path or query, which sccache-dist does not support"),
@@ -108,19 +108,21 @@ def test_resolve_dist_errors(kwargs: dict[str, str], message: str) -> None:
 
 
 def test_resolve_dist_refuses_other_auth_kinds() -> None:
-    with pytest.raises(UsageError, match="dist.auth: 'mozilla' is not supported"):
+    with pytest.raises(UsageError, match="cluster.auth: 'mozilla' is not supported"):
         spec.resolve_dist(SimpleNamespace(scheduler_url="http://h", auth="mozilla"), cache_kind="sccache")
 
 
 def test_token_from_env_or_file(tmp_path: Path) -> None:
     by_env = spec.DistSpec("http://h/", credentials_env="T")
     assert spec.load_token(by_env, {"T": " tok-1\n"}) == "tok-1"
-    with pytest.raises(UsageError, match="dist.credentials_env: environment variable T is not set or empty"):
+    with pytest.raises(
+        UsageError, match="cluster.credentials_env: environment variable T is not set or empty"
+    ):
         spec.load_token(by_env, {})
     file = tmp_path / "token"
     file.write_text("tok-2\n")
     assert spec.load_token(spec.DistSpec("http://h/", credentials_file=str(file)), {}) == "tok-2"
-    with pytest.raises(UsageError, match="dist.credentials_file: .*: no such file"):
+    with pytest.raises(UsageError, match="cluster.credentials_file: .*: no such file"):
         spec.load_token(spec.DistSpec("http://h/", credentials_file=str(tmp_path / "none")), {})
     with pytest.raises(UsageError) as err:
         spec.load_token(by_env, {"T": "two words"})
@@ -508,7 +510,7 @@ def test_server_host_problems_name_what_is_missing(monkeypatch: pytest.MonkeyPat
 
 
 # --------------------------------------------------------------------------------------------------
-# The recipe's [dist] and the plan.
+# The recipe's [cluster] and the plan.
 # --------------------------------------------------------------------------------------------------
 
 
@@ -531,7 +533,7 @@ def test_recipe_dist_section_reaches_the_plan(tmp_path: Path, capsys: pytest.Cap
         tmp_path, {"scheduler_url": "http://10.0.0.1:10600", "credentials_file": "/run/secrets/t"}
     )
     recipe = load_recipe(path)
-    assert recipe.dist is not None and recipe.dist.scheduler_url == "http://10.0.0.1:10600"
+    assert recipe.cluster is not None and recipe.cluster.scheduler_url == "http://10.0.0.1:10600"
     plan = make_plan(recipe, workdir=tmp_path / "w", dist=tmp_path / "d")
     assert plan.to_dict()["dist"] == {
         "scheduler_url": "http://10.0.0.1:10600/", "auth": "token", "credentials_env": None,
@@ -540,7 +542,7 @@ def test_recipe_dist_section_reaches_the_plan(tmp_path: Path, capsys: pytest.Cap
     assert main(["plan", str(path), "--workdir", str(tmp_path / "w")]) == 0
     shown = capsys.readouterr().out
     assert "sccache-dist scheduler http://10.0.0.1:10600/" in shown and "read from /run/secrets/t" in shown
-    # Without [dist] there is none; the command line can add one, or turn the recipe's off.
+    # Without [cluster] there is none; the command line can add one, or turn the recipe's off.
     assert make_plan(load_recipe(dist_recipe(tmp_path, None)), workdir=tmp_path / "w").dist is None
     assert (
         main(["plan", str(path), "--json", "--dist-scheduler", "off", "--workdir", str(tmp_path / "w")]) == 0
@@ -563,35 +565,35 @@ def test_recipe_dist_section_reaches_the_plan(tmp_path: Path, capsys: pytest.Cap
 @pytest.mark.parametrize(
     ("dist", "cache_kind", "field", "words"),
     [
-        ({"auth": "token"}, "sccache", "dist.scheduler_url", "[dist] without a scheduler"),
-        ({"scheduler_url": "http://10.0.0.1:10600"}, "ccache", "dist", "need the sccache compiler cache"),
+        ({"auth": "token"}, "sccache", "cluster.scheduler_url", "[cluster] without a scheduler"),
+        ({"scheduler_url": "http://10.0.0.1:10600"}, "ccache", "cluster", "need the sccache compiler cache"),
         (
             {"scheduler_url": "http://u:pw@10.0.0.1:10600"},
             "sccache",
-            "dist.scheduler_url",
+            "cluster.scheduler_url",
             "carries credentials",
         ),
-        ({"scheduler_url": "http://10.0.0.1:10600/api"}, "sccache", "dist.scheduler_url", "has a path"),
-        ({"scheduler_url": "ftp://10.0.0.1"}, "sccache", "dist.scheduler_url", "is not an http(s) URL"),
+        ({"scheduler_url": "http://10.0.0.1:10600/api"}, "sccache", "cluster.scheduler_url", "has a path"),
+        ({"scheduler_url": "ftp://10.0.0.1"}, "sccache", "cluster.scheduler_url", "is not an http(s) URL"),
         (
             {"scheduler_url": "http://h:1", "auth": "oauth2_code_grant_pkce"},
             "sccache",
-            "dist.auth",
+            "cluster.auth",
             "not allowed",
         ),
         (
             {"scheduler_url": "http://h:1", "credentials_env": "a-b"},
             "sccache",
-            "dist.credentials_env",
+            "cluster.credentials_env",
             "malformed",
         ),
         (
             {"scheduler_url": "http://h:1", "credentials_env": "T", "credentials_file": "/t"},
             "sccache",
-            "dist.credentials_file",
+            "cluster.credentials_file",
             "set together",
         ),
-        ({"scheduler_url": "http://h:1", "token": "abc"}, "sccache", "dist.token", "unknown key"),
+        ({"scheduler_url": "http://h:1", "token": "abc"}, "sccache", "cluster.token", "unknown key"),
     ],
 )
 def test_bad_dist_section_is_refused_naming_the_field(

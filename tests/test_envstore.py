@@ -143,7 +143,7 @@ def builder_plan(root: Path, store: Path | None, runs: Path, requirement: str = 
 def build(plan: Plan) -> tuple[BuildResult, str]:
     out = io.StringIO()
     # the steps count their runs in a file outside every work directory, which a build step's sandbox hides
-    options = BuildOptions(console=Console(file=out, width=200), skip_checks=True, isolation=False)
+    options = BuildOptions(console=Console(file=out, width=200), skip_postcheck=True, isolation=False)
     result = run_build(plan, options)
     return result, out.getvalue()
 

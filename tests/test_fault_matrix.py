@@ -43,7 +43,7 @@ Mount = Callable[[str, str], Path]
 def run(plan: Plan, **options: object) -> tuple[BuildResult, str]:
     out = io.StringIO()
     console = Console(file=out, width=400, force_terminal=False)
-    result = run_build(plan, BuildOptions(console=console, skip_checks=True, **options))  # type: ignore[arg-type]
+    result = run_build(plan, BuildOptions(console=console, skip_postcheck=True, **options))  # type: ignore[arg-type]
     return result, out.getvalue()
 
 

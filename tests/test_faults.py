@@ -44,7 +44,7 @@ def fetch_build(work: Path, dist: Path, url: str, *, force: bool = False) -> tup
     plan = replace(plan, steps=[s for s in plan.steps if s.kind in ("fetch", "publish")])
     out = io.StringIO()
     console = Console(file=out, width=300, force_terminal=False)
-    result = run_build(plan, BuildOptions(console=console, skip_checks=True, force=force))
+    result = run_build(plan, BuildOptions(console=console, skip_postcheck=True, force=force))
     return result, out.getvalue()
 
 

@@ -682,7 +682,7 @@ def test_steps_made_without_a_sandbox_run_again_once_the_build_can_sandbox(tmp_p
     for host in ("no user namespaces", "sandboxes", "sandboxes"):
         isolation._PROBED.clear()
         environ = {**os.environ, **_host(tmp_path, host)}
-        options = BuildOptions(console=Console(file=io.StringIO()), skip_checks=True, environ=environ)
+        options = BuildOptions(console=Console(file=io.StringIO()), skip_postcheck=True, environ=environ)
         result = run_build(plan, options)
         runs.append((result.ran, json.loads(result.manifest.read_text())["isolation"]["mode"]))
     compiled = [("torch:wheel" in ran, mode) for ran, mode in runs]
@@ -714,7 +714,7 @@ def test_the_command_line_refuses_a_signed_build_it_cannot_sandbox(
         f"torch={tree}",
     ]
     argv += ["--only", "torch", "--workdir", str(tmp_path / "w"), "--dist", str(tmp_path / "d")]
-    argv += ["--no-preflight", "--skip-checks", "--cache", "none", "--sign-key-env", "KILN_KEY"]
+    argv += ["--no-preflight", "--skip-postcheck", "--cache", "none", "--sign-key-env", "KILN_KEY"]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "refusing to sign a build whose steps cannot run in a sandbox" in err and NO_USERNS in err, err

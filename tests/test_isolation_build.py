@@ -314,7 +314,7 @@ def build(
     env.pop("XDG_CONFIG_HOME", None)
 
     args = ["build", "--source-dir", f"torch={src}", "--only", "torch", "--workdir", str(work)]
-    args += ["--dist", str(tmp / "dist"), "--skip-checks", "--no-preflight"]
+    args += ["--dist", str(tmp / "dist"), "--skip-postcheck", "--no-preflight"]
     if case.isolation:
         # the session's environment store gives every case the venv and pip steps; the build dependency is
         # this case's own (its requirement file names the case), so each case's env step installs it anew
@@ -342,7 +342,7 @@ def build(
     token_file = keys / "dist.token"
     if case.dist is not None:
         assert dist is not None
-        cache += f'\n[dist]\nscheduler_url = "{dist.url}"\n'
+        cache += f'\n[cluster]\nscheduler_url = "{dist.url}"\n'
         if case.dist == "env":
             env["KILN_DIST_TOKEN"] = token
             cache += 'credentials_env = "KILN_DIST_TOKEN"\n'
@@ -622,7 +622,7 @@ def test_a_source_dir_given_through_a_link_builds_sandboxed(
     env = {**os.environ, "PATH": tool_path(), "TORCHKILN_CACHE_DIR": str(link_caches)}
     args = ["build", str(HERE / "data" / "ext-cpu-test.toml"), "--source-dir", f"torch={given}"]
     args += ["--only", "torch", "--workdir", str(tmp_path / "work"), "--dist", str(tmp_path / "dist")]
-    args += ["--skip-checks", "--no-preflight", "--cache", "none"]
+    args += ["--skip-postcheck", "--no-preflight", "--cache", "none"]
     done = subprocess.run(
         [sys.executable, "-m", "torchkiln", *args], env=env, capture_output=True, text=True, timeout=600
     )

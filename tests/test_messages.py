@@ -261,7 +261,9 @@ def test_readmes_missing_torch_wheel_message_is_the_builds(
     assert pattern
     monkeypatch.chdir(tmp_path)
     argv = ["build", str(ROOT / "recipes" / "torch-2.13-cpu-py311.toml"), "--only", "torchvision"]
-    assert main([*argv, "--torch", pattern.group(1), "--skip-checks", "--workdir", str(tmp_path / "w")]) == 2
+    assert (
+        main([*argv, "--torch", pattern.group(1), "--skip-postcheck", "--workdir", str(tmp_path / "w")]) == 2
+    )
     said = " ".join(capsys.readouterr().err.split())
     assert quoted.group(1) in said, said
 

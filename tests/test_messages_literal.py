@@ -160,7 +160,7 @@ def test_the_templates_are_collected_from_the_code() -> None:
     texts = [text for _, text in TEMPLATES]
     assert len(texts) > 2000, len(texts)
     assert any(t.startswith("[deploy] system_libraries = [") for t in texts)
-    assert any(t.startswith("--skip-checks: the post-build check would have refused it: ") for t in texts)
+    assert any(t.startswith("--skip-postcheck: the post-build check would have refused it: ") for t in texts)
 
 
 @pytest.mark.parametrize("path", list(PATHS))

@@ -89,13 +89,15 @@ def plan_of(world: dict[str, Path], *, compile_writes_wheel: bool = True, fail: 
 
 def build(plan: Plan, **options: object) -> tuple[BuildResult, str]:
     out = io.StringIO()
-    result = run_build(plan, BuildOptions(console=Console(file=out, width=200), skip_checks=True, **options))  # type: ignore[arg-type]
+    result = run_build(
+        plan, BuildOptions(console=Console(file=out, width=200), skip_postcheck=True, **options)
+    )  # type: ignore[arg-type]
     return result, out.getvalue()
 
 
 def test_kinds_run_skip_and_publish(world: dict[str, Path]) -> None:
     first, _ = build(plan_of(world))
-    assert first.ran == ["env:venv", "torch:wheel", "publish"], "checks skipped: --skip-checks"
+    assert first.ran == ["env:venv", "torch:wheel", "publish"], "checks skipped: --skip-postcheck"
     assert [p.name for p in first.wheels] == [world["wheel"].name]
     assert (first.manifest.parent / world["wheel"].name).read_bytes() == world["wheel"].read_bytes()
     manifest = load_manifest(first.manifest)
@@ -196,7 +198,7 @@ def test_each_pythons_post_build_check_is_in_the_manifest(world: dict[str, Path]
 def test_an_unchecked_wheels_portability_is_read_once_and_recorded(
     world: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """--skip-checks: the publish step reads the wheel beside the build venv (here: none) for its record, warns
+    """--skip-postcheck: the publish step reads the wheel beside the build venv (here: none) for its record, warns
     about what the post-build check would have refused, and a run that changed nothing reads nothing again
     (the record is kept in the work directory by what it depends on)."""
     torch = need_torch()
@@ -224,7 +226,8 @@ def test_an_unchecked_wheels_portability_is_read_once_and_recorded(
     )
     assert record.policy is None and "torch/lib/libshm.so needs libc10.so" in record.unresolved
     assert any(
-        w.startswith("--skip-checks: the post-build check would have refused it: ") for w in manifest.warnings
+        w.startswith("--skip-postcheck: the post-build check would have refused it: ")
+        for w in manifest.warnings
     )
     again, _ = build(plan_of(world))
     assert again.ran == [] and read == [world["wheel"].name], "read once: nothing it depends on changed"

@@ -153,7 +153,7 @@ def build(tmp_path: Path, repo: Path):  # noqa: ANN201 - BuildResult
         resources=BIG,
     )
     console = Console(file=io.StringIO(), force_terminal=False)
-    return run_build(plan, BuildOptions(console=console, skip_checks=True))
+    return run_build(plan, BuildOptions(console=console, skip_postcheck=True))
 
 
 def test_a_fetched_checkout_without_a_submodule_stops_before_the_env_steps(
@@ -190,7 +190,7 @@ def test_a_fetched_checkout_with_its_submodules_goes_on(upstream: Path, tmp_path
     )
     plan = dataclasses.replace(plan, steps=[s for s in plan.steps if s.kind in ("fetch", "publish")])
     console = Console(file=io.StringIO(), force_terminal=False)
-    result = run_build(plan, BuildOptions(console=console, skip_checks=True))
+    result = run_build(plan, BuildOptions(console=console, skip_postcheck=True))
     assert "torch:fetch:submodule" in result.ran
     checkout = tmp_path / "work" / "src" / "pytorch"
     assert (checkout / "third_party" / "kiln_sub" / "deps" / "inner" / "CMakeLists.txt").is_file()

@@ -4,7 +4,7 @@ the problem is gone. A suggestion that named only the first undeclared library, 
 entries, fails here on the second run.
 
 The kinds (their real-fault counterparts elsewhere): the post-build check's refusal (build.portable.judge;
-tests/test_build.py runs it on a real wheel), the ``--skip-checks`` warning (build.portable.attach, here on
+tests/test_build.py runs it on a real wheel), the ``--skip-postcheck`` warning (build.portable.attach, here on
 a real build with torch's libshm.so), verify's linkage failure (tests/test_verify_imported.py: the complete
 ``system_libraries`` line and the ``pip install`` of every wrong version), a recipe key under another table,
 and ``--torch`` with a wheel for a build of several Pythons.
@@ -115,8 +115,8 @@ def load_recipe_text(text: str, tmp_path: Path):  # noqa: ANN201 - a Recipe
 
 
 @pytest.mark.integration
-def test_the_skip_checks_warning_prints_whole_and_its_fix_ends_it(tmp_path: Path) -> None:
-    """The issue's first example, for real: --skip-checks, a torch wheel whose libshm.so needs torch's other
+def test_the_skip_postcheck_warning_prints_whole_and_its_fix_ends_it(tmp_path: Path) -> None:
+    """The issue's first example, for real: --skip-postcheck, a torch wheel whose libshm.so needs torch's other
     libraries (not in the wheel). The warning as printed (the build's display) holds ``[deploy]`` and the
     complete list; the recipe with that line builds again without the warning."""
     torch = need_torch()
@@ -135,7 +135,7 @@ def test_the_skip_checks_warning_prints_whole_and_its_fix_ends_it(tmp_path: Path
     world = {"root": tmp_path, "src": src, "wheel": wheel}
     plan = plan_of(world)
     first, shown = build(plan)
-    warnings = [w for w in load_manifest(first.manifest).warnings if w.startswith("--skip-checks")]
+    warnings = [w for w in load_manifest(first.manifest).warnings if w.startswith("--skip-postcheck")]
     assert len(warnings) == 1, warnings
     needed = sorted(set(re.findall(r"needs (lib[\w.+-]+\.so[\d.]*)", warnings[0])))
     assert {"libc10.so", "libtorch_cpu.so"} <= set(needed), warnings[0]
@@ -148,7 +148,7 @@ def test_the_skip_checks_warning_prints_whole_and_its_fix_ends_it(tmp_path: Path
     assert "[deploy] system_libraries = [" in shown, "the table's name printed, not eaten as markup"
     recipe = load_recipe_text(applied(plan.recipe.path.read_text(), warnings[0]), tmp_path)
     again, _ = build(dataclasses.replace(plan, recipe=recipe))
-    assert not [w for w in load_manifest(again.manifest).warnings if w.startswith("--skip-checks")]
+    assert not [w for w in load_manifest(again.manifest).warnings if w.startswith("--skip-postcheck")]
 
 
 def test_a_key_under_the_wrong_table_names_its_table(tmp_path: Path) -> None:

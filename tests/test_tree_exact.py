@@ -124,7 +124,7 @@ class World:
         """The fetch steps alone (and a publish into a dist/ of their own): the checkout a user edits next."""
         plan = self.plan(self.root / "fetched")
         steps = [s for s in plan.steps if s.kind == "fetch"] + [plan.steps[-1]]
-        options = BuildOptions(console=Console(file=io.StringIO()), skip_checks=True)
+        options = BuildOptions(console=Console(file=io.StringIO()), skip_postcheck=True)
         run_build(replace(plan, steps=steps), options)
 
     def build(
@@ -138,7 +138,7 @@ class World:
         compile_extra: str = "",
         after_kind: str = "env",
         isolation: bool = True,
-        skip_checks: bool = True,
+        skip_postcheck: bool = True,
     ) -> tuple[BuildResult, str]:
         """fetch steps, a step that applies the edit named ``between`` (after the fetch, before the
         compile), the stand-in compile (running ``compile_extra`` too), a step of ``after_kind`` that applies
@@ -157,7 +157,7 @@ class World:
         key = ed25519.Ed25519PrivateKey.generate() if sign else None
         options = BuildOptions(
             console=Console(file=out, width=400),
-            skip_checks=skip_checks,
+            skip_postcheck=skip_postcheck,
             allow_dirty=allow_dirty,
             force=force,
             sign_key=key,
@@ -592,7 +592,7 @@ def given_tree_build(
     out = io.StringIO()
     key = ed25519.Ed25519PrivateKey.generate() if sign else None
     options = BuildOptions(
-        console=Console(file=out, width=400), skip_checks=True, allow_dirty=allow_dirty, sign_key=key
+        console=Console(file=out, width=400), skip_postcheck=True, allow_dirty=allow_dirty, sign_key=key
     )
     return run_build(replace(plan, steps=steps), options), out.getvalue()
 

@@ -1,6 +1,6 @@
 """Issue 35 item 3: the version a wheel is labelled with always comes from a check of the tree itself.
 
-The class: every option that skips something (``--no-preflight``, ``--skip-checks``, ``--only``, ``--torch``,
+The class: every option that skips something (``--no-preflight``, ``--skip-postcheck``, ``--only``, ``--torch``,
 ``--source-dir``) x every way a tree's ``version.txt`` can name another release than the label (a patch,
 minor or major away, with the pre-release, post-release, dev and local forms upstream's trees and builds use:
 PyTorch's release tags carry ``X.Y.Za0``, torchvision's ``X.Y.Z``; checked on Debian's orig tarballs of
@@ -103,9 +103,9 @@ OPTIONS: tuple[tuple[str, ...], ...] = (
     ("--only", "torchvision"),
     ("--only", "torchvision", "--torch", "{wheel}"),
     ("--no-preflight",),
-    ("--skip-checks",),
-    ("--no-preflight", "--skip-checks", "--only", "torchvision", "--torch", "{wheel}"),
-    ("--no-preflight", "--skip-checks", "--only", "torch"),
+    ("--skip-postcheck",),
+    ("--no-preflight", "--skip-postcheck", "--only", "torchvision", "--torch", "{wheel}"),
+    ("--no-preflight", "--skip-postcheck", "--only", "torch"),
 )
 
 
@@ -126,8 +126,8 @@ def test_a_given_tree_of_another_release_is_refused_whatever_is_skipped(
     torch_text: tuple[str, bool],
     vision_text: tuple[str, bool],
 ) -> None:
-    if command == "plan" and any(o in options for o in ("--no-preflight", "--skip-checks")):
-        options = tuple(o for o in options if o not in ("--no-preflight", "--skip-checks"))
+    if command == "plan" and any(o in options for o in ("--no-preflight", "--skip-postcheck")):
+        options = tuple(o for o in options if o not in ("--no-preflight", "--skip-postcheck"))
     only = options[options.index("--only") + 1] if "--only" in options else None
     projects = (only,) if only else ("torch", "torchvision")
     texts = {"torch": torch_text, "torchvision": vision_text}
@@ -225,7 +225,7 @@ def test_a_fetched_ref_of_another_release_is_refused_after_the_fetch(tmp_path: P
         only="torch",
         cache=resolve_cache(None, kind="none"),
     )
-    options = BuildOptions(console=Console(file=io.StringIO()), skip_checks=True)
+    options = BuildOptions(console=Console(file=io.StringIO()), skip_postcheck=True)
     with pytest.raises(BuildFailed) as refused:
         run_build(plan, options)
     message = str(refused.value)
@@ -250,7 +250,7 @@ def test_a_tree_changed_after_planning_is_refused_before_its_compile(tmp_path: P
     compile_step = next(s for s in plan.steps if s.kind == "compile")
     edit = (sys.executable, "-c", f"open({str(tree / 'version.txt')!r}, 'w').write('0.27.0\\n')")
     steps = [Step("edit", "env", "", edit), compile_step, plan.steps[-1]]
-    options = BuildOptions(console=Console(file=io.StringIO()), skip_checks=True)
+    options = BuildOptions(console=Console(file=io.StringIO()), skip_postcheck=True)
     with pytest.raises(BuildFailed) as refused:
         run_build(replace(plan, steps=steps), options)
     message = str(refused.value)
@@ -383,7 +383,7 @@ def publish_build(tree: Path, root: Path, recipe_text: str, *, after: str | None
         steps.append(Step("late-edit", "env", "", edit))
     options = BuildOptions(
         console=Console(file=io.StringIO()),
-        skip_checks=True,
+        skip_postcheck=True,
         sign_key=ed25519.Ed25519PrivateKey.generate(),
         allow_unisolated=unisolated_signing_allowed(),
     )

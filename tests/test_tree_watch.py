@@ -445,13 +445,13 @@ EDITS: dict[str, Callable[[Path], None]] = {
 def test_a_post_build_step_may_write_outputs_but_not_the_tree(kind: str, world: World) -> None:
     """A step after the compile (a package or checks step: a post-build hook) that writes into build/ leaves
     an output (recorded, published clean); one that rewrites a tracked file fails naming it and the step."""
-    skip = kind != "checks"  # (--skip-checks passes checks steps over)
-    result, _ = world.build(after="an output in build/", after_kind=kind, skip_checks=skip)
+    skip = kind != "checks"  # (--skip-postcheck passes checks steps over)
+    result, _ = world.build(after="an output in build/", after_kind=kind, skip_postcheck=skip)
     assert json.loads(result.lock.read_text())["sources"]["torch"]["dirty"] is False
     recorded = json.loads((world.work / "tree-outputs" / "torch:late-edit.json").read_text())
     assert "build/post.txt" in recorded and "notes/a.txt" not in recorded
     with pytest.raises(BuildFailed, match=r"^late-edit: .* modified third_party/dep/dep\.txt \(content\)"):
-        world.build(after="a submodule's file", after_kind=kind, skip_checks=skip)
+        world.build(after="a submodule's file", after_kind=kind, skip_postcheck=skip)
 
 
 def test_a_step_cannot_write_the_checkouts_git_data_in_the_sandbox_and_is_named_without_one(

@@ -141,7 +141,7 @@ def build(
     options = BuildOptions(
         console=Console(file=io.StringIO(), width=400),
         environ=environ,
-        skip_checks=not checks,
+        skip_postcheck=not checks,
         isolation=isolation,
         allow_unisolated=not isolation,
     )

@@ -703,7 +703,7 @@ def test_dist_scheduler_decoded(value: str) -> None:
     try:
         normal = scheduler_url(value)
     except UsageError as exc:
-        assert str(exc).startswith("dist.scheduler_url: ")
+        assert str(exc).startswith("cluster.scheduler_url: ")
         return
     parts = urllib.parse.urlsplit(normal)
     assert printable(normal) and "%" not in normal and "@" not in normal
@@ -1161,7 +1161,7 @@ def test_magma_url_means_what_curl_fetches(
 def test_scheduler_url_means_where_the_client_connects(
     host: str, port: str, tail: str, loopback: urlkit.Recorder
 ) -> None:
-    """dist.scheduler_url through torchkiln's scheduler client (urllib, as `torchkiln build` asks for the
+    """cluster.scheduler_url through torchkiln's scheduler client (urllib, as `torchkiln build` asks for the
     scheduler's status): the URL recorded in the plan and the manifest is the URL written (a '/' added), and
     it names the address the client reached."""
     from torchkiln.distributed.client import SchedulerUnavailable, fetch_status
@@ -1172,7 +1172,7 @@ def test_scheduler_url_means_where_the_client_connects(
         normal = scheduler_url(url)
     except UsageError as exc:
         event("refused")
-        assert str(exc).startswith("dist.scheduler_url: ") and "(valid: " in str(exc), exc
+        assert str(exc).startswith("cluster.scheduler_url: ") and "(valid: " in str(exc), exc
         return
     event("accepted")
     assert normal == url.removesuffix("/") + "/", (url, normal)

@@ -209,7 +209,7 @@ def test_cache_dir_ccache_expansion(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         ({"cache__kind": "sccache", "cache__remote": "redis://cache.example:6379/3#frag"}, "cache.remote", "it holds a '#' fragment (curl, git's https and sccache drop it, ccache refuses it)"),
         ({"cache__remote": "redis://0x7f.1:6379/3"}, "cache.remote", "the host '0x7f.1' is the IPv4 address 127.0.0.1"),
         ({"magma__url": "https://2130706433/magma-2.6.1.tar.gz"}, "magma.url", "the host '2130706433' is the IPv4 address 127.0.0.1"),
-        ({"cache__kind": "sccache", "dist__scheduler_url": "http://0177.0.0.1:10600"}, "dist.scheduler_url", "the host '0177.0.0.1' is the IPv4 address 127.0.0.1"),
+        ({"cache__kind": "sccache", "cluster__scheduler_url": "http://0177.0.0.1:10600"}, "cluster.scheduler_url", "the host '0177.0.0.1' is the IPv4 address 127.0.0.1"),
     ],
     ids=["issue-35-repo", "issue-35-ccache-remote", "issue-45-integer-host", "issue-45-hex-host", "issue-45-query",
          "issue-45-fragment", "issue-45-encoded-dot-segments", "issue-45-dot-segments", "issue-45-sccache-fragment",
@@ -493,7 +493,7 @@ def test_dist_scheduler_in_toml(tmp_path: Path) -> None:
 
     assert scheduler_url("http://sched.example:10600") == "http://sched.example:10600/"
     for url in ("http://sched/x", "http://u:p@sched", "ftp://sched"):
-        with pytest.raises(UsageError, match=r"^dist.scheduler_url: "):
+        with pytest.raises(UsageError, match=r"^cluster.scheduler_url: "):
             scheduler_url(url)
     token = 'a"b\\c\nd'
     text = client_config(DistSpec("http://sched:10600/"), token, tmp_path / "tc")

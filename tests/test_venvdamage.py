@@ -122,7 +122,7 @@ def change(path: Path) -> None:
 def undamaged(world: dict[str, Path]) -> dict[str, object]:
     """Builder A's first build: every env step run for real (torch installed by pip), kept in the store."""
     plan = plan_at(world, "a")
-    result, _ = build(plan, skip_checks=True)
+    result, _ = build(plan, skip_postcheck=True)
     assert result.ran == [*ENV_STEPS, "torchvision:wheel", "publish"]
     return {"plan": plan, "wheel": result.wheels[0].read_bytes()}
 
@@ -132,7 +132,7 @@ def test_a_file_removed_from_the_build_venv_is_given_back_from_the_store(undamag
     store is sound (hard links: removing the venv's name left the entry's): the venv is linked to it again."""
     plan = undamaged["plan"]
     (plan.paths.venv / GLOBAL_DEPS).unlink()
-    result, out = build(plan, skip_checks=True, force=True)
+    result, out = build(plan, skip_postcheck=True, force=True)
     lines = said(out, "is damaged")
     assert lines == [
         f"{plan.paths.venv} is damaged: {GLOBAL_DEPS} (torch-2.13.0+cpu) is missing: made again from the "
@@ -141,7 +141,7 @@ def test_a_file_removed_from_the_build_venv_is_given_back_from_the_store(undamag
     assert result.ran[0] == "torchvision:wheel" and result.wheels[0].read_bytes() == undamaged["wheel"]
     assert not set(result.ran) & set(ENV_STEPS), "no env step ran again"
     assert (plan.paths.venv / GLOBAL_DEPS).is_file() and linked_origin(plan.paths.venv) is not None
-    again, _ = build(plan, skip_checks=True)
+    again, _ = build(plan, skip_postcheck=True)
     assert again.ran == [], "a no-op again"
 
 
@@ -150,7 +150,7 @@ def test_a_py_changed_in_a_venv_linked_to_the_store_is_made_again_from_scratch(w
     entry is dropped, and the venv's steps run again (the build starts over): the wheel is the same."""
     plan = undamaged["plan"]
     change(plan.paths.venv / SITE / "torch" / "version.py")
-    result, out = build(plan, skip_checks=True, force=True)
+    result, out = build(plan, skip_postcheck=True, force=True)
     lines = said(out, "is damaged")
     assert len(lines) == 1 and f"is damaged: {SITE}/torch/version.py (torch-2.13.0+cpu) has " in lines[0]
     assert lines[0].endswith(f"the steps on {plan.paths.venv} run again (the build starts over)"), lines
@@ -168,7 +168,7 @@ def test_a_store_entry_truncated_in_place_is_dropped_and_its_step_runs_again(wor
     entry = store_entry(world, "torchvision:install-torch")
     truncate(entry / "venv" / GLOBAL_DEPS)
     plan = plan_at(world, "b")
-    result, out = build(plan, skip_checks=True)
+    result, out = build(plan, skip_postcheck=True)
     lines = said(out, "dropped the environment store's entry")
     assert lines[0].startswith(
         f"dropped the environment store's entry of torchvision:install-torch: {entry / 'venv'} is damaged: "
@@ -181,7 +181,7 @@ def test_a_store_entry_truncated_in_place_is_dropped_and_its_step_runs_again(wor
     # A's venv shared the truncated file: the next build of A that compiles finds it so, and is given the
     # store's new entry
     a = undamaged["plan"]
-    again, out = build(a, skip_checks=True, force=True)
+    again, out = build(a, skip_postcheck=True, force=True)
     assert said(out, "is damaged") == [
         f"{a.paths.venv} is damaged: {GLOBAL_DEPS} (torch-2.13.0+cpu) has "
         + said(out, "is damaged")[0].split(" has ", 1)[1]

@@ -65,7 +65,7 @@ def test_a_restore_makes_the_same_entries_whatever_the_venv_holds(tmp_path: Path
 
 def run(plan: Plan, *, isolation: bool = False) -> tuple[BuildResult, str]:
     out = io.StringIO()
-    options = BuildOptions(console=Console(file=out, width=400), skip_checks=True, isolation=isolation)
+    options = BuildOptions(console=Console(file=out, width=400), skip_postcheck=True, isolation=isolation)
     return run_build(plan, options), out.getvalue()
 
 

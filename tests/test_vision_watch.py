@@ -99,7 +99,7 @@ def test_setup_py_without_libpng_stops_the_build_before_it_compiles(
         "torchvision:wheel", "compile", "torchvision", argv, env, str(tree), scratch=(str(tree / "build"),)
     )
     out = io.StringIO()
-    options = BuildOptions(console=Console(file=out, width=200), skip_checks=True, environ=environ)
+    options = BuildOptions(console=Console(file=out, width=200), skip_postcheck=True, environ=environ)
     with pytest.raises(ConfigureMismatch) as info:
         run_build(replace(plan, steps=[step]), options)
     message = str(info.value)

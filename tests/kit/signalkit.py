@@ -85,7 +85,7 @@ class Cell:
 
     base: Path  # the cell's directory: tree, work, dist, cache
     recipe: Path
-    kind: str  # none, ccache, sccache, sccache-dist (sccache with the recipe's [dist])
+    kind: str  # none, ccache, sccache, sccache-dist (sccache with the recipe's [cluster])
     env_store: str = "off"  # off: every environment step runs pip
     sandbox: bool = True
     environ: dict[str, str] = field(default_factory=dict)  # added to the command's environment
@@ -113,7 +113,12 @@ class Cell:
         argv = [sys.executable, "-m", "torchkiln", "build", str(self.recipe), "--only", "torchvision"]
         argv += ["--torch", TORCH, "--source-dir", f"torchvision={self.tree}", "--workdir", str(self.work)]
         argv += ["--dist", str(self.dist), "--cache", tool, "--cache-dir", str(self.cache), "--jobs", "2"]
-        argv += ["--skip-checks", "--env-store", self.env_store, *([] if self.sandbox else ["--no-sandbox"])]
+        argv += [
+            "--skip-postcheck",
+            "--env-store",
+            self.env_store,
+            *([] if self.sandbox else ["--no-sandbox"]),
+        ]
         return [*argv, *self.extra]
 
     def env(self) -> dict[str, str]:

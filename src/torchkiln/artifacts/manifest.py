@@ -164,7 +164,7 @@ class CheckResult:
 
 @dataclass(frozen=True)
 class Checks:
-    """What the post-build check found (``skipped`` with ``--skip-checks``)."""
+    """What the post-build check found (``skipped`` with ``--skip-postcheck``)."""
 
     skipped: bool = False
     torch: str | None = None

@@ -46,7 +46,7 @@ TAIL_LINES = 25
 @dataclass(frozen=True)
 class Options:
     force: bool = False
-    skip_checks: bool = False
+    skip_postcheck: bool = False
     min_hit_rate: float | None = None
     # Build and publish a fetched checkout that differs from its pinned ref (a warning, recorded).
     allow_dirty: bool = False

@@ -68,7 +68,7 @@ __all__ = [
 @dataclass
 class BuildOptions:
     force: bool = False
-    skip_checks: bool = False
+    skip_postcheck: bool = False
     min_hit_rate: float | None = None
     console: Console | None = None
     environ: Mapping[str, str] | None = None
@@ -160,7 +160,7 @@ def _run_steps(
     published = None
     for index, step in enumerate(plan.steps):
         kind = KINDS[step.kind]
-        if kind.optional and setup.options.skip_checks:
+        if kind.optional and setup.options.skip_postcheck:
             fingerprints[step.name] = digest({"skipped": step.name})
             continue
         started = time.monotonic()
@@ -324,7 +324,7 @@ def run_build(plan: Plan, options: BuildOptions | None = None) -> BuildResult:
             plan,
             Options(
                 options.force,
-                options.skip_checks,
+                options.skip_postcheck,
                 options.min_hit_rate,
                 options.allow_dirty,
                 options.sign_key,

@@ -7,7 +7,7 @@ system_libraries`` (again on every run: the recipe may have changed). A wheel th
 machines are not known to have stops the build before anything is published, naming the library and the file
 that needs it (:func:`torchkiln.artifacts.portability.refusal`).
 
-A build whose checks are skipped (``--skip-checks``) still records: the publish step reads each wheel unpacked
+A build whose checks are skipped (``--skip-postcheck``) still records: the publish step reads each wheel unpacked
 beside the build venv's distributions (:func:`records`), says so in the record's ``analysed``, and warns,
 instead of stopping, about what the check would have refused.
 """
@@ -184,5 +184,5 @@ def attach(
     for name, record in judged.items():
         reason = refusal(name, record)
         if reason is not None:  # each warning complete: its fix covers every wheel's libraries
-            built.warn(f"--skip-checks: the post-build check would have refused it: {reason}; fix: {fix}")
+            built.warn(f"--skip-postcheck: the post-build check would have refused it: {reason}; fix: {fix}")
     return out

@@ -128,7 +128,7 @@ def _parameters(setup: BuildSetup) -> dict[str, Any]:
         "source_dirs": {s.name: str(s.path) for s in plan.sources if s.provided},
         "notes": list(plan.notes),
         "force": options.force,
-        "skip_checks": options.skip_checks,
+        "skip_checks": options.skip_postcheck,  # the record's key kept (docs/supply-chain.md)
         "allow_dirty": options.allow_dirty,
         "allow_unisolated": options.allow_unisolated,
         "torch": {"install": plan.given_torch} if plan.given_torch else None,
@@ -262,7 +262,7 @@ def _manifest(
         for step in plan.steps
         if step.kind == "compile"
     }
-    checks = Checks(skipped=True) if setup.options.skip_checks else (record.checks or Checks())
+    checks = Checks(skipped=True) if setup.options.skip_postcheck else (record.checks or Checks())
     return Manifest(
         format=MANIFEST_FORMAT,
         torchkiln=__version__,
@@ -282,7 +282,7 @@ def _manifest(
         warnings=list(record.warnings),
         constraints=read_constraints(plan.paths.constraints),
         dist=_dist_record(setup),
-        python_checks={} if setup.options.skip_checks else dict(sorted(record.python_checks.items())),
+        python_checks={} if setup.options.skip_postcheck else dict(sorted(record.python_checks.items())),
         rebuild=_rebuild(setup, build_env),
         isolation=isolation_summary(setup),
     )

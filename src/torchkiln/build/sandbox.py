@@ -406,7 +406,7 @@ def how(step: Step, setup: BuildSetup, record: BuildRecord) -> str | None:
 def summary(setup: BuildSetup) -> Isolation:
     """How this build's build steps ran, from their records (this run's, or an earlier one's whose result
     is used): bubblewrap when every one ran sandboxed, else none with the reason and the steps."""
-    skipped = setup.options.skip_checks
+    skipped = setup.options.skip_postcheck
     steps = [s for s in setup.plan.steps if is_build_step(s) and not (s.kind == "checks" and skipped)]
     outside = [step.name for step in steps if _how(setup, step) != BUBBLEWRAP]
     if not outside:

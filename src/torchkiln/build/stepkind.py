@@ -202,7 +202,7 @@ class StepKind:
 
     name: str
     run: type[StepRun]
-    optional: bool = False  # skipped altogether by --skip-checks
+    optional: bool = False  # skipped altogether by --skip-postcheck
     always_runs: bool = False  # no fingerprint: runs on every build
     # ``--force`` runs it again although unchanged: what builds the wheels. Checkouts and environments are
     # keyed by their content (a fetch's pin, a venv's requirements) and reused: forcing them only costs.

@@ -4,7 +4,7 @@ A compile step labels its wheel through its environment (``PYTORCH_BUILD_VERSION
 ``BUILD_VERSION`` for torchvision, from the recipe: torchkiln.plan.environment). Before the step runs, and
 right after the fetch steps left a checkout, the tree's own ``version.txt`` must name the label's release
 (:func:`torchkiln.source.version.label_problem`): a ``--source-dir`` tree, a fetched ref that is not the release
-the recipe says, ``--no-preflight``, ``--only``, ``--torch``, ``--skip-checks`` alike. Host checks can be
+the recipe says, ``--no-preflight``, ``--only``, ``--torch``, ``--skip-postcheck`` alike. Host checks can be
 skipped; this one cannot. A step that sets no label builds the version its tree states (the build script
 reads version.txt itself): nothing to check. The publish step checks every compile's label once more and
 records the version file as read beside it (:func:`version_record`: the manifest, the lock file, the

@@ -204,7 +204,7 @@ class VenvReuse:
         kind = self.kinds[following.kind]
         if following.venv is None or following.venv != step.venv:
             return False
-        if (kind.optional and setup.options.skip_checks) or (setup.options.force and kind.forced):
+        if (kind.optional and setup.options.skip_postcheck) or (setup.options.force and kind.forced):
             return False
         run = self.start(following)
         inputs = run.inputs()
@@ -404,7 +404,7 @@ class VenvReuse:
 
     def while_running(self, kind: StepKind) -> None:
         """Before the command of a step whose kind ``warms``: the check venvs cloned meanwhile."""
-        if kind.warms and not self.setup.options.skip_checks:
+        if kind.warms and not self.setup.options.skip_postcheck:
             self.warming.start(self.setup.plan.steps)
 
     def passed(self, step: Step) -> None:

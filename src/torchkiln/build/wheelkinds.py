@@ -111,7 +111,7 @@ def _compare_with_recipe(
     mismatch stops the build before anything is published."""
     if facts_doc is None:
         raise BuildFailed(f"{step.name} printed no build facts (full log: {log})", step=step.name)
-    # the verification support only where a check's facts are compared (not in a --skip-checks build)
+    # the verification support only where a check's facts are compared (not in a --skip-postcheck build)
     from torchkiln.verify.buildconfig import postbuild_checks  # noqa: PLC0415
     from torchkiln.verify.facts import BuildFacts  # noqa: PLC0415
 

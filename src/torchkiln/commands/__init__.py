@@ -7,3 +7,34 @@ planned, checked and built is the same.
 
 May import every package. Nothing below imports a command.
 """
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+
+class _RenamedFlag(argparse.Action):
+    """The old spelling of a renamed on/off flag: sets what the new one sets, and says the new name (once)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, new: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+        self.new, self.said = new, False
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, *_: Any) -> None:
+        if not self.said:
+            self.said = True
+            print(
+                f"torchkiln: '{self.option_strings[0]}' is deprecated: it is now '{self.new}'",
+                file=sys.stderr,
+            )
+        setattr(namespace, self.dest, True)
+
+
+def add_renamed_flag(parser: argparse.ArgumentParser, old: str, new: str) -> None:
+    """``old``, the former spelling of the store_true flag ``new`` (issue 48: one meaning per name): still
+    accepted, left out of the help, setting ``new``'s value."""
+    dest = new.lstrip("-").replace("-", "_")
+    parser.add_argument(old, dest=dest, action=_RenamedFlag, new=new, help=argparse.SUPPRESS)

@@ -1,7 +1,7 @@
 """``torchkiln build RECIPE``: fetch the pinned sources and build torch and torchvision wheels into dist/.
 
 Takes the same options as ``torchkiln plan`` (what is planned is what is built) plus ``--force``,
-``--skip-checks``, ``--min-cache-hit-rate`` and the signing key of the provenance statement
+``--skip-postcheck``, ``--min-cache-hit-rate`` and the signing key of the provenance statement
 (``--sign-key-file`` / ``--sign-key-env``: a path or a variable's name, never the key). Runs the plan with
 :func:`torchkiln.build.loop.run_build`.
 """
@@ -25,6 +25,7 @@ from torchkiln.printing import make_console, say
 from torchkiln.process.runner import stop_signals
 from torchkiln.process.secrets import take
 
+from . import add_renamed_flag
 from .plan import add_plan_arguments, plan_from_args
 
 
@@ -53,10 +54,11 @@ def register(parser: argparse.ArgumentParser) -> None:
         "toolkit lives where the checks do not look",
     )
     parser.add_argument(
-        "--skip-checks",
+        "--skip-postcheck",
         action="store_true",
         help="do not import the wheels in a clean venv afterwards (e.g. a Python the host cannot run)",
     )
+    add_renamed_flag(parser, "--skip-checks", "--skip-postcheck")
     parser.add_argument(
         "--allow-dirty",
         action="store_true",
@@ -171,7 +173,7 @@ def _run(args: argparse.Namespace) -> int:
     )
     options = BuildOptions(
         force=args.force,
-        skip_checks=args.skip_checks,
+        skip_postcheck=args.skip_postcheck,
         min_hit_rate=args.min_cache_hit_rate,
         allow_dirty=args.allow_dirty,
         console=console,

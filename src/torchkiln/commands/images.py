@@ -182,7 +182,7 @@ def _secret_arguments(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
         "--dist-secret",
         metavar="FILE",
-        help="file holding the build cluster's client token (--target wheels, a recipe with [dist]); it "
+        help="file holding the build cluster's client token (--target wheels, a recipe with [cluster]); it "
         f"reaches the build only as a secret mount ({DIST_SECRET_FILE}), never a layer",
     )
     group.add_argument(
@@ -279,20 +279,20 @@ def _no_comma(option: str, path: Path) -> Path:
 
 
 def _dist_secret(recipe: Recipe, given: str | None) -> Path | None:
-    """The token file for a recipe with ``[dist]``: the image build reads it only as a secret mount, so the
+    """The token file for a recipe with ``[cluster]``: the image build reads it only as a secret mount, so the
     recipe must name that mount as its credentials_file, and a build without the secret would fail."""
-    if recipe.dist is None:
+    if recipe.cluster is None:
         if given:
-            raise UsageError(f"{recipe.source}: --dist-secret given but the recipe has no [dist] section")
+            raise UsageError(f"{recipe.source}: --dist-secret given but the recipe has no [cluster] section")
         return None
-    if recipe.dist.credentials_file != DIST_SECRET_FILE:
+    if recipe.cluster.credentials_file != DIST_SECRET_FILE:
         raise UsageError(
-            f"{recipe.source}: dist.credentials_file: the image build reads the client token only from "
+            f"{recipe.source}: cluster.credentials_file: the image build reads the client token only from "
             f"its secret mount (valid: credentials_file = {DIST_SECRET_FILE!r}, with --dist-secret FILE)"
         )
     if not given:
         raise UsageError(
-            f"{recipe.source}: the recipe's [dist] needs the client token: --dist-secret FILE (or drop [dist])"
+            f"{recipe.source}: the recipe's [cluster] needs the client token: --dist-secret FILE (or drop [cluster])"
         )
     return _secret_file("--dist-secret", given, "a file holding the client token")
 

@@ -95,7 +95,7 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
         "--dist-scheduler",
         default=None,
         metavar="URL|off",
-        help="send compiles to this sccache-dist scheduler (default: the recipe's [dist]; off: compile locally)",
+        help="send compiles to this sccache-dist scheduler (default: the recipe's [cluster]; off: compile locally)",
     )
     parser.add_argument(
         "--dist-token-env",
@@ -255,12 +255,12 @@ def _plan_from_args(args: argparse.Namespace, command: str) -> Plan:
 
 
 def dist_from_args(args: argparse.Namespace, recipe: Recipe, cache_kind: str) -> DistSpec | None:
-    """The recipe's ``[dist]`` with ``--dist-scheduler`` / ``--dist-token-env`` / ``--dist-token-file`` over it."""
+    """The recipe's ``[cluster]`` with ``--dist-scheduler`` / ``--dist-token-env`` / ``--dist-token-file`` over it."""
     url = args.dist_scheduler
     if url is not None and url.strip().lower() in ("off", ""):
         return None
     return resolve_dist(
-        recipe.dist,
+        recipe.cluster,
         cache_kind=cache_kind,
         scheduler_url_override=url,
         credentials_env=args.dist_token_env,

@@ -285,7 +285,7 @@ def run(args: argparse.Namespace) -> int:
             workdir.mkdir()
         raise
     say(console, ("torchkiln reproduce", "bold"), f" {record.file}: rebuilding in {workdir}")
-    result = run_build(plan, BuildOptions(skip_checks=True, console=console))
+    result = run_build(plan, BuildOptions(skip_postcheck=True, console=console))
     verdicts = compare(record.wheels, result.wheels, _originals(args, record))
     context = _context(record, result.manifest)
     seconds = round(time.monotonic() - started, 1)

@@ -94,7 +94,7 @@ class SchedulerSettings:
     """One scheduler: where it listens and the two secrets it checks."""
 
     listen: str
-    client_token: str  # what builds present (dist.credentials_env/_file on the client side)
+    client_token: str  # what builds present (cluster.credentials_env/_file on the client side)
     server_auth: str  # "jwt" (server_secret is the HS256 key) or "token" (a token all servers share)
     server_secret: str
 

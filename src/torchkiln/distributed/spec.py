@@ -1,6 +1,6 @@
 """The client side's settings: which scheduler, and where its token comes from.
 
-A recipe's ``[dist]`` section (next to ``[cache]``) and the command-line overrides resolve to one
+A recipe's ``[cluster]`` section (next to ``[cache]``) and the command-line overrides resolve to one
 :class:`DistSpec`. The token itself never appears in a recipe or on a command line: the spec names an
 environment variable or a file (a BuildKit secret is a file under ``/run/secrets``), exactly as
 ``cache.credentials_env``/``credentials_file`` do, and :func:`load_token` reads it at run time.
@@ -33,7 +33,7 @@ _TOKEN = re.compile(r"[\x21-\x7e]+")
 
 @dataclass(frozen=True)
 class DistSpec:
-    """The resolved distributed-compile settings of one build (recipe ``[dist]`` + command-line overrides)."""
+    """The resolved distributed-compile settings of one build (recipe ``[cluster]`` + command-line overrides)."""
 
     scheduler_url: str  # normalised: scheme://host[:port]/
     auth: str = "token"
@@ -54,7 +54,7 @@ class DistSpec:
         }
 
 
-def scheduler_url(url: str, field: str = "dist.scheduler_url") -> str:
+def scheduler_url(url: str, field: str = "cluster.scheduler_url") -> str:
     """``url`` checked the way sccache will read it, normalised to ``scheme://host[:port]/``.
 
     sccache-dist accepts only http(s) URLs without a path ("relative path (currently unsupported)" in
@@ -99,7 +99,7 @@ def resolve_dist(
     credentials_env: str | None = None,
     credentials_file: str | None = None,
 ) -> DistSpec | None:
-    """Recipe ``[dist]`` settings (any object with the fields, or None) with CLI overrides; None when off.
+    """Recipe ``[cluster]`` settings (any object with the fields, or None) with CLI overrides; None when off.
 
     ``scheduler_url_override=""`` turns distributed compiles off for one build. Without a credential source
     the token is read from ``$TORCHKILN_DIST_TOKEN``. Raises UsageError naming the field.
@@ -116,11 +116,11 @@ def resolve_dist(
         )
     auth = getattr(raw, "auth", None) or "token"
     if auth not in AUTH_KINDS:
-        raise UsageError(f"dist.auth: {auth!r} is not supported (valid: {', '.join(AUTH_KINDS)})")
+        raise UsageError(f"cluster.auth: {auth!r} is not supported (valid: {', '.join(AUTH_KINDS)})")
     env = credentials_env if credentials_env is not None else getattr(raw, "credentials_env", None)
     file = credentials_file if credentials_file is not None else getattr(raw, "credentials_file", None)
     if env is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", env):
-        raise UsageError(f"dist.credentials_env: {env!r} is not an environment variable name")
+        raise UsageError(f"cluster.credentials_env: {env!r} is not an environment variable name")
     if not env and not file:
         env = DEFAULT_TOKEN_ENV
     return DistSpec(scheduler_url(url), auth, env or None, file or None)
@@ -139,13 +139,13 @@ def check_token(token: str, label: str) -> str:
 def load_token(spec: DistSpec, environ: Mapping[str, str]) -> str:
     """The client token the spec names (environment variable first, then file). UsageError when missing."""
     token = load_secret(
-        env_name=spec.credentials_env, file=spec.credentials_file, environ=environ, field="dist"
+        env_name=spec.credentials_env, file=spec.credentials_file, environ=environ, field="cluster"
     )
     if token is None:  # resolve_dist always names a source; a hand-made spec may not
-        raise UsageError("dist.credentials_env: no token source (set credentials_env or credentials_file)")
+        raise UsageError("cluster.credentials_env: no token source (set credentials_env or credentials_file)")
     label = (
-        "dist.credentials_env"
+        "cluster.credentials_env"
         if spec.credentials_env and environ.get(spec.credentials_env)
-        else ("dist.credentials_file")
+        else ("cluster.credentials_file")
     )
     return check_token(token, label)

@@ -80,7 +80,7 @@ def _target(recipe: Recipe, flavour: str, recipes_root: str) -> dict[str, Any]:
     }
     if flavour == "wheels":
         target["secret"] = [f"id={CACHE_SECRET_ID},env=TORCHKILN_CACHE_PASSWORD"]
-        if recipe.dist is not None:  # its credentials_file is the secret's mount (torchkiln images checks)
+        if recipe.cluster is not None:  # its credentials_file is the secret's mount (torchkiln images checks)
             target["secret"].append(f"id={DIST_SECRET_ID},env=TORCHKILN_DIST_TOKEN")
         target["output"] = ["type=local,dest=dist"]
     else:

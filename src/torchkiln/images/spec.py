@@ -46,7 +46,7 @@ DEFAULT_REGISTRY = "localhost"
 IMAGE_NAME = "torchkiln"
 CACHE_SECRET_ID = "cache_password"
 # The build cluster's client token (distributed compiles): a secret of the compiling step, read where a
-# BuildKit secret lands, so the recipe's [dist] says credentials_file = DIST_SECRET_FILE.
+# BuildKit secret lands, so the recipe's [cluster] says credentials_file = DIST_SECRET_FILE.
 DIST_SECRET_ID = "dist_token"
 DIST_SECRET_FILE = f"/run/secrets/{DIST_SECRET_ID}"
 # pip's configuration for every pip step of an image build (a package index mirror, its credentials):

@@ -237,7 +237,7 @@ def make_plan(
     """Resolve ``recipe`` into the full plan. Runs nothing; reads only /proc and the cgroup limits.
 
     ``dist_spec``: the distributed-compile settings as the command line resolved them (None: off); by
-    default the recipe's ``[dist]``, which needs the plan's cache to be sccache. ``env_store``: where venvs
+    default the recipe's ``[cluster]``, which needs the plan's cache to be sccache. ``env_store``: where venvs
     are kept by their content between work directories (torchkiln.build.envstore); None keeps none.
     ``memory_retries``: --memory-retries (None: the recipe's, else :data:`MEMORY_RETRIES`)."""
     source_dirs = dict(source_dirs or {})
@@ -255,7 +255,7 @@ def make_plan(
     sources = _sources(recipe, paths, projects, source_dirs)
     cache = _cache_for(recipe, cache, paths, sources)
     if dist_spec == "recipe":
-        dist_spec = resolve_dist(recipe.dist, cache_kind=cache.kind)
+        dist_spec = resolve_dist(recipe.cluster, cache_kind=cache.kind)
     elif dist_spec is not None and cache.kind != "sccache":
         raise UsageError(f"dist: distributed compiles need the sccache compiler cache, not {cache.kind}")
 

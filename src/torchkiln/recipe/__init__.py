@@ -14,7 +14,7 @@
   true and false;
 * :mod:`.vision_setup`: ``data/vision_setup.toml``, what torchvision's setup.py prints when it drops a part.
 
-May import: :mod:`torchkiln.cache` and :mod:`torchkiln.distributed` (a recipe's ``[cache]`` and ``[dist]``
+May import: :mod:`torchkiln.cache` and :mod:`torchkiln.distributed` (a recipe's ``[cache]`` and ``[cluster]``
 are resolved by the same code the build uses), :mod:`torchkiln.process`, :mod:`torchkiln.errors`.
 The verification suite reads :mod:`.model`, :mod:`.compat`, :mod:`.archs` and :mod:`.spelling` only.
 """

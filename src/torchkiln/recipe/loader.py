@@ -34,6 +34,7 @@ from .schema import (
     FREE_TEXT,
     OPTIONAL_SECTIONS,
     PLACEHOLDERS,
+    RENAMED_TABLES,
     REQUIRED_TABLES,
     SCHEMA,
     SECTIONS,
@@ -166,6 +167,29 @@ def schema_problems(doc: Mapping[str, Any], file: str) -> tuple[list[Problem], s
     return problems, bad
 
 
+# The old table names this process has said the new name of: once each, however often a recipe is read.
+_RENAME_SAID: set[str] = set()
+
+
+def renamed_tables(doc: Mapping[str, Any], file: str) -> tuple[dict[str, Any], list[Problem]]:
+    """``doc`` with each old table name of :data:`RENAMED_TABLES` read as its new one (saying so on stderr,
+    once per process); a document with both spellings of a table is refused, naming both."""
+    new_doc, problems = dict(doc), []
+    for old, new in RENAMED_TABLES.items():
+        if old not in doc:
+            continue
+        if new in doc:
+            valid = f"[{new}] alone ([{old}] is its old name)"
+            problems.append(Problem(file, old, f"given with [{new}]", valid))
+            del new_doc[old]
+            continue
+        if old not in _RENAME_SAID:
+            _RENAME_SAID.add(old)
+            print(f"{file}: [{old}] is deprecated: it is now [{new}]", file=sys.stderr)
+        new_doc = {(new if k == old else k): v for k, v in new_doc.items()}
+    return new_doc, problems
+
+
 def _build_recipe(doc: Mapping[str, Any], path: Path | None, digest: str) -> Recipe:
     """Typed recipe from a schema-valid document (check_schema returned no problems): every field goes
     where its :class:`Field` says, so a path is spelled once, in :data:`SCHEMA`."""
@@ -271,7 +295,9 @@ def parse_recipe(data: bytes, file: str, path: Path | None = None) -> Recipe:
         ) from None
     if _depth(doc) > MAX_DEPTH:
         raise _document_problem(file, "arrays or tables nested too deeply", f"at most {MAX_DEPTH} levels")
+    doc, renames = renamed_tables(doc, file)
     problems, bad = schema_problems(doc, file)
+    problems = renames + problems
     if not problems:
         recipe = _build_recipe(doc, path, digest)
         problems = check_rules(recipe, file)

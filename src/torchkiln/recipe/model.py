@@ -130,8 +130,8 @@ class CacheSpec:
 
 
 @dataclass(frozen=True)
-class DistSection:
-    """``[dist]``: compiles sent to an sccache-dist build cluster (docs/distributed.md). Only where the
+class ClusterSection:
+    """``[cluster]``: compiles sent to an sccache-dist build cluster (docs/distributed.md). Only where the
     token comes from is here, never the token."""
 
     scheduler_url: str | None = None
@@ -169,7 +169,7 @@ class Recipe:
     sha256: str = ""
     document: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
     vision: VisionFeatures = field(default_factory=VisionFeatures)
-    dist: DistSection | None = None
+    cluster: ClusterSection | None = None
     # ``python.versions``: every Python the build makes wheels for, in order (empty: ``python.version`` alone)
     pythons: tuple[str, ...] = ()
     deploy: Deploy = field(default_factory=Deploy)

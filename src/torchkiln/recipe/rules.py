@@ -6,7 +6,7 @@ reads, what it requires) by :func:`~.rules_violations.rule` on its definition. A
 cannot apply (no CUDA, no MAGMA, an unknown release already reported) says nothing. The checks live by
 subject: :mod:`.rules_versions` (torch, torchvision, Python, the wheel's version), :mod:`.rules_cuda` (CUDA,
 cuDNN, NCCL, arch list, aarch64), :mod:`.rules_toolchain` (gcc, MAGMA, BLAS), :mod:`.rules_settings`
-(build flags, cache, dist); each yields findings (:data:`~.rules_findings.Finding`), none raises.
+(build flags, cache, cluster); each yields findings (:data:`~.rules_findings.Finding`), none raises.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from .rules_cuda import (
     _platform_cuda,
     _runtime_libraries,
 )
-from .rules_settings import _cache, _dist, _flags, _flags_known
+from .rules_settings import _cache, _cluster, _flags, _flags_known
 from .rules_toolchain import _blas, _gcc_range, _magma, _platform_blas
 from .rules_versions import (
     _build_version_pair,
@@ -65,7 +65,7 @@ RULES: tuple[Rule, ...] = tuple(
         _flags,
         _flags_known,
         _cache,
-        _dist,
+        _cluster,
         _deploy_cuda_libraries,
     )
 )

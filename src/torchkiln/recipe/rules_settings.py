@@ -1,6 +1,6 @@
 """Recipe rules on how the build runs: ``build.flags`` (none that a recipe field decides, each one the torch
 release reads), the compiler cache (``[cache]``: consistent, usable by the plan, no secret in a URL) and
-distributed compiles (``[dist]``). Rows of :data:`torchkiln.recipe.rules.RULES`.
+distributed compiles (``[cluster]``). Rows of :data:`torchkiln.recipe.rules.RULES`.
 """
 
 from __future__ import annotations
@@ -114,22 +114,22 @@ def remote_secret(url: str, *, credentials: bool) -> str | None:
     return None
 
 
-@rule("dist", "distributed compiles name a scheduler and use sccache", ("dist", "cache.kind"))
-def _dist(r: Recipe) -> Iterator[Violation]:
-    d = r.dist
+@rule("cluster", "distributed compiles name a scheduler and use sccache", ("cluster", "cache.kind"))
+def _cluster(r: Recipe) -> Iterator[Violation]:
+    d = r.cluster
     if d is None:
         return
     if not d.scheduler_url:
         yield (
-            "dist.scheduler_url",
-            "[dist] without a scheduler",
+            "cluster.scheduler_url",
+            "[cluster] without a scheduler",
             "http(s)://HOST[:PORT] of the sccache-dist scheduler",
         )
     if r.cache.kind != "sccache":
         yield (
-            "dist",
+            "cluster",
             f"distributed compiles need the sccache compiler cache, not {r.cache.kind}",
             'cache.kind = "sccache" (sccache is the client of sccache-dist; ccache has no distributed mode)',
         )
     if d.credentials_env and d.credentials_file:
-        yield ("dist.credentials_file", "set together with dist.credentials_env", "one of the two")
+        yield ("cluster.credentials_file", "set together with cluster.credentials_env", "one of the two")

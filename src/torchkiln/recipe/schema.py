@@ -24,8 +24,8 @@ from .model import (
     Blas,
     Build,
     CacheSpec,
+    ClusterSection,
     Deploy,
-    DistSection,
     Magma,
     SourceSpec,
     VisionFeatures,
@@ -292,17 +292,20 @@ SCHEMA: tuple[Field, ...] = (
         convert=tuple,
     ),
     Field(
-        "dist.scheduler_url", str, check=_scheduler_url, doc="sccache-dist scheduler, http(s)://HOST[:PORT]"
+        "cluster.scheduler_url",
+        str,
+        check=_scheduler_url,
+        doc="sccache-dist scheduler, http(s)://HOST[:PORT]",
     ),
-    Field("dist.auth", str, check=_one_of(*AUTH_KINDS)),
+    Field("cluster.auth", str, check=_one_of(*AUTH_KINDS)),
     Field(
-        "dist.credentials_env",
+        "cluster.credentials_env",
         str,
         check=_match(ENV_NAME_RE, "an environment variable name"),
         doc="variable holding the client token (default TORCHKILN_DIST_TOKEN)",
     ),
     Field(
-        "dist.credentials_file",
+        "cluster.credentials_file",
         str,
         check=path_problem,
         doc="file holding the client token (a BuildKit secret is a file)",
@@ -326,10 +329,13 @@ SECTIONS: dict[str, type] = {
     "build": Build,
     "cache": CacheSpec,
     "vision": VisionFeatures,  # [torchvision.features]
-    "dist": DistSection,
+    "cluster": ClusterSection,
     "deploy": Deploy,
 }
-OPTIONAL_SECTIONS = frozenset({"magma", "dist"})
+OPTIONAL_SECTIONS = frozenset({"magma", "cluster"})
+# Old spellings of renamed tables (issue 48: "dist" keeps one meaning, the output directory): each still loads
+# as its new name, saying so once; a recipe with both spellings is refused.
+RENAMED_TABLES: dict[str, str] = {"dist": "cluster"}
 
 FIELDS: dict[str, Field] = {f.path: f for f in SCHEMA}
 TABLES: frozenset[str] = frozenset(p.split(".")[0] for p in FIELDS)

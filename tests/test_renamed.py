@@ -1,0 +1,153 @@
+"""Issue 48, one meaning per name: a renamed recipe table or command-line flag keeps its old spelling, which
+does what the new one does and says the new name once; a recipe with both spellings of a table is refused.
+
+The cases come from the code's own tables: every field :data:`~torchkiln.recipe.schema.SCHEMA` declares
+under each table of :data:`~torchkiln.recipe.schema.RENAMED_TABLES`, every hidden old flag of every command's
+parser (:func:`torchkiln.commands.add_renamed_flag`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from torchkiln.build.loop import BuildOptions
+from torchkiln.cli import COMMANDS, build_parser, main
+from torchkiln.commands import _RenamedFlag
+from torchkiln.recipe import loader
+from torchkiln.recipe.schema import FIELDS, RENAMED_TABLES
+
+# A valid value of each field of the renamed tables; a field the schema gains must be given one here (the
+# test below fails naming it), so no field of the table goes untested under its old spelling.
+VALID: dict[str, object] = {
+    "cluster.scheduler_url": "http://10.0.0.1:10600",
+    "cluster.auth": "token",
+    "cluster.credentials_env": "KILN_TOKEN",
+    "cluster.credentials_file": "/run/secrets/dist_token",
+}
+# What the table needs beside the field under test (the rules: a scheduler; the cache it runs through).
+NEEDS: dict[str, dict[str, object]] = {"cluster": {"scheduler_url": "http://10.0.0.1:10600"}}
+RENAMED_FIELDS = [
+    (old, path)
+    for old, new in sorted(RENAMED_TABLES.items())
+    for path in FIELDS
+    if path.startswith(f"{new}.")
+]
+
+
+@pytest.fixture(autouse=True)
+def _nothing_said_yet(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(loader, "_RENAME_SAID", set())
+
+
+def _recipe_file(tmp_path: Path, name: str, tables: dict[str, dict[str, object]]) -> Path:
+    from test_recipe import mutate
+
+    path = tmp_path / f"{name}.toml"
+    path.write_text(mutate(cache={"kind": "sccache"}, **tables))
+    return path
+
+
+def test_every_field_of_a_renamed_table_has_a_value_here() -> None:
+    assert {path for _, path in RENAMED_FIELDS} == set(VALID)
+
+
+@pytest.mark.parametrize(("old", "path"), RENAMED_FIELDS)
+def test_old_table_name_loads_as_the_new_one_saying_so_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], old: str, path: str
+) -> None:
+    new, key = path.split(".", 1)
+    table = {**NEEDS.get(new, {}), key: VALID[path]}
+    current = loader.load_recipe(_recipe_file(tmp_path, "new", {new: table}))
+    assert capsys.readouterr().err == ""
+    old_file = _recipe_file(tmp_path, "old", {old: table})
+    former = loader.load_recipe(old_file)
+    again = loader.load_recipe(old_file)  # a command may read its recipe more than once
+    assert capsys.readouterr().err == f"{old_file}: [{old}] is deprecated: it is now [{new}]\n"
+    assert getattr(former, new) == getattr(current, new) == getattr(again, new)
+    assert getattr(former, new) is not None and not hasattr(former, old)
+    # The recorded digest is of the file's bytes: a record of a build from the old spelling still names it.
+    assert former.sha256 == hashlib.sha256(old_file.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize(("old", "path"), RENAMED_FIELDS)
+def test_a_problem_under_the_old_name_names_the_new_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], old: str, path: str
+) -> None:
+    new, key = path.split(".", 1)
+    bad = _recipe_file(tmp_path, "bad", {old: {**NEEDS.get(new, {}), key: 7}})
+    assert main(["recipe", "check", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}: {path}: wrong type int" in err, err
+
+
+@pytest.mark.parametrize(("old", "new"), sorted(RENAMED_TABLES.items()))
+def test_both_spellings_of_a_table_are_refused_naming_both(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], old: str, new: str
+) -> None:
+    both = _recipe_file(tmp_path, "both", {old: NEEDS.get(new, {}), new: NEEDS.get(new, {})})
+    assert main(["recipe", "check", str(both)]) == 2
+    err = capsys.readouterr().err
+    assert f"{both}: {old}: given with [{new}] (valid: [{new}] alone ([{old}] is its old name))" in err, err
+    assert "deprecated" not in err
+
+
+def test_reproduce_reads_a_record_of_a_build_from_the_old_spelling(tmp_path: Path) -> None:
+    """A manifest or statement written before the rename names the recipe file by path and sha256; that file
+    still says ``[dist]``, and reproduce takes it as the recipe the wheels were built with."""
+    from torchkiln.artifacts.record import Record
+    from torchkiln.commands.reproduce import _recipe
+
+    for old, new in RENAMED_TABLES.items():
+        path = _recipe_file(tmp_path, old, {old: NEEDS.get(new, {})})
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        record = Record(tmp_path / "manifest.json", "manifest", "r", str(path), digest, [], {}, {}, None, [])
+        assert getattr(_recipe(record, None), new) is not None
+
+
+def _renamed_flags() -> list[tuple[str, str, str]]:
+    """(command, old flag, new flag) of every hidden old spelling in every command's parser."""
+    found = []
+    for command in COMMANDS:
+        parser = build_parser(only=command)
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        for action in sub.choices[command]._actions:
+            if isinstance(action, _RenamedFlag):
+                found += [(command, option, action.new) for option in action.option_strings]
+    return found
+
+
+RENAMED_FLAGS = _renamed_flags()
+
+
+def test_the_renamed_flags_are_found() -> None:
+    assert ("build", "--skip-checks", "--skip-postcheck") in RENAMED_FLAGS
+
+
+@pytest.mark.parametrize(("command", "old", "new"), RENAMED_FLAGS)
+def test_old_flag_sets_what_the_new_one_does_saying_so_once(
+    capsys: pytest.CaptureFixture[str], command: str, old: str, new: str
+) -> None:
+    def parsed(*flags: str) -> dict[str, object]:
+        return vars(build_parser(only=command).parse_args([command, "recipe.toml", *flags]))
+
+    assert parsed(new) == parsed(old) != parsed()
+    assert capsys.readouterr().err == f"torchkiln: '{old}' is deprecated: it is now '{new}'\n"
+    parsed(old, old)
+    assert capsys.readouterr().err.count("deprecated") == 1
+    assert parsed(old, new) == parsed(new)
+    capsys.readouterr()
+    # The help names only the new spelling; abbreviations stay refused (allow_abbrev=False).
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    out = capsys.readouterr().out
+    assert new in out and old not in out
+    with pytest.raises(SystemExit):
+        parsed(old[:-1])
+    dest = new.lstrip("-").replace("-", "_")
+    if command == "build":  # what the build's options are made of: the same field either way
+        assert dest in {f.name for f in dataclasses.fields(BuildOptions)}
