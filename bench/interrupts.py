@@ -91,9 +91,9 @@ def one_cell(
         environ: dict[str, str] = {}
         if kind == "sccache-dist" and cluster is not None and cluster.found is not None:
             extra = (
-                "--dist-scheduler",
+                "--cluster-scheduler",
                 cluster.found.url.rstrip("/"),
-                "--dist-token-env",
+                "--cluster-token-env",
                 "KILN_BENCH_TOKEN",
             )
             environ = {"KILN_BENCH_TOKEN": cluster.found.client_token}

@@ -661,7 +661,7 @@ def test_a_signal_with_a_distributed_compile_in_flight(make_cluster, tmp_path: P
         "sccache-dist",
         env_store=str(tmp_path / "envs"),
         environ={TOKEN_ENV: found.client_token},
-        extra=("--dist-scheduler", found.url.rstrip("/"), "--dist-token-env", TOKEN_ENV),
+        extra=("--cluster-scheduler", found.url.rstrip("/"), "--cluster-token-env", TOKEN_ENV),
     )
     daemons = {proc.pid for proc in found.processes.values()}
     check_stopped(cell, "compile", signal.SIGHUP, foreign=below(daemons))

@@ -545,7 +545,8 @@ def test_recipe_dist_section_reaches_the_plan(tmp_path: Path, capsys: pytest.Cap
     # Without [cluster] there is none; the command line can add one, or turn the recipe's off.
     assert make_plan(load_recipe(dist_recipe(tmp_path, None)), workdir=tmp_path / "w").dist is None
     assert (
-        main(["plan", str(path), "--json", "--dist-scheduler", "off", "--workdir", str(tmp_path / "w")]) == 0
+        main(["plan", str(path), "--json", "--cluster-scheduler", "off", "--workdir", str(tmp_path / "w")])
+        == 0
     )
     assert json.loads(capsys.readouterr().out)["dist"] is None
     plain = dist_recipe(tmp_path, None)
@@ -553,9 +554,9 @@ def test_recipe_dist_section_reaches_the_plan(tmp_path: Path, capsys: pytest.Cap
         "plan",
         str(plain),
         "--json",
-        "--dist-scheduler",
+        "--cluster-scheduler",
         "https://dist.example:443",
-        "--dist-token-env",
+        "--cluster-token-env",
         "TOK",
     ]
     assert main([*argv, "--workdir", str(tmp_path / "w")]) == 0

@@ -922,20 +922,20 @@ def test_print_wheels_passes_the_dist_token_as_a_secret_the_recipe_reads(
         '\n[cluster]\nscheduler_url = "http://10.0.0.1:10600"\ncredentials_file = "/run/secrets/dist_token"\n'
     )
     argv = ["images", "--target", "wheels", "--engine", "docker", "--print", "--dist", str(tmp_path / "out")]
-    assert cli.main([*argv, "--recipe", str(good), "--dist-secret", str(token)]) == 0
+    assert cli.main([*argv, "--recipe", str(good), "--cluster-secret", str(token)]) == 0
     out = capsys.readouterr().out
     assert f"--secret id=dist_token,src={token}" in out and "kiln-dist-token-77" not in out
     # The image build can read the token only from the secret: a recipe reading it elsewhere, or no
     # secret, would fail inside the build; a secret without [cluster] is a mistake.
     assert cli.main([*argv, "--recipe", str(good)]) == 2
-    assert "needs the client token: --dist-secret FILE" in capsys.readouterr().err
+    assert "needs the client token: --cluster-secret FILE" in capsys.readouterr().err
     elsewhere = recipe_with('\n[cluster]\nscheduler_url = "http://10.0.0.1:10600"\ncredentials_env = "TOK"\n')
-    assert cli.main([*argv, "--recipe", str(elsewhere), "--dist-secret", str(token)]) == 2
+    assert cli.main([*argv, "--recipe", str(elsewhere), "--cluster-secret", str(token)]) == 2
     assert "cluster.credentials_file: the image build reads the client token only from its secret mount" in (
         capsys.readouterr().err
     )
-    assert cli.main([*argv, "--recipe", str(CPU), "--dist-secret", str(token)]) == 2
-    assert "--dist-secret given but the recipe has no [cluster] section" in capsys.readouterr().err
+    assert cli.main([*argv, "--recipe", str(CPU), "--cluster-secret", str(token)]) == 2
+    assert "--cluster-secret given but the recipe has no [cluster] section" in capsys.readouterr().err
 
 
 def test_a_named_engine_that_cannot_build_is_refused_with_the_reason(

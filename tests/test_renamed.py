@@ -17,7 +17,7 @@ import pytest
 
 from torchkiln.build.loop import BuildOptions
 from torchkiln.cli import COMMANDS, build_parser, main
-from torchkiln.commands import _RenamedFlag
+from torchkiln.commands import _Renamed
 from torchkiln.recipe import loader
 from torchkiln.recipe.schema import FIELDS, RENAMED_TABLES
 
@@ -109,15 +109,16 @@ def test_reproduce_reads_a_record_of_a_build_from_the_old_spelling(tmp_path: Pat
         assert getattr(_recipe(record, None), new) is not None
 
 
-def _renamed_flags() -> list[tuple[str, str, str]]:
-    """(command, old flag, new flag) of every hidden old spelling in every command's parser."""
+def _renamed_flags() -> list[tuple[str, str, str, bool]]:
+    """(command, old flag, new flag, whether it takes a value) of every hidden old spelling in every command's
+    parser."""
     found = []
     for command in COMMANDS:
         parser = build_parser(only=command)
         sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
         for action in sub.choices[command]._actions:
-            if isinstance(action, _RenamedFlag):
-                found += [(command, option, action.new) for option in action.option_strings]
+            if isinstance(action, _Renamed):
+                found += [(command, o, action.new, action.nargs != 0) for o in action.option_strings]
     return found
 
 
@@ -125,15 +126,24 @@ RENAMED_FLAGS = _renamed_flags()
 
 
 def test_the_renamed_flags_are_found() -> None:
-    assert ("build", "--skip-checks", "--skip-postcheck") in RENAMED_FLAGS
+    found = {(command, old, new) for command, old, new, _ in RENAMED_FLAGS}
+    assert ("build", "--skip-checks", "--skip-postcheck") in found
+    # "dist" is the output directory: the sccache-dist cluster's options are --cluster-* in every command
+    # that plans a build, and the image build's token file
+    for command in ("plan", "check", "build"):
+        for part in ("scheduler", "token-env", "token-file"):
+            assert (command, f"--dist-{part}", f"--cluster-{part}") in found
+    assert ("images", "--dist-secret", "--cluster-secret") in found
 
 
-@pytest.mark.parametrize(("command", "old", "new"), RENAMED_FLAGS)
+@pytest.mark.parametrize(("command", "old", "new", "takes_value"), RENAMED_FLAGS)
 def test_old_flag_sets_what_the_new_one_does_saying_so_once(
-    capsys: pytest.CaptureFixture[str], command: str, old: str, new: str
+    capsys: pytest.CaptureFixture[str], command: str, old: str, new: str, takes_value: bool
 ) -> None:
     def parsed(*flags: str) -> dict[str, object]:
-        return vars(build_parser(only=command).parse_args([command, "recipe.toml", *flags]))
+        given = [part for flag in flags for part in ([flag, "given-value"] if takes_value else [flag])]
+        recipe = ["--recipe", "recipe.toml"] if command == "images" else ["recipe.toml"]
+        return vars(build_parser(only=command).parse_args([command, *recipe, *given]))
 
     assert parsed(new) == parsed(old) != parsed()
     assert capsys.readouterr().err == f"torchkiln: '{old}' is deprecated: it is now '{new}'\n"
@@ -149,5 +159,7 @@ def test_old_flag_sets_what_the_new_one_does_saying_so_once(
     with pytest.raises(SystemExit):
         parsed(old[:-1])
     dest = new.lstrip("-").replace("-", "_")
-    if command == "build":  # what the build's options are made of: the same field either way
+    if (
+        command == "build" and not takes_value
+    ):  # what the build's options are made of: the same field either way
         assert dest in {f.name for f in dataclasses.fields(BuildOptions)}

@@ -16,25 +16,34 @@ from collections.abc import Sequence
 from typing import Any
 
 
-class _RenamedFlag(argparse.Action):
-    """The old spelling of a renamed on/off flag: sets what the new one sets, and says the new name (once)."""
+class _Renamed(argparse.Action):
+    """The old spelling of a renamed option: sets what the new one sets (on, for a flag; its value, for an
+    option that takes one), and says the new name (once)."""
 
     def __init__(self, option_strings: Sequence[str], dest: str, new: str, **kwargs: Any) -> None:
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+        super().__init__(option_strings, dest, default=argparse.SUPPRESS, **kwargs)
         self.new, self.said = new, False
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, *_: Any) -> None:
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, *_: Any
+    ) -> None:
         if not self.said:
             self.said = True
             print(
                 f"torchkiln: '{self.option_strings[0]}' is deprecated: it is now '{self.new}'",
                 file=sys.stderr,
             )
-        setattr(namespace, self.dest, True)
+        setattr(namespace, self.dest, True if self.nargs == 0 else values)
 
 
-def add_renamed_flag(parser: argparse.ArgumentParser, old: str, new: str) -> None:
+def add_renamed_flag(parser: argparse._ActionsContainer, old: str, new: str) -> None:
     """``old``, the former spelling of the store_true flag ``new`` (issue 48: one meaning per name): still
     accepted, left out of the help, setting ``new``'s value."""
     dest = new.lstrip("-").replace("-", "_")
-    parser.add_argument(old, dest=dest, action=_RenamedFlag, new=new, help=argparse.SUPPRESS)
+    parser.add_argument(old, dest=dest, action=_Renamed, nargs=0, new=new, help=argparse.SUPPRESS)
+
+
+def add_renamed_option(parser: argparse._ActionsContainer, old: str, new: str) -> None:
+    """``old``, the former spelling of ``new``, an option that takes one value: the same, for options."""
+    dest = new.lstrip("-").replace("-", "_")
+    parser.add_argument(old, dest=dest, action=_Renamed, new=new, metavar="VALUE", help=argparse.SUPPRESS)

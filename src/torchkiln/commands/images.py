@@ -46,6 +46,8 @@ from torchkiln.recipe.image_bases import TOOLKIT_SOURCES
 from torchkiln.recipe.loader import load_recipe, recipes_dir, resolve_recipe_path
 from torchkiln.recipe.model import Recipe
 
+from . import add_renamed_option
+
 # Where the runtime image keeps the manifest of the wheels it installed (scripts/install_wheels.sh).
 IMAGE_DIR = "/opt/torchkiln"
 IMAGE_MANIFEST = f"{IMAGE_DIR}/manifest.json"
@@ -180,11 +182,14 @@ def _secret_arguments(group: argparse._ArgumentGroup) -> None:
         "the build only as a secret mount, never a layer",
     )
     group.add_argument(
-        "--dist-secret",
+        "--cluster-secret",
         metavar="FILE",
         help="file holding the build cluster's client token (--target wheels, a recipe with [cluster]); it "
         f"reaches the build only as a secret mount ({DIST_SECRET_FILE}), never a layer",
     )
+    add_renamed_option(
+        group, "--dist-secret", "--cluster-secret"
+    )  # "dist" is the wheels directory (issue 48)
     group.add_argument(
         "--provenance-key",
         metavar="PUB",
@@ -283,18 +288,20 @@ def _dist_secret(recipe: Recipe, given: str | None) -> Path | None:
     recipe must name that mount as its credentials_file, and a build without the secret would fail."""
     if recipe.cluster is None:
         if given:
-            raise UsageError(f"{recipe.source}: --dist-secret given but the recipe has no [cluster] section")
+            raise UsageError(
+                f"{recipe.source}: --cluster-secret given but the recipe has no [cluster] section"
+            )
         return None
     if recipe.cluster.credentials_file != DIST_SECRET_FILE:
         raise UsageError(
             f"{recipe.source}: cluster.credentials_file: the image build reads the client token only from "
-            f"its secret mount (valid: credentials_file = {DIST_SECRET_FILE!r}, with --dist-secret FILE)"
+            f"its secret mount (valid: credentials_file = {DIST_SECRET_FILE!r}, with --cluster-secret FILE)"
         )
     if not given:
         raise UsageError(
-            f"{recipe.source}: the recipe's [cluster] needs the client token: --dist-secret FILE (or drop [cluster])"
+            f"{recipe.source}: the recipe's [cluster] needs the client token: --cluster-secret FILE (or drop [cluster])"
         )
-    return _secret_file("--dist-secret", given, "a file holding the client token")
+    return _secret_file("--cluster-secret", given, "a file holding the client token")
 
 
 def local_base(args: argparse.Namespace) -> LocalBase | None:
@@ -343,7 +350,7 @@ def build_request(args: argparse.Namespace, *, context: Path, base: LocalBase | 
         raise UsageError(problem)
     target = args.target
     base_image = base.tag if base is not None else args.base_image
-    for option, given in (("--cache-secret", args.cache_secret), ("--dist-secret", args.dist_secret)):
+    for option, given in (("--cache-secret", args.cache_secret), ("--cluster-secret", args.cluster_secret)):
         if given and target != "wheels":
             raise UsageError(f"{option} is only used by --target wheels (the stage that compiles)")
     if args.provenance_key and target != "runtime":
@@ -386,7 +393,7 @@ def build_request(args: argparse.Namespace, *, context: Path, base: LocalBase | 
                     "cache.credentials_env (the variable the build reads the credential from)"
                 )
             secrets[CACHE_SECRET_ID] = secret
-        dist_secret = _dist_secret(recipe, args.dist_secret)
+        dist_secret = _dist_secret(recipe, args.cluster_secret)
         if dist_secret is not None:
             secrets[DIST_SECRET_ID] = dist_secret
     if args.pip_config:

@@ -25,6 +25,8 @@ from torchkiln.recipe.model import Recipe
 from torchkiln.recipe.rules_settings import remote_secret
 from torchkiln.recipe.validators import path_problem, plain_string
 
+from . import add_renamed_option
+
 
 def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     """Options shared by ``plan`` and ``build``: what is planned is what is built."""
@@ -92,20 +94,23 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: $TORCHKILN_ENV_STORE, else envs/ beside the compiler caches; off: keep none)",
     )
     parser.add_argument(
-        "--dist-scheduler",
+        "--cluster-scheduler",
         default=None,
         metavar="URL|off",
         help="send compiles to this sccache-dist scheduler (default: the recipe's [cluster]; off: compile locally)",
     )
     parser.add_argument(
-        "--dist-token-env",
+        "--cluster-token-env",
         default=None,
         metavar="NAME",
         help="environment variable holding the build cluster's client token (default TORCHKILN_DIST_TOKEN)",
     )
     parser.add_argument(
-        "--dist-token-file", default=None, metavar="FILE", help="file holding the client token"
+        "--cluster-token-file", default=None, metavar="FILE", help="file holding the client token"
     )
+    # "dist" is the output directory (--dist): the cluster's options were --dist-* (issue 48)
+    for old in ("--dist-scheduler", "--dist-token-env", "--dist-token-file"):
+        add_renamed_option(parser, old, old.replace("--dist-", "--cluster-"))
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -255,16 +260,16 @@ def _plan_from_args(args: argparse.Namespace, command: str) -> Plan:
 
 
 def dist_from_args(args: argparse.Namespace, recipe: Recipe, cache_kind: str) -> DistSpec | None:
-    """The recipe's ``[cluster]`` with ``--dist-scheduler`` / ``--dist-token-env`` / ``--dist-token-file`` over it."""
-    url = args.dist_scheduler
+    """The recipe's ``[cluster]`` with ``--cluster-scheduler`` / ``--cluster-token-env`` / ``--cluster-token-file`` over it."""
+    url = args.cluster_scheduler
     if url is not None and url.strip().lower() in ("off", ""):
         return None
     return resolve_dist(
         recipe.cluster,
         cache_kind=cache_kind,
         scheduler_url_override=url,
-        credentials_env=args.dist_token_env,
-        credentials_file=args.dist_token_file,
+        credentials_env=args.cluster_token_env,
+        credentials_file=args.cluster_token_file,
     )
 
 
