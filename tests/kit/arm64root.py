@@ -26,6 +26,7 @@ from pathlib import Path
 import tomli_w
 
 from kit import realtrees
+from kit.deployroot import root_problems
 from torchkiln.images.platforms import platform_named
 from torchkiln.recipe.loader import load_recipe
 
@@ -64,13 +65,8 @@ def cache() -> Path:
 
 def problems() -> list[str]:
     """Why this machine cannot make or run the root (empty: it can)."""
-    found = []
-    if os.geteuid() != 0:
-        found.append("needs root (debootstrap, chroot, mounts)")
-    for tool in ("debootstrap", "unshare", "chroot", "qemu-aarch64-static", "update-binfmts"):
-        if shutil.which(tool) is None:
-            found.append(f"no {tool} (apt-get install qemu-user-static binfmt-support debootstrap)")
-    return found
+    tools = ("debootstrap", "unshare", "chroot", "qemu-aarch64-static", "update-binfmts")
+    return root_problems(tools, "qemu-user-static binfmt-support debootstrap")
 
 
 def register_qemu() -> None:

@@ -56,14 +56,16 @@ def cache() -> Path:
     return realtrees.cache_dir() / "deploy"
 
 
+def root_problems(tools: Sequence[str], install: str) -> list[str]:
+    """Why this machine cannot make or run a debootstrapped root that needs ``tools`` (apt's ``install``
+    packages hold them); empty: it can."""
+    found = [] if os.geteuid() == 0 else ["needs root (debootstrap, chroot, mounts)"]
+    return found + [f"no {tool} (apt-get install {install})" for tool in tools if shutil.which(tool) is None]
+
+
 def problems() -> list[str]:
     """Why this machine cannot make or run the root (empty: it can)."""
-    found = []
-    if os.geteuid() != 0:
-        found.append("needs root (debootstrap, chroot, mounts)")
-    for tool in ("debootstrap", "unshare", "chroot"):
-        if shutil.which(tool) is None:
-            found.append(f"no {tool} (apt-get install debootstrap util-linux coreutils)")
+    found = root_problems(("debootstrap", "unshare", "chroot"), "debootstrap util-linux coreutils")
     if not Path(KEYRING).is_file():
         found.append(f"no {KEYRING} (apt-get install debian-archive-keyring)")
     return found
