@@ -26,7 +26,7 @@ from pathlib import Path
 import tomli_w
 
 from kit import realtrees
-from kit.deployroot import root_problems
+from kit.deployroot import chroot_run, root_problems
 from torchkiln.images.platforms import platform_named
 from torchkiln.recipe.loader import load_recipe
 
@@ -133,10 +133,10 @@ def run(
     stdout and stderr together."""
     (root / "etc" / "hosts").write_text(f"127.0.0.1 localhost\n127.0.1.1 {socket.gethostname()}\n")
     shutil.copyfile("/etc/resolv.conf", root / "etc" / "resolv.conf")
-    mounts = 'mount --rbind /dev "$1/dev" && mount -t proc proc "$1/proc"'
+    mounts = ['mount --rbind /dev "$1/dev"', 'mount -t proc proc "$1/proc"']
     if checkout is not None:
         (root / "src").mkdir(exist_ok=True)
-        mounts += f' && mount --bind "{checkout}" "$1/src"'
+        mounts.append(f'mount --bind "{checkout}" "$1/src"')
     env = [
         "HOME=/root",
         f"PATH={PATH}",
@@ -147,15 +147,7 @@ def run(
         # the NVPL sgemm of upstream's aarch64 wheel gives wrong results (a 3x4 x @ x.T: trace 80, not 506)
         "QEMU_CPU=" + platform_named("aarch64").qemu_cpu,
     ]
-    argv = [
-        "unshare", "--mount", "--propagation", "private", "--", "bash", "-c",
-        f'{mounts} && cd / && exec chroot "$1" /usr/bin/env -i "${{@:2}}"',
-        "chroot-run", str(root), *env, "/bin/sh", "-c", script,
-    ]  # fmt: skip
-    return subprocess.run(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
-        timeout=timeout, check=False,
-    )  # fmt: skip
+    return chroot_run(root, mounts, env, script, timeout)
 
 
 CONTROL_SCRIPT = """

@@ -137,6 +137,14 @@ def run(
         mounts += [f'mount --bind "{outside}" "$1{inside}"', f'mount -o remount,ro,bind "$1{inside}"']
     env = ["HOME=/root", f"PATH={PATH}", "LANG=C.UTF-8", "PYTHONPATH=/src/src", "PIP_NO_INDEX=1"]
     env += ["PIP_DISABLE_PIP_VERSION_CHECK=1", "CI=" + os.environ.get("CI", "")]
+    return chroot_run(root, mounts, env, script, timeout)
+
+
+def chroot_run(
+    root: Path, mounts: Sequence[str], env: Sequence[str], script: str, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """``script`` (sh) chrooted into ``root`` in a mount namespace of its own, after ``mounts`` (shell
+    commands, ``$1`` the root), with only ``env``; stdout and stderr together."""
     argv = [
         "unshare", "--mount", "--propagation", "private", "--", "bash", "-c",
         " && ".join(mounts) + ' && cd / && exec chroot "$1" /usr/bin/env -i "${@:2}"',
