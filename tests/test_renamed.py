@@ -3,7 +3,7 @@ does what the new one does and says the new name once; a recipe with both spelli
 
 The cases come from the code's own tables: every field :data:`~torchkiln.recipe.schema.SCHEMA` declares
 under each table of :data:`~torchkiln.recipe.schema.RENAMED_TABLES`, every hidden old flag of every command's
-parser (:func:`torchkiln.commands.add_renamed_flag`).
+parser (:func:`torchkiln.commands.add_renamed`).
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ from typing import Any
 
 
 class _Renamed(argparse.Action):
-    """The old spelling of a renamed option: sets what the new one sets (on, for a flag; its value, for an
-    option that takes one), and says the new name (once)."""
+    """The old spelling of a renamed option: sets what the new one sets (its constant, for a flag; its value,
+    for an option that takes one), and says the new name (once)."""
 
     def __init__(self, option_strings: Sequence[str], dest: str, new: str, **kwargs: Any) -> None:
         super().__init__(option_strings, dest, default=argparse.SUPPRESS, **kwargs)
@@ -33,17 +33,21 @@ class _Renamed(argparse.Action):
                 f"torchkiln: '{self.option_strings[0]}' is deprecated: it is now '{self.new}'",
                 file=sys.stderr,
             )
-        setattr(namespace, self.dest, True if self.nargs == 0 else values)
+        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
 
 
-def add_renamed_flag(parser: argparse._ActionsContainer, old: str, new: str) -> None:
-    """``old``, the former spelling of the store_true flag ``new`` (issue 48: one meaning per name): still
-    accepted, left out of the help, setting ``new``'s value."""
-    dest = new.lstrip("-").replace("-", "_")
-    parser.add_argument(old, dest=dest, action=_Renamed, nargs=0, new=new, help=argparse.SUPPRESS)
-
-
-def add_renamed_option(parser: argparse._ActionsContainer, old: str, new: str) -> None:
-    """``old``, the former spelling of ``new``, an option that takes one value: the same, for options."""
-    dest = new.lstrip("-").replace("-", "_")
-    parser.add_argument(old, dest=dest, action=_Renamed, new=new, metavar="VALUE", help=argparse.SUPPRESS)
+def add_renamed(parser: argparse._ActionsContainer, old: str, new: str) -> None:
+    """``old``, the former spelling of the option ``new`` (added to ``parser`` before it; issue 48: one meaning
+    per name): still accepted, left out of the help, setting what ``new`` sets, a flag or an option with a
+    value alike (its destination, arity and constant are read from ``new``'s own action)."""
+    action = parser._option_string_actions[new]
+    parser.add_argument(
+        old,
+        dest=action.dest,
+        action=_Renamed,
+        nargs=action.nargs,
+        const=action.const,
+        metavar=action.metavar,
+        new=new,
+        help=argparse.SUPPRESS,
+    )

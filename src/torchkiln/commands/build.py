@@ -25,7 +25,7 @@ from torchkiln.printing import make_console, say
 from torchkiln.process.runner import stop_signals
 from torchkiln.process.secrets import take
 
-from . import add_renamed_flag
+from . import add_renamed
 from .plan import add_plan_arguments, plan_from_args
 
 
@@ -58,7 +58,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="do not import the wheels in a clean venv afterwards (e.g. a Python the host cannot run)",
     )
-    add_renamed_flag(parser, "--skip-checks", "--skip-postcheck")
+    add_renamed(parser, "--skip-checks", "--skip-postcheck")
     parser.add_argument(
         "--allow-dirty",
         action="store_true",

@@ -46,7 +46,7 @@ from torchkiln.recipe.image_bases import TOOLKIT_SOURCES
 from torchkiln.recipe.loader import load_recipe, recipes_dir, resolve_recipe_path
 from torchkiln.recipe.model import Recipe
 
-from . import add_renamed_option
+from . import add_renamed
 
 # Where the runtime image keeps the manifest of the wheels it installed (scripts/install_wheels.sh).
 IMAGE_DIR = "/opt/torchkiln"
@@ -187,9 +187,8 @@ def _secret_arguments(group: argparse._ArgumentGroup) -> None:
         help="file holding the build cluster's client token (--target wheels, a recipe with [cluster]); it "
         f"reaches the build only as a secret mount ({DIST_SECRET_FILE}), never a layer",
     )
-    add_renamed_option(
-        group, "--dist-secret", "--cluster-secret"
-    )  # "dist" is the wheels directory (issue 48)
+    # "dist" is the wheels directory (--dist): the token file's option was --dist-secret (issue 48)
+    add_renamed(group, "--dist-secret", "--cluster-secret")
     group.add_argument(
         "--provenance-key",
         metavar="PUB",

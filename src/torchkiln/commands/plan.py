@@ -25,7 +25,7 @@ from torchkiln.recipe.model import Recipe
 from torchkiln.recipe.rules_settings import remote_secret
 from torchkiln.recipe.validators import path_problem, plain_string
 
-from . import add_renamed_option
+from . import add_renamed
 
 
 def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
@@ -110,7 +110,7 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     )
     # "dist" is the output directory (--dist): the cluster's options were --dist-* (issue 48)
     for old in ("--dist-scheduler", "--dist-token-env", "--dist-token-file"):
-        add_renamed_option(parser, old, old.replace("--dist-", "--cluster-"))
+        add_renamed(parser, old, old.replace("--dist-", "--cluster-"))
 
 
 def register(parser: argparse.ArgumentParser) -> None:
