@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import sys
 
 import pytest
 from kit import ROOT
@@ -13,11 +12,7 @@ from packaging.version import Version
 from torchkiln.recipe import cmake_options as co
 from torchkiln.recipe.compat import compat
 from torchkiln.recipe.validators import FLAG_RE
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
-    import tomli as tomllib
+from torchkiln.shipped import tomllib
 
 SHIPPED = sorted((ROOT / "recipes").glob("*.toml"))
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import posixpath
 import re
-import sys
 from pathlib import Path, PurePosixPath
 
 import pytest
@@ -30,11 +29,7 @@ from torchkiln.plan.make import make_plan
 from torchkiln.recipe.compat import compat
 from torchkiln.recipe.loader import load_recipe, parse_recipe
 from torchkiln.recipe.model import Recipe
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10 (Ubuntu 22.04's python3)
-    import tomli as tomllib
+from torchkiln.shipped import tomllib
 
 CU130 = ROOT / "recipes" / "torch-2.13-cu130-py312.toml"
 BIG = Resources(cpus=64, memory_bytes=512 * 2**30)

@@ -42,11 +42,7 @@ from torchkiln.plan.make import make_plan
 from torchkiln.plan.model import Plan
 from torchkiln.recipe.compat import compat
 from torchkiln.recipe.loader import parse_recipe
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10 (Ubuntu 22.04's python3)
-    import tomli as tomllib
+from torchkiln.shipped import tomllib
 
 pytestmark = pytest.mark.integration
 

@@ -24,11 +24,7 @@ from torchkiln.cli import main
 from torchkiln.distributed import client, cluster, loopback, spec, tokens
 from torchkiln.distributed.stats import DistStats
 from torchkiln.errors import TorchkilnError, UsageError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
-    import tomli as tomllib
+from torchkiln.shipped import tomllib
 
 IN_CI = os.environ.get("CI") == "true"
 

@@ -27,11 +27,7 @@ from torchkiln.plan.model import Plan, Step
 from torchkiln.process.environ import compose
 from torchkiln.recipe.compat import compat
 from torchkiln.recipe.loader import load_recipe
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
-    import tomli as tomllib
+from torchkiln.shipped import tomllib
 
 pytestmark = pytest.mark.integration
 

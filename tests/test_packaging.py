@@ -18,10 +18,7 @@ import pytest
 from kit import ROOT
 from kit.imagekit import need_torch
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10 (Ubuntu 22.04's python3)
-    import tomli as tomllib
+from torchkiln.shipped import tomllib
 
 SUITE = ROOT / "verify"
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,11 +15,7 @@ from torchkiln.plan.jobs import GIB, PER_JOB_GIB, RESERVE_GIB, Resources, decide
 from torchkiln.plan.make import make_plan
 from torchkiln.process.environ import base_environment
 from torchkiln.recipe.loader import load_recipe, parse_recipe
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
-    import tomli as tomllib
+from torchkiln.shipped import tomllib
 
 RECIPES = ROOT / "recipes"
 CPU = RECIPES / "torch-2.13-cpu-py311.toml"

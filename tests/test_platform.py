@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import platform
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,11 +25,7 @@ from torchkiln.plan.model import Plan
 from torchkiln.plan.preflight_findings import Host
 from torchkiln.recipe.compat import compat
 from torchkiln.recipe.loader import load_recipe
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
-    import tomli as tomllib
+from torchkiln.shipped import tomllib
 
 AARCH64 = ROOT / "recipes" / "torch-2.13-cu130-py312-aarch64.toml"
 X86_64 = ROOT / "recipes" / "torch-2.13-cu130-py312.toml"

@@ -23,14 +23,10 @@ from torchkiln.plan.jobs import GIB, Resources
 from torchkiln.plan.make import make_plan
 from torchkiln.plan.model import Step
 from torchkiln.recipe.loader import parse_recipe
+from torchkiln.shipped import tomllib
 from torchkiln.verify import provenance
 from torchkiln.verify.buildconfig import recipe_checks
 from torchkiln.verify.facts import BuildFacts, collect_facts
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
-    import tomli as tomllib
 
 CPU_RECIPE = ROOT / "recipes" / "torch-2.13-cpu-py311.toml"
 BIG = Resources(cpus=64, memory_bytes=512 * GIB)

@@ -16,11 +16,7 @@ from torchkiln.cli import main
 from torchkiln.errors import RecipeError
 from torchkiln.recipe.compat import compat, vision_pairs
 from torchkiln.recipe.loader import load_recipe, parse_recipe
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
-    import tomli as tomllib
+from torchkiln.shipped import tomllib
 
 SHIPPED = sorted((ROOT / "recipes").glob("*.toml"))
 CUDA_RECIPE = ROOT / "recipes" / "torch-2.13-cu130-py312.toml"

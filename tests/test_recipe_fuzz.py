@@ -9,7 +9,6 @@ trailing newline in pattern-checked fields, NUL bytes, deep nesting. Together th
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import tomli_w
@@ -25,11 +24,7 @@ from torchkiln.recipe.loader import parse_recipe
 from torchkiln.recipe.model import Recipe
 from torchkiln.recipe.schema import FIELDS
 from torchkiln.recipe.validators import PLAIN_RE
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
-    import tomli as tomllib
+from torchkiln.shipped import tomllib
 
 BASES = [tomllib.loads(p.read_text()) for p in sorted((ROOT / "recipes").glob("*.toml"))]
 LINE = re.compile(r"^fuzz\.toml: [^:]+: .+")

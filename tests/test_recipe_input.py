@@ -4,7 +4,6 @@ each case failed before (a traceback, a silently accepted value, a hang) and is 
 from __future__ import annotations
 
 import os
-import sys
 import threading
 from pathlib import Path
 
@@ -17,11 +16,7 @@ from torchkiln.errors import RecipeError
 from torchkiln.plan.jobs import GIB, Resources
 from torchkiln.plan.make import make_plan
 from torchkiln.recipe.loader import load_recipe, parse_recipe
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
-    import tomli as tomllib
+from torchkiln.shipped import tomllib
 
 CPU = ROOT / "recipes" / "torch-2.13-cpu-py311.toml"
 CU130 = ROOT / "recipes" / "torch-2.13-cu130-py312.toml"

@@ -50,11 +50,7 @@ from torchkiln.recipe import runtime_libraries
 from torchkiln.recipe.compat import compat
 from torchkiln.recipe.loader import load_recipe, parse_recipe
 from torchkiln.recipe.model import Recipe
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10 (Ubuntu 22.04's python3)
-    import tomli as tomllib
+from torchkiln.shipped import tomllib
 
 HERE = ROOT / "tests"
 STAND_IN = HERE / "data" / "omp_torch_like"

@@ -13,7 +13,6 @@ import io
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -29,12 +28,8 @@ from torchkiln.plan import preflight, preflight_findings
 from torchkiln.plan.jobs import GIB, Resources
 from torchkiln.plan.make import make_plan
 from torchkiln.recipe.loader import load_recipe, parse_recipe
+from torchkiln.shipped import tomllib
 from torchkiln.source.submodules import missing_submodules
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
-    import tomli as tomllib
 
 CPU = ROOT / "recipes" / "torch-2.13-cpu-py311.toml"
 TEST_RECIPE = ROOT / "tests" / "data" / "ext-cpu-test.toml"

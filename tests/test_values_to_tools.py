@@ -29,12 +29,8 @@ from torchkiln.cache.remote import parse_remote
 from torchkiln.errors import RecipeError, UsageError
 from torchkiln.plan.make import make_plan
 from torchkiln.recipe.loader import load_recipe, parse_recipe
+from torchkiln.shipped import tomllib
 from torchkiln.source.git import fetch_commands
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
-    import tomli as tomllib
 
 RECIPE = ROOT / "tests" / "data" / "ext-cpu-test.toml"
 DOC = ROOT / "docs" / "values-to-tools.md"

@@ -29,11 +29,7 @@ from kit import realtrees
 from kit.deployroot import chroot_run, root_problems
 from torchkiln.images.platforms import platform_named
 from torchkiln.recipe.loader import load_recipe
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
-    import tomli as tomllib
+from torchkiln.shipped import tomllib
 
 SUITE = "bookworm"
 ARCHIVE = "http://deb.debian.org/debian"

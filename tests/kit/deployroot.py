@@ -25,13 +25,9 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
-
 from kit import ROOT, realtrees
 from kit.imagekit import require
+from torchkiln.shipped import tomllib
 
 SUITE = "bookworm"
 ARCHIVE = "http://deb.debian.org/debian"

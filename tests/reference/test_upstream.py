@@ -29,13 +29,9 @@ from packaging.version import Version
 
 from torchkiln.recipe.compat import compat
 from torchkiln.recipe.loader import load_recipe
+from torchkiln.shipped import tomllib
 from torchkiln.verify import buildconfig, linkage, report
 from torchkiln.verify.facts import BuildFacts
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
-    import tomli as tomllib
 
 ENV = "TORCHKILN_REFERENCE_RECIPE"  # set by `nox -s reference` (see conftest.py)
 REPORT_ENV = "TORCHKILN_REFERENCE_REPORT"

@@ -37,11 +37,7 @@ from packaging.utils import canonicalize_name
 from torchkiln.errors import EXIT_USAGE
 from torchkiln.files import atomic
 from torchkiln.process import runner
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
-    import tomli as tomllib
+from torchkiln.shipped import tomllib
 
 REQUIREMENT_FILES = ("requirements-build.txt", "requirements.txt")
 # Requirements in those files that are not build requirements of the wheel (test and lint tools).

@@ -29,19 +29,14 @@ import os
 import re
 import shlex
 import shutil
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
 from pathlib import Path
 
-from . import pyenv
+from torchkiln.shipped import shipped_toml
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
-    import tomli as tomllib
+from . import pyenv
 
 # Where os-release(5) says the file is: /etc/os-release, else /usr/lib/os-release.
 OS_RELEASE = (Path("/etc/os-release"), Path("/usr/lib/os-release"))
@@ -77,8 +72,7 @@ class Release:
 @cache
 def releases() -> dict[str, Release]:
     """data/distros.toml's rows, by key."""
-    text = resources.files("torchkiln").joinpath("data/distros.toml").read_text("utf-8")
-    rows = tomllib.loads(text)["release"]
+    rows = shipped_toml("distros.toml")["release"]
     return {
         key: Release(
             key=key,

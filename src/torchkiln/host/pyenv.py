@@ -15,17 +15,12 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from pathlib import Path
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
-    import tomli as tomllib
+from torchkiln.shipped import shipped_toml
 
 # A definition of a release: 3.14.5, 3.14.5t (not 3.14.0a6, 3.14.0rc1t, 3.14-dev, 3.14t-dev).
 RELEASE = re.compile(r"(\d+\.\d+)\.\d+(t?)")
@@ -47,7 +42,6 @@ class Release:
 @cache
 def known() -> dict[str, Release]:
     """data/distros.toml's ``[pyenv."VERSION"]`` tables, by version."""
-    text = resources.files("torchkiln").joinpath("data/distros.toml").read_text("utf-8")
     return {
         version: Release(
             version,
@@ -55,7 +49,7 @@ def known() -> dict[str, Release]:
             row.get("profile_root"),
             bool(row.get("upstream", False)),
         )
-        for version, row in tomllib.loads(text)["pyenv"].items()
+        for version, row in shipped_toml("distros.toml")["pyenv"].items()
     }
 
 

@@ -17,22 +17,16 @@ from __future__ import annotations
 
 import difflib
 import re
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Any, Literal, cast
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from torchkiln.errors import UsageError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
-    import tomli as tomllib
+from torchkiln.shipped import shipped_toml
 
 Kind = Literal["bool", "string"]
 
@@ -76,20 +70,16 @@ class Release:
     conflicts: tuple[tuple[tuple[str, ...], str], ...]
 
 
-def _load(name: str) -> dict[str, Any]:
-    return tomllib.loads(resources.files("torchkiln").joinpath(f"data/{name}").read_text("utf-8"))
-
-
 @cache
 def data() -> dict[str, Any]:
     """``data/cmake_options.toml`` as parsed."""
-    return _load("cmake_options.toml")
+    return shipped_toml("cmake_options.toml")
 
 
 @cache
 def host_tools_data() -> dict[str, Any]:
     """``data/host_tools.toml`` as parsed."""
-    return _load("host_tools.toml")
+    return shipped_toml("host_tools.toml")
 
 
 def minor(release: str) -> str:

@@ -8,28 +8,22 @@ and the recipe. So this module needs nothing but the recipe model.
 
 from __future__ import annotations
 
-import sys
 from functools import cache
-from importlib import resources
 from typing import Any
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from torchkiln.errors import UsageError
+from torchkiln.shipped import shipped_toml
 
 from .model import Recipe
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
-    import tomli as tomllib
 
 
 @cache
 def compat() -> dict[str, Any]:
     """The compatibility data shipped with torchkiln."""
-    return tomllib.loads(resources.files("torchkiln").joinpath("data/compat.toml").read_text("utf-8"))
+    return shipped_toml("compat.toml")
 
 
 def minor(version: Version) -> str:

@@ -18,7 +18,6 @@ asked.
 from __future__ import annotations
 
 import re
-import sys
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,15 +26,11 @@ from typing import Any
 import tomli_w
 
 from torchkiln.errors import Problem, RecipeError, UsageError
+from torchkiln.shipped import tomllib
 
 from .loader import parse_recipe
 from .model import Recipe
 from .validators import NAME_RE
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
-    import tomli as tomllib
 
 PYTHON_RE = re.compile(r"^3\.\d{1,2}t?$")
 # a name's Python part: "-py311", "-py313t" (before the next '-' or at the end)

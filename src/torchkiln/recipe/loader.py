@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from torchkiln.errors import Problem, RecipeError
+from torchkiln.shipped import tomllib
 
 from .model import Recipe
 from .rules import check_rules
@@ -43,11 +44,6 @@ from .schema import (
     TYPE_NAMES,
 )
 from .validators import SHOWN, plain_string
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
-    import tomli as tomllib
 
 __all__ = [
     "load_recipe",

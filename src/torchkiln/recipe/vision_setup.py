@@ -9,15 +9,10 @@ check can read what each part needs from the same rows.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
-    import tomli as tomllib
+from torchkiln.shipped import shipped_toml
 
 
 @dataclass(frozen=True)
@@ -33,8 +28,7 @@ class VisionPart:
 @cache
 def vision_parts() -> dict[str, VisionPart]:
     """feature -> its part, from the data file shipped with torchkiln."""
-    text = resources.files("torchkiln").joinpath("data/vision_setup.toml").read_text("utf-8")
     return {
         name: VisionPart(name, row["env"], tuple(row["dropped"]), row["needs"])
-        for name, row in tomllib.loads(text).items()
+        for name, row in shipped_toml("vision_setup.toml").items()
     }

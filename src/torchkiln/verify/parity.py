@@ -13,23 +13,17 @@ import array
 import base64
 import json
 import math
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
 from torchkiln.errors import UsageError
+from torchkiln.shipped import shipped_toml
 
 from .battery import FORMAT
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10 (Ubuntu 22.04): the same parser, as a package
-    import tomli as tomllib
 
 
 @dataclass(frozen=True)
@@ -97,8 +91,7 @@ def failure(verified: str, reference: str, wrong: Sequence[str]) -> str:
 
 
 def tolerances() -> list[dict[str, Any]]:
-    text = resources.files("torchkiln").joinpath("data/parity.toml").read_text("utf-8")
-    return list(tomllib.loads(text)["tolerance"])
+    return list(shipped_toml("parity.toml")["tolerance"])
 
 
 def tolerance_for(case: str, rows: Sequence[Mapping[str, Any]]) -> Tolerance:
