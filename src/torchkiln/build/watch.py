@@ -23,6 +23,7 @@ from typing import Protocol
 from torchkiln.recipe.compat import compat
 from torchkiln.recipe.model import Recipe
 from torchkiln.recipe.spelling import truth
+from torchkiln.shipped import shipped_toml
 
 SUMMARY_START = "******** Summary ********"
 SUMMARY_LINE = re.compile(r"^--\s+(?P<key>[A-Za-z][A-Za-z0-9_ .+()/-]*?)\s*:\s?(?P<value>.*?)\s*$")
@@ -36,145 +37,23 @@ PYTORCH_KEYS = ("TORCH_VERSION", "USE_CUDA")
 # follows indented by two spaces, then "Call Stack (most recent call first):" or a blank line.
 BLOCK_START = re.compile(r"^CMake (Warning|Error|Deprecation Warning)( \(dev\))?( at [^ ]+ \(\w+\))?:\s*$")
 
-# Settings the watcher compares when the step sets them. USE_MKL's summary line prints CAFFE2_USE_MKL.
-WATCHED = (
-    "USE_CUDA",
-    "USE_CUDNN",
-    "USE_NCCL",
-    "USE_MKL",
-    "USE_MAGMA",
-    "USE_MKLDNN",
-    "USE_DISTRIBUTED",
-    "USE_FBGEMM",
-    "USE_KINETO",
-    "USE_NUMPY",
-    "USE_OPENMP",
-    "USE_FLASH_ATTENTION",
-    "USE_MEM_EFF_ATTENTION",
-    "USE_CUSPARSELT",
-    "USE_CUDSS",
-    "USE_CUFILE",
-    "USE_GLOO",
-    "USE_MPI",
-)
-
-# What configure prints when a setting comes out off, matched against whole messages (whitespace collapsed).
-# Each is quoted from upstream with its path; line numbers are the 2.6.0 tree's, "2.13:" those of torch
-# 2.13.0's wheel (torch/share/cmake/Caffe2/public/cuda.cmake).
+# What configure prints when it turns a setting off, and the likely causes: upstream's messages as data, each
+# quoted with its upstream file and line (data/configure_watch.toml, which says how each row is read).
+_DATA = shipped_toml("configure_watch.toml")
+WATCHED: tuple[str, ...] = tuple(_DATA["watched"])
 OFF_MESSAGES: dict[str, tuple[re.Pattern[str], ...]] = {
-    "USE_CUDA": (
-        # cmake/public/cuda.cmake:31: message(WARNING "PyTorch: CUDA cannot be found. Depending on whether you
-        # are building " "PyTorch or a PyTorch dependent library, the next warning / error will " ...)
-        re.compile(r"PyTorch: CUDA cannot be found\."),
-        # 2.13: cmake/public/cuda.cmake:33: message(FATAL_ERROR "PyTorch: CUDA was explicitly requested
-        # (USE_CUDA=1) but cannot be found. " ...)
-        re.compile(r"PyTorch: CUDA was explicitly requested \(USE_CUDA=1\) but cannot be found"),
-    ),
-    "USE_CUDNN": (
-        # cmake/public/cuda.cmake:218 (2.13: 202): message(WARNING "Cannot find cuDNN library. Turning the
-        # option off")
-        re.compile(r"Cannot find cuDNN library\. Turning the option off"),
-    ),
-    "USE_CUSPARSELT": (
-        # cmake/public/cuda.cmake:243 (2.13: 227): message(WARNING "Cannot find cuSPARSELt library. Turning the
-        # option off")
-        re.compile(r"Cannot find cuSPARSELt library\. Turning the option off"),
-    ),
-    "USE_CUDSS": (
-        # cmake/public/cuda.cmake:259 (2.13: 243): message(WARNING "Cannot find CUDSS library. Turning the
-        # option off")
-        re.compile(r"Cannot find CUDSS library\. Turning the option off"),
-    ),
-    "USE_NCCL": (
-        # cmake/Dependencies.cmake:1103: message(WARNING "Not using CUDA/ROCM, so disabling USE_NCCL. Suppress
-        # this warning with " "-DUSE_NCCL=OFF.")
-        re.compile(r"Not using CUDA/ROCM, so disabling USE_NCCL\."),
-        # cmake/Dependencies.cmake:1108: message(WARNING "NCCL is currently only supported under Linux.")
-        re.compile(r"NCCL is currently only supported under Linux\."),
-    ),
-    "USE_MKL": (
-        # cmake/Dependencies.cmake:207: message(WARNING "MKL could not be found. Defaulting to Eigen")
-        re.compile(r"MKL could not be found\. Defaulting to Eigen"),
-    ),
-    "USE_MAGMA": (
-        # cmake/Dependencies.cmake:1402: message(STATUS "MAGMA not found. Compiling without MAGMA support")
-        re.compile(r"MAGMA not found\. Compiling without MAGMA support"),
-        # cmake/Dependencies.cmake:1407: message(WARNING "Not compiling with MAGMA. Suppress this warning with "
-        # "-DUSE_MAGMA=OFF.") (USE_MAGMA on without CUDA/ROCm)
-        re.compile(r"Not compiling with MAGMA\. Suppress this warning"),
-    ),
+    name: tuple(re.compile(row["message"]) for row in setting.get("off", ()))
+    for name, setting in _DATA["setting"].items()
 }
-
 # setting -> ((pattern over configure's messages, likely cause), ...), most specific first.
 CAUSES: dict[str, tuple[tuple[re.Pattern[str], str], ...]] = {
-    "USE_CUDA": (
-        (
-            re.compile(
-                r"Could NOT find CUDA|CUDA cannot be found|CUDA was explicitly requested|Not compiling with CUDA"
-                r"|No CMAKE_CUDA_COMPILER"
-            ),
-            "CMake found no CUDA toolkit: nvcc is not on PATH, or CUDA_HOME/CUDACXX point to a directory without "
-            "it (is the CUDA toolkit installed in the build image?)",
-        ),
-    ),
-    "USE_CUDNN": (
-        (
-            re.compile(r"Could NOT find CUDNN|Cannot find cuDNN", re.IGNORECASE),
-            "cuDNN was not found: its headers and libraries must be under CUDA_HOME, or set CUDNN_INCLUDE_DIR "
-            "and CUDNN_LIBRARY (pytorch#15167)",
-        ),
-    ),
-    "USE_CUSPARSELT": (
-        (
-            re.compile(r"Cannot find cuSPARSELt", re.IGNORECASE),
-            "cuSPARSELt was not found: install it into the CUDA toolkit directory, or set CUSPARSELT_ROOT",
-        ),
-    ),
-    "USE_CUDSS": (
-        (
-            re.compile(r"Cannot find CUDSS", re.IGNORECASE),
-            "cuDSS was not found: install it into the CUDA toolkit directory, or set CUDSS_ROOT",
-        ),
-    ),
-    "USE_NCCL": (
-        (
-            re.compile(r"Not using CUDA/ROCM, so disabling USE_NCCL"),
-            "NCCL needs CUDA, and CUDA came out off",
-        ),
-        (
-            re.compile(r"Could NOT find NCCL|NCCL.*not found", re.IGNORECASE),
-            "NCCL was not found under NCCL_ROOT / NCCL_INCLUDE_DIR / NCCL_LIB_DIR (install the pinned NCCL "
-            "into the CUDA toolkit directory)",
-        ),
-    ),
-    "USE_MKL": (
-        (
-            re.compile(r"MKL could not be found|MKL library not found|Could NOT find MKL", re.IGNORECASE),
-            "MKL was not found: mkl-static and mkl-include must be installed in the build venv and "
-            "CMAKE_INCLUDE_PATH / CMAKE_LIBRARY_PATH point to them",
-        ),
-    ),
-    "USE_MAGMA": (
-        (
-            re.compile(r"Not compiling with MAGMA"),
-            "MAGMA needs CUDA (or ROCm), and CUDA came out off",
-        ),
-        (
-            re.compile(r"MAGMA not found|Could NOT find MAGMA", re.IGNORECASE),
-            "MAGMA was not found under MAGMA_HOME (pytorch#9063): install the pinned MAGMA there",
-        ),
-    ),
+    name: tuple(
+        (re.compile(row["pattern"], re.IGNORECASE if row.get("ignore_case") else 0), row["cause"])
+        for row in setting.get("cause", ())
+    )
+    for name, setting in _DATA["setting"].items()
 }
-
-GENERIC_CAUSE = {
-    "USE_CUDA": "CUDA was not detected: nvcc not on PATH, or CUDA_HOME/CUDACXX wrong",
-    "USE_CUDNN": "cuDNN headers/libraries not found (CUDNN_INCLUDE_DIR / CUDNN_LIBRARY), or USE_CUDA is off",
-    "USE_NCCL": "NCCL not found (NCCL_ROOT), or USE_CUDA / USE_DISTRIBUTED is off",
-    "USE_MKL": "MKL not found (mkl-static/mkl-include in the build venv, CMAKE_INCLUDE_PATH/CMAKE_LIBRARY_PATH)",
-    "USE_MAGMA": "MAGMA not found under MAGMA_HOME, or USE_CUDA is off",
-    "USE_CUSPARSELT": "cuSPARSELt not found (CUSPARSELT_ROOT), or USE_CUDA is off",
-    "USE_CUDSS": "cuDSS not found (CUDSS_ROOT), or USE_CUDA is off",
-}
+GENERIC_CAUSE: dict[str, str] = {name: setting["generic"] for name, setting in _DATA["setting"].items()}
 
 
 class Watcher(Protocol):
