@@ -73,8 +73,10 @@ class RecipeInfo:
 
 @dataclass(frozen=True)
 class Jobs:
+    """How many compiles ran at once (MAX_JOBS) and who decided it, as torchkiln.plan.jobs decided it."""
+
     value: int
-    source: str
+    source: str  # "--jobs", "recipe" or "auto"
     reason: str
 
 

@@ -22,7 +22,6 @@ import base64
 from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
-from packaging.version import Version
 
 from torchkiln import __version__
 from torchkiln.artifacts.manifest import Manifest
@@ -31,6 +30,7 @@ from torchkiln.artifacts.signing import PublicKey, keyid, load_envelope, verify
 from torchkiln.errors import DocumentError, Problem, RecipeError, TorchkilnError, UsageError, few
 from torchkiln.files.digests import file_sha256
 from torchkiln.images.platforms import image_platform
+from torchkiln.recipe.compat import minor
 from torchkiln.recipe.image_bases import (
     MAGMA_BUILDS,
     PYPI_TOOLKITS,
@@ -70,10 +70,6 @@ VISION_DEV_PACKAGES: dict[str, tuple[str, ...]] = {
     "jpeg": ("libjpeg-dev",),
     "webp": ("libwebp-dev",),
 }
-
-
-def _minor(version: Version) -> str:
-    return f"{version.major}.{version.minor}"
 
 
 def accelerator_tag(recipe: Recipe) -> str:
@@ -145,13 +141,13 @@ def devel_args(recipe: Recipe, *, base_image: str | None = None, cuda_from: str 
     source = toolkit_source(recipe, cuda_from)
     if base_image is None:
         base_image = devel_base(recipe, cuda_from)
-    wheels = PYPI_TOOLKITS[_minor(acc.cuda)].requirements() if source == "pypi" and acc.cuda else []
+    wheels = PYPI_TOOLKITS[minor(acc.cuda)].requirements() if source == "pypi" and acc.cuda else []
     vision_packages = [pkg for f in recipe.vision.enabled for pkg in VISION_DEV_PACKAGES.get(f, ())]
     return {
         "BASE_IMAGE": base_image,
         "KILN_PYTHON": recipe.python,
         "KILN_GCC": _s(recipe.build.gcc),
-        "KILN_CUDA": _minor(acc.cuda) if acc.is_cuda and acc.cuda else "",
+        "KILN_CUDA": minor(acc.cuda) if acc.is_cuda and acc.cuda else "",
         "KILN_CUDA_FROM": source or "",
         "KILN_TOOLKIT_TARGET": image_platform(recipe).toolkit_target if acc.is_cuda else "",
         "QEMU_CPU": image_platform(recipe).qemu_cpu,
@@ -194,7 +190,7 @@ def runtime_args(
     return {
         "BASE_IMAGE": base_image,
         "KILN_PYTHON": recipe.python,
-        "KILN_CUDA": _minor(acc.cuda) if acc.is_cuda and acc.cuda else "",
+        "KILN_CUDA": minor(acc.cuda) if acc.is_cuda and acc.cuda else "",
         "KILN_CUDNN": _s(acc.cudnn) if acc.is_cuda else "",
         "KILN_NCCL": _s(acc.nccl) if acc.is_cuda else "",
         **(

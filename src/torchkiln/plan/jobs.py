@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from torchkiln.artifacts.manifest import Jobs
 from torchkiln.host import cgroup
 
 GIB = 1024**3
@@ -37,13 +38,6 @@ class Resources:
     @property
     def memory_gib(self) -> float:
         return self.memory_bytes / GIB
-
-
-@dataclass(frozen=True)
-class JobsDecision:
-    value: int
-    source: str  # "--jobs", "recipe" or "auto"
-    reason: str
 
 
 def _meminfo_total(meminfo: Path) -> int:
@@ -71,17 +65,17 @@ def detect_resources(sysroot: Path = Path("/")) -> Resources:
 
 def decide_jobs(
     kind: str, resources: Resources, *, cli: int | None = None, recipe: int | None = None
-) -> JobsDecision:
+) -> Jobs:
     """MAX_JOBS for a build of accelerator ``kind`` on ``resources``."""
     if cli is not None:
-        return JobsDecision(cli, "--jobs", "given on the command line")
+        return Jobs(cli, "--jobs", "given on the command line")
     if recipe is not None:
-        return JobsDecision(recipe, "recipe", "build.jobs in the recipe")
+        return Jobs(recipe, "recipe", "build.jobs in the recipe")
     per_job = PER_JOB_GIB[kind]
     by_memory = int((resources.memory_gib - RESERVE_GIB) // per_job)
     value = max(1, min(resources.cpus, by_memory))
     limit = "cores" if resources.cpus <= by_memory else "memory"
-    return JobsDecision(
+    return Jobs(
         value,
         "auto",
         f"min({resources.cpus} cores, ({resources.memory_gib:.1f} GiB by {resources.memory_source} - "

@@ -15,11 +15,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from torchkiln.artifacts.manifest import Jobs
 from torchkiln.cache import CacheConfig
 from torchkiln.distributed.spec import DistSpec
 from torchkiln.recipe.model import Recipe
 
-from .jobs import JobsDecision, Resources
+from .jobs import Resources
 
 PROJECTS = ("torch", "torchvision")
 CHECKOUT_DIRS = {"torch": "pytorch", "torchvision": "vision"}
@@ -189,7 +190,7 @@ class Plan:
     paths: Paths
     sources: list[Source]
     steps: list[Step]
-    jobs: JobsDecision
+    jobs: Jobs
     resources: Resources
     frontend: str
     cache: CacheConfig

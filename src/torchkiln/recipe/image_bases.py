@@ -9,11 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from packaging.version import Version
-
 from torchkiln.errors import Problem, RecipeError, TorchkilnError, UsageError
 
-from .compat import image_problem
+from .compat import image_problem, minor
 from .model import Recipe
 
 
@@ -158,7 +156,7 @@ def toolkit_source(recipe: Recipe, choice: str = "auto") -> str | None:
     acc = recipe.accelerator
     if not acc.is_cuda or acc.cuda is None:
         return None
-    cuda = _minor(acc.cuda)
+    cuda = minor(acc.cuda)
     if choice == "auto":
         return "pypi" if cuda in PYPI_TOOLKITS else "nvidia"
     if choice == "pypi" and cuda not in PYPI_TOOLKITS:
@@ -212,7 +210,7 @@ def distro_for(recipe: Recipe, source: str | None = None, *, check_gcc: bool = T
 
 
 def nvidia_toolkit(recipe: Recipe) -> str:
-    cuda = _minor(recipe.accelerator.cuda) if recipe.accelerator.cuda else ""
+    cuda = minor(recipe.accelerator.cuda) if recipe.accelerator.cuda else ""
     toolkit = CUDA_IMAGES.get(cuda)
     if toolkit is None:
         raise RecipeError(
@@ -226,10 +224,6 @@ def nvidia_toolkit(recipe: Recipe) -> str:
             ]
         )
     return toolkit
-
-
-def _minor(version: Version) -> str:
-    return f"{version.major}.{version.minor}"
 
 
 def devel_problem(recipe: Recipe, cuda_from: str = "auto") -> str | None:
