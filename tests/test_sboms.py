@@ -21,9 +21,10 @@ from kit import ROOT
 from kit.dists import manifest_of, tiny_wheel
 
 from torchkiln.artifacts import sbom
-from torchkiln.artifacts.lockfile import SourceLock
+from torchkiln.artifacts.lockfile import SourceLock, Submodule, TreeChange, TreeLink, VersionRecord
 from torchkiln.artifacts.manifest import Checks, Manifest, WheelRecord
 from torchkiln.artifacts.portability import Portability
+from torchkiln.artifacts.sbom_inputs import SbomSource
 from torchkiln.build.sboms import publish_sboms
 from torchkiln.host.toolchain import Tool, Toolchain
 from torchkiln.plan.records import Records
@@ -58,14 +59,53 @@ def _tool_moved(m: Manifest) -> Manifest:
     return dataclasses.replace(m, toolchain=dataclasses.replace(m.toolchain, tools=tools))
 
 
+# Another value for every field of a project's SourceLock: the ones an SBOM says (sbom_inputs.SbomSource) must
+# write it again; the others (the tree's path, each path that differed, its version file) must keep it. A field
+# SourceLock gains fails test_source_fields_are_all_classified until it is classified here.
+OTHER_SOURCE = {
+    "name": "torch-fork",
+    "repo": "https://example.org/fork/pytorch.git",
+    "ref": "v2.13.1",
+    "commit": "c" * 40,
+    "dirty": True,
+    "provided": True,
+    "path": "/elsewhere/deeper/b1/vision",
+    "tree_sha256": "d" * 64,
+    "submodules": [Submodule("third_party/pybind11", "e" * 40, "https://example.org/pybind11.git", "ok")],
+    "changed": ["setup.py"],
+    "tree_changes": [TreeChange("setup.py", "modified", "f" * 64)],
+    "outside_links": [TreeLink("third_party/x", "/opt/x")],
+    "version": VersionRecord("version.txt", "2.13.0a0", "0" * 64, "2.13.0", "matches"),
+}
+SAID = {f.name for f in dataclasses.fields(SbomSource)}
+
+
+def test_source_fields_are_all_classified() -> None:
+    assert set(OTHER_SOURCE) == {f.name for f in dataclasses.fields(SourceLock)}
+
+
+def _source(field: str) -> Callable[[Manifest], Manifest]:
+    def change(m: Manifest) -> Manifest:
+        lock = dataclasses.replace(m.sources["torch"], **{field: OTHER_SOURCE[field]})
+        return dataclasses.replace(m, sources={"torch": lock})
+
+    return change
+
+
+def _source_elsewhere(m: Manifest) -> Manifest:
+    """Every field the SBOM does not say, changed at once: a second builder's tree at another path."""
+    unsaid = {name: value for name, value in OTHER_SOURCE.items() if name not in SAID}
+    return dataclasses.replace(m, sources={"torch": dataclasses.replace(m.sources["torch"], **unsaid)})
+
+
 # (what changed, the change, whether the SBOM reads it)
 VARIANTS: list[tuple[str, Callable[[Manifest], Manifest], bool]] = [
+    *((f"the source's {name}", _source(name), name in SAID) for name in OTHER_SOURCE),
+    ("every source field the SBOM does not say", _source_elsewhere, False),
     ("the post-build check refined the portability", lambda m: _wheel(m, portability=Portability("installed")), False),
     ("the checks ran", lambda m: dataclasses.replace(m, checks=Checks(torch="2.13.0")), False),
     ("the steps took other times", lambda m: dataclasses.replace(m, stages={"torch:wheel": 3.0}), False),
     ("nothing", lambda m: m, False),
-    ("another commit", lambda m: dataclasses.replace(
-        m, sources={"torch": dataclasses.replace(m.sources["torch"], commit="c" * 40)}), True),
     ("a tool at another path", _tool_moved, True),
     ("another build package", lambda m: dataclasses.replace(
         m, toolchain=dataclasses.replace(m.toolchain, build_packages={"setuptools": "81.0.0"})), True),
@@ -127,3 +167,22 @@ def test_another_work_directory_writes_the_recorded_sbom_into_its_fresh_dist(tmp
         second, later, recipe, Records.for_build(tmp_path / "b" / "work", tmp_path / "store")
     )
     assert again.read_bytes() == kept.read_bytes()
+
+
+def test_an_sbom_says_when_the_tree_built_differed_from_its_commit(tmp_path: Path) -> None:
+    """The commit an SBOM names is what the wheel was built from only with the tree's changes: it says so."""
+    recipe = load_recipe(RECIPES[0])
+    names = {}
+    for dirty in (False, True):
+        dist = tmp_path / str(dirty)
+        dist.mkdir()
+        base = _base(dist)
+        manifest = dataclasses.replace(
+            base, sources={"torch": dataclasses.replace(base.sources["torch"], dirty=dirty)}
+        )
+        (written,) = sbom.write_wheel_sboms(dist, manifest, recipe)
+        props = json.loads(written.read_text())["metadata"]["component"]["properties"]
+        names[dirty] = {p["name"]: p["value"] for p in props}
+    assert names[False]["torchkiln:commit"] == names[True]["torchkiln:commit"] == "a" * 40
+    assert "torchkiln:tree-differs-from-commit" not in names[False]
+    assert names[True]["torchkiln:tree-differs-from-commit"] == "true"

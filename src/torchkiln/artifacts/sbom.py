@@ -48,7 +48,7 @@ from .manifest import Manifest, WheelRecord
 from .sbom_bundled import bundled_components
 from .sbom_debian import _prop, _ref
 from .sbom_image import image_sbom
-from .sbom_inputs import compiler_of, library_path_of
+from .sbom_inputs import compiler_of, library_path_of, sbom_source
 from .sbom_toolchain import found_components, toolchain_components
 
 SUFFIX = ".cdx.json"
@@ -100,8 +100,8 @@ def requirement_components(requires: Iterable[str], owner: str) -> Iterator[Comp
 
 def source_components(manifest: Manifest, project: str) -> Iterator[Component]:
     """The project's submodules at their commits."""
-    lock = manifest.sources.get(project)
-    for sub in lock.submodules if lock else []:
+    lock = sbom_source(manifest, project)
+    for sub in lock.submodules if lock else ():
         refs = [ExternalReference(type=ExternalReferenceType.VCS, url=XsUri(sub.url))] if sub.url else []
         yield Component(
             type=ComponentType.LIBRARY,
@@ -114,13 +114,15 @@ def source_components(manifest: Manifest, project: str) -> Iterator[Component]:
 
 
 def _wheel_component(wheel: Path, record: WheelRecord, manifest: Manifest) -> Component:
-    lock = manifest.sources.get(record.project)
+    lock = sbom_source(manifest, record.project)
     parsed = wheelfile.parse(wheel.name)
     name = parsed.project if parsed else record.project
     props = [_prop("project", record.project), _prop("files-sha256", record.files_sha256)]
     refs = []
     if lock is not None and lock.commit:
         props.append(_prop("commit", lock.commit))
+        if lock.dirty:  # built from the commit's tree with the changes the manifest's sources list
+            props.append(_prop("tree-differs-from-commit", "true"))
     elif lock is not None and lock.tree_sha256:
         props.append(_prop("tree-sha256", lock.tree_sha256))
     if lock is not None and lock.repo:

@@ -20,13 +20,38 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+from dataclasses import dataclass
 from typing import Any
 
 from torchkiln import __version__
 from torchkiln.recipe.model import Recipe
 
 from . import jsonfile
+from .lockfile import Submodule
 from .manifest import Manifest, WheelRecord
+
+
+@dataclass(frozen=True)
+class SbomSource:
+    """What an SBOM says of the source a wheel was built from: its repository, ref and commit (a tree without
+    git: its digest), whether the tree differed from that commit, and its submodules. Not where the tree was
+    nor each path that differed: the manifest and the lock file say those. The writer reads a source only as
+    this, and the key holds the same (tests/test_sboms.py); the build tools' paths are said (sbom_toolchain)."""
+
+    repo: str | None
+    ref: str | None
+    commit: str | None
+    tree_sha256: str | None
+    dirty: bool
+    submodules: tuple[Submodule, ...]
+
+
+def sbom_source(manifest: Manifest, project: str) -> SbomSource | None:
+    """What the SBOM of ``project``'s wheel says of its source; None when the manifest records none."""
+    lock = manifest.sources.get(project)
+    if lock is None:
+        return None
+    return SbomSource(lock.repo, lock.ref, lock.commit, lock.tree_sha256, lock.dirty, tuple(lock.submodules))
 
 
 def library_path_of(manifest: Manifest) -> list[str]:
@@ -51,7 +76,9 @@ def sbom_inputs(
     return {
         # its record, but the portability the post-build check refines (which no SBOM says)
         "wheel": jsonfile.to_data(dataclasses.replace(record, portability=None)),
-        "sources": jsonfile.to_data(manifest.sources),
+        "sources": {
+            project: jsonfile.to_data(sbom_source(manifest, project)) for project in manifest.sources
+        },
         "recipe": jsonfile.to_data(manifest.recipe),
         "recipe_sha256": recipe.sha256 if recipe is not None else None,
         "toolchain": jsonfile.to_data(manifest.toolchain),
