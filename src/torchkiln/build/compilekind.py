@@ -35,6 +35,7 @@ from .observers import CompileObserver, LineObserver
 from .pythons import bring_in, torch_in_place
 from .reconfigure import reconfigure
 from .sandbox import probing
+from .sboms import prefetch_writer
 from .stepkind import Stage, StepKind, StepRun
 from .toolchain_records import remembered_toolchain
 from .treeguard import (
@@ -195,6 +196,7 @@ class CompileRun(StepRun):
         """As every kind; a run whose compiles died for memory resumes with fewer jobs, the killed units
         first, each alone (torchkiln.build.memory), until it succeeds or the retries are spent. However it
         ends, what it wrote into the tree is recorded as the build's own."""
+        prefetch_writer()
         try:
             resume = Resume.start(self.step, self.setup, self.record, self.environment)
             while True:
