@@ -53,7 +53,9 @@ def wheel_213_files() -> Callable[[str], list[str]]:
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize(("setting", "row"), ROWS, ids=[f"{name}-{row['message'][:24]}" for name, row in ROWS])
+@pytest.mark.parametrize(
+    ("setting", "row"), ROWS, ids=[f"{name}-{row['message'][:24]}" for name, row in ROWS]
+)
 def test_each_quoted_message_is_what_upstream_prints_there(
     setting: str, row: dict[str, str], pytorch_2_6_tree: Path, wheel_213_files: Callable[[str], list[str]]
 ) -> None:
