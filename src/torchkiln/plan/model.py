@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from torchkiln.cache import CacheConfig
-from torchkiln.distributed.spec import DistSpec
+from torchkiln.distributed.spec import ClusterSpec
 from torchkiln.recipe.model import Recipe
 
 from .jobs import JobsDecision, Resources
@@ -194,7 +194,7 @@ class Plan:
     frontend: str
     cache: CacheConfig
     projects: tuple[str, ...]
-    dist: DistSpec | None = None  # distributed compiles (sccache-dist); the token is read at run time
+    cluster: ClusterSpec | None = None  # distributed compiles (sccache-dist); the token is read at run time
     # What the user chose to differ from the recipe (--accept-source-version, --torch): the build records
     # each in the manifest's warnings.
     notes: tuple[str, ...] = ()
@@ -276,7 +276,8 @@ class Plan:
             },
             "cache": {"kind": self.cache.kind, "dir": str(self.cache.dir)},
             "env_store": str(self.env_store) if self.env_store else None,
-            "dist": self.dist.to_dict() if self.dist else None,
+            # the plan's key keeps its name from before issue 48 (records are read by older tools)
+            "dist": self.cluster.to_dict() if self.cluster else None,
             "paths": {
                 "workdir": str(self.paths.workdir),
                 "dist": str(self.paths.dist),
