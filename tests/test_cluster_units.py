@@ -395,7 +395,7 @@ def test_preflight_names_what_is_wrong(not_a_scheduler: str) -> None:
     check = client.preflight(spec.ClusterSpec(not_a_scheduler, credentials_env="T"), {"T": "t"})
     assert (
         check.problem
-        == f"distributed compiles: {not_a_scheduler} did not answer like an sccache-wanted scheduler"
+        == f"distributed compiles: {not_a_scheduler} did not answer like an sccache-dist scheduler"
     )
     closed = f"http://127.0.0.1:{loopback.free_port()}/"
     check = client.preflight(spec.ClusterSpec(closed, credentials_env="T"), {"T": "t"})

@@ -218,16 +218,16 @@ def _server(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    cluster = spec.ClusterSpec(
+    wanted = spec.ClusterSpec(
         spec.scheduler_url(args.scheduler_url, "--scheduler-url"),
         credentials_env=args.credentials_env or (None if args.credentials_file else CLIENT_TOKEN_ENV),
         credentials_file=args.credentials_file,
     )
     token = spec.check_token(_secret(args, "credentials", CLIENT_TOKEN_ENV), "--credentials-env")
-    check = client.check_scheduler(cluster, token)
+    check = client.check_scheduler(wanted, token)
     if args.json:
         doc = {
-            "scheduler_url": cluster.scheduler_url,
+            "scheduler_url": wanted.scheduler_url,
             "usable": check.usable,
             "problem": check.problem,
             "notes": list(check.notes),
@@ -238,7 +238,7 @@ def _status(args: argparse.Namespace) -> int:
         if check.status is not None:
             s = check.status
             print(
-                f"scheduler {cluster.scheduler_url}: {s.num_servers} build servers, {s.num_cpus} cores, "
+                f"scheduler {wanted.scheduler_url}: {s.num_servers} build servers, {s.num_cpus} cores, "
                 f"{s.in_progress} jobs in progress"
             )
         # The problem lines never hold the token (client.check_token redacts the scheduler's answer).
