@@ -908,23 +908,23 @@ def test_sanity_gate_compares_the_build_args_with_the_manifest_of_the_wheels(
     ]
 
 
-def test_print_wheels_passes_the_dist_token_as_a_secret_the_recipe_reads(
+def test_print_wheels_passes_the_cluster_token_as_a_secret_the_recipe_reads(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    def recipe_with(dist: str) -> Path:
-        path = tmp_path / "dist.toml"
-        path.write_bytes(variant(CPU, 'kind = "ccache"', 'kind = "sccache"') + dist.encode())
+    def recipe_with(table: str) -> Path:
+        path = tmp_path / "cluster.toml"
+        path.write_bytes(variant(CPU, 'kind = "ccache"', 'kind = "sccache"') + table.encode())
         return path
 
     token = tmp_path / "token"
-    token.write_text("kiln-dist-token-77")
+    token.write_text("kiln-cluster-token-77")
     good = recipe_with(
         '\n[cluster]\nscheduler_url = "http://10.0.0.1:10600"\ncredentials_file = "/run/secrets/dist_token"\n'
     )
     argv = ["images", "--target", "wheels", "--engine", "docker", "--print", "--dist", str(tmp_path / "out")]
     assert cli.main([*argv, "--recipe", str(good), "--cluster-secret", str(token)]) == 0
     out = capsys.readouterr().out
-    assert f"--secret id=dist_token,src={token}" in out and "kiln-dist-token-77" not in out
+    assert f"--secret id=dist_token,src={token}" in out and "kiln-cluster-token-77" not in out
     # The image build can read the token only from the secret: a recipe reading it elsewhere, or no
     # secret, would fail inside the build; a secret without [cluster] is a mistake.
     assert cli.main([*argv, "--recipe", str(good)]) == 2

@@ -85,7 +85,7 @@ class Case:
     key: str  # "file" | "file-in-workdir" | "env": --sign-key-file (outside / inside the work directory) or -env
     cache: str  # "ccache" | "sccache"
     cache_secret: str  # "env" | "file": cache.credentials_env or cache.credentials_file
-    dist: str | None = None  # None | "env" | "file": the cluster's client token (sccache only)
+    cluster: str | None = None  # None | "env" | "file": the cluster's client token (sccache only)
     isolation: bool = True  # False: a bwrap that cannot sandbox is first on PATH
 
 
@@ -293,7 +293,7 @@ def build(
     tmp: Path,
     redis: tuple[int, str],
     links: Path,
-    dist: loopback.LoopbackCluster | None,
+    scheduler: loopback.LoopbackCluster | None,
 ) -> tuple[Built, Secrets]:
     """Run ``torchkiln build`` (its own process, as a user runs it) on a copy of the hostile tree."""
     port, password = redis
@@ -305,7 +305,7 @@ def build(
     user_pip_config(home)
     (home / ".netrc").write_text(f"machine secrets.example login kiln password home-{secrets.token_hex(8)}\n")
     key = pem(ed25519.Ed25519PrivateKey.generate())
-    token = dist.client_token if dist is not None else ""
+    token = scheduler.client_token if scheduler is not None else ""
     marker_env, marker_file = f"marker-env-{secrets.token_hex(8)}", f"marker-file-{secrets.token_hex(8)}"
     (src / "marker.txt").write_text(marker_file + "\n")
     env = {**os.environ, "PATH": tool_path(), "HOME": str(home), "KILN_PROBE_MARKER": marker_env}
@@ -339,13 +339,13 @@ def build(
         (home / ".redis-password").write_text(password + "\n")
         (home / ".redis-password").chmod(0o600)
         cache += f'credentials_file = "{home / ".redis-password"}"\n'
-    token_file = keys / "dist.token"
-    if case.dist is not None:
-        assert dist is not None
-        cache += f'\n[cluster]\nscheduler_url = "{dist.url}"\n'
-        if case.dist == "env":
-            env["KILN_DIST_TOKEN"] = token
-            cache += 'credentials_env = "KILN_DIST_TOKEN"\n'
+    token_file = keys / "cluster.token"
+    if case.cluster is not None:
+        assert scheduler is not None
+        cache += f'\n[cluster]\nscheduler_url = "{scheduler.url}"\n'
+        if case.cluster == "env":
+            env["KILN_CLUSTER_TOKEN"] = token
+            cache += 'credentials_env = "KILN_CLUSTER_TOKEN"\n'
         else:
             token_file.write_text(token + "\n")
             token_file.chmod(0o600)
@@ -370,7 +370,7 @@ def build(
     files = {"redis password": home / ".redis-password", "home secret": home / ".netrc"}
     if key_path is not None:
         files["signing key"] = key_path
-    if case.dist is not None:
+    if case.cluster is not None:
         values["cluster token"] = token
         files["cluster token"] = token_file
     readers = Readers(values, {k: p for k, p in files.items() if p.exists()})
@@ -453,8 +453,8 @@ def test_a_hostile_tree_and_its_build_dependency_find_no_secret(
 ) -> None:
     for tool in ("bwrap", "ccache", "gcc", case.cache):
         need(tool, tool_path())
-    dist = request.getfixturevalue("scheduler") if case.dist else None
-    built, held = build(case, tmp_path, redis, links, dist)
+    scheduler = request.getfixturevalue("scheduler") if case.cluster else None
+    built, held = build(case, tmp_path, redis, links, scheduler)
     text = seen(built.loot, built.compiler)
 
     # the probes ran where they should: the build dependency's setup.py under pip (env step), its .pth in
@@ -525,10 +525,12 @@ def test_a_hostile_tree_and_its_build_dependency_find_no_secret(
     # the cache worked through what holds its password (broker or server): the store was used, no errors
     cache = built.manifest["cache"]
     assert cache["tool"] == case.cache and cache["errors"] == 0, cache
-    if case.dist is not None:  # the token was taken: the server sent its compiles to the cluster, which has
+    if (
+        case.cluster is not None
+    ):  # the token was taken: the server sent its compiles to the cluster, which has
         # no build server (they fell back): a server without the client configuration would not have tried
-        dist = built.manifest["dist"]
-        assert dist["used"] is True and dist["fallback"] + dist["remote"] >= 1, dist
+        record = built.manifest["dist"]
+        assert record["used"] is True and record["fallback"] + record["remote"] >= 1, record
 
 
 def test_without_a_sandbox_the_build_says_so_and_the_same_probes_find_the_secrets(

@@ -9,11 +9,15 @@ parser (:func:`torchkiln.commands.add_renamed`).
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import hashlib
+import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kit import ROOT
 
 from torchkiln.build.loop import BuildOptions
 from torchkiln.cli import COMMANDS, build_parser, main
@@ -163,3 +167,83 @@ def test_old_flag_sets_what_the_new_one_does_saying_so_once(
         command == "build" and not takes_value
     ):  # what the build's options are made of: the same field either way
         assert dest in {f.name for f in dataclasses.fields(BuildOptions)}
+
+
+# "dist" in torchkiln's code is the output directory (--dist, Plan.paths.dist, artifacts.published) or, as
+# importlib.metadata says it, an installed distribution; the sccache-dist build cluster is "cluster" (issue 48).
+# Each name with the word "dist" in it, with what it means; a new one must say here what it means.
+DIST_NAMES = {
+    "dist": "the output directory, or an installed distribution (importlib.metadata)",
+    "check_dist": "the output directory, checked before a build",
+    "dist_info": "a .dist-info directory",
+    "dist_infos": "the .dist-info directories of a venv",
+    "_dist_version": "an installed distribution's version",
+    "torch_dist": "torch's installed distribution",
+    "find_sccache_dist": "the sccache-dist program",
+}
+# Names the cluster keeps from before the rename: a record's key that older tools read (the manifest's "dist").
+CLUSTER_KEPT = {("Manifest", "dist")}
+_DIST_WORD = re.compile(r"(?:^|_)dist(?:_|$)|Dist(?:[A-Z_]|$)|(?:^|_)DIST(?:_|$)")
+_CLUSTER_TYPE = re.compile(r"Cluster|Scheduler|PreparedClient|Dist(?:[A-Z]|\b)")
+
+
+def _names(tree: ast.AST) -> Iterator[tuple[str, str, str]]:
+    """(name, the class it is a field of or "", its annotation or "") of every name a module spells."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):  # its fields, and what its methods annotate on self
+            for item in ast.walk(node):
+                if isinstance(item, ast.AnnAssign) and isinstance(item.target, (ast.Name, ast.Attribute)):
+                    target = item.target.id if isinstance(item.target, ast.Name) else item.target.attr
+                    yield target, node.name, ast.unparse(item.annotation)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            yield node.name, "", ""
+        elif isinstance(node, ast.arg):
+            yield node.arg, "", ast.unparse(node.annotation) if node.annotation else ""
+        elif isinstance(node, ast.Name):
+            yield node.id, "", ""
+        elif isinstance(node, ast.Attribute):
+            yield node.attr, "", ""
+        elif isinstance(node, ast.keyword) and node.arg:
+            yield node.arg, "", ""
+        elif isinstance(node, ast.alias):
+            yield node.asname or node.name.rsplit(".", 1)[-1], "", ""
+
+
+def dist_misnamed(root: Path) -> list[str]:
+    """Where the code under ``root`` names something "dist" that :data:`DIST_NAMES` does not list, or gives a
+    name "dist" to a cluster's value (its annotation) outside :data:`CLUSTER_KEPT`."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for name, owner, annotation in _names(ast.parse(path.read_text(encoding="utf-8"))):
+            if _DIST_WORD.search(name) and name not in DIST_NAMES:
+                found.append(f"{path.relative_to(root)}: {name}")
+            elif name == "dist" and _CLUSTER_TYPE.search(annotation) and (owner, name) not in CLUSTER_KEPT:
+                found.append(f"{path.relative_to(root)}: {owner or 'a parameter'}.{name}: {annotation}")
+    return sorted(set(found))
+
+
+def test_dist_names_the_output_directory_and_cluster_the_cluster() -> None:
+    assert dist_misnamed(ROOT / "src" / "torchkiln") == []
+
+
+def test_the_name_check_finds_a_cluster_called_dist(tmp_path: Path) -> None:
+    """Each spelling the check is for, in a module of its own: a name it must find, and one it must leave."""
+    cases = {
+        "class DistSpec: ...": ["DistSpec"],
+        "def resolve_dist(): ...": ["resolve_dist"],
+        "DIST_SECRET_ID = 1": ["DIST_SECRET_ID"],
+        "def f(dist_spec=None): ...": ["dist_spec"],
+        "x.dist_env = 1": ["dist_env"],
+        "class Plan:\n    dist: ClusterSpec | None = None": ["Plan.dist: ClusterSpec | None"],
+        "def f(dist: PreparedClient): ...": ["a parameter.dist: PreparedClient"],
+        "class Cache:\n    def __init__(self):\n        self.dist: PreparedClient | None = None": [
+            "Cache.dist: PreparedClient | None"
+        ],
+        "class Manifest:\n    dist: ClusterRecord | None = None": [],
+        "def f(dist: Path, distro: str, distribution: str): ...": [],
+        "import importlib.metadata\nfor dist in importlib.metadata.distributions(): pass": [],
+    }
+    for index, (source, expected) in enumerate(cases.items()):
+        (tmp_path / f"m{index}.py").write_text(source + "\n")
+        assert [line.split(": ", 1)[1] for line in dist_misnamed(tmp_path)] == expected, source
+        (tmp_path / f"m{index}.py").unlink()

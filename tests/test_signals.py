@@ -11,7 +11,7 @@ group still running (a zombie does not: a sandbox's pid 1 is reaped by this mach
 seconds). The integration part signals real builds (tests/kit/signalkit.py: the real plan of a torchvision
 build with ``--torch``, pip installing torch in its environment step, a compile with a unit in flight), one
 cell per cache kind with a compile in flight and one per signal with pip in flight; sccache-dist's cell is
-in tests/test_dist.py (it needs a loopback cluster). The wheel of a rerun is compared with a build of the same
+in tests/test_cluster.py (it needs a loopback cluster). The wheel of a rerun is compared with a build of the same
 tree at the same path from an empty work directory (the tree's path is in the wheel's bytes).
 """
 
@@ -130,7 +130,7 @@ def store(world: dict[str, Path]) -> Path:
 
 
 # Each cache kind with a compile in flight (the signals shared out among them), and each signal with pip
-# in flight (whatever the cache: its server starts with the first compile). sccache-dist: tests/test_dist.py.
+# in flight (whatever the cache: its server starts with the first compile). sccache-dist: tests/test_cluster.py.
 COMPILE_CELLS = [
     ("none", signal.SIGINT, True),
     ("ccache", signal.SIGHUP, True),

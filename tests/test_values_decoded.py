@@ -697,7 +697,7 @@ def test_jobs_decoded(value: object) -> None:
 
 @SETTINGS
 @given(value=changed("http://sched.example:10600", "%@:/.[]"))
-def test_dist_scheduler_decoded(value: str) -> None:
+def test_cluster_scheduler_decoded(value: str) -> None:
     from torchkiln.distributed.spec import scheduler_url
 
     try:
@@ -1165,7 +1165,7 @@ def test_scheduler_url_means_where_the_client_connects(
     scheduler's status): the URL recorded in the plan and the manifest is the URL written (a '/' added), and
     it names the address the client reached."""
     from torchkiln.distributed.client import SchedulerUnavailable, fetch_status
-    from torchkiln.distributed.spec import DistSpec, scheduler_url
+    from torchkiln.distributed.spec import ClusterSpec, scheduler_url
 
     url = f"http://{host}:{port}{loopback.port}{tail}"
     try:
@@ -1178,7 +1178,7 @@ def test_scheduler_url_means_where_the_client_connects(
     assert normal == url.removesuffix("/") + "/", (url, normal)
     loopback.clear()
     with pytest.raises(SchedulerUnavailable):
-        fetch_status(DistSpec(normal), timeout=5)
+        fetch_status(ClusterSpec(normal), timeout=5)
     hits = loopback.settled()
     written, _ = authority(normal)
     assert hits and {hit.address for hit in hits} <= urlkit.reaches(written), (url, hits)

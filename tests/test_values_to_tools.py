@@ -483,16 +483,16 @@ def test_jobs_is_an_integer() -> None:
         parser.parse_args(["r.toml", "--jobs", "4x"])
 
 
-def test_dist_scheduler_in_toml(tmp_path: Path) -> None:
+def test_cluster_scheduler_in_toml(tmp_path: Path) -> None:
     from torchkiln.distributed.client import client_config
-    from torchkiln.distributed.spec import DistSpec, scheduler_url
+    from torchkiln.distributed.spec import ClusterSpec, scheduler_url
 
     assert scheduler_url("http://sched.example:10600") == "http://sched.example:10600/"
     for url in ("http://sched/x", "http://u:p@sched", "ftp://sched"):
         with pytest.raises(UsageError, match=r"^cluster.scheduler_url: "):
             scheduler_url(url)
     token = 'a"b\\c\nd'
-    text = client_config(DistSpec("http://sched:10600/"), token, tmp_path / "tc")
+    text = client_config(ClusterSpec("http://sched:10600/"), token, tmp_path / "tc")
     assert tomllib.loads(text)["dist"]["auth"]["token"] == token, "quoted by tomli-w, read back whole"
 
 

@@ -1,6 +1,6 @@
 """A torchkiln build signalled while a step is in flight: the stand-in tree, the command, what runs (issue 47).
 
-Shared by tests/test_signals.py and tests/test_dist.py (which assert the mechanism: the exit code, nothing of
+Shared by tests/test_signals.py and tests/test_cluster.py (which assert the mechanism: the exit code, nothing of
 the build left running, the cache tool's server gone, the rerun's wheel) and bench/interrupts.py (which
 times the exit). The build is the real plan of a torchvision build with ``--torch``: its environment steps
 run pip (the last of them, ``torchvision:install-torch``, installs torch: the pip in flight), its compile

@@ -146,7 +146,7 @@ class CacheRecord:
 
 
 @dataclass(frozen=True)
-class DistRecord:
+class ClusterRecord:
     """Distributed compiles (sccache-dist) of this run: asked for, used, and where the compiles ran."""
 
     scheduler_url: str
@@ -253,7 +253,9 @@ class Manifest:
     warnings: list[str] = field(default_factory=list)
     # The pins every pip call of the build was held to (build-env:deps' constraints file).
     constraints: list[str] = field(default_factory=list)
-    dist: DistRecord | None = None  # None: no distributed compiles were asked for
+    # None: no distributed compiles were asked for. The key keeps its name from before issue 48 (the cluster was
+    # "dist"): manifests are read by older tools.
+    dist: ClusterRecord | None = None
     # A build for several Pythons (python.versions): the post-build check of each Python after the first, by
     # Python ("3.12": its Checks); ``checks`` is the first Python's. Empty for one Python.
     python_checks: dict[str, Checks] = field(default_factory=dict)

@@ -46,7 +46,7 @@ from .intoto import PREDICATE_TYPE as PREDICATE_TYPE
 from .intoto import STATEMENT_TYPE as STATEMENT_TYPE
 from .intoto import read_statement_data
 from .lockfile import SourceLock
-from .manifest import CacheRecord, DistRecord, Manifest
+from .manifest import CacheRecord, ClusterRecord, Manifest
 from .published import STATEMENT_SUFFIX
 from .published import statement_name as statement_name  # named in .published (no signing needed to find one)
 from .signing import Envelope, PrivateKey, sign
@@ -191,7 +191,7 @@ def _cache(record: CacheRecord | None, parameters: Mapping[str, Any]) -> dict[st
     return entry
 
 
-def _cluster(record: DistRecord | None) -> dict[str, Any] | None:
+def _cluster(record: ClusterRecord | None) -> dict[str, Any] | None:
     if record is None:
         return None
     return {

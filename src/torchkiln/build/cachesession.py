@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from torchkiln.cache import CacheSession, CacheStats, open_session
-from torchkiln.distributed.stats import DistStats
+from torchkiln.distributed.stats import ClusterStats
 from torchkiln.errors import TorchkilnError
 from torchkiln.plan.model import Plan, Step
 from torchkiln.process.environ import compose
@@ -24,7 +24,7 @@ from torchkiln.process.environ import compose
 from .sandbox import server_sandbox
 
 if TYPE_CHECKING:
-    from torchkiln.distributed.client import PreparedDist  # the client only by a build with a scheduler
+    from torchkiln.distributed.client import PreparedClient  # the client only by a build with a scheduler
 
     from .context import BuildRecord, BuildSetup
 
@@ -37,15 +37,17 @@ class CompilerCache:
         self._held = dict(held)  # the variables secrets are read from, never in a step's environment
         self.session: CacheSession | None = None
         self.stats: CacheStats | None = None  # this run's, once the session closed
-        self.dist: PreparedDist | None = None  # distributed compiles, once the session opened
-        self.dist_env: dict[str, str] = {}  # compile steps' run-time layer for them
+        self.client: PreparedClient | None = None  # distributed compiles, once the session opened
+        self.cluster_env: dict[str, str] = {}  # compile steps' run-time layer for them
         # What the sccache server alone starts with for them: SCCACHE_CONF, the client config holding the token.
-        self.dist_server_env: dict[str, str] = {}
-        self.dist_stats: DistStats | None = None  # where this run's compiles ran, once the session closed
+        self.cluster_server_env: dict[str, str] = {}
+        self.cluster_stats: ClusterStats | None = (
+            None  # where this run's compiles ran, once the session closed
+        )
 
     def redact(self, text: str) -> str:
-        if self.dist is not None:
-            text = self.dist.redact(text)
+        if self.client is not None:
+            text = self.client.redact(text)
         return self.session.redact(text) if self.session is not None else text
 
     def open(self, step: Step, setup: BuildSetup, record: BuildRecord) -> CacheSession:
@@ -56,52 +58,52 @@ class CompilerCache:
         a private file that holds the token and is removed when the server stops."""
         if self.session is None:
             tool_environ = compose(setup.environ, step.env, path_prepend=step.path_prepend)
-            self._prepare_dist(tool_environ, setup, record)
+            self._prepare_cluster(tool_environ, setup, record)
             cache_secret = {k: v for k, v in self._held.items() if k == self.plan.cache.credentials_env}
             self.session = open_session(
                 self.plan.cache,
                 {**tool_environ, **cache_secret},  # the session reads it; its tool does not get the variable
-                extra_env=self.dist_server_env,
+                extra_env=self.cluster_server_env,
                 sandbox=server_sandbox(setup, record),
             )
-            if self.dist is not None and self.dist.conf_path is not None:
+            if self.client is not None and self.client.conf_path is not None:
                 # sccache read its client config (the token) once, when its server started: emptied now, the
                 # token lives in that server's memory only, not in a file the compiles it runs could read
-                os.truncate(self.dist.conf_path, 0)
+                os.truncate(self.client.conf_path, 0)
             for warning in self.session.warnings:
                 record.warn(warning)
         return self.session
 
-    def _prepare_dist(self, environ: dict[str, str], setup: BuildSetup, record: BuildRecord) -> None:
-        spec = self.plan.dist
+    def _prepare_cluster(self, environ: dict[str, str], setup: BuildSetup, record: BuildRecord) -> None:
+        spec = self.plan.cluster
         if spec is None:
             return
         from torchkiln.distributed.client import (  # noqa: PLC0415 - only a build with a scheduler
+            cluster_jobs,
             default_toolchain_dir,
-            dist_jobs,
             prepare_client,
         )
 
-        run_dir = Path(tempfile.mkdtemp(prefix="torchkiln-dist-"))  # 0700: the token lands in it
-        self.dist = prepare_client(
+        run_dir = Path(tempfile.mkdtemp(prefix="torchkiln-cluster-"))  # 0700: the token lands in it
+        self.client = prepare_client(
             spec,
             {**environ, **self._held},
             run_dir=run_dir,
             toolchain_dir=default_toolchain_dir(self.plan.cache.dir),
         )
-        for warning in self.dist.warnings:
-            record.warn(self.dist.redact(warning))
-        if self.dist.spec is None:  # the preflight failed: local compiles
+        for warning in self.client.warnings:
+            record.warn(self.client.redact(warning))
+        if self.client.spec is None:  # the preflight failed: local compiles
             shutil.rmtree(run_dir, ignore_errors=True)
             return
-        self.dist_server_env = dict(self.dist.env)  # the server's alone: the compiles are its clients
-        if self.plan.jobs.source == "auto" and self.dist.status is not None:
+        self.cluster_server_env = dict(self.client.env)  # the server's alone: the compiles are its clients
+        if self.plan.jobs.source == "auto" and self.client.status is not None:
             # Remote compiles cost this machine preprocessing only: one job per core of the cluster too.
-            jobs = str(dist_jobs(self.plan.jobs.value, self.dist.status))
-            self.dist_env.update({"MAX_JOBS": jobs, "CMAKE_BUILD_PARALLEL_LEVEL": jobs})
+            jobs = str(cluster_jobs(self.plan.jobs.value, self.client.status))
+            self.cluster_env.update({"MAX_JOBS": jobs, "CMAKE_BUILD_PARALLEL_LEVEL": jobs})
             setup.display.note(
-                f"distributed compiles: {self.dist.status.num_servers} build servers, "
-                f"{self.dist.status.num_cpus} cores at {spec.scheduler_url}; MAX_JOBS={jobs}"
+                f"distributed compiles: {self.client.status.num_servers} build servers, "
+                f"{self.client.status.num_cpus} cores at {spec.scheduler_url}; MAX_JOBS={jobs}"
             )
 
     def close(self, setup: BuildSetup, record: BuildRecord) -> None:
@@ -114,24 +116,24 @@ class CompilerCache:
             record.add_warning(f"compiler cache statistics unavailable: {exc}")
             return
         finally:
-            if self.dist is not None:
-                self._finish_dist()
+            if self.client is not None:
+                self._finish_cluster()
         self.stats = stats
         if stats is not None:
             setup.display.note(f"compiler cache: {stats.summary()}")
-        if stats is not None and self.dist is not None and self.dist.spec is not None:
-            self.dist_stats = stats.dist  # read with the cache's counters, before the server stopped
-        if self.dist_stats is not None:
-            setup.display.note(self.dist_stats.summary())
-            fallback = self.dist_stats.fallback_warning()
+        if stats is not None and self.client is not None and self.client.spec is not None:
+            self.cluster_stats = stats.cluster  # read with the cache's counters, before the server stopped
+        if self.cluster_stats is not None:
+            setup.display.note(self.cluster_stats.summary())
+            fallback = self.cluster_stats.fallback_warning()
             if fallback:
                 record.warn(fallback)
 
-    def _finish_dist(self) -> None:
+    def _finish_cluster(self) -> None:
         """The client config (and the token in it) removed once the server that read it has stopped."""
-        assert self.dist is not None
-        from torchkiln.distributed.client import finish_client  # noqa: PLC0415 - see _prepare_dist
+        assert self.client is not None
+        from torchkiln.distributed.client import finish_client  # noqa: PLC0415 - see _prepare_cluster
 
-        finish_client(self.dist)
-        if self.dist.conf_path is not None:
-            shutil.rmtree(self.dist.conf_path.parent, ignore_errors=True)
+        finish_client(self.client)
+        if self.client.conf_path is not None:
+            shutil.rmtree(self.client.conf_path.parent, ignore_errors=True)

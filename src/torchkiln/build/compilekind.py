@@ -162,8 +162,8 @@ class CompileRun(StepRun):
         step, setup = self.step, self.setup
         session = setup.cache.open(step, setup, self.record)
         # the cache's server holds its credentials (and the cluster's token): the compiles get none of them
-        dist_env = setup.cache.dist_env
-        return (step.env, self._reproducible(), session.public_env, dist_env, session.secret_env)
+        cluster_env = setup.cache.cluster_env
+        return (step.env, self._reproducible(), session.public_env, cluster_env, session.secret_env)
 
     def _reproducible(self) -> dict[str, str]:
         """``SOURCE_DATE_EPOCH`` from the source (its commit's time, else its newest file but the build's own

@@ -125,8 +125,8 @@ class BuildSetup:
         them; only the cache session, its server and broker, the preflight and the client config read them."""
         environ = dict(environ)
         names = [plan.cache.credentials_env]
-        if plan.dist is not None:
-            names.append(plan.dist.credentials_env)
+        if plan.cluster is not None:
+            names.append(plan.cluster.credentials_env)
         held = take(environ, names)
         started = started or dt.datetime.now(dt.timezone.utc)
         return cls(

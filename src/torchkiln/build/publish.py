@@ -25,7 +25,7 @@ from torchkiln.artifacts.manifest import (
     MANIFEST_FORMAT,
     CacheRecord,
     Checks,
-    DistRecord,
+    ClusterRecord,
     GivenTorchRecord,
     HitsMisses,
     Manifest,
@@ -123,7 +123,7 @@ def _parameters(setup: BuildSetup) -> dict[str, Any]:
         "projects": list(plan.projects),
         "jobs": {"value": plan.jobs.value, "source": plan.jobs.source},
         "cache": plan.cache.to_dict(),
-        "dist_scheduler": plan.dist.scheduler_url if plan.dist is not None else None,
+        "dist_scheduler": plan.cluster.scheduler_url if plan.cluster is not None else None,
         "source_dirs": {s.name: str(s.path) for s in plan.sources if s.provided},
         "notes": list(plan.notes),
         "force": options.force,
@@ -280,7 +280,7 @@ def _manifest(
         wheels=wheels,
         warnings=list(record.warnings),
         constraints=read_constraints(plan.paths.constraints),
-        dist=_dist_record(setup),
+        dist=_cluster_record(setup),
         python_checks={} if setup.options.skip_postcheck else dict(sorted(record.python_checks.items())),
         rebuild=_rebuild(setup, build_env),
         isolation=isolation_summary(setup),
@@ -318,17 +318,17 @@ def _rebuild(setup: BuildSetup, build_env: dict[str, dict[str, str]]) -> Rebuild
     return Rebuild(epochs, outputs, torch, setup.plan.cache.kind)
 
 
-def _dist_record(setup: BuildSetup) -> DistRecord | None:
+def _cluster_record(setup: BuildSetup) -> ClusterRecord | None:
     """None when no distributed compiles were asked for; ``used`` False when the preflight turned them off
     (or when this run compiled nothing: a no-op run asks no scheduler)."""
-    if setup.plan.dist is None:
+    if setup.plan.cluster is None:
         return None
-    url = setup.plan.dist.scheduler_url
-    used = setup.cache.dist is not None and setup.cache.dist.spec is not None
-    stats = setup.cache.dist_stats
+    url = setup.plan.cluster.scheduler_url
+    used = setup.cache.client is not None and setup.cache.client.spec is not None
+    stats = setup.cache.cluster_stats
     if stats is None:
-        return DistRecord(url, used)
-    return DistRecord(
+        return ClusterRecord(url, used)
+    return ClusterRecord(
         url, used, stats.remote, stats.local, stats.cache_hits, stats.fallback, dict(stats.by_server)
     )
 

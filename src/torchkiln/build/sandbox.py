@@ -218,12 +218,12 @@ def _entries(directory: Path) -> list[Path]:
 def secret_files(setup: BuildSetup) -> list[Path]:
     """The files this build read a secret from (masked in every sandbox): the signing key's, the cache's
     and the cluster's credentials, the cluster's client configuration (it holds the token)."""
-    plan, dist = setup.plan, setup.cache.dist
+    plan, client = setup.plan, setup.cache.client
     names = [*setup.options.secret_files, plan.cache.credentials_file]
-    if plan.dist is not None:
-        names.append(plan.dist.credentials_file)
-    if dist is not None and dist.conf_path is not None:
-        names.append(str(dist.conf_path))
+    if plan.cluster is not None:
+        names.append(plan.cluster.credentials_file)
+    if client is not None and client.conf_path is not None:
+        names.append(str(client.conf_path))
     return [Path(os.path.expanduser(n)).absolute() for n in names if n]
 
 
@@ -294,13 +294,13 @@ def server_sandbox(setup: BuildSetup, record: BuildRecord) -> Sandbox | None:
     assert availability.bwrap is not None
     view = base_view(setup)
     extra: list[Path] = []
-    dist = setup.cache.dist
-    if dist is not None and dist.spec is not None:  # distributed compiles in use (preflight passed)
-        from torchkiln.distributed.client import default_toolchain_dir  # noqa: PLC0415 - HTTP: only with dist
+    client = setup.cache.client
+    if client is not None and client.spec is not None:  # distributed compiles in use (preflight passed)
+        from torchkiln.distributed.client import default_toolchain_dir  # noqa: PLC0415 - HTTP: only with a cluster
 
         extra.append(default_toolchain_dir(setup.plan.cache.dir))
-        if dist.conf_path is not None:  # the one sandbox that reads the client config: the server's
-            conf = dist.conf_path.absolute()
+        if client.conf_path is not None:  # the one sandbox that reads the client config: the server's
+            conf = client.conf_path.absolute()
             view = replace(view, hidden=tuple(p for p in view.hidden if p != conf))
     return Sandbox(availability.bwrap, view.extended(writable=extra, network=True))
 

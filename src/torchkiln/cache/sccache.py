@@ -47,7 +47,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from torchkiln.distributed.stats import DistStats
+from torchkiln.distributed.stats import ClusterStats
 from torchkiln.errors import TorchkilnError, UsageError
 from torchkiln.process import runner
 from torchkiln.process.isolation import Prepared, Sandbox
@@ -257,7 +257,7 @@ def parse_stats(text: str) -> CacheStats:
         remote_misses=remote_misses,
         errors=errors,
         by_language={lang: (int(hits.get(lang, 0)), int(misses.get(lang, 0))) for lang in languages},
-        dist=DistStats.from_sccache_json(doc),
+        cluster=ClusterStats.from_sccache_json(doc),
     )
 
 

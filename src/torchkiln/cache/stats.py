@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from torchkiln.distributed.stats import DistStats
+from torchkiln.distributed.stats import ClusterStats
 from torchkiln.errors import TorchkilnError, UsageError
 
 
@@ -29,7 +29,7 @@ class CacheStats:
     errors: int = 0
     by_language: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     # sccache: where the compiles ran (read from the same counters); None for tools without a distributed mode
-    dist: DistStats | None = None
+    cluster: ClusterStats | None = None
 
     @property
     def compilations(self) -> int:

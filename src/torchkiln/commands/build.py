@@ -149,7 +149,9 @@ def _run(args: argparse.Namespace) -> int:
     plan = plan_from_args(args, "build")  # a --torch requirement is resolved here (plan.given_torch)
     before = {"plan": round(time.perf_counter() - started, 3)}
     # The cache's and the cluster's credential variables too: the build holds them, no process inherits them.
-    held = take(os.environ, [plan.cache.credentials_env, plan.dist.credentials_env if plan.dist else None])
+    held = take(
+        os.environ, [plan.cache.credentials_env, plan.cluster.credentials_env if plan.cluster else None]
+    )
     environ = {**os.environ, **held}
     if plan.paths.dist.resolve() == plan.paths.workdir.resolve():
         raise UsageError("--dist and --workdir must be different directories")

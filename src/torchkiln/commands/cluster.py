@@ -44,7 +44,7 @@ def _secret_options(parser: argparse.ArgumentParser, name: str, default_env: str
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="dist_command", metavar="ACTION", required=True)
+    sub = parser.add_subparsers(dest="cluster_command", metavar="ACTION", required=True)
 
     sched = sub.add_parser(
         "scheduler", allow_abbrev=False, help="run an sccache-dist scheduler in the foreground"
@@ -132,6 +132,7 @@ def _secret(args: argparse.Namespace, name: str, default_env: str) -> str:
 
 
 def _work_dir(args: argparse.Namespace, role: str) -> Path:
+    # dist-scheduler, dist-server: directories earlier runs made and kept toolchains in (named before issue 48)
     return (args.dir or default_cache_dir(f"dist-{role}")).expanduser().absolute()
 
 
@@ -217,16 +218,16 @@ def _server(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    dist = spec.DistSpec(
+    wanted = spec.ClusterSpec(
         spec.scheduler_url(args.scheduler_url, "--scheduler-url"),
         credentials_env=args.credentials_env or (None if args.credentials_file else CLIENT_TOKEN_ENV),
         credentials_file=args.credentials_file,
     )
     token = spec.check_token(_secret(args, "credentials", CLIENT_TOKEN_ENV), "--credentials-env")
-    check = client.check_scheduler(dist, token)
+    check = client.check_scheduler(wanted, token)
     if args.json:
         doc = {
-            "scheduler_url": dist.scheduler_url,
+            "scheduler_url": wanted.scheduler_url,
             "usable": check.usable,
             "problem": check.problem,
             "notes": list(check.notes),
@@ -237,7 +238,7 @@ def _status(args: argparse.Namespace) -> int:
         if check.status is not None:
             s = check.status
             print(
-                f"scheduler {dist.scheduler_url}: {s.num_servers} build servers, {s.num_cpus} cores, "
+                f"scheduler {wanted.scheduler_url}: {s.num_servers} build servers, {s.num_cpus} cores, "
                 f"{s.in_progress} jobs in progress"
             )
         # The problem lines never hold the token (client.check_token redacts the scheduler's answer).
@@ -256,7 +257,7 @@ def _server_token(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    action = args.dist_command
+    action = args.cluster_command
     if action == "new-key":
         print(tokens.new_key())
         return 0

@@ -29,8 +29,8 @@ from torchkiln.images.platforms import ImagePlatform, emulation_problem, image_p
 from torchkiln.images.rootfs import LocalBase, plan_debootstrap, plan_rootfs
 from torchkiln.images.spec import (
     CACHE_SECRET_ID,
-    DIST_SECRET_FILE,
-    DIST_SECRET_ID,
+    CLUSTER_SECRET_FILE,
+    CLUSTER_SECRET_ID,
     DOCKERFILES,
     FLAVOURS,
     PIP_CONFIG_SECRET_ID,
@@ -185,7 +185,7 @@ def _secret_arguments(group: argparse._ArgumentGroup) -> None:
         "--cluster-secret",
         metavar="FILE",
         help="file holding the build cluster's client token (--target wheels, a recipe with [cluster]); it "
-        f"reaches the build only as a secret mount ({DIST_SECRET_FILE}), never a layer",
+        f"reaches the build only as a secret mount ({CLUSTER_SECRET_FILE}), never a layer",
     )
     # "dist" is the wheels directory (--dist): the token file's option was --dist-secret (issue 48)
     add_renamed(group, "--dist-secret", "--cluster-secret")
@@ -282,7 +282,7 @@ def _no_comma(option: str, path: Path) -> Path:
     return path
 
 
-def _dist_secret(recipe: Recipe, given: str | None) -> Path | None:
+def _cluster_secret(recipe: Recipe, given: str | None) -> Path | None:
     """The token file for a recipe with ``[cluster]``: the image build reads it only as a secret mount, so the
     recipe must name that mount as its credentials_file, and a build without the secret would fail."""
     if recipe.cluster is None:
@@ -291,10 +291,10 @@ def _dist_secret(recipe: Recipe, given: str | None) -> Path | None:
                 f"{recipe.source}: --cluster-secret given but the recipe has no [cluster] section"
             )
         return None
-    if recipe.cluster.credentials_file != DIST_SECRET_FILE:
+    if recipe.cluster.credentials_file != CLUSTER_SECRET_FILE:
         raise UsageError(
             f"{recipe.source}: cluster.credentials_file: the image build reads the client token only from "
-            f"its secret mount (valid: credentials_file = {DIST_SECRET_FILE!r}, with --cluster-secret FILE)"
+            f"its secret mount (valid: credentials_file = {CLUSTER_SECRET_FILE!r}, with --cluster-secret FILE)"
         )
     if not given:
         raise UsageError(
@@ -392,9 +392,9 @@ def build_request(args: argparse.Namespace, *, context: Path, base: LocalBase | 
                     "cache.credentials_env (the variable the build reads the credential from)"
                 )
             secrets[CACHE_SECRET_ID] = secret
-        dist_secret = _dist_secret(recipe, args.cluster_secret)
-        if dist_secret is not None:
-            secrets[DIST_SECRET_ID] = dist_secret
+        cluster_secret = _cluster_secret(recipe, args.cluster_secret)
+        if cluster_secret is not None:
+            secrets[CLUSTER_SECRET_ID] = cluster_secret
     if args.pip_config:
         secrets[PIP_CONFIG_SECRET_ID] = _secret_file(
             "--pip-config", args.pip_config, "a pip configuration file, e.g. ~/.config/pip/pip.conf"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from torchkiln.build.envstore import default_env_store
 from torchkiln.cache import resolve_cache
-from torchkiln.distributed.spec import DistSpec, resolve_dist
+from torchkiln.distributed.spec import ClusterSpec, resolve_cluster
 from torchkiln.errors import RecipeError, TorchkilnError, UsageError
 from torchkiln.plan.environment import ENV_TABLE
 from torchkiln.plan.given_torch import resolve_given_torch
@@ -250,7 +250,7 @@ def _plan_from_args(args: argparse.Namespace, command: str) -> Plan:
         cache=cache,
         notes=notes,
         torch=torch,
-        dist_spec=dist_from_args(args, recipe, cache.kind),
+        cluster=cluster_from_args(args, recipe, cache.kind),
         env_store=env_store_from_args(args),
         memory_retries=args.memory_retries,
     )
@@ -259,12 +259,12 @@ def _plan_from_args(args: argparse.Namespace, command: str) -> Plan:
     return plan
 
 
-def dist_from_args(args: argparse.Namespace, recipe: Recipe, cache_kind: str) -> DistSpec | None:
+def cluster_from_args(args: argparse.Namespace, recipe: Recipe, cache_kind: str) -> ClusterSpec | None:
     """The recipe's ``[cluster]`` with ``--cluster-scheduler`` / ``--cluster-token-env`` / ``--cluster-token-file`` over it."""
     url = args.cluster_scheduler
     if url is not None and url.strip().lower() in ("off", ""):
         return None
-    return resolve_dist(
+    return resolve_cluster(
         recipe.cluster,
         cache_kind=cache_kind,
         scheduler_url_override=url,
@@ -297,10 +297,10 @@ def print_plan(plan: Plan, console: Console | None = None) -> None:
         f"{plan.jobs.reason}); a compile killed for memory resumes with half the jobs, up to "
         f"{plan.memory_retries} time(s)",
     )
-    if plan.dist is not None:
+    if plan.cluster is not None:
         say(
             console,
-            f"distributed compiles: sccache-dist scheduler {plan.dist.scheduler_url} (checked before the "
+            f"distributed compiles: sccache-dist scheduler {plan.cluster.scheduler_url} (checked before the "
             "first compile; unreachable or refused: one warning, compiles run locally)",
         )
     sources = LiteralTable("project", "repo", "ref", "commit", "path", title="sources")
@@ -329,11 +329,11 @@ def print_plan(plan: Plan, console: Console | None = None) -> None:
         secret = _secret_source(plan)
         if secret:
             env.add_row("(secrets)", secret, "remote cache credentials: set at run time, never shown")
-        if plan.dist is not None:
+        if plan.cluster is not None:
             env.add_row(
                 "SCCACHE_CONF",
                 "(a private file, written at run time)",
-                f"compiles sent to {plan.dist.scheduler_url}; client token {_dist_token_source(plan.dist)}",
+                f"compiles sent to {plan.cluster.scheduler_url}; client token {_cluster_token_source(plan.cluster)}",
             )
         show(console, env)
     steps = LiteralTable("#", "step", "command", title="steps")
@@ -342,9 +342,11 @@ def print_plan(plan: Plan, console: Console | None = None) -> None:
     show(console, steps)
 
 
-def _dist_token_source(dist: DistSpec) -> str:
+def _cluster_token_source(cluster: ClusterSpec) -> str:
     return (
-        f"read from ${dist.credentials_env}" if dist.credentials_env else f"read from {dist.credentials_file}"
+        f"read from ${cluster.credentials_env}"
+        if cluster.credentials_env
+        else f"read from {cluster.credentials_file}"
     )
 
 

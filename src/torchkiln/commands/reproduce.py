@@ -260,7 +260,7 @@ def _plan(args: argparse.Namespace, record: Record, recipe: Recipe, workdir: Pat
             dir=args.cache_dir or workdir / "cache",
             remote="",  # nothing another build stored
         ),
-        dist_spec=None,
+        cluster=None,
         notes=notes,
         torch=_given_torch(args, record, recipe, only, _originals(args, record)),
         env_store=env_store_from_args(args),

@@ -22,7 +22,7 @@ Settings written, and why:
 * ``rewrite_includes_only = true``: the client sends sources preprocessed with ``-fdirectives-only``
   (macros unexpanded) instead of fully preprocessed. From fully preprocessed text the servers' g++ made
   different objects than a local compile (one more ``nop`` in nvcc's host stubs; other line info under
-  ``-g``); with this setting code and data are byte-identical (tests/test_dist.py), and under ``-g`` the
+  ``-g``); with this setting code and data are byte-identical (tests/test_cluster.py), and under ``-g`` the
   debug info records the extra switch ``-fdirectives-only``.
 * ``cache_dir``: where the client keeps the toolchains it packages (g++, and for .cu files cudafe++, cicc,
   ptxas: sccache packages each compiler with the shared libraries it loads). Kept between builds, so a
@@ -47,7 +47,7 @@ import tomli_w
 
 from torchkiln.process.secrets import redact
 
-from .spec import DistSpec, load_token
+from .spec import ClusterSpec, load_token
 
 TIMEOUT_S = 5.0
 CONFIG_NAME = "sccache-client.toml"
@@ -96,7 +96,7 @@ def _reason(exc: BaseException) -> str:
     return str(getattr(reason, "strerror", None) or reason)
 
 
-def fetch_status(spec: DistSpec, timeout: float = TIMEOUT_S) -> SchedulerStatus:
+def fetch_status(spec: ClusterSpec, timeout: float = TIMEOUT_S) -> SchedulerStatus:
     """The scheduler's status; SchedulerUnavailable saying why not (unreachable, not a scheduler)."""
     shown = redact(spec.scheduler_url)
     request = urllib.request.Request(
@@ -122,7 +122,7 @@ def fetch_status(spec: DistSpec, timeout: float = TIMEOUT_S) -> SchedulerStatus:
         ) from None
 
 
-def check_token(spec: DistSpec, token: str, timeout: float = TIMEOUT_S) -> str | None:
+def check_token(spec: ClusterSpec, token: str, timeout: float = TIMEOUT_S) -> str | None:
     """Why the scheduler will not take ``token`` from clients, or None when it does.
 
     ``POST /api/v1/scheduler/alloc_job`` with the token and no body: the scheduler checks the bearer token
@@ -152,7 +152,7 @@ def check_token(spec: DistSpec, token: str, timeout: float = TIMEOUT_S) -> str |
         return f"distributed compiles: scheduler {shown} is unreachable ({_reason(exc)})"
 
 
-def preflight(spec: DistSpec, environ: Mapping[str, str], timeout: float = TIMEOUT_S) -> Preflight:
+def preflight(spec: ClusterSpec, environ: Mapping[str, str], timeout: float = TIMEOUT_S) -> Preflight:
     """Check the scheduler before a build: reachable, an sccache-dist scheduler, and the token accepted.
 
     UsageError (from :func:`~.spec.load_token`) when the token source is missing: a build told to use a
@@ -162,7 +162,7 @@ def preflight(spec: DistSpec, environ: Mapping[str, str], timeout: float = TIMEO
     return check_scheduler(spec, load_token(spec, environ), timeout)
 
 
-def check_scheduler(spec: DistSpec, token: str, timeout: float = TIMEOUT_S) -> Preflight:
+def check_scheduler(spec: ClusterSpec, token: str, timeout: float = TIMEOUT_S) -> Preflight:
     """:func:`preflight` with the token already loaded."""
     try:
         status = fetch_status(spec, timeout)
@@ -180,7 +180,7 @@ def check_scheduler(spec: DistSpec, token: str, timeout: float = TIMEOUT_S) -> P
     return Preflight(status, None, notes)
 
 
-def client_config(spec: DistSpec, token: str, toolchain_dir: Path) -> str:
+def client_config(spec: ClusterSpec, token: str, toolchain_dir: Path) -> str:
     """The sccache client config (TOML) for ``spec``. It holds the token: never print or store it."""
     return tomli_w.dumps(
         {
@@ -229,7 +229,7 @@ def default_toolchain_dir(cache_dir: Path) -> Path:
     return cache_dir.with_name(f"{cache_dir.name}-dist-toolchains")
 
 
-def dist_jobs(local_jobs: int, status: SchedulerStatus | None) -> int:
+def cluster_jobs(local_jobs: int, status: SchedulerStatus | None) -> int:
     """Parallel compile jobs for a distributed build: the local ones plus one per cluster core.
 
     The scheduler gives each server at most ``cores + 1 + cores/8`` jobs (sccache-dist's ``load_weight``)
@@ -240,30 +240,30 @@ def dist_jobs(local_jobs: int, status: SchedulerStatus | None) -> int:
 
 
 @dataclass(frozen=True)
-class PreparedDist:
+class PreparedClient:
     """What a build needs for distributed compiles at run time (see :func:`prepare_client`)."""
 
-    spec: DistSpec | None  # None: not used for this build (off, or the preflight failed)
+    spec: ClusterSpec | None  # None: not used for this build (off, or the preflight failed)
     env: dict[str, str]  # for the process environment: SCCACHE_CONF (the sccache server must start with it)
     shown_env: dict[str, str]  # safe to print and store (the same: the secret is in the file)
     warnings: tuple[str, ...]
     secrets: tuple[str, ...]
     status: SchedulerStatus | None = None
     conf_path: Path | None = None
-    requested: DistSpec | None = None  # what was asked for, used or not
+    requested: ClusterSpec | None = None  # what was asked for, used or not
 
     def redact(self, text: str) -> str:
         return redact(text, self.secrets)
 
 
 def prepare_client(
-    spec: DistSpec | None,
+    spec: ClusterSpec | None,
     environ: Mapping[str, str],
     *,
     run_dir: Path,
     toolchain_dir: Path,
     timeout: float = TIMEOUT_S,
-) -> PreparedDist:
+) -> PreparedClient:
     """Preflight the scheduler and write the client config for one build.
 
     ``run_dir`` is private to this build (the token lands in it; use a fresh temporary directory);
@@ -271,20 +271,20 @@ def prepare_client(
     result has no env and one warning: the build compiles locally.
     """
     if spec is None:
-        return PreparedDist(None, {}, {}, (), ())
+        return PreparedClient(None, {}, {}, (), ())
     token = load_token(spec, environ)
     check = check_scheduler(spec, token, timeout)
     warnings = (check.warning,) if check.warning else ()
     if not check.usable:
-        return PreparedDist(None, {}, {}, warnings, (token,), check.status, None, spec)
+        return PreparedClient(None, {}, {}, warnings, (token,), check.status, None, spec)
     toolchain_dir.mkdir(parents=True, exist_ok=True)
     conf = Path(run_dir) / CONFIG_NAME
     write_private(conf, client_config(spec, token, toolchain_dir))
     env = client_env(conf)
-    return PreparedDist(spec, env, dict(env), warnings, (token,), check.status, conf, spec)
+    return PreparedClient(spec, env, dict(env), warnings, (token,), check.status, conf, spec)
 
 
-def finish_client(prepared: PreparedDist) -> None:
+def finish_client(prepared: PreparedClient) -> None:
     """Remove the client config (and with it the token) once the build's sccache server has stopped."""
     if prepared.conf_path is not None:
         prepared.conf_path.unlink(missing_ok=True)

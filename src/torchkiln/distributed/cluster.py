@@ -40,7 +40,7 @@ from torchkiln.process import runner
 from torchkiln.process.secrets import redact
 
 from .client import SchedulerStatus, SchedulerUnavailable, fetch_status, write_private
-from .spec import DistSpec, check_token, scheduler_url
+from .spec import ClusterSpec, check_token, scheduler_url
 from .tokens import SERVER_AUTH_KINDS, check_key, jwt_server_addr
 
 SCHEDULER_LISTEN = "127.0.0.1:10600"
@@ -289,7 +289,7 @@ def wait_for_servers(
 
     ``count=0`` waits only for the scheduler to answer. A ``process`` that exits meanwhile ends the wait.
     """
-    spec = DistSpec(scheduler_url(url, "--scheduler-url"))
+    spec = ClusterSpec(scheduler_url(url, "--scheduler-url"))
     deadline = time.monotonic() + timeout
     last = "no answer"
     while True:

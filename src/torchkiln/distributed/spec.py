@@ -1,12 +1,12 @@
 """The client side's settings: which scheduler, and where its token comes from.
 
 A recipe's ``[cluster]`` section (next to ``[cache]``) and the command-line overrides resolve to one
-:class:`DistSpec`. The token itself never appears in a recipe or on a command line: the spec names an
+:class:`ClusterSpec`. The token itself never appears in a recipe or on a command line: the spec names an
 environment variable or a file (a BuildKit secret is a file under ``/run/secrets``), exactly as
 ``cache.credentials_env``/``credentials_file`` do, and :func:`load_token` reads it at run time.
 
 Distributed compiles need sccache as the compiler cache: the sccache client is what sends compiles to the
-scheduler (ccache has no distributed mode), so :func:`resolve_dist` refuses any other cache kind.
+scheduler (ccache has no distributed mode), so :func:`require_sccache` refuses any other cache kind.
 """
 
 from __future__ import annotations
@@ -25,6 +25,9 @@ from torchkiln.urlreading import host_problem
 # sccache's [dist.auth] types; torchkiln supports the shared token. The OAuth2 types need a browser
 # (``sccache --dist-auth``), which a build machine does not have.
 AUTH_KINDS = ("token",)
+# Named before issue 48 renamed the cluster's table and options, and kept: the bake file hands this variable to
+# docker buildx as the image build's secret (images.bake), one name per secret, where an old name could not
+# still be read; scripts and services export it.
 DEFAULT_TOKEN_ENV = "TORCHKILN_DIST_TOKEN"
 # sccache sends the token as ``Authorization: Bearer <token>``; the scheduler splits the header at the first
 # space, so a token is visible ASCII without spaces.
@@ -32,7 +35,7 @@ _TOKEN = re.compile(r"[\x21-\x7e]+")
 
 
 @dataclass(frozen=True)
-class DistSpec:
+class ClusterSpec:
     """The resolved distributed-compile settings of one build (recipe ``[cluster]`` + command-line overrides)."""
 
     scheduler_url: str  # normalised: scheme://host[:port]/
@@ -91,14 +94,24 @@ def scheduler_url(url: str, field: str = "cluster.scheduler_url") -> str:
     return f"{parts.scheme}://{netloc}/"
 
 
-def resolve_dist(
+def require_sccache(cache_kind: str) -> None:
+    """UsageError unless the compiler cache is sccache, the one client of sccache-dist: for the recipe's
+    ``[cluster]`` and the command line's, and for a spec handed to ``make_plan`` ready-made."""
+    if cache_kind != "sccache":
+        raise UsageError(
+            f"cluster: distributed compiles need the sccache compiler cache, not {cache_kind} "
+            "(valid: cache kind sccache, e.g. --cache sccache)"
+        )
+
+
+def resolve_cluster(
     raw: Any,
     *,
     cache_kind: str,
     scheduler_url_override: str | None = None,
     credentials_env: str | None = None,
     credentials_file: str | None = None,
-) -> DistSpec | None:
+) -> ClusterSpec | None:
     """Recipe ``[cluster]`` settings (any object with the fields, or None) with CLI overrides; None when off.
 
     ``scheduler_url_override=""`` turns distributed compiles off for one build. Without a credential source
@@ -109,11 +122,7 @@ def resolve_dist(
     )
     if not url:
         return None
-    if cache_kind != "sccache":
-        raise UsageError(
-            f"dist: distributed compiles need the sccache compiler cache, not {cache_kind} "
-            "(valid: cache kind sccache, e.g. --cache sccache)"
-        )
+    require_sccache(cache_kind)
     auth = getattr(raw, "auth", None) or "token"
     if auth not in AUTH_KINDS:
         raise UsageError(f"cluster.auth: {auth!r} is not supported (valid: {', '.join(AUTH_KINDS)})")
@@ -123,7 +132,7 @@ def resolve_dist(
         raise UsageError(f"cluster.credentials_env: {env!r} is not an environment variable name")
     if not env and not file:
         env = DEFAULT_TOKEN_ENV
-    return DistSpec(scheduler_url(url), auth, env or None, file or None)
+    return ClusterSpec(scheduler_url(url), auth, env or None, file or None)
 
 
 def check_token(token: str, label: str) -> str:
@@ -136,12 +145,12 @@ def check_token(token: str, label: str) -> str:
     return token
 
 
-def load_token(spec: DistSpec, environ: Mapping[str, str]) -> str:
+def load_token(spec: ClusterSpec, environ: Mapping[str, str]) -> str:
     """The client token the spec names (environment variable first, then file). UsageError when missing."""
     token = load_secret(
         env_name=spec.credentials_env, file=spec.credentials_file, environ=environ, field="cluster"
     )
-    if token is None:  # resolve_dist always names a source; a hand-made spec may not
+    if token is None:  # resolve_cluster always names a source; a hand-made spec may not
         raise UsageError("cluster.credentials_env: no token source (set credentials_env or credentials_file)")
     label = (
         "cluster.credentials_env"

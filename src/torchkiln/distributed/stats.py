@@ -26,7 +26,7 @@ from torchkiln.errors import TorchkilnError
 
 
 @dataclass(frozen=True)
-class DistStats:
+class ClusterStats:
     """A build's compiles by where they ran (counters zeroed before the build)."""
 
     compilations: int = 0
@@ -41,7 +41,7 @@ class DistStats:
         return self.compilations - self.remote
 
     @classmethod
-    def from_sccache_json(cls, text: str | Mapping[str, Any]) -> DistStats:
+    def from_sccache_json(cls, text: str | Mapping[str, Any]) -> ClusterStats:
         """From ``sccache --show-stats --stats-format=json`` output (text, or the parsed document)."""
         try:
             doc = json.loads(text) if isinstance(text, str) else text

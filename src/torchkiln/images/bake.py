@@ -19,6 +19,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from torchkiln.distributed.spec import DEFAULT_TOKEN_ENV
 from torchkiln.errors import Problem, RecipeError
 from torchkiln.recipe.compat import image_problem
 from torchkiln.recipe.model import Recipe
@@ -26,8 +27,8 @@ from torchkiln.recipe.model import Recipe
 from .platforms import image_platform
 from .spec import (
     CACHE_SECRET_ID,
+    CLUSTER_SECRET_ID,
     DEFAULT_REGISTRY,
-    DIST_SECRET_ID,
     DOCKERFILES,
     FLAVOURS,
     devel_args,
@@ -81,7 +82,7 @@ def _target(recipe: Recipe, flavour: str, recipes_root: str) -> dict[str, Any]:
     if flavour == "wheels":
         target["secret"] = [f"id={CACHE_SECRET_ID},env=TORCHKILN_CACHE_PASSWORD"]
         if recipe.cluster is not None:  # its credentials_file is the secret's mount (torchkiln images checks)
-            target["secret"].append(f"id={DIST_SECRET_ID},env=TORCHKILN_DIST_TOKEN")
+            target["secret"].append(f"id={CLUSTER_SECRET_ID},env={DEFAULT_TOKEN_ENV}")
         target["output"] = ["type=local,dest=dist"]
     else:
         target["tags"] = [_tag(recipe, flavour)]

@@ -46,9 +46,10 @@ DEFAULT_REGISTRY = "localhost"
 IMAGE_NAME = "torchkiln"
 CACHE_SECRET_ID = "cache_password"
 # The build cluster's client token (distributed compiles): a secret of the compiling step, read where a
-# BuildKit secret lands, so the recipe's [cluster] says credentials_file = DIST_SECRET_FILE.
-DIST_SECRET_ID = "dist_token"
-DIST_SECRET_FILE = f"/run/secrets/{DIST_SECRET_ID}"
+# BuildKit secret lands, so the recipe's [cluster] says credentials_file = CLUSTER_SECRET_FILE. The id keeps its
+# name from before issue 48: recipes name its file, and docker/Dockerfile.devel mounts it.
+CLUSTER_SECRET_ID = "dist_token"
+CLUSTER_SECRET_FILE = f"/run/secrets/{CLUSTER_SECRET_ID}"
 # pip's configuration for every pip step of an image build (a package index mirror, its credentials):
 # a secret mounted at /etc/pip.conf (pip's global configuration file) for that step only.
 PIP_CONFIG_SECRET_ID = "pip_config"

@@ -20,7 +20,7 @@ from packaging.version import Version
 
 from torchkiln.cache import CacheConfig, masquerade, resolve_cache, tool_for
 from torchkiln.cache.syntax import basedir_problem
-from torchkiln.distributed.spec import DistSpec, resolve_dist
+from torchkiln.distributed.spec import ClusterSpec, require_sccache, resolve_cluster
 from torchkiln.errors import UsageError
 from torchkiln.recipe import cmake_options, compat, cuda_libraries, runtime_libraries
 from torchkiln.recipe.model import Recipe, SourceSpec
@@ -228,7 +228,7 @@ def make_plan(
     only: str | None = None,
     resources: Resources | None = None,
     cache: CacheConfig | None = None,
-    dist_spec: DistSpec | None | Literal["recipe"] = "recipe",
+    cluster: ClusterSpec | None | Literal["recipe"] = "recipe",
     notes: tuple[str, ...] = (),
     torch: GivenTorch | None = None,
     env_store: Path | None = None,
@@ -236,7 +236,7 @@ def make_plan(
 ) -> Plan:
     """Resolve ``recipe`` into the full plan. Runs nothing; reads only /proc and the cgroup limits.
 
-    ``dist_spec``: the distributed-compile settings as the command line resolved them (None: off); by
+    ``cluster``: the distributed-compile settings as the command line resolved them (None: off); by
     default the recipe's ``[cluster]``, which needs the plan's cache to be sccache. ``env_store``: where venvs
     are kept by their content between work directories (torchkiln.build.envstore); None keeps none.
     ``memory_retries``: --memory-retries (None: the recipe's, else :data:`MEMORY_RETRIES`)."""
@@ -254,10 +254,10 @@ def make_plan(
         notes = (*notes, torch.note)
     sources = _sources(recipe, paths, projects, source_dirs)
     cache = _cache_for(recipe, cache, paths, sources)
-    if dist_spec == "recipe":
-        dist_spec = resolve_dist(recipe.cluster, cache_kind=cache.kind)
-    elif dist_spec is not None and cache.kind != "sccache":
-        raise UsageError(f"dist: distributed compiles need the sccache compiler cache, not {cache.kind}")
+    if cluster == "recipe":
+        cluster = resolve_cluster(recipe.cluster, cache_kind=cache.kind)
+    elif cluster is not None:
+        require_sccache(cache.kind)
 
     steps: list[Step] = []
     for project in projects:
@@ -284,7 +284,7 @@ def make_plan(
         frontend,
         cache,
         projects,
-        dist=dist_spec,
+        cluster=cluster,
         notes=notes,
         env_store=Path(env_store).absolute() if env_store is not None else None,
         memory_retries=next(

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from torchkiln.artifacts.manifest import Jobs
 from torchkiln.cache import CacheConfig
-from torchkiln.distributed.spec import DistSpec
+from torchkiln.distributed.spec import ClusterSpec
 from torchkiln.recipe.model import Recipe
 
 from .jobs import Resources
@@ -195,7 +195,7 @@ class Plan:
     frontend: str
     cache: CacheConfig
     projects: tuple[str, ...]
-    dist: DistSpec | None = None  # distributed compiles (sccache-dist); the token is read at run time
+    cluster: ClusterSpec | None = None  # distributed compiles (sccache-dist); the token is read at run time
     # What the user chose to differ from the recipe (--accept-source-version, --torch): the build records
     # each in the manifest's warnings.
     notes: tuple[str, ...] = ()
@@ -277,7 +277,8 @@ class Plan:
             },
             "cache": {"kind": self.cache.kind, "dir": str(self.cache.dir)},
             "env_store": str(self.env_store) if self.env_store else None,
-            "dist": self.dist.to_dict() if self.dist else None,
+            # the plan's key keeps its name from before issue 48 (records are read by older tools)
+            "dist": self.cluster.to_dict() if self.cluster else None,
             "paths": {
                 "workdir": str(self.paths.workdir),
                 "dist": str(self.paths.dist),

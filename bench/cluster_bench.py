@@ -9,7 +9,7 @@ Measured, each ``--repeat`` times (medians reported), one compile at a time:
 * per translation unit, a compile through sccache locally and on the cluster (``SCCACHE_RECACHE=1``: every
   run compiles, none is a cache hit). Units: ``tiny`` (one function: nothing but the fixed costs), ``aten``
   (tests/data/cache_ext/csrc/scale.cpp, <ATen/core/Tensor.h>), ``extension`` (module.cpp,
-  <torch/extension.h>: a typical torch TU's headers) and ``cuda`` (tests/data/dist_ext/csrc/kernel.cu through
+  <torch/extension.h>: a typical torch TU's headers) and ``cuda`` (tests/data/cluster_ext/csrc/kernel.cu through
   nvcc, when installed). The difference is the per-compile overhead of distribution;
 * CPU seconds per compile of the local sccache server (preprocessing, packaging, sending: what the
   build machine still does for a remote compile) and of the build servers (the compile and its sandbox);
@@ -20,7 +20,7 @@ Measured, each ``--repeat`` times (medians reported), one compile at a time:
 Every machine runs on the same cores here, so loopback shows costs, not the speed-up: the speed-up is
 the model's (docs/performance.md), which this script prints from the measured figures (``--model-*``).
 
-    sudo python bench/dist_bench.py --repeat 3      # results: bench/results/dist-<UTC time>.json
+    sudo python bench/cluster_bench.py --repeat 3      # results: bench/results/cluster-<UTC time>.json
 """
 
 from __future__ import annotations
@@ -51,10 +51,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from torchkiln.distributed import client, cluster, loopback, spec  # noqa: E402 - after the path set-up
-from torchkiln.distributed.stats import DistStats  # noqa: E402
+from torchkiln.distributed.stats import ClusterStats  # noqa: E402
 
 CACHE_EXT = ROOT / "tests" / "data" / "cache_ext"
-DIST_EXT = ROOT / "tests" / "data" / "dist_ext"
+CLUSTER_EXT = ROOT / "tests" / "data" / "cluster_ext"
 CUDA_HOME = Path(os.environ.get("CUDA_HOME") or "/usr/local/cuda")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 console = Console(highlight=False)
@@ -109,7 +109,7 @@ def units(scratch: Path) -> list[Unit]:
             "-fPIC",
             "-gencode=arch=compute_75,code=sm_75",
         )
-        found.append(Unit("cuda", DIST_EXT / "csrc" / "kernel.cu", cu))
+        found.append(Unit("cuda", CLUSTER_EXT / "csrc" / "kernel.cu", cu))
     return found
 
 
@@ -168,7 +168,7 @@ class Session:
             raise SystemExit(f"bench: {unit.name} failed:\n{done.stderr[-2000:]}")
         return seconds
 
-    def stats(self) -> DistStats:
+    def stats(self) -> ClusterStats:
         text = subprocess.run(
             ["sccache", "--show-stats", "--stats-format=json"],
             env=self.env,
@@ -176,7 +176,7 @@ class Session:
             text=True,
             check=True,
         ).stdout
-        return DistStats.from_sccache_json(text)
+        return ClusterStats.from_sccache_json(text)
 
 
 @contextmanager
@@ -193,9 +193,9 @@ def session(root: Path, found: loopback.LoopbackCluster | None, toolchains: Path
     }
     prepared = None
     if found is not None:
-        dist = spec.DistSpec(found.url, credentials_env="KILN_BENCH_TOKEN")
+        wanted = spec.ClusterSpec(found.url, credentials_env="KILN_BENCH_TOKEN")
         prepared = client.prepare_client(
-            dist, {"KILN_BENCH_TOKEN": found.client_token}, run_dir=run_dir, toolchain_dir=toolchains
+            wanted, {"KILN_BENCH_TOKEN": found.client_token}, run_dir=run_dir, toolchain_dir=toolchains
         )
         if prepared.warnings and prepared.spec is None:
             raise SystemExit(f"bench: {prepared.warnings[0]}")
@@ -401,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load": os.getloadavg()},
         "repeat": args.repeat,
     }
-    with tempfile.TemporaryDirectory(prefix="torchkiln-dist-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="torchkiln-cluster-bench-") as tmp:
         scratch = Path(tmp)
         found_units = units(scratch)
         console.print("[bold]per compile[/bold] (local sccache vs the loopback cluster)")
@@ -447,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
     client_cpu = by_name["extension"]["remote"]["client_cpu_s_per_run"]
     results["model"] = print_model(work, overhead, client_cpu)
 
-    path = args.results or ROOT / "bench" / "results" / f"dist-{stamp}.json"
+    path = args.results or ROOT / "bench" / "results" / f"cluster-{stamp}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".json.partial")
     partial.write_text(json.dumps(results, indent=2) + "\n")
