@@ -651,3 +651,80 @@ def test_every_way_a_cluster_reaches_the_plan_needs_sccache_saying_so_alike(
             f"cluster: distributed compiles need the sccache compiler cache, not {kind} "
             "(valid: cache kind sccache, e.g. --cache sccache)"
         ), way
+
+
+# --------------------------------------------------------------------------------------------------
+# A daemon's secrets reach it through its config file alone.
+# --------------------------------------------------------------------------------------------------
+
+# role -> its secrets' option names; each is given by its default variable, by --NAME-env naming another,
+# or by --NAME-file (with the default variable set anyway), and a copy sits under an unrelated name
+ROLES = {
+    "scheduler": ("client-token", "server-secret"),
+    "server": ("server-token",),
+}
+DEFAULTS = {
+    "client-token": spec.DEFAULT_TOKEN_ENV,
+    "server-secret": cluster.SERVER_SECRET_ENV,
+    "server-token": cluster.SERVER_TOKEN_ENV,
+}
+
+
+@pytest.mark.parametrize("given", ["default variable", "named variable", "file"])
+@pytest.mark.parametrize("role", sorted(ROLES))
+def test_no_variable_holding_a_secret_reaches_the_daemon(role: str, given: str, tmp_path: Path) -> None:
+    """The real `torchkiln cluster ROLE` runs a stand-in sccache-dist (the process boundary) that writes the
+    environment it was given: no secret's value and no default secret variable is in it, while the rest
+    (PATH, an unrelated variable) is."""
+    if role == "server":
+        require(
+            os.geteuid() == 0 and shutil.which("bwrap") is not None, "a build server needs root and bwrap"
+        )
+    fake = tmp_path / "bin" / "sccache-dist"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\nenv > "$ENV_DUMP"\n')
+    fake.chmod(0o755)
+    dump = tmp_path / "env.txt"
+    env = {
+        "PATH": f"{fake.parent}{os.pathsep}{os.environ['PATH']}",
+        "HOME": str(tmp_path),
+        "ENV_DUMP": str(dump),
+        "KEEP_ME": "1",
+    }
+    argv = [
+        sys.executable,
+        "-m",
+        "torchkiln",
+        "cluster",
+        role,
+        "--server-auth",
+        "token",
+        "--dir",
+        str(tmp_path),
+    ]
+    if role == "server":
+        argv += ["--scheduler-url", "http://127.0.0.1:10600", "--listen", "127.0.0.1:10501"]
+        argv += ["--bwrap", str(shutil.which("bwrap"))]
+    else:
+        argv += ["--listen", "127.0.0.1:10600"]
+    values = {}
+    for name in ROLES[role]:
+        value = values[name] = tokens.new_key()
+        env[f"COPY_OF_{name.upper().replace('-', '_')}"] = value
+        if given == "default variable":
+            env[DEFAULTS[name]] = value
+        elif given == "named variable":
+            env[f"MY_{name.upper().replace('-', '_')}"] = value
+            argv.append(f"--{name}-env=MY_{name.upper().replace('-', '_')}")
+        else:
+            (tmp_path / name).write_text(value + "\n")
+            (tmp_path / name).chmod(0o600)
+            argv.append(f"--{name}-file={tmp_path / name}")
+            env[DEFAULTS[name]] = "a-default-variable-set-but-unused-0123456789"
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    seen = dict(line.split("=", 1) for line in dump.read_text().splitlines() if "=" in line)
+    assert seen["KEEP_ME"] == "1" and seen["PATH"] == env["PATH"]
+    for name, value in values.items():
+        assert not [k for k, v in seen.items() if value in v], f"{name}'s value reached sccache-dist"
+    assert not set(cluster.SECRET_VARIABLES) & set(seen)

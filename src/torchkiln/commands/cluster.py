@@ -28,8 +28,8 @@ from torchkiln.errors import EXIT_FAILURE, TorchkilnError, UsageError
 from torchkiln.process.secrets import MASK, load_secret, loose_permissions
 
 CLIENT_TOKEN_ENV = spec.DEFAULT_TOKEN_ENV
-SERVER_SECRET_ENV = "TORCHKILN_DIST_SERVER_SECRET"
-SERVER_TOKEN_ENV = "TORCHKILN_DIST_SERVER_TOKEN"
+SERVER_SECRET_ENV = cluster.SERVER_SECRET_ENV
+SERVER_TOKEN_ENV = cluster.SERVER_TOKEN_ENV
 
 
 def _secret_options(parser: argparse.ArgumentParser, name: str, default_env: str, what: str) -> None:
@@ -164,7 +164,9 @@ def _run(role: str, conf: Path, secrets: tuple[str, ...], ready: str, failed: st
             print(f"torchkiln cluster scheduler: {ready}", file=sys.stderr, flush=True)
 
     argv = cluster.daemon_argv(role, conf)
-    status = cluster.run_foreground(argv, cluster.daemon_env(os.environ), secrets, on_line, sys.stderr)
+    status = cluster.run_foreground(
+        argv, cluster.daemon_env(os.environ, secrets), secrets, on_line, sys.stderr
+    )
     if status != 0:
         print(f"torchkiln cluster {role}: sccache-dist exited with status {status}", file=sys.stderr)
         return EXIT_FAILURE

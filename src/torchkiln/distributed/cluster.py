@@ -40,7 +40,7 @@ from torchkiln.process import runner
 from torchkiln.process.secrets import redact
 
 from .client import SchedulerStatus, SchedulerUnavailable, fetch_status, write_private
-from .spec import ClusterSpec, check_token, scheduler_url
+from .spec import DEFAULT_TOKEN_ENV, ClusterSpec, check_token, scheduler_url
 from .tokens import SERVER_AUTH_KINDS, check_key, jwt_server_addr
 
 SCHEDULER_LISTEN = "127.0.0.1:10600"
@@ -243,9 +243,20 @@ def write_config(path: Path, text: str) -> Path:
     return path
 
 
-def daemon_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The environment of a scheduler or server: in the foreground, logging INFO, no inherited SCCACHE_*."""
-    env = {k: v for k, v in environ.items() if not k.startswith("SCCACHE_")}
+# The variables ``torchkiln cluster`` reads a daemon's secrets from by default (the builds' token is
+# spec.DEFAULT_TOKEN_ENV). A daemon reads its secrets from its private config file, never from these.
+SERVER_SECRET_ENV = "TORCHKILN_DIST_SERVER_SECRET"
+SERVER_TOKEN_ENV = "TORCHKILN_DIST_SERVER_TOKEN"
+SECRET_VARIABLES = (DEFAULT_TOKEN_ENV, SERVER_SECRET_ENV, SERVER_TOKEN_ENV)
+
+
+def daemon_env(environ: Mapping[str, str], secrets: tuple[str, ...] = ()) -> dict[str, str]:
+    """The environment of a scheduler or server: in the foreground, logging INFO, no inherited SCCACHE_*.
+    A daemon reads its secrets from its private config file only, so no variable that holds one reaches it:
+    not the ones torchkiln reads them from by default (:data:`SECRET_VARIABLES`), set or not, nor any whose
+    value is one of ``secrets`` (a variable ``--*-env`` named, or a copy under another name)."""
+    drop = {*SECRET_VARIABLES, *(k for k, v in environ.items() if v and v in secrets)}
+    env = {k: v for k, v in environ.items() if not k.startswith("SCCACHE_") and k not in drop}
     env.update({"SCCACHE_NO_DAEMON": "1", "SCCACHE_LOG": LOG_FILTER})
     return env
 
