@@ -14,7 +14,9 @@ from kit import ROOT
 PACKAGE = ROOT / "src" / "torchkiln"
 MAP = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
 MODULES = sorted(
-    p.relative_to(PACKAGE) for p in PACKAGE.rglob("*.py") if p.name != "__init__.py" and "__pycache__" not in p.parts
+    p.relative_to(PACKAGE)
+    for p in PACKAGE.rglob("*.py")
+    if p.name != "__init__.py" and "__pycache__" not in p.parts
 )
 
 
