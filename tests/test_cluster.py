@@ -310,14 +310,19 @@ def compile_quick(sccache: Client, tmp: Path, n: int) -> Path:
     return source.with_suffix(".o")
 
 
-def test_unreachable_scheduler_warns_once_and_compiles_locally(host: str, tmp_path: Path) -> None:
-    url = f"http://127.0.0.1:{loopback.free_port()}"
-    sccache = start_client(tmp_path, cluster_spec(url), "kiln-token-1")
+def compile_one(tmp: Path, given: spec.ClusterSpec | None, token: str) -> tuple[Client, ClusterStats]:
+    """A client started with ``given`` and ``token``, one quick compile through it, its statistics; stopped."""
+    sccache = start_client(tmp, given, token)
     try:
-        compile_quick(sccache, tmp_path, 1)
-        stats = sccache.cluster_stats()
+        compile_quick(sccache, tmp, 1)
+        return sccache, sccache.cluster_stats()
     finally:
         sccache.stop()
+
+
+def test_unreachable_scheduler_warns_once_and_compiles_locally(host: str, tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{loopback.free_port()}"
+    sccache, stats = compile_one(tmp_path, cluster_spec(url), "kiln-token-1")
     assert sccache.prepared.warnings == (
         f"distributed compiles: scheduler {url}/ is unreachable (Connection refused): "
         "compiling locally (and from the cache), this build will be slower",
@@ -329,12 +334,7 @@ def test_unreachable_scheduler_warns_once_and_compiles_locally(host: str, tmp_pa
 def test_refused_token_warns_once_and_compiles_locally(make_cluster, tmp_path: Path) -> None:
     found = make_cluster(servers=1)
     wrong = "not-the-client-token"
-    sccache = start_client(tmp_path, cluster_spec(found), wrong)
-    try:
-        compile_quick(sccache, tmp_path, 1)
-        stats = sccache.cluster_stats()
-    finally:
-        sccache.stop()
+    sccache, stats = compile_one(tmp_path, cluster_spec(found), wrong)
     assert sccache.prepared.warnings == (
         f"distributed compiles: scheduler {found.url} refuses the token (HTTP 401: Fixed token mismatch): "
         "compiling locally (and from the cache), this build will be slower",
@@ -365,12 +365,7 @@ def test_without_the_preflight_sccache_fails_every_compile_on_a_refused_token(
 
 def test_no_build_server_yet_is_a_note_and_compiles_fall_back(make_cluster, tmp_path: Path) -> None:
     found = make_cluster(servers=0)
-    sccache = start_client(tmp_path, cluster_spec(found), found.client_token)
-    try:
-        compile_quick(sccache, tmp_path, 1)
-        stats = sccache.cluster_stats()
-    finally:
-        sccache.stop()
+    sccache, stats = compile_one(tmp_path, cluster_spec(found), found.client_token)
     assert sccache.prepared.warnings == (
         f"distributed compiles: scheduler {found.url} has no build server yet: "
         "compiles run locally until one registers",
