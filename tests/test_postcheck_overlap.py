@@ -109,18 +109,48 @@ def test_the_early_interpreter_is_used_only_when_pip_added_what_torch_could_not_
 def test_the_check_and_the_facts_script_speak_the_same_words() -> None:
     """Both run as standalone scripts in the check venv (no shared import): their protocol's words are kept
     twice, and must agree."""
-    sys.path.insert(0, str(FACTS.parent))
-    try:
-        import facts  # noqa: PLC0415 - the script, as the check venv's interpreter loads it
-    finally:
-        sys.path.remove(str(FACTS.parent))
+    facts = _facts_script()
     assert (postcheck.WAIT, postcheck.RESTART) == (facts.WAIT, facts.RESTART)
 
 
-def early(words: str) -> subprocess.CompletedProcess[str]:
-    """facts.py's early start in this environment's Python (its real torch), told ``words``."""
+@pytest.mark.parametrize(
+    ("expect", "warm"),
+    [
+        (["torchvision==0.21.0"], ["torch._dynamo"]),
+        (["torch==2.6.0", "torchvision==0.21.0+cu124"], ["torch._dynamo"]),
+        (["torch==2.6.0"], []),  # a torch build's check imports torch alone, as a fresh interpreter would
+        ([], []),
+    ],
+)
+def test_the_early_interpreter_imports_what_the_checked_wheels_import_reaches(
+    expect: list[str], warm: list[str]
+) -> None:
+    assert postcheck.early_argv(expect) == [sys.executable, str(FACTS), postcheck.WAIT, *warm]
+
+
+def _facts_script():  # noqa: ANN202 - the script's module, loaded as the check venv's interpreter loads it
+    sys.path.insert(0, str(FACTS.parent))
+    try:
+        import facts  # noqa: PLC0415
+
+        return facts
+    finally:
+        sys.path.remove(str(FACTS.parent))
+
+
+@pytest.mark.parametrize("name", ["os", "torchvision", "torch", "torchaudio._internal", "_torch"])
+def test_the_early_start_imports_only_modules_of_torch(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Anything else imported early would be in the interpreter before pip installs what it may need; the
+    script refuses it before importing anything (torch is always imported first, never named)."""
+    assert _facts_script().main([postcheck.WAIT, "torch.fx", name]) == 2
+    assert repr(name) in capsys.readouterr().err
+
+
+def early(words: str, *warm: str) -> subprocess.CompletedProcess[str]:
+    """facts.py's early start in this environment's Python (its real torch) with the ``warm`` modules, told
+    ``words``."""
     return subprocess.run(
-        [sys.executable, str(FACTS), postcheck.WAIT],
+        [sys.executable, str(FACTS), postcheck.WAIT, *warm],
         input=words,
         capture_output=True,
         text=True,
@@ -132,12 +162,23 @@ def early(words: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.integration  # imports the real torch
-def test_the_early_interpreter_collects_the_facts_when_torch_missed_none_of_the_added_names() -> None:
-    done = early("go PIL pillow\n")
+@pytest.mark.parametrize("warm", [(), ("torch._dynamo",)], ids=["torch", "torch and torch._dynamo"])
+def test_the_early_interpreter_collects_the_facts_when_torch_missed_none_of_the_added_names(
+    warm: tuple[str, ...],
+) -> None:
+    done = early("go PIL pillow\n", *warm)
     assert done.returncode == 0, done.stderr[-2000:]
     facts = json.loads(done.stdout.strip().splitlines()[-1])
     fresh = subprocess.run([sys.executable, str(FACTS)], capture_output=True, text=True, check=True, cwd="/")
     assert facts == json.loads(fresh.stdout.strip().splitlines()[-1]), "what a fresh interpreter says"
+
+
+@pytest.mark.integration  # imports the real torch
+def test_the_early_interpreter_asks_for_a_fresh_one_when_a_warm_up_import_failed() -> None:
+    """A module that raised leaves a half-imported state; a fresh interpreter meets the error where it
+    arises (or never, when the checked wheels' import does not reach it)."""
+    done = early("go PIL\n", "torch._dynamo", "torch._torchkiln_no_such_module")
+    assert done.returncode == 0 and done.stdout.strip() == postcheck.RESTART, done.stdout + done.stderr
 
 
 MISSES = """

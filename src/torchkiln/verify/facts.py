@@ -453,32 +453,59 @@ class _Misses:
         self.names.add(name.partition(".")[0])
 
 
+def _import_early(modules: list[str]) -> tuple[set[str], bool]:
+    """torch imported, then each of ``modules`` (torch's own): the top-level names looked for and missed
+    meanwhile, and whether every one of ``modules`` imported (one that raised leaves a state a fresh
+    interpreter never has: then only a fresh interpreter's facts count)."""
+    import importlib
+
+    misses = _Misses()
+    sys.meta_path.append(misses)
+    try:
+        import torch  # noqa: F401 - imported while pip installs the checked wheels
+
+        whole = True
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - a fresh interpreter meets the error where it arises
+                whole = False
+    finally:
+        sys.meta_path.remove(misses)
+    return misses.names, whole
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python facts.py``: the facts of the torch this interpreter imports, as one JSON line.
 
-    ``python facts.py --import-torch-then-wait``: torch is imported first, then one line is read from stdin,
-    ``go`` and the top-level names of the distributions installed meanwhile. When torch's import looked for
-    none of them (:class:`_Misses`), the facts are collected as above, the import caches invalidated first;
-    otherwise it prints :data:`RESTART` (a fresh interpreter would find what this one did not). Anything
-    else (end of input) exits without a word. The post-build check starts it before its pip install."""
+    ``python facts.py --import-torch-then-wait [MODULE ...]``: torch is imported first, then each MODULE (one
+    of torch's own that the checked wheels' import reaches: the post-build check's ``WARM_UP``), then one line
+    is read from stdin, ``go`` and the top-level names of the distributions installed meanwhile. When the
+    imports looked for none of them (:class:`_Misses`) and each MODULE imported, the facts are collected as
+    above, the import caches invalidated first; otherwise it prints :data:`RESTART` (a fresh interpreter
+    would find what this one did not). Anything else (end of input) exits without a word. The post-build
+    check starts it before its pip install. The facts read torch's build configuration and the checked
+    wheels' ops, which do not depend on whether a torch module was imported before the wheels or by them."""
     args = sys.argv[1:] if argv is None else argv
-    if args == [WAIT]:
+    if args[:1] == [WAIT]:
         import importlib
 
-        misses = _Misses()
-        sys.meta_path.append(misses)
-        import torch  # noqa: F401 - imported while pip installs the checked wheels
-
-        sys.meta_path.remove(misses)
+        foreign = [name for name in args[1:] if not name.startswith("torch.")]
+        if foreign:
+            print(f"facts.py: {WAIT} imports only torch's modules (torch.*), not {foreign}", file=sys.stderr)
+            return 2
+        missed, whole = _import_early(args[1:])
         words = sys.stdin.readline().split()
         if words[:1] != ["go"]:
             return 0
-        if misses.names & set(words[1:]):
+        if not whole or missed & set(words[1:]):
             print(RESTART)
             return 0
         importlib.invalidate_caches()
     elif args:
-        print(f"facts.py: unknown arguments {args} (valid: none, or {WAIT})", file=sys.stderr)
+        print(
+            f"facts.py: unknown arguments {args} (valid: none, or {WAIT} [torch.MODULE ...])", file=sys.stderr
+        )
         return 2
     print(collect_facts().to_json())
     return 0
