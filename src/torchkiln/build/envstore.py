@@ -44,7 +44,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from torchkiln.cache.config import default_cache_dir
 from torchkiln.errors import name_path, remember_space
 from torchkiln.files import shared
 from torchkiln.files.digests import digest
@@ -75,6 +74,10 @@ def default_env_store(environ: Mapping[str, str] | None = None) -> Path:
     """``envs`` beside the compiler caches: ``$TORCHKILN_CACHE_DIR/envs`` or ``~/.cache/torchkiln/envs``
     (``--env-store`` and ``$TORCHKILN_ENV_STORE`` choose another). Hard links need the store on the work
     directory's filesystem; elsewhere the venvs are copied (slower, still correct)."""
+    # here, not at the top: the check venv's clone (build.checkvenv, a process of the first checked build
+    # after its compile) imports this module, and torchkiln.cache with its compiler caches is a third of it
+    from torchkiln.cache.config import default_cache_dir  # noqa: PLC0415
+
     return default_cache_dir("envs", environ).absolute()
 
 

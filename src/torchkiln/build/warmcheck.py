@@ -24,11 +24,14 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from torchkiln.plan.model import Step
 from torchkiln.process.runner import in_context
 
 from .envstore import clone_tree, relocate_venv
+
+if TYPE_CHECKING:  # build.checkvenv imports this module after the compile: the plan's model is a third of it
+    from torchkiln.plan.model import Step
 
 MARK = ".torchkiln-warm"  # in the warm venv: the build venv it is a clone of, written last
 
