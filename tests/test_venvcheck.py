@@ -242,3 +242,33 @@ def test_the_answer_is_kept_by_identity_and_only_a_changed_file_is_hashed(
     other = copy_of(installed, tmp_path / "c")  # a copy: every file a new identity
     assert venvcheck.damage(other, kept, trust=True) is None and hashed == []
     assert venvcheck.damage(other, kept) is None and hashed == [], "read back as the trusted answer"
+
+
+def test_the_identities_looked_up_by_directory_are_the_identities_of_the_paths(tmp_path: Path) -> None:
+    """The answer's fast path opens each directory once: for every kind of path it must say what a lookup by
+    the whole path says (a missing file or directory: None; a link: what it leads to)."""
+    base = tmp_path / "venv"
+    (base / SITE / "pkg" / "sub").mkdir(parents=True)
+    for name in ("pkg/__init__.py", "pkg/sub/data, with comma.bin", "top.py", "pkg/sub/'quoted' name.py"):
+        (base / SITE / name).write_text(name)
+    (base / "at-root.txt").write_text("root")
+    (base / SITE / "pkg" / "link.py").symlink_to("__init__.py")
+    (base / SITE / "pkg" / "dangling.py").symlink_to("gone.py")
+    (base / SITE / "linked-dir").symlink_to("pkg")
+    paths = [
+        f"{SITE}/pkg/__init__.py",
+        f"{SITE}/pkg/sub/data, with comma.bin",
+        f"{SITE}/top.py",
+        "at-root.txt",
+        f"{SITE}/pkg/link.py",
+        f"{SITE}/pkg/dangling.py",
+        f"{SITE}/linked-dir/__init__.py",
+        f"{SITE}/pkg/missing.py",
+        f"{SITE}/no-such-dir/file.py",
+        f"{SITE}/pkg/sub/'quoted' name.py",
+        f"{SITE}/pkg/__init__.py",  # listed twice (two RECORDs)
+    ]
+    prefix = str(base) + os.sep
+    expected = [venvcheck._identity(prefix + p) for p in paths]
+    assert venvcheck._identities(prefix, paths) == expected
+    assert expected.count(None) == 3  # dangling, missing, in a missing directory

