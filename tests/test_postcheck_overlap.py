@@ -106,6 +106,16 @@ def test_the_early_interpreter_is_used_only_when_pip_added_what_torch_could_not_
     assert postcheck.early_words(before, postcheck.dist_infos([str(site)])) == words
 
 
+def _facts_script():  # noqa: ANN202 - the script's module, loaded as the check venv's interpreter loads it
+    sys.path.insert(0, str(FACTS.parent))
+    try:
+        import facts  # noqa: PLC0415
+
+        return facts
+    finally:
+        sys.path.remove(str(FACTS.parent))
+
+
 def test_the_check_and_the_facts_script_speak_the_same_words() -> None:
     """Both run as standalone scripts in the check venv (no shared import): their protocol's words are kept
     twice, and must agree."""
@@ -126,16 +136,6 @@ def test_the_early_interpreter_imports_what_the_checked_wheels_import_reaches(
     expect: list[str], warm: list[str]
 ) -> None:
     assert postcheck.early_argv(expect) == [sys.executable, str(FACTS), postcheck.WAIT, *warm]
-
-
-def _facts_script():  # noqa: ANN202 - the script's module, loaded as the check venv's interpreter loads it
-    sys.path.insert(0, str(FACTS.parent))
-    try:
-        import facts  # noqa: PLC0415
-
-        return facts
-    finally:
-        sys.path.remove(str(FACTS.parent))
 
 
 @pytest.mark.parametrize("name", ["os", "torchvision", "torch", "torchaudio._internal", "_torch"])

@@ -9,10 +9,10 @@ fails here.
 
 The two overlap (issue 38): the interpreter that collects the facts is started before pip and imports torch
 while pip installs (with the torch modules the checked wheels' import reaches: :data:`WARM_UP`). It goes on
-only where a fresh interpreter would see the same: pip replaced or removed no
-distribution that was there (each ``.dist-info`` and its RECORD compared before and after), what it added
-(pillow, the checked wheels) has no ``.pth`` file (run at start-up) and none of its top-level names was looked
-for, and missed, while torch was imported (``facts.py``'s ``--import-torch-then-wait``). Otherwise the facts
+only where a fresh interpreter would see the same: pip replaced or removed no distribution that was there
+(each ``.dist-info`` and its RECORD compared before and after), what it added (pillow, the checked wheels) has
+no ``.pth`` file (run at start-up) and none of its top-level names was looked for, and missed, while torch was
+imported (``facts.py``'s ``--import-torch-then-wait``), and each warm-up module imported. Otherwise the facts
 come from a fresh interpreter, as before. On two cores this takes the install's second off the check.
 
 Standard library only: this file runs outside torchkiln's own environment, in a clean venv where torchkiln

@@ -13,8 +13,9 @@ The answer is kept by the identities of the RECORD files themselves (:class:`~to
 the work directory's and the environment store's: a clone of a venv, or a store entry and the venv linked to
 it, read one answer), and holds each listed file's identity when it was last found sound. A check is then one
 ``stat`` per file and no reading (each directory opened once: :func:`_identities`): about 55 ms for the
-21,000 hashed files of a torch 2.13 CPU venv on a 2-core machine. Only a file whose identity changed is hashed. Files outside site-packages (``bin/`` scripts,
-whose ``#!`` line a clone rewrites for its own path, headers, man pages) are checked for presence only.
+21,000 hashed files of a torch 2.13 CPU venv on a 2-core machine. Only a file whose identity changed is
+hashed. Files outside site-packages (``bin/`` scripts, whose ``#!`` line a clone rewrites for its own path,
+headers, man pages) are checked for presence only.
 
 Not seen: a write that keeps a file's inode, size and modification time (``touch -r`` after an edit), and what
 no RECORD lists (bytecode, files a program wrote into the venv after its install).

@@ -27,6 +27,7 @@ What torch reports, and where (checked on upstream's 2.13.0+cu130 / 2.14.0+cu130
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import importlib.metadata
 import json
 import platform
@@ -457,8 +458,6 @@ def _import_early(modules: list[str]) -> tuple[set[str], bool]:
     """torch imported, then each of ``modules`` (torch's own): the top-level names looked for and missed
     meanwhile, and whether every one of ``modules`` imported (one that raised leaves a state a fresh
     interpreter never has: then only a fresh interpreter's facts count)."""
-    import importlib
-
     misses = _Misses()
     sys.meta_path.append(misses)
     try:
@@ -488,8 +487,6 @@ def main(argv: list[str] | None = None) -> int:
     wheels' ops, which do not depend on whether a torch module was imported before the wheels or by them."""
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == [WAIT]:
-        import importlib
-
         foreign = [name for name in args[1:] if not name.startswith("torch.")]
         if foreign:
             print(f"facts.py: {WAIT} imports only torch's modules (torch.*), not {foreign}", file=sys.stderr)
