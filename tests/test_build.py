@@ -43,6 +43,7 @@ from rich.console import Console
 from torchkiln.artifacts.manifest import load_manifest
 from torchkiln.artifacts.published import PARTIAL_MARK
 from torchkiln.artifacts.wheelfile import record_digest, wheel_record
+from torchkiln.build.envstore import linked_origin
 from torchkiln.build.fingerprint import tree_sha256
 from torchkiln.build.loop import BuildFailed, BuildOptions, ConfigureMismatch, run_build
 from torchkiln.cache import resolve_cache
@@ -849,6 +850,8 @@ def test_post_build_check_is_reused_in_another_work_directory_for_the_same_wheel
     first = checks_only(work_with_the_wheel("work-a"), describing_the_wheel(), "store-a")
     ran, _, _ = build(replace(first, env_store=store))
     assert ran.ran == ["checks:venv", "checks:import"]
+    kept = linked_origin(first.paths.check_venv)
+    assert kept is not None and kept[0].parent.parent == store, "the check venv moved into the store"
     other = wheel_world["root"] / "work-b"
     plan = checks_only(work_with_the_wheel("work-b"), describing_the_wheel(), "store-b")
     reused, out, _ = build(replace(plan, env_store=store))

@@ -26,7 +26,7 @@ from kit.dists import tiny_wheel
 from rich.console import Console
 
 from torchkiln.artifacts.manifest import load_manifest
-from torchkiln.build.envstore import EnvStore, clone_tree, default_env_store, relocate_venv
+from torchkiln.build.envstore import EnvStore, clone_tree, default_env_store, linked_origin, relocate_venv
 from torchkiln.build.loop import BuildOptions, BuildResult, run_build
 from torchkiln.cache import resolve_cache
 from torchkiln.commands.plan import env_store_from_args
@@ -166,6 +166,8 @@ def test_a_second_work_directory_reuses_the_venv_without_running_its_steps(tmp_p
     assert first.ran == ["build-env:venv", "build-env:deps", "build-env:script", "torch:wheel", "publish"]
     assert runs_of(runs) == ["venv", "deps", "script"]
     assert len(entries(store)) == 3, "one entry per step that changed the venv"
+    own = linked_origin(tmp_path / "a" / "work" / "venv")
+    assert own is None, "cloned into the store: later steps use it (only the check's venv is moved there)"
     kept = entries(store)
     subprocess.run(["rm", "-rf", str(tmp_path / "a")], check=True)  # a script naming A's venv would now fail
 
@@ -312,6 +314,85 @@ def test_an_entry_staged_while_its_step_runs_is_whole_only_once_committed(tmp_pa
         sorted(p.name for p in store.root.iterdir() if p.name.startswith(".") and p.name != ".objects") == []
     )
     assert store.stage("k3", tmp_path / "no-venv") is None
+
+
+def _site(venv: Path) -> Path:
+    return next((venv / "lib").glob("python*/site-packages"))
+
+
+def _temporaries(store: EnvStore) -> list[str]:
+    return sorted(p.name for p in store.root.iterdir() if p.name.startswith(".") and p.name != ".objects")
+
+
+def test_an_adopted_venv_is_the_entry_and_stays_at_its_path_linked_to_it(tmp_path: Path) -> None:
+    """The post-build check's venv, which no later step writes, is kept by moving it into the store (a
+    rename) and linking it back (issue 47): its files are the entry's own (the same inodes, nothing
+    copied), its python runs at its path, the entry restores as a kept one does, and a second adoption of
+    the key leaves the venv as it is."""
+    venv = make_venv(tmp_path / "one" / "venv")
+    (_site(venv) / "pkg").mkdir()
+    (_site(venv) / "pkg" / "__init__.py").write_text("VALUE = 7\n")
+    (_site(venv) / "single.py").write_text("ONE = 1\n")
+    (venv / "bin" / "tool").write_text(f"#!{venv}/bin/python\nimport pkg; print(pkg.VALUE)\n")
+    (venv / "bin" / "tool").chmod(0o755)
+    inodes = {p: os.stat(_site(venv) / p).st_ino for p in ("pkg/__init__.py", "single.py")}
+    side = tmp_path / "one" / "constraints.txt"
+    side.write_text("torch==2.13.0\n")
+    store = EnvStore(tmp_path / "store")
+    outputs = {"facts": {"torch_version": "2.13.0+cpu"}}
+    entry = store.adopt("k1", venv, {"constraints.txt": side}, "checks:import", outputs)
+
+    assert entry == store.entry("k1") and _temporaries(store) == []
+    found = store.lookup("k1", ["constraints.txt"])
+    assert found is not None and found[1]["outputs"] == outputs and found[1]["venv"] == str(venv)
+    for name, inode in inodes.items():
+        assert os.stat(_site(entry / "venv") / name).st_ino == inode, f"{name}: moved, not copied"
+        assert os.stat(_site(venv) / name).st_ino == inode, f"{name}: the venv's is the entry's"
+    assert (_site(venv) / "pkg").is_symlink(), "linked to the entry (build.envstore.link_venv)"
+    assert linked_origin(venv) == (entry / "venv", str(venv))
+    ran = subprocess.run([venv / "bin" / "tool"], capture_output=True, text=True, check=True)
+    assert ran.stdout.strip() == "7"
+    restored = store.restore("k1", tmp_path / "two" / "venv", {"constraints.txt": tmp_path / "two" / "c.txt"})
+    assert restored is not None and restored.outputs == outputs
+
+    again = make_venv(tmp_path / "three" / "venv")
+    assert store.adopt("k1", again, {}, "checks:import", {}) == entry, "the store's entry is kept"
+    assert linked_origin(again) is None and (again / "bin" / "python").exists(), "left as it was"
+
+
+def test_a_venv_that_cannot_be_adopted_stays_where_it_was(tmp_path: Path) -> None:
+    """Across filesystems (/dev/shm, tmpfs) a rename fails: adopt says so (None: the caller clones) and
+    leaves the venv whole at its path and nothing in the store. When another build keeps the same key
+    between the check and the rename, the venv is put back, its own, and the other build's entry stays."""
+    store = EnvStore(tmp_path / "store")
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.stat(shm).st_dev != os.stat(tmp_path).st_dev:
+        far = Path(tempfile_dir(shm))
+        try:
+            venv = make_venv(far / "venv")
+            assert store.adopt("k1", venv, {}, "checks:import", {}) is None
+            assert (venv / "bin" / "python").exists() and linked_origin(venv) is None
+            assert store.entry("k1") is None and _temporaries(store) == []
+        finally:
+            subprocess.run(["rm", "-rf", str(far)], check=True)
+
+    venv = make_venv(tmp_path / "one" / "venv")
+    other = make_venv(tmp_path / "other" / "venv")
+    complete = store._complete
+
+    def meanwhile(*args: object) -> None:  # the other build, a process of its own, keeps the key first
+        complete(*args)  # type: ignore[arg-type]
+        if store.entry("k2") is None:
+            EnvStore(store.root).keep("k2", other, {}, "checks:import", {"by": "the other build"})
+
+    store._complete = meanwhile  # type: ignore[method-assign]
+    entry = store.adopt("k2", venv, {}, "checks:import", {"by": "this build"})
+    found = store.lookup("k2")
+    assert (
+        entry == store.entry("k2") and found is not None and found[1]["outputs"] == {"by": "the other build"}
+    )
+    assert (venv / "bin" / "python").exists() and linked_origin(venv) is None, "put back, its own"
+    assert _temporaries(store) == []
 
 
 def test_clone_tree_copies_across_filesystems_when_links_fail(tmp_path: Path) -> None:

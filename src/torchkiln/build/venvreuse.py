@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import functools
+import os
 import shutil
 import threading
 import time
@@ -271,7 +272,8 @@ class VenvReuse:
 
     def keep(self, step: Step, key: str | None, outputs: Mapping[str, Any], staged: Path | None) -> None:
         """After the step ran: its venv kept in the store when :meth:`keepable` (``staged``, what was staged
-        while it ran, completed, else cloned now), and its files recorded as sound (:meth:`_baseline`). A
+        while it ran, completed; else the venv itself moved there when :meth:`adoptable`; else cloned now),
+        and its files recorded as sound (:meth:`_baseline`). A
         store that cannot be written costs the next work directory a rebuild, never this build: one note."""
         store = self.setup.env_store
         if step.venv is not None:
@@ -283,7 +285,9 @@ class VenvReuse:
             try:
                 if staged is not None:
                     store.commit(key, staged, Path(step.venv), kept_files(step), step.name, outputs)
-                else:
+                elif not self.adoptable(step) or (
+                    store.adopt(key, Path(step.venv), kept_files(step), step.name, outputs) is None
+                ):
                     store.keep(key, Path(step.venv), kept_files(step), step.name, outputs)
             except OSError as exc:
                 self.setup.display.note(
@@ -320,9 +324,28 @@ class VenvReuse:
         if not self.keepable(step, key) or store is None or step.venv is None or key is None:
             return None
         try:
+            if self.adoptable(step):  # kept by a move after the step: its large files shared meanwhile
+                store.share(Path(step.venv))
+                return None
             return store.stage(key, Path(step.venv))
         except OSError:
             return None
+
+    def adoptable(self, step: Step) -> bool:
+        """Whether the step's venv is kept by moving it into the store (:meth:`EnvStore.adopt`), not by a
+        clone: no later step of the plan uses it (the post-build check's venv), and the store is on its
+        filesystem."""
+        store, venv = self.setup.env_store, step.venv
+        if store is None or venv is None:
+            return False
+        steps = self.setup.plan.steps
+        later = steps[[s.name for s in steps].index(step.name) + 1 :]
+        if any(s.venv == venv or s.clones == venv or venv in self._used(s) for s in later):
+            return False
+        try:
+            return _device(store.root) == os.stat(Path(venv).parent).st_dev
+        except OSError:
+            return False
 
     # -- the check venv's warm clone (build.warmcheck) -------------------------------------------------
 
@@ -440,3 +463,13 @@ def _localizer(setup: BuildSetup) -> Callable[[str], str]:
         return text
 
     return local
+
+
+def _device(path: Path) -> int:
+    """The filesystem ``path`` is on, or would be made on (its nearest existing directory's)."""
+    for candidate in (path, *path.parents):
+        try:
+            return os.stat(candidate).st_dev
+        except FileNotFoundError:
+            continue
+    raise FileNotFoundError(path)

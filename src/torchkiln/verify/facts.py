@@ -30,6 +30,7 @@ import dataclasses
 import importlib
 import importlib.metadata
 import json
+import os
 import platform
 import re
 import sys
@@ -508,5 +509,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def finish(code: int) -> None:
+    """End a run of this script once its answer is written: the streams flushed, then the process ended
+    without the interpreter's teardown. With torch and ``torch._dynamo`` imported that teardown (freeing
+    every module, nothing the answer needs) took 0.67 s of a check's 2.4 s, measured in the real
+    torchvision 0.21.0 check venv against torch 2.13.0+cpu: the import 1.74 s, the import then exit 2.41 s.
+    No thread or child process of this script outlives it: torch's import starts none."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":  # pragma: no cover - run by the build's post-build check
-    sys.exit(main())
+    finish(main())
