@@ -36,7 +36,8 @@ class ChecksRun(StepRun):
         if not step.facts:
             return None
         # Once pip has installed the wheels, while the check imports them (which changes no file of the
-        # venv): the store's entry for the venv is staged and the wheels' portability read (issue 38).
+        # venv): the store's entry for the venv is staged (or, where the venv itself will be moved there,
+        # its large files shared: VenvReuse.stage) and the wheels' portability read (issue 38).
         jobs = {
             "staged": self.stage,
             "portability": lambda: portable.analyse_checked(step, setup),
