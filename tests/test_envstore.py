@@ -289,6 +289,14 @@ def test_keep_and_restore_round_trip_outputs_and_files(tmp_path: Path) -> None:
     assert store.restore("k1", target, {"other.txt": tmp_path / "x"}) is None, "a file it does not hold"
 
 
+def _site(venv: Path) -> Path:
+    return next((venv / "lib").glob("python*/site-packages"))
+
+
+def _temporaries(store: EnvStore) -> list[str]:
+    return sorted(p.name for p in store.root.iterdir() if p.name.startswith(".") and p.name != ".objects")
+
+
 def test_an_entry_staged_while_its_step_runs_is_whole_only_once_committed(tmp_path: Path) -> None:
     """The post-build check stages its venv's entry while it imports the wheels (issue 38): until the step
     is over nothing under the key is visible; committed, it is the entry keep makes; discarded, nothing is
@@ -310,18 +318,8 @@ def test_an_entry_staged_while_its_step_runs_is_whole_only_once_committed(tmp_pa
     gone = store.stage("k2", venv)
     EnvStore.discard(gone)
     assert gone is not None and not gone.exists() and store.entry("k2") is None
-    assert (
-        sorted(p.name for p in store.root.iterdir() if p.name.startswith(".") and p.name != ".objects") == []
-    )
+    assert _temporaries(store) == []
     assert store.stage("k3", tmp_path / "no-venv") is None
-
-
-def _site(venv: Path) -> Path:
-    return next((venv / "lib").glob("python*/site-packages"))
-
-
-def _temporaries(store: EnvStore) -> list[str]:
-    return sorted(p.name for p in store.root.iterdir() if p.name.startswith(".") and p.name != ".objects")
 
 
 def test_an_adopted_venv_is_the_entry_and_stays_at_its_path_linked_to_it(tmp_path: Path) -> None:

@@ -440,8 +440,7 @@ class EnvStore:
             full_clone(venv, tmp / "venv", str(venv))
             # the same large files as other entries (torch, the NVIDIA wheels of every Python's venvs): one
             # copy, in the entry and in the work directory's venv
-            shared.sweep(self.objects)
-            shared.share_identical(tmp / "venv", self.objects, also=None if linked else venv)
+            self.share(tmp / "venv", also=None if linked else venv)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -476,8 +475,8 @@ class EnvStore:
         the check venv of torch 2.13 CPU and torchvision: 0.37 s on an idle machine, 0.9 s beside the check).
         None when it cannot be moved (the store on another filesystem): :meth:`keep` then. Whatever fails
         before the venv is linked puts it back where it was; the store gets the whole entry or none."""
-        if self.entry(key) is not None:
-            return self.entry(key)
+        if (kept := self.entry(key)) is not None:
+            return kept
         self.root.mkdir(parents=True, exist_ok=True)
         staged = Path(tempfile.mkdtemp(prefix=f".{key[:16]}.", dir=self.root))
         placed = False
@@ -526,13 +525,14 @@ class EnvStore:
             return False
         return True
 
-    def share(self, venv: Path) -> None:
-        """The large files of a venv about to be adopted (:meth:`adopt`) linked to the store's objects, as
-        :meth:`stage` does for a clone: in place, beside the step that is still running (a file is replaced
-        by a rename, by one of the same content, so a reader never sees it change)."""
+    def share(self, venv: Path, *, also: Path | None = None) -> None:
+        """The large files of ``venv`` (a staged clone, or a venv about to be adopted: :meth:`adopt`) and of
+        ``also`` linked to the store's objects, the objects no tree links to any more swept first. In place,
+        beside a step that may still be running: a file is replaced by a rename, by one of the same content,
+        so a reader never sees it change."""
         self.root.mkdir(parents=True, exist_ok=True)
         shared.sweep(self.objects)
-        shared.share_identical(venv, self.objects)
+        shared.share_identical(venv, self.objects, also=also)
 
     @staticmethod
     def discard(staged: Path | None) -> None:

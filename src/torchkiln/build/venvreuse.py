@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import errno
 import functools
-import os
 import shutil
 import threading
 import time
@@ -29,7 +28,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from torchkiln.errors import SPACE_ERRORS, BuildFailed, describe_os_error
+from torchkiln.errors import SPACE_ERRORS, BuildFailed, describe_os_error, mount_point
 from torchkiln.plan.model import Step
 from torchkiln.plan.records import Records
 from torchkiln.process.runner import in_context
@@ -340,10 +339,10 @@ class VenvReuse:
             return False
         steps = self.setup.plan.steps
         later = steps[[s.name for s in steps].index(step.name) + 1 :]
-        if any(s.venv == venv or s.clones == venv or venv in self._used(s) for s in later):
+        if any(s.venv == venv or venv in self._used(s) for s in later):  # _used: installs, clones, names
             return False
-        try:
-            return _device(store.root) == os.stat(Path(venv).parent).st_dev
+        try:  # a rename crosses no mount point (a bind mount of the same filesystem is one)
+            return mount_point(store.root) == mount_point(Path(venv).parent)
         except OSError:
             return False
 
@@ -463,13 +462,3 @@ def _localizer(setup: BuildSetup) -> Callable[[str], str]:
         return text
 
     return local
-
-
-def _device(path: Path) -> int:
-    """The filesystem ``path`` is on, or would be made on (its nearest existing directory's)."""
-    for candidate in (path, *path.parents):
-        try:
-            return os.stat(candidate).st_dev
-        except FileNotFoundError:
-            continue
-    raise FileNotFoundError(path)
