@@ -162,3 +162,24 @@ def test_a_signal_with_pip_in_flight(world: dict[str, Path], kind: str, signum: 
     """The environment store off: every environment step runs pip, and the rerun runs the one stopped."""
     cell = Cell(world["root"] / f"env-{kind}-{signal.Signals(signum).name}", world["recipe"], kind)
     check_stopped(cell, "env", signum)
+
+
+@pytest.mark.integration
+def test_what_lies_in_the_build_directory_is_never_the_wheels_epoch(
+    world: dict[str, Path], store: Path
+) -> None:
+    """A file the build did not record in its scratch build/ (a cache server's depfile, written after a
+    stopped build recorded its outputs; an earlier build's by hand) is nothing the wheel is built from: the
+    next build's SOURCE_DATE_EPOCH, and so its wheel, is what it was. (An ``*.egg-info`` file is no such
+    thing: setuptools copies it into the wheel's .dist-info.)"""
+    cell = Cell(world["root"] / "epoch", world["recipe"], "none", env_store=str(store))
+    make_tree(cell.tree)
+    first = cell.build()
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    before = cell.wheel_sha256()
+    late = next(cell.tree.glob("build/temp.*/csrc")) / "late.o.d"
+    late.write_text("late.o: csrc/late.cpp\n")  # written now: newer than every file of the tree
+    again = cell.build()
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "torchvision:wheel" in again.stdout + again.stderr, "the compile ran again (its tree changed)"
+    assert cell.wheel_sha256() == before

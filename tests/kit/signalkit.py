@@ -30,6 +30,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kit import ROOT
+from torchkiln.build.treeguard import OutputRecords
+from torchkiln.source.exact import stats, tree_paths
 
 VISION = ROOT / "tests" / "data" / "vision_like"
 BASE_RECIPE = ROOT / "tests" / "data" / "ext-cpu-test.toml"
@@ -341,6 +343,19 @@ def sccache_servers(cell: Cell) -> list[str]:
     ]
 
 
+def unrecorded(cell: Cell) -> list[str]:
+    """What lies where the build writes in the cell's tree (build/, an ``*.egg-info``) with a stat its
+    compile did not record: written after the build recorded its outputs (a cache server's compile, its
+    depfile written as it preprocesses, still at work then)."""
+    recorded = OutputRecords(cell.work).owned("torchvision")
+    now = stats(cell.tree, tree_paths(cell.tree))
+    return sorted(
+        name
+        for name, st in now.items()
+        if (name.startswith("build/") or ".egg-info/" in name) and st not in recorded.get(name, ())
+    )
+
+
 @dataclass
 class Stopped:
     """A signalled build: how it ended, what it printed, the snapshot taken in flight."""
@@ -393,6 +408,7 @@ def check_stopped(
     if step == "compile":
         # the spin unit was in flight: had anything waited for its compiler, its object would be there
         assert cell.spun() == [], "the compile in flight was killed, not waited for"
+    assert unrecorded(cell) == [], "nothing wrote into the tree after the build recorded its outputs"
     again = cell.build()
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert sccache_servers(cell) == []

@@ -40,6 +40,7 @@ from .stepkind import Stage, StepKind, StepRun
 from .toolchain_records import remembered_toolchain
 from .treeguard import (
     Observed,
+    declared,
     foreign,
     observe,
     own_paths,
@@ -167,8 +168,10 @@ class CompileRun(StepRun):
 
     def _reproducible(self) -> dict[str, str]:
         """``SOURCE_DATE_EPOCH`` from the source (its commit's time, else its newest file but the build's own
-        outputs): the wheel's zip timestamps, so a rebuild of unchanged sources is bit-identical. A plan that
-        sets it (`torchkiln reproduce`: the recorded epoch, torchkiln.plan.rebuild) is followed."""
+        outputs: what a step recorded, and whatever lies where the build writes, treeguard.declared: a file
+        a cache server wrote into build/ after a stopped build recorded its outputs is no source): the
+        wheel's zip timestamps, so a rebuild of unchanged sources is bit-identical. A plan that sets it (`torchkiln reproduce`: the
+        recorded epoch, torchkiln.plan.rebuild) is followed."""
         step = self.step
         if "SOURCE_DATE_EPOCH" in step.env:
             return {"SOURCE_DATE_EPOCH": step.env["SOURCE_DATE_EPOCH"]}
@@ -179,7 +182,11 @@ class CompileRun(StepRun):
             epoch = int(git_output(self.source.path, "log", "-1", "--format=%ct").strip() or 0)
         else:
             recorded = set(self._recorded) | self._prepared
-            epoch = max((m // 10**9 for n, (_, m) in before.items() if n not in recorded), default=0)
+            output = declared(self.setup.plan, step.project)
+            epoch = max(
+                (m // 10**9 for n, (_, m) in before.items() if n not in recorded and not output(n)),
+                default=0,
+            )
         return {"SOURCE_DATE_EPOCH": str(max(epoch, ZIP_EPOCH_MIN))}
 
     def observer(self) -> LineObserver:
@@ -210,6 +217,13 @@ class CompileRun(StepRun):
                         ran, seconds=ran.seconds + resume.spent, memory_retries=list(resume.retries)
                     )
                 resume.recover(done, death)
+        except BaseException:
+            # The compiles in flight may be the cache server's (a daemon, or its own sandbox: not in the
+            # command's process group, so not ended with it), writing into the tree (a unit's depfile as it
+            # preprocesses, its object) until that server stops: it stops before the tree is recorded, and
+            # nothing writes there after (a stopped build's kills it and them; treewatch reads after this).
+            self.setup.cache.close(self.setup, self.record)
+            raise
         finally:
             self._record_tree()
 

@@ -143,15 +143,18 @@ def _tracked_difference(observed: Observed, name: str) -> bool:
     return difference is not None and difference.kind != "extra"
 
 
-def declared(plan: Plan, project: str, name: str) -> bool:
-    """Whether ``name`` (relative to ``project``'s tree) lies where upstream's build writes its outputs: the
+def declared(plan: Plan, project: str) -> Callable[[str], bool]:
+    """Whether a name (relative to ``project``'s tree) lies where upstream's build writes its outputs: the
     compile steps' in-tree scratch directories (``build/``) or an ``*.egg-info`` directory. In a tree without
     git, what is there is the tree's unless it lies there or a step recorded it."""
-    source = plan.source(project)
-    parts = name.split("/")
-    if any(part.endswith(".egg-info") for part in parts[:-1]):
-        return True
-    return any(name == d or name.startswith(d + "/") for d in map(str, scratch_of(plan, source)))
+    scratch = [str(d) for d in scratch_of(plan, plan.source(project))]
+
+    def lies_there(name: str) -> bool:
+        if any(part.endswith(".egg-info") for part in name.split("/")[:-1]):
+            return True
+        return any(name == d or name.startswith(d + "/") for d in scratch)
+
+    return lies_there
 
 
 def written(
@@ -185,7 +188,7 @@ def record_outputs(plan: Plan, source: Source, record: str, before: tuple[Observ
     what it created or changed in ``source``'s tree, recorded as the build's own under the name ``record``
     (:class:`OutputRecords`). Returns the tree as it found it."""
     after = observe(source.path, skipped(plan))
-    found = written(before[0], after, before[1], lambda name: declared(plan, source.name, name))
+    found = written(before[0], after, before[1], declared(plan, source.name))
     OutputRecords(plan.paths.workdir).save(record, found)
     return after
 

@@ -108,11 +108,11 @@ def baseline(plan: Plan, source: Source) -> Baseline:
     top, now = source.path, time.time_ns()
     observed = observe(top, skipped(plan))
     if not observed.git:
-        own = own_paths(observed, owned_in(plan, source.name))
+        own, output = own_paths(observed, owned_in(plan, source.name)), declared(plan, source.name)
         paths = {
             name: Known(stat_key(top / name), blob(top / name), now)
             for name in observed.stats
-            if name not in own and not declared(plan, source.name, name)
+            if name not in own and not output(name)
         }
         return Baseline(source, False, paths)
     entries, repos = tracked(top)
