@@ -4,7 +4,7 @@ One command, whatever machine (the lead's quiet one included)::
 
     python bench/rebuild.py --tree torchvision-0.21     # the real tree: upstream's torchvision 0.21.0
     python bench/rebuild.py                             # the stand-in tree, tests/data/vision_like
-    python bench/rebuild.py --quick                     # CI's form (tests/test_bench.py): 4 units, 3 rows + the code edit
+    python bench/rebuild.py --quick                     # CI's form (tests/test_bench.py): 4 units, 4 rows + the code edit
 
 Trees (``--tree``):
 
@@ -43,7 +43,10 @@ Each cached torchkiln row (the no-ops, ``--force``, the first checked build, the
 second builders) is the median of three builds, each from the same starting state (a fresh work directory, an
 empty local cache, a new path, the check's store entries removed: whatever the row names), with every
 sample's wall time (``samples_s``): one 5 s build on a shared 2-core machine moves by up to 10 %, which is half
-the margin asked for. The cold builds and the new machines are one build each.
+the margin asked for. The cold builds and the new machines are one build each. Each cached row compared with
+the floor (``--force``, the first checked build, the fresh work directories, the second builders) also pairs
+every sample with a by-hand warm build run next to it (``x paired by hand``: the median of the pairs' ratios,
+which a machine that drifts between the floor's samples and the row's does not move; issue 47).
 
 Every torchkiln row but the new machine shares one environment store (``--env-store``, empty before the cold
 build), as the builds of one machine do. Each row records its wall time, the compile step (``torchvision:wheel``
@@ -328,16 +331,38 @@ class Torchkiln:
 SAMPLES = 3  # each cached torchkiln row: the median of this many builds from the same starting state
 
 
-def sampled(name: str, one: Callable[[str], dict[str, Any]], n: int = SAMPLES) -> dict[str, Any]:
+def sampled(
+    name: str,
+    one: Callable[[str], dict[str, Any]],
+    n: int = SAMPLES,
+    pair: Callable[[str], dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """The row ``name`` measured ``n`` times, each sample from the same starting state (``one`` prepares and
     builds one, given its name): the median sample (by wall time, its parts as measured in it), with every
     sample's wall time (``samples_s``) and its parts (``samples``: the unaccounted time, the wheel's sha256).
-    One build of 5 s on a shared 2-core machine moves by up to 10 %."""
-    samples = [one(f"{name} ({i + 1}/{n})") for i in range(n)]
+    One build of 5 s on a shared 2-core machine moves by up to 10 %.
+
+    With ``pair`` (a by-hand warm build, the floor's kind), each sample is paired with one by hand's, run
+    next to it, after it and before it in turn: ``paired_by_hand_s`` their wall times, and
+    ``ratio_to_paired_by_hand`` the median of the pairs' ratios, which a machine that slows or speeds up
+    between the floor's samples and the row's does not move."""
+    samples, hands = [], []
+    for i in range(n):
+        label = f"{name} ({i + 1}/{n})"
+        if pair is not None and i % 2:
+            hands.append(pair(f"by hand, paired with {label}"))
+        samples.append(one(label))
+        if pair is not None and not i % 2:
+            hands.append(pair(f"by hand, paired with {label}"))
     middle = sorted(samples, key=lambda r: r["seconds"])[len(samples) // 2]
     parts = ("seconds", "compile_s", "restore_s", "steps_overhead_s", "unaccounted_s", "wheel_sha256")
     every = [{k: r.get(k) for k in parts} for r in samples]
-    return {**middle, "name": name, "samples_s": [r["seconds"] for r in samples], "samples": every}
+    out = {**middle, "name": name, "samples_s": [r["seconds"] for r in samples], "samples": every}
+    if hands:
+        out["paired_by_hand_s"] = [h["seconds"] for h in hands]
+        pairs = [r["seconds"] / h["seconds"] for r, h in zip(samples, hands, strict=True)]
+        out["ratio_to_paired_by_hand"] = round(statistics.median(pairs), 2)
+    return out
 
 
 def forget_checks(store: Path) -> None:
@@ -377,7 +402,7 @@ def full_rows(tree: Tree, scratch: Path, redis: tuple[str, str], jobs: int) -> l
         kiln.build("torchkiln cold (fills local + Redis + env store)", a, scratch / "cache-a", remote=True)
     )
     rows.append(sampled("torchkiln no-op", lambda n: kiln.build(n, a, scratch / "cache-a", remote=True)))
-    rows.append(sampled("torchkiln --force", lambda n: kiln.build(n, a, scratch / "cache-a", remote=True, force=True)))  # fmt: skip
+    rows.append(sampled("torchkiln --force", lambda n: kiln.build(n, a, scratch / "cache-a", remote=True, force=True), pair=floor))  # fmt: skip
     rows.append(sampled("torchkiln no-op after --force", lambda n: kiln.build(n, a, scratch / "cache-a", remote=True)))  # fmt: skip
     rows.append(floor("by hand warm again: the floor's sample 3"))
     if tree.checked:
@@ -386,11 +411,11 @@ def full_rows(tree: Tree, scratch: Path, redis: tuple[str, str], jobs: int) -> l
             forget_checks(store)
             return kiln.build(n, kiln.fresh_builder(a), scratch / "cache-a", remote=False, checks=True)
 
-        rows.append(sampled("torchkiln first checked build: fresh workdir, the check's first run", checked))
-    rows.append(sampled("torchkiln warm local, fresh workdir, same path", lambda n: kiln.build(n, kiln.fresh_builder(a), scratch / "cache-a", remote=False)))  # fmt: skip
+        rows.append(sampled("torchkiln first checked build: fresh workdir, the check's first run", checked, pair=floor))  # fmt: skip
+    rows.append(sampled("torchkiln warm local, fresh workdir, same path", lambda n: kiln.build(n, kiln.fresh_builder(a), scratch / "cache-a", remote=False), pair=floor))  # fmt: skip
     fresh = iter(range(1, 100))
-    rows.append(sampled("torchkiln warm remote, empty local, same path", lambda n: kiln.build(n, kiln.fresh_builder(a), scratch / f"cache-b{next(fresh)}", remote=True)))  # fmt: skip
-    rows.append(sampled("second builder, other path, warm local", lambda n: kiln.build(n, kiln.fresh_builder(scratch / "elsewhere" / "deeper" / f"b{next(fresh)}"), scratch / "cache-a", remote=False)))  # fmt: skip
+    rows.append(sampled("torchkiln warm remote, empty local, same path", lambda n: kiln.build(n, kiln.fresh_builder(a), scratch / f"cache-b{next(fresh)}", remote=True), pair=floor))  # fmt: skip
+    rows.append(sampled("second builder, other path, warm local", lambda n: kiln.build(n, kiln.fresh_builder(scratch / "elsewhere" / "deeper" / f"b{next(fresh)}"), scratch / "cache-a", remote=False), pair=floor))  # fmt: skip
 
     def second_remote(n: str) -> dict[str, Any]:
         i = next(fresh)
@@ -398,7 +423,7 @@ def full_rows(tree: Tree, scratch: Path, redis: tuple[str, str], jobs: int) -> l
             n, kiln.fresh_builder(scratch / "x" / f"c{i}"), scratch / f"cache-c{i}", remote=True
         )
 
-    rows.append(sampled("second builder, other path, warm remote", second_remote))
+    rows.append(sampled("second builder, other path, warm remote", second_remote, pair=floor))
     d = kiln.fresh_builder(scratch / "y" / "d")
     rows.append(kiln.build("torchkiln new machine: other path, warm remote, empty local cache, empty env store", d, scratch / "cache-d", remote=True, env_store="envs-new-machine"))  # fmt: skip
     rows += [floor(f"by hand warm at the end: the floor's sample {i}") for i in (4, 5)]
@@ -430,8 +455,8 @@ def edit_loop(
 
 
 def quick_rows(tree: Tree, scratch: Path, jobs: int) -> list[dict[str, Any]]:
-    """CI's form: torchkiln cold and no-op, the floor's code once (by hand in torchkiln's build venv), and the
-    edit loop's code edit (one unit changed, rebuilt in place by both, the wheel against a fresh build's)."""
+    """CI's form: torchkiln cold and no-op, the floor's code once (by hand in torchkiln's build venv), a fresh
+    work directory paired with a by-hand build (one sample), and the edit loop's code edit (one unit changed, rebuilt in place by both, the wheel against a fresh build's)."""
     kiln = Torchkiln(tree, scratch, None, jobs)
     a = kiln.fresh_builder(scratch / "a")
     rows = [kiln.build("torchkiln cold", a, scratch / "cache-a", remote=False)]
@@ -447,6 +472,14 @@ def quick_rows(tree: Tree, scratch: Path, jobs: int) -> list[dict[str, Any]]:
         )
     )
     python = a / "work" / "venv" / "bin" / "python"
+
+    def warm(n: str) -> dict[str, Any]:
+        return kiln.build(n, kiln.fresh_builder(a), scratch / "cache-a", remote=False)
+
+    def by_hand(n: str) -> dict[str, Any]:
+        return hand.build(n, python, scratch / "hand", scratch / "cache-hand", remote=False)
+
+    rows.append(sampled("torchkiln warm local, fresh workdir, same path", warm, n=1, pair=by_hand))
     return rows + edit_loop(tree, kiln, hand, python, scratch, only=("code",))
 
 
@@ -482,6 +515,8 @@ def print_table(rows: list[dict[str, Any]], title: str) -> None:
         ratio = "-" if r.get("ratio_to_floor") is None else f"{r['ratio_to_floor']:.2f}"
         if "ratio_to_by_hand_new_machine" in r:
             ratio += f" ({r['ratio_to_by_hand_new_machine']:.2f} x by hand)"
+        if r.get("ratio_to_paired_by_hand") is not None:  # a cached row: over the by-hand builds beside it
+            ratio += f" ({r['ratio_to_paired_by_hand']:.2f} x paired by hand)"
         if r.get("ratio_to_by_hand") is not None:  # an edit row: over by hand's row of the same edit
             ratio += f" ({r['ratio_to_by_hand']:.2f} x by hand in place)"
         sha = str(r.get("wheel_sha256", "-"))[:12]
@@ -505,7 +540,7 @@ def print_table(rows: list[dict[str, Any]], title: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--tree", choices=TREES, default="vision_like", help="(vision_like)")
-    parser.add_argument("--quick", action="store_true", help="CI's form: the stand-in's 4 units, 3 rows")
+    parser.add_argument("--quick", action="store_true", help="CI's form: the stand-in's 4 units, 4 rows")
     parser.add_argument("--jobs", type=int, default=2, help="MAX_JOBS for every build (2)")
     parser.add_argument("--scratch", type=Path, default=None, help="where the trees and caches go")
     parser.add_argument("--results", type=Path, default=None, help="results JSON (bench/results/...)")

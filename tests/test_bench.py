@@ -51,6 +51,11 @@ def test_the_rebuild_benchmark_runs_in_its_quick_form(tmp_path: Path) -> None:
     assert edited["same_wheel_as_fresh"] and edited["wheel_sha256"] == edited["fresh_wheel_sha256"]
     assert edited["wheel_sha256"] != cold["wheel_sha256"], "the edit is a code change"
     assert edited["ratio_to_by_hand"] == round(edited["seconds"] / hand_edited["seconds"], 2)
+    # a cached row's ratio is over the by-hand builds run beside its samples (one in the quick form)
+    warm = rows["torchkiln warm local, fresh workdir, same path"]
+    assert "torchvision:wheel" in warm["ran"] and warm["wheel_sha256"] == cold["wheel_sha256"], warm
+    assert warm["ratio_to_paired_by_hand"] == round(warm["seconds"] / warm["paired_by_hand_s"][0], 2)
+    assert "x paired by hand" in done.stdout
     # a fresh work directory's venvs come from the store (issue 47): their restore, the entry checked and
     # linked, is said per row
     first = rows["torchkiln edit loop: the first build of its tree"]
