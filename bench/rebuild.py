@@ -456,7 +456,8 @@ def edit_loop(
 
 def quick_rows(tree: Tree, scratch: Path, jobs: int) -> list[dict[str, Any]]:
     """CI's form: torchkiln cold and no-op, the floor's code once (by hand in torchkiln's build venv), a fresh
-    work directory paired with a by-hand build (one sample), and the edit loop's code edit (one unit changed, rebuilt in place by both, the wheel against a fresh build's)."""
+    work directory paired with a by-hand build (one sample), and the edit loop's code edit (one unit
+    changed, rebuilt in place by both, the wheel against a fresh build's)."""
     kiln = Torchkiln(tree, scratch, None, jobs)
     a = kiln.fresh_builder(scratch / "a")
     rows = [kiln.build("torchkiln cold", a, scratch / "cache-a", remote=False)]

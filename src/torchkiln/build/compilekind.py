@@ -170,8 +170,8 @@ class CompileRun(StepRun):
         """``SOURCE_DATE_EPOCH`` from the source (its commit's time, else its newest file but the build's own
         outputs: what a step recorded, and whatever lies where the build writes, treeguard.declared: a file
         a cache server wrote into build/ after a stopped build recorded its outputs is no source): the
-        wheel's zip timestamps, so a rebuild of unchanged sources is bit-identical. A plan that sets it (`torchkiln reproduce`: the
-        recorded epoch, torchkiln.plan.rebuild) is followed."""
+        wheel's zip timestamps, so a rebuild of unchanged sources is bit-identical. A plan that sets it
+        (`torchkiln reproduce`: the recorded epoch, torchkiln.plan.rebuild) is followed."""
         step = self.step
         if "SOURCE_DATE_EPOCH" in step.env:
             return {"SOURCE_DATE_EPOCH": step.env["SOURCE_DATE_EPOCH"]}

@@ -144,7 +144,7 @@ def _tracked_difference(observed: Observed, name: str) -> bool:
 
 
 def declared(plan: Plan, project: str) -> Callable[[str], bool]:
-    """Whether a name (relative to ``project``'s tree) lies where upstream's build writes its outputs: the
+    """The test whether a name (relative to ``project``'s tree) lies where upstream's build writes its outputs: the
     compile steps' in-tree scratch directories (``build/``) or an ``*.egg-info`` directory. In a tree without
     git, what is there is the tree's unless it lies there or a step recorded it."""
     scratch = [str(d) for d in scratch_of(plan, plan.source(project))]
