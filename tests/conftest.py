@@ -31,6 +31,63 @@ if os.environ.get("CI") == "true":
     settings.load_profile("ci")
 
 
+# The tests run in two processes (pytest-xdist: `nox -s tests`), each taking the next group of tests when it is
+# free (ByGroup). A group is a module, whose module fixtures are so made once, except that the modules using
+# the session's buildah storage and debootstrapped base (IMAGE_FIXTURES) are one group, IMAGE_MODULES, so those
+# are made once too (collection fails on a module that uses them outside the table). The groups that take
+# longest start first (LONGEST_FIRST, from CI's durations), the unit modules last, so what is left at the end
+# is short and neither process waits long on the other. Without xdist the order is the only change.
+IMAGE_FIXTURES = frozenset({"storage_root", "engine", "debootstrap_root", "base_image", "own_images"})
+IMAGE_MODULES = frozenset({"test_container.py", "test_images_build.py", "test_images_cuda.py"})
+LONGEST_FIRST = (
+    "images",
+    "test_vision_build.py",
+    "test_build.py",
+    "test_cluster.py",
+    "test_signals.py",
+    "test_bench.py",
+    "test_deploy.py",
+)
+
+
+def group_of(module: str) -> str:
+    """The group of a test module (its file name): "images", or the module itself."""
+    return "images" if module in IMAGE_MODULES else module
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """xdist's scheduler by whole groups (its own by-group mode marks node ids, which pytest 9.2 no longer lets a
+    plugin change)."""
+    from xdist.scheduler import LoadScopeScheduling  # noqa: PLC0415 - only under xdist
+
+    class ByGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid.split("::", 1)[0].rsplit("/", 1)[-1])
+
+    return ByGroup(config, log)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    outside = sorted(
+        {item.nodeid for item in items if IMAGE_FIXTURES & set(getattr(item, "fixturenames", ()))}
+        - {item.nodeid for item in items if item.path.name in IMAGE_MODULES}
+    )
+    if outside:
+        raise pytest.UsageError(f"tests/conftest.py: IMAGE_MODULES lacks the modules of {outside[:3]}")
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    marked = [
+        item for item in items if item.get_closest_marker("integration") or item.get_closest_marker("slow")
+    ]
+    integration = {group_of(item.path.name) for item in marked}
+
+    def order(item: pytest.Item) -> int:  # the table's, then other integration groups, then unit modules
+        group = group_of(item.path.name)
+        return rank.get(group, len(rank) + (group not in integration))
+
+    items.sort(key=order)  # stable: a module keeps its order
+
+
 @pytest.fixture(scope="session", autouse=True)
 def env_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     store = tmp_path_factory.mktemp("env-store")

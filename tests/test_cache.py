@@ -184,17 +184,15 @@ def test_sccache_maps_each_backend_to_its_variables(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("kind", ["none", "ccache", "sccache"])
-def test_cpp_extension_uses_the_configured_launcher(
-    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_cpp_extension_uses_the_configured_launcher(kind: str, tmp_path: Path) -> None:
     """torch.utils.cpp_extension picks a launcher by itself; the variables decide what really runs.
 
-    Runs the installed torch's own ``_wrap_compiler`` under the launcher variables with both tools on PATH,
-    then runs the resulting command on a tiny source (real ccache/sccache) and checks which cache saw it.
+    Runs the installed torch's own ``_wrap_compiler`` under the launcher variables with both tools on PATH, in
+    an interpreter of its own as a build's setup.py has (in this one, pip may be imported already, which turns
+    setuptools' distutils off for the process), then runs the resulting command on a tiny source (real
+    ccache/sccache) and checks which cache saw it.
     """
     need_torch()
-    from torch.utils import cpp_extension
-
     need("ccache")
     need("sccache")
     need("gcc")  # what the wrapped command compiles with
@@ -202,11 +200,14 @@ def test_cpp_extension_uses_the_configured_launcher(
     base = {**base_environment(os.environ), "PATH": tool_path()}
     session = cache.open_session(config, base)
     env = run_env(base, session)
-    for key in [k for k in os.environ if k.startswith(("CCACHE_", "SCCACHE_", "TORCH_NO_COMPILER"))]:
-        monkeypatch.delenv(key)
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    argv = cpp_extension._wrap_compiler("gcc")
+    code = (
+        "import json; from torch.utils import cpp_extension as c; print(json.dumps(c._wrap_compiler('gcc')))"
+    )
+    wrapped = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False
+    )
+    assert wrapped.returncode == 0, wrapped.stderr[-2000:]
+    argv = json.loads(wrapped.stdout.splitlines()[-1])
     assert argv == (["gcc"] if kind == "none" else ["ccache", "gcc"])
     source = tmp_path / "one.c"
     source.write_text("int one(void) { return 1; }\n")

@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 from kit import ROOT, realtrees
+from kit.cachelock import exclusive
 from kit.imagekit import need_sandbox, require
 
 CUDA = "12.4"
@@ -84,6 +85,11 @@ def _compiler_part(prefix: Path) -> None:
 def toolkit() -> Path:
     """The CUDA 12.4.1 toolkit directory (a CUDA_HOME), made once and kept in the test cache."""
     target = realtrees.cache_dir() / "cuda-12.4.1"
+    with exclusive(target):
+        return _made_toolkit(target)
+
+
+def _made_toolkit(target: Path) -> Path:
     if (target / "bin" / "nvcc").is_file():
         return target
     require(shutil.which("dpkg-deb") is not None, "dpkg-deb is not installed (Debian's dpkg)")

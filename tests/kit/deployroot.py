@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kit import ROOT, realtrees
+from kit.cachelock import exclusive
 from kit.imagekit import require
 from torchkiln.shipped import tomllib
 
@@ -71,6 +72,11 @@ def cached_root() -> Path:
     """The root as debootstrap made it, once (complete or absent: made under a temporary name, renamed)."""
     require(not problems(), "; ".join(problems()))
     root = cache() / SUITE
+    with exclusive(root):
+        return _made_root(root)
+
+
+def _made_root(root: Path) -> Path:
     if (root / ".complete").is_file():
         return root
     root.parent.mkdir(parents=True, exist_ok=True)
@@ -100,6 +106,11 @@ def wheelhouse(requirements: Sequence[str]) -> Path:
     downloaded once into the test cache (pip's own cache makes a second download quick)."""
     key = hashlib.sha256("\n".join(sorted(requirements)).encode()).hexdigest()[:16]
     target = cache() / f"wheels-{key}"
+    with exclusive(target):
+        return _downloaded(target, key, requirements)
+
+
+def _downloaded(target: Path, key: str, requirements: Sequence[str]) -> Path:
     if (target / ".complete").is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)

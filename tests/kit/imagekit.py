@@ -103,13 +103,15 @@ def need(tool: str, path: str | None = None) -> str:
 
 
 def report(key: str, value: object) -> None:
-    """Record a measurement in .torchkiln/images-report.json (atomically)."""
-    data = json.loads(REPORT.read_text()) if REPORT.exists() else {}
-    data[key] = value
-    REPORT.parent.mkdir(parents=True, exist_ok=True)
-    tmp = REPORT.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, REPORT)
+    """Record a measurement in .torchkiln/images-report.json (atomically; one writer at a time)."""
+    from kit.cachelock import exclusive
+
+    with exclusive(REPORT):
+        data = json.loads(REPORT.read_text()) if REPORT.exists() else {}
+        data[key] = value
+        tmp = REPORT.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        os.replace(tmp, REPORT)
 
 
 def say(capsys: pytest.CaptureFixture[str], text: str) -> None:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kit import ROOT
+from kit.cachelock import exclusive
 from kit.imagekit import require
 from torchkiln.files import shared
 
@@ -78,6 +79,11 @@ def _sha256(path: Path) -> str:
 def fetch(tarball: Tarball) -> Path:
     """The tarball in the cache, downloaded (and checked) when it is not there yet."""
     target = cache_dir() / "debian" / tarball.name
+    with exclusive(target):
+        return _fetched(target, tarball)
+
+
+def _fetched(target: Path, tarball: Tarball) -> Path:
     if target.is_file() and _sha256(target) == tarball.sha256:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -121,6 +127,13 @@ def pypi_wheel(requirement: str, *, python_version: str | None = None, platform:
         + (f"-{platform}" if platform else "")
     )
     target = cache_dir() / "pypi" / key
+    with exclusive(target):
+        return _downloaded(target, key, requirement, python_version, platform)
+
+
+def _downloaded(
+    target: Path, key: str, requirement: str, python_version: str | None, platform: str | None
+) -> Path:
     found = sorted(target.glob("*.whl")) if target.is_dir() else []
     if found:
         return found[0]
@@ -162,6 +175,11 @@ def pypi_venv(requirement: str, *, extra: tuple[str, ...] = ()) -> Path:
     wheel = pypi_wheel(requirement, python_version=f"{sys.version_info.major}.{sys.version_info.minor}")
     key = "-".join("".join(c if c.isalnum() or c in ".-" else "_" for c in r) for r in (requirement, *extra))
     target = cache_dir() / "venvs" / key
+    with exclusive(target):
+        return _installed(target, wheel, requirement, extra)
+
+
+def _installed(target: Path, wheel: Path, requirement: str, extra: tuple[str, ...]) -> Path:
     python, whole = target / "bin" / "python", target / ".installed"
     if whole.is_file():
         return python
@@ -213,6 +231,11 @@ def cuda_toolkit() -> Path:
     wheels += [pin for pin in pypi.pins if pin.startswith("nvidia-nvjitlink==")]  # cuBLAS's, pinned
     key = hashlib.sha256(" ".join(wheels).encode()).hexdigest()[:16]
     target = cache_dir() / "cuda" / f"13.0-{key}"
+    with exclusive(target):
+        return _toolkit_at(target, wheels)
+
+
+def _toolkit_at(target: Path, wheels: list[str]) -> Path:
     if _has_toolkit(target):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
