@@ -38,7 +38,9 @@ if os.environ.get("CI") == "true":
 # longest start first (LONGEST_FIRST, from CI's durations), the unit modules last, so what is left at the end
 # is short and neither process waits long on the other. Without xdist the order is the only change.
 IMAGE_FIXTURES = frozenset({"storage_root", "engine", "debootstrap_root", "base_image", "own_images"})
-IMAGE_MODULES = frozenset({"test_container.py", "test_images_build.py", "test_images_cuda.py"})
+IMAGE_MODULES = frozenset(
+    {"test_container.py", "test_images_arm64.py", "test_images_build.py", "test_images_cuda.py"}
+)
 LONGEST_FIRST = (
     "images",
     "test_vision_build.py",

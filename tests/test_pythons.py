@@ -191,9 +191,14 @@ def test_torchvisions_compile_takes_torch_from_one_path_for_every_python(tmp_pat
     recipe = parse_recipe(recipe_text({"versions": ["3.11", "3.12"]}).encode(), "x.toml")
     plan = make_plan(recipe, workdir=tmp_path / "w", resources=BIG)
     steps = {s.name: s for s in plan.steps}
-    site = str(tmp_path / "w" / "torch-site")
+    # in the tree's build directory: one path from the compiles' directory wherever the work directory is
+    site = str(next(s.path for s in plan.sources if s.name == "torchvision") / "build" / "torch-site")
     for name in ("torchvision:wheel", "torchvision:wheel@3.12"):
         assert steps[name].torch_site == site and steps[name].env["PYTHONPATH"] == site
+        assert (
+            steps[name].env["CCACHE_IGNOREOPTIONS"].split()[0]
+            == f"-I{steps[name].env['VIRTUAL_ENV']}/include"
+        )
     assert steps["torchvision:wheel@3.12"].env["VIRTUAL_ENV"] == str(tmp_path / "w" / "venv-3.12")
     # torch's own build is CMake's: its headers are in the tree, nothing to link
     assert steps["torch:wheel"].torch_site == "" and "PYTHONPATH" not in steps["torch:wheel"].env

@@ -346,9 +346,10 @@ def sccache_servers(cell: Cell) -> list[str]:
 def unrecorded(cell: Cell) -> list[str]:
     """What lies where the build writes in the cell's tree (build/, an ``*.egg-info``) with a stat its
     compile did not record: written after the build recorded its outputs (a cache server's compile, its
-    depfile written as it preprocesses, still at work then)."""
+    depfile written as it preprocesses, still at work then). ``build/torch-site``, the link to the build venv's
+    torch, is no output: no tree includes it (treeguard.skipped)."""
     recorded = OutputRecords(cell.work).owned("torchvision")
-    now = stats(cell.tree, tree_paths(cell.tree))
+    now = stats(cell.tree, tree_paths(cell.tree, skip=[cell.tree / "build" / "torch-site"]))
     return sorted(
         name
         for name, st in now.items()

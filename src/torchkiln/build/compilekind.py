@@ -105,9 +105,6 @@ class CompileRun(StepRun):
         super().prepare()
         for moved in bring_in(step):  # a build for several Pythons: this Python's build/ into the tree
             setup.display.note(f"{step.name}: {moved}")
-        linked = torch_in_place(step)  # torchvision: the build venv's torch where cpp_extension looks
-        if linked is not None:
-            setup.display.note(f"{step.name}: {linked}")
         session = setup.cache.open(step, setup, self.record)
         for directory in map(Path, step.scratch):
             if setup.options.force and directory.is_dir() and not directory.is_symlink():
@@ -119,6 +116,10 @@ class CompileRun(StepRun):
             done = reconfigure(directory, {**step.env, **session.public_env})
             if done is not None:
                 setup.display.note(f"{step.name}: {done}")
+        # torchvision: the build venv's torch where cpp_extension looks, in build/ (after --force cleared it)
+        linked = torch_in_place(step)
+        if linked is not None:
+            setup.display.note(f"{step.name}: {linked}")
         if self.source is not None and pre is not None:
             after = self._before = tree_snapshot(self.source.path, skipped(setup.plan))
             # what the step's own preparation wrote (build/torchkiln-configure.json, a parked build/):

@@ -13,9 +13,11 @@ keeps its incremental build.
 torchvision compiles through ``torch.utils.cpp_extension``, which puts the build venv's torch headers on every
 command line (``-I<venv>/lib/python3.12/site-packages/torch/include``): a path that differs per Python, and
 ccache (in direct and preprocessor mode alike) misses a header it saw at another path. So torchvision's compile
-imports torch from one directory for every Python (``Paths.torch_site`` on its PYTHONPATH), where
-:func:`torch_in_place` links the compiling Python's torch first: ``-I<workdir>/torch-site/torch/include``
-for every Python. A unit that does not include Python.h then preprocesses to the same text, and ccache's
+imports torch from one directory for every Python (``Step.torch_site``, ``<tree>/build/torch-site``, on its
+PYTHONPATH), where :func:`torch_in_place` links the compiling Python's torch first:
+``-I<tree>/build/torch-site/torch/include`` for every Python. In the tree's build directory, it is the same
+path from the compiles' directory (``build/temp.*``, which ccache makes paths relative to) wherever the work
+directory is: a work directory at another place relative to the tree hits the same objects. A unit that does not include Python.h then preprocesses to the same text, and ccache's
 preprocessor mode (which does not hash ``-I``: the Python's include directory differs) serves it, when the
 Python's own compile flags are the same: setuptools passes the interpreter's CFLAGS, and CPython 3.11 gives
 ``-fwrapv`` where 3.12 and later give ``-fno-strict-overflow``, so 3.11 and 3.12 never share an object.

@@ -60,8 +60,10 @@ class Observed:
 
 def skipped(plan: Plan) -> tuple[Path, ...]:
     """The build's own directories, never part of a tree even when they lie inside it (a build run from the
-    source tree with the default ``.torchkiln`` and ``dist``)."""
-    return (plan.paths.workdir, plan.paths.dist)
+    source tree with the default ``.torchkiln`` and ``dist``; torchvision's ``build/torch-site``, the link to the
+    build venv's torch that its compile imports, whichever work directory made it last)."""
+    sites = sorted({Path(step.torch_site) for step in plan.steps if step.torch_site})
+    return (plan.paths.workdir, plan.paths.dist, *sites)
 
 
 def observe(tree: Path, skip: Collection[Path] = ()) -> Observed:

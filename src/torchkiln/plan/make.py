@@ -211,7 +211,8 @@ def cache_basedir(workdir: Path, trees: list[Path]) -> Path:
     The compiles run in the source tree (its build/) and include headers from the build venv (torch's, under
     ``<workdir>/venv``): both must be under the basedir, so the paths ccache hashes are relative
     (``../../../work/venv/...``) and a builder whose source trees and work directory sit the same way
-    relative to each other, at another path, hits the same objects. The filesystem root is never the basedir
+    relative to each other, at another path, hits the same objects (torchvision's compile: any work directory,
+    as its torch headers are reached through the tree's ``build/``, TORCH_SITE). The filesystem root is never the basedir
     (every system header would be hashed relative to the compile's directory): the work directory then is.
     """
     common = Path(os.path.commonpath([workdir, *trees]))
@@ -399,9 +400,10 @@ def _build_steps(inputs: Inputs) -> list[Step]:
                 path_prepend = (str(Path(str(launchers.creates)).parent), *path_prepend)
         src = source.path
         env = {"VIRTUAL_ENV": str(paths.venv), **project_env(project, ctx)}
-        torch_site = str(paths.torch_site) if project == "torchvision" else ""
+        torch_site = str(src / "build" / TORCH_SITE) if project == "torchvision" else ""
         if torch_site:
             env["PYTHONPATH"] = torch_site  # torch_in_place: cpp_extension's -I paths, one for every Python
+            env |= _venv_include_unhashed(paths.venv, src)
         steps.append(
             Step(
                 f"{project}:wheel",
@@ -430,6 +432,26 @@ def _build_steps(inputs: Inputs) -> list[Step]:
         if project == "torch":
             steps.append(_repair_step(paths, ctx))
     return steps
+
+
+# torchvision's compile imports torch from its tree's build directory (torchkiln.build.pythons.torch_in_place):
+# ``-I<tree>/build/torch-site/torch/include``, the same path from the compile's directory (build/temp.*/) for
+# any work directory and tree.
+TORCH_SITE = "torch-site"
+
+
+def _venv_include_unhashed(venv: Path, tree: Path) -> dict[str, str]:
+    """setuptools adds ``-I<venv>/include`` to every compile of a venv's Python (an empty directory: no wheel the
+    build venv holds installs headers there). ccache leaves it out of its hash, so the work directory's place
+    is in no command line ccache hashes; a header included from there would still be in its manifest. ccache
+    matches the option as it hashes it: made relative to the compile's directory (ninja's, one level under the
+    tree's ``build/``) when the venv is under its basedir, else as it is. Not for a path with white space (the
+    option is a space-separated list)."""
+    include = venv / "include"
+    options = (f"-I{include}", f"-I{os.path.relpath(include, tree / 'build' / 'temp')}")
+    if any(c.isspace() for c in "".join(options)):
+        return {}
+    return {"CCACHE_IGNOREOPTIONS": " ".join(options)}
 
 
 def _launcher_step(inputs: Inputs) -> Step | None:

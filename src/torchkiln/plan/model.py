@@ -93,12 +93,6 @@ class Paths:
         """Where the check venv is cloned while the compile runs (torchkiln.build.warmcheck)."""
         return self.workdir / f"check-venv{self._tag}.warm"
 
-    @property
-    def torch_site(self) -> Path:
-        """One directory for every Python of the build, on torchvision's compile PYTHONPATH, holding ``torch``:
-        a link to the torch of the Python compiling (torchkiln.build.pythons.torch_in_place)."""
-        return self.workdir / "torch-site"
-
     def parked(self, python: str, project: str) -> Path:
         """Where a several-Python build keeps ``project``'s in-tree build directory of ``python`` while another
         Python's is in the tree (torchkiln.build.pythons): under the work directory, so under the cache's
