@@ -27,7 +27,7 @@ torchkiln's (each cold build starts from an empty one):
   builds, two at the start, one among torchkiln's rows and two at the end), and a new machine (a
   fresh venv and pip install and the build at another path, an empty local cache, Redis warm from the by-hand
   builds: torchkiln's Redis entries are of no use to it, they are compiled against
-  ``<workdir>/torch-site/torch/include``);
+  ``<tree>/build/torch-site/torch/include``);
 * torchkiln, builder A: cold (empty local cache, Redis and environment store: fills all three), no-op, then
   ``--force``, no-op again, then (real tree) the first checked build (a fresh work directory, the post-build
   check's first run), warm local (fresh work directory and tree copy, same path), warm remote (empty local

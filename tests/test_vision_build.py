@@ -239,7 +239,7 @@ def test_the_real_tree_builds_a_wheel_with_its_codecs_against_torch_2_6(
         # its CUDA libraries found through the link ($ORIGIN/../../nvidia/...), or nothing would have built
         # (a venv linked to its store entry, issue 47: the link goes to where the venv's torch really is)
         venv_torch = next(work.glob("venv/lib/python3.11/site-packages/torch"))
-        assert (work / "torch-site" / "torch").resolve() == venv_torch.resolve()
+        assert (tree / "build" / "torch-site" / "torch").resolve() == venv_torch.resolve()
         # The same wheel against a recipe without nvJPEG: the post-build check stops it, naming the field.
         with pytest.raises(BuildFailed) as stopped:
             run_build(checks_against(tmp_path, tree, inputs["torch"], "nvjpeg = false"), CHECKS_AGAIN)
