@@ -11,8 +11,9 @@ units missed outright.
 The cases are where a user puts a work directory: beside the tree under another name, deeper elsewhere, and
 inside the tree (``.torchkiln``, the default when building from it). (A tree and work directory with no common
 parent but ``/`` still miss: the basedir is then the work directory, and the tree's paths are hashed as they
-are, absolute, where the first builder's were relative.) Each builds a fresh copy of the stand-in tree (a tree an earlier build wrote into carries its generated version.py: another
-source state) with the first builder's cache and environment store.
+are, absolute, where the first builder's were relative.) Each builds a fresh copy of the stand-in tree (a
+tree an earlier build wrote into carries its generated version.py: another source state) with the first
+builder's cache and environment store.
 """
 
 from __future__ import annotations

@@ -17,9 +17,9 @@ imports torch from one directory for every Python (``Step.torch_site``, ``<tree>
 PYTHONPATH), where :func:`torch_in_place` links the compiling Python's torch first:
 ``-I<tree>/build/torch-site/torch/include`` for every Python. In the tree's build directory, it is the same
 path from the compiles' directory (``build/temp.*``, which ccache makes paths relative to) wherever the work
-directory is: a work directory at another place relative to the tree hits the same objects. A unit that does not include Python.h then preprocesses to the same text, and ccache's
-preprocessor mode (which does not hash ``-I``: the Python's include directory differs) serves it, when the
-Python's own compile flags are the same: setuptools passes the interpreter's CFLAGS, and CPython 3.11 gives
+directory is: a work directory at another place relative to the tree hits the same objects. A unit that does
+not include Python.h then preprocesses to the same text, and ccache's preprocessor mode (which does not hash
+``-I``: the Python's include directory differs) serves it, when the Python's own compile flags are the same: setuptools passes the interpreter's CFLAGS, and CPython 3.11 gives
 ``-fwrapv`` where 3.12 and later give ``-fno-strict-overflow``, so 3.11 and 3.12 never share an object.
 """
 

@@ -212,8 +212,9 @@ def cache_basedir(workdir: Path, trees: list[Path]) -> Path:
     ``<workdir>/venv``): both must be under the basedir, so the paths ccache hashes are relative
     (``../../../work/venv/...``) and a builder whose source trees and work directory sit the same way
     relative to each other, at another path, hits the same objects (torchvision's compile: any work directory,
-    as its torch headers are reached through the tree's ``build/``, TORCH_SITE). The filesystem root is never the basedir
-    (every system header would be hashed relative to the compile's directory): the work directory then is.
+    as its torch headers are reached through the tree's ``build/``, TORCH_SITE). The filesystem root is never
+    the basedir (every system header would be hashed relative to the compile's directory): the work directory
+    then is.
     """
     common = Path(os.path.commonpath([workdir, *trees]))
     return workdir if common == Path(common.anchor) else common
