@@ -740,7 +740,7 @@ def test_torchvision_builds_after_torch_against_it(world, cold) -> None:
     assert seen["FORCE_CUDA"] == "0" and seen["TORCH_CUDA_ARCH_LIST"] is None
     assert seen["MAX_JOBS"] == "2" and seen["VIRTUAL_ENV"] == str(plan.paths.venv)
     # torch's headers at one path whatever the Python (torchkiln.build.pythons.torch_in_place): the link in
-    # the work directory, to the build venv's torch
+    # the tree's build directory, to the build venv's torch
     site = Path(next(s for s in plan.steps if s.name == "torchvision:wheel").torch_site)
     assert site == vision / "build" / "torch-site"
     assert seen["torch_include"] == str(site / "torch" / "include")

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from kit import ROOT
 from torchkiln.build.treeguard import OutputRecords
+from torchkiln.plan.make import TORCH_SITE
 from torchkiln.source.exact import stats, tree_paths
 
 VISION = ROOT / "tests" / "data" / "vision_like"
@@ -349,7 +350,7 @@ def unrecorded(cell: Cell) -> list[str]:
     depfile written as it preprocesses, still at work then). ``build/torch-site``, the link to the build venv's
     torch, is no output: no tree includes it (treeguard.skipped)."""
     recorded = OutputRecords(cell.work).owned("torchvision")
-    now = stats(cell.tree, tree_paths(cell.tree, skip=[cell.tree / "build" / "torch-site"]))
+    now = stats(cell.tree, tree_paths(cell.tree, skip=[cell.tree / "build" / TORCH_SITE]))
     return sorted(
         name
         for name, st in now.items()

@@ -19,8 +19,9 @@ PYTHONPATH), where :func:`torch_in_place` links the compiling Python's torch fir
 path from the compiles' directory (``build/temp.*``, which ccache makes paths relative to) wherever the work
 directory is: a work directory at another place relative to the tree hits the same objects. A unit that does
 not include Python.h then preprocesses to the same text, and ccache's preprocessor mode (which does not hash
-``-I``: the Python's include directory differs) serves it, when the Python's own compile flags are the same: setuptools passes the interpreter's CFLAGS, and CPython 3.11 gives
-``-fwrapv`` where 3.12 and later give ``-fno-strict-overflow``, so 3.11 and 3.12 never share an object.
+``-I``: the Python's include directory differs) serves it, when the Python's own compile flags are the same:
+setuptools passes the interpreter's CFLAGS, and CPython 3.11 gives ``-fwrapv`` where 3.12 and later give
+``-fno-strict-overflow``, so 3.11 and 3.12 never share an object.
 """
 
 from __future__ import annotations
