@@ -318,6 +318,8 @@ class Torchkiln:
             stats=manifest.get("cache"),
             wheel_sha256=manifest["wheels"][0]["sha256"],
             checks=None if not checks else manifest.get("checks", {}).get("torchvision"),
+            check_s=round(sum(v for n, v in spent.items() if n.startswith("checks:")), 3),
+            facts_from=facts_from(builder / "work") if checks else None,
             load=load,
         )
 
@@ -326,6 +328,14 @@ class Torchkiln:
             shutil.rmtree(path / part, ignore_errors=True)
         fresh_tree(self.tree, path / "vision")
         return path
+
+
+def facts_from(work: Path) -> str | None:
+    """Which interpreter gave the check's facts, as its log says (torchkiln.build.postcheck): the one started
+    during the compile (issue 47), the one that imported torch while pip installed, or a fresh one."""
+    log = work / "logs" / "latest" / "checks-import.log"
+    said = [line for line in log.read_text().splitlines() if "postcheck: the facts from" in line]
+    return said[-1].partition("the facts from ")[2] if said else None
 
 
 SAMPLES = 3  # each cached torchkiln row: the median of this many builds from the same starting state
@@ -356,6 +366,7 @@ def sampled(
             hands.append(pair(f"by hand, paired with {label}"))
     middle = sorted(samples, key=lambda r: r["seconds"])[len(samples) // 2]
     parts = ("seconds", "compile_s", "restore_s", "steps_overhead_s", "unaccounted_s", "wheel_sha256")
+    parts += ("check_s", "facts_from")
     every = [{k: r.get(k) for k in parts} for r in samples]
     out = {**middle, "name": name, "samples_s": [r["seconds"] for r in samples], "samples": every}
     if hands:

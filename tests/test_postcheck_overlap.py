@@ -210,3 +210,98 @@ def test_the_early_interpreter_asks_for_a_fresh_one_when_torch_looked_for_an_add
 def test_the_early_interpreter_says_nothing_without_go() -> None:
     done = early("")
     assert done.returncode == 0 and done.stdout == "", done.stdout
+
+
+# The interpreter started during the compile (issue 47, torchkiln.build.earlycheck): ``postcheck.py --serve``
+# in a venv waits on a socket in it; the check connects, gets the listing and the interpreter, and tells it
+# the words as it tells its own.
+CLIENT = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import postcheck
+served = postcheck.connect()
+if served is None:
+    print(json.dumps(None))
+    sys.exit(0)
+out, err = served.communicate(sys.argv[2], timeout=600)
+print(json.dumps({"before": served.before, "returncode": served.returncode, "out": out, "again": postcheck.connect() is not None}))
+"""
+
+
+def served_venv(root: Path) -> Path:
+    """A venv under ``root`` (a deep path: longer than a socket address may be) whose interpreter imports this
+    environment's torch (a ``.pth`` naming its site-packages), so ``sys.prefix`` is the venv's own."""
+    venv = root / ("deep-" * 20) / "check-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    (site,) = venv.glob("lib/python*/site-packages")
+    import torch  # noqa: PLC0415 - where this environment's torch is
+
+    (site / "outer.pth").write_text(str(Path(torch.__file__).parents[1]) + "\n")
+    return venv
+
+
+def serve_and_ask(venv: Path, words: str) -> tuple[dict | None, subprocess.Popen[str]]:
+    python = venv / "bin" / "python"
+    server = subprocess.Popen(
+        [str(python), str(Path(postcheck.__file__)), "--serve", "--expect", "torchvision==0.21.0"],
+        cwd="/",
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    socket_path = venv / postcheck.SOCKET
+    for _ in range(3000):
+        if socket_path.exists() or server.poll() is not None:
+            break
+        subprocess.run(["sleep", "0.01"], check=True)
+    client = subprocess.run(
+        [str(python), "-c", CLIENT, str(Path(postcheck.__file__).parent), words],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd="/",
+        timeout=600,
+    )
+    return json.loads(client.stdout), server
+
+
+@pytest.mark.integration  # imports the real torch
+def test_the_check_takes_the_interpreter_started_during_the_compile(tmp_path: Path) -> None:
+    """Its socket lies in the venv, reached by a short name whatever the venv's path (here over 107 bytes);
+    it gives the listing it took, and the facts a fresh interpreter gives; one check only (the socket is gone
+    once taken)."""
+    venv = served_venv(tmp_path)
+    assert len(str(venv / postcheck.SOCKET)) > 107
+    listing = postcheck.dist_infos([str(p) for p in venv.glob("lib/python*/site-packages")])
+    answer, server = serve_and_ask(venv, "go PIL pillow")
+    assert server.wait(timeout=60) == 0, server.stderr.read() if server.stderr else ""
+    assert answer is not None, "no interpreter was waiting"
+    assert answer["returncode"] == 0 and answer["again"] is False
+    assert {k: tuple(v) if v else None for k, v in answer["before"].items()} == listing
+    fresh = subprocess.run(
+        [str(venv / "bin" / "python"), str(FACTS)], capture_output=True, text=True, check=True, cwd="/"
+    )
+    assert json.loads(answer["out"].strip().splitlines()[-1]) == json.loads(
+        fresh.stdout.strip().splitlines()[-1]
+    )
+    assert not (venv / postcheck.SOCKET).exists()
+
+
+@pytest.mark.integration  # imports the real torch
+def test_without_go_the_served_interpreter_says_restart_and_the_check_starts_its_own(tmp_path: Path) -> None:
+    """The words the check sends when the venv changed under the interpreter (no ``go``): nothing collected."""
+    answer, server = serve_and_ask(served_venv(tmp_path), "")
+    server.wait(timeout=60)
+    assert answer is not None and answer["out"] == ""
+
+
+def test_no_interpreter_waiting_is_no_connection(tmp_path: Path) -> None:
+    venv = tmp_path / "v"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    client = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", CLIENT, str(Path(postcheck.__file__).parent), "go"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(client.stdout) is None

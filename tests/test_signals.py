@@ -24,12 +24,23 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from kit.imagekit import need
-from kit.signalkit import Cell, check_stopped, make_tree, write_recipe
+from kit.signalkit import (
+    EXIT_CODES,
+    Cell,
+    check_stopped,
+    make_tree,
+    settled,
+    survivors,
+    wait_in_flight,
+    write_recipe,
+)
 
+from torchkiln.build import postcheck
 from torchkiln.errors import Interrupted
 from torchkiln.process import runner
 
@@ -152,6 +163,43 @@ def test_a_signal_with_a_compile_in_flight(
     name = f"compile-{kind}-{signal.Signals(signum).name}-{'sandbox' if sandbox else 'open'}"
     cell = Cell(world["root"] / name, world["recipe"], kind, env_store=str(store), sandbox=sandbox)
     check_stopped(cell, "compile", signum)
+
+
+@pytest.mark.integration
+def test_a_signal_while_the_check_waits_in_the_warm_clone(world: dict[str, Path], store: Path) -> None:
+    """Issue 47: a checked build whose build venv comes from the store starts the check's interpreter while
+    the compile runs (torchkiln.build.earlycheck: the warm clone pruned, pillow installed into it, then
+    ``postcheck.py --serve`` waiting on its socket). Signalled then, nothing of that runs on, the clone at the
+    check venv's path is gone, and the same command without the check (the stand-in's wheel is not named
+    torchvision) builds the wheel an uninterrupted build gives."""
+    cell = Cell(world["root"] / "early-SIGTERM", world["recipe"], "ccache", env_store=str(store), checks=True)
+    make_tree(cell.tree)
+    proc = cell.start()
+    served = cell.work / "check-venv" / postcheck.SOCKET
+    try:
+        snapshot = wait_in_flight(cell, "compile", proc)
+        for _ in range(6000):  # the spin unit keeps the compile in flight: until the check waits
+            if served.exists() or proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert served.exists(), "the check's interpreter never waited in the warm clone"
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+        output = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == EXIT_CODES[signal.SIGTERM] and "Traceback" not in output, output[-3000:]
+    assert settled(lambda: survivors(cell, snapshot)) == [], "nothing runs on"
+    assert not (cell.work / "check-venv").exists() and not (cell.work / "check-venv.warm").exists()
+    assert cell.spun() == [], "the compile in flight was killed, not waited for"
+    unchecked = replace(cell, checks=False)
+    again = unchecked.build()
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    fresh = replace(unchecked, run="-fresh")
+    make_tree(fresh.tree)
+    assert fresh.build().returncode == 0 and cell.wheel_sha256() == fresh.wheel_sha256()
 
 
 @pytest.mark.integration

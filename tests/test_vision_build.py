@@ -45,6 +45,7 @@ from kit.dists import pip_install_target, tampered_copy
 from kit.imagekit import need
 from rich.console import Console
 
+from torchkiln.build import postcheck
 from torchkiln.build.loop import BuildFailed, BuildOptions, run_build
 from torchkiln.plan.given_torch import resolve_given_torch
 from torchkiln.plan.make import make_plan
@@ -59,11 +60,12 @@ WHEEL = "torchvision-0.21.0+cu124-cp311-cp311-linux_x86_64.whl"
 
 
 def torchkiln_build(
-    sandbox_argv: list[str], root: Path, tree: Path, torch: Path
+    sandbox_argv: list[str], root: Path, tree: Path, torch: Path, store: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """``torchkiln build RECIPE --only torchvision --torch WHEEL`` as a user runs it, in the sandbox."""
+    """``torchkiln build RECIPE --only torchvision --torch WHEEL`` as a user runs it, in the sandbox (``store``:
+    the environment store, else the test cache's)."""
     cache = realtrees.cache_dir()
-    env = {**os.environ, "TORCHKILN_ENV_STORE": str(cache / "envs")}
+    env = {**os.environ, "TORCHKILN_ENV_STORE": str(store or cache / "envs")}
     argv = [sys.executable, "-m", "torchkiln", "build", str(RECIPE), "--only", "torchvision"]
     argv += ["--torch", str(torch), "--source-dir", f"torchvision={tree}", "--jobs", "2"]
     argv += ["--workdir", str(root / "work"), "--dist", str(root / "dist")]
@@ -215,7 +217,8 @@ def test_the_real_tree_builds_a_wheel_with_its_codecs_against_torch_2_6(
         # (torchkiln.build.postcheck), its portability read meanwhile (build.observers.InstalledObserver)
         log = (tmp_path / "work" / "logs" / "latest" / "checks-import.log").read_text()
         assert "postcheck: installed" in log
-        assert "postcheck: the facts from the interpreter that imported torch while pip installed" in log, log
+        # (or during the compile, when the build venv came from the store: a warm test cache, issue 47)
+        assert any(f"postcheck: the facts from {how}" in log for how in postcheck.EARLY.values()), log
         env = manifest["build_env"]["torchvision"]
         assert env["TORCH_CUDA_ARCH_LIST"] == "8.0" and env["FORCE_CUDA"] == "1"
         assert [env[f"TORCHVISION_USE_{p}"] for p in ("PNG", "JPEG", "WEBP", "NVJPEG")] == ["1"] * 4
@@ -278,6 +281,45 @@ def test_the_real_tree_builds_a_wheel_with_its_codecs_against_torch_2_6(
         assert named, verified.stdout[-3000:]  # the file, the library, why unresolved, this machine's copy
     finally:
         shutil.rmtree(tmp_path / "work", ignore_errors=True)  # 6 GiB of venvs (hard links into the store)
+
+
+def builds_store(root: Path) -> Path:
+    """An environment store holding the test cache's entries but the check's (hard links): a build from it
+    restores its build venv and runs its check."""
+    store = root / "envs"
+    for meta in (realtrees.cache_dir() / "envs").glob("*/meta.json"):
+        if not json.loads(meta.read_text()).get("step", "").startswith("checks:"):
+            shutil.copytree(meta.parent, store / meta.parent.name, symlinks=True, copy_function=os.link)
+    return store
+
+
+@pytest.mark.timeout(1800)
+def test_a_fresh_work_directory_checks_with_the_interpreter_started_during_the_compile(
+    inputs: dict[str, Path], built: tuple[Path, Path, Done], tmp_path: Path
+) -> None:
+    """Issue 47: a fresh work directory whose build venv comes from the environment store starts its check's
+    interpreter while the compile runs (torchkiln.build.earlycheck). The check venv's warm clone is pruned
+    for the requirements torchvision's setup.py gives (numpy, pillow: get_requirements in 0.21.0), torch
+    2.6.0+cu124 and torch._dynamo imported in it; the check takes it, and its facts pass the recipe's checks
+    as the first build's did."""
+    first_root, _, first = built
+    assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
+    manifest = json.loads((first_root / "dist" / "manifest.json").read_text())
+    sandbox = cudakit.sandbox(inputs["toolkit"])
+    try:
+        done = torchkiln_build(
+            sandbox, tmp_path, tree_copy(inputs, tmp_path), inputs["torch"], builds_store(tmp_path)
+        )
+        assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+        logs = tmp_path / "work" / "logs" / "latest"
+        assert "made while the compile ran" in (logs / "checks-venv.log").read_text()
+        log = (logs / "checks-import.log").read_text()
+        assert f"postcheck: the facts from {postcheck.EARLY[True]}" in log, log
+        again = json.loads((tmp_path / "dist" / "manifest.json").read_text())
+        assert again["checks"] == manifest["checks"], "the facts of a fresh interpreter"
+        assert not (tmp_path / "work" / "check-venv" / postcheck.SOCKET).exists()
+    finally:
+        shutil.rmtree(tmp_path / "work", ignore_errors=True)
 
 
 # The deployment root's wheelhouse: upstream's torch 2.6.0 and everything it requires (tests/test_deploy.py

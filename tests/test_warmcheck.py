@@ -53,7 +53,7 @@ def test_a_warm_clone_is_the_check_venv_relocated_to_its_path(tmp_path: Path, en
     warming.join(step.venv)
     warm = warm_path(check_venv)
     assert (warm / MARK).read_text() == str(build_venv)
-    assert take(warm, build_venv, check_venv) and not warm.exists()
+    assert take(warm, build_venv, check_venv) == () and not warm.exists()  # no prune predicted
     assert not (check_venv / MARK).exists()
     assert (check_venv / "bin" / "tool").read_text().startswith(f"#!{check_venv}/bin/python\n")
     assert prefix(check_venv / "bin" / "python") == str(check_venv)
@@ -84,7 +84,7 @@ def test_a_warm_clone_that_is_not_whole_or_not_of_this_venv_is_not_taken(
         clone_tree(entry[0], warm)
     if damage == "another venv's mark":
         (warm / MARK).write_text(str(tmp_path / "other" / "venv"))
-    assert not take(warm, build_venv, check_venv)
+    assert take(warm, build_venv, check_venv) is None
     assert not warm.exists() and not check_venv.exists()
 
 
@@ -109,3 +109,124 @@ def test_checkvenv_takes_the_warm_clone_and_prunes_it(tmp_path: Path, entry) -> 
     assert not warm_path(check_venv).exists()
     assert prefix(check_venv / "bin" / "python") == str(check_venv)
     assert (check_venv / "bin" / "tool").read_text().startswith(f"#!{check_venv}/bin/python\n")
+
+
+def test_a_warm_clone_whose_predicted_prune_removed_what_the_wheels_need_is_cloned_again(
+    tmp_path: Path, entry, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The mark lists what a prune that predicted the wheels' requirements removed (build.earlycheck); when
+    the real requirements need one of them, venvprune says so and checks:venv clones the build venv again:
+    the check venv holds what a check venv made without the prediction holds."""
+    build_venv, check_venv, _ = work(tmp_path, entry)
+    (site,) = build_venv.glob("lib/python*/site-packages")
+    needed = site / "kiln_needed-1.0.dist-info"  # a distribution of the build venv the wheels require
+    needed.mkdir()
+    (needed / "METADATA").write_text("Metadata-Version: 2.1\nName: kiln-needed\nVersion: 1.0\n")
+    (needed / "RECORD").write_text(
+        "kiln_needed-1.0.dist-info/METADATA,,\nkiln_needed-1.0.dist-info/RECORD,,\n"
+    )
+    warm = warm_path(check_venv)
+    clone_tree(entry[0], warm)  # without it, as the predicted prune left it
+    relocate_venv(warm, entry[1], str(check_venv))
+    (warm / MARK).write_text(f"{build_venv}\nkiln-needed")
+    argv = ["--from", str(build_venv), "--python", "python3", "--keep=kiln-needed"]
+    assert checkvenv.main([*argv, "--warm", str(warm), "--", str(check_venv)]) == 0
+    out = capsys.readouterr().out
+    assert "cloned again (the warm clone's prune removed what the wheels need)" in out, out
+    assert (next(check_venv.glob("lib/python*/site-packages")) / needed.name / "METADATA").is_file()
+    assert prefix(check_venv / "bin" / "python") == str(check_venv) and not warm.exists()
+
+
+def test_checkvenv_and_venvprune_agree_on_the_mispredicted_status() -> None:
+    """venvprune runs in the check venv with the standard library and pip only: the status is kept twice."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); import venvprune; print(venvprune.MISPREDICTED)",
+         str(Path(checkvenv.PRUNE).parent)],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert int(done.stdout) == checkvenv.MISPREDICTED
+
+
+class Started:
+    """An :class:`~torchkiln.build.warmcheck.Early` whose check is a real process (``sleep``): what the
+    warm clone's thread does with it, not what it starts (tests/test_postcheck_overlap.py has the server)."""
+
+    def __init__(self, removed: tuple[str, ...] | None = ()) -> None:
+        self.removed, self.procs, self.saw = removed, [], []
+
+    def prune(self, step: Step, warm: Path) -> tuple[str, ...] | None:
+        return self.removed
+
+    def complete(self, check: Step, venv: Path) -> None:
+        self.completed = venv
+
+    def halt(self) -> None:
+        pass
+
+    def serve(self, step: Step):  # noqa: ANN201 - the protocol's stop
+        self.saw.append((Path(step.venv) / MARK).read_text())  # started where the check venv will be
+        proc = subprocess.Popen(["sleep", "600"])
+        self.procs.append(proc)
+        return lambda: (proc.kill(), proc.wait())
+
+
+def check_steps(step: Step) -> list[Step]:
+    check = Step("checks:import", "checks", "", ("true",), venv=step.venv, facts=True)
+    return [step, Step("torchvision:wheel", "compile", "torchvision", ("true",)), check]
+
+
+def test_the_check_starts_in_the_warm_clone_at_its_own_path_and_the_clone_goes_back_before_its_step(
+    tmp_path: Path, entry
+) -> None:
+    build_venv, check_venv, step = work(tmp_path, entry)
+    early = Started(removed=("setuptools", "wheel"))
+    warming = Warming(early=early)
+    warming.cloned(str(build_venv), *entry)
+    warming.start(check_steps(step))
+    warming.threads[step.venv][0].join()
+    assert early.saw == [f"{build_venv}\nsetuptools\nwheel"], (
+        "started in the marked clone at the check venv's path"
+    )
+    assert (check_venv / MARK).is_file() and not warm_path(check_venv).exists()
+    warming.join(step.venv)  # before checks:venv (or any step) decides on the check venv
+    assert not check_venv.exists() and (warm_path(check_venv) / MARK).is_file()
+    assert take(warm_path(check_venv), build_venv, check_venv) == ("setuptools", "wheel")
+    assert prefix(check_venv / "bin" / "python") == str(check_venv)
+    warming.finish()
+    assert [p.poll() for p in early.procs] == [-9], "what was started is stopped when the build ends"
+
+
+@pytest.mark.parametrize("case", ["check venv there", "no prediction", "no check step"])
+def test_the_check_is_not_started_early_where_it_cannot_be(tmp_path: Path, entry, case: str) -> None:
+    """A check venv already at its path (an earlier build's) is never replaced while the compile runs; without
+    a prediction the clone is what it was before; a plan without the check has nothing to start."""
+    build_venv, check_venv, step = work(tmp_path, entry)
+    if case == "check venv there":
+        check_venv.mkdir(parents=True)
+        (check_venv / "earlier").write_text("kept")
+    early = Started(removed=None if case == "no prediction" else ())
+    warming = Warming(early=early)
+    warming.cloned(str(build_venv), *entry)
+    warming.start(check_steps(step)[:2] if case == "no check step" else check_steps(step))
+    warming.join(step.venv)
+    assert early.procs == [] and (warm_path(check_venv) / MARK).read_text() == str(build_venv)
+    assert (
+        (check_venv / "earlier").read_text() == "kept"
+        if case == "check venv there"
+        else not check_venv.exists()
+    )
+    warming.finish()
+
+
+def test_a_build_venv_changed_after_the_check_started_early_drops_the_clone_at_the_check_venv_path(
+    tmp_path: Path, entry
+) -> None:
+    build_venv, check_venv, step = work(tmp_path, entry)
+    early = Started()
+    warming = Warming(early=early)
+    warming.cloned(str(build_venv), *entry)
+    warming.start(check_steps(step))
+    warming.changed(str(build_venv))
+    assert not check_venv.exists() and not warm_path(check_venv).exists()
+    warming.finish()
+    assert [p.poll() for p in early.procs] == [-9]

@@ -11,6 +11,12 @@ at run time (cmake, ninja, build, wheel, setuptools, ...) and the ``--drop`` one
 installs: pip would take an installed distribution of the same version as already there, whatever its
 content). The check then installs the wheels into it as before, their missing requirements from the index,
 and imports them.
+
+A warm clone (:mod:`torchkiln.build.warmcheck`) may come pruned already, for the wheels' requirements as
+predicted before they were built (:mod:`torchkiln.build.earlycheck`); its mark lists what that removed. The
+prune here runs again with the built wheels' own requirements, and when one of them is among what was
+removed (venvprune's :data:`MISPREDICTED`), the build venv is cloned again and pruned as if no clone had been
+warmed.
 """
 
 from __future__ import annotations
@@ -26,6 +32,9 @@ from .envstore import full_clone
 from .warmcheck import take
 
 PRUNE = Path(__file__).resolve().parent / "venvprune.py"
+MISPREDICTED = (
+    3  # venvprune's exit status when a predicted prune removed what the wheels need (its own constant)
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,18 +66,36 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(target)
     elif target.exists() or target.is_symlink():
         target.unlink()
-    if args.warm is not None and take(args.warm.absolute(), source, target):
+    removed = take(args.warm.absolute(), source, target) if args.warm is not None else None
+    if removed is not None:
         print(f"checkvenv: {target} is the clone of {source} made while the compile ran")
-    elif (source / "bin" / "python").exists():  # a linked venv is cloned from its store entry
+        done = _prune(target, args, removed)
+        if done != MISPREDICTED:
+            return done
+        print(f"checkvenv: {target} cloned again (the warm clone's prune removed what the wheels need)")
+        shutil.rmtree(target)
+    made = _clone(source, target, args.python)
+    return made or _prune(target, args, ())
+
+
+def _clone(source: Path, target: Path, python: str) -> int:
+    """``target`` a clone of the build venv ``source``; a venv of its own where the plan made none."""
+    if (source / "bin" / "python").exists():  # a linked venv is cloned from its store entry
         full_clone(source, target, str(target))
-    else:  # a plan without the build venv's steps (a library caller's subset of one): a venv of its own
-        made = runner.run([args.python, "-m", "venv", "--", str(target)], capture=False)
-        if not made.ok:
-            return made.returncode or 1
+        return 0
+    # a plan without the build venv's steps (a library caller's subset of one): a venv of its own
+    made = runner.run([python, "-m", "venv", "--", str(target)], capture=False)
+    return 0 if made.ok else made.returncode or 1
+
+
+def _prune(target: Path, args: argparse.Namespace, removed: tuple[str, ...]) -> int:
+    """The check venv pruned (torchkiln.build.venvprune) for the wheels in ``--requirements-of``;
+    ``removed``: what a predicted prune took out of it before (:data:`MISPREDICTED` when one is needed)."""
     argv = [str(target / "bin" / "python"), str(PRUNE)]
     argv += [f"--keep={name}" for name in args.keep] + [f"--drop={name}" for name in args.drop]
     wheels = sorted(w for d in args.requirements_of if d.is_dir() for w in d.glob("*.whl"))
     argv += [f"--keep-for={wheel}" for wheel in wheels]
+    argv += [f"--removed-before={name}" for name in removed]
     # the clone's python, with the standard library and pip only: a separate process, as the check's
     done = runner.run(argv, capture=False)
     return 0 if done.ok else done.returncode or 1

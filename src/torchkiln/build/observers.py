@@ -37,41 +37,45 @@ class LineObserver:
 
 class InstalledObserver(LineObserver):
     """The post-build check's output: at its line saying pip has installed the wheels
-    (:data:`~torchkiln.build.postcheck.INSTALLED`), ``jobs`` run in a thread, in order, beside the check's
-    import of them (issue 38): each reads the installed files, which the import does not change."""
+    (:data:`~torchkiln.build.postcheck.INSTALLED`), ``jobs`` run, each in a thread of its own, beside the
+    check's import of them (issue 38): each reads the installed files, which the import does not change
+    (staging may replace a large file by a link to the store's identical copy: the other reads the same
+    content either way). Side by side since issue 47: once the check's interpreter has imported torch during the
+    compile, the check's import takes a tenth of a second, and the jobs one after the other were its end)."""
 
     def __init__(self, jobs: Mapping[str, Callable[[], Any]]) -> None:
         self.jobs = dict(jobs)
-        self.thread: threading.Thread | None = None
+        self.threads: list[threading.Thread] = []
         self.found: dict[str, Any] = {}
-        self.error: BaseException | None = None
+        self.errors: dict[str, BaseException] = {}
 
     def __call__(self, line: str) -> bool:
-        if self.thread is None and line.rstrip("\n") == INSTALLED:
-            self.thread = threading.Thread(target=in_context(self._run), name="after-install", daemon=True)
-            self.thread.start()
+        if not self.threads and line.rstrip("\n") == INSTALLED:
+            for name, job in self.jobs.items():
+                thread = threading.Thread(target=in_context(self._run), args=(name, job), name=f"after-install-{name}", daemon=True)  # fmt: skip
+                self.threads.append(thread)
+                thread.start()
         return False
 
-    def _run(self) -> None:
-        for name, job in self.jobs.items():
-            try:
-                self.found[name] = job()
-            except BaseException as exc:  # noqa: BLE001 - raised again in the builder's thread (results)
-                self.error = exc
-                return
+    def _run(self, name: str, job: Callable[[], Any]) -> None:
+        try:
+            self.found[name] = job()
+        except BaseException as exc:  # noqa: BLE001 - raised again in the builder's thread (results)
+            self.errors[name] = exc
 
     def wait(self) -> dict[str, Any]:
         """What the jobs returned, once they are done (none: the line never came)."""
-        if self.thread is not None:
-            self.thread.join()
+        for thread in self.threads:
+            thread.join()
         return self.found
 
     def results(self) -> dict[str, Any]:
-        """:meth:`wait`, a job's exception raised here (what was staged before it discarded)."""
+        """:meth:`wait`, a job's exception raised here (the first in ``jobs``' order; what was staged
+        discarded)."""
         found = self.wait()
-        if self.error is not None:
+        if self.errors:
             EnvStore.discard(found.get("staged"))
-            raise self.error
+            raise next(self.errors[name] for name in self.jobs if name in self.errors)
         return found
 
 

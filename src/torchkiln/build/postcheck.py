@@ -15,6 +15,12 @@ no ``.pth`` file (run at start-up) and none of its top-level names was looked fo
 imported (``facts.py``'s ``--import-torch-then-wait``), and each warm-up module imported. Otherwise the facts
 come from a fresh interpreter, as before. On two cores this takes the install's second off the check.
 
+The interpreter can start sooner still (issue 47): while the compile runs, :mod:`torchkiln.build.earlycheck`
+starts this script with ``--serve`` in the check venv's warm clone. It lists the venv's distributions, starts
+the early interpreter and waits on a socket in the venv (:data:`SOCKET`); the check, when it finds that socket,
+takes that interpreter and that listing (:class:`Served`) in place of its own, under the same rule. Anything
+that changed the venv since (the check venv's prune, pip) is in the comparison.
+
 Standard library only: this file runs outside torchkiln's own environment, in a clean venv where torchkiln
 is not installed. So it runs its two commands with :mod:`subprocess` itself rather than through
 :mod:`torchkiln.process.runner`, and finds the wheels with :mod:`torchkiln.artifacts.wheelfile` loaded by path (a
@@ -26,9 +32,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import functools
 import importlib.util
 import json
 import os
+import socket
 import subprocess
 import sys
 import sysconfig
@@ -64,8 +72,12 @@ WAIT = "--import-torch-then-wait"  # facts.py's early start (its WAIT)
 # Measured in the check venv of the real 0.21.0 tree against torch 2.13.0+cpu: a fresh torch then torchvision,
 # 1.25 s + 1.19 s; torch with torch._dynamo 1.72 s, then torchvision 0.07 s, while pip takes 1.0 s.
 WARM_UP: dict[str, tuple[str, ...]] = {"torchvision": ("torch._dynamo",)}
+# pip without its upgrade notice: no query of the index for pip's own versions, which a sandbox's empty HOME
+# (no pip cache to remember the last one in) made on every check, a tenth of a second or an offline timeout
+PIP_QUIET = ("--quiet", "--disable-pip-version-check")
 INSTALLED = "postcheck: installed"  # printed once pip has put the wheels in place (torchkiln reads it)
 RESTART = "facts.py: restart"  # its answer when torch's import looked for what pip then installed
+SOCKET = ".torchkiln-early"  # in the check venv: where the interpreter started during the compile waits
 Listing = dict[str, "tuple[int, int, int] | None"]
 
 
@@ -132,16 +144,115 @@ def early_words(before: Listing, after: Listing) -> list[str] | None:
     return ["go", *sorted(names)]
 
 
-def _facts(early: subprocess.Popen[str], words: list[str] | None) -> tuple[int, str, str, bool]:
+class Served:
+    """The early interpreter that ``--serve`` started during the compile, reached through its socket: what
+    the check needs of a :class:`subprocess.Popen` (``communicate``, ``poll``, ``kill``, ``wait``), and the
+    venv's listing when it started (:attr:`before`)."""
+
+    def __init__(self, conn: socket.socket) -> None:
+        self.conn = conn
+        self.stream = conn.makefile("rw", encoding="utf-8", newline="\n")
+        listed = json.loads(self.stream.readline())
+        self.before: Listing = {path: tuple(found) if found else None for path, found in listed.items()}
+        self.returncode: int | None = None
+
+    def communicate(self, text: str, timeout: float) -> tuple[str, str]:
+        """As :meth:`subprocess.Popen.communicate`; an interpreter that went away meanwhile answers
+        :data:`RESTART` (a fresh one gives the facts)."""
+        try:
+            self.conn.settimeout(timeout)
+            self.stream.write(text if text.endswith("\n") else text + "\n")
+            self.stream.flush()
+            self.returncode, out, err = json.loads(self.stream.readline())
+        except (OSError, ValueError, TypeError):
+            self.returncode, out, err = -1, RESTART, ""
+        return out, err
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def kill(self) -> None:
+        self.returncode = -9
+        with contextlib.suppress(OSError):
+            self.conn.close()
+
+    def wait(self) -> None:
+        return None
+
+
+def connect() -> Served | None:
+    """The interpreter waiting on :data:`SOCKET` in this venv, None when none does (or it does not answer).
+    The socket is removed either way: nothing but this venv's files goes on with it (the store keeps it)."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.settimeout(30)
+        conn.connect(_address())
+        return Served(conn)
+    except (OSError, ValueError):  # none there, gone, or an answer cut short: the check starts its own
+        conn.close()
+        return None
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(_address())
+
+
+@functools.cache
+def _address() -> str:
+    """:data:`SOCKET` in this venv by a name short enough for a socket address (107 bytes, which a work
+    directory's path can pass): through a descriptor of the venv's directory, kept open."""
+    return f"/proc/self/fd/{os.open(sys.prefix, os.O_RDONLY | os.O_DIRECTORY)}/{SOCKET}"
+
+
+def serve(expect: list[str]) -> int:
+    """``--serve``: this venv's listing taken, the early interpreter started, and both handed to the one check
+    that connects to :data:`SOCKET` (the socket removed once it has): the facts interpreter's answer goes
+    back to it as one JSON line (return code, output, errors)."""
+    before = dist_infos()
+    early = subprocess.Popen(
+        early_argv(expect),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd="/",
+    )
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+            listener.bind(_address())
+            listener.listen(1)
+            conn, _ = listener.accept()
+        with contextlib.suppress(OSError):
+            os.unlink(_address())
+        with conn, conn.makefile("rw", encoding="utf-8", newline="\n") as stream:
+            stream.write(json.dumps(before) + "\n")
+            stream.flush()
+            words = stream.readline()
+            out, err = early.communicate(words, timeout=600)
+            stream.write(json.dumps([early.returncode, out, err]) + "\n")
+            stream.flush()
+    finally:
+        if early.poll() is None:
+            early.kill()
+            early.wait()
+    return 0
+
+
+def _facts(early: subprocess.Popen[str] | Served, words: list[str] | None) -> tuple[int, str, str, bool]:
     """The early interpreter's result when it can be used; else a fresh one's. The last item: early."""
     out, err = early.communicate(" ".join(words) + "\n" if words else "", timeout=600)
-    if words and out.strip() != RESTART:
+    if words and out.strip() != RESTART and early.returncode is not None:
         return early.returncode, out, err, True
     # cwd=/: the wheels are imported from site-packages, never from a source tree next to the cwd.
     probe = subprocess.run(
         [sys.executable, str(FACTS)], check=False, capture_output=True, text=True, cwd="/", timeout=600
     )
     return probe.returncode, probe.stdout, probe.stderr, False
+
+
+EARLY = {
+    False: "the interpreter that imported torch while pip installed",
+    True: "the interpreter that imported torch during the compile",
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,7 +275,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="FILE",
         help="the build env's pins (build-env:deps), kept by this install when the file exists",
     )
+    parser.add_argument(
+        "--serve", action="store_true", help="wait for the check, torch imported (started during the compile)"
+    )
     args = parser.parse_args(argv)
+    if args.serve:
+        return serve(args.expect)
 
     wheels = []
     for item in args.expect:
@@ -181,7 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     constraint = (
         ["--constraint", args.constraints] if args.constraints and Path(args.constraints).is_file() else []
     )
-    early = subprocess.Popen(  # imports torch while pip installs (see the module's docstring)
+    served = connect()  # the interpreter started during the compile, when one waits (see the docstring)
+    early = served or subprocess.Popen(  # else one that imports torch while pip installs
         early_argv(args.expect),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -190,10 +307,10 @@ def main(argv: list[str] | None = None) -> int:
         cwd="/",
     )
     try:
-        before = dist_infos()
+        before = served.before if served is not None else dist_infos()
         # The built wheels by path; their dependencies (and nothing of theirs) from the configured index.
         result = subprocess.run(
-            [sys.executable, "-m", "pip", "install", "--quiet", *constraint, "--", *wheels, *args.also],
+            [sys.executable, "-m", "pip", "install", *PIP_QUIET, *constraint, "--", *wheels, *args.also],
             check=False,
             capture_output=True,
             text=True,
@@ -206,10 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         print(INSTALLED, flush=True)  # the builder analyses the installed wheels meanwhile (build.observers)
         words = early_words(before, dist_infos())
         returncode, stdout, stderr, used = _facts(early, words)
-        print(
-            "postcheck: the facts from "
-            + ("the interpreter that imported torch while pip installed" if used else "a fresh interpreter")
-        )
+        print("postcheck: the facts from " + (EARLY[served is not None] if used else "a fresh interpreter"))
     finally:
         if early.poll() is None:
             early.kill()

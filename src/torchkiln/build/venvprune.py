@@ -36,6 +36,7 @@ from pip._vendor.packaging.requirements import InvalidRequirement, Requirement
 from pip._vendor.packaging.utils import canonicalize_name
 
 ALWAYS = ("pip",)
+MISPREDICTED = 3  # the exit status when --removed-before names what the roots need (the venv is cloned again)
 
 
 def installed() -> dict[str, importlib.metadata.Distribution]:
@@ -50,12 +51,17 @@ def installed() -> dict[str, importlib.metadata.Distribution]:
     return found
 
 
-def needed(roots: list[str], dists: dict[str, importlib.metadata.Distribution]) -> set[str]:
-    """``roots`` and everything they require here, transitively (each requirement's extras followed)."""
+def needed(
+    roots: list[str], dists: dict[str, importlib.metadata.Distribution], missing: set[str] | None = None
+) -> set[str]:
+    """``roots`` and everything they require here, transitively (each requirement's extras followed); what
+    they require that is not here is added to ``missing``."""
     keep: set[tuple[str, str]] = set()
     stack = [(canonicalize_name(r), "") for r in roots]
     while stack:
         name, extra = stack.pop()
+        if name not in dists and missing is not None:
+            missing.add(name)
         if (name, extra) in keep or name not in dists:
             continue
         keep.add((name, extra))
@@ -148,10 +154,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="append", default=[], metavar="NAME")
     parser.add_argument("--keep-for", action="append", default=[], metavar="WHEEL", type=Path)
     parser.add_argument("--drop", action="append", default=[], metavar="NAME")
+    parser.add_argument(
+        "--removed-before",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help=f"removed from this venv by a prune that predicted what is kept: exit {MISPREDICTED} if one is needed",
+    )
     args = parser.parse_args(argv)
     dists = installed()
     roots = [*args.keep, *(name for wheel in args.keep_for for name in wheel_requirements(wheel))]
-    keep = needed(roots, dists) | set(ALWAYS)
+    missing: set[str] = set()
+    keep = needed(roots, dists, missing) | set(ALWAYS)
+    wrong = sorted(missing & {canonicalize_name(n) for n in args.removed_before})
+    if wrong:
+        print(f"venvprune: the earlier prune removed what is needed: {', '.join(wrong)}")
+        return MISPREDICTED
     keep -= {canonicalize_name(n) for n in args.drop}
     remove = sorted(dists[name].metadata["Name"] for name in set(dists) - keep)
     print(f"venvprune: kept {', '.join(sorted(keep & set(dists))) or 'nothing'}")

@@ -34,6 +34,7 @@ from torchkiln.plan.records import Records
 from torchkiln.process.runner import in_context
 
 from .context import BuildRecord, BuildSetup
+from .earlycheck import EarlyStart
 from .envstore import (
     EnvStore,
     Restored,
@@ -75,7 +76,8 @@ class VenvReuse:
         # step -> its run and inputs, taken early by the step before it (whether its entry replaces that venv)
         self.ahead: dict[str, tuple[StepRun, dict[str, str]]] = {}
         # venvs cloned from the store and unchanged since, and check venvs cloned while a compile runs
-        self.warming = Warming()
+        # (and the check started in those: build.earlycheck)
+        self.warming = Warming(early=EarlyStart(setup, record, kinds))
         # venvs whose content this run made, restored or checked (torchkiln.build.venvcheck): not checked again
         self.sound: set[str] = set()
         self.entries: dict[str, str | None] = {}  # store key -> what is wrong with its entry (None: sound)
@@ -91,6 +93,7 @@ class VenvReuse:
     def begin(self, step: Step) -> tuple[StepRun, dict[str, str] | None]:
         """``step``'s run and its inputs when the step before it took them (:meth:`_replaced_next`), else a
         new run and None."""
+        self.warming.join(step.venv)  # a warm clone at the check venv's path goes back before anything looks
         return self.ahead.pop(step.name, None) or (self.start(step), None)
 
     # -- around each step ------------------------------------------------------------------------------

@@ -14,26 +14,47 @@ Only a venv that no step has changed since it was cloned from the store is warme
 compile may write into the build venv is a cache the check writes again if it needs it. What is not taken
 (a check that is skipped or reused: :meth:`Warming.drop`, beside the steps after it; a build that stops) is
 removed before the build ends (:meth:`Warming.finish`).
+
+With an :class:`Early` (:mod:`torchkiln.build.earlycheck`) the clone goes further while the compile runs: it
+is pruned as predicted (the mark then lists what that removed), put at the check venv's own path while that
+path is free, and the check's interpreter started in it; :meth:`Warming.join` puts it back beside the check
+venv before ``checks:venv`` looks (or any step decides on that venv), and :meth:`Warming.finish` stops what
+was started.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from torchkiln.process.runner import in_context
+from torchkiln.process.runner import in_context, stopping
 
 from .envstore import clone_tree, relocate_venv
 
 if TYPE_CHECKING:  # build.checkvenv imports this module after the compile: the plan's model is a third of it
     from torchkiln.plan.model import Step
 
-MARK = ".torchkiln-warm"  # in the warm venv: the build venv it is a clone of, written last
+MARK = (
+    ".torchkiln-warm"  # in the warm venv: the build venv it is a clone of (then what a prune removed), last
+)
+
+
+class Early(Protocol):
+    """The check started in a warm clone (:class:`torchkiln.build.earlycheck.EarlyStart`)."""
+
+    def prune(self, step: Step, warm: Path) -> tuple[str, ...] | None: ...
+
+    def complete(self, check: Step, venv: Path) -> None: ...
+
+    def serve(self, step: Step) -> Callable[[], None] | None: ...
+
+    def halt(self) -> None: ...
 
 
 def warm_path(check_venv: Path) -> Path:
@@ -51,6 +72,9 @@ class Warming:
     origins: dict[str, tuple[Path, str]] = field(default_factory=dict)
     threads: dict[str, tuple[threading.Thread, str]] = field(default_factory=dict)
     removers: list[threading.Thread] = field(default_factory=list)
+    early: Early | None = None
+    placed: set[str] = field(default_factory=set)  # check venvs whose warm clone is at their own path
+    stops: list[Callable[[], None]] = field(default_factory=list)  # the checks started early
 
     def cloned(self, venv: str, entry_venv: Path, kept_from: str) -> None:
         self.origins[venv] = (entry_venv, kept_from)
@@ -59,23 +83,25 @@ class Warming:
         """A step is about to change ``venv``: it has no origin any more, and a warm clone of it is dropped
         (a whole build's torch compile warms the check venv before install-torch puts that torch in)."""
         self.origins.pop(venv, None)
-        for check_venv, (thread, source) in list(self.threads.items()):
+        for check_venv, (_, source) in list(self.threads.items()):
             if source == venv:
-                thread.join()
+                self.join(check_venv)
                 shutil.rmtree(warm_path(Path(check_venv)), ignore_errors=True)
                 del self.threads[check_venv]
 
     def start(self, steps: Iterable[Step]) -> None:
         """A thread for each check venv of ``steps`` (a plan's) whose build venv has an origin and no warm
         clone yet."""
+        steps = list(steps)
         for step in steps:
             origin = self.origins.get(step.clones) if step.clones and step.venv else None
             if origin is None or step.venv is None or step.venv in self.threads:
                 continue
-            target = Path(step.venv)
+            # the check that uses this venv: started in the clone when it can be (build.earlycheck)
+            check = next((s for s in steps if s.facts and s.venv == step.venv), None)
             thread = threading.Thread(
-                target=in_context(_warm),
-                args=(*origin, step.clones, target),
+                target=in_context(self._warm),
+                args=(*origin, step.clones, step, check),
                 name="warm-check-venv",
                 daemon=True,
             )
@@ -83,14 +109,50 @@ class Warming:
             thread.start()
 
     def join(self, venv: str | None) -> None:
-        """The warm clone of ``venv`` finished (or failed: then nothing is marked), before its step runs."""
+        """The warm clone of ``venv`` finished (or failed: then nothing is marked), and beside ``venv`` again,
+        before a step decides on it."""
         found = self.threads.get(venv) if venv else None
         if found is not None:
             found[0].join()
+        if venv in self.placed:
+            self.placed.discard(venv)
+            with contextlib.suppress(OSError):
+                Path(venv).rename(warm_path(Path(venv)))
+
+    def _warm(
+        self, entry_venv: Path, kept_from: str, build_venv: str, step: Step, check: Step | None
+    ) -> None:
+        """The clone of ``entry_venv`` for ``step`` (``checks:venv``), and with :attr:`early` the check
+        started in it (see the module's docstring)."""
+        target = Path(step.venv or "")
+        warm = warm_path(target)
+        try:
+            shutil.rmtree(warm, ignore_errors=True)
+            clone_tree(entry_venv, warm)
+            relocate_venv(warm, kept_from, str(target))
+            removed = self.early.prune(step, warm) if self.early is not None and check is not None else None
+            (warm / MARK).write_text("\n".join([build_venv, *(removed or ())]), encoding="utf-8")
+        except OSError:  # a store entry swept meanwhile, a full disk: checks:venv clones as it always did
+            shutil.rmtree(warm, ignore_errors=True)
+            return
+        if removed is None or check is None or self.early is None or os.path.lexists(target):
+            return
+        try:
+            warm.rename(target)
+            self.placed.add(str(target))
+            self.early.complete(check, target)  # at its own path: what pip writes names it
+        except OSError:  # a half-finished install is of no use: checks:venv clones afresh
+            self.placed.discard(str(target))
+            shutil.rmtree(target, ignore_errors=True)
+            return
+        stop = self.early.serve(check)
+        if stop is not None:
+            self.stops.append(stop)
 
     def drop(self, venv: str | None) -> None:
         """The warm clone of ``venv`` will not be taken (its step was skipped or reused): removed in a thread,
         beside the steps that follow."""
+        self.join(venv)
         found = self.threads.pop(venv, None) if venv else None
         if found is not None:
             remover = threading.Thread(
@@ -100,12 +162,17 @@ class Warming:
             remover.start()
 
     def finish(self) -> None:
-        """Every warm clone finished, and what no step took removed."""
+        """Every warm clone finished, and what no step took removed (a stopping build does not wait for what
+        is at work for them: it is killed)."""
+        if self.early is not None and stopping():
+            self.early.halt()
         for venv in list(self.threads):
             self.drop(venv)
         for remover in self.removers:
             remover.join()
         self.removers.clear()
+        while self.stops:
+            self.stops.pop()()
 
 
 def _remove(thread: threading.Thread, venv: str) -> None:
@@ -113,29 +180,18 @@ def _remove(thread: threading.Thread, venv: str) -> None:
     shutil.rmtree(warm_path(Path(venv)), ignore_errors=True)
 
 
-def _warm(entry_venv: Path, kept_from: str, build_venv: str, target: Path) -> None:
-    warm = warm_path(target)
-    try:
-        shutil.rmtree(warm, ignore_errors=True)
-        clone_tree(entry_venv, warm)
-        relocate_venv(warm, kept_from, str(target))
-        (warm / MARK).write_text(build_venv, encoding="utf-8")
-    except OSError:  # a store entry swept meanwhile, a full disk: checks:venv clones as it always did
-        shutil.rmtree(warm, ignore_errors=True)
-
-
-def take(warm: Path, source: Path, target: Path) -> bool:
-    """``warm`` renamed to ``target`` when it is whole and marked as a clone of ``source``; False (and
-    ``warm`` removed) otherwise."""
+def take(warm: Path, source: Path, target: Path) -> tuple[str, ...] | None:
+    """``warm`` renamed to ``target`` when it is whole and marked as a clone of ``source``: the distributions
+    a predicted prune removed from it (often none); None (and ``warm`` removed) otherwise."""
     mark = warm / MARK
     try:
-        whole = mark.read_text(encoding="utf-8") == str(source)
+        lines = mark.read_text(encoding="utf-8").split("\n")
     except OSError:
-        whole = False
-    if whole:
+        lines = []
+    if lines[:1] == [str(source)]:
         mark.unlink()
         with contextlib.suppress(OSError):
             warm.rename(target)
-            return True
+            return tuple(lines[1:])
     shutil.rmtree(warm, ignore_errors=True)
-    return False
+    return None

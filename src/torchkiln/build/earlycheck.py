@@ -1,0 +1,170 @@
+"""The post-build check's interpreter started while the compile runs (issue 47).
+
+The first check in a fresh work directory waited on torch's import: the check's interpreter imported torch
+and the modules the checked wheels reach (:data:`torchkiln.build.postcheck.WARM_UP`) only once the wheels were
+built, about 1.7 s on two cores, half the check. The check venv is already cloned while the compile runs
+(:mod:`torchkiln.build.warmcheck`); this module goes on from there, in the clone's thread:
+
+1. :meth:`EarlyStart.prune` prunes the clone as ``checks:venv`` will (:mod:`torchkiln.build.venvprune`), with
+   the requirements of the wheels still being built predicted (:data:`PREDICTED`), in ``checks:venv``'s
+   sandbox. What it removed is written in the clone's mark. ``checks:venv`` prunes the clone it takes again
+   with the built wheels' own requirements, and clones afresh when the prediction removed one of them
+   (``venvprune --removed-before``).
+2. The warm clone is put at the check venv's own path (the interpreter's paths are the check's), and
+   :meth:`EarlyStart.serve` starts ``checks:import``'s command with ``--serve`` there, in that step's
+   sandbox and environment: :func:`torchkiln.build.postcheck.serve` lists the venv's distributions, imports
+   torch in an interpreter of its own and waits. Before ``checks:venv`` the clone goes back beside the check
+   venv (:meth:`torchkiln.build.warmcheck.Warming.join`), so that step takes it as any warm clone.
+3. ``checks:import`` takes that interpreter when its venv, after the prune and pip, holds the same
+   distributions (each RECORD's identity) as when the listing was taken, plus only distributions whose names
+   torch's import did not look for: :func:`torchkiln.build.postcheck.early_words`, the rule the check
+   already had for the interpreter it starts itself. Otherwise a fresh interpreter gives the facts.
+
+Without a prediction for every checked project the clone is left as before and nothing is started. The
+server is a process of this run (:func:`torchkiln.process.runner.spawn`): stopped when the build ends,
+however it ends, and SIGKILLed by the run's watchdog if torchkiln dies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import shutil
+import subprocess
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from packaging.utils import canonicalize_name
+
+from torchkiln.process import runner
+
+from .postcheck import PIP_QUIET
+from .sandbox import isolated, probing
+
+if TYPE_CHECKING:
+    from torchkiln.plan.model import Step
+
+    from .context import BuildRecord, BuildSetup
+    from .stepkind import StepKind
+
+PRUNE = Path(__file__).resolve().parent / "venvprune.py"  # run by the clone's python, as checks:venv runs it
+
+# What each checked project's wheel requires at run time besides torch (its METADATA's Requires-Dist), known
+# before the wheel is built: torchvision's setup.py, ``get_requirements()`` in the 0.21.0 release tree:
+# numpy, torch, and pillow (pillow-simd where that is installed: then the check clones afresh). A wrong entry costs the
+# early start, never the check: ``checks:venv`` prunes with the built wheel's own.
+PREDICTED: Mapping[str, tuple[str, ...]] = {"torchvision": ("numpy", "pillow")}
+
+Stop = Callable[[], None]
+
+
+@dataclass(frozen=True)
+class EarlyStart:
+    """What a build's warm clone needs to start the check (see the module's docstring)."""
+
+    setup: BuildSetup
+    record: BuildRecord
+    kinds: Mapping[str, StepKind]
+    # the processes at work for the warm clone (a stopping build kills them rather than wait: halt)
+    live: list[subprocess.Popen[str]] = field(default_factory=list)
+    halted: threading.Event = field(default_factory=threading.Event)
+
+    def _environment(self, step: Step) -> dict[str, str]:
+        return self.kinds[step.kind].start(step, self.setup, self.record).environment()
+
+    def _run(self, step: Step, argv: list[str], what: str) -> None:
+        """``argv`` run to its end as ``step``'s probe (its sandbox and environment); OSError naming ``what``
+        when it fails or the build is stopping."""
+        env = self._environment(step)
+        with probing(step, self.setup, self.record, env):
+            if self.halted.is_set():
+                raise OSError(f"{what}: the build is stopping")
+            proc = runner.spawn([*_nice(), *argv], env=env)
+            self.live.append(proc)
+            try:
+                done = runner.finish(proc)
+            finally:
+                self.live.remove(proc)
+        if not done.ok:
+            raise OSError(f"{what} failed: {done.failure()}")
+
+    def prune(self, step: Step, warm: Path) -> tuple[str, ...] | None:
+        """``warm`` (``step``'s, ``checks:venv``'s, clone) pruned with the checked projects' predicted
+        requirements; the names it removed, or None (nothing done) without a prediction for each project.
+        OSError when the prune fails (the clone is then of no use)."""
+        keep = [a.partition("=")[2] for a in step.argv if a.startswith("--keep=")]
+        drop = [a.partition("=")[2] for a in step.argv if a.startswith("--drop=")]
+        if not drop or any(name not in PREDICTED for name in drop):
+            return None
+        keep += itertools.chain.from_iterable(PREDICTED[name] for name in drop)
+        before = installed(warm)
+        argv = [str(warm / "bin" / "python"), str(PRUNE), *(f"--keep={n}" for n in keep)]
+        self._run(step, [*argv, *(f"--drop={name}" for name in drop)], "the warm check venv's prune")
+        return tuple(sorted(before - installed(warm)))
+
+    def complete(self, check: Step, venv: Path) -> None:
+        """What the checked projects are predicted to require and ``venv`` (the warm clone, at the check
+        venv's path) lacks, installed as the check's pip would install it (its constraints, index and
+        sandbox): pillow for torchvision, from the index, off the check's critical path. OSError when pip
+        fails."""
+        projects = [a.partition("==")[0] for a in _values(check.argv, "--expect")]
+        have = installed(venv)
+        missing = [n for p in projects for n in PREDICTED.get(p, ()) if canonicalize_name(n) not in have]
+        if not missing:
+            return
+        constraints = _values(check.argv, "--constraints")
+        pinned = [a for c in constraints if Path(c).is_file() for a in ("--constraint", c)]
+        argv = [str(venv / "bin" / "python"), "-m", "pip", "install", *PIP_QUIET, *pinned, "--", *missing]
+        self._run(check, argv, "the warm check venv's pip install")
+
+    def serve(self, step: Step) -> Stop | None:
+        """``step`` (``checks:import``)'s command started with ``--serve`` in its sandbox; what stops it, or
+        None when it cannot start."""
+        if self.halted.is_set():
+            return None
+        stack = contextlib.ExitStack()
+        try:
+            environment = self._environment(step)
+            argv, env = stack.enter_context(
+                isolated(step, self.setup, self.record, [*_nice(), *step.argv, "--serve"], environment, "/")
+            )
+            proc = runner.spawn(argv, env=env, cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        except (OSError, runner.ProcessError):
+            stack.close()
+            return None
+
+        def stop() -> None:
+            runner.end_group(proc.pid, pid=proc.pid)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=2)
+            stack.close()
+
+        return stop
+
+    def halt(self) -> None:
+        """The build is stopping: what is at work for the warm clone killed, nothing more started."""
+        self.halted.set()
+        for proc in list(self.live):
+            runner.end_group(proc.pid, pid=proc.pid)
+
+
+def _nice() -> list[str]:
+    """What runs the warm clone's work at the lowest priority: the compile beside it keeps the cores it uses
+    (measured on the real 0.21.0 tree, two cores: the compile step 0.3 to 0.7 s slower without)."""
+    nice = shutil.which("nice")
+    return [nice, "-n", "19"] if nice else []
+
+
+def _values(argv: Sequence[str], option: str) -> list[str]:
+    """Each value of ``option`` in ``argv`` (``--option VALUE`` or ``--option=VALUE``)."""
+    found = [a.partition("=")[2] for a in argv if a.startswith(option + "=")]
+    return found + [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == option]
+
+
+def installed(venv: Path) -> set[str]:
+    """The distributions in ``venv``'s site-packages, by canonical name (their ``.dist-info`` directories)."""
+    found = venv.glob("lib/python*/site-packages/*.dist-info")
+    return {canonicalize_name(path.name.partition("-")[0]) for path in found}
