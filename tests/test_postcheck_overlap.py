@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -305,3 +306,55 @@ def test_no_interpreter_waiting_is_no_connection(tmp_path: Path) -> None:
         check=True,
     )
     assert json.loads(client.stdout) is None
+
+
+FACTS_OF_SERVED = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import postcheck
+served = postcheck.connect()
+code, out, err, used = postcheck._facts(served, ["go"])
+print(json.dumps({"code": code, "used": used}))
+"""
+
+
+def bare_venv(root: Path, *dists: str) -> Path:
+    """A venv without pip (its interpreter imports no torch), with these distributions' ``.dist-info``."""
+    venv = root / "check-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    (site,) = venv.glob("lib/python*/site-packages")
+    for name in dists:
+        dist_info(site, name, [f"{name}/__init__.py,,"])
+    return venv
+
+
+def test_a_served_interpreter_that_failed_is_no_verdict_a_fresh_one_gives_it(tmp_path: Path) -> None:
+    """The venv can be moved aside and back while the interpreter started during the compile starts
+    (warmcheck's join before checks:venv): its failure, here torch not there to import, is not the check's;
+    a fresh interpreter's is."""
+    venv = bare_venv(tmp_path, "numpy")
+    python = venv / "bin" / "python"
+    server = subprocess.Popen(
+        [str(python), postcheck.__file__, "--serve", "--expect", "torchvision==0.21.0"], cwd="/"
+    )
+    for _ in range(3000):
+        if (venv / postcheck.SOCKET).exists() or server.poll() is not None:
+            break
+        time.sleep(0.01)
+    client = subprocess.run(
+        [str(python), "-c", FACTS_OF_SERVED, str(Path(postcheck.__file__).parent)],
+        capture_output=True, text=True, check=True, cwd="/", timeout=600,
+    )  # fmt: skip
+    assert server.wait(timeout=60) == 0
+    assert json.loads(client.stdout) == {"code": 1, "used": False}, "the fresh interpreter's failure"
+
+
+def test_a_server_that_finds_its_venv_empty_serves_nothing(tmp_path: Path) -> None:
+    """Its listing empty (the venv moved aside as it started): nothing could be compared with it, so it ends
+    without a socket, and the check starts its own interpreter."""
+    venv = bare_venv(tmp_path)
+    done = subprocess.run(
+        [str(venv / "bin" / "python"), postcheck.__file__, "--serve", "--expect", "torchvision==0.21.0"],
+        capture_output=True, text=True, check=False, cwd="/", timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0 and not (venv / postcheck.SOCKET).exists(), done.stderr

@@ -208,6 +208,8 @@ def serve(expect: list[str]) -> int:
     that connects to :data:`SOCKET` (the socket removed once it has): the facts interpreter's answer goes
     back to it as one JSON line (return code, output, errors)."""
     before = dist_infos()
+    if not before:  # the venv was moved aside while this started (build.warmcheck's join): nothing to serve
+        return 0
     early = subprocess.Popen(
         early_argv(expect),
         stdin=subprocess.PIPE,
@@ -240,7 +242,10 @@ def serve(expect: list[str]) -> int:
 def _facts(early: subprocess.Popen[str] | Served, words: list[str] | None) -> tuple[int, str, str, bool]:
     """The early interpreter's result when it can be used; else a fresh one's. The last item: early."""
     out, err = early.communicate(" ".join(words) + "\n" if words else "", timeout=600)
-    if words and out.strip() != RESTART and early.returncode is not None:
+    # An interpreter started during the compile that failed is no verdict: the venv it started in was moved
+    # aside and back while it started (build.warmcheck's join), which a fresh interpreter never sees.
+    failed_early = isinstance(early, Served) and early.returncode != 0
+    if words and out.strip() != RESTART and early.returncode is not None and not failed_early:
         return early.returncode, out, err, True
     # cwd=/: the wheels are imported from site-packages, never from a source tree next to the cwd.
     probe = subprocess.run(

@@ -40,9 +40,7 @@ from .envstore import clone_tree, relocate_venv
 if TYPE_CHECKING:  # build.checkvenv imports this module after the compile: the plan's model is a third of it
     from torchkiln.plan.model import Step
 
-MARK = (
-    ".torchkiln-warm"  # in the warm venv: the build venv it is a clone of (then what a prune removed), last
-)
+MARK = ".torchkiln-warm"  # in the warm clone, written last: the build venv it is a clone of, what a prune removed
 
 
 class Early(Protocol):
