@@ -238,6 +238,9 @@ def served_venv(root: Path) -> Path:
     import torch  # noqa: PLC0415 - where this environment's torch is
 
     (site / "outer.pth").write_text(str(Path(torch.__file__).parents[1]) + "\n")
+    dist_info(
+        site, "numpy", ["numpy/__init__.py,,"]
+    )  # a check venv holds distributions: an empty one serves nothing
     return venv
 
 
