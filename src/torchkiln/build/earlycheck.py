@@ -41,6 +41,7 @@ from packaging.utils import canonicalize_name
 
 from torchkiln.process import runner
 
+from .envstore import venv_distributions
 from .postcheck import PIP_QUIET
 from .sandbox import isolated, probing
 
@@ -95,8 +96,7 @@ class EarlyStart:
         """``warm`` (``step``'s, ``checks:venv``'s, clone) pruned with the checked projects' predicted
         requirements; the names it removed, or None (nothing done) without a prediction for each project.
         OSError when the prune fails (the clone is then of no use)."""
-        keep = [a.partition("=")[2] for a in step.argv if a.startswith("--keep=")]
-        drop = [a.partition("=")[2] for a in step.argv if a.startswith("--drop=")]
+        keep, drop = _values(step.argv, "--keep"), _values(step.argv, "--drop")
         if not drop or any(name not in PREDICTED for name in drop):
             return None
         keep += itertools.chain.from_iterable(PREDICTED[name] for name in drop)
@@ -166,5 +166,5 @@ def _values(argv: Sequence[str], option: str) -> list[str]:
 
 def installed(venv: Path) -> set[str]:
     """The distributions in ``venv``'s site-packages, by canonical name (their ``.dist-info`` directories)."""
-    found = venv.glob("lib/python*/site-packages/*.dist-info")
-    return {canonicalize_name(path.name.partition("-")[0]) for path in found}
+    found = venv_distributions(venv)
+    return {canonicalize_name(name.partition("-")[0]) for name in found if name.endswith(".dist-info")}

@@ -129,6 +129,18 @@ def early_argv(expect: list[str]) -> list[str]:
     return [sys.executable, str(FACTS), WAIT, *warm]
 
 
+def start_early(expect: list[str]) -> subprocess.Popen[str]:
+    """The early interpreter (:func:`early_argv`), its stdin open for the words; cwd=/, as a fresh one's."""
+    return subprocess.Popen(
+        early_argv(expect),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd="/",
+    )
+
+
 def early_words(before: Listing, after: Listing) -> list[str] | None:
     """What the early interpreter is told (``go`` and the added distributions' top-level names), or None when
     it cannot be used: a distribution that was there was replaced or removed, or an added one has a ``.pth``
@@ -210,14 +222,7 @@ def serve(expect: list[str]) -> int:
     before = dist_infos()
     if not before:  # the venv was moved aside while this started (build.warmcheck's join): nothing to serve
         return 0
-    early = subprocess.Popen(
-        early_argv(expect),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd="/",
-    )
+    early = start_early(expect)
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
             listener.bind(_address())
@@ -303,14 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         ["--constraint", args.constraints] if args.constraints and Path(args.constraints).is_file() else []
     )
     served = connect()  # the interpreter started during the compile, when one waits (see the docstring)
-    early = served or subprocess.Popen(  # else one that imports torch while pip installs
-        early_argv(args.expect),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd="/",
-    )
+    early = served or start_early(args.expect)  # else one that imports torch while pip installs
     try:
         before = served.before if served is not None else dist_infos()
         # The built wheels by path; their dependencies (and nothing of theirs) from the configured index.
