@@ -190,21 +190,38 @@ def test_memory_and_disk_figures_are_stated(tmp_path: Path, monkeypatch: pytest.
     assert "GiB free under" in found["disk"].found
 
 
-def test_cpu_recipe_passes_here(tmp_path: Path) -> None:
+@pytest.mark.parametrize("short", [False, True], ids=["this-disk", "a-disk-too-small"])
+def test_cpu_recipe_passes_here(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, short: bool
+) -> None:
     """The shipped CPU recipe, made for the Python running the tests as `recipe new` makes it, passes the
-    host checks where a CPU build can run (the README's build packages installed)."""
+    host checks where a CPU build can run (the README's build packages installed). The disk check is the
+    host's too, and a machine's free space is what it is (CI's varies by tens of GB): with DISK_GIB free under
+    the work directory the check passes; with less it refuses on the disk alone, stating the free space
+    (``short``: a need no disk meets, so that side is taken on every machine)."""
     require(
         shutil.which("gcc") is not None and shutil.which("ccache") is not None, "gcc and ccache are needed"
     )
-    # the disk check is the host's too: a CPU build of torch needs DISK_GIB free where its work directory is
-    # (nox -s newcomer found a loaded machine with 18 GiB: check refused it, rightly)
-    free = shutil.disk_usage(tmp_path).free / 2**30
-    need = preflight_machine.DISK_GIB["cpu"]
-    require(free >= need, f"{free:.1f} GiB free under {tmp_path}: a CPU build of torch needs {need:g} GiB")
     running = f"{sys.version_info.major}.{sys.version_info.minor}"
     recipe = tmp_path / "cpu.toml"
     assert main(["recipe", "new", CPU.stem, "--python", running, "--output", str(recipe)]) == 0
-    assert main(["check", str(recipe), "--workdir", str(tmp_path / "w")]) == 0
+    capsys.readouterr()
+    if short:
+        monkeypatch.setitem(preflight_machine.DISK_GIB, "cpu", 10.0**6)
+    need = preflight_machine.DISK_GIB["cpu"]
+    before = shutil.disk_usage(tmp_path).free / 2**30
+    code = main(["check", str(recipe), "--workdir", str(tmp_path / "w")])
+    after = shutil.disk_usage(tmp_path).free / 2**30
+    err = capsys.readouterr().err
+    refused = sorted({line.split(":")[1].strip() for line in err.splitlines() if line.startswith("host: ")})
+    assert refused in ([], ["disk"]), err  # nothing but the disk, whatever this machine has
+    assert (code == 0) == (refused == []), err
+    if min(before, after) >= need:  # (other tests write beside this one: both readings on one side)
+        assert code == 0, err
+    elif max(before, after) < need:
+        assert code == 2 and f"GiB free under {tmp_path}" in err and f"{need:g} GiB for a cpu build" in err, (
+            err
+        )
 
 
 def test_check_and_build_refuse_before_any_fetch(
