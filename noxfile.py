@@ -177,8 +177,10 @@ def reference(session: nox.Session, pair: str) -> None:
     """Ground truth: upstream's PyPI torch + torchvision in a fresh venv, verified against the recipe
     `torchkiln recipe describe` wrote of them (committed; the tier checks it still writes the same), every
     GPU-less check passing, then the negative controls (one recipe field changed each: the run must fail
-    naming it). See tests/reference/."""
+    naming it). See tests/reference/. Its venv is removed at the end (5-6 GB; CI's disk holds one pair at a
+    time, not three: a rerun installs again)."""
     _upstream_pair(session, pair, write_recipe=False)
+    _remove_venv(session, pair)
 
 
 @nox.session(python="3.11")
@@ -190,12 +192,16 @@ def releases(session: nox.Session, pair: str) -> None:
     what describe says into tests/reference/recipes/ (how those files are made) instead of comparing."""
     _latest_patch(session, pair)
     _upstream_pair(session, pair, write_recipe=os.environ.get("TORCHKILN_WRITE_RECIPES") == "1")
+    _remove_venv(session, pair)
+
+
+def _remove_venv(session: nox.Session, pair: str) -> None:
+    """The pair's venv (5.5 to 6.3 GB of torch and NVIDIA wheels), once its session passed: one pair on disk
+    at a time, as CI's disk is finite (the pairs share few files: each its own CUDA's libraries)."""
     venv = Path(session.virtualenv.location)
     session.log(f"removing {venv} ({pair}: done)")
     shutil.rmtree(venv, ignore_errors=True)
-    from torchkiln.files.shared import sweep  # noqa: PLC0415 - stdlib only
-
-    sweep(ROOT / ".nox" / ".objects")
+    shutil.rmtree(ROOT / ".nox" / ".objects", ignore_errors=True)  # where earlier versions linked their files
 
 
 def _latest_patch(session: nox.Session, pair: str) -> None:
@@ -225,14 +231,6 @@ def _upstream_pair(session: nox.Session, pair: str, *, write_recipe: bool) -> No
         "python", "-m", "pip", "download", "--quiet", "--no-deps", "--dest", str(wheels), torch_req, vision_req
     )  # fmt: skip
     session.install("-e", ".[test]", *sorted(str(w) for w in wheels.glob("*.whl")))
-    # Each pair's venv holds 5.5 to 6.3 GB of torch and NVIDIA wheels, the pairs many of the same files: one
-    # copy of those in .nox (the environment store's way, torchkiln.files.shared), CI's disk being finite.
-    from torchkiln.files.shared import share_identical, sweep  # noqa: PLC0415 - stdlib only
-
-    objects = ROOT / ".nox" / ".objects"
-    sweep(objects)
-    shared = share_identical(Path(session.virtualenv.location), objects)
-    session.log(f"{shared.files} files ({shared.bytes / 2**30:.1f} GiB) linked to copies other sessions have")
     version = session.run("python", "-c", "import torch; print(torch.__version__)", silent=True)
     label = str(version).strip().splitlines()[-1].partition("+")[2] or "cpu"
     name = f"upstream-{pair}-{label}-py311"

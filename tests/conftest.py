@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import settings
-from kit import realtrees
+from kit import fixturetmp, realtrees
 from kit.imagekit import BASE, BASE_SPEC, private_buildah, remove_all, report, require
 
 from torchkiln.images import rootfs
@@ -88,6 +88,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return rank.get(group, len(rank) + (group not in integration))
 
     items.sort(key=order)  # stable: a module keeps its order
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef[object], request: pytest.FixtureRequest) -> object:
+    """What a fixture makes with tmp_path_factory is removed at its teardown (kit/fixturetmp.py), not at the
+    session's end: module fixtures' build trees and venvs held gigabytes through the rest of the run."""
+    with fixturetmp.setting_up(fixturedef, request):
+        return (yield)
+
+
+def pytest_fixture_post_finalizer(
+    fixturedef: pytest.FixtureDef[object], request: pytest.FixtureRequest
+) -> None:
+    fixturetmp.torn_down(fixturedef, request)
 
 
 @pytest.fixture(scope="session", autouse=True)
