@@ -15,6 +15,7 @@ import copy
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Any
 
 import pytest
 from kit import ROOT
+from kit.imagekit import require
 from test_verify_cli import verify
 
 from torchkiln.errors import UsageError
@@ -248,3 +250,28 @@ def test_a_reference_of_another_release_is_named_in_header_and_summary(tmp_path:
             in (out / "summary.md").read_text()
         )
         assert "**Another release**: the reference is another release" in (out / "parity.md").read_text()
+
+
+def _base_prefix(python: str) -> str | None:
+    """The installation ``python`` belongs to (None: it does not run, as a pyenv shim of no selected version)."""
+    code = "import os, sys; print(os.path.realpath(sys.base_prefix))"
+    done = subprocess.run([python, "-c", code], capture_output=True, text=True, check=False)
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def test_venvs_of_one_python_installation_share_the_reference_venv(tmp_path: Path) -> None:
+    """The reference venv's cache entry is the Python installation's, not the venv's (the tests' venv, each nox
+    session's and a user's several venvs would each hold a copy of upstream's CUDA wheels); another
+    installation or another requirement is another entry."""
+    made = []
+    for name in ("a", "b"):
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / name)], check=True)
+        made.append(str(tmp_path / name / "bin" / "python"))
+    keys = {refenv._key("torch===2.13.0", python) for python in (*made, sys.executable)}
+    assert len(keys) == 1
+    assert refenv._key("torch==2.13.0", made[0]) not in keys
+    found = [shutil.which(f"python3.{minor}") for minor in range(10, 15)] + ["/usr/bin/python3"]
+    here = _base_prefix(sys.executable)
+    others = [p for p in found if p and Path(p).is_file() and _base_prefix(p) not in (None, here)]
+    require(bool(others), "no second Python installation on this machine (Debian's /usr/bin/python3 is one)")
+    assert refenv._key("torch===2.13.0", others[0]) not in keys

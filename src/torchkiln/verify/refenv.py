@@ -2,10 +2,11 @@
 
 ``REQ`` is what pip installs: a requirement (``torch===2.13.0`` for upstream's CUDA build, ``torch==2.13.0``
 where the index has a CPU build) or a wheel file. The venv is made from the interpreter under test (same
-Python, so the same wheel tag and the same ``random`` for the battery's inputs), once per (REQ, Python), and
-kept in ``$TORCHKILN_COMPARE_CACHE`` (default ``~/.cache/torchkiln/compare``): upstream's CUDA wheels and
-their nvidia-* dependencies are gigabytes. It is built under a temporary name and renamed into place when
-torch imports in it, so an interrupted install is never reused.
+Python, so the same wheel tag and the same ``random`` for the battery's inputs), once per (REQ, Python
+installation: every venv of one installation shares it), and kept in ``$TORCHKILN_COMPARE_CACHE`` (default
+``~/.cache/torchkiln/compare``): upstream's CUDA wheels and their nvidia-* dependencies are gigabytes. It is
+built under a temporary name and renamed into place when torch imports in it, so an interrupted install is
+never reused.
 
 The battery (:mod:`torchkiln.verify.battery`) runs there with ``python -I``: neither ``PYTHONPATH`` nor the
 user's site-packages can put the torch under test on its path.
@@ -37,12 +38,20 @@ def cache_root() -> Path:
     return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "torchkiln" / "compare")
 
 
+# What makes two interpreters the same for the reference venv: ``python -m venv`` run by a venv's interpreter
+# makes a venv of that venv's base installation (``sys.base_prefix``), with none of its packages, so every
+# venv of one Python installation shares one reference venv (the tests' and each nox session's, a user's
+# several venvs), rather than a copy of upstream's CUDA wheels (gigabytes) per venv.
+_IDENTITY = "import os, sys; print(os.path.realpath(sys.base_prefix)); print(sys.version)"
+
+
 def _key(requirement: str, python: str) -> str:
-    """The cache entry of (REQ, Python): a wheel file by its content, a requirement by its text."""
+    """The cache entry of (REQ, Python installation): a wheel file by its content, a requirement by its text;
+    the installation by its base prefix and version."""
     wheel = Path(requirement)
     what = f"wheel:{file_sha256(wheel)}" if requirement.endswith(".whl") and wheel.is_file() else requirement
-    version = proc.run([python, "-c", "import sys; print(sys.version)"], timeout=60).stdout.strip()
-    return hashlib.sha256(f"{what}\n{python}\n{version}".encode()).hexdigest()[:24]
+    identity = proc.run([python, "-I", "-c", _IDENTITY], timeout=60).stdout.strip()
+    return hashlib.sha256(f"{what}\n{identity}".encode()).hexdigest()[:24]
 
 
 def _venv_python(venv: Path) -> Path:
