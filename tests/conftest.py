@@ -104,13 +104,6 @@ def pytest_fixture_post_finalizer(
     fixturetmp.torn_down(fixturedef, request)
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
-    """... and what a test made there itself (a factory fixture's clusters), at its end."""
-    with fixturetmp.running(item):
-        return (yield)
-
-
 @pytest.fixture(scope="session", autouse=True)
 def env_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     store = tmp_path_factory.mktemp("env-store")

@@ -1,6 +1,6 @@
 """tests/conftest.py's fixture directories (kit/fixturetmp.py): what a fixture makes with tmp_path_factory is
-removed at its teardown, and what a test makes there (through a factory fixture) at its end; kept after a
-failure or while something is mounted there; a fixture set up inside another's setup keeps its own. Run as a pytest of its own with the suite's conftest as its plugin."""
+removed at its teardown, kept after a failure or while something is mounted there; a fixture set up inside
+another's setup keeps its own. Run as a pytest of its own with the suite's conftest as its plugin."""
 
 from __future__ import annotations
 
@@ -30,10 +30,6 @@ SUITE = textwrap.dedent(
         return made
 
     @pytest.fixture
-    def make_dir(tmp_path_factory):  # a factory: the test makes the directory, not the fixture's setup
-        return lambda: tmp_path_factory.mktemp("factory-made")
-
-    @pytest.fixture
     def mounted(tmp_path_factory):
         made = tmp_path_factory.mktemp("mounted")
         subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(made)], check=True)
@@ -41,14 +37,13 @@ SUITE = textwrap.dedent(
         return made  # left mounted: never removed through it
     """
 )
-FIRST = "def test_first(module_dir, make_dir):\n    assert module_dir.is_dir() and make_dir().is_dir()\n"
+FIRST = "def test_first(module_dir):\n    assert module_dir.is_dir()\n"
 LATER = textwrap.dedent(
     """
     def test_later(tmp_path_factory):
         base = tmp_path_factory.getbasetemp()
         assert (base / "session-made0").is_dir()  # test_a's session fixture: set up inside a module's setup
-        made = {p.name for pattern in ("module-made[0-9]*", "factory-made[0-9]*") for p in base.glob(pattern)}
-        assert made == set(EXPECTED), sorted(base.iterdir())
+        assert {p.name for p in base.glob("module-made[0-9]*")} == set(EXPECTED), sorted(base.iterdir())
     """
 )
 
@@ -74,13 +69,11 @@ def test_a_module_fixtures_directory_is_gone_when_the_module_ends(tmp_path: Path
 
 def test_a_failure_keeps_what_its_fixtures_made(tmp_path: Path) -> None:
     failing = FIRST.replace(
-        "def test_first",
-        "def test_other(module_dir, make_dir):\n    assert not make_dir()\n\n\ndef test_first",
+        "def test_first", "def test_other(module_dir):\n    assert False\n\n\ndef test_first"
     )
-    done = run(tmp_path, failing, ["module-made0", "factory-made0"])
+    done = run(tmp_path, failing, ["module-made0"])
     assert done.returncode == 1 and "1 failed, 2 passed" in done.stdout, done.stdout[-3000:]
     assert (tmp_path / "base" / "module-made0" / "tree").is_dir()
-    assert (tmp_path / "base" / "factory-made0").is_dir()  # the failed test's; the passing one's went
 
 
 def test_nothing_is_removed_through_a_mount(tmp_path: Path) -> None:

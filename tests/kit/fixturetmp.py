@@ -8,12 +8,8 @@ the session's base temporary directory are that fixture's, and are removed when 
 test failed meanwhile (kept to look at, as pytest keeps a failed test's ``tmp_path``) or something is still
 mounted under one (never removed through a mount).
 
-The same holds for what a test makes there itself, or through a factory fixture (``make_cluster()``, called by
-the test): what appeared under the base directory while the test ran, and no live fixture owns, is removed
-when the test ends, unless it failed.
-
-tests/conftest.py calls :func:`setting_up` around each fixture's setup, :func:`torn_down` after its
-teardown, and :func:`running` around each test (setup, call and teardown).
+tests/conftest.py calls :func:`setting_up` around each fixture's setup and :func:`torn_down` after its
+teardown.
 """
 
 from __future__ import annotations
@@ -57,28 +53,8 @@ def setting_up(fixturedef: pytest.FixtureDef[object], request: pytest.FixtureReq
 def torn_down(fixturedef: pytest.FixtureDef[object], request: pytest.FixtureRequest) -> None:
     """Remove what ``fixturedef``'s setup made, once no test failed since and nothing is mounted there."""
     made, failures = _owned.pop(id(fixturedef), ([], 0))
-    if made and request.session.testsfailed == failures:
-        _remove(made)
-
-
-@contextmanager
-def running(item: pytest.Item) -> Iterator[None]:
-    """Remove what appeared under the base directory while ``item`` ran and no live fixture owns, when it
-    passed."""
-    factory: pytest.TempPathFactory | None = getattr(item.config, "_tmp_path_factory", None)
-    if factory is None:
-        yield
+    if not made or request.session.testsfailed > failures:
         return
-    base = factory.getbasetemp()
-    before, failures = set(os.listdir(base)), item.session.testsfailed
-    yield
-    if item.session.testsfailed != failures:
-        return
-    live = {path.name for made, _ in _owned.values() for path in made}
-    _remove([base / name for name in sorted(set(os.listdir(base)) - before - live)])
-
-
-def _remove(made: list[Path]) -> None:
     mounted = _mount_points()
     for path in made:
         if path.is_symlink():  # mktemp's "<prefix>current", to the newest of its numbered directories
