@@ -9,7 +9,10 @@ test failed meanwhile (kept to look at, as pytest keeps a failed test's ``tmp_pa
 mounted under one (never removed through a mount).
 
 tests/conftest.py calls :func:`setting_up` around each fixture's setup and :func:`torn_down` after its
-teardown.
+teardown. A conftest's hooks see only the nodes below its directory: the session's fixtures (their node is the
+session) are not seen, and their directories stay to the session's end, as pytest's own rule has it. What a
+test makes there itself (a factory fixture's, ``make_cluster()``) stays too: a rule for it would take the
+session fixtures' directories, unseen, as the test's own.
 """
 
 from __future__ import annotations
