@@ -90,18 +90,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=order)  # stable: a module keeps its order
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_fixture_setup(fixturedef: pytest.FixtureDef[object], request: pytest.FixtureRequest) -> object:
+PLUGIN = "torchkiln-fixturetmp"
+
+
+def pytest_configure(config: pytest.Config) -> None:
     """What a fixture makes with tmp_path_factory is removed at its teardown (kit/fixturetmp.py), not at the
-    session's end: module fixtures' build trees and venvs held gigabytes through the rest of the run."""
-    with fixturetmp.setting_up(fixturedef, request):
-        return (yield)
-
-
-def pytest_fixture_post_finalizer(
-    fixturedef: pytest.FixtureDef[object], request: pytest.FixtureRequest
-) -> None:
-    fixturetmp.torn_down(fixturedef, request)
+    session's end: module fixtures' build trees and venvs held gigabytes through the rest of the run.
+    Registered as a plugin, so that its hooks see the session's fixtures too."""
+    if not config.pluginmanager.has_plugin(PLUGIN):
+        config.pluginmanager.register(fixturetmp, PLUGIN)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,10 +1,12 @@
 """tests/conftest.py's fixture directories (kit/fixturetmp.py): what a fixture makes with tmp_path_factory is
 removed at its teardown, kept after a failure or while something is mounted there; a fixture set up inside
-another's setup keeps its own. Run as a pytest of its own with the suite's conftest as its plugin."""
+another's setup keeps its own. Run as a pytest of its own laid out as this suite is (a copy of
+tests/conftest.py in a directory below the rootdir: its hooks see what they see here, no more)."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -49,15 +51,18 @@ LATER = textwrap.dedent(
 
 
 def run(tmp_path: Path, first: str, expected: list[str], extra: str = "") -> subprocess.CompletedProcess[str]:
-    tests = tmp_path / "t"
-    tests.mkdir()
+    """A suite laid out as this one is: its tests and a copy of tests/conftest.py in ``tests/`` below the
+    rootdir, so that the session's fixtures belong to a node above the conftest's directory, as here."""
+    tests = tmp_path / "suite" / "tests"
+    tests.mkdir(parents=True)
+    shutil.copy(ROOT / "tests" / "conftest.py", tests / "conftest.py")
     (tests / "test_a.py").write_text(SUITE + first + extra)
     (tests / "test_b.py").write_text(f"EXPECTED = {expected!r}\n" + LATER)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT / "src")])}
-    argv = [sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "-q"]
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", f"--basetemp={tmp_path / 'base'}"]
     return subprocess.run(
-        [*argv, f"--basetemp={tmp_path / 'base'}", "--rootdir", str(tests), "-c", os.devnull, str(tests)],
-        capture_output=True, text=True, env=env, check=False, cwd=tests,
+        [*argv, "--rootdir", str(tests.parent), "-c", os.devnull, "tests"],
+        capture_output=True, text=True, env=env, check=False, cwd=tests.parent,
     )  # fmt: skip
 
 

@@ -8,11 +8,11 @@ the session's base temporary directory are that fixture's, and are removed when 
 test failed meanwhile (kept to look at, as pytest keeps a failed test's ``tmp_path``) or something is still
 mounted under one (never removed through a mount).
 
-tests/conftest.py calls :func:`setting_up` around each fixture's setup and :func:`torn_down` after its
-teardown. A conftest's hooks see only the nodes below its directory: the session's fixtures (their node is the
-session) are not seen, and their directories stay to the session's end, as pytest's own rule has it. What a
-test makes there itself (a factory fixture's, ``make_cluster()``) stays too: a rule for it would take the
-session fixtures' directories, unseen, as the test's own.
+This module is a pytest plugin that tests/conftest.py registers (``pytest_configure``): registered, its hooks
+see every fixture, where a conftest's own hooks see only the nodes below its directory, not the session's
+fixtures (a session fixture first set up inside another fixture's setup, ``getfixturevalue``, had its
+directory taken as the other's, and removed with it). What a test makes there itself (a factory fixture's,
+``make_cluster()``) stays to the session's end.
 """
 
 from __future__ import annotations
@@ -56,8 +56,11 @@ def setting_up(fixturedef: pytest.FixtureDef[object], request: pytest.FixtureReq
 def torn_down(fixturedef: pytest.FixtureDef[object], request: pytest.FixtureRequest) -> None:
     """Remove what ``fixturedef``'s setup made, once no test failed since and nothing is mounted there."""
     made, failures = _owned.pop(id(fixturedef), ([], 0))
-    if not made or request.session.testsfailed > failures:
-        return
+    if made and request.session.testsfailed == failures:
+        _remove(made)
+
+
+def _remove(made: list[Path]) -> None:
     mounted = _mount_points()
     for path in made:
         if path.is_symlink():  # mktemp's "<prefix>current", to the newest of its numbered directories
@@ -73,3 +76,15 @@ def _mount_points() -> list[Path]:
     except OSError:
         return []
     return [Path(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), line.split(" ")[4])) for line in lines]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef[object], request: pytest.FixtureRequest) -> object:
+    with setting_up(fixturedef, request):
+        return (yield)
+
+
+def pytest_fixture_post_finalizer(
+    fixturedef: pytest.FixtureDef[object], request: pytest.FixtureRequest
+) -> None:
+    torn_down(fixturedef, request)
