@@ -31,6 +31,7 @@ from torchkiln.build.loop import BuildOptions, BuildResult, run_build
 from torchkiln.cache import resolve_cache
 from torchkiln.commands.plan import env_store_from_args
 from torchkiln.errors import UsageError
+from torchkiln.files import shared
 from torchkiln.plan.make import make_plan
 from torchkiln.plan.model import Plan, Step
 from torchkiln.recipe.loader import load_recipe
@@ -646,3 +647,52 @@ def test_entries_share_one_copy_of_the_large_files_they_have_in_common(tmp_path:
     store.keep("d", d.parents[2], {}, "build-env:deps", {})
     assert len(sorted(p for p in store.objects.rglob("*") if p.is_file())) == 2
     assert inode(d / "libbig.so") in one
+
+
+@pytest.mark.parametrize("min_bytes", [1, 2, 4096])
+def test_large_files_lists_the_same_with_find_and_without(
+    tmp_path: Path, min_bytes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What :func:`shared.large_files` lists, by GNU find and by os.walk (no find on PATH), is each regular
+    file of the tree of ``min_bytes`` or more but ``*.py``: sizes about the bound, names find's globbing or a
+    NUL-separated listing could get wrong (a newline, a space, a leading dot or dash, bytes that are not
+    UTF-8, ``*.py`` as a directory's name), and never a symlink, what a symlinked directory holds, or a fifo."""
+    real = tmp_path / "real"
+    sizes = {"below": min_bytes - 1, "at": min_bytes, "above": min_bytes + 1}
+    expected = set()
+    for sub in ("", "deep/er", "x.py", ".hidden", "-dash"):
+        base = real / sub
+        base.mkdir(parents=True, exist_ok=True)
+        for word, size in sizes.items():
+            for name in (
+                f"{word}.so",
+                f"{word}.py",
+                f"{word}.pyc",
+                f"new\nline {word}",
+                f".{word}",
+                f"-{word}",
+            ):
+                (base / name).write_bytes(b"x" * size)
+                if size >= min_bytes and not name.endswith(".py"):
+                    expected.add(str(base / name))
+    odd = os.fsencode(str(real)) + b"/\xff\xfe.so"
+    with open(odd, "wb") as handle:
+        handle.write(b"x" * min_bytes)
+    expected.add(os.fsdecode(odd))
+    (real / "link.so").symlink_to(real / "at.so")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "big.so").write_bytes(b"x" * (min_bytes + 10))
+    (real / "linked-dir").symlink_to(outside, target_is_directory=True)
+    os.mkfifo(real / "pipe.so")
+    top = tmp_path / "top"  # the tree given as a symlink to it: listed, as os.walk lists it
+    top.symlink_to(real, target_is_directory=True)
+    as_given = {p.replace(str(real), str(top), 1) for p in expected}
+
+    assert shutil.which("find") is not None  # the real tool, as the build finds it
+    with_find = shared.large_files(top, min_bytes)
+    monkeypatch.setenv("PATH", str(tmp_path / "no-tools"))
+    assert shutil.which("find") is None
+    walked = shared.large_files(top, min_bytes)
+    assert len(with_find) == len(set(with_find))
+    assert {os.path.normpath(p) for p in with_find} == as_given == {os.path.normpath(p) for p in walked}
