@@ -307,17 +307,28 @@ def test_a_fresh_work_directory_checks_with_the_interpreter_started_during_the_c
     manifest = json.loads((first_root / "dist" / "manifest.json").read_text())
     sandbox = cudakit.sandbox(inputs["toolkit"])
     try:
-        done = torchkiln_build(
-            sandbox, tmp_path, tree_copy(inputs, tmp_path), inputs["torch"], builds_store(tmp_path)
-        )
+        store = builds_store(tmp_path)
+        done = torchkiln_build(sandbox, tmp_path, tree_copy(inputs, tmp_path), inputs["torch"], store)
         assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
         logs = tmp_path / "work" / "logs" / "latest"
-        assert "made while the compile ran" in (logs / "checks-venv.log").read_text()
+        assert "made before this step" in (logs / "checks-venv.log").read_text()
         log = (logs / "checks-import.log").read_text()
         assert f"postcheck: the facts from {postcheck.EARLY[True]}" in log, log
         again = json.loads((tmp_path / "dist" / "manifest.json").read_text())
         assert again["checks"] == manifest["checks"], "the facts of a fresh interpreter"
         assert not (tmp_path / "work" / "check-venv" / postcheck.SOCKET).exists()
+        # The edit loop, the check on: a code change in one .cpp, rebuilt where it was built. The build venv
+        # is linked to its store entry, unchanged: the check venv is cloned from it and pruned for the
+        # predicted requirements while the compile runs, so checks:venv's own prune finds the build tools
+        # gone (before, the clone was made after the compile and the step removed them).
+        nms = tmp_path / "vision-0.21.0" / "torchvision" / "csrc" / "ops" / "cpu" / "nms_kernel.cpp"
+        nms.write_text(nms.read_text().replace("if (dets.numel() == 0)", "if (dets.numel() <= 0)", 1))
+        edited = torchkiln_build(sandbox, tmp_path, tmp_path / "vision-0.21.0", inputs["torch"], store)
+        assert edited.returncode == 0, edited.stdout[-4000:] + edited.stderr[-4000:]
+        log = (logs / "checks-venv.log").read_text()
+        assert "is the clone of" in log, log
+        assert not [line for line in log.splitlines() if line.startswith("venvprune: removing")], log
+        assert json.loads((tmp_path / "dist" / "manifest.json").read_text())["checks"] == manifest["checks"]
     finally:
         shutil.rmtree(tmp_path / "work", ignore_errors=True)
 

@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         "--warm",
         type=Path,
         default=None,
-        help="a clone of the build venv made while the compile ran (build.warmcheck): taken when whole",
+        help="a clone of the build venv made before this step, while the compile ran where one ran (build.warmcheck): taken when whole",
     )
     parser.add_argument("target", type=Path, help="the check venv (made)")
     args = parser.parse_args(argv)
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         target.unlink()
     removed = take(args.warm.absolute(), source, target) if args.warm is not None else None
     if removed is not None:
-        print(f"checkvenv: {target} is the clone of {source} made while the compile ran")
+        print(f"checkvenv: {target} is the clone of {source} made before this step (build.warmcheck)")
         done = _prune(target, args, removed)
         if done != MISPREDICTED:
             return done

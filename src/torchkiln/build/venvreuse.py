@@ -428,9 +428,18 @@ class VenvReuse:
         shutil.rmtree(venv, ignore_errors=True)
 
     def while_running(self, kind: StepKind) -> None:
-        """Before the command of a step whose kind ``warms``: the check venvs cloned meanwhile."""
-        if kind.warms and not self.setup.options.skip_postcheck:
-            self.warming.start(self.setup.plan.steps)
+        """Before the command of a step whose kind ``warms``: the check venvs cloned meanwhile. A build venv
+        an earlier run linked to its store entry (a rebuild where it was built) is that entry unchanged (a
+        step that installs into it makes it a venv of its own first): cloned from the entry too, as
+        ``checks:venv`` would clone it after the compile."""
+        if not kind.warms or self.setup.options.skip_postcheck:
+            return
+        for step in self.setup.plan.steps:
+            if step.clones is not None and step.clones not in self.warming.origins:
+                linked = linked_origin(Path(step.clones))
+                if linked is not None:
+                    self.warming.cloned(step.clones, *linked)
+        self.warming.start(self.setup.plan.steps)
 
     def passed(self, step: Step) -> None:
         """``step`` was skipped or reused: a warm clone of its venv is of no use."""
