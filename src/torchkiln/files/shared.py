@@ -131,9 +131,8 @@ def large_files(tree: Path, min_bytes: int) -> list[str]:
     for a venv's tens of thousands of entries (0.14 s against 0.07 s for a torch check venv's 23,000 on two
     cores) beside the post-build check's other threads (issue 47); by :func:`os.walk` where ``find`` is
     missing or fails."""
-    top = os.path.join(
-        str(tree), ""
-    )  # a trailing slash: a tree that is itself a symlink is listed, as os.walk does
+    # a trailing slash: a tree that is itself a symlink is listed, as os.walk lists it
+    top = os.path.join(str(tree), "")
     find = shutil.which("find")
     if find is not None:
         size = ["-size", f"+{min_bytes - 1}c"] if min_bytes > 0 else []
