@@ -322,7 +322,9 @@ def test_a_fresh_work_directory_checks_with_the_interpreter_started_during_the_c
         # predicted requirements while the compile runs, so checks:venv's own prune finds the build tools
         # gone (before, the clone was made after the compile and the step removed them).
         nms = tmp_path / "vision-0.21.0" / "torchvision" / "csrc" / "ops" / "cpu" / "nms_kernel.cpp"
-        nms.write_text(nms.read_text().replace("if (dets.numel() == 0)", "if (dets.numel() <= 0)", 1))
+        source = nms.read_text()
+        nms.write_text(source.replace("if (dets.numel() == 0)", "if (dets.numel() <= 0)", 1))
+        assert nms.read_text() != source, "the edit applies to upstream's 0.21.0 nms_kernel.cpp"
         edited = torchkiln_build(sandbox, tmp_path, tmp_path / "vision-0.21.0", inputs["torch"], store)
         assert edited.returncode == 0, edited.stdout[-4000:] + edited.stderr[-4000:]
         log = (logs / "checks-venv.log").read_text()

@@ -372,12 +372,20 @@ class VenvReuse:
                     materialize(Path(step.venv))
                 except OSError as exc:
                     raise self._unclonable(step, own[0].parent, exc) from None
-            if step.clones is not None and step.clones not in self.warming.origins:
-                cloned = linked_origin(Path(step.clones))  # cloned by torchkiln, outside the sandbox
-                if cloned is not None:
-                    self.warming.cloned(step.clones, *cloned)
-                    self.warming.start([step])
+            if self._linked_origin(step.clones):  # cloned by torchkiln, outside the sandbox
+                self.warming.start([step])
             self.warming.join(step.venv)
+
+    def _linked_origin(self, venv: str | None) -> bool:
+        """``venv``, linked to its store entry by an earlier run and with no origin in this one, given that
+        entry as its origin (it is the entry unchanged: a step that installs into it makes it a venv of its own
+        first); True when it was."""
+        if venv is None or venv in self.warming.origins:
+            return False
+        linked = linked_origin(Path(venv))
+        if linked is not None:
+            self.warming.cloned(venv, *linked)
+        return linked is not None
 
     def _used(self, step: Step) -> list[str]:
         """The plan's venvs ``step`` relies on: the one it installs into (not one it makes afresh), the one it
@@ -428,17 +436,12 @@ class VenvReuse:
         shutil.rmtree(venv, ignore_errors=True)
 
     def while_running(self, kind: StepKind) -> None:
-        """Before the command of a step whose kind ``warms``: the check venvs cloned meanwhile. A build venv
-        an earlier run linked to its store entry (a rebuild where it was built) is that entry unchanged (a
-        step that installs into it makes it a venv of its own first): cloned from the entry too, as
-        ``checks:venv`` would clone it after the compile."""
+        """Before the command of a step whose kind ``warms``: the check venvs cloned meanwhile, from a build
+        venv an earlier run linked to its store entry (a rebuild where it was built) too."""
         if not kind.warms or self.setup.options.skip_postcheck:
             return
         for step in self.setup.plan.steps:
-            if step.clones is not None and step.clones not in self.warming.origins:
-                linked = linked_origin(Path(step.clones))
-                if linked is not None:
-                    self.warming.cloned(step.clones, *linked)
+            self._linked_origin(step.clones)
         self.warming.start(self.setup.plan.steps)
 
     def passed(self, step: Step) -> None:
