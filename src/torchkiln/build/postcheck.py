@@ -19,7 +19,12 @@ The interpreter can start sooner still (issue 47): while the compile runs, :mod:
 starts this script with ``--serve`` in the check venv's warm clone. It lists the venv's distributions, starts
 the early interpreter and waits on a socket in the venv (:data:`SOCKET`); the check, when it finds that socket,
 takes that interpreter and that listing (:class:`Served`) in place of its own, under the same rule. Anything
-that changed the venv since (the check venv's prune, pip) is in the comparison.
+that changed the venv since (the check venv's prune, pip) is in the comparison. The server starts the check's
+pip too (:func:`warm_pip`): ``python -m pip``'s own code, its modules imported while the compile runs (a third
+of a second, half of the install), then run with the check's arguments. The check uses it when its venv is
+still the one it started in (:func:`early_words`' rule, and no name its imports missed is there now); when it
+cannot, or its install fails (then a fresh pip's failure is the verdict), the check runs ``python -m pip``
+itself.
 
 Standard library only: this file runs outside torchkiln's own environment, in a clean venv where torchkiln
 is not installed. So it runs its two commands with :mod:`subprocess` itself rather than through
@@ -36,10 +41,12 @@ import functools
 import importlib.util
 import json
 import os
+import runpy
 import socket
 import subprocess
 import sys
 import sysconfig
+from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
 
@@ -141,6 +148,108 @@ def start_early(expect: list[str]) -> subprocess.Popen[str]:
     )
 
 
+# The modules of pip that ``pip install`` imports, imported by the pip the server starts before it is given its
+# arguments: pip 26.3 in the check venv of the real 0.21.0 tree, 0.25 s of its imports' 0.3 s (``-X importtime``
+# of a check's install against these); its install of the torchvision wheel then took 0.15 s against 0.5-0.67 s.
+PIP_WARM_UP = (
+    "pip._internal.cli.main",
+    "pip._internal.commands.install",
+    "pip._internal.resolution.resolvelib.resolver",
+    "pip._internal.operations.install.wheel",
+    "pip._internal.metadata.importlib",
+)
+PIP_UNUSED = "postcheck: the pip started early cannot be used"  # warm_pip's answer (the check runs its own)
+PIP_EARLY = "postcheck: installed by the pip started during the compile"
+
+
+class _Looked:
+    """The last finder on ``sys.meta_path``: asked only for what no other finder found, it remembers each
+    module looked for and missed (its name and the path it was looked for on), so that what is there now can
+    be told (:meth:`found_now`)."""
+
+    def __init__(self) -> None:
+        self.missed: set[tuple[str, tuple[str, ...] | None]] = set()
+
+    def find_spec(self, name: str, path: Iterable[str] | None = None, target: object = None) -> None:
+        self.missed.add((name, None if path is None else tuple(path)))
+
+    def found_now(self) -> bool:
+        """Whether another finder finds one of the modules missed now (or fails to say). One that was
+        imported after all is not missed: a finder appended after this one found it (six's in urllib3)."""
+        importlib.invalidate_caches()
+        finders = [f for f in sys.meta_path if f is not self and hasattr(f, "find_spec")]
+        for name, path in self.missed:
+            if name in sys.modules:
+                continue
+            for finder in finders:
+                try:
+                    if finder.find_spec(name, None if path is None else list(path)) is not None:
+                        return True
+                except Exception:  # noqa: BLE001 - not known to be missing still
+                    return True
+        return False
+
+
+def warm_pip() -> int:
+    """The pip the server starts (:func:`start_pip`): :data:`PIP_WARM_UP` imported (:func:`warm_up`), then
+    the check's request answered (:func:`run_pip`)."""
+    looked, whole = warm_up(PIP_WARM_UP)
+    return run_pip(looked, whole, sys.stdin.readline())
+
+
+def warm_up(modules: Iterable[str]) -> tuple[_Looked, bool]:
+    """Each of ``modules`` imported: what was looked for and missed meanwhile, and whether none raised (a
+    module not there is missed, not raised: another pip's layout, whose pip looks for it again)."""
+    looked = _Looked()
+    sys.meta_path.append(looked)
+    whole = True
+    try:
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except ModuleNotFoundError:
+                pass
+            except Exception:  # noqa: BLE001 - a state a fresh pip never has: this pip is not used
+                whole = False
+    finally:
+        sys.meta_path.remove(looked)
+    return looked, whole
+
+
+def run_pip(looked: _Looked, whole: bool, line: str) -> int:
+    """``line``, ``{"pip": ARGS, "prefix": ...}``: ``python -m pip ARGS`` run (pip's ``__main__`` by
+    :mod:`runpy`, which exits with pip's code) when the warm-up was ``whole``, this interpreter's prefix is
+    the check's, and no module it missed is there now (the venv changed under it: a distribution added since,
+    the venv moved aside meanwhile). Otherwise :data:`PIP_UNUSED` and 3; nothing without a request."""
+    request = json.loads(line or "null")
+    if not request:
+        return 0
+    if not whole or request.get("prefix") != sys.prefix or looked.found_now():
+        print(PIP_UNUSED)
+        return 3
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # as the check's own pip: nothing to read
+    sys.argv = ["pip", *request["pip"]]
+    runpy.run_module("pip", run_name="__main__", alter_sys=True)
+    return 0
+
+
+def start_pip() -> subprocess.Popen[str] | None:
+    """:func:`warm_pip` in an interpreter of this venv whose ``sys.path`` starts as ``python -m pip``'s
+    (this directory taken off it once this module is imported), cwd=/; None when it cannot start."""
+    code = f"import sys; sys.path.insert(0, {str(HERE)!r}); import postcheck; del sys.path[0]; sys.exit(postcheck.warm_pip())"
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-c", code],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd="/",
+        )
+    except OSError:  # the venv moved aside as it started (build.warmcheck's join): the check runs its own pip
+        return None
+
+
 def early_words(before: Listing, after: Listing) -> list[str] | None:
     """What the early interpreter is told (``go`` and the added distributions' top-level names), or None when
     it cannot be used: a distribution that was there was replaced or removed, or an added one has a ``.pth``
@@ -180,6 +289,19 @@ class Served:
             self.returncode, out, err = -1, RESTART, ""
         return out, err
 
+    def pip(self, args: list[str]) -> subprocess.CompletedProcess[str] | None:
+        """``python -m pip ARGS`` run by the pip the server started (:func:`warm_pip`); None when it does not
+        answer."""
+        try:
+            self.conn.settimeout(600)
+            request = {"pip": args, "prefix": sys.prefix}
+            self.stream.write(json.dumps(request) + "\n")
+            self.stream.flush()
+            code, out, err = json.loads(self.stream.readline())
+        except (OSError, ValueError, TypeError):
+            return None
+        return subprocess.CompletedProcess(args, code, out, err)
+
     def poll(self) -> int | None:
         return self.returncode
 
@@ -216,13 +338,15 @@ def _address() -> str:
 
 
 def serve(expect: list[str]) -> int:
-    """``--serve``: this venv's listing taken, the early interpreter started, and both handed to the one check
-    that connects to :data:`SOCKET` (the socket removed once it has): the facts interpreter's answer goes
-    back to it as one JSON line (return code, output, errors)."""
+    """``--serve``: this venv's listing taken, the early interpreter and pip (:func:`start_pip`) started, and
+    all three handed to the one check that connects to :data:`SOCKET` (the socket removed once it has). It
+    sends pip's arguments (a JSON object: :meth:`Served.pip`) or not, then the early interpreter's words; each
+    answer goes back as one JSON line (return code, output, errors)."""
     before = dist_infos()
     if not before:  # the venv was moved aside while this started (build.warmcheck's join): nothing to serve
         return 0
     early = start_early(expect)
+    pip = start_pip()
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
             listener.bind(_address())
@@ -230,18 +354,37 @@ def serve(expect: list[str]) -> int:
             conn, _ = listener.accept()
         with contextlib.suppress(OSError):
             os.unlink(_address())
-        with conn, conn.makefile("rw", encoding="utf-8", newline="\n") as stream:
+        # a check that went away (its install failed: it asks no facts) is no error of this server's
+        with (
+            contextlib.suppress(OSError),
+            conn,
+            conn.makefile("rw", encoding="utf-8", newline="\n") as stream,
+        ):
             stream.write(json.dumps(before) + "\n")
             stream.flush()
             words = stream.readline()
+            if words.startswith("{"):
+                code, out, err = _answer(pip, words)
+                stream.write(json.dumps([code, out, err]) + "\n")
+                stream.flush()
+                words = stream.readline()
             out, err = early.communicate(words, timeout=600)
             stream.write(json.dumps([early.returncode, out, err]) + "\n")
             stream.flush()
     finally:
-        if early.poll() is None:
-            early.kill()
-            early.wait()
+        for proc in (early, pip):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
     return 0
+
+
+def _answer(pip: subprocess.Popen[str] | None, request: str) -> tuple[int | None, str, str]:
+    """The pip started here given ``request`` (:meth:`Served.pip`'s line): its return code and output."""
+    if pip is None:
+        return None, "", PIP_UNUSED
+    out, err = pip.communicate(request, timeout=600)
+    return pip.returncode, out, err
 
 
 def _facts(early: subprocess.Popen[str] | Served, words: list[str] | None) -> tuple[int, str, str, bool]:
@@ -257,6 +400,18 @@ def _facts(early: subprocess.Popen[str] | Served, words: list[str] | None) -> tu
         [sys.executable, str(FACTS)], check=False, capture_output=True, text=True, cwd="/", timeout=600
     )
     return probe.returncode, probe.stdout, probe.stderr, False
+
+
+def _install(served: Served | None, args: list[str]) -> subprocess.CompletedProcess[str]:
+    """``pip ARGS``: by the pip the server started, when there is one and the venv holds what it held when the
+    server listed it, plus only distributions without a ``.pth`` file (:func:`early_words`); otherwise, or
+    when that pip could not be used or failed, ``python -m pip`` run here (whose failure is the verdict)."""
+    if served is not None and early_words(served.before, dist_infos()) is not None:
+        done = served.pip(args)
+        if done is not None and done.returncode == 0:
+            print(PIP_EARLY)
+            return done
+    return subprocess.run([sys.executable, "-m", "pip", *args], check=False, capture_output=True, text=True)
 
 
 EARLY = {
@@ -312,12 +467,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         before = served.before if served is not None else dist_infos()
         # The built wheels by path; their dependencies (and nothing of theirs) from the configured index.
-        result = subprocess.run(
-            [sys.executable, "-m", "pip", "install", *PIP_QUIET, *constraint, "--", *wheels, *args.also],
-            check=False,
-            capture_output=True,
-            text=True,
-        )
+        result = _install(served, ["install", *PIP_QUIET, *constraint, "--", *wheels, *args.also])
         if result.returncode != 0:
             print(
                 f"postcheck: installing {' '.join(wheels)} failed:\n{result.stderr[-4000:]}", file=sys.stderr
