@@ -6,16 +6,22 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from packaging.utils import canonicalize_name
 
-from torchkiln.build import checkvenv
+from torchkiln.build import checkvenv, earlycheck, venvprune
 from torchkiln.build.envstore import clone_tree, relocate_venv
 from torchkiln.build.warmcheck import MARK, Warming, take, warm_path
 from torchkiln.plan.model import Step
 
 pytestmark = pytest.mark.integration  # real venvs with pip, clones of them
+
+DATA = Path(__file__).parent / "data"
 
 
 @pytest.fixture(scope="module")
@@ -151,8 +157,11 @@ class Started:
     """An :class:`~torchkiln.build.warmcheck.Early` whose check is a real process (``sleep``): what the
     warm clone's thread does with it, not what it starts (tests/test_postcheck_overlap.py has the server)."""
 
-    def __init__(self, removed: tuple[str, ...] | None = ()) -> None:
-        self.removed, self.procs, self.saw = removed, [], []
+    def __init__(self, removed: tuple[str, ...] | None = (), *, foreseen: bool = True) -> None:
+        self.removed, self.procs, self.saw, self.seen = removed, [], [], foreseen
+
+    def foreseen(self, step: Step) -> bool:
+        return self.seen
 
     def prune(self, step: Step, warm: Path) -> tuple[str, ...] | None:
         return self.removed
@@ -230,3 +239,152 @@ def test_a_build_venv_changed_after_the_check_started_early_drops_the_clone_at_t
     assert not check_venv.exists() and not warm_path(check_venv).exists()
     warming.finish()
     assert [p.poll() for p in early.procs] == [-9]
+
+
+# --- checks:venv's clone made outside its sandbox (Warming.settle) ---------------------------------------------
+
+
+def inode(path: Path) -> tuple[int, int]:
+    st = path.stat()
+    return st.st_dev, st.st_ino
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["the thread's clone failed", "the prune the wheels go beyond", "the prune the wheels stay within"],
+)
+def test_checks_venv_finds_a_warm_clone_made_outside_its_sandbox_where_it_would_clone_itself(
+    tmp_path: Path, entry, case: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """In checks:venv's sandbox the store and the work directory are separate mounts: a clone made there copies
+    every file. So before the step a clone the thread did not leave whole, or one whose predicted prune the
+    built wheels' requirements go beyond, is made again here: unpruned, marked, its files the entry's."""
+    build_venv, check_venv, step = work(tmp_path, entry)
+    early = Started(removed=("setuptools",), foreseen=case != "the prune the wheels go beyond")
+    warming = Warming(early=early)
+    warming.cloned(str(build_venv), *entry)
+    warming.start(check_steps(step))
+    warming.join(step.venv)
+    warm = warm_path(check_venv)
+    if case == "the thread's clone failed":
+        subprocess.run(["rm", "-rf", str(warm)], check=True)  # what _warm leaves where it fails
+    warming.settle(step)
+    expected = f"{build_venv}\nsetuptools" if case == "the prune the wheels stay within" else str(build_venv)
+    assert (warm / MARK).read_text() == expected
+    (pip_init,) = warm.glob("lib/python*/site-packages/pip/__init__.py")
+    assert inode(pip_init) == inode(entry[0] / pip_init.relative_to(warm)), "hard links to the entry's files"
+    argv = ["--from", str(build_venv), "--python", "python3", "--keep=torch"]
+    assert checkvenv.main([*argv, "--warm", str(warm), "--", str(check_venv)]) == 0
+    assert "made before this step" in capsys.readouterr().out
+    assert prefix(check_venv / "bin" / "python") == str(check_venv)
+    warming.finish()
+
+
+def test_settle_leaves_alone_a_venv_no_entry_stands_for(tmp_path: Path, entry) -> None:
+    """A build venv with no origin (made or changed by this run's steps): checks:venv clones it, in the work
+    directory, where hard links work."""
+    build_venv, check_venv, step = work(tmp_path, entry)
+    warming = Warming(early=Started(foreseen=False))
+    warming.settle(step)
+    assert not warm_path(check_venv).exists()
+
+
+def wheel_with(tmp_path: Path, requires: list[str] | None, *, metadata: bool = True) -> Path:
+    """A wheel whose METADATA is upstream's, torchvision 0.21.0's as PyPI's wheel carries it
+    (tests/data/wheel_metadata/), with its Requires-Dist lines replaced by ``requires`` (None: as it is)."""
+    real = (DATA / "wheel_metadata" / "torchvision-0.21.0.METADATA").read_text()
+    head, _, body = real.partition("\n\n")
+    kept = [line for line in head.splitlines() if not line.startswith("Requires-Dist:")]
+    text = (
+        "\n".join([*kept, *(f"Requires-Dist: {r}" for r in requires)]) + "\n\n" + body
+        if requires is not None
+        else real
+    )
+    house = tmp_path / "wheelhouse"
+    house.mkdir(exist_ok=True)
+    wheel = house / "torchvision-0.21.0-cp311-cp311-linux_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("torchvision/__init__.py", "")
+        if metadata:
+            archive.writestr("torchvision-0.21.0.dist-info/METADATA", text)
+    return wheel
+
+
+UPSTREAM = ["numpy", "torch (==2.6.0)", "pillow (!=8.3.*,>=5.3.0)", "gdown (>=4.7.3) ; extra == 'gdown'",
+            "scipy ; extra == 'scipy'"]  # fmt: skip
+# Requires-Dist lines -> whether checks:venv's prune stays within the prediction (numpy and pillow kept with torch)
+FORESEEN = [
+    ("upstream's 0.21.0, whole", None, True),
+    ("upstream's 0.21.0 lines", UPSTREAM, True),
+    ("none", [], True),
+    ("another spelling", ["Pillow>=5.3", "NumPy", "Torch==2.6.0"], True),
+    ("a root's extras (venvprune follows the name)", ["pillow[avif]"], True),
+    ("a marker false here", [*UPSTREAM, "futures ; python_version < '3'"], True),
+    ("a marker true here", [*UPSTREAM, "typing-extensions ; python_version >= '3.8'"], False),
+    ("one more", [*UPSTREAM, "requests"], False),
+    ("another fork of pillow", ["numpy", "pillow-simd"], False),
+    ("a line no parser reads", [*UPSTREAM, "not a requirement !!"], True),
+]
+
+
+@pytest.mark.parametrize(("requires", "foreseen"), [r[1:] for r in FORESEEN], ids=[r[0] for r in FORESEEN])
+def test_what_the_built_wheels_require_is_foreseen_only_within_the_prediction(
+    tmp_path: Path, requires: list[str] | None, foreseen: bool
+) -> None:
+    wheel_with(tmp_path, requires)
+    assert earlycheck.foreseen(prune_step(tmp_path)) is foreseen
+
+
+def prune_step(tmp_path: Path) -> Step:
+    argv = ("python", "-m", "torchkiln.build.checkvenv", "--keep=torch", "--drop=torchvision",
+            f"--requirements-of={tmp_path / 'wheelhouse'}", "--", str(tmp_path / "check-venv"))  # fmt: skip
+    return Step("checks:venv", "checks", "", argv, venv=str(tmp_path / "check-venv"))
+
+
+@pytest.mark.parametrize("damage", ["not a zip", "no METADATA"])
+def test_a_wheel_that_cannot_be_read_is_not_foreseen(tmp_path: Path, damage: str) -> None:
+    wheel = wheel_with(tmp_path, UPSTREAM, metadata=damage != "no METADATA")
+    if damage == "not a zip":
+        wheel.write_bytes(b"truncated")
+    assert earlycheck.foreseen(prune_step(tmp_path)) is False
+
+
+def test_no_wheel_built_is_nothing_beyond_the_prediction(tmp_path: Path) -> None:
+    assert earlycheck.foreseen(prune_step(tmp_path)) is True
+
+
+# Requires-Dist lines from PEP 508's grammar: names in any spelling, extras, version specifiers in both forms,
+# markers true and false here, extras-only markers; foreseen must read them as venvprune (the tool that prunes,
+# with pip's own packaging) reads them.
+NAMES = [
+    "numpy",
+    "NumPy",
+    "pillow",
+    "Pillow",
+    "torch",
+    "requests",
+    "pillow-simd",
+    "typing_extensions",
+    "Typing.Extensions",
+]
+MARKERS = ["", " ; python_version >= '3.8'", " ; python_version < '3'", " ; extra == 'scipy'",
+           ' ; sys_platform == "linux"', ' ; sys_platform == "win32"', " ; platform_machine != 'x86_64'"]  # fmt: skip
+requirement = st.builds(
+    lambda name, extras, spec, marker: f"{name}{extras}{spec}{marker}",
+    st.sampled_from(NAMES),
+    st.sampled_from(["", "[avif]", "[a,b]"]),
+    st.sampled_from(["", "==2.6.0", " (==2.6.0)", " (!=8.3.*,>=5.3.0)", ">=1.0,<3"]),
+    st.sampled_from(MARKERS),
+)
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@example(["numpy", "torch (==2.6.0)", "pillow (!=8.3.*,>=5.3.0)", "scipy ; extra == 'scipy'"])
+@example(["Typing.Extensions ; python_version >= '3.8'"])
+@given(st.lists(requirement, max_size=6))
+def test_foreseen_reads_requires_dist_as_venvprune_does(tmp_path: Path, lines: list[str]) -> None:
+    house = tmp_path / "wheelhouse"
+    subprocess.run(["rm", "-rf", str(house)], check=True)
+    wheel = wheel_with(tmp_path, lines)
+    pruned = {canonicalize_name(name) for name in venvprune.wheel_requirements(wheel)}
+    assert earlycheck.foreseen(prune_step(tmp_path)) is (pruned <= {"torch", "numpy", "pillow"})

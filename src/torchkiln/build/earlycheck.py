@@ -28,15 +28,18 @@ however it ends, and SIGKILLed by the run's watchdog if torchkiln dies.
 from __future__ import annotations
 
 import contextlib
+import email.parser
 import itertools
 import shutil
 import subprocess
 import threading
+import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from torchkiln.process import runner
@@ -149,6 +152,47 @@ class EarlyStart:
         self.halted.set()
         for proc in list(self.live):
             runner.end_group(proc.pid, pid=proc.pid)
+
+    def foreseen(self, step: Step) -> bool:
+        return foreseen(step)
+
+
+def foreseen(step: Step) -> bool:
+    """Whether the wheels ``step`` (``checks:venv``) prunes for (its ``--requirements-of`` wheelhouses)
+    require only what :meth:`EarlyStart.prune` kept: ``--keep`` and the prediction for each ``--drop``
+    project. Their METADATA's Requires-Dist read as venvprune reads it (markers evaluated, here, with no
+    extra); a wheel that cannot be read is not foreseen. Where this says no, the warm clone is made again
+    unpruned (:meth:`torchkiln.build.warmcheck.Warming.settle`); where the check venv's interpreter
+    evaluates a marker otherwise, venvprune's ``--removed-before`` still says so."""
+    kept = {canonicalize_name(n) for n in _values(step.argv, "--keep")}
+    kept |= {canonicalize_name(n) for p in _values(step.argv, "--drop") for n in PREDICTED.get(p, ())}
+    for directory in _values(step.argv, "--requirements-of"):
+        for wheel in sorted(Path(directory).glob("*.whl")):
+            lines = _requires_dist(wheel)
+            if lines is None:
+                return False
+            for line in lines:
+                try:
+                    req = Requirement(line)
+                except InvalidRequirement:  # venvprune leaves it out too
+                    continue
+                applies = req.marker is None or req.marker.evaluate({"extra": ""})
+                if applies and canonicalize_name(req.name) not in kept:
+                    return False
+    return True
+
+
+def _requires_dist(wheel: Path) -> list[str] | None:
+    """The Requires-Dist lines of ``wheel``'s METADATA; None when it cannot be read."""
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            names = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1]
+            if not names:
+                return None
+            text = archive.read(names[0]).decode("utf-8", "replace")
+    except Exception:  # noqa: BLE001 - a damaged wheel: the check's pip says what is wrong with it
+        return None
+    return email.parser.Parser().parsestr(text, headersonly=True).get_all("Requires-Dist", [])
 
 
 def _nice() -> list[str]:

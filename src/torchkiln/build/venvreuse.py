@@ -375,6 +375,7 @@ class VenvReuse:
             if self._linked_origin(step.clones):  # cloned by torchkiln, outside the sandbox
                 self.warming.start([step])
             self.warming.join(step.venv)
+            self.warming.settle(step)
 
     def _linked_origin(self, venv: str | None) -> bool:
         """``venv``, linked to its store entry by an earlier run and with no origin in this one, given that

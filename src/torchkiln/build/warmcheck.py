@@ -20,6 +20,10 @@ is pruned as predicted (the mark then lists what that removed), put at the check
 path is free, and the check's interpreter started in it; :meth:`Warming.join` puts it back beside the check
 venv before ``checks:venv`` looks (or any step decides on that venv), and :meth:`Warming.finish` stops what
 was started.
+
+Where ``checks:venv`` would clone the build venv itself, :meth:`Warming.settle` clones it first, outside the
+step's sandbox (see there): a thread's clone that failed, or one whose predicted prune the built wheels'
+requirements go beyond.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from torchkiln.process.runner import in_context, stopping
 
@@ -53,6 +57,8 @@ class Early(Protocol):
     def serve(self, step: Step) -> Callable[[], None] | None: ...
 
     def halt(self) -> None: ...
+
+    def foreseen(self, step: Step) -> bool: ...
 
 
 def warm_path(check_venv: Path) -> Path:
@@ -124,14 +130,11 @@ class Warming:
         started in it (see the module's docstring)."""
         target = Path(step.venv or "")
         warm = warm_path(target)
-        try:
-            shutil.rmtree(warm, ignore_errors=True)
-            clone_tree(entry_venv, warm)
-            relocate_venv(warm, kept_from, str(target))
-            removed = self.early.prune(step, warm) if self.early is not None and check is not None else None
-            (warm / MARK).write_text("\n".join([build_venv, *(removed or ())]), encoding="utf-8")
-        except OSError:  # a store entry swept meanwhile, a full disk: checks:venv clones as it always did
-            shutil.rmtree(warm, ignore_errors=True)
+        prune = self.early.prune if self.early is not None and check is not None else None
+        removed = _clone(
+            entry_venv, kept_from, build_venv, target, lambda: prune(step, warm) if prune else None
+        )
+        if removed is False:  # a store entry swept meanwhile, a full disk: settle clones again
             return
         if removed is None or check is None or self.early is None or os.path.lexists(target):
             return
@@ -146,6 +149,24 @@ class Warming:
         stop = self.early.serve(check)
         if stop is not None:
             self.stops.append(stop)
+
+    def settle(self, step: Step) -> None:
+        """``step`` (``checks:venv``) is about to run, its warm clone joined: where the step would clone the
+        build venv itself, the clone is made here, unpruned, outside the step's sandbox. There the environment
+        store and the work directory are separate mounts: a hard link between them fails, and the step
+        copied every file of the store's entry (11 to 24 s for torch's venv on two cores). That is where the
+        thread's clone failed, and where its predicted prune may have removed what the built wheels need
+        (their requirements beyond the prediction: :meth:`Early.foreseen`)."""
+        origin = self.origins.get(step.clones) if step.clones and step.venv else None
+        if origin is None or step.clones is None or step.venv is None:
+            return
+        warm = warm_path(Path(step.venv))
+        lines = _mark(warm)
+        if lines[:1] == [step.clones] and (
+            len(lines) == 1 or self.early is None or self.early.foreseen(step)
+        ):
+            return
+        _clone(*origin, step.clones, Path(step.venv), lambda: None)
 
     def drop(self, venv: str | None) -> None:
         """The warm clone of ``venv`` will not be taken (its step was skipped or reused): removed in a thread,
@@ -178,16 +199,43 @@ def _remove(thread: threading.Thread, venv: str) -> None:
     shutil.rmtree(warm_path(Path(venv)), ignore_errors=True)
 
 
+def _clone(
+    entry_venv: Path,
+    kept_from: str,
+    build_venv: str,
+    target: Path,
+    prune: Callable[[], tuple[str, ...] | None],
+) -> tuple[str, ...] | None | Literal[False]:
+    """``entry_venv`` cloned beside ``target`` (:func:`warm_path`), relocated to ``target``, ``prune``d, and
+    marked as a clone of ``build_venv`` with what the prune removed (which it returns: None where it did
+    nothing). False, and nothing left, where it failed."""
+    warm = warm_path(target)
+    try:
+        shutil.rmtree(warm, ignore_errors=True)
+        clone_tree(entry_venv, warm)
+        relocate_venv(warm, kept_from, str(target))
+        removed = prune()
+        (warm / MARK).write_text("\n".join([build_venv, *(removed or ())]), encoding="utf-8")
+    except OSError:  # checks:venv clones as it always did
+        shutil.rmtree(warm, ignore_errors=True)
+        return False
+    return removed
+
+
+def _mark(warm: Path) -> list[str]:
+    """The lines of ``warm``'s mark (the build venv it is a clone of, what a prune removed); none without."""
+    try:
+        return (warm / MARK).read_text(encoding="utf-8").split("\n")
+    except OSError:
+        return []
+
+
 def take(warm: Path, source: Path, target: Path) -> tuple[str, ...] | None:
     """``warm`` renamed to ``target`` when it is whole and marked as a clone of ``source``: the distributions
     a predicted prune removed from it (often none); None (and ``warm`` removed) otherwise."""
-    mark = warm / MARK
-    try:
-        lines = mark.read_text(encoding="utf-8").split("\n")
-    except OSError:
-        lines = []
+    lines = _mark(warm)
     if lines[:1] == [str(source)]:
-        mark.unlink()
+        (warm / MARK).unlink()
         with contextlib.suppress(OSError):
             warm.rename(target)
             return tuple(lines[1:])
