@@ -168,7 +168,7 @@ def foreseen(step: Step) -> bool:
     kept |= {canonicalize_name(n) for p in _values(step.argv, "--drop") for n in PREDICTED.get(p, ())}
     for directory in _values(step.argv, "--requirements-of"):
         for wheel in sorted(Path(directory).glob("*.whl")):
-            lines = _requires_dist(wheel)
+            lines = _requirement_lines(wheel)
             if lines is None:
                 return False
             for line in lines:
@@ -182,7 +182,7 @@ def foreseen(step: Step) -> bool:
     return True
 
 
-def _requires_dist(wheel: Path) -> list[str] | None:
+def _requirement_lines(wheel: Path) -> list[str] | None:
     """The Requires-Dist lines of ``wheel``'s METADATA; None when it cannot be read."""
     try:
         with zipfile.ZipFile(wheel) as archive:
