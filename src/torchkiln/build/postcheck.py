@@ -49,6 +49,7 @@ import sysconfig
 from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 FACTS = HERE.parent / "verify" / "facts.py"
@@ -277,30 +278,29 @@ class Served:
         self.before: Listing = {path: tuple(found) if found else None for path, found in listed.items()}
         self.returncode: int | None = None
 
+    def _ask(self, line: str, timeout: float) -> tuple[Any, str, str] | None:
+        """``line`` sent to the server, its answer (return code, output, errors: as JSON gave them); None
+        when none came."""
+        try:
+            self.conn.settimeout(timeout)
+            self.stream.write(line if line.endswith("\n") else line + "\n")
+            self.stream.flush()
+            code, out, err = json.loads(self.stream.readline())
+        except (OSError, ValueError, TypeError):
+            return None
+        return code, out, err
+
     def communicate(self, text: str, timeout: float) -> tuple[str, str]:
         """As :meth:`subprocess.Popen.communicate`; an interpreter that went away meanwhile answers
         :data:`RESTART` (a fresh one gives the facts)."""
-        try:
-            self.conn.settimeout(timeout)
-            self.stream.write(text if text.endswith("\n") else text + "\n")
-            self.stream.flush()
-            self.returncode, out, err = json.loads(self.stream.readline())
-        except (OSError, ValueError, TypeError):
-            self.returncode, out, err = -1, RESTART, ""
+        self.returncode, out, err = self._ask(text, timeout) or (-1, RESTART, "")
         return out, err
 
     def pip(self, args: list[str]) -> subprocess.CompletedProcess[str] | None:
         """``python -m pip ARGS`` run by the pip the server started (:func:`warm_pip`); None when it does not
         answer."""
-        try:
-            self.conn.settimeout(600)
-            request = {"pip": args, "prefix": sys.prefix}
-            self.stream.write(json.dumps(request) + "\n")
-            self.stream.flush()
-            code, out, err = json.loads(self.stream.readline())
-        except (OSError, ValueError, TypeError):
-            return None
-        return subprocess.CompletedProcess(args, code, out, err)
+        answer = self._ask(json.dumps({"pip": args, "prefix": sys.prefix}), 600)
+        return None if answer is None else subprocess.CompletedProcess(args, *answer)
 
     def poll(self) -> int | None:
         return self.returncode

@@ -29,6 +29,7 @@ requirements go beyond.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import threading
@@ -130,10 +131,9 @@ class Warming:
         started in it (see the module's docstring)."""
         target = Path(step.venv or "")
         warm = warm_path(target)
-        prune = self.early.prune if self.early is not None and check is not None else None
-        removed = _clone(
-            entry_venv, kept_from, build_venv, target, lambda: prune(step, warm) if prune else None
-        )
+        early = self.early if check is not None else None
+        prune = functools.partial(early.prune, step) if early is not None else None
+        removed = _clone(entry_venv, kept_from, build_venv, target, prune)
         if removed is False:  # a store entry swept meanwhile, a full disk: settle clones again
             return
         if removed is None or check is None or self.early is None or os.path.lexists(target):
@@ -157,8 +157,7 @@ class Warming:
         copied every file of the store's entry (11 to 24 s for torch's venv on two cores). That is where the
         thread's clone failed, and where its predicted prune may have removed what the built wheels need
         (their requirements beyond the prediction: :meth:`Early.foreseen`)."""
-        origin = self.origins.get(step.clones) if step.clones and step.venv else None
-        if origin is None or step.clones is None or step.venv is None:
+        if step.clones is None or step.venv is None or step.clones not in self.origins:
             return
         warm = warm_path(Path(step.venv))
         lines = _mark(warm)
@@ -166,7 +165,7 @@ class Warming:
             len(lines) == 1 or self.early is None or self.early.foreseen(step)
         ):
             return
-        _clone(*origin, step.clones, Path(step.venv), lambda: None)
+        _clone(*self.origins[step.clones], step.clones, Path(step.venv))
 
     def drop(self, venv: str | None) -> None:
         """The warm clone of ``venv`` will not be taken (its step was skipped or reused): removed in a thread,
@@ -204,17 +203,17 @@ def _clone(
     kept_from: str,
     build_venv: str,
     target: Path,
-    prune: Callable[[], tuple[str, ...] | None],
+    prune: Callable[[Path], tuple[str, ...] | None] | None = None,
 ) -> tuple[str, ...] | None | Literal[False]:
-    """``entry_venv`` cloned beside ``target`` (:func:`warm_path`), relocated to ``target``, ``prune``d, and
-    marked as a clone of ``build_venv`` with what the prune removed (which it returns: None where it did
-    nothing). False, and nothing left, where it failed."""
+    """``entry_venv`` cloned beside ``target`` (:func:`warm_path`), relocated to ``target``, given to
+    ``prune``, and marked as a clone of ``build_venv`` with what the prune removed (which it returns: None
+    without a prune, or where it did nothing). False, and nothing left, where it failed."""
     warm = warm_path(target)
     try:
         shutil.rmtree(warm, ignore_errors=True)
         clone_tree(entry_venv, warm)
         relocate_venv(warm, kept_from, str(target))
-        removed = prune()
+        removed = prune(warm) if prune is not None else None
         (warm / MARK).write_text("\n".join([build_venv, *(removed or ())]), encoding="utf-8")
     except OSError:  # checks:venv clones as it always did
         shutil.rmtree(warm, ignore_errors=True)
