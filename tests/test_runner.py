@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kit import ROOT
@@ -245,3 +248,96 @@ def test_two_supervised_runs_in_two_threads_each_keep_their_own(tmp_path: Path) 
     assert seen["helper-mark"] == {runner.MARK: seen["second"]}, "a thread in the run's context: its mark"
     assert seen["alive"] and seen["returncode"] == 0, "neither confined by nor swept with the other run"
     assert runner._marked({"A": "1"}) == {"A": "1"}, "this thread is in no run"
+
+
+# --------------------------------------------------------------------------------------------------
+# Niceness: a process torchkiln starts is scheduled no higher than torchkiln itself, in its own session's
+# scheduling group too (runner._lowered; sched(7), "The autogroup feature").
+# --------------------------------------------------------------------------------------------------
+
+AUTOGROUP = Path("/proc/self/autogroup").exists()
+
+# Run in a session of its own (so its autogroup is its own to lower): its niceness and its group's set as
+# the row says, then a child started by runner.spawn reports its own, its session and its group's. With
+# ``hog``, the child spins on CPU 0 instead, and the harness waits.
+HARNESS = r"""
+import json, os, sys
+from torchkiln.process import runner
+own, group, hog = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "hog"
+os.nice(own)
+if group:
+    with open("/proc/self/autogroup", "w") as handle:
+        handle.write(str(group))
+report = ("import json, os; g = '/proc/self/autogroup'; "
+          "print(json.dumps([os.getpriority(os.PRIO_PROCESS, 0), os.getsid(0), "
+          "open(g).read().split()[-1] if os.path.exists(g) else None]))")
+spin = "import os\nos.sched_setaffinity(0, {0})\nprint(os.getpid(), flush=True)\nwhile True: pass"
+proc = runner.spawn([sys.executable, "-c", spin if hog else report], stdout=None if hog else -1)
+if hog:
+    proc.wait()
+out, _ = proc.communicate()
+print(json.dumps({"child": json.loads(out), "sid": os.getsid(0)}))
+"""
+
+
+def harness(own: int, group: int, hog: bool = False, **kwargs: Any) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", HARNESS, str(own), str(group), "hog" if hog else "report"],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        **kwargs,
+    )
+
+
+@pytest.mark.parametrize(
+    ("own", "group", "expected"),
+    [
+        (0, 0, 0),  # the common case: nothing changes
+        (5, 0, 5),  # `nice -n 5 torchkiln build`: its compile's session too
+        (19, 0, 19),
+        (1, 0, 1),
+        (0, 8, 8),  # torchkiln in a lowered session (`renice -g`, /proc/PID/autogroup), itself not niced
+        (3, 6, 6),  # both: the lower priority of the two
+        (12, 4, 12),
+    ],
+)
+def test_a_started_process_is_scheduled_no_higher_than_torchkiln(own: int, group: int, expected: int) -> None:
+    if group and not AUTOGROUP:
+        pytest.skip("this kernel has no autogroups (CONFIG_SCHED_AUTOGROUP)")
+    out, _ = harness(own, group).communicate(timeout=60)
+    seen = json.loads(out)
+    nice, sid, group_nice = seen["child"]
+    assert nice == own  # inherited, as every child's
+    assert sid != seen["sid"]  # a session of its own: what start_new_session gives
+    if AUTOGROUP:
+        assert int(group_nice) == expected  # and so a scheduling group of its own, lowered alike
+
+
+# A CPU-bound loop on CPU 0 until it has used ``argv[1]`` seconds of CPU.
+HOG = (
+    "import os, sys, time\n"
+    "os.sched_setaffinity(0, {0})\n"
+    "t = time.process_time()\n"
+    "while time.process_time() - t < float(sys.argv[1]): pass\n"
+)
+
+
+def test_under_nice_what_torchkiln_starts_yields_the_core_to_another_session() -> None:
+    """The behaviour niceness is for: a command started under ``nice -n 19`` (by runner.spawn, in a session
+    of its own) takes little of a core that a process of another session wants. Without its group lowered
+    each took half (measured here, autogroups on). CPU time, not wall time, is compared."""
+    low = harness(19, 0, hog=True)
+    try:
+        pid = int(low.stdout.readline())  # the lowered hog runs
+        normal = runner.spawn([sys.executable, "-c", HOG, "1.0"])
+        runner.finish(normal)
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        low_cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    finally:
+        os.killpg(low.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        low.wait()
+    assert low_cpu < 0.3, f"the lowered process took {low_cpu:.2f} s of CPU beside the other's 1.0 s"

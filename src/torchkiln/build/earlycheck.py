@@ -196,8 +196,12 @@ def _requirement_lines(wheel: Path) -> list[str] | None:
 
 
 def _nice() -> list[str]:
-    """What runs the warm clone's work at the lowest priority: the compile beside it keeps the cores it uses
-    (measured on the real 0.21.0 tree, two cores: the compile step 0.3 to 0.7 s slower without)."""
+    """What runs the warm clone's work at the lowest priority within its own session. Where the kernel
+    schedules sessions as groups (autogroups, on in Debian's kernels), each of these sessions still gets a
+    share equal to the compile's: lowering their groups too (as :func:`torchkiln.process.runner.spawn` does
+    under a niced torchkiln) was measured on the real 0.21.0 tree, two cores, 14 builds each way alternating
+    (docs/performance.md), and the compile was no shorter while the check started later, so their groups are
+    left as they are."""
     nice = shutil.which("nice")
     return [nice, "-n", "19"] if nice else []
 

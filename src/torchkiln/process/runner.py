@@ -6,6 +6,8 @@ version probes, the verification suite's helpers), so all of them behave alike:
 * argv lists only, never a shell: recipe strings stay single arguments, never code;
 * each process leads its own session and process group, so stopping it stops what it started (ninja and
   the compilers, torchrun's workers): :func:`stop_group` sends SIGTERM to the group, waits, then SIGKILL;
+* each is scheduled no higher than torchkiln itself: ``nice torchkiln build`` lowers the compile too, its
+  session's scheduling group included, which the niceness a process inherits does not reach (:func:`_lowered`);
 * a timeout stops the whole group and says so;
 * text that is shown or logged passes through the caller's ``redact`` first (compiler-cache secrets);
 * a failure names the command, its exit status and the *first* error line of its output
@@ -324,7 +326,8 @@ def spawn(
     errors: str = "replace",
     stdin: int | None = subprocess.DEVNULL,
 ) -> subprocess.Popen[Any]:
-    """Start ``argv`` in a new session (it leads its own process group), stdin closed unless given.
+    """Start ``argv`` in a new session (it leads its own process group), stdin closed unless given, no
+    higher in the scheduler than this process (:func:`_lowered`).
 
     The one place torchkiln creates a process. A missing working directory or executable is a
     :class:`ProcessError` that names it.
@@ -336,7 +339,7 @@ def spawn(
         confined_argv, env = confine(list(argv), env, cwd)
         argv = confined_argv
     try:
-        return subprocess.Popen(  # noqa: S603 - an argv list, never a shell
+        proc = subprocess.Popen(  # noqa: S603 - an argv list, never a shell
             list(argv),
             env=_marked(env),
             cwd=cwd,
@@ -351,6 +354,37 @@ def spawn(
         raise ProcessError(f"{argv[0]} not found (is it installed and on PATH?)") from None
     except PermissionError:
         raise ProcessError(f"{argv[0]} cannot be executed (permission denied)") from None
+    _lowered(proc.pid)
+    return proc
+
+
+# A new session is a new scheduling group where the kernel groups by session (``CONFIG_SCHED_AUTOGROUP``, on
+# in Debian's kernels; sched(7), "The autogroup feature"): the groups share the CPUs equally, and a process's
+# niceness orders it only within its own group. A process inherits its parent's niceness, but a session of its
+# own starts at the group niceness 0: under ``nice -n 19 torchkiln build`` each step's command took as much of
+# a core as any other session's (measured here: two CPU-bound sessions on one core, one at nice 19, each got
+# half). So each session :func:`spawn` starts is given torchkiln's own niceness as its group's too:
+#   a process torchkiln starts is scheduled no higher than torchkiln itself.
+_AUTOGROUP = "/proc/{}/autogroup"
+
+
+def _group_nice(pid: int) -> int:
+    """The niceness of ``pid``'s autogroup (``/autogroup-42 nice 19``); 0 where the kernel has none."""
+    try:
+        with open(_AUTOGROUP.format(pid), encoding="ascii") as handle:
+            return int(handle.read().split()[-1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _lowered(pid: int) -> None:
+    """``pid``'s new session's group given this process's niceness (its own or its group's, the higher),
+    where that is above the default (a kernel without autogroups has no such file: the niceness ``pid``
+    inherited is what counts there)."""
+    level = min(19, max(os.getpriority(os.PRIO_PROCESS, 0), _group_nice(os.getpid())))
+    if level > 0:
+        with contextlib.suppress(OSError), open(_AUTOGROUP.format(pid), "w", encoding="ascii") as handle:
+            handle.write(str(level))
 
 
 def _group_alive(pgid: int) -> bool:
