@@ -198,10 +198,9 @@ def _requirement_lines(wheel: Path) -> list[str] | None:
 def _nice() -> list[str]:
     """What runs the warm clone's work at the lowest priority within its own session. Where the kernel
     schedules sessions as groups (autogroups, on in Debian's kernels), each of these sessions still gets a
-    share equal to the compile's: lowering their groups too (as :func:`torchkiln.process.runner.spawn` does
-    under a niced torchkiln) was measured on the real 0.21.0 tree, two cores, 14 builds each way alternating
-    (docs/performance.md), and the compile was no shorter while the check started later, so their groups are
-    left as they are."""
+    share equal to the compile's. Their groups are not lowered yet: that was measured on the real 0.21.0 tree
+    (docs/performance.md, 30 Nov). On a quiet machine it gave 0.1-0.3 s off the first checked build in each of
+    8 rounds. On a noisy one it showed nothing."""
     nice = shutil.which("nice")
     return [nice, "-n", "19"] if nice else []
 
