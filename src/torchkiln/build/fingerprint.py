@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from torchkiln.files import atomic
-from torchkiln.files.digests import IGNORED_DIRS, digest, file_sha256, tree_files, tree_sha256
+from torchkiln.files.digests import IGNORED_DIRS, digest, file_sha256, tree_entries, tree_sha256
 from torchkiln.source.git import git_output, is_git_checkout
 
 __all__ = [
@@ -49,9 +50,9 @@ def tree_snapshot(path: Path, skip: Collection[Path] = ()) -> Snapshot:
     """Size and mtime of every entry of a source tree (``.git`` and ``skip``, the build's work directory and
     dist/, left out): cheap enough for every run."""
     found: Snapshot = {}
-    for relative, full in tree_files(path, skip=skip):
+    for relative, full in tree_entries(path, skip=skip):
         try:
-            st = full.lstat()
+            st = os.lstat(full)
         except OSError:
             continue  # vanished while walking
         found[relative] = (st.st_size, st.st_mtime_ns)

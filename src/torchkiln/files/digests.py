@@ -53,6 +53,15 @@ def tree_files(
     included and not followed), sorted, ``.git`` left out, and the entries named (relative) in ``exclude``:
     the build's own outputs. ``skip``: absolute directories that are not part of the tree even when inside it
     (the build's work directory and dist/)."""
+    for relative, full in tree_entries(path, exclude, skip):
+        yield relative, Path(full)
+
+
+def tree_entries(
+    path: Path, exclude: Collection[str] = (), skip: Collection[Path] = ()
+) -> list[tuple[str, str]]:
+    """:func:`tree_files`' entries with each path as a string: what a walk that only stats or lists them
+    takes (a tree is walked several times a build, and a ``Path`` per entry was half of each walk)."""
     excluded = frozenset(exclude)
     top = path.resolve()
     skipped = set()
@@ -61,24 +70,24 @@ def tree_files(
             skipped.add(Path(directory).resolve().relative_to(top).as_posix())
         except ValueError:
             continue
-    found: list[tuple[str, Path]] = []
+    found: list[tuple[str, str]] = []
+    start = len(os.path.join(path, ""))
     for root, dirs, files in os.walk(path):
-        here = Path(root)
-        base = here.relative_to(path).as_posix()
+        base = root[start:]  # relative to the top, "" at the top itself
         keep = []
         for d in sorted(dirs):
-            relative = d if base == "." else f"{base}/{d}"
+            relative = f"{base}/{d}" if base else d
             if d in IGNORED_DIRS or relative in skipped:
                 continue
-            if (here / d).is_symlink():
-                found.append((relative, here / d))
+            full = os.path.join(root, d)
+            if os.path.islink(full):
+                found.append((relative, full))
             else:
                 keep.append(d)
         dirs[:] = keep
-        found += [(n if base == "." else f"{base}/{n}", here / n) for n in files]
-    for relative, full in sorted(found):
-        if relative not in excluded:
-            yield relative, full
+        found += [(f"{base}/{n}" if base else n, os.path.join(root, n)) for n in files]
+    found.sort()
+    return [entry for entry in found if entry[0] not in excluded]
 
 
 def tree_sha256(path: Path, exclude: Collection[str] = (), skip: Collection[Path] = ()) -> str:

@@ -38,7 +38,7 @@ from pathlib import Path
 
 from torchkiln.artifacts.lockfile import TreeChange, TreeLink
 from torchkiln.errors import TorchkilnError, few
-from torchkiln.files.digests import file_sha256, tree_files
+from torchkiln.files.digests import file_sha256, tree_entries
 from torchkiln.process import runner
 
 KINDS = ("extra", "modified", "removed")
@@ -79,7 +79,7 @@ class Difference:
     detail: str
 
 
-def entry_stat(path: Path) -> Stat:
+def entry_stat(path: str | Path) -> Stat:
     try:
         st = os.lstat(path)
     except OSError:
@@ -409,11 +409,11 @@ def describe(differences: Sequence[Difference]) -> str:
 def tree_paths(top: Path, *, skip: Collection[Path] = ()) -> list[str]:
     """Every entry of a tree that is no git checkout that its digest covers (files and symlinks; ``.git`` and
     ``skip`` left out; :func:`torchkiln.files.digests.tree_files`), sorted."""
-    return [relative for relative, _ in tree_files(top, skip=skip)]
+    return [relative for relative, _ in tree_entries(top, skip=skip)]
 
 
 def stats(top: Path, paths: Collection[str]) -> dict[str, Stat]:
-    return {p: entry_stat(top / p) for p in paths}
+    return {p: entry_stat(os.path.join(top, p)) for p in paths}
 
 
 def digests(top: Path, paths: Collection[str]) -> Mapping[str, str | None]:
