@@ -257,12 +257,12 @@ def test_two_supervised_runs_in_two_threads_each_keep_their_own(tmp_path: Path) 
 AUTOGROUP = Path("/proc/self/autogroup").exists()
 
 # Run in a session of its own (so its autogroup is its own to lower): its niceness and its group's set as
-# the row says, then a child started by runner.spawn (asked for ``nice`` more) reports its own, its session
-# and its group's. With ``hog``, the child spins on CPU 0 instead, and the harness waits.
+# the row says, then a child started by runner.spawn reports its own, its session and its group's. With
+# ``hog``, the child spins on CPU 0 instead, and the harness waits.
 HARNESS = r"""
 import json, os, sys
 from torchkiln.process import runner
-own, group, hog, asked = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "hog", int(sys.argv[4])
+own, group, hog = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "hog"
 os.nice(own)
 if group:
     with open("/proc/self/autogroup", "w") as handle:
@@ -271,7 +271,7 @@ report = ("import json, os; g = '/proc/self/autogroup'; "
           "print(json.dumps([os.getpriority(os.PRIO_PROCESS, 0), os.getsid(0), "
           "open(g).read().split()[-1] if os.path.exists(g) else None]))")
 spin = "import os\nos.sched_setaffinity(0, {0})\nprint(os.getpid(), flush=True)\nwhile True: pass"
-proc = runner.spawn([sys.executable, "-c", spin if hog else report], stdout=None if hog else -1, nice=asked)
+proc = runner.spawn([sys.executable, "-c", spin if hog else report], stdout=None if hog else -1)
 if hog:
     proc.wait()
 out, _ = proc.communicate()
@@ -279,9 +279,9 @@ print(json.dumps({"child": json.loads(out), "sid": os.getsid(0)}))
 """
 
 
-def harness(own: int, group: int, hog: bool = False, asked: int = 0) -> subprocess.Popen[str]:
+def harness(own: int, group: int, hog: bool = False) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-c", HARNESS, str(own), str(group), "hog" if hog else "report", str(asked)],
+        [sys.executable, "-c", HARNESS, str(own), str(group), "hog" if hog else "report"],
         stdout=subprocess.PIPE,
         text=True,
         start_new_session=True,
@@ -290,39 +290,27 @@ def harness(own: int, group: int, hog: bool = False, asked: int = 0) -> subproce
 
 
 @pytest.mark.parametrize(
-    ("own", "group", "asked", "expected"),
+    ("own", "group", "expected"),
     [
-        (0, 0, 0, 0),  # the common case: nothing changes
-        (5, 0, 0, 5),  # `nice -n 5 torchkiln build`: its compile's session too
-        (19, 0, 0, 19),
-        (1, 0, 0, 1),
-        (0, 8, 0, 8),  # torchkiln in a lowered session (`renice -g`, /proc/PID/autogroup), itself not niced
-        (3, 6, 0, 6),  # both: the lower priority of the two
-        (12, 4, 0, 12),
-        # spawn(nice=...), the work beside the compile (build.earlycheck): at least that low, process and group
-        (0, 0, 19, 19),
-        (0, 0, 1, 1),
-        (0, 0, 7, 7),
-        (5, 0, 3, 5),  # the process: 3 more than torchkiln's 5 (8); its group: the highest of the three
-        (4, 0, 19, 19),  # never past 19
-        (0, 9, 4, 9),
-        (2, 0, 40, 19),
+        (0, 0, 0),  # the common case: nothing changes
+        (5, 0, 5),  # `nice -n 5 torchkiln build`: its compile's session too
+        (19, 0, 19),
+        (1, 0, 1),
+        (0, 8, 8),  # torchkiln in a lowered session (`renice -g`, /proc/PID/autogroup), itself not niced
+        (3, 6, 6),  # both: the lower priority of the two
+        (12, 4, 12),
     ],
 )
-def test_a_started_process_is_scheduled_no_higher_than_torchkiln(
-    own: int, group: int, asked: int, expected: int
-) -> None:
+def test_a_started_process_is_scheduled_no_higher_than_torchkiln(own: int, group: int, expected: int) -> None:
     if group and not AUTOGROUP:
         pytest.skip("this kernel has no autogroups (CONFIG_SCHED_AUTOGROUP)")
-    out, _ = harness(own, group, asked=asked).communicate(timeout=60)
+    out, _ = harness(own, group).communicate(timeout=60)
     seen = json.loads(out)
     nice, sid, group_nice = seen["child"]
-    assert nice == min(19, own + asked)  # inherited, as every child's, plus what was asked
-    assert nice >= max(own, min(asked, 19))
+    assert nice == own  # inherited, as every child's
     assert sid != seen["sid"]  # a session of its own: what start_new_session gives
     if AUTOGROUP:
         assert int(group_nice) == expected  # and so a scheduling group of its own, lowered alike
-        assert int(group_nice) >= max(own, group, min(asked, 19))
 
 
 # A CPU-bound loop on CPU 0 until it has used ``argv[1]`` seconds of CPU.
@@ -334,13 +322,11 @@ HOG = (
 )
 
 
-@pytest.mark.parametrize(("own", "asked"), [(19, 0), (0, 19)], ids=["torchkiln-niced", "spawn-nice"])
-def test_under_nice_what_torchkiln_starts_yields_the_core_to_another_session(own: int, asked: int) -> None:
-    """The behaviour niceness is for: a command started under ``nice -n 19``, or asked to run that low (by
-    runner.spawn, in a session of its own), takes little of a core that a process of another session wants.
-    Without its group lowered each took half (measured here, autogroups on). CPU time, not wall time, is
-    compared."""
-    low = harness(own, 0, hog=True, asked=asked)
+def test_under_nice_what_torchkiln_starts_yields_the_core_to_another_session() -> None:
+    """The behaviour niceness is for: a command started under ``nice -n 19`` (by runner.spawn, in a session
+    of its own) takes little of a core that a process of another session wants. Without its group lowered
+    each took half (measured here, autogroups on). CPU time, not wall time, is compared."""
+    low = harness(19, 0, hog=True)
     pid = None
     try:
         pid = int(low.stdout.readline())  # the lowered hog runs (a harness that failed: ValueError, here)

@@ -4,11 +4,8 @@ threads, real ``cp --link`` clones; a directory stands in for the environment st
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
 
@@ -21,7 +18,6 @@ from torchkiln.build import checkvenv, earlycheck, venvprune
 from torchkiln.build.envstore import clone_tree, relocate_venv
 from torchkiln.build.warmcheck import MARK, Warming, take, warm_path
 from torchkiln.plan.model import Step
-from torchkiln.process import runner
 
 pytestmark = pytest.mark.integration  # real venvs with pip, clones of them
 
@@ -162,14 +158,10 @@ class Started:
     warm clone's thread does with it, not what it starts (tests/test_postcheck_overlap.py has the server)."""
 
     def __init__(self, removed: tuple[str, ...] | None = (), *, foreseen: bool = True) -> None:
-        self.removed, self.procs, self.saw, self.seen, self.linked = removed, [], [], foreseen, []
+        self.removed, self.procs, self.saw, self.seen = removed, [], [], foreseen
 
     def foreseen(self, step: Step) -> bool:
         return self.seen
-
-    def link(self, source: Path, target: Path) -> None:
-        self.linked.append(target)
-        clone_tree(source, target)
 
     def prune(self, step: Step, warm: Path) -> tuple[str, ...] | None:
         return self.removed
@@ -204,7 +196,6 @@ def test_the_check_starts_in_the_warm_clone_at_its_own_path_and_the_clone_goes_b
     assert early.saw == [f"{build_venv}\nsetuptools\nwheel"], (
         "started in the marked clone at the check venv's path"
     )
-    assert early.linked == [warm_path(check_venv)], "the clone made by the early start's link"
     assert (check_venv / MARK).is_file() and not warm_path(check_venv).exists()
     warming.join(step.venv)  # before checks:venv (or any step) decides on the check venv
     assert not check_venv.exists() and (warm_path(check_venv) / MARK).is_file()
@@ -397,62 +388,3 @@ def test_foreseen_reads_requires_dist_as_venvprune_does(tmp_path: Path, lines: l
     wheel = wheel_with(tmp_path, lines)
     pruned = {canonicalize_name(name) for name in venvprune.wheel_requirements(wheel)}
     assert earlycheck.foreseen(prune_step(tmp_path)) is (pruned <= {"torch", "numpy", "pillow"})
-
-
-def test_the_warm_clone_beside_the_compile_is_made_by_hard_links_in_a_lowered_session(
-    tmp_path: Path, entry, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """EarlyStart.link, the warm clone's cp while the compile runs: hard links to the entry's files, by a
-    process of this run at the lowest priority, its session's scheduling group too (what runner.spawn's
-    ``nice`` gives is tests/test_runner.py's; this reads what the cp itself ran at)."""
-    seen: list[tuple[int, str | None]] = []
-    real = runner.spawn
-
-    def spawn(argv, **kwargs):  # noqa: ANN001, ANN202 - runner.spawn's own, watched
-        proc = real(argv, **kwargs)
-        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)  # the cp ended, not reaped: its last state
-        group = Path(f"/proc/{proc.pid}/autogroup")
-        nice = int(Path(f"/proc/{proc.pid}/stat").read_text().rpartition(")")[2].split()[16])
-        seen.append((nice, group.read_text().split()[-1] if group.exists() else None))
-        return proc
-
-    monkeypatch.setattr(runner, "spawn", spawn)
-    early = earlycheck.EarlyStart(setup=None, record=None, kinds={})  # type: ignore[arg-type]
-    target = tmp_path / "work" / "check-venv.warm"
-    early.link(entry[0], target)
-    source_python, cloned_python = entry[0] / "bin" / "tool", target / "bin" / "tool"
-    assert cloned_python.stat().st_ino == source_python.stat().st_ino, "a hard link, not a copy"
-    assert sorted(p.relative_to(target) for p in target.rglob("*")) == sorted(
-        p.relative_to(entry[0]) for p in entry[0].rglob("*")
-    )
-    assert [nice for nice, _ in seen] == [earlycheck.LOWEST]
-    assert seen[0][1] in (None, str(earlycheck.LOWEST)), "its session's group lowered where there are groups"
-    assert early.live == []
-
-
-def test_a_stopping_build_makes_no_warm_clone(tmp_path: Path, entry) -> None:
-    early = earlycheck.EarlyStart(setup=None, record=None, kinds={})  # type: ignore[arg-type]
-    early.halt()
-    target = tmp_path / "check-venv.warm"
-    with pytest.raises(OSError, match="stopping"):
-        early.link(entry[0], target)
-    assert not target.exists()
-
-
-@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="no tmpfs at /dev/shm to clone across")
-def test_a_warm_clone_across_filesystems_is_a_copy(tmp_path: Path, entry) -> None:
-    """Where hard links cannot be made (the entry on another filesystem), the clone is clone_tree's copy, as
-    before the early start made it: the check still finds a whole warm clone."""
-    shm = Path(tempfile.mkdtemp(dir="/dev/shm"))
-    try:
-        if shm.stat().st_dev == tmp_path.stat().st_dev:
-            pytest.skip("/dev/shm is on the same filesystem here")
-        source = shm / "venv"
-        clone_tree(entry[0], source)
-        early = earlycheck.EarlyStart(setup=None, record=None, kinds={})  # type: ignore[arg-type]
-        target = tmp_path / "check-venv.warm"
-        early.link(source, target)
-        assert (target / "bin" / "tool").read_text() == (source / "bin" / "tool").read_text()
-        assert (target / "bin" / "tool").stat().st_ino != (source / "bin" / "tool").stat().st_ino
-    finally:
-        shutil.rmtree(shm, ignore_errors=True)

@@ -23,15 +23,6 @@ built, about 1.7 s on two cores, half the check. The check venv is already clone
 Without a prediction for every checked project the clone is left as before and nothing is started. The
 server is a process of this run (:func:`torchkiln.process.runner.spawn`): stopped when the build ends,
 however it ends, and SIGKILLed by the run's watchdog if torchkiln dies.
-
-All of this runs beside the compile, which is the build's critical path, so all of it runs at the lowest
-priority (:data:`LOWEST`): the clone's ``cp`` (:meth:`EarlyStart.link`), the prune, pip and the server. Each
-is a session of its own, and where the kernel schedules sessions as groups of equal weight (autogroups, on
-in Debian's kernels) a process's niceness orders it only within its own group: so the session's group is
-lowered too (:func:`torchkiln.process.runner.spawn`'s ``nice``). Measured on the real torchvision 0.21.0
-tree: the compile of the first checked build waited 1.8-2.0 s for a CPU (PSI) against 0.3 s in a warm build
-with no early work, and lowering the groups took 0.1-0.3 s off that build in each of 8 quiet rounds
-(docs/performance.md).
 """
 
 from __future__ import annotations
@@ -53,7 +44,7 @@ from packaging.utils import canonicalize_name
 
 from torchkiln.process import runner
 
-from .envstore import clone_tree, link_argv, venv_distributions
+from .envstore import venv_distributions
 from .postcheck import PIP_QUIET
 from .sandbox import isolated, probing
 
@@ -72,8 +63,6 @@ PRUNE = Path(__file__).resolve().parent / "venvprune.py"  # run by the clone's p
 PREDICTED: Mapping[str, tuple[str, ...]] = {"torchvision": ("numpy", "pillow")}
 
 Stop = Callable[[], None]
-
-LOWEST = 19  # the niceness of what runs beside the compile, its session's group's too (see the docstring)
 
 
 @dataclass(frozen=True)
@@ -97,32 +86,14 @@ class EarlyStart:
         with probing(step, self.setup, self.record, env):
             if self.halted.is_set():
                 raise OSError(f"{what}: the build is stopping")
-            self._finish(runner.spawn(argv, env=env, nice=LOWEST), what)
-
-    def _finish(self, proc: subprocess.Popen[str], what: str) -> None:
-        """``proc`` waited for, killed by :meth:`halt` meanwhile; OSError naming ``what`` when it failed."""
-        self.live.append(proc)
-        try:
-            done = runner.finish(proc)
-        finally:
-            self.live.remove(proc)
+            proc = runner.spawn([*_nice(), *argv], env=env)
+            self.live.append(proc)
+            try:
+                done = runner.finish(proc)
+            finally:
+                self.live.remove(proc)
         if not done.ok:
             raise OSError(f"{what} failed: {done.failure()}")
-
-    def link(self, source: Path, target: Path) -> None:
-        """``target`` a tree of hard links to ``source``'s files, as :func:`clone_tree` makes it, by a ``cp``
-        at the lowest priority that :meth:`halt` kills; where links fail (another filesystem),
-        :func:`clone_tree`'s copy. OSError when it fails or the build is stopping (nothing left)."""
-        if self.halted.is_set():
-            raise OSError("the warm clone: the build is stopping")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self._finish(runner.spawn(link_argv(source, target), nice=LOWEST), "the warm clone's cp")
-        except (OSError, runner.ProcessError):
-            shutil.rmtree(target, ignore_errors=True)
-            if self.halted.is_set():
-                raise OSError("the warm clone: the build is stopping") from None
-            clone_tree(source, target)
 
     def prune(self, step: Step, warm: Path) -> tuple[str, ...] | None:
         """``warm`` (``step``'s, ``checks:venv``'s, clone) pruned with the checked projects' predicted
@@ -161,11 +132,9 @@ class EarlyStart:
         try:
             environment = self._environment(step)
             argv, env = stack.enter_context(
-                isolated(step, self.setup, self.record, [*step.argv, "--serve"], environment, "/")
+                isolated(step, self.setup, self.record, [*_nice(), *step.argv, "--serve"], environment, "/")
             )
-            proc = runner.spawn(
-                argv, env=env, cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, nice=LOWEST
-            )
+            proc = runner.spawn(argv, env=env, cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         except (OSError, runner.ProcessError):
             stack.close()
             return None
@@ -224,6 +193,17 @@ def _requirement_lines(wheel: Path) -> list[str] | None:
     except Exception:  # noqa: BLE001 - a damaged wheel: the check's pip says what is wrong with it
         return None
     return email.parser.Parser().parsestr(text, headersonly=True).get_all("Requires-Dist", [])
+
+
+def _nice() -> list[str]:
+    """What runs the warm clone's work at the lowest priority within its own session. Where the kernel
+    schedules sessions as groups (autogroups, on in Debian's kernels), each of these sessions still gets a
+    share equal to the compile's. Their groups are not lowered yet: that was measured on the real 0.21.0 tree
+    (docs/performance.md, 30 Nov). On a quiet machine it gave 0.1-0.3 s off the first checked build in each of
+    8 rounds. On a noisy one it showed nothing. On a loaded one it starved this work, which the build then
+    waits for at the lowest weight (applied in 5b654d5, reverted): lowering needs a way back first."""
+    nice = shutil.which("nice")
+    return [nice, "-n", "19"] if nice else []
 
 
 def _values(argv: Sequence[str], option: str) -> list[str]:

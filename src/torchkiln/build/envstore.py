@@ -53,7 +53,6 @@ __all__ = [
     "Restored",
     "LINKED",
     "clone_tree",
-    "link_argv",
     "default_env_store",
     "full_clone",
     "link_venv",
@@ -145,12 +144,6 @@ def _copy_tree(source: Path, target: Path) -> None:
     shutil.copystat(source, target)
 
 
-def link_argv(source: Path, target: Path) -> list[str]:
-    """The command that makes ``target`` (which must not exist) a tree of hard links to ``source``'s files
-    (symlinks kept): cp(1) makes it faster than Python does, one process with no interpreter per file."""
-    return ["cp", "--archive", "--link", "--no-target-directory", "--", str(source), str(target)]
-
-
 def clone_tree(source: Path, target: Path) -> None:
     """``target`` becomes a copy of ``source`` whose files are hard links to ``source``'s (symlinks kept as
     symlinks); across filesystems, or where links are refused, a real copy. ``target`` must not exist.
@@ -162,7 +155,7 @@ def clone_tree(source: Path, target: Path) -> None:
         raise FileExistsError(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     linked = subprocess.run(
-        link_argv(source, target),
+        ["cp", "--archive", "--link", "--no-target-directory", "--", str(source), str(target)],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -41,7 +41,6 @@ import contextlib
 import contextvars
 import functools
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -326,11 +325,9 @@ def spawn(
     text: bool = True,
     errors: str = "replace",
     stdin: int | None = subprocess.DEVNULL,
-    nice: int = 0,
 ) -> subprocess.Popen[Any]:
     """Start ``argv`` in a new session (it leads its own process group), stdin closed unless given, no
-    higher in the scheduler than this process (:func:`_lowered`), and at least ``nice`` (0-19) lower: the
-    process and its session's scheduling group both, for work that runs beside the build's critical path.
+    higher in the scheduler than this process (:func:`_lowered`).
 
     The one place torchkiln creates a process. A missing working directory or executable is a
     :class:`ProcessError` that names it.
@@ -341,7 +338,6 @@ def spawn(
     if confine is not None:
         confined_argv, env = confine(list(argv), env, cwd)
         argv = confined_argv
-    argv = [*_niceness(nice), *argv]
     try:
         proc = subprocess.Popen(  # noqa: S603 - an argv list, never a shell
             list(argv),
@@ -358,7 +354,7 @@ def spawn(
         raise ProcessError(f"{argv[0]} not found (is it installed and on PATH?)") from None
     except PermissionError:
         raise ProcessError(f"{argv[0]} cannot be executed (permission denied)") from None
-    _lowered(proc.pid, nice)
+    _lowered(proc.pid)
     return proc
 
 
@@ -381,18 +377,11 @@ def _group_nice(pid: int) -> int:
         return 0
 
 
-def _niceness(nice: int) -> list[str]:
-    """The prefix that starts a command ``nice`` lower than this process (none for 0, or without nice(1)):
-    what it starts inherits that. Not a call in the child before exec: threads start processes here."""
-    found = shutil.which("nice") if nice > 0 else None
-    return [found, "-n", str(min(nice, 19))] if found else []
-
-
-def _lowered(pid: int, nice: int = 0) -> None:
-    """``pid``'s new session's group given this process's niceness (its own or its group's, the higher) or
-    ``nice``, whichever is higher, where that is above the default (a kernel without autogroups has no such
-    file: the niceness ``pid`` inherited is what counts there)."""
-    level = min(19, max(os.getpriority(os.PRIO_PROCESS, 0), _group_nice(os.getpid()), nice))
+def _lowered(pid: int) -> None:
+    """``pid``'s new session's group given this process's niceness (its own or its group's, the higher),
+    where that is above the default (a kernel without autogroups has no such file: the niceness ``pid``
+    inherited is what counts there)."""
+    level = min(19, max(os.getpriority(os.PRIO_PROCESS, 0), _group_nice(os.getpid())))
     if level > 0:
         with contextlib.suppress(OSError), open(_AUTOGROUP.format(pid), "w", encoding="ascii") as handle:
             handle.write(str(level))
