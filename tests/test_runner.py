@@ -255,6 +255,12 @@ def test_two_supervised_runs_in_two_threads_each_keep_their_own(tmp_path: Path) 
 # --------------------------------------------------------------------------------------------------
 
 AUTOGROUP = Path("/proc/self/autogroup").exists()
+# The rows below start from a test process at the default priority: one that is niced itself (`nice nox -s
+# tests`), or whose session's group is, passes that on to everything, the harness's "normal" process too.
+NICED = pytest.mark.skipif(
+    os.getpriority(os.PRIO_PROCESS, 0) > 0 or runner._group_nice(os.getpid()) > 0,
+    reason="the tests run niced: the rows' niceness and the CPU share need a process at the default priority",
+)
 
 # Run in a session of its own (so its autogroup is its own to lower): its niceness and its group's set as
 # the row says, then a child started by runner.spawn reports its own, its session and its group's. With
@@ -301,6 +307,7 @@ def harness(own: int, group: int, hog: bool = False) -> subprocess.Popen[str]:
         (12, 4, 12),
     ],
 )
+@NICED
 def test_a_started_process_is_scheduled_no_higher_than_torchkiln(own: int, group: int, expected: int) -> None:
     if group and not AUTOGROUP:
         pytest.skip("this kernel has no autogroups (CONFIG_SCHED_AUTOGROUP)")
@@ -322,6 +329,7 @@ HOG = (
 )
 
 
+@NICED
 def test_under_nice_what_torchkiln_starts_yields_the_core_to_another_session() -> None:
     """The behaviour niceness is for: a command started under ``nice -n 19`` (by runner.spawn, in a session
     of its own) takes little of a core that a process of another session wants. Without its group lowered
