@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -263,12 +264,12 @@ NICED = pytest.mark.skipif(
 )
 
 # Run in a session of its own (so its autogroup is its own to lower): its niceness and its group's set as
-# the row says, then a child started by runner.spawn reports its own, its session and its group's. With
-# ``hog``, the child spins on CPU 0 instead, and the harness waits.
+# the row says, then a child started by runner.spawn (asked for ``nice`` more) reports its own, its session
+# and its group's. With ``hog``, the child spins on CPU 0 instead, and the harness waits.
 HARNESS = r"""
 import json, os, sys
 from torchkiln.process import runner
-own, group, hog = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "hog"
+own, group, hog, asked = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "hog", int(sys.argv[4])
 os.nice(own)
 if group:
     with open("/proc/self/autogroup", "w") as handle:
@@ -277,7 +278,7 @@ report = ("import json, os; g = '/proc/self/autogroup'; "
           "print(json.dumps([os.getpriority(os.PRIO_PROCESS, 0), os.getsid(0), "
           "open(g).read().split()[-1] if os.path.exists(g) else None]))")
 spin = "import os\nos.sched_setaffinity(0, {0})\nprint(os.getpid(), flush=True)\nwhile True: pass"
-proc = runner.spawn([sys.executable, "-c", spin if hog else report], stdout=None if hog else -1)
+proc = runner.spawn([sys.executable, "-c", spin if hog else report], stdout=None if hog else -1, nice=asked)
 if hog:
     proc.wait()
 out, _ = proc.communicate()
@@ -285,9 +286,9 @@ print(json.dumps({"child": json.loads(out), "sid": os.getsid(0)}))
 """
 
 
-def harness(own: int, group: int, hog: bool = False) -> subprocess.Popen[str]:
+def harness(own: int, group: int, hog: bool = False, asked: int = 0) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-c", HARNESS, str(own), str(group), "hog" if hog else "report"],
+        [sys.executable, "-c", HARNESS, str(own), str(group), "hog" if hog else "report", str(asked)],
         stdout=subprocess.PIPE,
         text=True,
         start_new_session=True,
@@ -296,28 +297,42 @@ def harness(own: int, group: int, hog: bool = False) -> subprocess.Popen[str]:
 
 
 @pytest.mark.parametrize(
-    ("own", "group", "expected"),
+    ("own", "group", "asked", "expected"),
     [
-        (0, 0, 0),  # the common case: nothing changes
-        (5, 0, 5),  # `nice -n 5 torchkiln build`: its compile's session too
-        (19, 0, 19),
-        (1, 0, 1),
-        (0, 8, 8),  # torchkiln in a lowered session (`renice -g`, /proc/PID/autogroup), itself not niced
-        (3, 6, 6),  # both: the lower priority of the two
-        (12, 4, 12),
+        (0, 0, 0, 0),  # the common case: nothing changes
+        (5, 0, 0, 5),  # `nice -n 5 torchkiln build`: its compile's session too
+        (19, 0, 0, 19),
+        (1, 0, 0, 1),
+        (0, 8, 0, 8),  # torchkiln in a lowered session (`renice -g`, /proc/PID/autogroup), itself not niced
+        (3, 6, 0, 6),  # both: the lower priority of the two
+        (12, 4, 0, 12),
+        # spawn(nice=...), the work beside the compile (build.earlycheck): its group at least that low, the
+        # process itself as torchkiln (a process's niceness cannot be raised again without privilege)
+        (0, 0, 19, 19),
+        (0, 0, 1, 1),
+        (0, 0, 7, 7),
+        (5, 0, 3, 5),  # its group: the highest of the three
+        (4, 0, 19, 19),
+        (0, 9, 4, 9),
+        (2, 0, 40, 19),  # never past 19
     ],
 )
 @NICED
-def test_a_started_process_is_scheduled_no_higher_than_torchkiln(own: int, group: int, expected: int) -> None:
+def test_a_started_process_is_scheduled_no_higher_than_torchkiln(
+    own: int, group: int, asked: int, expected: int
+) -> None:
     if group and not AUTOGROUP:
         pytest.skip("this kernel has no autogroups (CONFIG_SCHED_AUTOGROUP)")
-    out, _ = harness(own, group).communicate(timeout=60)
+    out, _ = harness(own, group, asked=asked).communicate(timeout=60)
     seen = json.loads(out)
     nice, sid, group_nice = seen["child"]
-    assert nice == own  # inherited, as every child's
+    assert (
+        nice == own
+    )  # inherited, as every child's: never lowered further (runner.restore could not undo it)
     assert sid != seen["sid"]  # a session of its own: what start_new_session gives
     if AUTOGROUP:
         assert int(group_nice) == expected  # and so a scheduling group of its own, lowered alike
+        assert int(group_nice) >= max(own, group, min(asked, 19))
 
 
 # A CPU-bound loop on CPU 0 until it has used ``argv[1]`` seconds of CPU.
@@ -330,11 +345,13 @@ HOG = (
 
 
 @NICED
-def test_under_nice_what_torchkiln_starts_yields_the_core_to_another_session() -> None:
-    """The behaviour niceness is for: a command started under ``nice -n 19`` (by runner.spawn, in a session
-    of its own) takes little of a core that a process of another session wants. Without its group lowered
-    each took half (measured here, autogroups on). CPU time, not wall time, is compared."""
-    low = harness(19, 0, hog=True)
+@pytest.mark.parametrize(("own", "asked"), [(19, 0), (0, 19)], ids=["torchkiln-niced", "spawn-nice"])
+def test_under_nice_what_torchkiln_starts_yields_the_core_to_another_session(own: int, asked: int) -> None:
+    """The behaviour niceness is for: a command started under ``nice -n 19``, or asked to run that low (by
+    runner.spawn, in a session of its own), takes little of a core that a process of another session wants.
+    Without its group lowered each took half (measured here, autogroups on). CPU time, not wall time, is
+    compared."""
+    low = harness(own, 0, hog=True, asked=asked)
     pid = None
     try:
         pid = int(low.stdout.readline())  # the lowered hog runs (a harness that failed: ValueError, here)
@@ -349,3 +366,67 @@ def test_under_nice_what_torchkiln_starts_yields_the_core_to_another_session() -
                 os.kill(pid, signal.SIGKILL)
         low.wait()
     assert low_cpu < 0.3, f"the lowered process took {low_cpu:.2f} s of CPU beside the other's 1.0 s"
+
+
+# Lowers three sessions' groups by runner.spawn(nice=19) (a write each, 0.1 s apart: the kernel takes one per
+# 0.1 s from an unprivileged process), then raises them back by runner.restore, one right after another.
+RESTORE = r"""
+import json, os, sys, time
+from torchkiln.process import runner
+own = int(sys.argv[1])
+os.nice(own)
+procs = []
+for _ in range(3):
+    time.sleep(runner.RETRY)  # a lowering that meets EAGAIN is left out (spawn does not wait): not here
+    procs.append(runner.spawn(["sleep", "60"], stdout=-3, stderr=-3, nice=19))  # DEVNULL
+lowered = [runner._group_nice(p.pid) for p in procs]
+raised = [runner.restore(p.pid) for p in procs]
+after = [runner._group_nice(p.pid) for p in procs]
+nice = [int(open(f"/proc/{p.pid}/stat").read().rpartition(")")[2].split()[16]) for p in procs]
+for p in procs:
+    p.kill()
+    p.wait()
+print(json.dumps({"lowered": lowered, "raised": raised, "after": after, "nice": nice, "uid": os.getuid()}))
+"""
+
+
+def unprivileged() -> list[str]:
+    """A Python run with no privilege (no CAP_SYS_ADMIN, no CAP_SYS_NICE), as a user's build runs: this one,
+    or as root the system's, as nobody (a process that drops root itself stays non-dumpable: its children's
+    /proc files are root's)."""
+    if os.getuid() != 0:
+        return [sys.executable]
+    setpriv, python = shutil.which("setpriv"), Path("/usr/bin/python3")
+    if setpriv is None or not python.exists():
+        pytest.skip("as root this needs setpriv(1) and /usr/bin/python3 to run as nobody")
+    return [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", str(python)]
+
+
+@NICED
+@pytest.mark.skipif(not AUTOGROUP, reason="this kernel has no autogroups (CONFIG_SCHED_AUTOGROUP)")
+@pytest.mark.parametrize("own", [0, 4])
+def test_a_lowered_group_is_raised_back_without_privilege(own: int) -> None:
+    """runner.restore, the way back from spawn's ``nice`` (build.earlycheck's hurry): a group lowered to 19 is
+    raised to torchkiln's own level, by a process with no privilege, though the kernel refuses a second
+    write within 0.1 s (EAGAIN, waited out); the processes themselves were never lowered."""
+    done = subprocess.run(
+        [*unprivileged(), "-c", RESTORE, str(own)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        start_new_session=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["uid"] != 0
+    assert seen["lowered"] == [19] * 3
+    assert seen["raised"] == [True] * 3 and seen["after"] == [own] * 3
+    assert seen["nice"] == [own] * 3
+
+
+def test_restore_of_a_process_that_ended_is_no_error() -> None:
+    proc = runner.spawn(["true"], nice=19)
+    proc.wait()
+    assert runner.restore(proc.pid) is True

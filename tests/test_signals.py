@@ -36,6 +36,7 @@ from kit.signalkit import (
     make_tree,
     settled,
     survivors,
+    unlowered,
     wait_in_flight,
     write_recipe,
 )
@@ -178,9 +179,11 @@ def test_a_signal_while_the_check_waits_in_the_warm_clone(world: dict[str, Path]
     served = cell.work / "check-venv" / postcheck.SOCKET
     try:
         snapshot = wait_in_flight(cell, "compile", proc)
-        for _ in range(6000):  # the spin unit keeps the compile in flight: until the check waits
+        for tick in range(6000):  # the spin unit keeps the compile in flight: until the check waits
             if served.exists() or proc.poll() is not None:
                 break
+            if tick % 10 == 0:
+                unlowered(proc.pid)  # the early work, lowered beside the compile, runs under any load
             time.sleep(0.05)
         assert served.exists(), "the check's interpreter never waited in the warm clone"
         proc.send_signal(signal.SIGTERM)

@@ -4,8 +4,13 @@ threads, real ``cp --link`` clones; a directory stands in for the environment st
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
+import threading
+import time
 import zipfile
 from pathlib import Path
 
@@ -18,6 +23,7 @@ from torchkiln.build import checkvenv, earlycheck, venvprune
 from torchkiln.build.envstore import clone_tree, relocate_venv
 from torchkiln.build.warmcheck import MARK, Warming, take, warm_path
 from torchkiln.plan.model import Step
+from torchkiln.process import runner
 
 pytestmark = pytest.mark.integration  # real venvs with pip, clones of them
 
@@ -158,10 +164,15 @@ class Started:
     warm clone's thread does with it, not what it starts (tests/test_postcheck_overlap.py has the server)."""
 
     def __init__(self, removed: tuple[str, ...] | None = (), *, foreseen: bool = True) -> None:
-        self.removed, self.procs, self.saw, self.seen = removed, [], [], foreseen
+        self.removed, self.procs, self.saw, self.seen, self.linked = removed, [], [], foreseen, []
+        self.hurried = 0
 
     def foreseen(self, step: Step) -> bool:
         return self.seen
+
+    def link(self, source: Path, target: Path) -> None:
+        self.linked.append(target)
+        clone_tree(source, target)
 
     def prune(self, step: Step, warm: Path) -> tuple[str, ...] | None:
         return self.removed
@@ -171,6 +182,9 @@ class Started:
 
     def halt(self) -> None:
         pass
+
+    def hurry(self) -> None:
+        self.hurried += 1
 
     def serve(self, step: Step):  # noqa: ANN201 - the protocol's stop
         self.saw.append((Path(step.venv) / MARK).read_text())  # started where the check venv will be
@@ -196,8 +210,11 @@ def test_the_check_starts_in_the_warm_clone_at_its_own_path_and_the_clone_goes_b
     assert early.saw == [f"{build_venv}\nsetuptools\nwheel"], (
         "started in the marked clone at the check venv's path"
     )
+    assert early.linked == [warm_path(check_venv)], "the clone made by the early start's link"
     assert (check_venv / MARK).is_file() and not warm_path(check_venv).exists()
+    assert early.hurried == 0, "beside the compile the early work stays lowered"
     warming.join(step.venv)  # before checks:venv (or any step) decides on the check venv
+    assert early.hurried == 1, "the build waits for the early work from here: no longer lowered"
     assert not check_venv.exists() and (warm_path(check_venv) / MARK).is_file()
     assert take(warm_path(check_venv), build_venv, check_venv) == ("setuptools", "wheel")
     assert prefix(check_venv / "bin" / "python") == str(check_venv)
@@ -388,3 +405,100 @@ def test_foreseen_reads_requires_dist_as_venvprune_does(tmp_path: Path, lines: l
     wheel = wheel_with(tmp_path, lines)
     pruned = {canonicalize_name(name) for name in venvprune.wheel_requirements(wheel)}
     assert earlycheck.foreseen(prune_step(tmp_path)) is (pruned <= {"torch", "numpy", "pillow"})
+
+
+def test_the_warm_clone_beside_the_compile_is_made_by_hard_links_in_a_lowered_session(
+    tmp_path: Path, entry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """EarlyStart.link, the warm clone's cp while the compile runs: hard links to the entry's files, by a
+    process of this run in a session whose scheduling group is at the lowest priority, the process itself
+    not lowered (what runner.spawn's ``nice`` gives is tests/test_runner.py's; this reads what the cp itself
+    ran at)."""
+    seen: list[tuple[int, str | None]] = []
+    real = runner.spawn
+
+    def spawn(argv, **kwargs):  # noqa: ANN001, ANN202 - runner.spawn's own, watched
+        proc = real(argv, **kwargs)
+        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)  # the cp ended, not reaped: its last state
+        group = Path(f"/proc/{proc.pid}/autogroup")
+        nice = int(Path(f"/proc/{proc.pid}/stat").read_text().rpartition(")")[2].split()[16])
+        seen.append((nice, group.read_text().split()[-1] if group.exists() else None))
+        return proc
+
+    monkeypatch.setattr(runner, "spawn", spawn)
+    early = earlycheck.EarlyStart(setup=None, record=None, kinds={})  # type: ignore[arg-type]
+    target = tmp_path / "work" / "check-venv.warm"
+    early.link(entry[0], target)
+    source_python, cloned_python = entry[0] / "bin" / "tool", target / "bin" / "tool"
+    assert cloned_python.stat().st_ino == source_python.stat().st_ino, "a hard link, not a copy"
+    assert sorted(p.relative_to(target) for p in target.rglob("*")) == sorted(
+        p.relative_to(entry[0]) for p in entry[0].rglob("*")
+    )
+    assert [nice for nice, _ in seen] == [os.getpriority(os.PRIO_PROCESS, 0)], "the process: as this one"
+    assert seen[0][1] in (None, str(earlycheck.LOWEST)), "its session's group lowered where there are groups"
+    assert early.live == []
+
+
+def groups(procs: list[subprocess.Popen[str]]) -> list[int]:
+    return [runner._group_nice(proc.pid) for proc in procs]
+
+
+@pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="this kernel has no autogroups")
+def test_once_the_build_waits_nothing_of_the_early_work_stays_lowered(tmp_path: Path) -> None:
+    """The invariant of build.earlycheck: the build never waits on work it lowered. What runs while the
+    compile runs starts in a group at LOWEST; hurry (Warming.join, where the build starts waiting) raises
+    every such group still running to this process's level, and what starts after it starts there. Threads
+    start work while another hurries: whatever the order, nothing started is left lowered once both end."""
+    level = runner._level()
+    early = earlycheck.EarlyStart(setup=None, record=None, kinds={})  # type: ignore[arg-type]
+    started: list[subprocess.Popen[str]] = []
+    try:
+        started += [early._spawn(["sleep", "60"]) for _ in range(2)]
+        time.sleep(runner.RETRY)  # one unprivileged write per 0.1 s: each lowering its own
+        assert groups(started) == [max(level, earlycheck.LOWEST)] * 2, "lowered beside the compile"
+        done = subprocess.Popen(["true"])
+        done.wait()
+        early.lowered.append(done)  # one that ended: nothing to raise
+        early.hurry()
+        assert groups(started) == [level] * 2, "raised back once the build waits"
+        started.append(early._spawn(["sleep", "60"]))
+        assert groups(started[-1:]) == [level], "started after: not lowered"
+        for _ in range(5):  # a thread starting the next step's process while the build begins to wait
+            other = earlycheck.EarlyStart(setup=None, record=None, kinds={})  # type: ignore[arg-type]
+            thread = threading.Thread(target=lambda e=other: started.append(e._spawn(["sleep", "60"])))
+            thread.start()
+            other.hurry()
+            thread.join()
+            assert groups(started[-1:]) == [level]
+    finally:
+        for proc in started:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_stopping_build_makes_no_warm_clone(tmp_path: Path, entry) -> None:
+    early = earlycheck.EarlyStart(setup=None, record=None, kinds={})  # type: ignore[arg-type]
+    early.halt()
+    target = tmp_path / "check-venv.warm"
+    with pytest.raises(OSError, match="stopping"):
+        early.link(entry[0], target)
+    assert not target.exists()
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="no tmpfs at /dev/shm to clone across")
+def test_a_warm_clone_across_filesystems_is_a_copy(tmp_path: Path, entry) -> None:
+    """Where hard links cannot be made (the entry on another filesystem), the clone is clone_tree's copy, as
+    before the early start made it: the check still finds a whole warm clone."""
+    shm = Path(tempfile.mkdtemp(dir="/dev/shm"))
+    try:
+        if shm.stat().st_dev == tmp_path.stat().st_dev:
+            pytest.skip("/dev/shm is on the same filesystem here")
+        source = shm / "venv"
+        clone_tree(entry[0], source)
+        early = earlycheck.EarlyStart(setup=None, record=None, kinds={})  # type: ignore[arg-type]
+        target = tmp_path / "check-venv.warm"
+        early.link(source, target)
+        assert (target / "bin" / "tool").read_text() == (source / "bin" / "tool").read_text()
+        assert (target / "bin" / "tool").stat().st_ino != (source / "bin" / "tool").stat().st_ino
+    finally:
+        shutil.rmtree(shm, ignore_errors=True)

@@ -32,6 +32,7 @@ from pathlib import Path
 from kit import ROOT
 from torchkiln.build.treeguard import OutputRecords
 from torchkiln.plan.make import TORCH_SITE
+from torchkiln.process import runner
 from torchkiln.source.exact import stats, tree_paths
 
 VISION = ROOT / "tests" / "data" / "vision_like"
@@ -223,6 +224,17 @@ def descendants(roots: Iterable[int], found: list[Proc]) -> set[int]:
             seen.add(pid)
             todo.extend(children.get(pid, []))
     return seen
+
+
+def unlowered(root: int) -> None:
+    """Every scheduling group below ``root`` (a build) that is lower than this process's raised back to it
+    (runner.restore, what the build itself does once it waits for its early work). A cell that waits for
+    the early work to reach a state while the compile runs needs that work to run: lowered beside a CPU-bound
+    compile on a machine whose other core other tests keep busy, it gets next to nothing."""
+    level = runner._level()
+    for pid in descendants([root], processes()):
+        if runner._group_nice(pid) > level:
+            runner.restore(pid)
 
 
 def below(daemons: set[int]) -> Callable[[Proc], bool]:

@@ -23,6 +23,23 @@ built, about 1.7 s on two cores, half the check. The check venv is already clone
 Without a prediction for every checked project the clone is left as before and nothing is started. The
 server is a process of this run (:func:`torchkiln.process.runner.spawn`): stopped when the build ends,
 however it ends, and SIGKILLed by the run's watchdog if torchkiln dies.
+
+All of this runs beside the compile, which is the build's critical path, so all of it starts in scheduling
+groups at the lowest priority (:data:`LOWEST`): the clone's ``cp`` (:meth:`EarlyStart.link`), the prune, pip
+and the server. Each is a session of its own, and where the kernel schedules sessions as groups of equal
+weight (autogroups, on in Debian's kernels) a process's niceness orders it only within its own group, so it
+is the session's group that is lowered (:func:`torchkiln.process.runner.spawn`'s ``nice``). Measured on the
+real torchvision 0.21.0 tree: the compile of the first checked build waited 1.8-2.0 s for a CPU (PSI)
+against 0.3 s in a warm build with no early work, and lowering the groups took 0.1-0.3 s off that build in
+each of 8 quiet rounds (docs/performance.md).
+
+The invariant: **the build never waits on work it lowered.** On a machine whose cores other work keeps busy
+a lowered group gets next to nothing, and once the compile is done the build waits for this work
+(:meth:`torchkiln.build.warmcheck.Warming.join`). So the wait begins with :meth:`EarlyStart.hurry`: every
+lowered group still running is raised back to torchkiln's own level (:func:`torchkiln.process.runner.restore`,
+which needs no privilege), and what starts after that starts there. Only groups are lowered, never the
+processes: a process's niceness cannot be raised again without privilege. Where sessions are not scheduling
+groups (a kernel without autogroups, a CPU cgroup below the root) nothing is lowered.
 """
 
 from __future__ import annotations
@@ -37,14 +54,14 @@ import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from torchkiln.process import runner
 
-from .envstore import venv_distributions
+from .envstore import clone_tree, link_argv, venv_distributions
 from .postcheck import PIP_QUIET
 from .sandbox import isolated, probing
 
@@ -64,6 +81,8 @@ PREDICTED: Mapping[str, tuple[str, ...]] = {"torchvision": ("numpy", "pillow")}
 
 Stop = Callable[[], None]
 
+LOWEST = 19  # the niceness of the scheduling groups of what runs beside the compile (see the docstring)
+
 
 @dataclass(frozen=True)
 class EarlyStart:
@@ -75,6 +94,10 @@ class EarlyStart:
     # the processes at work for the warm clone (a stopping build kills them rather than wait: halt)
     live: list[subprocess.Popen[str]] = field(default_factory=list)
     halted: threading.Event = field(default_factory=threading.Event)
+    # the processes started in lowered groups, and whether the build waits for them now (hurry)
+    lowered: list[subprocess.Popen[str]] = field(default_factory=list)
+    hurried: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def _environment(self, step: Step) -> dict[str, str]:
         return self.kinds[step.kind].start(step, self.setup, self.record).environment()
@@ -86,14 +109,50 @@ class EarlyStart:
         with probing(step, self.setup, self.record, env):
             if self.halted.is_set():
                 raise OSError(f"{what}: the build is stopping")
-            proc = runner.spawn([*_nice(), *argv], env=env)
-            self.live.append(proc)
-            try:
-                done = runner.finish(proc)
-            finally:
-                self.live.remove(proc)
+            self._finish(self._spawn(argv, env=env), what)
+
+    def _spawn(self, argv: Sequence[str], **options: Any) -> subprocess.Popen[str]:
+        """``argv`` started by :func:`torchkiln.process.runner.spawn` in a group at :data:`LOWEST`, or at
+        torchkiln's own level once the build waits (:meth:`hurry`): never lowered after that."""
+        with self.lock:
+            proc = runner.spawn(argv, nice=0 if self.hurried.is_set() else LOWEST, **options)
+            self.lowered.append(proc)
+        return proc
+
+    def hurry(self) -> None:
+        """The build waits for this work now: each lowered group still running raised back to torchkiln's
+        level, and nothing started lowered after this."""
+        with self.lock:
+            self.hurried.set()
+            waiting = [proc for proc in self.lowered if proc.poll() is None]
+            self.lowered.clear()
+        for proc in waiting:
+            runner.restore(proc.pid)
+
+    def _finish(self, proc: subprocess.Popen[str], what: str) -> None:
+        """``proc`` waited for, killed by :meth:`halt` meanwhile; OSError naming ``what`` when it failed."""
+        self.live.append(proc)
+        try:
+            done = runner.finish(proc)
+        finally:
+            self.live.remove(proc)
         if not done.ok:
             raise OSError(f"{what} failed: {done.failure()}")
+
+    def link(self, source: Path, target: Path) -> None:
+        """``target`` a tree of hard links to ``source``'s files, as :func:`clone_tree` makes it, by a ``cp``
+        at the lowest priority that :meth:`halt` kills; where links fail (another filesystem),
+        :func:`clone_tree`'s copy. OSError when it fails or the build is stopping (nothing left)."""
+        if self.halted.is_set():
+            raise OSError("the warm clone: the build is stopping")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._finish(self._spawn(link_argv(source, target)), "the warm clone's cp")
+        except (OSError, runner.ProcessError):
+            shutil.rmtree(target, ignore_errors=True)
+            if self.halted.is_set():
+                raise OSError("the warm clone: the build is stopping") from None
+            clone_tree(source, target)
 
     def prune(self, step: Step, warm: Path) -> tuple[str, ...] | None:
         """``warm`` (``step``'s, ``checks:venv``'s, clone) pruned with the checked projects' predicted
@@ -132,9 +191,9 @@ class EarlyStart:
         try:
             environment = self._environment(step)
             argv, env = stack.enter_context(
-                isolated(step, self.setup, self.record, [*_nice(), *step.argv, "--serve"], environment, "/")
+                isolated(step, self.setup, self.record, [*step.argv, "--serve"], environment, "/")
             )
-            proc = runner.spawn(argv, env=env, cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            proc = self._spawn(argv, env=env, cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         except (OSError, runner.ProcessError):
             stack.close()
             return None
@@ -193,17 +252,6 @@ def _requirement_lines(wheel: Path) -> list[str] | None:
     except Exception:  # noqa: BLE001 - a damaged wheel: the check's pip says what is wrong with it
         return None
     return email.parser.Parser().parsestr(text, headersonly=True).get_all("Requires-Dist", [])
-
-
-def _nice() -> list[str]:
-    """What runs the warm clone's work at the lowest priority within its own session. Where the kernel
-    schedules sessions as groups (autogroups, on in Debian's kernels), each of these sessions still gets a
-    share equal to the compile's. Their groups are not lowered yet: that was measured on the real 0.21.0 tree
-    (docs/performance.md, 30 Nov). On a quiet machine it gave 0.1-0.3 s off the first checked build in each of
-    8 rounds. On a noisy one it showed nothing. On a loaded one it starved this work, which the build then
-    waits for at the lowest weight (applied in 5b654d5, reverted): lowering needs a way back first."""
-    nice = shutil.which("nice")
-    return [nice, "-n", "19"] if nice else []
 
 
 def _values(argv: Sequence[str], option: str) -> list[str]:

@@ -53,6 +53,7 @@ __all__ = [
     "Restored",
     "LINKED",
     "clone_tree",
+    "link_argv",
     "default_env_store",
     "full_clone",
     "link_venv",
@@ -144,6 +145,12 @@ def _copy_tree(source: Path, target: Path) -> None:
     shutil.copystat(source, target)
 
 
+def link_argv(source: Path, target: Path) -> list[str]:
+    """The command that makes ``target`` (which must not exist) a tree of hard links to ``source``'s files
+    (symlinks kept): cp(1) makes it faster than Python does, one process with no interpreter per file."""
+    return ["cp", "--archive", "--link", "--no-target-directory", "--", str(source), str(target)]
+
+
 def clone_tree(source: Path, target: Path) -> None:
     """``target`` becomes a copy of ``source`` whose files are hard links to ``source``'s (symlinks kept as
     symlinks); across filesystems, or where links are refused, a real copy. ``target`` must not exist.
@@ -155,7 +162,7 @@ def clone_tree(source: Path, target: Path) -> None:
         raise FileExistsError(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     linked = subprocess.run(
-        ["cp", "--archive", "--link", "--no-target-directory", "--", str(source), str(target)],
+        link_argv(source, target),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -51,6 +51,8 @@ MARK = ".torchkiln-warm"  # in the warm clone, written last: the build venv it i
 class Early(Protocol):
     """The check started in a warm clone (:class:`torchkiln.build.earlycheck.EarlyStart`)."""
 
+    def link(self, source: Path, target: Path) -> None: ...
+
     def prune(self, step: Step, warm: Path) -> tuple[str, ...] | None: ...
 
     def complete(self, check: Step, venv: Path) -> None: ...
@@ -58,6 +60,8 @@ class Early(Protocol):
     def serve(self, step: Step) -> Callable[[], None] | None: ...
 
     def halt(self) -> None: ...
+
+    def hurry(self) -> None: ...
 
     def foreseen(self, step: Step) -> bool: ...
 
@@ -115,8 +119,11 @@ class Warming:
 
     def join(self, venv: str | None) -> None:
         """The warm clone of ``venv`` finished (or failed: then nothing is marked), and beside ``venv`` again,
-        before a step decides on it."""
+        before a step decides on it. The build waits for the early work from here: it is no longer lowered
+        (:meth:`Early.hurry`)."""
         found = self.threads.get(venv) if venv else None
+        if self.early is not None and (found is not None or venv in self.placed):
+            self.early.hurry()
         if found is not None:
             found[0].join()
         if venv in self.placed:
@@ -133,7 +140,8 @@ class Warming:
         warm = warm_path(target)
         early = self.early if check is not None else None
         prune = functools.partial(early.prune, step) if early is not None else None
-        removed = _clone(entry_venv, kept_from, build_venv, target, prune)
+        link = early.link if early is not None else clone_tree
+        removed = _clone(entry_venv, kept_from, build_venv, target, prune, link)
         if removed is False:  # a store entry swept meanwhile, a full disk: settle clones again
             return
         if removed is None or check is None or self.early is None or os.path.lexists(target):
@@ -204,14 +212,15 @@ def _clone(
     build_venv: str,
     target: Path,
     prune: Callable[[Path], tuple[str, ...] | None] | None = None,
+    link: Callable[[Path, Path], None] = clone_tree,
 ) -> tuple[str, ...] | None | Literal[False]:
-    """``entry_venv`` cloned beside ``target`` (:func:`warm_path`), relocated to ``target``, given to
+    """``entry_venv`` cloned by ``link`` beside ``target`` (:func:`warm_path`), relocated to ``target``, given to
     ``prune``, and marked as a clone of ``build_venv`` with what the prune removed (which it returns: None
     without a prune, or where it did nothing). False, and nothing left, where it failed."""
     warm = warm_path(target)
     try:
         shutil.rmtree(warm, ignore_errors=True)
-        clone_tree(entry_venv, warm)
+        link(entry_venv, warm)
         relocate_venv(warm, kept_from, str(target))
         removed = prune(warm) if prune is not None else None
         (warm / MARK).write_text("\n".join([build_venv, *(removed or ())]), encoding="utf-8")

@@ -325,9 +325,12 @@ def spawn(
     text: bool = True,
     errors: str = "replace",
     stdin: int | None = subprocess.DEVNULL,
+    nice: int = 0,
 ) -> subprocess.Popen[Any]:
     """Start ``argv`` in a new session (it leads its own process group), stdin closed unless given, no
-    higher in the scheduler than this process (:func:`_lowered`).
+    higher in the scheduler than this process (:func:`_lowered`); with ``nice`` (1-19), for work that runs
+    beside the build's critical path, its session's scheduling group at least that low, which
+    :func:`restore` raises again once the build waits for that work.
 
     The one place torchkiln creates a process. A missing working directory or executable is a
     :class:`ProcessError` that names it.
@@ -354,7 +357,7 @@ def spawn(
         raise ProcessError(f"{argv[0]} not found (is it installed and on PATH?)") from None
     except PermissionError:
         raise ProcessError(f"{argv[0]} cannot be executed (permission denied)") from None
-    _lowered(proc.pid)
+    _lowered(proc.pid, nice)
     return proc
 
 
@@ -377,14 +380,43 @@ def _group_nice(pid: int) -> int:
         return 0
 
 
-def _lowered(pid: int) -> None:
-    """``pid``'s new session's group given this process's niceness (its own or its group's, the higher),
-    where that is above the default (a kernel without autogroups has no such file: the niceness ``pid``
-    inherited is what counts there)."""
-    level = min(19, max(os.getpriority(os.PRIO_PROCESS, 0), _group_nice(os.getpid())))
+def _level() -> int:
+    """This process's niceness or its group's, the higher: what every session it starts is given."""
+    return min(19, max(os.getpriority(os.PRIO_PROCESS, 0), _group_nice(os.getpid())))
+
+
+def _lowered(pid: int, nice: int = 0) -> None:
+    """``pid``'s new session's group given this process's level (:func:`_level`) or ``nice``, whichever is
+    higher, where that is above the default (a kernel without autogroups has no such file: the niceness
+    ``pid`` inherited is what counts there). Only the group is lowered past the level, never the process:
+    a group's niceness can be raised again without privilege (:func:`restore`), a process's cannot."""
+    level = min(19, max(_level(), nice))
     if level > 0:
         with contextlib.suppress(OSError), open(_AUTOGROUP.format(pid), "w", encoding="ascii") as handle:
             handle.write(str(level))
+
+
+RETRY = 0.11  # s: the kernel takes one write of a group's niceness per 0.1 s from an unprivileged process
+
+
+def restore(pid: int, tries: int = 10) -> bool:
+    """The scheduling group of ``pid``'s session (one :func:`spawn` lowered with ``nice``) raised back to this
+    process's level: the build now waits for that work, which must not wait behind other sessions. Allowed
+    without privilege, one write per 0.1 s across the machine (``EAGAIN`` otherwise: tried again, ``tries``
+    times). Whether the group is at that level now (True where there is no group, or no process any more)."""
+    level = _level()
+    for attempt in range(tries):
+        if not os.path.exists(_AUTOGROUP.format(pid)) or _group_nice(pid) <= level:
+            return True
+        try:
+            with open(_AUTOGROUP.format(pid), "w", encoding="ascii") as handle:
+                handle.write(str(level))
+        except BlockingIOError:
+            if attempt + 1 < tries:
+                time.sleep(RETRY)
+        except OSError:
+            return not os.path.exists(_AUTOGROUP.format(pid))
+    return _group_nice(pid) <= level
 
 
 def _group_alive(pgid: int) -> bool:
