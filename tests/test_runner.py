@@ -9,7 +9,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -390,32 +392,49 @@ print(json.dumps({"lowered": lowered, "raised": raised, "after": after, "nice": 
 """
 
 
-def unprivileged() -> list[str]:
-    """A Python run with no privilege (no CAP_SYS_ADMIN, no CAP_SYS_NICE), as a user's build runs: this one,
-    or as root the system's, as nobody (a process that drops root itself stays non-dumpable: its children's
-    /proc files are root's)."""
+@pytest.fixture
+def unprivileged() -> Iterator[tuple[list[str], str]]:
+    """A Python run with no privilege (no CAP_SYS_ADMIN, no CAP_SYS_NICE), as a user's build runs, and where
+    it imports torchkiln from: this one and the checkout, or as root the system's, as nobody (a process that
+    drops root itself stays non-dumpable: its children's /proc files are root's), with a copy of the sources
+    nobody can read (a checkout under /root is not: the README's newcomer)."""
     if os.getuid() != 0:
-        return [sys.executable]
+        yield [sys.executable], str(ROOT / "src")
+        return
     setpriv, python = shutil.which("setpriv"), Path("/usr/bin/python3")
     if setpriv is None or not python.exists():
         pytest.skip("as root this needs setpriv(1) and /usr/bin/python3 to run as nobody")
-    return [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", str(python)]
+    copy = Path(tempfile.mkdtemp(prefix="torchkiln-src-"))
+    try:
+        copy.chmod(0o755)
+        shutil.copytree(
+            ROOT / "src" / "torchkiln", copy / "torchkiln", ignore=shutil.ignore_patterns("__pycache__")
+        )
+        for path in copy.rglob("*"):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        yield [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", str(python)], str(copy)
+    finally:
+        shutil.rmtree(copy, ignore_errors=True)
 
 
 @NICED
 @pytest.mark.skipif(not AUTOGROUP, reason="this kernel has no autogroups (CONFIG_SCHED_AUTOGROUP)")
 @pytest.mark.parametrize("own", [0, 4])
-def test_a_lowered_group_is_raised_back_without_privilege(own: int) -> None:
+def test_a_lowered_group_is_raised_back_without_privilege(
+    own: int, unprivileged: tuple[list[str], str]
+) -> None:
     """runner.restore, the way back from spawn's ``nice`` (build.earlycheck's hurry): a group lowered to 19 is
     raised to torchkiln's own level, by a process with no privilege, though the kernel refuses a second
     write within 0.1 s (EAGAIN, waited out); the processes themselves were never lowered."""
+    python, source = unprivileged
     done = subprocess.run(
-        [*unprivileged(), "-c", RESTORE, str(own)],
+        [*python, "-c", RESTORE, str(own)],
         capture_output=True,
         text=True,
         timeout=60,
+        cwd="/",
         start_new_session=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        env={**os.environ, "PYTHONPATH": source},
         check=False,
     )
     assert done.returncode == 0, done.stderr
