@@ -328,9 +328,8 @@ def test_a_started_process_is_scheduled_no_higher_than_torchkiln(
     out, _ = harness(own, group, asked=asked).communicate(timeout=60)
     seen = json.loads(out)
     nice, sid, group_nice = seen["child"]
-    assert (
-        nice == own
-    )  # inherited, as every child's: never lowered further (runner.restore could not undo it)
+    # inherited, as every child's: never lowered further (runner.restore could not undo that)
+    assert nice == own
     assert sid != seen["sid"]  # a session of its own: what start_new_session gives
     if AUTOGROUP:
         assert int(group_nice) == expected  # and so a scheduling group of its own, lowered alike

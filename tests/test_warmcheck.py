@@ -444,7 +444,7 @@ def groups(procs: list[subprocess.Popen[str]]) -> list[int]:
 
 
 @pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="this kernel has no autogroups")
-def test_once_the_build_waits_nothing_of_the_early_work_stays_lowered(tmp_path: Path) -> None:
+def test_once_the_build_waits_nothing_of_the_early_work_stays_lowered() -> None:
     """The invariant of build.earlycheck: the build never waits on work it lowered. What runs while the
     compile runs starts in a group at LOWEST; hurry (Warming.join, where the build starts waiting) raises
     every such group still running to this process's level, and what starts after it starts there. Threads
@@ -453,8 +453,9 @@ def test_once_the_build_waits_nothing_of_the_early_work_stays_lowered(tmp_path: 
     early = earlycheck.EarlyStart(setup=None, record=None, kinds={})  # type: ignore[arg-type]
     started: list[subprocess.Popen[str]] = []
     try:
-        started += [early._spawn(["sleep", "60"]) for _ in range(2)]
-        time.sleep(runner.RETRY)  # one unprivileged write per 0.1 s: each lowering its own
+        for _ in range(2):
+            time.sleep(runner.RETRY)  # one unprivileged write per 0.1 s: each lowering its own
+            started.append(early._spawn(["sleep", "60"]))
         assert groups(started) == [max(level, earlycheck.LOWEST)] * 2, "lowered beside the compile"
         done = subprocess.Popen(["true"])
         done.wait()

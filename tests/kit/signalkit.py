@@ -231,10 +231,8 @@ def unlowered(root: int) -> None:
     (runner.restore, what the build itself does once it waits for its early work). A cell that waits for
     the early work to reach a state while the compile runs needs that work to run: lowered beside a CPU-bound
     compile on a machine whose other core other tests keep busy, it gets next to nothing."""
-    level = runner._level()
     for pid in descendants([root], processes()):
-        if runner._group_nice(pid) > level:
-            runner.restore(pid)
+        runner.restore(pid)  # a group already at this process's level is only read
 
 
 def below(daemons: set[int]) -> Callable[[Proc], bool]:

@@ -115,7 +115,9 @@ class EarlyStart:
         """``argv`` started by :func:`torchkiln.process.runner.spawn` in a group at :data:`LOWEST`, or at
         torchkiln's own level once the build waits (:meth:`hurry`): never lowered after that."""
         with self.lock:
-            proc = runner.spawn(argv, nice=0 if self.hurried.is_set() else LOWEST, **options)
+            if self.hurried.is_set():
+                return runner.spawn(argv, **options)
+            proc = runner.spawn(argv, nice=LOWEST, **options)
             self.lowered.append(proc)
         return proc
 

@@ -406,7 +406,7 @@ def restore(pid: int, tries: int = 10) -> bool:
     times). Whether the group is at that level now (True where there is no group, or no process any more)."""
     level = _level()
     for attempt in range(tries):
-        if not os.path.exists(_AUTOGROUP.format(pid)) or _group_nice(pid) <= level:
+        if _group_nice(pid) <= level:  # 0 where there is no group (or no process) to read
             return True
         try:
             with open(_AUTOGROUP.format(pid), "w", encoding="ascii") as handle:
@@ -414,8 +414,8 @@ def restore(pid: int, tries: int = 10) -> bool:
         except BlockingIOError:
             if attempt + 1 < tries:
                 time.sleep(RETRY)
-        except OSError:
-            return not os.path.exists(_AUTOGROUP.format(pid))
+        except OSError:  # refused, or the process ended meanwhile: what the group reads says which
+            break
     return _group_nice(pid) <= level
 
 
